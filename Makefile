@@ -1,0 +1,52 @@
+# Two commands do all set-up: `make run` and `make test`. CMake does the build.
+JOBS ?= 2
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+RUN_ARGS ?= --model mnist-cnn --data fashion-mnist --epochs 1 --batch-size 64 \
+            --optimizer adadelta --lr 1.0 --lr-step-gamma 0.7 --seed 1 --save run.safetensors
+
+.PHONY: all deps run test test-fast test-asan bench fixtures clean
+
+all: $(BUILD)/kiln
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/Makefile: CMakeLists.txt
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+
+$(BUILD)/kiln: $(BUILD)/Makefile FORCE
+	@cmake --build $(BUILD) -j $(JOBS)
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/kiln train $(RUN_ARGS)
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	cd $(BUILD) && ctest --output-on-failure -j 1
+	@$(MAKE) --no-print-directory test-asan
+
+test-fast: all
+	cd $(BUILD) && ctest --output-on-failure -j 1
+
+# ASan + UBSan over the whole suite (the long end-to-end runs shrink themselves under KILN_SANITIZE)
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && KILN_SANITIZE=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 1
+
+bench: deps
+	@bash scripts/install-deps.sh --bench
+	@$(MAKE) --no-print-directory all
+	bash bench/mnist_epoch.sh
+
+# regenerate the PyTorch fixtures (needs python3-torch; CI uses the committed ones)
+fixtures:
+	@bash scripts/install-deps.sh --oracle
+	/usr/bin/python3 tests/ref/make_fixtures.py tests/ref/fixtures
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)
+
+FORCE:

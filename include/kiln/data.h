@@ -1,0 +1,95 @@
+/* kiln/data.h — datasets and the batch loader.
+ *
+ *     kiln_dataset *train;
+ *     if (kiln_dataset_open("fashion-mnist", 1, &train) != KILN_OK) ...  // or a folder of IDX files
+ *     kiln_loader_config lc = kiln_loader_defaults();
+ *     lc.batch_size = 64; lc.workers = 2; lc.seed = 1;
+ *     kiln_loader *L; kiln_loader_new(train, &lc, &L);
+ *     kiln_loader_start_epoch(L, epoch, 0);
+ *     kiln_batch b;
+ *     while (kiln_loader_next(L, &b) == 1) {   // 1: a batch, 0: epoch over, <0: error
+ *         ... b.x (float, [b.n, C, H, W], 64-byte aligned), b.y (int32 labels [b.n]) ...
+ *         kiln_loader_release(L, &b);          // the slot goes back to the workers
+ *     }
+ *
+ * A dataset answers `len` and `get(index, rng key, destination)`: workers write
+ * samples straight into a ring of preallocated aligned batch buffers, so the
+ * training thread never copies a batch. Which samples form batch k of epoch e
+ * depends only on (seed, e, k): the same for 0, 1 or many workers.
+ */
+#ifndef KILN_DATA_H
+#define KILN_DATA_H
+
+#include <stdint.h>
+#include "kiln/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_dataset kiln_dataset;
+struct kiln_dataset {
+    const char *name;                 /* for messages: "fashion-mnist train" */
+    int64_t len;
+    int sample_ndim;                  /* shape of one sample, e.g. 3: {1, 28, 28} */
+    int64_t sample_shape[KILN_MAX_DIMS];
+    int num_classes;
+    /* writes sample `index` as float into x (numel of sample_shape) and its label
+     * into *y; `key` seeds any random transform (unused by IDX). Thread-safe. */
+    void (*get)(const kiln_dataset *ds, int64_t index, uint64_t key, float *x, int32_t *y);
+    void (*destroy)(kiln_dataset *ds);
+    void *impl;
+};
+
+/* Pixel normalisation of the PyTorch MNIST example. */
+#define KILN_MNIST_MEAN 0.1307f
+#define KILN_MNIST_STD 0.3081f
+
+/* Reads an IDX image file (magic 0x00000803, u8) and its label file (0x00000801),
+ * gzipped or not; validates magic, dimensions, lengths and label range. */
+kiln_status kiln_dataset_idx_open(const char *images_path, const char *labels_path, float mean,
+                                  float std, kiln_dataset **out);
+/* `name_or_folder` is "fashion-mnist" (Debian's dataset-fashion-mnist, in
+ * /usr/share/datasets/fashion-mnist) or "mnist" or a folder holding
+ * {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]. `train`: 1 train split, 0 test. */
+kiln_status kiln_dataset_open(const char *name_or_folder, int train, kiln_dataset **out);
+void kiln_dataset_free(kiln_dataset *ds);
+
+typedef struct kiln_loader_config {
+    int64_t batch_size;
+    int shuffle;        /* 1: a seeded permutation per epoch */
+    int drop_last;      /* 0: the last batch may be smaller (as PyTorch's default) */
+    uint64_t seed;
+    int workers;        /* 0: the training thread loads each batch itself */
+    int prefetch;       /* batches in flight per worker (ring = max(2, workers * prefetch) slots) */
+    int lock_memory;    /* 1: mlock the ring (the CPU meaning of pinned memory); best effort */
+} kiln_loader_config;
+kiln_loader_config kiln_loader_defaults(void);
+
+typedef struct kiln_batch {
+    float *x;           /* [n, sample_shape...] */
+    int32_t *y;         /* [n] */
+    int64_t n;
+    int64_t index;      /* batch number within the epoch */
+    int slot;           /* ring slot, for release */
+} kiln_batch;
+
+typedef struct kiln_loader kiln_loader;
+kiln_status kiln_loader_new(kiln_dataset *ds, const kiln_loader_config *cfg, kiln_loader **out);
+/* Starts epoch `epoch` at batch `first_batch` (non-zero when resuming). */
+kiln_status kiln_loader_start_epoch(kiln_loader *L, int64_t epoch, int64_t first_batch);
+/* 1: *b holds the next batch; 0: the epoch is over. Blocks while workers fill it. */
+int kiln_loader_next(kiln_loader *L, kiln_batch *b);
+void kiln_loader_release(kiln_loader *L, const kiln_batch *b);
+int64_t kiln_loader_batches_per_epoch(const kiln_loader *L);
+/* Seconds the training thread has spent blocked in kiln_loader_next (incl. loading itself with 0 workers). */
+double kiln_loader_wait_seconds(const kiln_loader *L);
+void kiln_loader_free(kiln_loader *L);
+
+/* The permutation of epoch e: perm[i] for i < n, from a counter-based RNG keyed by (seed, e). */
+void kiln_shuffle_indices(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,111 @@
+/* Kernel signatures. Every op has two implementations with the same shape of
+ * arguments:
+ *   kiln_ref_*  naive reference in double (src/kernels/ref/): the oracle for
+ *               tests and the engine of the double-precision reference plan;
+ *   kiln_cpu_*  fast float kernels (src/kernels/cpu/), OpenMP over the one
+ *               compute team; conv and linear go to oneDNN (src/kernels/dnnl/).
+ * Layout is NCHW, row-major. `acc` is the grad = None rule: 0 writes the
+ * gradient (first contribution), 1 adds to what is there. Element counts are
+ * int64_t. Backward kernels take what forward saved (y for relu/log_softmax,
+ * x for max_pool) and recompute the rest (dropout's mask from its RNG counter).
+ */
+#ifndef KILN_KERNELS_H
+#define KILN_KERNELS_H
+
+#include <stdint.h>
+
+typedef struct kiln_conv_shape {
+    int64_t n, c, h, w;   /* input  [n, c, h, w] */
+    int64_t k, r, s;      /* weight [k, c, r, s] */
+    int64_t stride, pad;  /* same in both spatial dims */
+    int64_t oh, ow;       /* output [n, k, oh, ow] */
+} kiln_conv_shape;
+/* fills oh, ow; returns 0, or -1 when the output would be empty */
+int kiln_conv_shape_infer(kiln_conv_shape *cs);
+
+typedef struct kiln_pool_shape {
+    int64_t n, c, h, w;   /* input  [n, c, h, w] */
+    int64_t k, stride;    /* square window, no padding (floor mode) */
+    int64_t oh, ow;
+} kiln_pool_shape;
+int kiln_pool_shape_infer(kiln_pool_shape *ps);
+
+/* ---- reference kernels, double ---- */
+void kiln_ref_conv2d_fwd(const kiln_conv_shape *cs, const double *x, const double *w, const double *b, double *y);
+void kiln_ref_conv2d_bwd_data(const kiln_conv_shape *cs, const double *dy, const double *w, double *dx, int acc);
+/* db may be NULL (no bias) */
+void kiln_ref_conv2d_bwd_weight(const kiln_conv_shape *cs, const double *x, const double *dy, double *dw, double *db, int acc);
+
+/* y[n, out] = x[n, in] * w[out, in]^T + b[out]   (b may be NULL) */
+void kiln_ref_linear_fwd(int64_t n, int64_t in, int64_t out, const double *x, const double *w, const double *b, double *y);
+void kiln_ref_linear_bwd_data(int64_t n, int64_t in, int64_t out, const double *dy, const double *w, double *dx, int acc);
+void kiln_ref_linear_bwd_weight(int64_t n, int64_t in, int64_t out, const double *x, const double *dy, double *dw, double *db, int acc);
+
+void kiln_ref_relu_fwd(int64_t n, const double *x, double *y);
+void kiln_ref_relu_bwd(int64_t n, const double *y, const double *dy, double *dx, int acc);
+
+/* max over each window; ties go to the first element in row-major window order (as PyTorch) */
+void kiln_ref_max_pool2d_fwd(const kiln_pool_shape *ps, const double *x, double *y);
+void kiln_ref_max_pool2d_bwd(const kiln_pool_shape *ps, const double *x, const double *dy, double *dx, int acc);
+
+/* Element i is kept iff kiln_philox4x32(key, counter, i / 4).v[i % 4] >= kiln_dropout_threshold(p),
+ * and kept elements are scaled by 1 / (1 - p). */
+void kiln_ref_dropout_fwd(int64_t n, float p, uint64_t key, uint64_t counter, const double *x, double *y);
+void kiln_ref_dropout_bwd(int64_t n, float p, uint64_t key, uint64_t counter, const double *dy, double *dx, int acc);
+
+/* over the last dim: x[rows, cols] */
+void kiln_ref_log_softmax_fwd(int64_t rows, int64_t cols, const double *x, double *y);
+void kiln_ref_log_softmax_bwd(int64_t rows, int64_t cols, const double *y, const double *dy, double *dx, int acc);
+
+/* mean reduction, as PyTorch's default; *loss is a scalar; dloss is d(out)/d(loss) */
+void kiln_ref_nll_loss_fwd(int64_t rows, int64_t cols, const double *logp, const int32_t *target, double *loss);
+void kiln_ref_nll_loss_bwd(int64_t rows, int64_t cols, const int32_t *target, const double *dloss, double *dlogp, int acc);
+void kiln_ref_cross_entropy_fwd(int64_t rows, int64_t cols, const double *logits, const int32_t *target, double *loss);
+void kiln_ref_cross_entropy_bwd(int64_t rows, int64_t cols, const double *logits, const int32_t *target, const double *dloss, double *dlogits, int acc);
+
+void kiln_ref_add_fwd(int64_t n, const double *a, const double *b, double *y);
+void kiln_ref_mul_fwd(int64_t n, const double *a, const double *b, double *y);
+/* dx (=|+=) scale * dy: add's backward and any pass-through gradient */
+void kiln_ref_grad_copy(int64_t n, const double *dy, double *dx, int acc);
+/* da (=|+=) dy * b */
+void kiln_ref_mul_bwd(int64_t n, const double *dy, const double *b, double *da, int acc);
+
+/* optimizers over a flat buffer (PyTorch 1.13 semantics; `step` counts from 1) */
+void kiln_ref_sgd(int64_t n, double *p, const double *g, double *mom, double lr, double momentum,
+                  double dampening, double weight_decay, int nesterov, int first_step);
+void kiln_ref_adamw(int64_t n, double *p, const double *g, double *m, double *v, double lr, double beta1,
+                    double beta2, double eps, double weight_decay, int64_t step);
+void kiln_ref_adadelta(int64_t n, double *p, const double *g, double *square_avg, double *acc_delta,
+                       double lr, double rho, double eps, double weight_decay);
+
+/* ---- fast float kernels (same semantics) ---- */
+void kiln_cpu_conv2d_fwd(const kiln_conv_shape *cs, const float *x, const float *w, const float *b, float *y);
+void kiln_cpu_relu_fwd(int64_t n, const float *x, float *y);
+void kiln_cpu_relu_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc);
+void kiln_cpu_max_pool2d_fwd(const kiln_pool_shape *ps, const float *x, float *y);
+void kiln_cpu_max_pool2d_bwd(const kiln_pool_shape *ps, const float *x, const float *dy, float *dx, int acc);
+void kiln_cpu_dropout_fwd(int64_t n, float p, uint64_t key, uint64_t counter, const float *x, float *y);
+void kiln_cpu_dropout_bwd(int64_t n, float p, uint64_t key, uint64_t counter, const float *dy, float *dx, int acc);
+void kiln_cpu_log_softmax_fwd(int64_t rows, int64_t cols, const float *x, float *y);
+void kiln_cpu_log_softmax_bwd(int64_t rows, int64_t cols, const float *y, const float *dy, float *dx, int acc);
+void kiln_cpu_nll_loss_fwd(int64_t rows, int64_t cols, const float *logp, const int32_t *target, float *loss);
+void kiln_cpu_nll_loss_bwd(int64_t rows, int64_t cols, const int32_t *target, const float *dloss, float *dlogp, int acc);
+void kiln_cpu_cross_entropy_fwd(int64_t rows, int64_t cols, const float *logits, const int32_t *target, float *loss);
+void kiln_cpu_cross_entropy_bwd(int64_t rows, int64_t cols, const float *logits, const int32_t *target, const float *dloss, float *dlogits, int acc);
+void kiln_cpu_add_fwd(int64_t n, const float *a, const float *b, float *y);
+void kiln_cpu_mul_fwd(int64_t n, const float *a, const float *b, float *y);
+void kiln_cpu_grad_copy(int64_t n, const float *dy, float *dx, int acc);
+void kiln_cpu_mul_bwd(int64_t n, const float *dy, const float *b, float *da, int acc);
+/* db[cols] (=|+=) sum over rows of dy[rows, cols]: linear's bias gradient */
+void kiln_cpu_bias_grad_rows(int64_t rows, int64_t cols, const float *dy, float *db, int acc);
+/* db[c] (=|+=) sum over n and spatial of dy[n, c, hw]: conv's bias gradient */
+void kiln_cpu_bias_grad_nchw(int64_t n, int64_t c, int64_t hw, const float *dy, float *db, int acc);
+
+void kiln_cpu_sgd(int64_t n, float *p, const float *g, float *mom, float lr, float momentum, float dampening,
+                  float weight_decay, int nesterov, int first_step);
+void kiln_cpu_adamw(int64_t n, float *p, const float *g, float *m, float *v, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, int64_t step);
+void kiln_cpu_adadelta(int64_t n, float *p, const float *g, float *square_avg, float *acc_delta, float lr,
+                       float rho, float eps, float weight_decay);
+
+#endif
