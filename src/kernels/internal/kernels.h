@@ -79,7 +79,6 @@ void kiln_ref_adadelta(int64_t n, double *p, const double *g, double *square_avg
                        double lr, double rho, double eps, double weight_decay);
 
 /* ---- fast float kernels (same semantics) ---- */
-void kiln_cpu_conv2d_fwd(const kiln_conv_shape *cs, const float *x, const float *w, const float *b, float *y);
 void kiln_cpu_relu_fwd(int64_t n, const float *x, float *y);
 void kiln_cpu_relu_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc);
 void kiln_cpu_max_pool2d_fwd(const kiln_pool_shape *ps, const float *x, float *y);
