@@ -1,0 +1,450 @@
+#!/usr/bin/python3
+"""Generate kiln's PyTorch reference fixtures (safetensors files).
+
+    /usr/bin/python3 tests/ref/make_fixtures.py tests/ref/fixtures          # (re)generate
+    /usr/bin/python3 tests/ref/make_fixtures.py --check tests/ref/fixtures  # verify files
+
+Needs Debian's python3-torch and python3-numpy (PyTorch is the oracle only; CI
+uses the committed files). The safetensors package is not used: the format is
+written and read by hand below. Every fixture seeds torch.manual_seed itself,
+so the files are byte-for-byte deterministic on a given machine and torch build.
+
+Op fixtures are float64 so they are exact oracles; gradients are those of
+sum(y * dy) for a random upstream gradient dy (i.e. autograd.backward(y, dy)).
+"""
+import gzip
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DATA = "/usr/share/datasets/fashion-mnist"
+
+# ---------------------------------------------------------------------------
+# safetensors, by hand
+# ---------------------------------------------------------------------------
+DTYPES = {  # torch dtype -> (safetensors name, numpy little-endian dtype)
+    torch.float32: ("F32", "<f4"),
+    torch.float64: ("F64", "<f8"),
+    torch.int32: ("I32", "<i4"),
+    torch.int64: ("I64", "<i8"),
+}
+NP_OF = {v[0]: v[1] for v in DTYPES.values()}
+SIZE_OF = {"F32": 4, "F64": 8, "I32": 4, "I64": 8}
+# Rust safetensors' Dtype declaration order (its derived Ord); the library sorts
+# tensors by this, descending, then by name.
+RUST_DTYPE_ORDER = ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16",
+                    "I32", "U32", "F32", "F64", "I64", "U64"]
+
+
+def encode(tensors, metadata, pt_layout=False):
+    """tensors: list of (name, torch.Tensor); metadata: dict str -> str.
+
+    Default layout: tensors in the given order, "__metadata__" last.
+    pt_layout: exactly what the Rust safetensors library writes (safetensors.torch
+    with metadata={"format": "pt"}): tensors sorted by dtype descending then name,
+    "__metadata__" first, compact JSON, header padded with spaces to 8 bytes."""
+    items = []
+    for name, t in tensors:
+        st, npd = DTYPES[t.dtype]
+        raw = t.detach().contiguous().cpu().numpy().astype(npd, copy=False).tobytes()
+        items.append((name, st, list(t.shape), raw))
+    if pt_layout:
+        items.sort(key=lambda it: (-RUST_DTYPE_ORDER.index(it[1]), it[0]))
+    for k, v in metadata.items():
+        assert isinstance(k, str) and isinstance(v, str), (k, v)
+    header, off = {}, 0
+    if pt_layout and metadata:
+        header["__metadata__"] = metadata
+    for name, st, shape, raw in items:
+        assert name not in header and name != "__metadata__"
+        # keep every tensor naturally aligned in the file (data starts 8-aligned)
+        assert off % SIZE_OF[st] == 0, f"{name}: offset {off} not aligned for {st}"
+        header[name] = {"dtype": st, "shape": shape, "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
+    if not pt_layout and metadata:
+        header["__metadata__"] = metadata
+    hb = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode()
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    return struct.pack("<Q", len(hb)) + hb + b"".join(it[3] for it in items)
+
+
+def decode(buf, path="?"):
+    """Strict reader: returns (dict name -> np.ndarray, metadata, names in file order)."""
+    def bad(msg):
+        raise ValueError(f"{path}: {msg}")
+    if len(buf) < 8:
+        bad("shorter than 8 bytes")
+    (n,) = struct.unpack("<Q", buf[:8])
+    if n % 8 != 0:
+        bad(f"header length {n} not a multiple of 8")
+    if 8 + n > len(buf):
+        bad("header runs past end of file")
+    text = buf[8:8 + n].decode("utf-8")
+    if not text.startswith("{"):
+        bad("header does not start with '{'")
+    header = json.loads(text)
+    meta = header.pop("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                             for k, v in meta.items()):
+        bad("__metadata__ is not a string->string map")
+    data = buf[8 + n:]
+    spans, out = [], {}
+    for name, info in header.items():
+        if set(info) != {"dtype", "shape", "data_offsets"}:
+            bad(f"{name}: keys {sorted(info)}")
+        dt, shape, (b, e) = info["dtype"], info["shape"], info["data_offsets"]
+        if dt not in SIZE_OF:
+            bad(f"{name}: dtype {dt}")
+        if not all(isinstance(d, int) and d >= 0 for d in shape):
+            bad(f"{name}: shape {shape}")
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if not (0 <= b <= e <= len(data)) or e - b != count * SIZE_OF[dt]:
+            bad(f"{name}: offsets [{b},{e}] vs shape {shape} {dt} / data {len(data)}")
+        spans.append((b, e, name))
+        out[name] = np.frombuffer(data[b:e], dtype=NP_OF[dt]).reshape(shape)
+    spans.sort()
+    pos = 0
+    for b, e, name in spans:
+        if b != pos:
+            bad(f"{name}: data gap/overlap at {pos} (begins {b})")
+        pos = e
+    if pos != len(data):
+        bad(f"data buffer has {len(data) - pos} trailing bytes")
+    order = [s[2] for s in spans]
+    if list(header) != order:
+        bad("header order is not data order")
+    return out, meta, order
+
+
+def save(folder, fname, tensors, metadata, pt_layout=False):
+    md = {"torch": torch.__version__, "generator": "tests/ref/make_fixtures.py"}
+    md.update({k: str(v) for k, v in metadata.items()})
+    if pt_layout:
+        md = {k: str(v) for k, v in metadata.items()}
+    buf = encode(tensors, md, pt_layout)
+    path = os.path.join(folder, fname)
+    with open(path, "wb") as f:
+        f.write(buf)
+    # read back and compare against what was meant
+    got, gmeta, _ = decode(buf, path)
+    assert gmeta == md
+    assert set(got) == {n for n, _ in tensors}
+    for name, t in tensors:
+        ref = t.detach().contiguous().numpy()
+        g = got[name]
+        assert g.shape == ref.shape and g.dtype == np.dtype(DTYPES[t.dtype][1]), name
+        assert np.array_equal(g, ref), name
+    print(f"  {fname:34s} {len(buf):>9d} bytes, {len(tensors)} tensors")
+    return len(buf)
+
+
+def fl(x):
+    return repr(float(x))
+
+
+# ---------------------------------------------------------------------------
+# op fixtures (float64)
+# ---------------------------------------------------------------------------
+D = torch.float64
+
+
+def rnd(*shape):
+    return torch.randn(*shape, dtype=D)
+
+
+def distinct(shape, shift_to_mid=True, scale=0.1):
+    """Random values, pairwise separated by >= 0.2*scale, none within 0.1*scale of 0."""
+    n = int(np.prod(shape))
+    v = torch.randperm(n).to(D) + torch.empty(n, dtype=D).uniform_(0.1, 0.9)
+    if shift_to_mid:
+        v = v - n // 2
+    return (v * scale).reshape(shape)
+
+
+def grads(y, dy, *inputs):
+    y.backward(dy)
+    return [t.grad.detach().clone() for t in inputs]
+
+
+def op_conv2d(folder, fname, seed, N, C, H, W, K, R, S, stride, pad, bias):
+    torch.manual_seed(seed)
+    x = rnd(N, C, H, W).requires_grad_()
+    w = (rnd(K, C, R, S) * 0.5).requires_grad_()
+    b = rnd(K).requires_grad_() if bias else None
+    y = F.conv2d(x, w, b, stride=stride, padding=pad)
+    dy = rnd(*y.shape)
+    g = grads(y, dy, *([x, w, b] if bias else [x, w]))
+    t = [("x", x), ("w", w)] + ([("b", b)] if bias else []) + [("y", y), ("dy", dy), ("dx", g[0]),
+                                                               ("dw", g[1])]
+    if bias:
+        t.append(("db", g[2]))
+    return save(folder, fname, t, dict(op="conv2d", stride=stride, pad=pad, has_bias=int(bias),
+                                        dilation=1, groups=1))
+
+
+def op_linear(folder):
+    torch.manual_seed(20)
+    x, w, b = rnd(4, 5).requires_grad_(), rnd(3, 5).requires_grad_(), rnd(3).requires_grad_()
+    y = F.linear(x, w, b)
+    dy = rnd(*y.shape)
+    dx, dw, db = grads(y, dy, x, w, b)
+    return save(folder, "op_linear.safetensors",
+                [("x", x), ("w", w), ("b", b), ("y", y), ("dy", dy), ("dx", dx), ("dw", dw), ("db", db)],
+                dict(op="linear", has_bias=1))
+
+
+def op_relu(folder):
+    torch.manual_seed(30)
+    x = distinct((4, 6)).requires_grad_()
+    y = F.relu(x)
+    dy = rnd(*y.shape)
+    (dx,) = grads(y, dy, x)
+    return save(folder, "op_relu.safetensors", [("x", x), ("y", y), ("dy", dy), ("dx", dx)],
+                dict(op="relu"))
+
+
+def op_max_pool(folder, fname, seed, shape, k, s):
+    torch.manual_seed(seed)
+    x = distinct(shape).requires_grad_()
+    y = F.max_pool2d(x, k, s)
+    dy = rnd(*y.shape)
+    (dx,) = grads(y, dy, x)
+    return save(folder, fname, [("x", x), ("y", y), ("dy", dy), ("dx", dx)],
+                dict(op="max_pool2d", kernel=k, stride=s, pad=0, dilation=1, ceil_mode=0))
+
+
+def op_log_softmax(folder):
+    torch.manual_seed(50)
+    x = (rnd(4, 7) * 2).requires_grad_()
+    y = F.log_softmax(x, dim=1)
+    dy = rnd(*y.shape)
+    (dx,) = grads(y, dy, x)
+    return save(folder, "op_log_softmax.safetensors", [("x", x), ("y", y), ("dy", dy), ("dx", dx)],
+                dict(op="log_softmax", dim=1))
+
+
+def op_nll_loss(folder, fname, seed, upstream):
+    torch.manual_seed(seed)
+    N, C = 6, 5
+    logp = F.log_softmax(rnd(N, C) * 2, dim=1).detach().requires_grad_()
+    target = torch.randint(0, C, (N,))
+    loss = F.nll_loss(logp, target)
+    dloss = torch.randn((), dtype=D) if upstream else torch.ones((), dtype=D)
+    (dlogp,) = grads(loss, dloss, logp)
+    t = [("logp", logp), ("target", target.to(torch.int32)), ("loss", loss)]
+    if upstream:
+        t.append(("dloss", dloss))
+    t.append(("dlogp", dlogp))
+    return save(folder, fname, t, dict(op="nll_loss", reduction="mean",
+                                       upstream=("dloss" if upstream else "1")))
+
+
+def op_cross_entropy(folder):
+    torch.manual_seed(70)
+    N, C = 6, 5
+    logits = (rnd(N, C) * 2).requires_grad_()
+    target = torch.randint(0, C, (N,))
+    loss = F.cross_entropy(logits, target)
+    (dlogits,) = grads(loss, torch.ones((), dtype=D), logits)
+    return save(folder, "op_cross_entropy.safetensors",
+                [("logits", logits), ("target", target.to(torch.int32)), ("loss", loss),
+                 ("dlogits", dlogits)],
+                dict(op="cross_entropy", reduction="mean", upstream="1"))
+
+
+def op_binary(folder, name, seed, fn):
+    torch.manual_seed(seed)
+    a, b = rnd(3, 4).requires_grad_(), rnd(3, 4).requires_grad_()
+    y = fn(a, b)
+    dy = rnd(*y.shape)
+    da, db = grads(y, dy, a, b)
+    return save(folder, f"op_{name}.safetensors",
+                [("a", a), ("b", b), ("y", y), ("dy", dy), ("da", da), ("db", db)], dict(op=name))
+
+
+def op_optim(folder, fname, seed, make, meta):
+    torch.manual_seed(seed)
+    n, steps = 50, 3
+    p0 = rnd(n)
+    g = rnd(steps, n)
+    p = p0.clone().requires_grad_()
+    opt = make([p])
+    ps = []
+    for i in range(steps):
+        p.grad = g[i].clone()
+        opt.step()
+        ps.append(p.detach().clone())
+    meta = dict(meta, n=n, steps=steps)
+    return save(folder, fname, [("p0", p0), ("g", g), ("p", torch.stack(ps))], meta)
+
+
+# ---------------------------------------------------------------------------
+# mnist-cnn (exactly /work/shared/bench/pytorch_mnist.py's Net)
+# ---------------------------------------------------------------------------
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        x = F.max_pool2d(x, 2)
+        x = self.dropout1(x)
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = self.dropout2(x)
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+PARAM_NAMES = ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
+               "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    zero, dtype, ndim = struct.unpack(">HBB", data[:4])
+    assert zero == 0 and dtype == 0x08
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def state(model, prefix=""):
+    sd = model.state_dict()
+    assert list(sd) == PARAM_NAMES, list(sd)
+    return [(prefix + k, sd[k].detach().clone()) for k in PARAM_NAMES]
+
+
+def mnist_golden(folder):
+    B, STEPS, LR, RHO, EPS = 64, 5, 1.0, 0.9, 1e-6
+    images = read_idx(os.path.join(DATA, "train-images-idx3-ubyte.gz"))[:B]
+    labels = read_idx(os.path.join(DATA, "train-labels-idx1-ubyte.gz"))[:B]
+    # exactly the reference's per-sample transform, batched (elementwise, same ops)
+    x = torch.from_numpy(images.astype(np.float32) / 255.0).unsqueeze(1)
+    x = (x - 0.1307) / 0.3081
+    assert x.dtype == torch.float32 and x.shape == (B, 1, 28, 28)
+    y = torch.from_numpy(labels.astype(np.int64))
+
+    torch.manual_seed(1)
+    model = Net()
+    init = state(model)
+    model.eval()  # dropout off
+    with torch.no_grad():
+        logp0 = model(x)
+    opt = torch.optim.Adadelta(model.parameters(), lr=LR, rho=RHO, eps=EPS)
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = F.nll_loss(model(x), y)
+        losses.append(loss.item())
+        loss.backward()
+        opt.step()
+    final = state(model, "final.")
+    t = init + [("x", x), ("y", y.to(torch.int32)), ("logp0", logp0),
+                ("losses", torch.tensor(losses, dtype=torch.float64))] + final
+    save(folder, "mnist_golden.safetensors", t,
+         dict(model="mnist-cnn", dataset="fashion-mnist train[0:64]",
+              normalize="((u8/255) - 0.1307) / 0.3081 in float32", dropout="off (eval mode)",
+              init_seed=1, optimizer="adadelta", lr=fl(LR), rho=fl(RHO), eps=fl(EPS),
+              weight_decay=fl(0.0), steps=STEPS, batch_size=B, loss="nll_loss(mean)",
+              threads=1))
+    return losses
+
+
+def state_dict_pt(folder):
+    torch.manual_seed(2)
+    model = Net()
+    save(folder, "state_dict_pt.safetensors", state(model), {"format": "pt"}, pt_layout=True)
+
+
+# ---------------------------------------------------------------------------
+def generate(folder):
+    os.makedirs(folder, exist_ok=True)
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    print(f"writing fixtures to {folder} (torch {torch.__version__})")
+    op_conv2d(folder, "op_conv2d_a.safetensors", 10, 2, 3, 7, 7, 4, 3, 3, 1, 0, True)
+    op_conv2d(folder, "op_conv2d_b.safetensors", 11, 2, 3, 8, 8, 5, 3, 3, 2, 1, True)
+    op_conv2d(folder, "op_conv2d_c.safetensors", 12, 2, 4, 6, 6, 3, 5, 5, 1, 2, False)
+    op_conv2d(folder, "op_conv2d_d.safetensors", 13, 2, 5, 4, 4, 3, 1, 1, 1, 0, False)
+    op_linear(folder)
+    op_relu(folder)
+    op_max_pool(folder, "op_max_pool2d.safetensors", 40, (2, 3, 6, 6), 2, 2)
+    op_max_pool(folder, "op_max_pool2d_k3s2.safetensors", 41, (2, 3, 7, 7), 3, 2)
+    op_log_softmax(folder)
+    op_nll_loss(folder, "op_nll_loss.safetensors", 60, False)
+    op_nll_loss(folder, "op_nll_loss_dloss.safetensors", 61, True)
+    op_cross_entropy(folder)
+    op_binary(folder, "add", 80, lambda a, b: a + b)
+    op_binary(folder, "mul", 81, lambda a, b: a * b)
+    op_optim(folder, "op_adadelta.safetensors", 90,
+             lambda ps: torch.optim.Adadelta(ps, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0),
+             dict(optimizer="adadelta", lr=fl(1.0), rho=fl(0.9), eps=fl(1e-6), weight_decay=fl(0)))
+    op_optim(folder, "op_sgd.safetensors", 91,
+             lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, dampening=0, weight_decay=1e-2,
+                                        nesterov=True),
+             dict(optimizer="sgd", lr=fl(0.1), momentum=fl(0.9), dampening=fl(0),
+                  weight_decay=fl(1e-2), nesterov=1))
+    op_optim(folder, "op_adamw.safetensors", 92,
+             lambda ps: torch.optim.AdamW(ps, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                                          weight_decay=1e-2, amsgrad=False),
+             dict(optimizer="adamw", lr=fl(1e-3), beta1=fl(0.9), beta2=fl(0.999), eps=fl(1e-8),
+                  weight_decay=fl(1e-2), amsgrad=0))
+    losses = mnist_golden(folder)
+    print("  golden losses: " + " ".join(repr(v) for v in losses))
+    state_dict_pt(folder)
+
+
+def check(folder):
+    total, ok = 0, True
+    for fname in sorted(os.listdir(folder)):
+        if not fname.endswith(".safetensors"):
+            continue
+        path = os.path.join(folder, fname)
+        with open(path, "rb") as f:
+            buf = f.read()
+        try:
+            tensors, meta, order = decode(buf, path)
+        except Exception as e:  # noqa: BLE001
+            print(f"FAIL {e}")
+            ok = False
+            continue
+        total += len(buf)
+        print(f"{fname} ({len(buf)} bytes)")
+        for name in order:
+            a = tensors[name]
+            dt = {v: k for k, v in NP_OF.items()}[a.dtype.str]
+            print(f"    {name:16s} {dt} {list(a.shape)}")
+            if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+                print(f"FAIL {path}: {name} has non-finite values")
+                ok = False
+        print("    metadata: " + ", ".join(f"{k}={v}" for k, v in meta.items()))
+    print(f"total {total} bytes")
+    return ok
+
+
+def main(argv):
+    args = [a for a in argv if not a.startswith("--")]
+    if len(args) != 1 or any(a not in ("--check",) for a in argv if a.startswith("--")):
+        sys.exit(__doc__)
+    if "--check" in argv:
+        sys.exit(0 if check(args[0]) else 1)
+    generate(args[0])
+    if not check(args[0]):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
