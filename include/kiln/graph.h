@@ -1,0 +1,125 @@
+/* kiln/graph.h — build a model as a graph, compile it once into a plan, step it.
+ *
+ *     kiln_graph *g = kiln_graph_new();
+ *     int64_t xs[] = {KILN_BATCH, 1, 28, 28}, ys[] = {KILN_BATCH};
+ *     kiln_value x = kiln_input(g, "x", KILN_F32, 4, xs);
+ *     kiln_value y = kiln_input(g, "y", KILN_I32, 1, ys);
+ *     kiln_value h = kiln_flatten(g, x, 1);
+ *     kiln_value w = kiln_param(g, "fc.weight", 2, (int64_t[]){10, 784}, 784);
+ *     kiln_value b = kiln_param(g, "fc.bias", 1, (int64_t[]){10}, 784);
+ *     kiln_value loss = kiln_cross_entropy(g, kiln_linear(g, h, w, b), y);
+ *     if (kiln_graph_status(g) != KILN_OK) ... kiln_last_error() names the node
+ *
+ *     kiln_params *P; kiln_params_new(g, KILN_F32, &P); kiln_params_init(P, seed);
+ *     kiln_compile_opts o = kiln_compile_defaults(); o.training = 1; o.max_batch = 64;
+ *     kiln_plan *plan; kiln_compile(g, P, &loss, 1, &o, &plan);
+ *     for (...) {
+ *         kiln_plan_bind(plan, x, batch.x); kiln_plan_bind(plan, y, batch.y);  // no copy
+ *         kiln_plan_run(plan, batch.n);        // forward + backward into kiln_params_grad(P)
+ *         ... optimizer over kiln_params_data(P) / kiln_params_grad(P) ...
+ *     }
+ *
+ * The batch dimension is symbolic (KILN_BATCH): a plan is made for max_batch and
+ * runs any batch up to it without allocating. Builder calls never fail loudly:
+ * the first error is kept (kiln_graph_status) and later calls return -1.
+ */
+#ifndef KILN_GRAPH_H
+#define KILN_GRAPH_H
+
+#include <stdint.h>
+#include "kiln/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_BATCH (-1)
+
+typedef int32_t kiln_value; /* a tensor value in a graph; -1 is "none" */
+typedef struct kiln_graph kiln_graph;
+
+kiln_graph *kiln_graph_new(void);
+void kiln_graph_free(kiln_graph *g);
+kiln_status kiln_graph_status(const kiln_graph *g);
+
+kiln_value kiln_input(kiln_graph *g, const char *name, kiln_dtype dtype, int ndim, const int64_t *shape);
+/* A trainable float parameter, initialised (kiln_params_init) uniformly in
+ * ±1/sqrt(fan_in): PyTorch's default for Linear and Conv2d weights and biases. */
+kiln_value kiln_param(kiln_graph *g, const char *name, int ndim, const int64_t *shape, int64_t fan_in);
+
+/* x [N,C,H,W], w [K,C,R,S], b [K] or -1 */
+kiln_value kiln_conv2d(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b, int64_t stride, int64_t pad);
+/* x [N,I], w [O,I], b [O] or -1 */
+kiln_value kiln_linear(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b);
+kiln_value kiln_relu(kiln_graph *g, kiln_value x);
+kiln_value kiln_max_pool2d(kiln_graph *g, kiln_value x, int64_t kernel, int64_t stride);
+/* identity when the plan is compiled for inference */
+kiln_value kiln_dropout(kiln_graph *g, kiln_value x, float p);
+kiln_value kiln_flatten(kiln_graph *g, kiln_value x, int start_dim);
+/* shape[0] may be KILN_BATCH */
+kiln_value kiln_reshape(kiln_graph *g, kiln_value x, int ndim, const int64_t *shape);
+kiln_value kiln_log_softmax(kiln_graph *g, kiln_value x);         /* over the last dim */
+kiln_value kiln_nll_loss(kiln_graph *g, kiln_value logp, kiln_value target);        /* mean */
+kiln_value kiln_cross_entropy(kiln_graph *g, kiln_value logits, kiln_value target); /* mean */
+kiln_value kiln_add(kiln_graph *g, kiln_value a, kiln_value b);   /* same shapes */
+kiln_value kiln_mul(kiln_graph *g, kiln_value a, kiln_value b);   /* same shapes */
+
+/* shape of a value (shape[0] == KILN_BATCH when batched); returns ndim or -1 */
+int kiln_value_shape(const kiln_graph *g, kiln_value v, int64_t *shape);
+const char *kiln_value_name(const kiln_graph *g, kiln_value v);
+
+/* ---- parameters: one flat buffer, one flat gradient buffer, named views ---- */
+typedef struct kiln_params kiln_params;
+/* dtype KILN_F32 for training, KILN_F64 for reference plans (tests) */
+kiln_status kiln_params_new(const kiln_graph *g, kiln_dtype dtype, kiln_params **out);
+void kiln_params_free(kiln_params *P);
+void kiln_params_init(kiln_params *P, uint64_t seed);
+int kiln_params_count(const kiln_params *P);
+const char *kiln_params_name(const kiln_params *P, int i);
+int kiln_params_find(const kiln_params *P, const char *name); /* -1 if absent */
+int kiln_params_shape(const kiln_params *P, int i, int64_t *shape); /* returns ndim */
+int64_t kiln_params_offset(const kiln_params *P, int i);         /* elements into the flat buffer */
+int64_t kiln_params_numel(const kiln_params *P, int i);
+int64_t kiln_params_total(const kiln_params *P);
+kiln_dtype kiln_params_dtype(const kiln_params *P);
+void *kiln_params_data(kiln_params *P);  /* flat values */
+void *kiln_params_grad(kiln_params *P);  /* flat gradients, written by backward */
+/* per parameter: 1 if the last training step produced its gradient */
+const uint8_t *kiln_params_has_grad(const kiln_params *P);
+
+/* ---- compile and run ---- */
+typedef struct kiln_compile_opts {
+    int training;       /* 1: add backward (autodiff from outputs[0], a scalar loss) */
+    int64_t max_batch;  /* the plan is sized for this batch */
+    int reference;      /* 1: naive double kernels (needs F64 params): the test oracle */
+    int reuse_memory;   /* 1 (default): the planner shares arena space by liveness */
+    int fuse;           /* 1 (default): the fusion pass folds relu into conv2d/linear */
+    int autotune;       /* 1 (default): time each conv algorithm on its real shape, keep the fastest */
+    int dropout_off;    /* 1: dropout is the identity even in training (golden tests) */
+    uint64_t seed;      /* dropout key */
+} kiln_compile_opts;
+kiln_compile_opts kiln_compile_defaults(void);
+
+typedef struct kiln_plan kiln_plan;
+kiln_status kiln_compile(kiln_graph *g, kiln_params *P, const kiln_value *outputs, int n_outputs,
+                         const kiln_compile_opts *opts, kiln_plan **out);
+void kiln_plan_free(kiln_plan *plan);
+/* Binds an input to caller memory for the next runs (float or int32 as declared). */
+kiln_status kiln_plan_bind(kiln_plan *plan, kiln_value input, const void *data);
+/* The step number keys dropout masks: same step, same mask. */
+void kiln_plan_set_step(kiln_plan *plan, uint64_t step);
+kiln_status kiln_plan_run(kiln_plan *plan, int64_t batch);
+/* After a run: a value's data (float*, or double* in a reference plan). Only
+ * outputs are guaranteed to survive the run; others may be overwritten. */
+const void *kiln_plan_value(const kiln_plan *plan, kiln_value v);
+double kiln_plan_loss(const kiln_plan *plan); /* outputs[0] as a scalar */
+/* Arena bytes (activations and gradients) and what they would be without reuse. */
+size_t kiln_plan_arena_bytes(const kiln_plan *plan);
+size_t kiln_plan_arena_bytes_no_reuse(const kiln_plan *plan);
+/* A readable listing of the compiled steps (one line per kernel call). */
+void kiln_plan_describe(const kiln_plan *plan, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

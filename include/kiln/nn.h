@@ -1,0 +1,42 @@
+/* kiln/nn.h — layers and the model zoo.
+ *
+ *     kiln_graph *g = kiln_graph_new();
+ *     kiln_model m;
+ *     if (kiln_model_build(g, "mnist-cnn", &m) != KILN_OK) ... kiln_last_error()
+ *     // m.x: input [B,1,28,28]; m.y: labels [B]; m.out: log-probabilities [B,10]; m.loss: scalar
+ *
+ * Parameter names are PyTorch's state_dict names (conv1.weight, ..., fc2.bias),
+ * so checkpoints load in PyTorch and back.
+ */
+#ifndef KILN_NN_H
+#define KILN_NN_H
+
+#include "kiln/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_model {
+    const char *name;
+    kiln_value x;     /* input images */
+    kiln_value y;     /* int32 class labels */
+    kiln_value out;   /* log-probabilities [B, classes] */
+    kiln_value loss;  /* mean negative log-likelihood */
+    int num_classes;
+} kiln_model;
+
+/* "mnist-cnn": PyTorch's examples/mnist network; "mlp": 784-256-128-10 with ReLU and dropout */
+kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out);
+/* NULL-terminated list of model names */
+const char *const *kiln_model_names(void);
+
+/* layers: declare parameters "<name>.weight" / "<name>.bias" and apply them */
+kiln_value kiln_nn_conv2d(kiln_graph *g, const char *name, kiln_value x, int64_t in_ch, int64_t out_ch, int64_t kernel,
+                          int64_t stride, int64_t pad, int bias);
+kiln_value kiln_nn_linear(kiln_graph *g, const char *name, kiln_value x, int64_t in, int64_t out, int bias);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,554 @@
+/* Compile a graph into a plan, and run it. Compiling clones the graph, adds
+ * the backward part (autodiff), runs the passes, plans the arena, and makes
+ * every kernel object (oneDNN primitives) for the batch size. A run is then a
+ * flat loop over the kernel calls: no allocation, no shape logic. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "base/internal/rng.h"
+#include "graph/internal/graph.h"
+#include "kernels/internal/dnnl_ops.h"
+#include "kernels/internal/kernels.h"
+
+#define MAX_BATCH_STATES 4
+
+typedef struct {
+    int64_t batch;      /* 0: unused */
+    void **kobj;        /* per node: kiln_dnnl_conv / kiln_dnnl_linear for forward conv/linear nodes */
+    uint64_t last_used;
+} batch_state;
+
+struct kiln_plan {
+    kiln_graph *g;
+    kiln_params *P;
+    kiln_compile_opts o;
+    size_t elem;
+    int nfwd;
+    int *order;
+    int norder;
+    int64_t *offset;
+    char *arena;
+    size_t arena_bytes, arena_no_reuse;
+    const void **bound;     /* per value: caller memory of inputs */
+    double **ref_inputs;    /* reference plans: double copies of float inputs */
+    kiln_value *outputs;
+    int nout;
+    uint8_t *need_bwd_data, *need_bwd_weight; /* per forward conv/linear node */
+    batch_state states[MAX_BATCH_STATES];
+    uint64_t runs;
+    void *ws;
+    size_t ws_bytes;
+    uint64_t step;
+    int64_t batch;          /* batch of the last run */
+};
+
+kiln_compile_opts kiln_compile_defaults(void) {
+    kiln_compile_opts o = {0};
+    o.max_batch = 64;
+    o.reuse_memory = 1;
+    o.fuse = 1;
+    o.autotune = 1;
+    o.seed = 1;
+    return o;
+}
+
+static void *vptr(const kiln_plan *pl, kiln_value v) {
+    const kiln_graph *g = pl->g;
+    kiln_value r = kiln_val_root(g, v);
+    const kiln_val *V = &g->vals[r];
+    switch (V->kind) {
+    case KILN_VAL_ACT: return pl->offset[r] >= 0 ? pl->arena + pl->offset[r] : NULL;
+    case KILN_VAL_INPUT:
+        if (pl->ref_inputs && pl->ref_inputs[r]) return pl->ref_inputs[r];
+        return (void *)pl->bound[r];
+    case KILN_VAL_PARAM:
+        return (char *)kiln_params_data(pl->P) + (size_t)kiln_params_offset(pl->P, V->param) * pl->elem;
+    case KILN_VAL_PARAM_GRAD:
+        return (char *)kiln_params_grad(pl->P) + (size_t)kiln_params_offset(pl->P, V->param) * pl->elem;
+    }
+    return NULL;
+}
+
+static void free_state(kiln_plan *pl, batch_state *bs) {
+    if (!bs->kobj) return;
+    for (int i = 0; i < pl->g->nnodes; i++) {
+        if (!bs->kobj[i]) continue;
+        if (pl->g->nodes[i].op == KILN_OP_CONV2D) kiln_dnnl_conv_free(bs->kobj[i]);
+        else kiln_dnnl_linear_free(bs->kobj[i]);
+    }
+    free(bs->kobj);
+    memset(bs, 0, sizeof *bs);
+}
+
+void kiln_plan_free(kiln_plan *pl) {
+    if (!pl) return;
+    for (int i = 0; i < MAX_BATCH_STATES; i++) free_state(pl, &pl->states[i]);
+    if (pl->ref_inputs) {
+        for (int v = 0; v < pl->g->nvals; v++) kiln_free(pl->ref_inputs[v]);
+        free(pl->ref_inputs);
+    }
+    kiln_free(pl->arena);
+    kiln_free(pl->ws);
+    free(pl->order);
+    free(pl->offset);
+    free(pl->bound);
+    free(pl->outputs);
+    free(pl->need_bwd_data);
+    free(pl->need_bwd_weight);
+    kiln_graph_free(pl->g);
+    free(pl);
+}
+
+static void conv_shape_of(const kiln_plan *pl, const kiln_node *n, int64_t batch, kiln_conv_shape *cs) {
+    const kiln_val *X = &pl->g->vals[n->in[0]], *W = &pl->g->vals[n->in[1]];
+    cs->n = X->batched ? batch : X->shape[0];
+    cs->c = X->shape[1];
+    cs->h = X->shape[2];
+    cs->w = X->shape[3];
+    cs->k = W->shape[0];
+    cs->r = W->shape[2];
+    cs->s = W->shape[3];
+    cs->stride = n->iattr[0];
+    cs->pad = n->iattr[1];
+    kiln_conv_shape_infer(cs);
+}
+
+static void pool_shape_of(const kiln_plan *pl, const kiln_node *n, kiln_value x, int64_t batch, kiln_pool_shape *ps) {
+    const kiln_val *X = &pl->g->vals[x];
+    ps->n = X->batched ? batch : X->shape[0];
+    ps->c = X->shape[1];
+    ps->h = X->shape[2];
+    ps->w = X->shape[3];
+    ps->k = n->iattr[0];
+    ps->stride = n->iattr[1];
+    kiln_pool_shape_infer(ps);
+}
+
+/* kernel objects (oneDNN primitives) for one batch size; made once per size */
+static kiln_status get_state(kiln_plan *pl, int64_t batch, batch_state **out) {
+    batch_state *free_slot = NULL, *lru = NULL;
+    for (int i = 0; i < MAX_BATCH_STATES; i++) {
+        batch_state *bs = &pl->states[i];
+        if (bs->batch == batch) {
+            bs->last_used = ++pl->runs;
+            *out = bs;
+            return KILN_OK;
+        }
+        if (!bs->batch && !free_slot) free_slot = bs;
+        if (bs->batch && (!lru || bs->last_used < lru->last_used)) lru = bs;
+    }
+    batch_state *bs = free_slot ? free_slot : lru;
+    free_state(pl, bs);
+    bs->kobj = calloc((size_t)pl->g->nnodes, sizeof(void *));
+    if (!bs->kobj) return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory");
+    bs->batch = batch;
+    bs->last_used = ++pl->runs;
+    size_t ws = 0;
+    for (int i = 0; i < pl->nfwd; i++) {
+        const kiln_node *n = &pl->g->nodes[i];
+        kiln_status st = KILN_OK;
+        if (n->op == KILN_OP_CONV2D) {
+            kiln_conv_shape cs;
+            conv_shape_of(pl, n, batch, &cs);
+            kiln_dnnl_conv_opts co = {n->nin > 2, n->fuse_relu, pl->need_bwd_data[i], pl->need_bwd_weight[i], pl->o.autotune};
+            st = kiln_dnnl_conv_new(&cs, &co, (kiln_dnnl_conv **)&bs->kobj[i]);
+            if (st == KILN_OK) {
+                size_t w = kiln_dnnl_conv_workspace(bs->kobj[i]);
+                if (w > ws) ws = w;
+                kiln_log(KILN_LOG_DEBUG, "%s: %s", n->name, kiln_dnnl_conv_describe(bs->kobj[i]));
+            }
+        } else if (n->op == KILN_OP_LINEAR) {
+            const kiln_val *X = &pl->g->vals[n->in[0]], *W = &pl->g->vals[n->in[1]];
+            st = kiln_dnnl_linear_new(X->batched ? batch : X->shape[0], W->shape[1], W->shape[0], n->nin > 2,
+                                      n->fuse_relu, pl->need_bwd_data[i], pl->need_bwd_weight[i],
+                                      (kiln_dnnl_linear **)&bs->kobj[i]);
+        }
+        if (st != KILN_OK) {
+            free_state(pl, bs);
+            return kiln_fail_context(st, "%s", n->name);
+        }
+    }
+    if (ws > pl->ws_bytes) {
+        kiln_free(pl->ws);
+        pl->ws = kiln_alloc(ws);
+        pl->ws_bytes = pl->ws ? ws : 0;
+        if (!pl->ws) {
+            free_state(pl, bs);
+            return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory for a %zu-byte kernel workspace", ws);
+        }
+    }
+    *out = bs;
+    return KILN_OK;
+}
+
+kiln_status kiln_compile(kiln_graph *g0, kiln_params *P, const kiln_value *outputs, int n_outputs,
+                         const kiln_compile_opts *opts, kiln_plan **out) {
+    *out = NULL;
+    kiln_status st = kiln_graph_status(g0);
+    if (st != KILN_OK) return st;
+    kiln_compile_opts o = opts ? *opts : kiln_compile_defaults();
+    if (o.max_batch < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "compile: max_batch is %lld (want >= 1)", (long long)o.max_batch);
+    if (n_outputs < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "compile: no outputs");
+    if (!P || kiln_params_count(P) != g0->nparams)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "compile: the parameters were not made from this graph");
+    if (o.reference != (kiln_params_dtype(P) == KILN_F64))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "compile: %s plans need %s parameters", o.reference ? "reference" : "fast",
+                         o.reference ? "f64" : "f32");
+    for (int i = 0; i < n_outputs; i++)
+        if (outputs[i] < 0 || outputs[i] >= g0->nvals)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "compile: output %d is not a value of the graph", i);
+
+    kiln_plan *pl = calloc(1, sizeof *pl);
+    if (!pl) return kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
+    pl->o = o;
+    pl->P = P;
+    pl->elem = o.reference ? sizeof(double) : sizeof(float);
+    pl->g = kiln_graph_clone(g0);
+    if (!pl->g) goto oom;
+    kiln_graph *g = pl->g;
+    pl->nfwd = g->nnodes;
+
+    /* inference, or dropout switched off: dropout is a view of its input */
+    for (int i = 0; i < pl->nfwd; i++) {
+        kiln_node *n = &g->nodes[i];
+        if (n->op == KILN_OP_DROPOUT && (!o.training || o.dropout_off || n->fattr[0] == 0.0f)) {
+            n->op = KILN_OP_RESHAPE;
+            g->vals[n->out[0]].alias_of = n->in[0];
+        }
+    }
+    if (o.training) {
+        st = kiln_autodiff(g, outputs[0]);
+        if (st != KILN_OK) goto fail;
+    }
+    if (o.fuse && !o.reference) {
+        int fused = kiln_pass_fuse_relu(g, pl->nfwd);
+        if (fused < 0) goto oom;
+    }
+
+    /* which backward directions each forward conv/linear needs */
+    pl->need_bwd_data = calloc((size_t)g->nnodes, 1);
+    pl->need_bwd_weight = calloc((size_t)g->nnodes, 1);
+    uint8_t *has_grad = kiln_params_has_grad_mut(P);
+    if (!pl->need_bwd_data || !pl->need_bwd_weight) goto oom;
+    for (int i = pl->nfwd; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->op == KILN_OP_CONV2D_BWD_DATA || n->op == KILN_OP_LINEAR_BWD_DATA) pl->need_bwd_data[n->fwd] = 1;
+        if (n->op == KILN_OP_CONV2D_BWD_WEIGHT || n->op == KILN_OP_LINEAR_BWD_WEIGHT) pl->need_bwd_weight[n->fwd] = 1;
+    }
+    if (o.training) {
+        for (int p = 0; p < g->nparams; p++) has_grad[p] = 0;
+        for (int v = 0; v < g->nvals; v++)
+            if (g->vals[v].kind == KILN_VAL_PARAM_GRAD) has_grad[g->vals[v].param] = 1;
+    }
+
+    /* execution order: every node that does work (views cost nothing) */
+    pl->order = malloc((size_t)g->nnodes * sizeof(int));
+    if (!pl->order) goto oom;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op != KILN_OP_RESHAPE) pl->order[pl->norder++] = i;
+
+    pl->outputs = malloc((size_t)n_outputs * sizeof *pl->outputs);
+    pl->offset = malloc((size_t)g->nvals * sizeof *pl->offset);
+    pl->bound = calloc((size_t)g->nvals, sizeof *pl->bound);
+    uint8_t *keep = calloc((size_t)g->nvals, 1);
+    if (!pl->outputs || !pl->offset || !pl->bound || !keep) {
+        free(keep);
+        goto oom;
+    }
+    pl->nout = n_outputs;
+    for (int i = 0; i < n_outputs; i++) {
+        pl->outputs[i] = outputs[i];
+        keep[outputs[i]] = 1;
+    }
+    st = kiln_plan_memory(g, pl->order, pl->norder, o.max_batch, pl->elem, o.reuse_memory, keep, pl->offset,
+                          &pl->arena_bytes, &pl->arena_no_reuse);
+    free(keep);
+    if (st != KILN_OK) goto fail;
+    pl->arena = kiln_alloc(pl->arena_bytes ? pl->arena_bytes : 64);
+    if (!pl->arena) {
+        st = kiln_fail(KILN_ERR_NOMEM, "compile: cannot allocate a %zu-byte arena", pl->arena_bytes);
+        goto fail;
+    }
+    if (o.reference) {
+        pl->ref_inputs = calloc((size_t)g->nvals, sizeof(double *));
+        if (!pl->ref_inputs) goto oom;
+        for (int v = 0; v < g->nvals; v++)
+            if (g->vals[v].kind == KILN_VAL_INPUT && g->vals[v].dtype == KILN_F32) {
+                pl->ref_inputs[v] = kiln_alloc((size_t)kiln_val_numel(&g->vals[v], o.max_batch) * sizeof(double) + 8);
+                if (!pl->ref_inputs[v]) goto oom;
+            }
+    } else {
+        batch_state *bs;
+        st = get_state(pl, o.max_batch, &bs);
+        if (st != KILN_OK) goto fail;
+    }
+    *out = pl;
+    return KILN_OK;
+oom:
+    st = kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
+fail:
+    kiln_plan_free(pl);
+    return st;
+}
+
+kiln_status kiln_plan_bind(kiln_plan *pl, kiln_value v, const void *data) {
+    if (!pl || v < 0 || v >= pl->g->nvals || pl->g->vals[v].kind != KILN_VAL_INPUT)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "bind: value %d is not an input of the plan", v);
+    pl->bound[v] = data;
+    return KILN_OK;
+}
+
+void kiln_plan_set_step(kiln_plan *pl, uint64_t step) { pl->step = step; }
+
+#define F(v) ((float *)vptr(pl, (v)))
+#define D(v) ((double *)vptr(pl, (v)))
+#define I(v) ((const int32_t *)vptr(pl, (v)))
+
+static uint64_t dropout_key(const kiln_plan *pl, int fwd_node) { return kiln_rng_key(pl->o.seed, 0xd509, (uint64_t)fwd_node); }
+
+static kiln_status check_targets(const kiln_plan *pl, const kiln_node *n, int64_t rows, int64_t cols) {
+    const int32_t *t = I(n->in[1]);
+    for (int64_t i = 0; i < rows; i++)
+        if (t[i] < 0 || t[i] >= cols)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "%s: target %lld is %d, outside [0, %lld)", n->name, (long long)i, t[i],
+                             (long long)cols);
+    return KILN_OK;
+}
+
+static kiln_status run_ref(kiln_plan *pl, const kiln_node *n, int64_t B) {
+    const kiln_graph *g = pl->g;
+    const kiln_val *O = &g->vals[n->out[0]];
+    int64_t numel = kiln_val_numel(O, B);
+    switch (n->op) {
+    case KILN_OP_CONV2D:
+    case KILN_OP_CONV2D_BWD_DATA:
+    case KILN_OP_CONV2D_BWD_WEIGHT: {
+        kiln_conv_shape cs;
+        conv_shape_of(pl, &g->nodes[n->op == KILN_OP_CONV2D ? (int)(n - g->nodes) : n->fwd], B, &cs);
+        if (n->op == KILN_OP_CONV2D) kiln_ref_conv2d_fwd(&cs, D(n->in[0]), D(n->in[1]), n->nin > 2 ? D(n->in[2]) : NULL, D(n->out[0]));
+        else if (n->op == KILN_OP_CONV2D_BWD_DATA) kiln_ref_conv2d_bwd_data(&cs, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
+        else {
+            /* one kernel call computes both; when only one output accumulates, stage the bias */
+            double *db = n->nout > 1 ? D(n->out[1]) : NULL;
+            if (db && n->acc[1] != n->acc[0]) {
+                double tmp[4096];
+                if (cs.k > 4096) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: too many channels", n->name);
+                kiln_ref_conv2d_bwd_weight(&cs, D(n->in[0]), D(n->in[1]), D(n->out[0]), tmp, n->acc[0]);
+                for (int64_t i = 0; i < cs.k; i++) db[i] = n->acc[1] ? db[i] + tmp[i] : tmp[i];
+            } else {
+                kiln_ref_conv2d_bwd_weight(&cs, D(n->in[0]), D(n->in[1]), D(n->out[0]), db, n->acc[0]);
+            }
+        }
+        return KILN_OK;
+    }
+    case KILN_OP_LINEAR:
+    case KILN_OP_LINEAR_BWD_DATA:
+    case KILN_OP_LINEAR_BWD_WEIGHT: {
+        const kiln_node *f = n->op == KILN_OP_LINEAR ? n : &g->nodes[n->fwd];
+        const kiln_val *X = &g->vals[f->in[0]], *W = &g->vals[f->in[1]];
+        int64_t rows = X->batched ? B : X->shape[0], in = W->shape[1], outd = W->shape[0];
+        if (n->op == KILN_OP_LINEAR) kiln_ref_linear_fwd(rows, in, outd, D(n->in[0]), D(n->in[1]), n->nin > 2 ? D(n->in[2]) : NULL, D(n->out[0]));
+        else if (n->op == KILN_OP_LINEAR_BWD_DATA) kiln_ref_linear_bwd_data(rows, in, outd, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
+        else {
+            double *db = n->nout > 1 ? D(n->out[1]) : NULL;
+            kiln_ref_linear_bwd_weight(rows, in, outd, D(n->in[0]), D(n->in[1]), D(n->out[0]), NULL, n->acc[0]);
+            if (db) { /* column sums of dy */
+                const double *dy = D(n->in[1]);
+                for (int64_t o2 = 0; o2 < outd; o2++) {
+                    double s = 0;
+                    for (int64_t r = 0; r < rows; r++) s += dy[r * outd + o2];
+                    db[o2] = n->acc[1] ? db[o2] + s : s;
+                }
+            }
+        }
+        return KILN_OK;
+    }
+    case KILN_OP_RELU: kiln_ref_relu_fwd(numel, D(n->in[0]), D(n->out[0])); return KILN_OK;
+    case KILN_OP_RELU_BWD: kiln_ref_relu_bwd(numel, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]); return KILN_OK;
+    case KILN_OP_MAX_POOL2D: {
+        kiln_pool_shape ps;
+        pool_shape_of(pl, n, n->in[0], B, &ps);
+        kiln_ref_max_pool2d_fwd(&ps, D(n->in[0]), D(n->out[0]));
+        return KILN_OK;
+    }
+    case KILN_OP_MAX_POOL2D_BWD: {
+        kiln_pool_shape ps;
+        pool_shape_of(pl, n, n->in[0], B, &ps);
+        kiln_ref_max_pool2d_bwd(&ps, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
+        return KILN_OK;
+    }
+    case KILN_OP_DROPOUT:
+        kiln_ref_dropout_fwd(numel, n->fattr[0], dropout_key(pl, (int)(n - g->nodes)), pl->step, D(n->in[0]), D(n->out[0]));
+        return KILN_OK;
+    case KILN_OP_DROPOUT_BWD:
+        kiln_ref_dropout_bwd(numel, n->fattr[0], dropout_key(pl, n->fwd), pl->step, D(n->in[0]), D(n->out[0]), n->acc[0]);
+        return KILN_OK;
+    case KILN_OP_LOG_SOFTMAX:
+    case KILN_OP_LOG_SOFTMAX_BWD: {
+        int64_t cols = O->shape[O->ndim - 1], rows = numel / cols;
+        if (n->op == KILN_OP_LOG_SOFTMAX) kiln_ref_log_softmax_fwd(rows, cols, D(n->in[0]), D(n->out[0]));
+        else kiln_ref_log_softmax_bwd(rows, cols, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
+        return KILN_OK;
+    }
+    case KILN_OP_NLL_LOSS:
+    case KILN_OP_CROSS_ENTROPY: {
+        const kiln_val *X = &g->vals[n->in[0]];
+        int64_t cols = X->shape[1], rows = kiln_val_numel(X, B) / cols;
+        kiln_status st = check_targets(pl, n, rows, cols);
+        if (st != KILN_OK) return st;
+        if (n->op == KILN_OP_NLL_LOSS) kiln_ref_nll_loss_fwd(rows, cols, D(n->in[0]), I(n->in[1]), D(n->out[0]));
+        else kiln_ref_cross_entropy_fwd(rows, cols, D(n->in[0]), I(n->in[1]), D(n->out[0]));
+        return KILN_OK;
+    }
+    case KILN_OP_NLL_LOSS_BWD: {
+        int64_t cols = O->shape[1], rows = numel / cols;
+        kiln_ref_nll_loss_bwd(rows, cols, I(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
+        return KILN_OK;
+    }
+    case KILN_OP_CROSS_ENTROPY_BWD: {
+        int64_t cols = O->shape[1], rows = numel / cols;
+        kiln_ref_cross_entropy_bwd(rows, cols, D(n->in[0]), I(n->in[1]), D(n->in[2]), D(n->out[0]), n->acc[0]);
+        return KILN_OK;
+    }
+    case KILN_OP_ADD: kiln_ref_add_fwd(numel, D(n->in[0]), D(n->in[1]), D(n->out[0])); return KILN_OK;
+    case KILN_OP_MUL: kiln_ref_mul_fwd(numel, D(n->in[0]), D(n->in[1]), D(n->out[0])); return KILN_OK;
+    case KILN_OP_ONES: D(n->out[0])[0] = 1.0; return KILN_OK;
+    case KILN_OP_GRAD_COPY: kiln_ref_grad_copy(numel, D(n->in[0]), D(n->out[0]), n->acc[0]); return KILN_OK;
+    case KILN_OP_MUL_BWD: kiln_ref_mul_bwd(numel, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]); return KILN_OK;
+    default: break;
+    }
+    return kiln_fail(KILN_ERR_INVALID_ARG, "%s: no reference kernel", n->name);
+}
+
+static kiln_status run_fast(kiln_plan *pl, batch_state *bs, const kiln_node *n, int64_t B) {
+    const kiln_graph *g = pl->g;
+    const kiln_val *O = &g->vals[n->out[0]];
+    int64_t numel = kiln_val_numel(O, B);
+    int id = (int)(n - g->nodes);
+    switch (n->op) {
+    case KILN_OP_CONV2D:
+        return kiln_dnnl_conv_fwd(bs->kobj[id], F(n->in[0]), F(n->in[1]), n->nin > 2 ? F(n->in[2]) : NULL, F(n->out[0]), pl->ws);
+    case KILN_OP_CONV2D_BWD_DATA:
+        return kiln_dnnl_conv_bwd_data(bs->kobj[n->fwd], F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0], pl->ws);
+    case KILN_OP_CONV2D_BWD_WEIGHT:
+        return kiln_dnnl_conv_bwd_weight(bs->kobj[n->fwd], F(n->in[0]), F(n->in[1]), F(n->out[0]),
+                                         n->nout > 1 ? F(n->out[1]) : NULL, n->acc[0], n->nout > 1 ? n->acc[1] : 0, pl->ws);
+    case KILN_OP_LINEAR:
+        return kiln_dnnl_linear_fwd(bs->kobj[id], F(n->in[0]), F(n->in[1]), n->nin > 2 ? F(n->in[2]) : NULL, F(n->out[0]));
+    case KILN_OP_LINEAR_BWD_DATA:
+        return kiln_dnnl_linear_bwd_data(bs->kobj[n->fwd], F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]);
+    case KILN_OP_LINEAR_BWD_WEIGHT:
+        return kiln_dnnl_linear_bwd_weight(bs->kobj[n->fwd], F(n->in[0]), F(n->in[1]), F(n->out[0]),
+                                           n->nout > 1 ? F(n->out[1]) : NULL, n->acc[0], n->nout > 1 ? n->acc[1] : 0);
+    case KILN_OP_RELU: kiln_cpu_relu_fwd(numel, F(n->in[0]), F(n->out[0])); return KILN_OK;
+    case KILN_OP_RELU_BWD: kiln_cpu_relu_bwd(numel, F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]); return KILN_OK;
+    case KILN_OP_MAX_POOL2D: {
+        kiln_pool_shape ps;
+        pool_shape_of(pl, n, n->in[0], B, &ps);
+        kiln_cpu_max_pool2d_fwd(&ps, F(n->in[0]), F(n->out[0]));
+        return KILN_OK;
+    }
+    case KILN_OP_MAX_POOL2D_BWD: {
+        kiln_pool_shape ps;
+        pool_shape_of(pl, n, n->in[0], B, &ps);
+        kiln_cpu_max_pool2d_bwd(&ps, F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]);
+        return KILN_OK;
+    }
+    case KILN_OP_DROPOUT:
+        kiln_cpu_dropout_fwd(numel, n->fattr[0], dropout_key(pl, id), pl->step, F(n->in[0]), F(n->out[0]));
+        return KILN_OK;
+    case KILN_OP_DROPOUT_BWD:
+        kiln_cpu_dropout_bwd(numel, n->fattr[0], dropout_key(pl, n->fwd), pl->step, F(n->in[0]), F(n->out[0]), n->acc[0]);
+        return KILN_OK;
+    case KILN_OP_LOG_SOFTMAX:
+    case KILN_OP_LOG_SOFTMAX_BWD: {
+        int64_t cols = O->shape[O->ndim - 1], rows = numel / cols;
+        if (n->op == KILN_OP_LOG_SOFTMAX) kiln_cpu_log_softmax_fwd(rows, cols, F(n->in[0]), F(n->out[0]));
+        else kiln_cpu_log_softmax_bwd(rows, cols, F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]);
+        return KILN_OK;
+    }
+    case KILN_OP_NLL_LOSS:
+    case KILN_OP_CROSS_ENTROPY: {
+        const kiln_val *X = &g->vals[n->in[0]];
+        int64_t cols = X->shape[1], rows = kiln_val_numel(X, B) / cols;
+        kiln_status st = check_targets(pl, n, rows, cols);
+        if (st != KILN_OK) return st;
+        if (n->op == KILN_OP_NLL_LOSS) kiln_cpu_nll_loss_fwd(rows, cols, F(n->in[0]), I(n->in[1]), F(n->out[0]));
+        else kiln_cpu_cross_entropy_fwd(rows, cols, F(n->in[0]), I(n->in[1]), F(n->out[0]));
+        return KILN_OK;
+    }
+    case KILN_OP_NLL_LOSS_BWD: {
+        int64_t cols = O->shape[1], rows = numel / cols;
+        kiln_cpu_nll_loss_bwd(rows, cols, I(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]);
+        return KILN_OK;
+    }
+    case KILN_OP_CROSS_ENTROPY_BWD: {
+        int64_t cols = O->shape[1], rows = numel / cols;
+        kiln_cpu_cross_entropy_bwd(rows, cols, F(n->in[0]), I(n->in[1]), F(n->in[2]), F(n->out[0]), n->acc[0]);
+        return KILN_OK;
+    }
+    case KILN_OP_ADD: kiln_cpu_add_fwd(numel, F(n->in[0]), F(n->in[1]), F(n->out[0])); return KILN_OK;
+    case KILN_OP_MUL: kiln_cpu_mul_fwd(numel, F(n->in[0]), F(n->in[1]), F(n->out[0])); return KILN_OK;
+    case KILN_OP_ONES: F(n->out[0])[0] = 1.0f; return KILN_OK;
+    case KILN_OP_GRAD_COPY: kiln_cpu_grad_copy(numel, F(n->in[0]), F(n->out[0]), n->acc[0]); return KILN_OK;
+    case KILN_OP_MUL_BWD: kiln_cpu_mul_bwd(numel, F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]); return KILN_OK;
+    default: break;
+    }
+    return kiln_fail(KILN_ERR_INVALID_ARG, "%s: no kernel", n->name);
+}
+
+kiln_status kiln_plan_run(kiln_plan *pl, int64_t batch) {
+    if (batch < 1 || batch > pl->o.max_batch)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "run: batch %lld outside [1, %lld] the plan was made for", (long long)batch,
+                         (long long)pl->o.max_batch);
+    const kiln_graph *g = pl->g;
+    for (int v = 0; v < g->nvals; v++) {
+        if (g->vals[v].kind != KILN_VAL_INPUT) continue;
+        if (!pl->bound[v]) return kiln_fail(KILN_ERR_INVALID_ARG, "run: input '%s' is not bound", g->vals[v].name);
+        if (pl->ref_inputs && pl->ref_inputs[v]) {
+            int64_t n = kiln_val_numel(&g->vals[v], batch);
+            const float *src = pl->bound[v];
+            for (int64_t i = 0; i < n; i++) pl->ref_inputs[v][i] = src[i];
+        }
+    }
+    batch_state *bs = NULL;
+    if (!pl->o.reference) {
+        kiln_status st = get_state(pl, batch, &bs);
+        if (st != KILN_OK) return st;
+    }
+    pl->batch = batch;
+    for (int s = 0; s < pl->norder; s++) {
+        const kiln_node *n = &g->nodes[pl->order[s]];
+        kiln_status st = pl->o.reference ? run_ref(pl, n, batch) : run_fast(pl, bs, n, batch);
+        if (st != KILN_OK) return st;
+    }
+    return KILN_OK;
+}
+
+const void *kiln_plan_value(const kiln_plan *pl, kiln_value v) {
+    if (!pl || v < 0 || v >= pl->g->nvals) return NULL;
+    return vptr(pl, v);
+}
+
+double kiln_plan_loss(const kiln_plan *pl) {
+    const void *p = vptr(pl, pl->outputs[0]);
+    if (!p) return NAN;
+    return pl->o.reference ? *(const double *)p : (double)*(const float *)p;
+}
+
+size_t kiln_plan_arena_bytes(const kiln_plan *pl) { return pl->arena_bytes; }
+size_t kiln_plan_arena_bytes_no_reuse(const kiln_plan *pl) { return pl->arena_no_reuse; }
+
+void kiln_plan_describe(const kiln_plan *pl, char *buf, size_t len) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (int s = 0; s < pl->norder && o < len; s++) {
+        const kiln_node *n = &pl->g->nodes[pl->order[s]];
+        char shape[96];
+        const kiln_val *O = &pl->g->vals[n->out[0]];
+        o += (size_t)snprintf(buf + o, len - o, "%3d %-22s -> %-14s %s%s%s\n", s, n->name, O->name,
+                              kiln_shape_str(O->ndim, O->shape, shape, sizeof shape), n->fuse_relu ? " +relu" : "",
+                              n->acc[0] ? " (accumulate)" : "");
+    }
+}

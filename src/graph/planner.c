@@ -1,0 +1,128 @@
+/* Liveness-based arena planner (ggml's and llm.c's idea): one arena holds all
+ * activations and gradients of a step; a value's space is reused once its last
+ * reader has run. Planned once for the largest batch, so no step allocates. */
+#include <stdlib.h>
+#include <string.h>
+#include "graph/internal/graph.h"
+
+kiln_value kiln_val_root(const kiln_graph *g, kiln_value v) {
+    while (g->vals[v].alias_of >= 0) v = g->vals[v].alias_of;
+    return v;
+}
+
+typedef struct { size_t off, size; } block;
+
+typedef struct {
+    block *free;
+    int nfree, cap;
+    size_t end;
+} arena_state;
+
+static int add_free(arena_state *a, size_t off, size_t size) {
+    /* keep sorted by offset and coalesce neighbours */
+    int i = 0;
+    while (i < a->nfree && a->free[i].off < off) i++;
+    if (a->nfree == a->cap) {
+        int cap = a->cap ? a->cap * 2 : 16;
+        block *nb = realloc(a->free, (size_t)cap * sizeof *nb);
+        if (!nb) return -1;
+        a->free = nb;
+        a->cap = cap;
+    }
+    memmove(&a->free[i + 1], &a->free[i], (size_t)(a->nfree - i) * sizeof(block));
+    a->free[i] = (block){off, size};
+    a->nfree++;
+    if (i + 1 < a->nfree && a->free[i].off + a->free[i].size == a->free[i + 1].off) {
+        a->free[i].size += a->free[i + 1].size;
+        memmove(&a->free[i + 1], &a->free[i + 2], (size_t)(a->nfree - i - 2) * sizeof(block));
+        a->nfree--;
+    }
+    if (i > 0 && a->free[i - 1].off + a->free[i - 1].size == a->free[i].off) {
+        a->free[i - 1].size += a->free[i].size;
+        memmove(&a->free[i], &a->free[i + 1], (size_t)(a->nfree - i - 1) * sizeof(block));
+        a->nfree--;
+    }
+    /* a free block at the end shrinks the arena instead */
+    if (a->nfree && a->free[a->nfree - 1].off + a->free[a->nfree - 1].size == a->end) {
+        a->end = a->free[a->nfree - 1].off;
+        a->nfree--;
+    }
+    return 0;
+}
+
+static size_t take(arena_state *a, size_t size, size_t *high) {
+    int best = -1;
+    for (int i = 0; i < a->nfree; i++)
+        if (a->free[i].size >= size && (best < 0 || a->free[i].size < a->free[best].size)) best = i;
+    if (best >= 0) {
+        size_t off = a->free[best].off;
+        a->free[best].off += size;
+        a->free[best].size -= size;
+        if (a->free[best].size == 0) {
+            memmove(&a->free[best], &a->free[best + 1], (size_t)(a->nfree - best - 1) * sizeof(block));
+            a->nfree--;
+        }
+        return off;
+    }
+    size_t off = a->end;
+    a->end += size;
+    if (a->end > *high) *high = a->end;
+    return off;
+}
+
+kiln_status kiln_plan_memory(const kiln_graph *g, const int *order, int norder, int64_t max_batch, size_t elem,
+                             int reuse, const uint8_t *keep, int64_t *offset, size_t *arena_bytes, size_t *no_reuse_bytes) {
+    int nv = g->nvals;
+    int *first = malloc((size_t)nv * sizeof(int)), *last = malloc((size_t)nv * sizeof(int));
+    arena_state a = {0};
+    if (!first || !last) goto oom;
+    for (int v = 0; v < nv; v++) {
+        first[v] = -1;
+        last[v] = -1;
+        offset[v] = -1;
+    }
+    for (int s = 0; s < norder; s++) {
+        const kiln_node *n = &g->nodes[order[s]];
+        for (int k = 0; k < n->nout; k++) {
+            kiln_value r = kiln_val_root(g, n->out[k]);
+            if (first[r] < 0) first[r] = s;
+            last[r] = s;
+        }
+        for (int k = 0; k < n->nin; k++) {
+            kiln_value r = kiln_val_root(g, n->in[k]);
+            last[r] = s;
+        }
+    }
+    for (int v = 0; v < nv; v++)
+        if (keep[v]) last[kiln_val_root(g, v)] = norder;
+
+    size_t total = 0, high = 0;
+    for (int s = 0; s <= norder; s++) {
+        /* allocate what node s defines first ... */
+        for (int v = 0; s < norder && v < nv; v++) {
+            if (first[v] != s || g->vals[v].kind != KILN_VAL_ACT || g->vals[v].alias_of >= 0) continue;
+            size_t bytes = ((size_t)kiln_val_numel(&g->vals[v], max_batch) * elem + 63) & ~(size_t)63;
+            if (bytes == 0) bytes = 64;
+            total += bytes;
+            offset[v] = reuse ? (int64_t)take(&a, bytes, &high) : (int64_t)(total - bytes);
+        }
+        /* ... then free what node s read last */
+        for (int v = 0; reuse && v < nv; v++) {
+            if (last[v] != s || offset[v] < 0) continue;
+            size_t bytes = ((size_t)kiln_val_numel(&g->vals[v], max_batch) * elem + 63) & ~(size_t)63;
+            if (bytes == 0) bytes = 64;
+            if (add_free(&a, (size_t)offset[v], bytes)) goto oom;
+        }
+    }
+    *arena_bytes = reuse ? high : total;
+    *no_reuse_bytes = total;
+    free(first);
+    free(last);
+    free(a.free);
+    return KILN_OK;
+oom:
+    free(first);
+    free(last);
+    free(a.free);
+    return kiln_fail(KILN_ERR_NOMEM, "planner: out of memory");
+}

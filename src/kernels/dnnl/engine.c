@@ -1,0 +1,109 @@
+#include <pthread.h>
+#include <string.h>
+#include "kernels/dnnl/internal/dnnl_util.h"
+#include "kernels/internal/dnnl_ops.h"
+
+dnnl_engine_t kiln_dnnl_engine;
+dnnl_stream_t kiln_dnnl_stream;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static dnnl_status_t init_status = dnnl_success;
+
+static void init_once(void) {
+    init_status = dnnl_engine_create(&kiln_dnnl_engine, dnnl_cpu, 0);
+    if (init_status == dnnl_success)
+        init_status = dnnl_stream_create(&kiln_dnnl_stream, kiln_dnnl_engine, dnnl_stream_default_flags);
+}
+
+kiln_status kiln_dnnl_init(void) {
+    pthread_once(&once, init_once);
+    return kiln_dnnl_check(init_status, "oneDNN engine");
+}
+
+static const char *dn_status_str(dnnl_status_t s) {
+    switch (s) {
+    case dnnl_success: return "success";
+    case dnnl_out_of_memory: return "out of memory";
+    case dnnl_invalid_arguments: return "invalid arguments";
+    case dnnl_unimplemented: return "unimplemented";
+    case dnnl_iterator_ends: return "iterator ends";
+    case dnnl_runtime_error: return "runtime error";
+    case dnnl_not_required: return "not required";
+    }
+    return "unknown";
+}
+
+kiln_status kiln_dnnl_check(dnnl_status_t s, const char *what) {
+    if (s == dnnl_success) return KILN_OK;
+    return kiln_fail(s == dnnl_out_of_memory ? KILN_ERR_NOMEM : KILN_ERR_BACKEND, "oneDNN: %s: %s", what, dn_status_str(s));
+}
+
+void kiln_dn_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
+    dnnl_dims_t d, strides;
+    for (int i = 0; i < ndims; i++) d[i] = dims[i];
+    int64_t s = 1;
+    for (int i = ndims - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= dims[i];
+    }
+    dnnl_memory_desc_init_by_strides(md, ndims, d, dnnl_f32, strides);
+}
+
+kiln_status kiln_dn_arg_init(kiln_dn_arg *a, const dnnl_memory_desc_t *user_md, const dnnl_memory_desc_t *prim_md,
+                             int is_input, size_t *ws_cursor) {
+    memset(a, 0, sizeof *a);
+    a->user_md = *user_md;
+    a->prim_md = *prim_md;
+    DN_TRY(dnnl_memory_create(&a->user, &a->user_md, kiln_dnnl_engine, DNNL_MEMORY_NONE));
+    if (dnnl_memory_desc_equal(user_md, prim_md)) return KILN_OK;
+    a->bytes = dnnl_memory_desc_get_size(prim_md);
+    a->ws_off = *ws_cursor;
+    *ws_cursor += (a->bytes + 63) & ~(size_t)63;
+    DN_TRY(dnnl_memory_create(&a->prim, &a->prim_md, kiln_dnnl_engine, DNNL_MEMORY_NONE));
+    dnnl_primitive_desc_t rpd;
+    if (is_input)
+        DN_TRY(dnnl_reorder_primitive_desc_create(&rpd, user_md, kiln_dnnl_engine, prim_md, kiln_dnnl_engine, NULL));
+    else
+        DN_TRY(dnnl_reorder_primitive_desc_create(&rpd, prim_md, kiln_dnnl_engine, user_md, kiln_dnnl_engine, NULL));
+    dnnl_status_t s = dnnl_primitive_create(&a->reorder, rpd);
+    dnnl_primitive_desc_destroy(rpd);
+    return kiln_dnnl_check(s, "reorder");
+}
+
+void kiln_dn_arg_free(kiln_dn_arg *a) {
+    if (a->user) dnnl_memory_destroy(a->user);
+    if (a->prim) dnnl_memory_destroy(a->prim);
+    if (a->reorder) dnnl_primitive_destroy(a->reorder);
+    memset(a, 0, sizeof *a);
+}
+
+dnnl_memory_t kiln_dn_arg_in(kiln_dn_arg *a, const void *ptr, void *ws) {
+    dnnl_memory_set_data_handle(a->user, (void *)ptr);
+    if (!a->reorder) return a->user;
+    dnnl_memory_set_data_handle(a->prim, (char *)ws + a->ws_off);
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a->user}, {DNNL_ARG_TO, a->prim}};
+    dnnl_primitive_execute(a->reorder, kiln_dnnl_stream, 2, args);
+    return a->prim;
+}
+
+dnnl_memory_t kiln_dn_arg_out(kiln_dn_arg *a, void *ptr, void *ws) {
+    dnnl_memory_set_data_handle(a->user, ptr);
+    if (!a->reorder) return a->user;
+    dnnl_memory_set_data_handle(a->prim, (char *)ws + a->ws_off);
+    return a->prim;
+}
+
+void kiln_dn_arg_out_done(kiln_dn_arg *a) {
+    if (!a->reorder) return;
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a->prim}, {DNNL_ARG_TO, a->user}};
+    dnnl_primitive_execute(a->reorder, kiln_dnnl_stream, 2, args);
+}
+
+kiln_status kiln_dn_execute(dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args, const char *what) {
+    return kiln_dnnl_check(dnnl_primitive_execute(p, kiln_dnnl_stream, nargs, args), what);
+}
+
+const char *kiln_dn_impl_name(const_dnnl_primitive_desc_t pd) {
+    const char *s = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &s) != dnnl_success || !s) return "?";
+    return s;
+}

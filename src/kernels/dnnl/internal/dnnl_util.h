@@ -1,0 +1,45 @@
+/* Shared plumbing for the oneDNN kernels: the engine, status checks that name
+ * the call, and "arguments" that reorder between kiln's plain layouts (NCHW,
+ * OIHW) and whatever layout a primitive asked for (format_any). */
+#ifndef KILN_DNNL_UTIL_H
+#define KILN_DNNL_UTIL_H
+
+#include <oneapi/dnnl/dnnl.h>
+#include "kiln/status.h"
+
+extern dnnl_engine_t kiln_dnnl_engine;
+extern dnnl_stream_t kiln_dnnl_stream;
+
+kiln_status kiln_dnnl_check(dnnl_status_t s, const char *what);
+#define DN_TRY(call)                                                       \
+    do {                                                                   \
+        kiln_status st_ = kiln_dnnl_check((call), #call);                  \
+        if (st_ != KILN_OK) return st_;                                    \
+    } while (0)
+
+/* One tensor argument of a primitive. `user` wraps caller memory in kiln's
+ * layout; `prim` is the layout the primitive wants. When they differ, data
+ * goes through a reorder into a workspace slice at offset `ws_off`. */
+typedef struct kiln_dn_arg {
+    dnnl_memory_desc_t user_md, prim_md;
+    dnnl_memory_t user, prim;
+    dnnl_primitive_t reorder; /* NULL when the layouts are equal */
+    size_t bytes;             /* size of the primitive-layout buffer */
+    size_t ws_off;
+} kiln_dn_arg;
+
+/* is_input: 1 for src/weights (user -> prim), 0 for outputs (prim -> user) */
+kiln_status kiln_dn_arg_init(kiln_dn_arg *a, const dnnl_memory_desc_t *user_md, const dnnl_memory_desc_t *prim_md,
+                             int is_input, size_t *ws_cursor);
+void kiln_dn_arg_free(kiln_dn_arg *a);
+/* inputs: bind the caller's pointer, reorder if needed; returns the memory to execute with */
+dnnl_memory_t kiln_dn_arg_in(kiln_dn_arg *a, const void *ptr, void *ws);
+/* outputs: the memory to execute with (caller's when layouts match) */
+dnnl_memory_t kiln_dn_arg_out(kiln_dn_arg *a, void *ptr, void *ws);
+/* outputs: after execution, reorder back into the caller's layout */
+void kiln_dn_arg_out_done(kiln_dn_arg *a);
+kiln_status kiln_dn_execute(dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args, const char *what);
+void kiln_dn_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
+const char *kiln_dn_impl_name(const_dnnl_primitive_desc_t pd);
+
+#endif

@@ -1,0 +1,124 @@
+/* linear on oneDNN matmul. Weights stay in PyTorch's [out, in] layout and are
+ * read transposed through strides, so no reorder ever runs:
+ *   forward      y[n,o]  = x[n,i] . w^T   (w seen as [i,o] with strides {1,i})
+ *   bwd data     dx[n,i] = dy[n,o] . w[o,i]
+ *   bwd weight   dw[o,i] = dy^T[o,n] . x[n,i]  (dy seen as [o,n] with strides {1,o})
+ * Accumulation (grad = None rule, later contributions) is a sum post-op. The
+ * bias gradient is a column sum done by kiln's own kernel. */
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/dnnl/internal/dnnl_util.h"
+#include "kernels/internal/dnnl_ops.h"
+
+enum { L_FWD, L_BD, L_BD_ACC, L_BW, L_BW_ACC, L_N };
+
+struct kiln_dnnl_linear {
+    int64_t n, in, out;
+    int has_bias;
+    dnnl_primitive_t p[L_N];
+    dnnl_memory_t m[L_N][4]; /* src, weights, bias, dst per primitive */
+};
+
+static void md2(dnnl_memory_desc_t *md, int64_t r, int64_t c, int64_t sr, int64_t sc) {
+    dnnl_dims_t d = {r, c}, s = {sr, sc};
+    dnnl_memory_desc_init_by_strides(md, 2, d, dnnl_f32, s);
+}
+
+static kiln_status make(kiln_dnnl_linear *l, int which, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei,
+                        const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst, int sum, int relu) {
+    dnnl_matmul_desc_t desc;
+    DN_TRY(dnnl_matmul_desc_init(&desc, src, wei, bias, dst));
+    dnnl_primitive_attr_t attr = NULL;
+    if (sum || relu) {
+        dnnl_post_ops_t po;
+        DN_TRY(dnnl_post_ops_create(&po));
+        if (sum) dnnl_post_ops_append_sum(po, 1.0f);
+        if (relu) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+        dnnl_primitive_attr_create(&attr);
+        dnnl_primitive_attr_set_post_ops(attr, po);
+        dnnl_post_ops_destroy(po);
+    }
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t s = dnnl_primitive_desc_create(&pd, &desc, attr, kiln_dnnl_engine, NULL);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    DN_TRY(s);
+    s = dnnl_primitive_create(&l->p[which], pd);
+    dnnl_primitive_desc_destroy(pd);
+    DN_TRY(s);
+    const dnnl_memory_desc_t *mds[4] = {src, wei, bias, dst};
+    for (int i = 0; i < 4; i++)
+        if (mds[i]) DN_TRY(dnnl_memory_create(&l->m[which][i], mds[i], kiln_dnnl_engine, DNNL_MEMORY_NONE));
+    return KILN_OK;
+}
+
+kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int has_bias, int fuse_relu, int need_bwd_data,
+                                 int need_bwd_weight, kiln_dnnl_linear **res) {
+    *res = NULL;
+    kiln_status st = kiln_dnnl_init();
+    if (st != KILN_OK) return st;
+    kiln_dnnl_linear *l = calloc(1, sizeof *l);
+    if (!l) return kiln_fail(KILN_ERR_NOMEM, "linear: out of memory");
+    l->n = n;
+    l->in = in;
+    l->out = out;
+    l->has_bias = has_bias;
+    dnnl_memory_desc_t x, wT, b, y, dyT, w;
+    md2(&x, n, in, in, 1);
+    md2(&wT, in, out, 1, in);
+    md2(&b, 1, out, out, 1);
+    md2(&y, n, out, out, 1);
+    md2(&w, out, in, in, 1);
+    md2(&dyT, out, n, 1, out);
+    st = make(l, L_FWD, &x, &wT, has_bias ? &b : NULL, &y, 0, fuse_relu);
+    if (st == KILN_OK && need_bwd_data) st = make(l, L_BD, &y, &w, NULL, &x, 0, 0);
+    if (st == KILN_OK && need_bwd_data) st = make(l, L_BD_ACC, &y, &w, NULL, &x, 1, 0);
+    if (st == KILN_OK && need_bwd_weight) st = make(l, L_BW, &dyT, &x, NULL, &w, 0, 0);
+    if (st == KILN_OK && need_bwd_weight) st = make(l, L_BW_ACC, &dyT, &x, NULL, &w, 1, 0);
+    if (st != KILN_OK) {
+        kiln_dnnl_linear_free(l);
+        return kiln_fail_context(st, "linear [%lld, %lld] -> %lld", (long long)n, (long long)in, (long long)out);
+    }
+    *res = l;
+    return KILN_OK;
+}
+
+void kiln_dnnl_linear_free(kiln_dnnl_linear *l) {
+    if (!l) return;
+    for (int i = 0; i < L_N; i++) {
+        if (l->p[i]) dnnl_primitive_destroy(l->p[i]);
+        for (int j = 0; j < 4; j++)
+            if (l->m[i][j]) dnnl_memory_destroy(l->m[i][j]);
+    }
+    free(l);
+}
+
+static kiln_status exec(kiln_dnnl_linear *l, int which, const void *src, const void *wei, const void *bias, void *dst,
+                        const char *what) {
+    dnnl_exec_arg_t args[4];
+    int n = 0;
+    static const int kinds[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
+    const void *ptrs[4] = {src, wei, bias, dst};
+    for (int i = 0; i < 4; i++) {
+        if (!l->m[which][i]) continue;
+        dnnl_memory_set_data_handle(l->m[which][i], (void *)ptrs[i]);
+        args[n++] = (dnnl_exec_arg_t){kinds[i], l->m[which][i]};
+    }
+    return kiln_dn_execute(l->p[which], n, args, what);
+}
+
+kiln_status kiln_dnnl_linear_fwd(kiln_dnnl_linear *l, const float *x, const float *w, const float *b, float *y) {
+    return exec(l, L_FWD, x, w, b, y, "linear forward");
+}
+
+kiln_status kiln_dnnl_linear_bwd_data(kiln_dnnl_linear *l, const float *dy, const float *w, float *dx, int acc) {
+    if (!l->p[L_BD]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-data");
+    return exec(l, acc ? L_BD_ACC : L_BD, dy, w, NULL, dx, "linear backward data");
+}
+
+kiln_status kiln_dnnl_linear_bwd_weight(kiln_dnnl_linear *l, const float *x, const float *dy, float *dw, float *db,
+                                        int acc_w, int acc_b) {
+    if (!l->p[L_BW]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-weights");
+    kiln_status st = exec(l, acc_w ? L_BW_ACC : L_BW, dy, x, NULL, dw, "linear backward weights");
+    if (st == KILN_OK && db) kiln_cpu_bias_grad_rows(l->n, l->out, dy, db, acc_b);
+    return st;
+}
