@@ -1,0 +1,38 @@
+/* Bias gradients: column sums (linear) and per-channel sums (conv). Every
+ * output element is summed by one thread in a fixed order, so results do not
+ * depend on the thread count. */
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/internal/kernels.h"
+
+#define COL_BLOCK 64
+
+void kiln_cpu_bias_grad_rows(int64_t rows, int64_t cols, const float *restrict dy, float *restrict db, int acc) {
+    int64_t nblk = (cols + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for schedule(static) if (rows * cols >= KILN_CPU_PAR_MIN && nblk > 1)
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t c0 = b * COL_BLOCK, nc = cols - c0 < COL_BLOCK ? cols - c0 : COL_BLOCK;
+        double s[COL_BLOCK] = {0};
+        /* row-major walk keeps the reads contiguous; double keeps long sums exact enough */
+        for (int64_t r = 0; r < rows; r++) {
+            const float *row = dy + r * cols + c0;
+#pragma omp simd
+            for (int64_t j = 0; j < nc; j++) s[j] += row[j];
+        }
+        for (int64_t j = 0; j < nc; j++) db[c0 + j] = acc ? db[c0 + j] + (float)s[j] : (float)s[j];
+    }
+}
+
+void kiln_cpu_bias_grad_nchw(int64_t n, int64_t c, int64_t hw, const float *restrict dy, float *restrict db, int acc) {
+#pragma omp parallel for schedule(static) if (n * c * hw >= KILN_CPU_PAR_MIN)
+    for (int64_t k = 0; k < c; k++) {
+        double s = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            const float *plane = dy + (i * c + k) * hw;
+            double ps = 0.0; /* simd reduction: fixed lane order for a given build */
+#pragma omp simd reduction(+ : ps)
+            for (int64_t j = 0; j < hw; j++) ps += plane[j];
+            s += ps;
+        }
+        db[k] = acc ? db[k] + (float)s : (float)s;
+    }
+}

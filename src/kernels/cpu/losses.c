@@ -1,0 +1,62 @@
+/* Fast NLL and cross-entropy losses (mean over rows), float. Per-row terms are
+ * summed serially in double so the loss does not depend on the thread count. */
+#include <math.h>
+#include <stdlib.h>
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/internal/kernels.h"
+
+void kiln_cpu_nll_loss_fwd(int64_t rows, int64_t cols, const float *logp, const int32_t *target, float *loss) {
+    double s = 0.0;
+    for (int64_t i = 0; i < rows; i++) s -= logp[i * cols + target[i]];
+    *loss = (float)(s / (double)rows);
+}
+
+void kiln_cpu_nll_loss_bwd(int64_t rows, int64_t cols, const int32_t *target, const float *dloss, float *dlogp,
+                           int acc) {
+    float g = (float)(-(double)*dloss / (double)rows);
+#pragma omp parallel for schedule(static) if (rows * cols >= KILN_CPU_PAR_MIN)
+    for (int64_t i = 0; i < rows; i++) {
+        float *dr = dlogp + i * cols;
+        if (!acc)
+            for (int64_t j = 0; j < cols; j++) dr[j] = 0.0f;
+        dr[target[i]] += g;
+    }
+}
+
+static double row_lse(int64_t cols, const float *x) {
+    float m = x[0];
+    for (int64_t j = 1; j < cols; j++) m = x[j] > m ? x[j] : m;
+    double s = 0.0;
+    for (int64_t j = 0; j < cols; j++) s += expf(x[j] - m);
+    return (double)m + log(s);
+}
+
+void kiln_cpu_cross_entropy_fwd(int64_t rows, int64_t cols, const float *logits, const int32_t *target,
+                                float *loss) {
+    double s = 0.0;
+    double *term = rows * cols >= KILN_CPU_PAR_MIN ? malloc((size_t)rows * sizeof *term) : NULL;
+    if (term) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < rows; i++) term[i] = row_lse(cols, logits + i * cols) - logits[i * cols + target[i]];
+        for (int64_t i = 0; i < rows; i++) s += term[i];
+        free(term);
+    } else {
+        for (int64_t i = 0; i < rows; i++) s += row_lse(cols, logits + i * cols) - logits[i * cols + target[i]];
+    }
+    *loss = (float)(s / (double)rows);
+}
+
+void kiln_cpu_cross_entropy_bwd(int64_t rows, int64_t cols, const float *logits, const int32_t *target,
+                                const float *dloss, float *dlogits, int acc) {
+    float g = (float)((double)*dloss / (double)rows);
+#pragma omp parallel for schedule(static) if (rows * cols >= KILN_CPU_PAR_MIN)
+    for (int64_t i = 0; i < rows; i++) {
+        const float *xr = logits + i * cols;
+        float *dr = dlogits + i * cols;
+        float lse = (float)row_lse(cols, xr);
+        for (int64_t j = 0; j < cols; j++) {
+            float v = g * (expf(xr[j] - lse) - (j == target[i] ? 1.0f : 0.0f));
+            dr[j] = acc ? dr[j] + v : v;
+        }
+    }
+}

@@ -1,0 +1,100 @@
+/* Fast max pooling, float. The 2x2 stride-2 window (the main model's pool)
+ * has its own loop; other shapes take the general one. Ties go to the first
+ * element in row-major window order, as PyTorch. */
+#include <string.h>
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/internal/kernels.h"
+
+static void pool2_fwd_plane(int64_t w, int64_t oh, int64_t ow, const float *restrict x, float *restrict y) {
+    for (int64_t i = 0; i < oh; i++) {
+        const float *r0 = x + 2 * i * w, *r1 = r0 + w;
+        float *yr = y + i * ow;
+#pragma omp simd
+        for (int64_t j = 0; j < ow; j++) {
+            float m = r0[2 * j];
+            m = r0[2 * j + 1] > m ? r0[2 * j + 1] : m;
+            m = r1[2 * j] > m ? r1[2 * j] : m;
+            m = r1[2 * j + 1] > m ? r1[2 * j + 1] : m;
+            yr[j] = m;
+        }
+    }
+}
+
+static void pool2_bwd_plane(int64_t h, int64_t w, int64_t oh, int64_t ow, const float *restrict x,
+                            const float *restrict dy, float *restrict dx, int acc) {
+    /* rows/cols past the last window (odd h or w) get no gradient */
+    if (!acc && (h != 2 * oh || w != 2 * ow)) memset(dx, 0, (size_t)(h * w) * sizeof *dx);
+    for (int64_t i = 0; i < oh; i++) {
+        const float *r0 = x + 2 * i * w, *r1 = r0 + w;
+        float *d0 = dx + 2 * i * w, *d1 = d0 + w;
+        const float *g = dy + i * ow;
+        for (int64_t j = 0; j < ow; j++) {
+            float a = r0[2 * j], b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1];
+            int which = 0;
+            float m = a;
+            if (b > m) { m = b; which = 1; }
+            if (c > m) { m = c; which = 2; }
+            if (d > m) which = 3;
+            float gv = g[j];
+            if (acc) {
+                d0[2 * j] += which == 0 ? gv : 0.0f;
+                d0[2 * j + 1] += which == 1 ? gv : 0.0f;
+                d1[2 * j] += which == 2 ? gv : 0.0f;
+                d1[2 * j + 1] += which == 3 ? gv : 0.0f;
+            } else {
+                d0[2 * j] = which == 0 ? gv : 0.0f;
+                d0[2 * j + 1] = which == 1 ? gv : 0.0f;
+                d1[2 * j] = which == 2 ? gv : 0.0f;
+                d1[2 * j + 1] = which == 3 ? gv : 0.0f;
+            }
+        }
+    }
+}
+
+static int64_t argmax(const kiln_pool_shape *ps, const float *plane, int64_t oh, int64_t ow) {
+    int64_t best = oh * ps->stride * ps->w + ow * ps->stride;
+    float m = plane[best];
+    for (int64_t r = 0; r < ps->k; r++) {
+        const float *row = plane + (oh * ps->stride + r) * ps->w + ow * ps->stride;
+        for (int64_t q = 0; q < ps->k; q++)
+            if (row[q] > m) {
+                m = row[q];
+                best = (oh * ps->stride + r) * ps->w + ow * ps->stride + q;
+            }
+    }
+    return best;
+}
+
+static int is_pool2(const kiln_pool_shape *ps) { return ps->k == 2 && ps->stride == 2; }
+
+void kiln_cpu_max_pool2d_fwd(const kiln_pool_shape *ps, const float *x, float *y) {
+    int64_t planes = ps->n * ps->c, hw = ps->h * ps->w, ohw = ps->oh * ps->ow;
+#pragma omp parallel for schedule(static) if (planes * hw >= KILN_CPU_PAR_MIN)
+    for (int64_t p = 0; p < planes; p++) {
+        const float *xp = x + p * hw;
+        float *yp = y + p * ohw;
+        if (is_pool2(ps)) {
+            pool2_fwd_plane(ps->w, ps->oh, ps->ow, xp, yp);
+            continue;
+        }
+        for (int64_t i = 0; i < ps->oh; i++)
+            for (int64_t j = 0; j < ps->ow; j++) yp[i * ps->ow + j] = xp[argmax(ps, xp, i, j)];
+    }
+}
+
+void kiln_cpu_max_pool2d_bwd(const kiln_pool_shape *ps, const float *x, const float *dy, float *dx, int acc) {
+    int64_t planes = ps->n * ps->c, hw = ps->h * ps->w, ohw = ps->oh * ps->ow;
+#pragma omp parallel for schedule(static) if (planes * hw >= KILN_CPU_PAR_MIN)
+    for (int64_t p = 0; p < planes; p++) {
+        const float *xp = x + p * hw, *gp = dy + p * ohw;
+        float *dp = dx + p * hw;
+        if (is_pool2(ps)) {
+            pool2_bwd_plane(ps->h, ps->w, ps->oh, ps->ow, xp, gp, dp, acc);
+            continue;
+        }
+        /* windows may overlap (k > stride): clear, then scatter-add within the plane */
+        if (!acc) memset(dp, 0, (size_t)hw * sizeof *dp);
+        for (int64_t i = 0; i < ps->oh; i++)
+            for (int64_t j = 0; j < ps->ow; j++) dp[argmax(ps, xp, i, j)] += gp[i * ps->ow + j];
+    }
+}

@@ -1,0 +1,74 @@
+/* Fast optimizers, float: one fused pass over (p, g, state) per step, same
+ * operation order as torch.optim (1.13, foreach=False). Per-step scalars are
+ * computed in double, as PyTorch does in Python, then rounded to float. */
+#include <math.h>
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/internal/kernels.h"
+
+void kiln_cpu_sgd(int64_t n, float *restrict p, const float *restrict g, float *restrict mom, float lr,
+                  float momentum, float dampening, float weight_decay, int nesterov, int first_step) {
+    const float damp1 = 1.0f - dampening;
+    if (momentum == 0.0f) {
+#pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) p[i] -= lr * (g[i] + weight_decay * p[i]);
+        return;
+    }
+    /* branches hoisted out of the loops so each loop is straight-line and vectorises */
+    if (first_step) {
+#pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float d = g[i] + weight_decay * p[i];
+            mom[i] = d;
+            p[i] -= lr * (nesterov ? d + momentum * d : d);
+        }
+    } else if (nesterov) {
+#pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float d = g[i] + weight_decay * p[i];
+            float buf = momentum * mom[i] + damp1 * d;
+            mom[i] = buf;
+            p[i] -= lr * (d + momentum * buf);
+        }
+    } else {
+#pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float d = g[i] + weight_decay * p[i];
+            float buf = momentum * mom[i] + damp1 * d;
+            mom[i] = buf;
+            p[i] -= lr * buf;
+        }
+    }
+}
+
+void kiln_cpu_adamw(int64_t n, float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
+                    float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+    const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    const double bc1 = 1.0 - pow((double)beta1, (double)step), bc2 = 1.0 - pow((double)beta2, (double)step);
+    const float step_size = (float)((double)lr / bc1);
+    const float bc2_sqrt = (float)sqrt(bc2);
+    const float b1c = 1.0f - beta1, b2c = 1.0f - beta2;
+#pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float mi = beta1 * m[i] + b1c * gi;
+        float vi = beta2 * v[i] + b2c * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p[i] = p[i] * decay - step_size * mi / denom;
+    }
+}
+
+void kiln_cpu_adadelta(int64_t n, float *restrict p, const float *restrict g, float *restrict square_avg,
+                       float *restrict acc_delta, float lr, float rho, float eps, float weight_decay) {
+    const float rho1 = 1.0f - rho;
+#pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i] + weight_decay * p[i];
+        float sa = rho * square_avg[i] + rho1 * d * d;
+        square_avg[i] = sa;
+        float delta = sqrtf(acc_delta[i] + eps) / sqrtf(sa + eps) * d;
+        acc_delta[i] = rho * acc_delta[i] + rho1 * delta * delta;
+        p[i] -= lr * delta;
+    }
+}

@@ -1,0 +1,661 @@
+/* Kernel tests: every fast float kernel against its double reference (random
+ * shapes and inputs, acc = 0 and 1), every reference backward against central
+ * finite differences of a random linear functional of its forward, dropout's
+ * mask statistics, and optimizer steps cpu vs ref. */
+#include <omp.h>
+#include "base/internal/rng.h"
+#include "kernels/internal/kernels.h"
+#include "testutil.h"
+
+/* ---------- helpers ---------- */
+
+static double *dalloc(int64_t n) { double *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p); if (!p) abort(); return p; }
+static float *falloc(int64_t n) { float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p); if (!p) abort(); return p; }
+static void f2d(const float *f, double *d, int64_t n) { for (int64_t i = 0; i < n; i++) d[i] = f[i]; }
+static float *frand(int64_t n, double lo, double hi) { float *p = falloc(n); tu_fill(p, n, lo, hi); return p; }
+static double *drand_(int64_t n, double lo, double hi) { double *p = dalloc(n); tu_fill_d(p, n, lo, hi); return p; }
+static double *dof(const float *f, int64_t n) { double *d = dalloc(n); f2d(f, d, n); return d; }
+/* magnitudes in [lo, hi] with random sign: away from zero (relu's kink) */
+static void fill_away(double *x, int64_t n, double lo, double hi) {
+    for (int64_t i = 0; i < n; i++) x[i] = (tu_u64() & 1 ? 1 : -1) * tu_uniform(lo, hi);
+}
+/* distinct values spaced >= 4/n apart in [-2, 2): no ties in max pooling */
+static void fill_distinct(double *x, int64_t n) {
+    int64_t *perm = malloc((size_t)n * sizeof *perm);
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) { int64_t j = tu_int(0, i), t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+    for (int64_t i = 0; i < n; i++) x[i] = -2.0 + 4.0 * (double)perm[i] / (double)n;
+    free(perm);
+}
+static void fill_targets(int32_t *t, int64_t rows, int64_t cols) { for (int64_t i = 0; i < rows; i++) t[i] = (int32_t)tu_int(0, cols - 1); }
+
+#define ATOL 1e-5
+#define RTOL 1e-5
+#define CLOSE(got, ref, n, atol, rtol, ...)                                          \
+    do {                                                                             \
+        /* the 1e-30 floor makes atol = 0 mean "exact" without 0/0 */              \
+        double e_ = tu_err((got), (ref), (n), (atol) + 1e-30, (rtol));               \
+        CHECK_MSG(e_ <= 1.0, __VA_ARGS__);                                           \
+        if (!(e_ <= 1.0)) fprintf(stderr, "  (scaled error %g)\n", e_);              \
+    } while (0)
+
+/* Checks acc semantics of a float kernel: dst prefilled with `pre` (random),
+ * acc=1 must give pre + ref. Builds ref_acc = pre + ref in double. */
+static double *plus(const float *pre, const double *ref, int64_t n) {
+    double *r = dalloc(n);
+    for (int64_t i = 0; i < n; i++) r[i] = (double)pre[i] + ref[i];
+    return r;
+}
+
+/* ---------- finite differences ---------- */
+
+typedef void (*fwd_fn)(void *ctx, double *y); /* forward reading inputs from ctx */
+
+/* dL/dparam of L = sum c*y by central differences vs `analytic`; returns scaled error (<= 1 is good) */
+static double fd_err(void *ctx, fwd_fn f, double *param, int64_t np, int64_t ny, const double *c,
+                     const double *analytic) {
+    const double eps = 1e-6;
+    double *y = dalloc(ny), worst = 0;
+    for (int64_t j = 0; j < np; j++) {
+        double save = param[j], lp = 0, lm = 0;
+        param[j] = save + eps;
+        f(ctx, y);
+        for (int64_t i = 0; i < ny; i++) lp += c[i] * y[i];
+        param[j] = save - eps;
+        f(ctx, y);
+        for (int64_t i = 0; i < ny; i++) lm += c[i] * y[i];
+        param[j] = save;
+        double num = (lp - lm) / (2 * eps);
+        double e = fabs(num - analytic[j]) / (1e-6 + 1e-5 * fabs(analytic[j]));
+        if (!(e <= worst)) worst = e;
+    }
+    free(y);
+    return worst;
+}
+
+/* acc=1 on a prefilled buffer must equal prefill + acc=0 result */
+static int acc_ok(const double *pre, const double *acc_result, const double *plain, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (fabs(acc_result[i] - (pre[i] + plain[i])) > 1e-12 * (1 + fabs(plain[i]))) return 0;
+    return 1;
+}
+
+/* ---------- conv2d (reference only: the fast path is oneDNN) ---------- */
+
+typedef struct { kiln_conv_shape cs; double *x, *w, *b; } conv_ctx;
+static void conv_f(void *p, double *y) { conv_ctx *c = p; kiln_ref_conv2d_fwd(&c->cs, c->x, c->w, c->b, y); }
+
+static void test_conv(void) {
+    /* shape inference */
+    kiln_conv_shape s0 = {.n = 64, .c = 1, .h = 28, .w = 28, .k = 32, .r = 3, .s = 3, .stride = 1, .pad = 0};
+    CHECK(kiln_conv_shape_infer(&s0) == 0 && s0.oh == 26 && s0.ow == 26);
+    kiln_conv_shape s1 = {.n = 1, .c = 1, .h = 5, .w = 6, .k = 1, .r = 3, .s = 3, .stride = 2, .pad = 1};
+    CHECK(kiln_conv_shape_infer(&s1) == 0 && s1.oh == 3 && s1.ow == 3);
+    kiln_conv_shape s2 = {.n = 1, .c = 1, .h = 2, .w = 2, .k = 1, .r = 3, .s = 3, .stride = 1, .pad = 0};
+    CHECK(kiln_conv_shape_infer(&s2) == -1);
+
+    /* a hand-computed case: 1x1x3x3 input, 2x2 kernel of ones, bias 0.5 */
+    kiln_conv_shape hs = {.n = 1, .c = 1, .h = 3, .w = 3, .k = 1, .r = 2, .s = 2, .stride = 1, .pad = 0};
+    kiln_conv_shape_infer(&hs);
+    double hx[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, hw[4] = {1, 1, 1, 1}, hb = 0.5, hy[4];
+    kiln_ref_conv2d_fwd(&hs, hx, hw, &hb, hy);
+    CHECK(hy[0] == 12.5 && hy[1] == 16.5 && hy[2] == 24.5 && hy[3] == 28.5);
+
+    for (int draw = 0; draw < 8; draw++) {
+        conv_ctx C;
+        kiln_conv_shape *cs = &C.cs;
+        cs->n = tu_int(1, 2); cs->c = tu_int(1, 3); cs->h = tu_int(4, 7); cs->w = tu_int(4, 7);
+        cs->k = tu_int(1, 3); cs->r = tu_int(1, 3); cs->s = tu_int(1, 3);
+        cs->stride = 1 + (draw & 1); cs->pad = (draw >> 1) & 1;
+        int bias = draw < 4 ? 1 : (draw & 2) == 0;
+        CHECK(kiln_conv_shape_infer(cs) == 0);
+        int64_t nx = cs->n * cs->c * cs->h * cs->w, nw = cs->k * cs->c * cs->r * cs->s, ny = cs->n * cs->k * cs->oh * cs->ow;
+        C.x = drand_(nx, -2, 2); C.w = drand_(nw, -2, 2); C.b = bias ? drand_(cs->k, -2, 2) : NULL;
+        double *c = drand_(ny, -2, 2), *dx = dalloc(nx), *dw = dalloc(nw), *db = dalloc(cs->k);
+        kiln_ref_conv2d_bwd_data(cs, c, C.w, dx, 0);
+        kiln_ref_conv2d_bwd_weight(cs, C.x, c, dw, bias ? db : NULL, 0);
+        double e;
+        e = fd_err(&C, conv_f, C.x, nx, ny, c, dx);
+        CHECK_MSG(e <= 1, "conv dx draw %d err %g", draw, e);
+        e = fd_err(&C, conv_f, C.w, nw, ny, c, dw);
+        CHECK_MSG(e <= 1, "conv dw draw %d err %g", draw, e);
+        if (bias) {
+            e = fd_err(&C, conv_f, C.b, cs->k, ny, c, db);
+            CHECK_MSG(e <= 1, "conv db draw %d err %g", draw, e);
+        }
+        /* acc = 1 adds */
+        double *pre = drand_(nx + nw + cs->k, -2, 2), *a = dalloc(nx + nw + cs->k);
+        memcpy(a, pre, (size_t)(nx + nw + cs->k) * sizeof *a);
+        kiln_ref_conv2d_bwd_data(cs, c, C.w, a, 1);
+        kiln_ref_conv2d_bwd_weight(cs, C.x, c, a + nx, bias ? a + nx + nw : NULL, 1);
+        CHECK(acc_ok(pre, a, dx, nx));
+        CHECK(acc_ok(pre + nx, a + nx, dw, nw));
+        if (bias) CHECK(acc_ok(pre + nx + nw, a + nx + nw, db, cs->k));
+        free(pre); free(a); free(C.x); free(C.w); free(C.b); free(c); free(dx); free(dw); free(db);
+    }
+}
+
+/* ---------- linear ---------- */
+
+typedef struct { int64_t n, in, out; double *x, *w, *b; } lin_ctx;
+static void lin_f(void *p, double *y) { lin_ctx *c = p; kiln_ref_linear_fwd(c->n, c->in, c->out, c->x, c->w, c->b, y); }
+
+static void test_linear(void) {
+    for (int draw = 0; draw < 6; draw++) {
+        lin_ctx L = {tu_int(1, 5), tu_int(1, 7), tu_int(1, 6), NULL, NULL, NULL};
+        int bias = draw % 3 != 2;
+        int64_t nx = L.n * L.in, nw = L.out * L.in, ny = L.n * L.out;
+        L.x = drand_(nx, -2, 2); L.w = drand_(nw, -2, 2); L.b = bias ? drand_(L.out, -2, 2) : NULL;
+        double *c = drand_(ny, -2, 2), *dx = dalloc(nx), *dw = dalloc(nw), *db = dalloc(L.out);
+        kiln_ref_linear_bwd_data(L.n, L.in, L.out, c, L.w, dx, 0);
+        kiln_ref_linear_bwd_weight(L.n, L.in, L.out, L.x, c, dw, bias ? db : NULL, 0);
+        double e = fd_err(&L, lin_f, L.x, nx, ny, c, dx);
+        CHECK_MSG(e <= 1, "linear dx err %g", e);
+        e = fd_err(&L, lin_f, L.w, nw, ny, c, dw);
+        CHECK_MSG(e <= 1, "linear dw err %g", e);
+        if (bias) {
+            e = fd_err(&L, lin_f, L.b, L.out, ny, c, db);
+            CHECK_MSG(e <= 1, "linear db err %g", e);
+        }
+        double *pre = drand_(nx + nw + L.out, -2, 2), *a = dalloc(nx + nw + L.out);
+        memcpy(a, pre, (size_t)(nx + nw + L.out) * sizeof *a);
+        kiln_ref_linear_bwd_data(L.n, L.in, L.out, c, L.w, a, 1);
+        kiln_ref_linear_bwd_weight(L.n, L.in, L.out, L.x, c, a + nx, bias ? a + nx + nw : NULL, 1);
+        CHECK(acc_ok(pre, a, dx, nx));
+        CHECK(acc_ok(pre + nx, a + nx, dw, nw));
+        if (bias) CHECK(acc_ok(pre + nx + nw, a + nx + nw, db, L.out));
+        free(pre); free(a); free(L.x); free(L.w); free(L.b); free(c); free(dx); free(dw); free(db);
+    }
+}
+
+/* ---------- relu ---------- */
+
+typedef struct { int64_t n; double *x; } un_ctx;
+static void relu_f(void *p, double *y) { un_ctx *c = p; kiln_ref_relu_fwd(c->n, c->x, y); }
+
+static void test_relu(void) {
+    for (int draw = 0; draw < 4; draw++) {
+        un_ctx U = {tu_int(1, 50), NULL};
+        U.x = dalloc(U.n);
+        fill_away(U.x, U.n, 0.1, 2);
+        double *y = dalloc(U.n), *c = drand_(U.n, -2, 2), *dx = dalloc(U.n);
+        kiln_ref_relu_fwd(U.n, U.x, y);
+        kiln_ref_relu_bwd(U.n, y, c, dx, 0);
+        double e = fd_err(&U, relu_f, U.x, U.n, U.n, c, dx);
+        CHECK_MSG(e <= 1, "relu fd err %g", e);
+        free(U.x); free(y); free(c); free(dx);
+    }
+    for (int draw = 0; draw < 5; draw++) {
+        int64_t n = draw == 0 ? 100003 : tu_int(1, 5000);
+        float *x = frand(n, -2, 2), *y = falloc(n), *dy = frand(n, -2, 2), *dx = frand(n, -2, 2), *pre = falloc(n);
+        memcpy(pre, dx, (size_t)n * sizeof *pre);
+        double *xd = dof(x, n), *yd = dalloc(n), *dyd = dof(dy, n), *dxd = dalloc(n);
+        kiln_cpu_relu_fwd(n, x, y);
+        kiln_ref_relu_fwd(n, xd, yd);
+        CLOSE(y, yd, n, 0, 0, "relu fwd n=%lld", (long long)n);
+        double *yfd = dof(y, n);
+        kiln_ref_relu_bwd(n, yfd, dyd, dxd, 0);
+        kiln_cpu_relu_bwd(n, y, dy, dx, 1);
+        double *r = plus(pre, dxd, n);
+        CLOSE(dx, r, n, ATOL, RTOL, "relu bwd acc=1");
+        kiln_cpu_relu_bwd(n, y, dy, dx, 0);
+        CLOSE(dx, dxd, n, 0, 0, "relu bwd acc=0");
+        free(x); free(y); free(dy); free(dx); free(pre); free(xd); free(yd); free(dyd); free(dxd); free(yfd); free(r);
+    }
+}
+
+/* ---------- max pool ---------- */
+
+typedef struct { kiln_pool_shape ps; double *x; } pool_ctx;
+static void pool_f(void *p, double *y) { pool_ctx *c = p; kiln_ref_max_pool2d_fwd(&c->ps, c->x, y); }
+
+static void test_pool(void) {
+    kiln_pool_shape s = {.n = 64, .c = 64, .h = 24, .w = 24, .k = 2, .stride = 2};
+    CHECK(kiln_pool_shape_infer(&s) == 0 && s.oh == 12 && s.ow == 12);
+    kiln_pool_shape s3 = {.n = 1, .c = 1, .h = 7, .w = 6, .k = 3, .stride = 2};
+    CHECK(kiln_pool_shape_infer(&s3) == 0 && s3.oh == 3 && s3.ow == 2);
+    kiln_pool_shape sb = {.n = 1, .c = 1, .h = 1, .w = 6, .k = 2, .stride = 2};
+    CHECK(kiln_pool_shape_infer(&sb) == -1);
+
+    /* ties: the first max in row-major window order takes the gradient */
+    {
+        kiln_pool_shape t = {.n = 1, .c = 1, .h = 2, .w = 2, .k = 2, .stride = 2};
+        kiln_pool_shape_infer(&t);
+        double x[4] = {1, 3, 3, 3}, dy = 1, dx[4];
+        kiln_ref_max_pool2d_bwd(&t, x, &dy, dx, 0);
+        CHECK(dx[0] == 0 && dx[1] == 1 && dx[2] == 0 && dx[3] == 0);
+        float xf[4] = {1, 3, 3, 3}, dyf = 1, dxf[4];
+        kiln_cpu_max_pool2d_bwd(&t, xf, &dyf, dxf, 0);
+        CHECK(dxf[0] == 0 && dxf[1] == 1 && dxf[2] == 0 && dxf[3] == 0);
+        kiln_pool_shape t3 = {.n = 1, .c = 1, .h = 3, .w = 3, .k = 3, .stride = 1};
+        kiln_pool_shape_infer(&t3);
+        float x3[9] = {0, 1, 0, 5, 2, 5, 5, 0, 0}, d3[9];
+        kiln_cpu_max_pool2d_bwd(&t3, x3, &dyf, d3, 0);
+        CHECK(d3[3] == 1 && d3[5] == 0 && d3[6] == 0);
+    }
+
+    for (int draw = 0; draw < 6; draw++) {
+        pool_ctx P;
+        P.ps.n = tu_int(1, 2); P.ps.c = tu_int(1, 3); P.ps.h = tu_int(3, 7); P.ps.w = tu_int(3, 7);
+        P.ps.k = tu_int(1, 3); P.ps.stride = tu_int(1, 3);
+        if (draw < 2) P.ps.k = P.ps.stride = 2;
+        CHECK(kiln_pool_shape_infer(&P.ps) == 0);
+        int64_t nx = P.ps.n * P.ps.c * P.ps.h * P.ps.w, ny = P.ps.n * P.ps.c * P.ps.oh * P.ps.ow;
+        P.x = dalloc(nx);
+        fill_distinct(P.x, nx);
+        double *c = drand_(ny, -2, 2), *dx = dalloc(nx);
+        kiln_ref_max_pool2d_bwd(&P.ps, P.x, c, dx, 0);
+        double e = fd_err(&P, pool_f, P.x, nx, ny, c, dx);
+        CHECK_MSG(e <= 1, "pool fd k=%lld s=%lld err %g", (long long)P.ps.k, (long long)P.ps.stride, e);
+        free(P.x); free(c); free(dx);
+    }
+
+    /* cpu vs ref: the main model's shape, odd sizes, general windows */
+    for (int draw = 0; draw < 8; draw++) {
+        kiln_pool_shape ps;
+        if (draw == 0) ps = (kiln_pool_shape){.n = 64, .c = 64, .h = 24, .w = 24, .k = 2, .stride = 2};
+        else {
+            ps.n = tu_int(1, 4); ps.c = tu_int(1, 40); ps.h = tu_int(2, 33); ps.w = tu_int(2, 33);
+            ps.k = draw < 4 ? 2 : tu_int(1, 2); ps.stride = draw < 4 ? 2 : tu_int(1, 3);
+        }
+        CHECK(kiln_pool_shape_infer(&ps) == 0);
+        int64_t nx = ps.n * ps.c * ps.h * ps.w, ny = ps.n * ps.c * ps.oh * ps.ow;
+        /* coarse values so that ties occur and the tie rule is exercised */
+        float *x = falloc(nx);
+        for (int64_t i = 0; i < nx; i++) x[i] = (float)tu_int(-4, 4) * 0.5f;
+        float *y = falloc(ny), *dy = frand(ny, -2, 2), *dx = frand(nx, -2, 2), *pre = falloc(nx);
+        memcpy(pre, dx, (size_t)nx * sizeof *pre);
+        double *xd = dof(x, nx), *yd = dalloc(ny), *dyd = dof(dy, ny), *dxd = dalloc(nx);
+        kiln_cpu_max_pool2d_fwd(&ps, x, y);
+        kiln_ref_max_pool2d_fwd(&ps, xd, yd);
+        CLOSE(y, yd, ny, 0, 0, "pool fwd draw %d", draw);
+        kiln_ref_max_pool2d_bwd(&ps, xd, dyd, dxd, 0);
+        kiln_cpu_max_pool2d_bwd(&ps, x, dy, dx, 1);
+        double *r = plus(pre, dxd, nx);
+        CLOSE(dx, r, nx, ATOL, RTOL, "pool bwd acc=1 draw %d", draw);
+        kiln_cpu_max_pool2d_bwd(&ps, x, dy, dx, 0);
+        CLOSE(dx, dxd, nx, ATOL, RTOL, "pool bwd acc=0 draw %d", draw);
+        free(x); free(y); free(dy); free(dx); free(pre); free(xd); free(yd); free(dyd); free(dxd); free(r);
+    }
+}
+
+/* ---------- dropout ---------- */
+
+typedef struct { int64_t n; float p; uint64_t key, ctr; double *x; } drop_ctx;
+static void drop_f(void *v, double *y) { drop_ctx *c = v; kiln_ref_dropout_fwd(c->n, c->p, c->key, c->ctr, c->x, y); }
+
+static void test_dropout(void) {
+    for (int draw = 0; draw < 3; draw++) {
+        drop_ctx D = {tu_int(1, 40), 0.5f, tu_u64(), tu_u64(), NULL};
+        D.x = drand_(D.n, -2, 2);
+        double *c = drand_(D.n, -2, 2), *dx = dalloc(D.n);
+        kiln_ref_dropout_bwd(D.n, D.p, D.key, D.ctr, c, dx, 0);
+        double e = fd_err(&D, drop_f, D.x, D.n, D.n, c, dx);
+        CHECK_MSG(e <= 1, "dropout fd err %g", e);
+        free(D.x); free(c); free(dx);
+    }
+
+    /* statistics, fwd/bwd agreement and counter dependence on a large tensor */
+    const int64_t n = 1 << 20;
+    const float ps_[3] = {0.1f, 0.5f, 0.75f};
+    float *ones = falloc(n), *y = falloc(n), *g = falloc(n), *y2 = falloc(n);
+    for (int64_t i = 0; i < n; i++) ones[i] = 1.0f;
+    for (int k = 0; k < 3; k++) {
+        float p = ps_[k];
+        uint64_t key = kiln_rng_key(7, 1, 2);
+        kiln_cpu_dropout_fwd(n, p, key, 42, ones, y);
+        kiln_cpu_dropout_bwd(n, p, key, 42, ones, g, 0);
+        int64_t kept = 0, same = 1, scaled = 1;
+        for (int64_t i = 0; i < n; i++) {
+            kept += y[i] != 0;
+            same &= (y[i] != 0) == (g[i] != 0);
+            scaled &= y[i] == 0 || fabsf(y[i] - 1.0f / (1.0f - p)) < 1e-6f;
+        }
+        double frac = (double)kept / (double)n;
+        CHECK_MSG(fabs(frac - (1 - p)) < 0.005, "dropout p=%g keep fraction %g", p, frac);
+        CHECK(same);
+        CHECK(scaled);
+        kiln_cpu_dropout_fwd(n, p, key, 43, ones, y2);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < n; i++) differ += (y[i] != 0) != (y2[i] != 0);
+        /* independent masks disagree on a fraction 2p(1-p) */
+        CHECK_MSG(fabs((double)differ / n - 2 * p * (1 - p)) < 0.01, "dropout counters differ %g", (double)differ / n);
+    }
+    /* p == 0 copies, p == 1 zeros */
+    float *x = frand(1001, -2, 2);
+    kiln_cpu_dropout_fwd(1001, 0.0f, 1, 1, x, y);
+    CHECK(memcmp(x, y, 1001 * sizeof *x) == 0);
+    kiln_cpu_dropout_fwd(1001, 1.0f, 1, 1, x, y);
+    int zeros = 1;
+    for (int i = 0; i < 1001; i++) zeros &= y[i] == 0.0f;
+    CHECK(zeros);
+    double xd1[5] = {1, 2, 3, 4, 5}, yd1[5];
+    kiln_ref_dropout_fwd(5, 1.0f, 1, 1, xd1, yd1);
+    CHECK(yd1[0] == 0 && yd1[4] == 0);
+    kiln_ref_dropout_fwd(5, 0.0f, 1, 1, xd1, yd1);
+    CHECK(yd1[0] == 1 && yd1[4] == 5);
+    free(x);
+
+    /* the threshold boundary is exact: a word that float represents exactly
+     * (low 8 bits zero, so p = w / 2^32 exactly and threshold == w) is kept */
+    {
+        uint64_t key = kiln_rng_key(3, 4, 5), ctr = 9;
+        int found = 0;
+        for (int64_t i = 0; i < 40000 && found < 4; i++) {
+            uint32_t w = kiln_philox4x32(key, ctr, (uint64_t)i / 4).v[i % 4];
+            if ((w & 0xff) != 0 || w < (1u << 24)) continue;
+            float p = (float)((double)w / 4294967296.0);
+            CHECK(kiln_dropout_threshold(p) == w);
+            int64_t m = i + 1;
+            float *xs = falloc(m), *ys = falloc(m);
+            for (int64_t j = 0; j < m; j++) xs[j] = 1.0f;
+            kiln_cpu_dropout_fwd(m, p, key, ctr, xs, ys);
+            CHECK_MSG(ys[i] != 0.0f, "dropout boundary word kept (cpu)");
+            double *xd = dalloc(m), *yd = dalloc(m);
+            for (int64_t j = 0; j < m; j++) xd[j] = 1.0;
+            kiln_ref_dropout_fwd(m, p, key, ctr, xd, yd);
+            CHECK_MSG(yd[i] != 0.0, "dropout boundary word kept (ref)");
+            free(xs); free(ys); free(xd); free(yd);
+            found++;
+        }
+        CHECK(found == 4);
+    }
+
+    /* cpu vs ref, including lengths that are not a multiple of 4 */
+    for (int draw = 0; draw < 6; draw++) {
+        int64_t m = draw == 0 ? 300001 : tu_int(1, 3000);
+        float p = draw == 5 ? 0.0f : (float)tu_uniform(0.05, 0.95);
+        uint64_t key = tu_u64(), ctr = tu_u64();
+        float *xs = frand(m, -2, 2), *dx = frand(m, -2, 2), *pre = falloc(m);
+        memcpy(pre, dx, (size_t)m * sizeof *pre);
+        double *xd = dof(xs, m), *yd = dalloc(m);
+        kiln_ref_dropout_fwd(m, p, key, ctr, xd, yd);
+        kiln_cpu_dropout_fwd(m, p, key, ctr, xs, y);
+        CLOSE(y, yd, m, 0, 1e-6, "dropout fwd m=%lld p=%g", (long long)m, p);
+        kiln_cpu_dropout_bwd(m, p, key, ctr, xs, dx, 1);
+        double *r = plus(pre, yd, m);
+        CLOSE(dx, r, m, ATOL, RTOL, "dropout bwd acc=1");
+        kiln_cpu_dropout_bwd(m, p, key, ctr, xs, dx, 0);
+        CLOSE(dx, yd, m, 0, 1e-6, "dropout bwd acc=0");
+        kiln_ref_dropout_bwd(m, p, key, ctr, xd, yd, 0);
+        CLOSE(dx, yd, m, 0, 1e-6, "dropout ref bwd");
+        free(xs); free(dx); free(pre); free(xd); free(yd); free(r);
+    }
+    free(ones); free(y); free(g); free(y2);
+}
+
+/* ---------- log_softmax and losses ---------- */
+
+typedef struct { int64_t rows, cols; double *x; int32_t *t; } row_ctx;
+static void lsm_f(void *p, double *y) { row_ctx *c = p; kiln_ref_log_softmax_fwd(c->rows, c->cols, c->x, y); }
+static void nll_f(void *p, double *y) { row_ctx *c = p; kiln_ref_nll_loss_fwd(c->rows, c->cols, c->x, c->t, y); }
+static void ce_f(void *p, double *y) { row_ctx *c = p; kiln_ref_cross_entropy_fwd(c->rows, c->cols, c->x, c->t, y); }
+
+static void test_softmax_losses(void) {
+    for (int draw = 0; draw < 4; draw++) {
+        row_ctx R = {tu_int(1, 6), tu_int(1, 9), NULL, NULL};
+        int64_t n = R.rows * R.cols;
+        R.x = drand_(n, -3, 3);
+        R.t = malloc((size_t)R.rows * sizeof *R.t);
+        fill_targets(R.t, R.rows, R.cols);
+        double *y = dalloc(n), *c = drand_(n, -2, 2), *dx = dalloc(n), dl = tu_uniform(0.5, 2), e;
+        kiln_ref_log_softmax_fwd(R.rows, R.cols, R.x, y);
+        kiln_ref_log_softmax_bwd(R.rows, R.cols, y, c, dx, 0);
+        e = fd_err(&R, lsm_f, R.x, n, n, c, dx);
+        CHECK_MSG(e <= 1, "log_softmax fd err %g", e);
+        kiln_ref_nll_loss_bwd(R.rows, R.cols, R.t, &dl, dx, 0);
+        e = fd_err(&R, nll_f, R.x, n, 1, &dl, dx);
+        CHECK_MSG(e <= 1, "nll fd err %g", e);
+        kiln_ref_cross_entropy_bwd(R.rows, R.cols, R.x, R.t, &dl, dx, 0);
+        e = fd_err(&R, ce_f, R.x, n, 1, &dl, dx);
+        CHECK_MSG(e <= 1, "cross entropy fd err %g", e);
+        /* cross entropy == nll(log_softmax) */
+        double l1, l2;
+        kiln_ref_cross_entropy_fwd(R.rows, R.cols, R.x, R.t, &l1);
+        kiln_ref_nll_loss_fwd(R.rows, R.cols, y, R.t, &l2);
+        CHECK(fabs(l1 - l2) < 1e-12 * (1 + fabs(l1)));
+        free(R.x); free(R.t); free(y); free(c); free(dx);
+    }
+    for (int draw = 0; draw < 6; draw++) {
+        int64_t rows = draw == 0 ? 4096 : tu_int(1, 70), cols = draw == 0 ? 10 : tu_int(1, 40), n = rows * cols;
+        float *x = frand(n, -5, 5), *y = falloc(n), *dy = frand(n, -2, 2), *dx = frand(n, -2, 2), *pre = falloc(n);
+        int32_t *t = malloc((size_t)rows * sizeof *t);
+        fill_targets(t, rows, cols);
+        memcpy(pre, dx, (size_t)n * sizeof *pre);
+        double *xd = dof(x, n), *yd = dalloc(n), *dyd = dof(dy, n), *dxd = dalloc(n), *r;
+        kiln_cpu_log_softmax_fwd(rows, cols, x, y);
+        kiln_ref_log_softmax_fwd(rows, cols, xd, yd);
+        CLOSE(y, yd, n, 1e-5, 1e-5, "log_softmax fwd");
+        double *yfd = dof(y, n);
+        kiln_ref_log_softmax_bwd(rows, cols, yfd, dyd, dxd, 0);
+        kiln_cpu_log_softmax_bwd(rows, cols, y, dy, dx, 1);
+        r = plus(pre, dxd, n);
+        CLOSE(dx, r, n, 1e-5, 1e-5, "log_softmax bwd acc=1");
+        free(r);
+        kiln_cpu_log_softmax_bwd(rows, cols, y, dy, dx, 0);
+        CLOSE(dx, dxd, n, 1e-5, 1e-5, "log_softmax bwd acc=0");
+
+        float lf, dlf = (float)tu_uniform(0.5, 2);
+        double ld, dld = dlf;
+        kiln_cpu_nll_loss_fwd(rows, cols, y, t, &lf);
+        kiln_ref_nll_loss_fwd(rows, cols, yfd, t, &ld);
+        CLOSE(&lf, &ld, 1, 1e-6, 1e-6, "nll fwd");
+        memcpy(dx, pre, (size_t)n * sizeof *dx);
+        kiln_ref_nll_loss_bwd(rows, cols, t, &dld, dxd, 0);
+        kiln_cpu_nll_loss_bwd(rows, cols, t, &dlf, dx, 1);
+        r = plus(pre, dxd, n);
+        CLOSE(dx, r, n, 1e-6, 1e-6, "nll bwd acc=1");
+        free(r);
+        kiln_cpu_nll_loss_bwd(rows, cols, t, &dlf, dx, 0);
+        CLOSE(dx, dxd, n, 1e-7, 1e-6, "nll bwd acc=0");
+
+        kiln_cpu_cross_entropy_fwd(rows, cols, x, t, &lf);
+        kiln_ref_cross_entropy_fwd(rows, cols, xd, t, &ld);
+        CLOSE(&lf, &ld, 1, 1e-6, 1e-5, "cross entropy fwd rows=%lld", (long long)rows);
+        memcpy(dx, pre, (size_t)n * sizeof *dx);
+        kiln_ref_cross_entropy_bwd(rows, cols, xd, t, &dld, dxd, 0);
+        kiln_cpu_cross_entropy_bwd(rows, cols, x, t, &dlf, dx, 1);
+        r = plus(pre, dxd, n);
+        CLOSE(dx, r, n, 1e-6, 1e-5, "cross entropy bwd acc=1");
+        free(r);
+        kiln_cpu_cross_entropy_bwd(rows, cols, x, t, &dlf, dx, 0);
+        CLOSE(dx, dxd, n, 1e-7, 1e-5, "cross entropy bwd acc=0");
+        free(x); free(y); free(dy); free(dx); free(pre); free(t); free(xd); free(yd); free(dyd); free(dxd); free(yfd);
+    }
+}
+
+/* ---------- pointwise ---------- */
+
+typedef struct { int64_t n; double *a, *b; } bin_ctx;
+static void add_f(void *p, double *y) { bin_ctx *c = p; kiln_ref_add_fwd(c->n, c->a, c->b, y); }
+static void mul_f(void *p, double *y) { bin_ctx *c = p; kiln_ref_mul_fwd(c->n, c->a, c->b, y); }
+
+static void test_pointwise(void) {
+    for (int draw = 0; draw < 3; draw++) {
+        bin_ctx B = {tu_int(1, 30), NULL, NULL};
+        B.a = drand_(B.n, -2, 2); B.b = drand_(B.n, -2, 2);
+        double *c = drand_(B.n, -2, 2), *d = dalloc(B.n), e;
+        kiln_ref_grad_copy(B.n, c, d, 0); /* add's backward, both inputs */
+        e = fd_err(&B, add_f, B.a, B.n, B.n, c, d);
+        CHECK_MSG(e <= 1, "add da err %g", e);
+        e = fd_err(&B, add_f, B.b, B.n, B.n, c, d);
+        CHECK_MSG(e <= 1, "add db err %g", e);
+        kiln_ref_mul_bwd(B.n, c, B.b, d, 0);
+        e = fd_err(&B, mul_f, B.a, B.n, B.n, c, d);
+        CHECK_MSG(e <= 1, "mul da err %g", e);
+        kiln_ref_mul_bwd(B.n, c, B.a, d, 0);
+        e = fd_err(&B, mul_f, B.b, B.n, B.n, c, d);
+        CHECK_MSG(e <= 1, "mul db err %g", e);
+        double *pre = drand_(B.n, -2, 2), *a = dalloc(B.n);
+        memcpy(a, pre, (size_t)B.n * sizeof *a);
+        kiln_ref_mul_bwd(B.n, c, B.a, a, 1);
+        CHECK(acc_ok(pre, a, d, B.n));
+        memcpy(a, pre, (size_t)B.n * sizeof *a);
+        kiln_ref_grad_copy(B.n, c, a, 1);
+        CHECK(acc_ok(pre, a, c, B.n));
+        free(B.a); free(B.b); free(c); free(d); free(pre); free(a);
+    }
+    for (int draw = 0; draw < 4; draw++) {
+        int64_t n = draw == 0 ? 100001 : tu_int(1, 5000);
+        float *a = frand(n, -2, 2), *b = frand(n, -2, 2), *y = falloc(n), *d = frand(n, -2, 2), *pre = falloc(n);
+        memcpy(pre, d, (size_t)n * sizeof *pre);
+        double *ad = dof(a, n), *bd = dof(b, n), *yd = dalloc(n), *r;
+        kiln_cpu_add_fwd(n, a, b, y);
+        kiln_ref_add_fwd(n, ad, bd, yd);
+        CLOSE(y, yd, n, 0, 1e-7, "add fwd");
+        kiln_cpu_mul_fwd(n, a, b, y);
+        kiln_ref_mul_fwd(n, ad, bd, yd);
+        CLOSE(y, yd, n, 0, 1e-7, "mul fwd");
+        kiln_ref_mul_bwd(n, ad, bd, yd, 0);
+        kiln_cpu_mul_bwd(n, a, b, d, 1);
+        r = plus(pre, yd, n);
+        CLOSE(d, r, n, 1e-6, 1e-6, "mul bwd acc=1");
+        free(r);
+        kiln_cpu_mul_bwd(n, a, b, d, 0);
+        CLOSE(d, yd, n, 0, 1e-7, "mul bwd acc=0");
+        memcpy(d, pre, (size_t)n * sizeof *d);
+        kiln_ref_grad_copy(n, ad, yd, 0);
+        kiln_cpu_grad_copy(n, a, d, 1);
+        r = plus(pre, yd, n);
+        CLOSE(d, r, n, 1e-6, 1e-6, "grad_copy acc=1");
+        free(r);
+        kiln_cpu_grad_copy(n, a, d, 0);
+        CLOSE(d, yd, n, 0, 0, "grad_copy acc=0");
+        free(a); free(b); free(y); free(d); free(pre); free(ad); free(bd); free(yd);
+    }
+}
+
+/* ---------- bias gradients ---------- */
+
+static void test_bias_grad(void) {
+    for (int draw = 0; draw < 5; draw++) {
+        /* rows: linear's bias grad is the reference linear db (x is a dummy with in = 1) */
+        int64_t rows = draw == 0 ? 700 : tu_int(1, 100), cols = draw == 0 ? 130 : tu_int(1, 200);
+        float *dy = frand(rows * cols, -2, 2), *db = frand(cols, -2, 2), *pre = falloc(cols);
+        memcpy(pre, db, (size_t)cols * sizeof *pre);
+        double *dyd = dof(dy, rows * cols), *x = drand_(rows, -1, 1), *dw = dalloc(cols), *dbd = dalloc(cols), *r;
+        kiln_ref_linear_bwd_weight(rows, 1, cols, x, dyd, dw, dbd, 0);
+        kiln_cpu_bias_grad_rows(rows, cols, dy, db, 1);
+        r = plus(pre, dbd, cols);
+        CLOSE(db, r, cols, 1e-5, 1e-6, "bias_grad_rows acc=1");
+        free(r);
+        kiln_cpu_bias_grad_rows(rows, cols, dy, db, 0);
+        CLOSE(db, dbd, cols, 1e-5, 1e-6, "bias_grad_rows acc=0");
+        free(dy); free(db); free(pre); free(dyd); free(x); free(dw); free(dbd);
+
+        /* nchw: conv's bias grad via a 1x1 conv with one input channel */
+        kiln_conv_shape cs = {.n = tu_int(1, 6), .c = 1, .h = tu_int(1, 30), .w = tu_int(1, 30), .k = tu_int(1, 40),
+                              .r = 1, .s = 1, .stride = 1, .pad = 0};
+        if (draw == 0) { cs.n = 64; cs.k = 32; cs.h = cs.w = 26; }
+        kiln_conv_shape_infer(&cs);
+        int64_t hw = cs.h * cs.w, ny = cs.n * cs.k * hw;
+        dy = frand(ny, -2, 2); db = frand(cs.k, -2, 2); pre = falloc(cs.k);
+        memcpy(pre, db, (size_t)cs.k * sizeof *pre);
+        dyd = dof(dy, ny); x = drand_(cs.n * hw, -1, 1); dw = dalloc(cs.k); dbd = dalloc(cs.k);
+        kiln_ref_conv2d_bwd_weight(&cs, x, dyd, dw, dbd, 0);
+        kiln_cpu_bias_grad_nchw(cs.n, cs.k, hw, dy, db, 1);
+        r = plus(pre, dbd, cs.k);
+        CLOSE(db, r, cs.k, 1e-4, 1e-6, "bias_grad_nchw acc=1");
+        free(r);
+        kiln_cpu_bias_grad_nchw(cs.n, cs.k, hw, dy, db, 0);
+        CLOSE(db, dbd, cs.k, 1e-4, 1e-6, "bias_grad_nchw acc=0");
+        free(dy); free(db); free(pre); free(dyd); free(x); free(dw); free(dbd);
+    }
+}
+
+/* ---------- determinism across runs and thread counts ---------- */
+
+static void test_determinism(void) {
+    int64_t rows = 4096, cols = 130, n = rows * cols;
+    float *x = frand(n, -3, 3), a[130], b[130], la, lb;
+    int32_t *t = malloc((size_t)rows * sizeof *t);
+    fill_targets(t, rows, cols);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(2);
+    kiln_cpu_bias_grad_rows(rows, cols, x, a, 0);
+    kiln_cpu_cross_entropy_fwd(rows, cols, x, t, &la);
+    for (int rep = 0; rep < 2; rep++) {
+        omp_set_num_threads(rep + 1);
+        kiln_cpu_bias_grad_rows(rows, cols, x, b, 0);
+        kiln_cpu_cross_entropy_fwd(rows, cols, x, t, &lb);
+        CHECK(memcmp(a, b, sizeof a) == 0);
+        CHECK(memcmp(&la, &lb, sizeof la) == 0);
+        kiln_cpu_bias_grad_nchw(64, 65, 64, x, b, 0);
+        kiln_cpu_bias_grad_nchw(64, 65, 64, x, a + 65, 0);
+        CHECK(memcmp(a + 65, b, 65 * sizeof *a) == 0);
+        kiln_cpu_bias_grad_rows(rows, cols, x, a, 0);
+    }
+    omp_set_num_threads(saved);
+    free(x); free(t);
+}
+
+/* ---------- optimizers ---------- */
+
+static void test_optim(void) {
+    /* first AdamW step is p*(1-lr*wd) - lr*g/(|g|+eps) (bias correction makes m^ = g, v^ = g^2) */
+    {
+        double p = 0.7, g = -0.3, m = 0, v = 0;
+        kiln_ref_adamw(1, &p, &g, &m, &v, 0.01, 0.9, 0.999, 1e-8, 0.1, 1);
+        double want = 0.7 * (1 - 0.01 * 0.1) - 0.01 * g / (fabs(g) + 1e-8);
+        CHECK_MSG(fabs(p - want) < 1e-12, "adamw first step %.17g vs %.17g", p, want);
+        /* first SGD momentum step: buffer = g (no dampening), p -= lr*g */
+        double q = 1.0, gq = 0.5, buf = 123;
+        kiln_ref_sgd(1, &q, &gq, &buf, 0.1, 0.9, 0.5, 0.0, 0, 1);
+        CHECK(buf == 0.5 && fabs(q - 0.95) < 1e-15);
+        kiln_ref_sgd(1, &q, &gq, &buf, 0.1, 0.9, 0.5, 0.0, 0, 0);
+        CHECK(fabs(buf - (0.9 * 0.5 + 0.5 * 0.5)) < 1e-15 && fabs(q - (0.95 - 0.1 * 0.7)) < 1e-15);
+        /* first Adadelta step: delta = sqrt(eps)/sqrt((1-rho)g^2+eps)*g */
+        double r = 1.0, gr = 2.0, sa = 0, ad = 0;
+        kiln_ref_adadelta(1, &r, &gr, &sa, &ad, 1.0, 0.9, 1e-6, 0.0);
+        double delta = sqrt(1e-6) / sqrt(0.1 * 4 + 1e-6) * 2;
+        CHECK(fabs(r - (1 - delta)) < 1e-15 && fabs(ad - 0.1 * delta * delta) < 1e-18);
+    }
+
+    for (int cfg = 0; cfg < 9; cfg++) {
+        int64_t n = cfg == 0 ? 100003 : tu_int(1, 3000);
+        float *p = frand(n, -1, 1), *s1 = falloc(n), *s2 = falloc(n), *g = falloc(n);
+        double *pd = dof(p, n), *d1 = dalloc(n), *d2 = dalloc(n), *gd = dalloc(n);
+        memset(s1, 0, (size_t)n * sizeof *s1); memset(s2, 0, (size_t)n * sizeof *s2);
+        memset(d1, 0, (size_t)n * sizeof *d1); memset(d2, 0, (size_t)n * sizeof *d2);
+        for (int step = 1; step <= 5; step++) {
+            tu_fill(g, n, -1, 1);
+            f2d(g, gd, n);
+            switch (cfg) {
+            case 0: case 1: /* AdamW */
+                kiln_cpu_adamw(n, p, g, s1, s2, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step);
+                kiln_ref_adamw(n, pd, gd, d1, d2, (double)1e-3f, (double)0.9f, (double)0.999f, (double)1e-8f,
+                               (double)0.01f, step);
+                break;
+            case 2: case 3: /* Adadelta with and without weight decay */
+                kiln_cpu_adadelta(n, p, g, s1, s2, 1.0f, 0.9f, 1e-6f, cfg == 3 ? 0.01f : 0.0f);
+                kiln_ref_adadelta(n, pd, gd, d1, d2, 1.0, (double)0.9f, (double)1e-6f, cfg == 3 ? (double)0.01f : 0.0);
+                break;
+            default: { /* SGD: plain, momentum, dampening, nesterov, weight decay */
+                float mom = cfg == 4 ? 0.0f : 0.9f, damp = cfg == 6 ? 0.25f : 0.0f, wd = cfg == 8 ? 0.05f : 0.0f;
+                int nest = cfg == 7 || cfg == 8;
+                kiln_cpu_sgd(n, p, g, mom == 0 ? NULL : s1, 0.1f, mom, damp, wd, nest, step == 1);
+                kiln_ref_sgd(n, pd, gd, mom == 0 ? NULL : d1, (double)0.1f, mom, damp, wd, nest, step == 1);
+            }
+            }
+        }
+        CLOSE(p, pd, n, 1e-6, 1e-5, "optimizer cfg %d params", cfg);
+        if (cfg != 4) CLOSE(s1, d1, n, 1e-6, 1e-5, "optimizer cfg %d state 1", cfg);
+        if (cfg < 4) CLOSE(s2, d2, n, 1e-9, 1e-5, "optimizer cfg %d state 2", cfg);
+        free(p); free(s1); free(s2); free(g); free(pd); free(d1); free(d2); free(gd);
+    }
+}
+
+int main(void) {
+    tu_seed(20240611);
+    test_conv();
+    test_linear();
+    test_relu();
+    test_pool();
+    test_dropout();
+    test_softmax_losses();
+    test_pointwise();
+    test_bias_grad();
+    test_determinism();
+    test_optim();
+    return tu_finish("test_kernels");
+}
