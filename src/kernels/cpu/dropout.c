@@ -4,7 +4,7 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/internal/kernels.h"
 
-/* mode 0: y = mask ? x*scale : 0; mode 1: y += mask ? x*scale : 0 */
+/* add 0: y = mask ? x*scale : 0; add 1: y += mask ? x*scale : 0 */
 static void apply(int64_t n, float p, uint64_t key, uint64_t counter, const float *restrict x, float *restrict y,
                   int add) {
     if (p <= 0.0f) {
@@ -20,9 +20,13 @@ static void apply(int64_t n, float p, uint64_t key, uint64_t counter, const floa
     }
     const float scale = 1.0f / (1.0f - p);
     const uint32_t thr = kiln_dropout_threshold(p);
-    int64_t groups = (n + 3) / 4;
-#pragma omp parallel for schedule(static) if (n >= KILN_CPU_PAR_MIN / 8)
-    for (int64_t gi = 0; gi < groups; gi++) {
+    int64_t groups = (n + 3) / 4, g_start = 0;
+    if (n >= 64 && kiln_cpu_has_avx512()) {
+        kiln_cpu_dropout_blocks_avx512(n / 64, scale, thr, key, counter, x, y, add);
+        g_start = n / 64 * 16; /* the tail of < 64 elements takes the portable loop */
+    }
+#pragma omp parallel for schedule(static) if (n - g_start * 4 >= KILN_CPU_PAR_MIN / 8)
+    for (int64_t gi = g_start; gi < groups; gi++) {
         kiln_philox_out o = kiln_philox4x32(key, counter, (uint64_t)gi);
         int64_t base = gi * 4, m = n - base < 4 ? n - base : 4;
         for (int64_t j = 0; j < m; j++) {

@@ -46,6 +46,10 @@ void kiln_cpu_adamw(int64_t n, float *restrict p, const float *restrict g, float
     const double bc1 = 1.0 - pow((double)beta1, (double)step), bc2 = 1.0 - pow((double)beta2, (double)step);
     const float step_size = (float)((double)lr / bc1);
     const float bc2_sqrt = (float)sqrt(bc2);
+    if (kiln_cpu_has_avx512()) {
+        kiln_cpu_adamw_avx512(n, p, g, m, v, decay, beta1, beta2, eps, step_size, bc2_sqrt);
+        return;
+    }
     const float b1c = 1.0f - beta1, b2c = 1.0f - beta2;
 #pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
@@ -61,6 +65,10 @@ void kiln_cpu_adamw(int64_t n, float *restrict p, const float *restrict g, float
 
 void kiln_cpu_adadelta(int64_t n, float *restrict p, const float *restrict g, float *restrict square_avg,
                        float *restrict acc_delta, float lr, float rho, float eps, float weight_decay) {
+    if (kiln_cpu_has_avx512()) {
+        kiln_cpu_adadelta_avx512(n, p, g, square_avg, acc_delta, lr, rho, eps, weight_decay);
+        return;
+    }
     const float rho1 = 1.0f - rho;
 #pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
