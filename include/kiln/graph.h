@@ -118,6 +118,9 @@ size_t kiln_plan_arena_bytes(const kiln_plan *plan);
 size_t kiln_plan_arena_bytes_no_reuse(const kiln_plan *plan);
 /* A readable listing of the compiled steps (one line per kernel call). */
 void kiln_plan_describe(const kiln_plan *plan, char *buf, size_t len);
+/* Per-kernel timing of every run (off by default), and a readable report of it. */
+void kiln_plan_set_profile(kiln_plan *plan, int on);
+void kiln_plan_profile_report(const kiln_plan *plan, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,7 @@
  * every kernel object (oneDNN primitives) for the batch size. A run is then a
  * flat loop over the kernel calls: no allocation, no shape logic. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,8 @@ struct kiln_plan {
     size_t ws_bytes;
     uint64_t step;
     int64_t batch;          /* batch of the last run */
+    double *node_time;      /* profiling: seconds per node, summed over runs (NULL: off) */
+    int64_t profiled_runs;
 };
 
 kiln_compile_opts kiln_compile_defaults(void) {
@@ -96,6 +99,7 @@ void kiln_plan_free(kiln_plan *pl) {
     free(pl->outputs);
     free(pl->need_bwd_data);
     free(pl->need_bwd_weight);
+    free(pl->node_time);
     kiln_graph_free(pl->g);
     free(pl);
 }
@@ -520,9 +524,12 @@ kiln_status kiln_plan_run(kiln_plan *pl, int64_t batch) {
     pl->batch = batch;
     for (int s = 0; s < pl->norder; s++) {
         const kiln_node *n = &g->nodes[pl->order[s]];
+        double t0 = pl->node_time ? omp_get_wtime() : 0;
         kiln_status st = pl->o.reference ? run_ref(pl, n, batch) : run_fast(pl, bs, n, batch);
         if (st != KILN_OK) return st;
+        if (pl->node_time) pl->node_time[s] += omp_get_wtime() - t0;
     }
+    if (pl->node_time) pl->profiled_runs++;
     return KILN_OK;
 }
 
@@ -550,5 +557,27 @@ void kiln_plan_describe(const kiln_plan *pl, char *buf, size_t len) {
         o += (size_t)snprintf(buf + o, len - o, "%3d %-22s -> %-14s %s%s%s\n", s, n->name, O->name,
                               kiln_shape_str(O->ndim, O->shape, shape, sizeof shape), n->fuse_relu ? " +relu" : "",
                               n->acc[0] ? " (accumulate)" : "");
+    }
+}
+
+void kiln_plan_set_profile(kiln_plan *pl, int on) {
+    free(pl->node_time);
+    pl->node_time = on ? calloc((size_t)pl->norder, sizeof(double)) : NULL;
+    pl->profiled_runs = 0;
+}
+
+void kiln_plan_profile_report(const kiln_plan *pl, char *buf, size_t len) {
+    size_t o = 0;
+    buf[0] = 0;
+    if (!pl->node_time || !pl->profiled_runs) return;
+    double total = 0;
+    for (int s = 0; s < pl->norder; s++) total += pl->node_time[s];
+    o += (size_t)snprintf(buf, len, "per-step time by kernel over %lld runs (%.2f ms/step):\n", (long long)pl->profiled_runs,
+                          1e3 * total / (double)pl->profiled_runs);
+    for (int s = 0; s < pl->norder && o < len; s++) {
+        const kiln_node *n = &pl->g->nodes[pl->order[s]];
+        o += (size_t)snprintf(buf + o, len - o, "  %-22s %7.3f ms  %5.1f%%%s\n", n->name,
+                              1e3 * pl->node_time[s] / (double)pl->profiled_runs, 100 * pl->node_time[s] / total,
+                              n->fuse_relu ? "  (+relu)" : "");
     }
 }

@@ -1,0 +1,60 @@
+/* kiln/optim.h — optimizers fused over the flat parameter buffer, LR schedules.
+ *
+ *     kiln_optim_config oc = kiln_optim_defaults(KILN_OPT_ADADELTA);
+ *     oc.lr = 1.0f;
+ *     kiln_optim *opt; kiln_optim_new(&oc, params, &opt);
+ *     ... after each backward: kiln_optim_step(opt);
+ *     ... after each epoch:    kiln_optim_set_lr(opt, kiln_lr_step_schedule(1.0f, 0.7f, 1, epoch + 1));
+ *
+ * Semantics are PyTorch 1.13's (torch.optim.SGD, AdamW, Adadelta). One pass
+ * over the whole flat buffer when every parameter has a gradient; parameters
+ * that got none in the last step are skipped (the grad = None rule).
+ */
+#ifndef KILN_OPTIM_H
+#define KILN_OPTIM_H
+
+#include "kiln/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { KILN_OPT_SGD, KILN_OPT_ADAMW, KILN_OPT_ADADELTA } kiln_optim_kind;
+
+typedef struct kiln_optim_config {
+    kiln_optim_kind kind;
+    float lr;
+    float weight_decay;
+    float momentum, dampening; /* SGD */
+    int nesterov;              /* SGD */
+    float beta1, beta2, eps;   /* AdamW (eps also Adadelta's) */
+    float rho;                 /* Adadelta */
+} kiln_optim_config;
+
+/* PyTorch's defaults for each optimizer */
+kiln_optim_config kiln_optim_defaults(kiln_optim_kind kind);
+/* "sgd", "adamw", "adadelta" -> kind; 0 on success */
+int kiln_optim_parse(const char *name, kiln_optim_kind *out);
+const char *kiln_optim_name(kiln_optim_kind kind);
+
+typedef struct kiln_optim kiln_optim;
+kiln_status kiln_optim_new(const kiln_optim_config *cfg, kiln_params *P, kiln_optim **out);
+void kiln_optim_free(kiln_optim *o);
+kiln_status kiln_optim_step(kiln_optim *o);
+void kiln_optim_set_lr(kiln_optim *o, float lr);
+kiln_optim_kind kiln_optim_get_kind(const kiln_optim *o);
+float kiln_optim_lr(const kiln_optim *o);
+int64_t kiln_optim_steps(const kiln_optim *o);       /* updates done so far */
+void kiln_optim_set_steps(kiln_optim *o, int64_t steps);
+/* state buffers (flat, like the parameters): "square_avg", "acc_delta", "exp_avg", ... */
+int kiln_optim_state_count(const kiln_optim *o);
+const char *kiln_optim_state_name(const kiln_optim *o, int i);
+void *kiln_optim_state(kiln_optim *o, int i);
+
+/* StepLR: base * gamma^(epoch / step_size) */
+float kiln_lr_step_schedule(float base, float gamma, int64_t step_size, int64_t epoch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,165 @@
+/* Checkpoints in safetensors: parameters under their PyTorch names (so a
+ * kiln model loads in PyTorch with load_state_dict(strict=False) and a
+ * PyTorch state_dict loads in kiln), optimizer state as "optim.<state>.<name>",
+ * and the run's position in the metadata. Writes are atomic (kiln_st_writer_save). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kiln/safetensors.h"
+#include "train/internal/checkpoint.h"
+
+#define FORMAT "kiln-checkpoint"
+#define VERSION "1"
+
+kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o, const kiln_ckpt_state *s) {
+    kiln_st_writer *w = kiln_st_writer_new();
+    if (!w) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
+    kiln_status st = KILN_OK;
+    const float *data = kiln_params_data(P);
+    char names[2][64][96];
+    int np = kiln_params_count(P);
+    for (int i = 0; i < np && st == KILN_OK; i++) {
+        int64_t shape[KILN_MAX_DIMS];
+        int nd = kiln_params_shape(P, i, shape);
+        st = kiln_st_writer_add(w, kiln_params_name(P, i), KILN_F32, nd, shape, data + kiln_params_offset(P, i));
+    }
+    for (int k = 0; o && k < kiln_optim_state_count(o) && st == KILN_OK; k++) {
+        const float *sd = kiln_optim_state(o, k);
+        for (int i = 0; i < np && i < 64 && st == KILN_OK; i++) {
+            int64_t shape[KILN_MAX_DIMS];
+            int nd = kiln_params_shape(P, i, shape);
+            snprintf(names[k][i], sizeof names[k][i], "optim.%s.%s", kiln_optim_state_name(o, k), kiln_params_name(P, i));
+            st = kiln_st_writer_add(w, names[k][i], KILN_F32, nd, shape, sd + kiln_params_offset(P, i));
+        }
+    }
+    char buf[64];
+#define META(k, fmt, v)                                            \
+    if (st == KILN_OK) {                                           \
+        snprintf(buf, sizeof buf, fmt, v);                         \
+        st = kiln_st_writer_meta(w, k, buf);                       \
+    }
+    META("format", "%s", "pt");
+    META("kiln.format", "%s", FORMAT);
+    META("kiln.version", "%s", VERSION);
+    META("kiln.model", "%s", s->model);
+    META("kiln.optimizer", "%s", s->optimizer);
+    META("kiln.step", "%" PRId64, s->step);
+    META("kiln.epoch", "%" PRId64, s->epoch);
+    META("kiln.next_batch", "%" PRId64, s->next_batch);
+    META("kiln.seed", "%" PRIu64, s->seed);
+    META("kiln.batch_size", "%" PRId64, s->batch_size);
+    META("kiln.lr", "%.9g", (double)s->lr);
+    META("kiln.optim_steps", "%" PRId64, s->optim_steps);
+#undef META
+    if (np > 64 && o) st = kiln_fail(KILN_ERR_INVALID_ARG, "%s: more than 64 parameters", path);
+    if (st == KILN_OK) st = kiln_st_writer_save(w, path);
+    kiln_st_writer_free(w);
+    return st;
+}
+
+/* copies a tensor into a float destination, converting from what PyTorch may have written */
+static kiln_status load_into(const kiln_st_file *f, const char *name, float *dst, int ndim, const int64_t *shape,
+                             const char *path) {
+    const kiln_tensor *t = kiln_st_find(f, name);
+    if (!t) return kiln_fail(KILN_ERR_SHAPE, "%s: tensor '%s' is missing", path, name);
+    int same = t->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
+    if (!same) {
+        char a[96], b[96];
+        return kiln_fail(KILN_ERR_SHAPE, "%s: tensor '%s' has shape %s, the model wants %s", path, name,
+                         kiln_shape_str(t->ndim, t->shape, a, sizeof a), kiln_shape_str(ndim, shape, b, sizeof b));
+    }
+    int64_t n = kiln_tensor_numel(t);
+    switch (t->dtype) {
+    case KILN_F32: memcpy(dst, t->data, (size_t)n * 4); break;
+    case KILN_F64: for (int64_t i = 0; i < n; i++) dst[i] = (float)((const double *)t->data)[i]; break;
+    case KILN_BF16: for (int64_t i = 0; i < n; i++) dst[i] = kiln_bf16_to_f32(((const uint16_t *)t->data)[i]); break;
+    case KILN_F16: for (int64_t i = 0; i < n; i++) dst[i] = kiln_f16_to_f32(((const uint16_t *)t->data)[i]); break;
+    default: return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s' is %s, not a float type", path, name, kiln_dtype_name(t->dtype));
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(dst[i])) return kiln_fail(KILN_ERR_NUMERIC, "%s: tensor '%s' holds NaN or Inf at %lld", path, name, (long long)i);
+    return KILN_OK;
+}
+
+static kiln_status load_params_from(const kiln_st_file *f, kiln_params *P, const char *path) {
+    if (kiln_params_dtype(P) != KILN_F32) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: loading needs f32 parameters", path);
+    /* check every tensor before touching the parameters: a bad file changes nothing */
+    float *stage = kiln_alloc((size_t)kiln_params_total(P) * 4 + 64);
+    if (!stage) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < kiln_params_count(P) && st == KILN_OK; i++) {
+        int64_t shape[KILN_MAX_DIMS];
+        int nd = kiln_params_shape(P, i, shape);
+        st = load_into(f, kiln_params_name(P, i), stage + kiln_params_offset(P, i), nd, shape, path);
+    }
+    if (st == KILN_OK) memcpy(kiln_params_data(P), stage, (size_t)kiln_params_total(P) * 4);
+    kiln_free(stage);
+    return st;
+}
+
+kiln_status kiln_checkpoint_load_params(kiln_params *P, const char *path) {
+    kiln_st_file *f;
+    kiln_status st = kiln_st_open(path, &f);
+    if (st != KILN_OK) return st;
+    st = load_params_from(f, P, path);
+    kiln_st_close(f);
+    return st;
+}
+
+static kiln_status meta_i64(const kiln_st_file *f, const char *key, int64_t *out, const char *path) {
+    const char *v = kiln_st_meta(f, key);
+    char *end;
+    if (!v) return kiln_fail(KILN_ERR_FORMAT, "%s: not a kiln checkpoint (no '%s' in its metadata); --load reads weights only", path, key);
+    long long x = strtoll(v, &end, 10);
+    if (*end || end == v) return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s' is '%s', not an integer", path, key, v);
+    *out = x;
+    return KILN_OK;
+}
+
+kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim *o, kiln_ckpt_state *s) {
+    kiln_st_file *f;
+    kiln_status st = kiln_st_open(path, &f);
+    if (st != KILN_OK) return st;
+    memset(s, 0, sizeof *s);
+    const char *fmt = kiln_st_meta(f, "kiln.format");
+    if (!fmt || strcmp(fmt, FORMAT) != 0) {
+        kiln_st_close(f);
+        return kiln_fail(KILN_ERR_FORMAT, "%s: not a kiln checkpoint (metadata kiln.format is %s)", path, fmt ? fmt : "absent");
+    }
+    const char *model = kiln_st_meta(f, "kiln.model"), *opt = kiln_st_meta(f, "kiln.optimizer"), *lr = kiln_st_meta(f, "kiln.lr");
+    snprintf(s->model, sizeof s->model, "%s", model ? model : "");
+    snprintf(s->optimizer, sizeof s->optimizer, "%s", opt ? opt : "");
+    int64_t seed = 0;
+    if ((st = meta_i64(f, "kiln.step", &s->step, path)) == KILN_OK && (st = meta_i64(f, "kiln.epoch", &s->epoch, path)) == KILN_OK &&
+        (st = meta_i64(f, "kiln.next_batch", &s->next_batch, path)) == KILN_OK &&
+        (st = meta_i64(f, "kiln.seed", &seed, path)) == KILN_OK &&
+        (st = meta_i64(f, "kiln.batch_size", &s->batch_size, path)) == KILN_OK)
+        st = meta_i64(f, "kiln.optim_steps", &s->optim_steps, path);
+    s->seed = (uint64_t)seed;
+    s->lr = lr ? strtof(lr, NULL) : 0;
+    if (st == KILN_OK) st = load_params_from(f, P, path);
+    if (st == KILN_OK && o) {
+        if (strcmp(s->optimizer, kiln_optim_name(kiln_optim_get_kind(o))) != 0)
+            st = kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved with optimizer %s, resumed with %s", path, s->optimizer,
+                           kiln_optim_name(kiln_optim_get_kind(o)));
+        for (int k = 0; st == KILN_OK && k < kiln_optim_state_count(o); k++) {
+            float *sd = kiln_optim_state(o, k);
+            for (int i = 0; i < kiln_params_count(P) && st == KILN_OK; i++) {
+                char name[128];
+                int64_t shape[KILN_MAX_DIMS];
+                int nd = kiln_params_shape(P, i, shape);
+                snprintf(name, sizeof name, "optim.%s.%s", kiln_optim_state_name(o, k), kiln_params_name(P, i));
+                st = load_into(f, name, sd + kiln_params_offset(P, i), nd, shape, path);
+            }
+        }
+        if (st == KILN_OK) {
+            kiln_optim_set_steps(o, s->optim_steps);
+            kiln_optim_set_lr(o, s->lr);
+        }
+    }
+    kiln_st_close(f);
+    return st;
+}

@@ -1,0 +1,312 @@
+/* The trainer: builds the model, compiles a training plan once, then steps it
+ * over the loader's batches with a fused optimizer; evaluates with a separate
+ * inference plan (no backward, no saved activations); checkpoints and resumes
+ * exactly. Prints nothing itself: progress goes to a callback, messages to the logger. */
+#include <math.h>
+#include <omp.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+#include "kiln/train.h"
+#include "train/internal/checkpoint.h"
+
+kiln_train_config kiln_train_defaults(void) {
+    kiln_train_config c = {0};
+    c.model = "mnist-cnn";
+    c.data = "fashion-mnist";
+    c.epochs = 1;
+    c.batch_size = 64;
+    c.test_batch_size = 1000;
+    c.optim = kiln_optim_defaults(KILN_OPT_ADADELTA);
+    c.lr_step_gamma = 0.7f;
+    c.lr_step_size = 1;
+    c.workers = 1;
+    c.prefetch = 2;
+    c.threads = 0;
+    c.seed = 1;
+    c.test = 1;
+    c.fuse = 1;
+    c.autotune = 1;
+    return c;
+}
+
+int kiln_cores_available(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+static int set_threads(int threads) {
+    if (threads <= 0) threads = kiln_cores_available();
+    omp_set_num_threads(threads);
+    return threads;
+}
+
+/* accuracy of params P on a dataset, with an inference plan */
+static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, kiln_dataset *ds, int64_t batch,
+                            int workers, int fuse, double *accuracy, int64_t *samples) {
+    kiln_compile_opts o = kiln_compile_defaults();
+    o.training = 0;
+    o.max_batch = batch;
+    o.fuse = fuse;
+    o.autotune = 0; /* one pass over the test set: timing candidates costs more than it saves */
+    kiln_plan *plan;
+    kiln_status st = kiln_compile(g, P, &m->out, 1, &o, &plan);
+    if (st != KILN_OK) return st;
+    kiln_loader_config lc = kiln_loader_defaults();
+    lc.batch_size = batch;
+    lc.shuffle = 0;
+    lc.workers = workers;
+    kiln_loader *L;
+    if ((st = kiln_loader_new(ds, &lc, &L)) != KILN_OK) {
+        kiln_plan_free(plan);
+        return st;
+    }
+    int64_t correct = 0, seen = 0;
+    kiln_loader_start_epoch(L, 0, 0);
+    kiln_batch b;
+    int got;
+    while (st == KILN_OK && (got = kiln_loader_next(L, &b)) == 1) {
+        kiln_plan_bind(plan, m->x, b.x);
+        kiln_plan_bind(plan, m->y, b.y);
+        st = kiln_plan_run(plan, b.n);
+        if (st == KILN_OK) {
+            const float *out = kiln_plan_value(plan, m->out);
+            for (int64_t i = 0; i < b.n; i++) {
+                const float *row = out + i * m->num_classes;
+                int best = 0;
+                for (int k = 1; k < m->num_classes; k++)
+                    if (row[k] > row[best]) best = k;
+                correct += best == b.y[i];
+            }
+            seen += b.n;
+        }
+        kiln_loader_release(L, &b);
+    }
+    if (st == KILN_OK && got < 0) st = KILN_ERR_IO;
+    kiln_loader_free(L);
+    kiln_plan_free(plan);
+    *accuracy = seen ? (double)correct / (double)seen : 0;
+    if (samples) *samples = seen;
+    return st;
+}
+
+static kiln_status check_config(const kiln_train_config *c) {
+    if (!c->model || !c->model[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--model is required");
+    if (!c->data || !c->data[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--data is required");
+    if (c->batch_size < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size is %lld; it must be at least 1", (long long)c->batch_size);
+    if (c->test_batch_size < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "--test-batch-size is %lld; it must be at least 1", (long long)c->test_batch_size);
+    if (c->epochs < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "--epochs is %lld; it must be at least 1", (long long)c->epochs);
+    if (c->workers < 0 || c->workers > 64) return kiln_fail(KILN_ERR_INVALID_ARG, "--workers is %d; use 0..64", c->workers);
+    if (c->prefetch < 1 || c->prefetch > 64) return kiln_fail(KILN_ERR_INVALID_ARG, "--prefetch is %d; use 1..64", c->prefetch);
+    if (c->threads < 0 || c->threads > 1024) return kiln_fail(KILN_ERR_INVALID_ARG, "--threads is %d", c->threads);
+    if (c->max_steps < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--max-steps is %lld", (long long)c->max_steps);
+    if (!(c->lr_step_gamma > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--lr-step-gamma is %g; it must be > 0", (double)c->lr_step_gamma);
+    return KILN_OK;
+}
+
+kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
+    memset(r, 0, sizeof *r);
+    r->test_accuracy = -1;
+    kiln_status st = check_config(c);
+    if (st != KILN_OK) return st;
+    int threads = set_threads(c->threads);
+    int cores = kiln_cores_available();
+    kiln_log(KILN_LOG_INFO, "thread budget: %d compute thread%s (OpenMP, shared with oneDNN), %d loader worker%s (low priority, asleep while the ring is full), %d core%s available",
+             threads, threads == 1 ? "" : "s", c->workers, c->workers == 1 ? "" : "s", cores, cores == 1 ? "" : "s");
+    if (threads > cores)
+        kiln_log(KILN_LOG_WARN, "%d compute threads on %d cores: they will fight for the cores", threads, cores);
+
+    kiln_graph *g = NULL;
+    kiln_params *P = NULL;
+    kiln_optim *opt = NULL;
+    kiln_plan *plan = NULL;
+    kiln_loader *L = NULL;
+    kiln_dataset *train = NULL, *test = NULL;
+    kiln_model m;
+
+    if ((st = kiln_dataset_open(c->data, 1, &train)) != KILN_OK) goto out;
+    if (c->test && (st = kiln_dataset_open(c->data, 0, &test)) != KILN_OK) goto out;
+    g = kiln_graph_new();
+    if ((st = kiln_model_build(g, c->model, &m)) != KILN_OK) goto out;
+    if (kiln_shape_numel(train->sample_ndim, train->sample_shape) != 784) {
+        st = kiln_fail(KILN_ERR_SHAPE, "%s: samples of %lld values, model %s wants 784 (1x28x28)", train->name,
+                       (long long)kiln_shape_numel(train->sample_ndim, train->sample_shape), c->model);
+        goto out;
+    }
+    if ((st = kiln_params_new(g, KILN_F32, &P)) != KILN_OK) goto out;
+    kiln_params_init(P, c->seed);
+    if ((st = kiln_optim_new(&c->optim, P, &opt)) != KILN_OK) goto out;
+
+    kiln_ckpt_state cs = {0};
+    uint64_t seed = c->seed;
+    if (c->resume) {
+        if ((st = kiln_checkpoint_resume(c->resume, P, opt, &cs)) != KILN_OK) goto out;
+        if (strcmp(cs.model, c->model) != 0) {
+            st = kiln_fail(KILN_ERR_INVALID_ARG, "%s: a checkpoint of model '%s', not '%s'", c->resume, cs.model, c->model);
+            goto out;
+        }
+        if (cs.batch_size != c->batch_size) {
+            st = kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved with --batch-size %lld; resume with the same", c->resume, (long long)cs.batch_size);
+            goto out;
+        }
+        seed = cs.seed;
+        kiln_log(KILN_LOG_INFO, "resuming %s at step %lld (epoch %lld, batch %lld)", c->resume, (long long)cs.step,
+                 (long long)cs.epoch + 1, (long long)cs.next_batch);
+    }
+
+    kiln_compile_opts co = kiln_compile_defaults();
+    co.training = 1;
+    co.max_batch = c->batch_size;
+    co.fuse = c->fuse;
+    co.autotune = c->autotune;
+    co.dropout_off = c->dropout_off;
+    co.seed = seed;
+    if ((st = kiln_compile(g, P, &m.loss, 1, &co, &plan)) != KILN_OK) goto out;
+    r->arena_bytes = kiln_plan_arena_bytes(plan);
+    r->arena_bytes_no_reuse = kiln_plan_arena_bytes_no_reuse(plan);
+    kiln_log(KILN_LOG_DEBUG, "arena %.1f MiB (%.1f MiB without reuse)", r->arena_bytes / 1048576.0, r->arena_bytes_no_reuse / 1048576.0);
+
+    if (c->profile) kiln_plan_set_profile(plan, 1);
+    kiln_loader_config lc = kiln_loader_defaults();
+    lc.batch_size = c->batch_size;
+    lc.shuffle = 1;
+    lc.seed = seed;
+    lc.workers = c->workers;
+    lc.prefetch = c->prefetch;
+    lc.lock_memory = c->lock_memory;
+    if ((st = kiln_loader_new(train, &lc, &L)) != KILN_OK) goto out;
+    int64_t per_epoch = kiln_loader_batches_per_epoch(L);
+    int64_t total = c->epochs * per_epoch;
+    if (c->max_steps && c->max_steps < total) total = c->max_steps;
+
+    int64_t step = cs.step, epoch = cs.epoch, first = cs.next_batch, samples = 0;
+    double loss = NAN, t0 = now_s(), wait0 = 0;
+    int stop = step >= total;
+    while (!stop && epoch < c->epochs) {
+        kiln_optim_set_lr(opt, kiln_lr_step_schedule(c->optim.lr, c->lr_step_gamma, c->lr_step_size, epoch));
+        if ((st = kiln_loader_start_epoch(L, epoch, first)) != KILN_OK) goto out;
+        kiln_batch b;
+        int got;
+        int64_t next = first;
+        while ((got = kiln_loader_next(L, &b)) == 1) {
+            kiln_plan_bind(plan, m.x, b.x);
+            kiln_plan_bind(plan, m.y, b.y);
+            kiln_plan_set_step(plan, (uint64_t)step);
+            st = kiln_plan_run(plan, b.n);
+            if (st == KILN_OK) {
+                loss = kiln_plan_loss(plan);
+                if (!isfinite(loss))
+                    st = kiln_fail(KILN_ERR_NUMERIC, "step %lld (epoch %lld, batch %lld): the loss is %g; lower --lr or check the data%s",
+                                   (long long)step + 1, (long long)epoch + 1, (long long)b.index, loss,
+                                   c->save ? "; no checkpoint was written" : "");
+            }
+            if (st == KILN_OK) st = kiln_optim_step(opt);
+            kiln_loader_release(L, &b);
+            if (st != KILN_OK) goto out;
+            step++;
+            samples += b.n;
+            next = b.index + 1;
+            stop = step >= total;
+            if (c->progress) {
+                double el = now_s() - t0, wait = kiln_loader_wait_seconds(L) - wait0;
+                kiln_progress p = {step, total, epoch, c->epochs, next, per_epoch, loss, samples / (el > 0 ? el : 1e-9),
+                                   el > 0 ? wait / el : 0, el, (double)(total - step) * el / (double)(step - cs.step), stop};
+                c->progress(&p, c->progress_user);
+            }
+            if (stop) break;
+        }
+        if (got < 0) {
+            st = KILN_ERR_IO;
+            goto out;
+        }
+        if (next >= per_epoch) {
+            epoch++;
+            next = 0;
+        }
+        first = next;
+        if (stop) break;
+    }
+    r->train_time_s = now_s() - t0;
+    r->data_wait_frac = r->train_time_s > 0 ? kiln_loader_wait_seconds(L) / r->train_time_s : 0;
+    r->steps = step - cs.step;
+    r->samples = samples;
+    r->epochs = epoch;
+    r->images_per_s = r->train_time_s > 0 ? (double)samples / r->train_time_s : 0;
+    r->final_loss = loss;
+    r->threads = threads;
+    r->workers = c->workers;
+
+    if (c->save) {
+        kiln_ckpt_state s = {0};
+        snprintf(s.model, sizeof s.model, "%s", c->model);
+        snprintf(s.optimizer, sizeof s.optimizer, "%s", kiln_optim_name(c->optim.kind));
+        s.step = step;
+        s.epoch = epoch;
+        s.next_batch = first;
+        s.seed = seed;
+        s.batch_size = c->batch_size;
+        s.lr = kiln_optim_lr(opt);
+        s.optim_steps = kiln_optim_steps(opt);
+        if ((st = kiln_checkpoint_save(c->save, P, opt, &s)) != KILN_OK) goto out;
+    }
+    if (c->profile) {
+        static char report[8192];
+        kiln_plan_profile_report(plan, report, sizeof report);
+        kiln_log(KILN_LOG_INFO, "%s", report);
+    }
+    /* the training plan's arena is not needed to evaluate */
+    kiln_plan_free(plan);
+    plan = NULL;
+    kiln_loader_free(L);
+    L = NULL;
+    if (c->test) {
+        if ((st = evaluate(g, &m, P, test, c->test_batch_size, c->workers, c->fuse, &r->test_accuracy, NULL)) != KILN_OK) goto out;
+    }
+    r->peak_rss_mb = peak_rss_mb();
+out:
+    kiln_loader_free(L);
+    kiln_plan_free(plan);
+    kiln_optim_free(opt);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+    kiln_dataset_free(train);
+    kiln_dataset_free(test);
+    return st;
+}
+
+kiln_status kiln_evaluate(const char *model, const char *data, const char *load, int64_t batch_size, int workers,
+                          int threads, double *accuracy, int64_t *samples) {
+    if (batch_size < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size is %lld; it must be at least 1", (long long)batch_size);
+    if (!load) return kiln_fail(KILN_ERR_INVALID_ARG, "eval needs --load FILE");
+    set_threads(threads);
+    kiln_graph *g = kiln_graph_new();
+    kiln_params *P = NULL;
+    kiln_dataset *test = NULL;
+    kiln_model m;
+    kiln_status st = kiln_model_build(g, model, &m);
+    if (st == KILN_OK) st = kiln_dataset_open(data, 0, &test);
+    if (st == KILN_OK) st = kiln_params_new(g, KILN_F32, &P);
+    if (st == KILN_OK) st = kiln_checkpoint_load_params(P, load);
+    if (st == KILN_OK) st = evaluate(g, &m, P, test, batch_size, workers, 1, accuracy, samples);
+    kiln_params_free(P);
+    kiln_dataset_free(test);
+    kiln_graph_free(g);
+    return st;
+}
