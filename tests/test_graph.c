@@ -90,15 +90,17 @@ static void test_passes_do_not_change_results(void) {
     int32_t *y = kiln_alloc((size_t)B * 4);
     random_batch(x, y, B, 784);
     int64_t total = kiln_params_total(mp.P32);
-    float *grads[4];
-    double losses[4];
-    size_t arena[4];
-    for (int variant = 0; variant < 4; variant++) {
+    enum { NV = 8 };
+    float *grads[NV];
+    double losses[NV];
+    size_t arena[NV];
+    for (int variant = 0; variant < NV; variant++) {
         kiln_compile_opts o = kiln_compile_defaults();
         o.training = 1;
         o.max_batch = B;
         o.reuse_memory = variant & 1;
         o.fuse = (variant >> 1) & 1;
+        o.layout = (variant >> 2) & 1;
         o.autotune = 0;
         kiln_plan *pl = NULL;
         CHECK_OK(kiln_compile(mp.g, mp.P32, &mp.m.loss, 1, &o, &pl));
@@ -115,11 +117,11 @@ static void test_passes_do_not_change_results(void) {
     }
     CHECK_MSG(arena[1] < arena[0], "reuse should shrink the arena: %zu vs %zu", arena[1], arena[0]);
     CHECK_MSG(arena[3] < arena[1], "fusion should shrink the arena: %zu vs %zu", arena[3], arena[1]);
-    for (int v = 1; v < 4; v++) {
+    for (int v = 1; v < NV; v++) {
         CHECK_MSG(fabs(losses[v] - losses[0]) <= 1e-6 * fabs(losses[0]), "variant %d loss %.9f vs %.9f", v, losses[v], losses[0]);
         CHECK_MSG(tu_err_ff(grads[v], grads[0], total, 1e-6, 1e-4) <= 1, "variant %d gradients differ", v);
     }
-    for (int v = 0; v < 4; v++) free(grads[v]);
+    for (int v = 0; v < NV; v++) free(grads[v]);
     kiln_free(x);
     kiln_free(y);
     free_pair(&mp);

@@ -645,8 +645,65 @@ static void test_optim(void) {
     }
 }
 
+/* nChw16c <-> NCHW for the layout-aware max-pool */
+static void to_blocked(const float *x, float *b, int64_t n, int64_t c, int64_t hw) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t p = 0; p < hw; p++) b[((i * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16] = x[(i * c + ch) * hw + p];
+}
+
+static void test_pool_layout(void) {
+    /* 2x2/2 on even and odd sizes, and a 3x3/2 window; plain and blocked; relu mask on and off */
+    const int64_t cfg[3][4] = {{3, 32, 12, 12}, {2, 16, 9, 7}, {2, 32, 7, 7}};
+    for (int t = 0; t < 3; t++) {
+        kiln_pool_shape ps = {cfg[t][0], cfg[t][1], cfg[t][2], cfg[t][3], t == 2 ? 3 : 2, 2, 0, 0};
+        CHECK(kiln_pool_shape_infer(&ps) == 0);
+        int64_t nx = ps.n * ps.c * ps.h * ps.w, ny = ps.n * ps.c * ps.oh * ps.ow, hw = ps.h * ps.w;
+        double *xd = dalloc(nx), *dyd = drand_(ny, -1, 1), *yref = dalloc(ny), *dxref = dalloc(nx);
+        fill_distinct(xd, nx);
+        for (int64_t i = 0; i < nx; i++) xd[i] = xd[i] > 0 ? xd[i] : 0; /* a relu's output: many zero windows too */
+        for (int64_t i = 0; i < nx; i += 7) xd[i] = xd[i] + 0.25; /* ... but not all */
+        float *xf = falloc(nx), *xb = falloc(nx), *dyf = falloc(ny), *y = falloc(ny), *dx = falloc(nx), *dxp = falloc(nx);
+        for (int64_t i = 0; i < nx; i++) xf[i] = (float)xd[i];
+        for (int64_t i = 0; i < nx; i++) xd[i] = xf[i];
+        for (int64_t i = 0; i < ny; i++) dyf[i] = (float)dyd[i];
+        f2d(dyf, dyd, ny);
+        to_blocked(xf, xb, ps.n, ps.c, hw);
+        kiln_ref_max_pool2d_fwd(&ps, xd, yref);
+        for (int blocked = 0; blocked <= 16; blocked += 16) {
+            kiln_cpu_max_pool2d_fwd_layout(&ps, blocked, blocked ? xb : xf, y);
+            CHECK_MSG(tu_err(y, yref, ny, 1e-30, 0) <= 0, "pool fwd layout %d cfg %d", blocked, t);
+            for (int mask = 0; mask <= 1; mask++)
+                for (int acc = 0; acc <= 1; acc++) {
+                    if (mask) kiln_ref_max_pool2d_relu_bwd(&ps, xd, dyd, dxref, 0);
+                    else kiln_ref_max_pool2d_bwd(&ps, xd, dyd, dxref, 0);
+                    float *pre = frand(nx, -1, 1);
+                    if (acc)
+                        for (int64_t i = 0; i < nx; i++) dxref[i] += pre[i];
+                    if (blocked) to_blocked(pre, dx, ps.n, ps.c, hw);
+                    else memcpy(dx, pre, (size_t)nx * sizeof *dx);
+                    kiln_cpu_max_pool2d_bwd_layout(&ps, blocked, mask, blocked ? xb : xf, dyf, dx, acc);
+                    if (blocked) { /* back to NCHW to compare */
+                        float *tmp = falloc(nx);
+                        for (int64_t i = 0; i < nx; i++) tmp[i] = 0;
+                        for (int64_t i = 0; i < ps.n; i++)
+                            for (int64_t ch = 0; ch < ps.c; ch++)
+                                for (int64_t p = 0; p < hw; p++)
+                                    tmp[(i * ps.c + ch) * hw + p] = dx[((i * (ps.c / 16) + ch / 16) * hw + p) * 16 + ch % 16];
+                        memcpy(dxp, tmp, (size_t)nx * sizeof *dxp);
+                        free(tmp);
+                    } else memcpy(dxp, dx, (size_t)nx * sizeof *dxp);
+                    CHECK_MSG(tu_err(dxp, dxref, nx, 1e-6, 1e-6) <= 1, "pool bwd layout %d mask %d acc %d cfg %d", blocked, mask, acc, t);
+                    free(pre);
+                }
+        }
+        free(xd); free(dyd); free(yref); free(dxref); free(xf); free(xb); free(dyf); free(y); free(dx); free(dxp);
+    }
+}
+
 int main(void) {
     tu_seed(20240611);
+    test_pool_layout();
     test_conv();
     test_linear();
     test_relu();

@@ -95,6 +95,7 @@ typedef struct kiln_compile_opts {
     int reuse_memory;   /* 1 (default): the planner shares arena space by liveness */
     int fuse;           /* 1 (default): the fusion pass folds relu into conv2d/linear */
     int autotune;       /* 1 (default): time each conv algorithm on its real shape, keep the fastest */
+    int layout;         /* 1 (default): the layout pass keeps conv chains in oneDNN's blocked layout */
     int dropout_off;    /* 1: dropout is the identity even in training (golden tests) */
     uint64_t seed;      /* dropout key */
 } kiln_compile_opts;

@@ -51,6 +51,7 @@ static kiln_value grad_target(ad_ctx *c, kiln_value x, int *acc) {
                                         X.kind == KILN_VAL_PARAM ? KILN_VAL_PARAM_GRAD : KILN_VAL_ACT);
     if (d < 0 || grow(c)) return -1;
     g->vals[d].param = X.param;
+    g->vals[d].grad_of = x;
     c->grad_of[x] = d;
     *acc = 0;
     return d;
@@ -153,6 +154,7 @@ kiln_status kiln_autodiff(kiln_graph *g, kiln_value loss) {
                 kiln_value d = kiln_graph_add_value(g, name, KILN_F32, g->vals[x].ndim, shape, g->vals[x].batched, KILN_VAL_ACT);
                 if (d < 0 || grow(&c)) goto oom;
                 g->vals[d].alias_of = dy;
+                g->vals[d].grad_of = x;
                 int id = kiln_graph_add_node(g, KILN_OP_RESHAPE, &dy, 1, &d, 1);
                 if (id < 0) goto oom;
                 g->nodes[id].fwd = i;

@@ -69,6 +69,7 @@ kiln_value kiln_graph_add_value(kiln_graph *g, const char *name, kiln_dtype dtyp
     v->kind = kind;
     v->param = -1;
     v->alias_of = -1;
+    v->grad_of = -1;
     return g->nvals++;
 }
 

@@ -31,3 +31,41 @@ int kiln_pass_fuse_relu(kiln_graph *g, int nfwd) {
     free(readers);
     return fused;
 }
+
+/* relu_bwd(y, max_pool2d_bwd(x = y, dy)) -> max_pool2d_bwd with a relu mask:
+ * the pool's gradient lands only on window maxima, and the relu passes it iff
+ * that maximum is > 0, so one pass writes the final gradient. */
+int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g) {
+    int *readers = calloc((size_t)g->nvals, sizeof(int)), *producer = malloc((size_t)g->nvals * sizeof(int));
+    if (!readers || !producer) {
+        free(readers);
+        free(producer);
+        return -1;
+    }
+    for (int v = 0; v < g->nvals; v++) producer[v] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->nin; k++) readers[n->in[k]]++;
+        for (int k = 0; k < n->nout; k++)
+            if (producer[n->out[k]] < 0) producer[n->out[k]] = i;
+    }
+    int fused = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        kiln_node *r = &g->nodes[i];
+        if (r->op != KILN_OP_RELU_BWD || r->dead || r->acc[0]) continue;
+        kiln_value d = r->in[1];
+        int pi = producer[d];
+        if (pi < 0 || readers[d] != 1) continue;
+        kiln_node *m = &g->nodes[pi];
+        if (m->op != KILN_OP_MAX_POOL2D_BWD || m->acc[0] || m->relu_mask) continue;
+        if (kiln_val_root(g, m->in[0]) != kiln_val_root(g, r->in[0])) continue;
+        m->out[0] = r->out[0];
+        m->relu_mask = 1;
+        r->dead = 1;
+        fused++;
+    }
+    free(readers);
+    free(producer);
+    return fused;
+}

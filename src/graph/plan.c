@@ -52,6 +52,7 @@ kiln_compile_opts kiln_compile_defaults(void) {
     o.reuse_memory = 1;
     o.fuse = 1;
     o.autotune = 1;
+    o.layout = 1;
     o.seed = 1;
     return o;
 }
@@ -155,7 +156,9 @@ static kiln_status get_state(kiln_plan *pl, int64_t batch, batch_state **out) {
         if (n->op == KILN_OP_CONV2D) {
             kiln_conv_shape cs;
             conv_shape_of(pl, n, batch, &cs);
-            kiln_dnnl_conv_opts co = {n->nin > 2, n->fuse_relu, pl->need_bwd_data[i], pl->need_bwd_weight[i], pl->o.autotune};
+            kiln_dnnl_conv_opts co = {n->nin > 2, n->fuse_relu, pl->need_bwd_data[i], pl->need_bwd_weight[i], pl->o.autotune,
+                                      pl->g->vals[kiln_val_root(pl->g, n->in[0])].layout == 16,
+                                      pl->g->vals[kiln_val_root(pl->g, n->out[0])].layout == 16};
             st = kiln_dnnl_conv_new(&cs, &co, (kiln_dnnl_conv **)&bs->kobj[i]);
             if (st == KILN_OK) {
                 size_t w = kiln_dnnl_conv_workspace(bs->kobj[i]);
@@ -226,8 +229,10 @@ kiln_status kiln_compile(kiln_graph *g0, kiln_params *P, const kiln_value *outpu
         if (st != KILN_OK) goto fail;
     }
     if (o.fuse && !o.reference) {
-        int fused = kiln_pass_fuse_relu(g, pl->nfwd);
-        if (fused < 0) goto oom;
+        if (kiln_pass_fuse_relu(g, pl->nfwd) < 0 || kiln_pass_fuse_pool_relu_bwd(g) < 0) goto oom;
+    }
+    if (o.layout && !o.reference) {
+        if (kiln_pass_layout(g) < 0) goto oom;
     }
 
     /* which backward directions each forward conv/linear needs */
@@ -250,7 +255,7 @@ kiln_status kiln_compile(kiln_graph *g0, kiln_params *P, const kiln_value *outpu
     pl->order = malloc((size_t)g->nnodes * sizeof(int));
     if (!pl->order) goto oom;
     for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i].op != KILN_OP_RESHAPE) pl->order[pl->norder++] = i;
+        if (g->nodes[i].op != KILN_OP_RESHAPE && !g->nodes[i].dead) pl->order[pl->norder++] = i;
 
     pl->outputs = malloc((size_t)n_outputs * sizeof *pl->outputs);
     pl->offset = malloc((size_t)g->nvals * sizeof *pl->offset);
@@ -379,7 +384,8 @@ static kiln_status run_ref(kiln_plan *pl, const kiln_node *n, int64_t B) {
     case KILN_OP_MAX_POOL2D_BWD: {
         kiln_pool_shape ps;
         pool_shape_of(pl, n, n->in[0], B, &ps);
-        kiln_ref_max_pool2d_bwd(&ps, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
+        if (n->relu_mask) kiln_ref_max_pool2d_relu_bwd(&ps, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
+        else kiln_ref_max_pool2d_bwd(&ps, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
         return KILN_OK;
     }
     case KILN_OP_DROPOUT:
@@ -450,13 +456,13 @@ static kiln_status run_fast(kiln_plan *pl, batch_state *bs, const kiln_node *n, 
     case KILN_OP_MAX_POOL2D: {
         kiln_pool_shape ps;
         pool_shape_of(pl, n, n->in[0], B, &ps);
-        kiln_cpu_max_pool2d_fwd(&ps, F(n->in[0]), F(n->out[0]));
+        kiln_cpu_max_pool2d_fwd_layout(&ps, g->vals[n->in[0]].layout, F(n->in[0]), F(n->out[0]));
         return KILN_OK;
     }
     case KILN_OP_MAX_POOL2D_BWD: {
         kiln_pool_shape ps;
         pool_shape_of(pl, n, n->in[0], B, &ps);
-        kiln_cpu_max_pool2d_bwd(&ps, F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]);
+        kiln_cpu_max_pool2d_bwd_layout(&ps, g->vals[n->in[0]].layout, n->relu_mask, F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]);
         return KILN_OK;
     }
     case KILN_OP_DROPOUT:
@@ -554,8 +560,9 @@ void kiln_plan_describe(const kiln_plan *pl, char *buf, size_t len) {
         const kiln_node *n = &pl->g->nodes[pl->order[s]];
         char shape[96];
         const kiln_val *O = &pl->g->vals[n->out[0]];
-        o += (size_t)snprintf(buf + o, len - o, "%3d %-22s -> %-14s %s%s%s\n", s, n->name, O->name,
+        o += (size_t)snprintf(buf + o, len - o, "%3d %-22s -> %-14s %s%s%s%s%s\n", s, n->name, O->name,
                               kiln_shape_str(O->ndim, O->shape, shape, sizeof shape), n->fuse_relu ? " +relu" : "",
+                              n->relu_mask ? " +relu_bwd" : "", O->layout == 16 ? " nChw16c" : "",
                               n->acc[0] ? " (accumulate)" : "");
     }
 }

@@ -38,6 +38,8 @@ typedef struct kiln_val {
     int param;                    /* index into the graph's parameters, for PARAM and PARAM_GRAD */
     kiln_value alias_of;          /* a view of another value's storage (reshape), or -1 */
     int64_t fan_in;               /* params: init bound 1/sqrt(fan_in) */
+    kiln_value grad_of;           /* gradients: the value this is d(loss)/d(...) of, else -1 */
+    int layout;                   /* 0: plain (NCHW); 16: oneDNN's nChw16c (layout pass) */
 } kiln_val;
 
 #define KILN_NODE_MAX_IN 4
@@ -53,6 +55,8 @@ typedef struct kiln_node {
     float fattr[2];               /* dropout: p */
     int fwd;                      /* backward nodes: the forward node they differentiate, else -1 */
     int fuse_relu;                /* conv/linear with a following relu folded in (fusion pass) */
+    int relu_mask;                /* max_pool2d_bwd with the following relu_bwd folded in (fusion pass) */
+    int dead;                     /* folded into another node: not executed */
     char name[48];                /* "conv2d#3" for messages */
 } kiln_node;
 
@@ -90,5 +94,13 @@ kiln_value kiln_val_root(const kiln_graph *g, kiln_value v);
 kiln_status kiln_plan_memory(const kiln_graph *g, const int *order, int norder, int64_t max_batch, size_t elem,
                              int reuse, const uint8_t *keep, int64_t *offset, size_t *arena_bytes, size_t *no_reuse_bytes);
 
-/* pass_fuse.c: folds relu into a preceding conv2d or linear whose output only it reads */
+/* pass_fuse.c: folds relu into a preceding conv2d or linear whose output only it
+ * reads, and relu's backward into a max-pool backward over the relu's output.
+ * Returns the number of fusions, or -1 when out of memory. */
 int kiln_pass_fuse_relu(kiln_graph *g, int nfwd);
+int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g);
+
+/* pass_layout.c: keeps conv chains in oneDNN's blocked layout (nChw16c) where
+ * every reader of the activation and of its gradient can take it. Returns the
+ * number of values moved, or -1 when out of memory. */
+int kiln_pass_layout(kiln_graph *g);

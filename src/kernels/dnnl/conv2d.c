@@ -180,6 +180,9 @@ kiln_status kiln_dnnl_conv_new(const kiln_conv_shape *cs, const kiln_dnnl_conv_o
     kiln_dn_md_plain(&c->x_md, 4, xd);
     kiln_dn_md_plain(&c->w_md, 4, wd);
     kiln_dn_md_plain(&c->y_md, 4, yd);
+    dnnl_dims_t dx = {xd[0], xd[1], xd[2], xd[3]}, dy = {yd[0], yd[1], yd[2], yd[3]};
+    if (o->x_blocked) dnnl_memory_desc_init_by_tag(&c->x_md, 4, dx, dnnl_f32, dnnl_nChw16c);
+    if (o->y_blocked) dnnl_memory_desc_init_by_tag(&c->y_md, 4, dy, dnnl_f32, dnnl_nChw16c);
     kiln_dn_md_plain(&c->b_md, 1, bd);
     if ((st = kiln_dnnl_check(dnnl_memory_create(&c->bias_mem, &c->b_md, kiln_dnnl_engine, DNNL_MEMORY_NONE), "bias")) != KILN_OK)
         goto fail;

@@ -20,6 +20,8 @@ typedef struct kiln_dnnl_conv_opts {
     int need_bwd_data;
     int need_bwd_weight;
     int autotune;       /* time every algorithm (winograd, direct) on the real shape and keep the fastest */
+    int x_blocked;      /* x and dx are in nChw16c (layout pass), else NCHW */
+    int y_blocked;      /* y and dy likewise */
 } kiln_dnnl_conv_opts;
 kiln_status kiln_dnnl_conv_new(const kiln_conv_shape *cs, const kiln_dnnl_conv_opts *o, kiln_dnnl_conv **out);
 void kiln_dnnl_conv_free(kiln_dnnl_conv *c);

@@ -48,6 +48,9 @@ void kiln_ref_relu_bwd(int64_t n, const double *y, const double *dy, double *dx,
 void kiln_ref_max_pool2d_fwd(const kiln_pool_shape *ps, const double *x, double *y);
 void kiln_ref_max_pool2d_bwd(const kiln_pool_shape *ps, const double *x, const double *dy, double *dx, int acc);
 
+/* the fused max-pool + relu backward: max_pool2d_bwd, then relu_bwd with y = x */
+void kiln_ref_max_pool2d_relu_bwd(const kiln_pool_shape *ps, const double *x, const double *dy, double *dx, int acc);
+
 /* Element i is kept iff kiln_philox4x32(key, counter, i / 4).v[i % 4] >= kiln_dropout_threshold(p),
  * and kept elements are scaled by 1 / (1 - p). */
 void kiln_ref_dropout_fwd(int64_t n, float p, uint64_t key, uint64_t counter, const double *x, double *y);
@@ -83,6 +86,14 @@ void kiln_cpu_relu_fwd(int64_t n, const float *x, float *y);
 void kiln_cpu_relu_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc);
 void kiln_cpu_max_pool2d_fwd(const kiln_pool_shape *ps, const float *x, float *y);
 void kiln_cpu_max_pool2d_bwd(const kiln_pool_shape *ps, const float *x, const float *dy, float *dx, int acc);
+/* Max-pool whose input x (and dx) is plain NCHW (blocked = 0) or oneDNN's
+ * nChw16c (blocked = 16: [n, c/16, h, w, 16], c % 16 == 0), so a conv chain
+ * kept in the blocked layout needs no reorder; y and dy are always NCHW.
+ * relu_mask folds a preceding relu's backward in (x is the relu's output): a
+ * window whose max is not > 0 passes no gradient. */
+void kiln_cpu_max_pool2d_fwd_layout(const kiln_pool_shape *ps, int blocked, const float *x, float *y);
+void kiln_cpu_max_pool2d_bwd_layout(const kiln_pool_shape *ps, int blocked, int relu_mask, const float *x,
+                                    const float *dy, float *dx, int acc);
 void kiln_cpu_dropout_fwd(int64_t n, float p, uint64_t key, uint64_t counter, const float *x, float *y);
 void kiln_cpu_dropout_bwd(int64_t n, float p, uint64_t key, uint64_t counter, const float *dy, float *dx, int acc);
 void kiln_cpu_log_softmax_fwd(int64_t rows, int64_t cols, const float *x, float *y);

@@ -1,4 +1,5 @@
 /* Reference max pooling (square window, no padding, floor mode), double. */
+#include <stdlib.h>
 #include <string.h>
 #include "kernels/internal/kernels.h"
 
@@ -38,4 +39,13 @@ void kiln_ref_max_pool2d_bwd(const kiln_pool_shape *ps, const double *x, const d
             for (int64_t ow = 0; ow < ps->ow; ow++)
                 dx[p * ps->h * ps->w + argmax(ps, plane, oh, ow)] += dy[(p * ps->oh + oh) * ps->ow + ow];
     }
+}
+
+void kiln_ref_max_pool2d_relu_bwd(const kiln_pool_shape *ps, const double *x, const double *dy, double *dx, int acc) {
+    int64_t n = ps->n * ps->c * ps->h * ps->w;
+    double *t = malloc((size_t)n * sizeof *t);
+    if (!t) return;
+    kiln_ref_max_pool2d_bwd(ps, x, dy, t, 0);
+    kiln_ref_relu_bwd(n, x, t, dx, acc);
+    free(t);
 }
