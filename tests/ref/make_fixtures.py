@@ -122,6 +122,9 @@ def decode(buf, path="?"):
     return out, meta, order
 
 
+WRITTEN = set()  # file names written by this run (generate() removes any other fixture)
+
+
 def save(folder, fname, tensors, metadata, pt_layout=False):
     md = {"torch": torch.__version__, "generator": "tests/ref/make_fixtures.py"}
     md.update({k: str(v) for k, v in metadata.items()})
@@ -131,6 +134,7 @@ def save(folder, fname, tensors, metadata, pt_layout=False):
     path = os.path.join(folder, fname)
     with open(path, "wb") as f:
         f.write(buf)
+    WRITTEN.add(fname)
     # read back and compare against what was meant
     got, gmeta, _ = decode(buf, path)
     assert gmeta == md
@@ -327,7 +331,16 @@ def state(model, prefix=""):
     return [(prefix + k, sd[k].detach().clone()) for k in PARAM_NAMES]
 
 
+def golden_model():
+    """The golden run's initial model: torch.manual_seed(1) Net()."""
+    torch.manual_seed(1)
+    return Net()
+
+
 def mnist_golden(folder):
+    """The batch, logp0, 5 Adadelta losses and the final weights. The initial
+    weights are not repeated here: they are state_dict_pt.safetensors (same seed).
+    fc1.weight (1.2M values) is summarised by checksums and its first two rows."""
     B, STEPS, LR, RHO, EPS = 64, 5, 1.0, 0.9, 1e-6
     images = read_idx(os.path.join(DATA, "train-images-idx3-ubyte.gz"))[:B]
     labels = read_idx(os.path.join(DATA, "train-labels-idx1-ubyte.gz"))[:B]
@@ -337,9 +350,7 @@ def mnist_golden(folder):
     assert x.dtype == torch.float32 and x.shape == (B, 1, 28, 28)
     y = torch.from_numpy(labels.astype(np.int64))
 
-    torch.manual_seed(1)
-    model = Net()
-    init = state(model)
+    model = golden_model()
     model.eval()  # dropout off
     with torch.no_grad():
         logp0 = model(x)
@@ -351,22 +362,29 @@ def mnist_golden(folder):
         losses.append(loss.item())
         loss.backward()
         opt.step()
-    final = state(model, "final.")
-    t = init + [("x", x), ("y", y.to(torch.int32)), ("logp0", logp0),
-                ("losses", torch.tensor(losses, dtype=torch.float64))] + final
+    final = [(n, t) for n, t in state(model, "final.") if n != "final.fc1.weight"]
+    fc1 = model.fc1.weight.detach().clone()
+    fc1d = fc1.to(torch.float64)
+    checks = [("final_fc1_sum", fc1d.sum()), ("final_fc1_abs_sum", fc1d.abs().sum()),
+              ("final.fc1.weight.rows01", fc1[:2].clone())]
+    t = [("x", x), ("y", y.to(torch.int32)), ("logp0", logp0),
+         ("losses", torch.tensor(losses, dtype=torch.float64))] + final + checks
     save(folder, "mnist_golden.safetensors", t,
          dict(model="mnist-cnn", dataset="fashion-mnist train[0:64]",
               normalize="((u8/255) - 0.1307) / 0.3081 in float32", dropout="off (eval mode)",
+              init="state_dict_pt.safetensors (torch.manual_seed(1); Net())",
               init_seed=1, optimizer="adadelta", lr=fl(LR), rho=fl(RHO), eps=fl(EPS),
               weight_decay=fl(0.0), steps=STEPS, batch_size=B, loss="nll_loss(mean)",
+              fc1_weight="final_fc1_sum, final_fc1_abs_sum (float64 sums of the float32 "
+                         "weights), final.fc1.weight.rows01 = final.fc1.weight[:2]",
               threads=1))
     return losses
 
 
 def state_dict_pt(folder):
-    torch.manual_seed(2)
-    model = Net()
-    save(folder, "state_dict_pt.safetensors", state(model), {"format": "pt"}, pt_layout=True)
+    """The golden run's initial weights, in the Hugging Face safetensors torch layout."""
+    save(folder, "state_dict_pt.safetensors", state(golden_model()), {"format": "pt"},
+         pt_layout=True)
 
 
 # ---------------------------------------------------------------------------
@@ -405,6 +423,10 @@ def generate(folder):
     losses = mnist_golden(folder)
     print("  golden losses: " + " ".join(repr(v) for v in losses))
     state_dict_pt(folder)
+    for fname in sorted(os.listdir(folder)):
+        if fname.endswith(".safetensors") and fname not in WRITTEN:
+            os.remove(os.path.join(folder, fname))
+            print(f"  removed stale {fname}")
 
 
 def check(folder):

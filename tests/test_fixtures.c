@@ -1,0 +1,710 @@
+/* Tests against the PyTorch fixtures in tests/ref/fixtures (made by
+ * tests/ref/make_fixtures.py; see tests/ref/README.md):
+ *   - every op: the double reference kernels (to ~1e-10) and the fast float
+ *     kernels, oneDNN's conv and linear included (to ~1e-5 of the largest value);
+ *   - SGD, AdamW and Adadelta: ref and cpu kernels and the public kiln_optim API;
+ *   - the golden mnist-cnn run: PyTorch's initial weights loaded from a file in
+ *     PyTorch's own safetensors layout, 5 Adadelta steps with the fast plan
+ *     (losses within 1e-4 relative) and with the double reference plan;
+ *   - a checkpoint whose shapes do not match fails, naming the tensor, and
+ *     leaves the parameters untouched.
+ * Runs with the working directory tests/. */
+#include <unistd.h>
+#include "graph/internal/graph.h" /* kiln_params_has_grad_mut: the optimizer test has no plan */
+#include "kernels/internal/dnnl_ops.h"
+#include "kernels/internal/kernels.h"
+#include "kiln/graph.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
+#include "kiln/safetensors.h"
+#include "kiln/train.h"
+#include "testutil.h"
+
+#define FX "ref/fixtures/"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define KILN_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KILN_SANITIZED 1
+#endif
+#endif
+#ifndef KILN_SANITIZED
+#define KILN_SANITIZED 0
+#endif
+#define TOL_D 1e-10 /* double kernels vs PyTorch float64 */
+#define TOL_F 1e-5  /* float kernels vs PyTorch float64, relative to the largest magnitude */
+
+/* ---------- fixture access ---------- */
+
+static kiln_st_file *fx_open(const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, FX "%s", name);
+    kiln_st_file *f = NULL;
+    kiln_status s = kiln_st_open(path, &f);
+    CHECK_MSG(s == KILN_OK, "open %s: %s", path, kiln_last_error());
+    return s == KILN_OK ? f : NULL;
+}
+
+static const kiln_tensor *fx_get(kiln_st_file *f, const char *name, kiln_dtype dt) {
+    const kiln_tensor *t = kiln_st_find(f, name);
+    CHECK_MSG(t && t->dtype == dt, "%s: tensor '%s' missing or not %s", kiln_st_path(f), name, kiln_dtype_name(dt));
+    return t && t->dtype == dt ? t : NULL;
+}
+
+static const double *fx_d(kiln_st_file *f, const char *name) {
+    const kiln_tensor *t = fx_get(f, name, KILN_F64);
+    return t ? (const double *)t->data : NULL;
+}
+
+static int64_t fx_numel(kiln_st_file *f, const char *name) {
+    const kiln_tensor *t = kiln_st_find(f, name);
+    return t ? kiln_tensor_numel(t) : 0;
+}
+
+static double fx_meta(kiln_st_file *f, const char *key) {
+    const char *v = kiln_st_meta(f, key);
+    CHECK_MSG(v != NULL, "%s: metadata '%s' missing", kiln_st_path(f), key);
+    return v ? strtod(v, NULL) : 0;
+}
+
+static double *dbuf(int64_t n) {
+    double *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+    if (!p) abort();
+    for (int64_t i = 0; i < n; i++) p[i] = 1e30; /* acc = 0 must overwrite */
+    return p;
+}
+static float *fbuf(int64_t n) {
+    float *p = kiln_alloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+    if (!p) abort();
+    for (int64_t i = 0; i < n; i++) p[i] = 1e30f;
+    return p;
+}
+static float *fcopy(const double *d, int64_t n) {
+    float *p = fbuf(n);
+    for (int64_t i = 0; i < n; i++) p[i] = (float)d[i];
+    return p;
+}
+
+/* max |got - ref| / max |ref| (absolute when ref is all zeros); NaN counts as huge */
+static double err_d(const double *got, const double *ref, int64_t n) {
+    double num = 0, den = 0;
+    if (!ref) return INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - ref[i]);
+        if (!(e <= num)) num = isnan(e) ? INFINITY : e;
+        den = fmax(den, fabs(ref[i]));
+    }
+    return den > 0 ? num / den : num;
+}
+static double err_f(const float *got, const double *ref, int64_t n) {
+    double num = 0, den = 0;
+    if (!ref) return INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - ref[i]);
+        if (!(e <= num)) num = isnan(e) ? INFINITY : e;
+        den = fmax(den, fabs(ref[i]));
+    }
+    return den > 0 ? num / den : num;
+}
+
+#define CMP_D(what, got, ref, n)                                                                   \
+    do {                                                                                           \
+        double e_ = err_d((got), (ref), (n));                                                     \
+        CHECK_MSG(e_ <= TOL_D, "%s: ref %s off by %.3g (relative to max)", fxname, what, e_);      \
+    } while (0)
+#define CMP_F(what, got, ref, n)                                                                   \
+    do {                                                                                           \
+        double e_ = err_f((got), (ref), (n));                                                     \
+        CHECK_MSG(e_ <= TOL_F, "%s: float %s off by %.3g (relative to max)", fxname, what, e_);    \
+    } while (0)
+
+/* ---------- ops ---------- */
+
+static void test_conv2d(const char *fxname) {
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const kiln_tensor *tx = fx_get(f, "x", KILN_F64), *tw = fx_get(f, "w", KILN_F64), *ty = fx_get(f, "y", KILN_F64);
+    int has_bias = (int)fx_meta(f, "has_bias");
+    if (!tx || !tw || !ty) goto out;
+    kiln_conv_shape cs = {.n = tx->shape[0], .c = tx->shape[1], .h = tx->shape[2], .w = tx->shape[3],
+                          .k = tw->shape[0], .r = tw->shape[2], .s = tw->shape[3],
+                          .stride = (int64_t)fx_meta(f, "stride"), .pad = (int64_t)fx_meta(f, "pad")};
+    CHECK(kiln_conv_shape_infer(&cs) == 0);
+    CHECK_MSG(cs.oh == ty->shape[2] && cs.ow == ty->shape[3], "%s: output %lldx%lld, PyTorch %lldx%lld", fxname,
+              (long long)cs.oh, (long long)cs.ow, (long long)ty->shape[2], (long long)ty->shape[3]);
+    if (cs.oh != ty->shape[2] || cs.ow != ty->shape[3]) goto out;
+    const double *x = tx->data, *w = tw->data, *b = has_bias ? fx_d(f, "b") : NULL, *y = ty->data;
+    const double *dy = fx_d(f, "dy"), *dx = fx_d(f, "dx"), *dw = fx_d(f, "dw"), *db = has_bias ? fx_d(f, "db") : NULL;
+    if (!dy || !dx || !dw || (has_bias && (!b || !db))) goto out;
+    int64_t nx = kiln_tensor_numel(tx), nw = kiln_tensor_numel(tw), ny = kiln_tensor_numel(ty), nb = cs.k;
+
+    double *ry = dbuf(ny), *rdx = dbuf(nx), *rdw = dbuf(nw), *rdb = dbuf(nb);
+    kiln_ref_conv2d_fwd(&cs, x, w, b, ry);
+    kiln_ref_conv2d_bwd_data(&cs, dy, w, rdx, 0);
+    kiln_ref_conv2d_bwd_weight(&cs, x, dy, rdw, has_bias ? rdb : NULL, 0);
+    CMP_D("y", ry, y, ny);
+    CMP_D("dx", rdx, dx, nx);
+    CMP_D("dw", rdw, dw, nw);
+    if (has_bias) CMP_D("db", rdb, db, nb);
+    free(ry), free(rdx), free(rdw), free(rdb);
+
+    /* the fast path: oneDNN */
+    float *fx = fcopy(x, nx), *fw = fcopy(w, nw), *fb = has_bias ? fcopy(b, nb) : NULL, *fdy = fcopy(dy, ny);
+    float *gy = fbuf(ny), *gdx = fbuf(nx), *gdw = fbuf(nw), *gdb = fbuf(nb);
+    kiln_dnnl_conv_opts o = {.has_bias = has_bias, .fuse_relu = 0, .need_bwd_data = 1, .need_bwd_weight = 1, .autotune = 0};
+    kiln_dnnl_conv *c = NULL;
+    CHECK_OK(kiln_dnnl_conv_new(&cs, &o, &c));
+    if (c) {
+        size_t wsb = kiln_dnnl_conv_workspace(c);
+        void *ws = kiln_alloc(wsb ? wsb : 64);
+        CHECK_OK(kiln_dnnl_conv_fwd(c, fx, fw, fb, gy, ws));
+        CHECK_OK(kiln_dnnl_conv_bwd_data(c, fdy, fw, gdx, 0, ws));
+        CHECK_OK(kiln_dnnl_conv_bwd_weight(c, fx, fdy, gdw, has_bias ? gdb : NULL, 0, 0, ws));
+        CMP_F("y", gy, y, ny);
+        CMP_F("dx", gdx, dx, nx);
+        CMP_F("dw", gdw, dw, nw);
+        if (has_bias) CMP_F("db", gdb, db, nb);
+        kiln_free(ws);
+        kiln_dnnl_conv_free(c);
+    }
+    kiln_free(fx), kiln_free(fw), kiln_free(fb), kiln_free(fdy);
+    kiln_free(gy), kiln_free(gdx), kiln_free(gdw), kiln_free(gdb);
+out:
+    kiln_st_close(f);
+}
+
+static void test_linear(void) {
+    const char *fxname = "op_linear.safetensors";
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const kiln_tensor *tx = fx_get(f, "x", KILN_F64), *tw = fx_get(f, "w", KILN_F64);
+    const double *b = fx_d(f, "b"), *y = fx_d(f, "y"), *dy = fx_d(f, "dy"), *dx = fx_d(f, "dx"), *dw = fx_d(f, "dw"),
+                 *db = fx_d(f, "db");
+    if (!tx || !tw || !b || !y || !dy || !dx || !dw || !db) goto out;
+    int64_t n = tx->shape[0], in = tx->shape[1], outn = tw->shape[0];
+    const double *x = tx->data, *w = tw->data;
+    double *ry = dbuf(n * outn), *rdx = dbuf(n * in), *rdw = dbuf(outn * in), *rdb = dbuf(outn);
+    kiln_ref_linear_fwd(n, in, outn, x, w, b, ry);
+    kiln_ref_linear_bwd_data(n, in, outn, dy, w, rdx, 0);
+    kiln_ref_linear_bwd_weight(n, in, outn, x, dy, rdw, rdb, 0);
+    CMP_D("y", ry, y, n * outn);
+    CMP_D("dx", rdx, dx, n * in);
+    CMP_D("dw", rdw, dw, outn * in);
+    CMP_D("db", rdb, db, outn);
+    free(ry), free(rdx), free(rdw), free(rdb);
+
+    float *fx = fcopy(x, n * in), *fw = fcopy(w, outn * in), *fb = fcopy(b, outn), *fdy = fcopy(dy, n * outn);
+    float *gy = fbuf(n * outn), *gdx = fbuf(n * in), *gdw = fbuf(outn * in), *gdb = fbuf(outn);
+    kiln_dnnl_linear *l = NULL;
+    CHECK_OK(kiln_dnnl_linear_new(n, in, outn, 1, 0, 1, 1, &l));
+    if (l) {
+        CHECK_OK(kiln_dnnl_linear_fwd(l, fx, fw, fb, gy));
+        CHECK_OK(kiln_dnnl_linear_bwd_data(l, fdy, fw, gdx, 0));
+        CHECK_OK(kiln_dnnl_linear_bwd_weight(l, fx, fdy, gdw, gdb, 0, 0));
+        CMP_F("y", gy, y, n * outn);
+        CMP_F("dx", gdx, dx, n * in);
+        CMP_F("dw", gdw, dw, outn * in);
+        CMP_F("db", gdb, db, outn);
+        kiln_dnnl_linear_free(l);
+    }
+    kiln_free(fx), kiln_free(fw), kiln_free(fb), kiln_free(fdy);
+    kiln_free(gy), kiln_free(gdx), kiln_free(gdw), kiln_free(gdb);
+out:
+    kiln_st_close(f);
+}
+
+/* relu, max_pool2d, log_softmax: x, y, dy, dx */
+enum { OP_RELU, OP_POOL, OP_LOGSOFTMAX };
+static void test_unary(const char *fxname, int op) {
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const kiln_tensor *tx = fx_get(f, "x", KILN_F64), *ty = fx_get(f, "y", KILN_F64);
+    const double *dy = fx_d(f, "dy"), *dx = fx_d(f, "dx");
+    if (!tx || !ty || !dy || !dx) goto out;
+    const double *x = tx->data, *y = ty->data;
+    int64_t nx = kiln_tensor_numel(tx), ny = kiln_tensor_numel(ty);
+    kiln_pool_shape ps = {0};
+    if (op == OP_POOL) {
+        ps = (kiln_pool_shape){.n = tx->shape[0], .c = tx->shape[1], .h = tx->shape[2], .w = tx->shape[3],
+                               .k = (int64_t)fx_meta(f, "kernel"), .stride = (int64_t)fx_meta(f, "stride")};
+        CHECK(kiln_pool_shape_infer(&ps) == 0);
+        CHECK_MSG(ps.oh == ty->shape[2] && ps.ow == ty->shape[3], "%s: pool output %lldx%lld", fxname,
+                  (long long)ps.oh, (long long)ps.ow);
+        if (ps.oh != ty->shape[2] || ps.ow != ty->shape[3]) goto out;
+    }
+    int64_t rows = tx->ndim == 2 ? tx->shape[0] : 0, cols = tx->ndim == 2 ? tx->shape[1] : 0;
+    double *ry = dbuf(ny), *rdx = dbuf(nx);
+    float *fx = fcopy(x, nx), *fdy = fcopy(dy, ny), *gy = fbuf(ny), *gdx = fbuf(nx);
+    float *fy = NULL;
+    switch (op) {
+    case OP_RELU:
+        kiln_ref_relu_fwd(nx, x, ry);
+        kiln_ref_relu_bwd(nx, y, dy, rdx, 0);
+        kiln_cpu_relu_fwd(nx, fx, gy);
+        fy = fcopy(y, ny);
+        kiln_cpu_relu_bwd(nx, fy, fdy, gdx, 0);
+        break;
+    case OP_POOL:
+        kiln_ref_max_pool2d_fwd(&ps, x, ry);
+        kiln_ref_max_pool2d_bwd(&ps, x, dy, rdx, 0);
+        kiln_cpu_max_pool2d_fwd(&ps, fx, gy);
+        kiln_cpu_max_pool2d_bwd(&ps, fx, fdy, gdx, 0);
+        break;
+    case OP_LOGSOFTMAX:
+        kiln_ref_log_softmax_fwd(rows, cols, x, ry);
+        kiln_ref_log_softmax_bwd(rows, cols, y, dy, rdx, 0);
+        kiln_cpu_log_softmax_fwd(rows, cols, fx, gy);
+        fy = fcopy(y, ny);
+        kiln_cpu_log_softmax_bwd(rows, cols, fy, fdy, gdx, 0);
+        break;
+    }
+    CMP_D("y", ry, y, ny);
+    CMP_D("dx", rdx, dx, nx);
+    CMP_F("y", gy, y, ny);
+    CMP_F("dx", gdx, dx, nx);
+    free(ry), free(rdx);
+    kiln_free(fx), kiln_free(fdy), kiln_free(gy), kiln_free(gdx), kiln_free(fy);
+out:
+    kiln_st_close(f);
+}
+
+/* nll_loss (dloss 1 or given) and cross_entropy (dloss 1) */
+static void test_loss(const char *fxname, int cross_entropy) {
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const kiln_tensor *tin = fx_get(f, cross_entropy ? "logits" : "logp", KILN_F64);
+    const kiln_tensor *tt = fx_get(f, "target", KILN_I32);
+    const double *loss = fx_d(f, "loss"), *dref = fx_d(f, cross_entropy ? "dlogits" : "dlogp");
+    const double one = 1.0, *dloss = kiln_st_find(f, "dloss") ? fx_d(f, "dloss") : &one;
+    if (!tin || !tt || !loss || !dref || !dloss) goto out;
+    CHECK_MSG(fx_numel(f, "loss") == 1, "%s: loss is not a scalar", fxname);
+    int64_t rows = tin->shape[0], cols = tin->shape[1], n = rows * cols;
+    const double *in = tin->data;
+    const int32_t *t = tt->data;
+    double rl = 1e30, *rd = dbuf(n);
+    float *fin = fcopy(in, n), fdl = (float)*dloss, gl = 1e30f, *gd = fbuf(n);
+    if (cross_entropy) {
+        kiln_ref_cross_entropy_fwd(rows, cols, in, t, &rl);
+        kiln_ref_cross_entropy_bwd(rows, cols, in, t, dloss, rd, 0);
+        kiln_cpu_cross_entropy_fwd(rows, cols, fin, t, &gl);
+        kiln_cpu_cross_entropy_bwd(rows, cols, fin, t, &fdl, gd, 0);
+    } else {
+        kiln_ref_nll_loss_fwd(rows, cols, in, t, &rl);
+        kiln_ref_nll_loss_bwd(rows, cols, t, dloss, rd, 0);
+        kiln_cpu_nll_loss_fwd(rows, cols, fin, t, &gl);
+        kiln_cpu_nll_loss_bwd(rows, cols, t, &fdl, gd, 0);
+    }
+    CMP_D("loss", &rl, loss, 1);
+    CMP_D("grad", rd, dref, n);
+    CMP_F("loss", &gl, loss, 1);
+    CMP_F("grad", gd, dref, n);
+    free(rd);
+    kiln_free(fin), kiln_free(gd);
+out:
+    kiln_st_close(f);
+}
+
+static void test_binary(const char *fxname, int mul) {
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const double *a = fx_d(f, "a"), *b = fx_d(f, "b"), *y = fx_d(f, "y"), *dy = fx_d(f, "dy"), *da = fx_d(f, "da"),
+                 *db = fx_d(f, "db");
+    int64_t n = fx_numel(f, "a");
+    CHECK(n > 0 && fx_numel(f, "b") == n && fx_numel(f, "y") == n && fx_numel(f, "da") == n);
+    if (!a || !b || !y || !dy || !da || !db || n <= 0) goto out;
+    double *ry = dbuf(n), *rda = dbuf(n), *rdb = dbuf(n);
+    float *fa = fcopy(a, n), *fb = fcopy(b, n), *fdy = fcopy(dy, n), *gy = fbuf(n), *gda = fbuf(n), *gdb = fbuf(n);
+    if (mul) {
+        kiln_ref_mul_fwd(n, a, b, ry);
+        kiln_ref_mul_bwd(n, dy, b, rda, 0);
+        kiln_ref_mul_bwd(n, dy, a, rdb, 0);
+        kiln_cpu_mul_fwd(n, fa, fb, gy);
+        kiln_cpu_mul_bwd(n, fdy, fb, gda, 0);
+        kiln_cpu_mul_bwd(n, fdy, fa, gdb, 0);
+    } else {
+        kiln_ref_add_fwd(n, a, b, ry);
+        kiln_ref_grad_copy(n, dy, rda, 0);
+        kiln_ref_grad_copy(n, dy, rdb, 0);
+        kiln_cpu_add_fwd(n, fa, fb, gy);
+        kiln_cpu_grad_copy(n, fdy, gda, 0);
+        kiln_cpu_grad_copy(n, fdy, gdb, 0);
+    }
+    CMP_D("y", ry, y, n);
+    CMP_D("da", rda, da, n);
+    CMP_D("db", rdb, db, n);
+    CMP_F("y", gy, y, n);
+    CMP_F("da", gda, da, n);
+    CMP_F("db", gdb, db, n);
+    free(ry), free(rda), free(rdb);
+    kiln_free(fa), kiln_free(fb), kiln_free(fdy), kiln_free(gy), kiln_free(gda), kiln_free(gdb);
+out:
+    kiln_st_close(f);
+}
+
+/* ---------- optimizers ---------- */
+
+typedef struct {
+    kiln_optim_kind kind;
+    double lr, wd, momentum, dampening, beta1, beta2, eps, rho;
+    int nesterov;
+} hyper;
+
+static hyper read_hyper(kiln_st_file *f, kiln_optim_kind kind) {
+    hyper h = {.kind = kind, .lr = fx_meta(f, "lr"), .wd = fx_meta(f, "weight_decay")};
+    if (kind == KILN_OPT_SGD) {
+        h.momentum = fx_meta(f, "momentum");
+        h.dampening = fx_meta(f, "dampening");
+        h.nesterov = (int)fx_meta(f, "nesterov");
+    } else if (kind == KILN_OPT_ADAMW) {
+        h.beta1 = fx_meta(f, "beta1");
+        h.beta2 = fx_meta(f, "beta2");
+        h.eps = fx_meta(f, "eps");
+        CHECK(fx_meta(f, "amsgrad") == 0);
+    } else {
+        h.rho = fx_meta(f, "rho");
+        h.eps = fx_meta(f, "eps");
+    }
+    return h;
+}
+
+static void test_optimizer(const char *fxname, kiln_optim_kind kind) {
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const kiln_tensor *tp0 = fx_get(f, "p0", KILN_F64), *tg = fx_get(f, "g", KILN_F64), *tp = fx_get(f, "p", KILN_F64);
+    if (!tp0 || !tg || !tp) goto out;
+    int64_t n = tp0->shape[0], steps = tg->shape[0];
+    CHECK(tg->ndim == 2 && tg->shape[1] == n && tp->shape[0] == steps && tp->shape[1] == n);
+    const double *p0 = tp0->data, *g = tg->data, *pref = tp->data;
+    hyper h = read_hyper(f, kind);
+
+    /* ref (double) and cpu (float) kernels */
+    double *p = dbuf(n), *s0 = calloc((size_t)n, 8), *s1 = calloc((size_t)n, 8);
+    float *fp = fcopy(p0, n), *fs0 = kiln_calloc((size_t)n * 4), *fs1 = kiln_calloc((size_t)n * 4);
+    memcpy(p, p0, (size_t)n * 8);
+    for (int64_t i = 0; i < steps; i++) {
+        const double *gi = g + i * n;
+        float *fg = fcopy(gi, n);
+        switch (kind) {
+        case KILN_OPT_SGD:
+            kiln_ref_sgd(n, p, gi, s0, h.lr, h.momentum, h.dampening, h.wd, h.nesterov, i == 0);
+            kiln_cpu_sgd(n, fp, fg, fs0, (float)h.lr, (float)h.momentum, (float)h.dampening, (float)h.wd, h.nesterov, i == 0);
+            break;
+        case KILN_OPT_ADAMW:
+            kiln_ref_adamw(n, p, gi, s0, s1, h.lr, h.beta1, h.beta2, h.eps, h.wd, i + 1);
+            kiln_cpu_adamw(n, fp, fg, fs0, fs1, (float)h.lr, (float)h.beta1, (float)h.beta2, (float)h.eps, (float)h.wd, i + 1);
+            break;
+        case KILN_OPT_ADADELTA:
+            kiln_ref_adadelta(n, p, gi, s0, s1, h.lr, h.rho, h.eps, h.wd);
+            kiln_cpu_adadelta(n, fp, fg, fs0, fs1, (float)h.lr, (float)h.rho, (float)h.eps, (float)h.wd);
+            break;
+        }
+        kiln_free(fg);
+        double e = err_d(p, pref + i * n, n), ef = err_f(fp, pref + i * n, n);
+        CHECK_MSG(e <= 1e-12, "%s: ref step %lld off by %.3g", fxname, (long long)i + 1, e);
+        CHECK_MSG(ef <= TOL_F, "%s: cpu step %lld off by %.3g", fxname, (long long)i + 1, ef);
+    }
+    free(p), free(s0), free(s1);
+    kiln_free(fp), kiln_free(fs0), kiln_free(fs1);
+
+    /* the public API, over a one-parameter graph, in f32 and f64. The config is
+     * float, so f64 sees float-rounded hyperparameters: compare to 1e-6. */
+    kiln_graph *gr = kiln_graph_new();
+    kiln_param(gr, "p", 1, (int64_t[]){n}, n);
+    CHECK_OK(kiln_graph_status(gr));
+    kiln_optim_config oc = kiln_optim_defaults(kind);
+    oc.lr = (float)h.lr;
+    oc.weight_decay = (float)h.wd;
+    oc.momentum = (float)h.momentum;
+    oc.dampening = (float)h.dampening;
+    oc.nesterov = h.nesterov;
+    if (kind == KILN_OPT_ADAMW) oc.beta1 = (float)h.beta1, oc.beta2 = (float)h.beta2;
+    if (kind != KILN_OPT_SGD) oc.eps = (float)h.eps;
+    if (kind == KILN_OPT_ADADELTA) oc.rho = (float)h.rho;
+    for (int f64 = 0; f64 < 2; f64++) {
+        kiln_params *P = NULL;
+        kiln_optim *o = NULL;
+        CHECK_OK(kiln_params_new(gr, f64 ? KILN_F64 : KILN_F32, &P));
+        if (!P) break;
+        CHECK(kiln_params_count(P) == 1 && kiln_params_numel(P, 0) == n);
+        CHECK_OK(kiln_optim_new(&oc, P, &o));
+        if (!o) {
+            kiln_params_free(P);
+            break;
+        }
+        kiln_params_has_grad_mut(P)[0] = 1; /* as a training step would set it */
+        for (int64_t i = 0; i < n; i++) {
+            if (f64) ((double *)kiln_params_data(P))[i] = p0[i];
+            else ((float *)kiln_params_data(P))[i] = (float)p0[i];
+        }
+        for (int64_t s = 0; s < steps; s++) {
+            for (int64_t i = 0; i < n; i++) {
+                if (f64) ((double *)kiln_params_grad(P))[i] = g[s * n + i];
+                else ((float *)kiln_params_grad(P))[i] = (float)g[s * n + i];
+            }
+            CHECK_OK(kiln_optim_step(o));
+            double e = f64 ? err_d(kiln_params_data(P), pref + s * n, n) : err_f(kiln_params_data(P), pref + s * n, n);
+            double tol = f64 ? 1e-6 : TOL_F;
+            CHECK_MSG(e <= tol, "%s: kiln_optim (%s) step %lld off by %.3g", fxname, f64 ? "f64" : "f32",
+                      (long long)s + 1, e);
+        }
+        CHECK(kiln_optim_steps(o) == steps);
+        kiln_optim_free(o);
+        kiln_params_free(P);
+    }
+    kiln_graph_free(gr);
+out:
+    kiln_st_close(f);
+}
+
+/* ---------- the golden mnist-cnn run ---------- */
+
+#define GOLDEN_STEPS 5
+
+/* 5 Adadelta steps on PyTorch's batch; fills losses[] and (fast plan) checks logp0 */
+/* steps == 0: one forward only (an inference plan): losses[0] and logp0 */
+static int golden_run(kiln_graph *g, const kiln_model *m, kiln_params *P, int reference, int steps,
+                      const float *x, const int32_t *y, const float *logp0, double *losses, double *logp0_err) {
+    int training = steps > 0;
+    if (!training) steps = 1;
+    kiln_compile_opts co = kiln_compile_defaults();
+    co.training = training;
+    co.max_batch = 64;
+    co.dropout_off = 1;
+    co.autotune = 0;
+    co.reference = reference;
+    kiln_value outs[2] = {m->loss, m->out};
+    kiln_plan *plan = NULL;
+    CHECK_OK(kiln_compile(g, P, outs, 2, &co, &plan));
+    if (!plan) return -1;
+    CHECK_OK(kiln_plan_bind(plan, m->x, x));
+    CHECK_OK(kiln_plan_bind(plan, m->y, y));
+    kiln_optim_config oc = kiln_optim_defaults(KILN_OPT_ADADELTA);
+    oc.lr = 1.0f;
+    kiln_optim *o = NULL;
+    CHECK_OK(kiln_optim_new(&oc, P, &o));
+    if (!o) {
+        kiln_plan_free(plan);
+        return -1;
+    }
+    for (int s = 0; s < steps; s++) {
+        kiln_plan_set_step(plan, (uint64_t)s);
+        CHECK_OK(kiln_plan_run(plan, 64));
+        losses[s] = kiln_plan_loss(plan); /* before the update, as PyTorch's loss.item() */
+        if (s == 0) {
+            const void *out = kiln_plan_value(plan, m->out);
+            double worst = 0;
+            for (int i = 0; i < 64 * 10; i++) {
+                double v = reference ? ((const double *)out)[i] : ((const float *)out)[i];
+                worst = fmax(worst, fabs(v - logp0[i]) / (fabs((double)logp0[i]) + 1e-3));
+            }
+            *logp0_err = worst;
+        }
+        if (training) CHECK_OK(kiln_optim_step(o));
+    }
+    kiln_optim_free(o);
+    kiln_plan_free(plan);
+    return 0;
+}
+
+static void test_golden(void) {
+    const char *fxname = "mnist_golden.safetensors";
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const kiln_tensor *tx = fx_get(f, "x", KILN_F32), *ty = fx_get(f, "y", KILN_I32), *tl = fx_get(f, "logp0", KILN_F32);
+    const double *ref_losses = fx_d(f, "losses");
+    CHECK(fx_numel(f, "losses") == GOLDEN_STEPS);
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_params *P = NULL, *P64 = NULL;
+    kiln_st_file *sd = NULL;
+    if (!tx || !ty || !tl || !ref_losses || fx_numel(f, "losses") != GOLDEN_STEPS) goto out;
+    CHECK(tx->shape[0] == 64 && ty->shape[0] == 64 && kiln_tensor_numel(tl) == 640);
+    CHECK_OK(kiln_model_build(g, "mnist-cnn", &m));
+    CHECK_OK(kiln_params_new(g, KILN_F32, &P));
+    if (!P) goto out;
+    kiln_params_init(P, 99);
+    /* PyTorch's initial weights, from a file in the safetensors library's torch layout */
+    CHECK_OK(kiln_checkpoint_load_params(P, FX "state_dict_pt.safetensors"));
+    sd = fx_open("state_dict_pt.safetensors");
+    if (!sd) goto out;
+    for (int i = 0; i < kiln_params_count(P); i++) {
+        const kiln_tensor *t = fx_get(sd, kiln_params_name(P, i), KILN_F32);
+        CHECK_MSG(t && kiln_tensor_numel(t) == kiln_params_numel(P, i) &&
+                      memcmp(t->data, (float *)kiln_params_data(P) + kiln_params_offset(P, i), kiln_tensor_nbytes(t)) == 0,
+                  "%s not loaded exactly", kiln_params_name(P, i));
+    }
+    /* the reference plan starts from the same weights, in double */
+    CHECK_OK(kiln_params_new(g, KILN_F64, &P64));
+    if (!P64) goto out;
+    for (int64_t i = 0; i < kiln_params_total(P); i++)
+        ((double *)kiln_params_data(P64))[i] = ((const float *)kiln_params_data(P))[i];
+
+    double losses[GOLDEN_STEPS] = {0}, logp0_err = INFINITY;
+    if (golden_run(g, &m, P, 0, GOLDEN_STEPS, tx->data, ty->data, tl->data, losses, &logp0_err) == 0) {
+        for (int s = 0; s < GOLDEN_STEPS; s++) {
+            double e = fabs(losses[s] - ref_losses[s]) / fabs(ref_losses[s]);
+            CHECK_MSG(e <= 1e-4, "golden: step %d loss %.8f, PyTorch %.8f (relative error %.3g)", s + 1, losses[s],
+                      ref_losses[s], e);
+            printf("golden fast step %d: loss %.8f PyTorch %.8f relative error %.2e\n", s + 1, losses[s], ref_losses[s], e);
+        }
+        CHECK_MSG(logp0_err <= 1e-4, "golden: logp0 off by %.3g", logp0_err);
+        printf("golden fast logp0: max relative error %.2e\n", logp0_err);
+        /* final weights: float differences compound over 5 steps, so compare loosely */
+        static const char *small[] = {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
+                                      "fc1.bias", "fc2.weight", "fc2.bias"};
+        for (size_t k = 0; k < sizeof small / sizeof *small; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "final.%s", small[k]);
+            const kiln_tensor *t = fx_get(f, name, KILN_F32);
+            int i = kiln_params_find(P, small[k]);
+            CHECK(i >= 0);
+            if (!t || i < 0 || kiln_tensor_numel(t) != kiln_params_numel(P, i)) continue;
+            const float *w = (const float *)kiln_params_data(P) + kiln_params_offset(P, i), *r = t->data;
+            double num = 0, den = 0;
+            for (int64_t j = 0; j < kiln_tensor_numel(t); j++) {
+                num = fmax(num, fabs((double)w[j] - r[j]));
+                den = fmax(den, fabs((double)r[j]));
+            }
+            CHECK_MSG(num <= 1e-3 * den, "golden: final %s off by %.3g of its max %.3g", small[k], num / den, den);
+            printf("golden fast final %-13s max error %.2e (relative to max)\n", small[k], num / den);
+        }
+        int i = kiln_params_find(P, "fc1.weight");
+        const double *rsum = fx_d(f, "final_fc1_sum"), *rabs = fx_d(f, "final_fc1_abs_sum");
+        const kiln_tensor *rows = fx_get(f, "final.fc1.weight.rows01", KILN_F32);
+        if (i >= 0 && rsum && rabs && rows && kiln_tensor_numel(rows) == 2 * 9216) {
+            const float *w = (const float *)kiln_params_data(P) + kiln_params_offset(P, i);
+            double sum = 0, abs_sum = 0, num = 0, den = 0;
+            for (int64_t j = 0; j < kiln_params_numel(P, i); j++) sum += w[j], abs_sum += fabs((double)w[j]);
+            for (int64_t j = 0; j < 2 * 9216; j++) {
+                num = fmax(num, fabs((double)w[j] - ((const float *)rows->data)[j]));
+                den = fmax(den, fabs((double)((const float *)rows->data)[j]));
+            }
+            /* the sum is a difference of large terms: measure it against the absolute sum */
+            double es = fabs(sum - *rsum) / *rabs, ea = fabs(abs_sum - *rabs) / *rabs;
+            CHECK_MSG(es <= 1e-4, "golden: final fc1.weight sum %.6f, PyTorch %.6f", sum, *rsum);
+            CHECK_MSG(ea <= 1e-4, "golden: final fc1.weight abs sum %.6f, PyTorch %.6f", abs_sum, *rabs);
+            CHECK_MSG(num <= 1e-3 * den, "golden: final fc1.weight[:2] off by %.3g of its max", num / den);
+            printf("golden fast final fc1.weight: sum %.6f (PyTorch %.6f), abs sum error %.2e, rows 0-1 error %.2e\n",
+                   sum, *rsum, ea, num / den);
+        }
+    }
+
+    /* The double reference plan against PyTorch. Its naive kernels take ~7 s per
+     * training step on this batch (a minute per forward under ASan), so by
+     * default it runs the first forward only (loss 1 and logp0), and nothing
+     * under sanitizers. KILN_GOLDEN_REF_STEPS=N overrides: -1 skips, 0 is the
+     * forward, 1..5 training steps (5: the whole golden run, ~35 s). */
+    int ref_steps = KILN_SANITIZED ? -1 : 0;
+    const char *env = getenv("KILN_GOLDEN_REF_STEPS");
+    if (env && *env) ref_steps = atoi(env);
+    if (ref_steps > GOLDEN_STEPS) ref_steps = GOLDEN_STEPS;
+    double rl[GOLDEN_STEPS] = {0}, rerr = INFINITY;
+    if (ref_steps < 0) printf("golden reference plan skipped (KILN_GOLDEN_REF_STEPS=0..5 runs it)\n");
+    else if (golden_run(g, &m, P64, 1, ref_steps, tx->data, ty->data, tl->data, rl, &rerr) == 0) {
+        for (int s = 0; s < (ref_steps ? ref_steps : 1); s++) {
+            double e = fabs(rl[s] - ref_losses[s]) / fabs(ref_losses[s]);
+            CHECK_MSG(e <= 1e-4, "golden reference: step %d loss %.8f, PyTorch %.8f (relative error %.3g)", s + 1,
+                      rl[s], ref_losses[s], e);
+            printf("golden reference step %d: loss %.10f PyTorch %.10f relative error %.2e\n", s + 1, rl[s],
+                   ref_losses[s], e);
+        }
+        CHECK_MSG(rerr <= 1e-4, "golden reference: logp0 off by %.3g", rerr);
+        printf("golden reference logp0: max relative error %.2e\n", rerr);
+    }
+out:
+    kiln_params_free(P);
+    kiln_params_free(P64);
+    kiln_graph_free(g);
+    kiln_st_close(sd);
+    kiln_st_close(f);
+}
+
+/* ---------- checkpoints that do not fit ---------- */
+
+static void test_mismatched_checkpoint(void) {
+    kiln_st_file *sd = fx_open("state_dict_pt.safetensors");
+    if (!sd) return;
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/kiln_test_fixtures_%d.safetensors", (int)getpid());
+    /* a copy of PyTorch's state dict with conv2.weight 5x5 instead of 3x3 */
+    int64_t bad_shape[4] = {64, 32, 5, 5};
+    float *bad = kiln_calloc((size_t)kiln_shape_numel(4, bad_shape) * 4);
+    kiln_st_writer *w = kiln_st_writer_new();
+    for (int i = 0; i < kiln_st_count(sd); i++) {
+        const kiln_tensor *t = kiln_st_at(sd, i);
+        if (strcmp(kiln_st_name(sd, i), "conv2.weight") == 0) CHECK_OK(kiln_st_writer_add(w, "conv2.weight", KILN_F32, 4, bad_shape, bad));
+        else CHECK_OK(kiln_st_writer_add(w, kiln_st_name(sd, i), t->dtype, t->ndim, t->shape, t->data));
+    }
+    CHECK_OK(kiln_st_writer_meta(w, "format", "pt"));
+    CHECK_OK(kiln_st_writer_save(w, path));
+    kiln_st_writer_free(w);
+    kiln_free(bad);
+
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_params *P = NULL;
+    CHECK_OK(kiln_model_build(g, "mnist-cnn", &m));
+    CHECK_OK(kiln_params_new(g, KILN_F32, &P));
+    if (P) {
+        kiln_params_init(P, 5);
+        size_t bytes = (size_t)kiln_params_total(P) * 4;
+        float *before = malloc(bytes);
+        memcpy(before, kiln_params_data(P), bytes);
+        kiln_status s = kiln_checkpoint_load_params(P, path);
+        const char *msg = kiln_last_error();
+        CHECK_MSG(s == KILN_ERR_SHAPE, "load of a 5x5 conv2.weight gave %s: %s", kiln_status_name(s), msg);
+        CHECK_MSG(strstr(msg, "conv2.weight") && strstr(msg, "[64, 32, 5, 5]") && strstr(msg, "[64, 32, 3, 3]"),
+                  "message should name the tensor and both shapes: %s", msg);
+        CHECK_MSG(memcmp(before, kiln_params_data(P), bytes) == 0, "a failed load changed the parameters");
+        free(before);
+    }
+    kiln_params_free(P);
+    kiln_graph_free(g);
+    unlink(path);
+
+    /* another model's weights: the mlp does not take mnist-cnn's fc1.weight */
+    g = kiln_graph_new();
+    P = NULL;
+    CHECK_OK(kiln_model_build(g, "mlp", &m));
+    CHECK_OK(kiln_params_new(g, KILN_F32, &P));
+    if (P) {
+        kiln_params_init(P, 6);
+        size_t bytes = (size_t)kiln_params_total(P) * 4;
+        float *before = malloc(bytes);
+        memcpy(before, kiln_params_data(P), bytes);
+        kiln_status s = kiln_checkpoint_load_params(P, FX "state_dict_pt.safetensors");
+        const char *msg = kiln_last_error();
+        CHECK_MSG(s == KILN_ERR_SHAPE, "mlp loading mnist-cnn weights gave %s: %s", kiln_status_name(s), msg);
+        CHECK_MSG(strstr(msg, "fc1.weight") && strstr(msg, "[128, 9216]") && strstr(msg, "[256, 784]"),
+                  "message should name the tensor and both shapes: %s", msg);
+        CHECK_MSG(memcmp(before, kiln_params_data(P), bytes) == 0, "a failed load changed the parameters");
+        free(before);
+    }
+    kiln_params_free(P);
+    kiln_graph_free(g);
+    kiln_st_close(sd);
+}
+
+int main(void) {
+    test_conv2d("op_conv2d_a.safetensors");
+    test_conv2d("op_conv2d_b.safetensors");
+    test_conv2d("op_conv2d_c.safetensors");
+    test_conv2d("op_conv2d_d.safetensors");
+    test_linear();
+    test_unary("op_relu.safetensors", OP_RELU);
+    test_unary("op_max_pool2d.safetensors", OP_POOL);
+    test_unary("op_max_pool2d_k3s2.safetensors", OP_POOL);
+    test_unary("op_log_softmax.safetensors", OP_LOGSOFTMAX);
+    test_loss("op_nll_loss.safetensors", 0);
+    test_loss("op_nll_loss_dloss.safetensors", 0);
+    test_loss("op_cross_entropy.safetensors", 1);
+    test_binary("op_add.safetensors", 0);
+    test_binary("op_mul.safetensors", 1);
+    test_optimizer("op_sgd.safetensors", KILN_OPT_SGD);
+    test_optimizer("op_adamw.safetensors", KILN_OPT_ADAMW);
+    test_optimizer("op_adadelta.safetensors", KILN_OPT_ADADELTA);
+    test_golden();
+    test_mismatched_checkpoint();
+    return tu_finish("test_fixtures");
+}
