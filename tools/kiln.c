@@ -235,6 +235,8 @@ static int cmd_train(int argc, char **argv) {
         printf(", \"framework\": \"kiln\", \"epochs\": %lld, \"steps\": %lld, \"batch_size\": %lld, \"train_time_s\": ",
                (long long)c.epochs, (long long)r.steps, (long long)c.batch_size);
         json_num(r.train_time_s);
+        printf(", \"compile_time_s\": ");
+        json_num(r.compile_time_s);
         printf(", \"images_per_s\": ");
         json_num(r.images_per_s);
         printf(", \"data_wait_frac\": ");

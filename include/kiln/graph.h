@@ -84,7 +84,7 @@ int64_t kiln_params_total(const kiln_params *P);
 kiln_dtype kiln_params_dtype(const kiln_params *P);
 void *kiln_params_data(kiln_params *P);  /* flat values */
 void *kiln_params_grad(kiln_params *P);  /* flat gradients, written by backward */
-/* per parameter: 1 if the last training step produced its gradient */
+/* per parameter: 1 if the last compiled training plan produces its gradient (the optimizer skips the others) */
 const uint8_t *kiln_params_has_grad(const kiln_params *P);
 
 /* ---- compile and run ---- */

@@ -59,7 +59,9 @@ kiln_train_config kiln_train_defaults(void);
 
 typedef struct kiln_train_result {
     int64_t epochs, steps, samples;
-    double train_time_s, images_per_s, data_wait_frac;
+    double train_time_s;        /* from compiling the plan to the last step (incl. autotuning) */
+    double compile_time_s;      /* of which compiling, autotuning and starting the loader */
+    double images_per_s, data_wait_frac;
     double final_loss, test_accuracy; /* test_accuracy < 0 when not measured */
     double peak_rss_mb;
     int threads, workers;

@@ -18,8 +18,13 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
     if (!w) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
     kiln_status st = KILN_OK;
     const float *data = kiln_params_data(P);
-    char names[2][64][96];
     int np = kiln_params_count(P);
+    /* "optim.<state>.<param>" names must outlive the writer until save */
+    char (*names)[128] = calloc((size_t)(2 * np + 1), sizeof *names);
+    if (!names) {
+        kiln_st_writer_free(w);
+        return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
+    }
     for (int i = 0; i < np && st == KILN_OK; i++) {
         int64_t shape[KILN_MAX_DIMS];
         int nd = kiln_params_shape(P, i, shape);
@@ -27,11 +32,12 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
     }
     for (int k = 0; o && k < kiln_optim_state_count(o) && st == KILN_OK; k++) {
         const float *sd = kiln_optim_state(o, k);
-        for (int i = 0; i < np && i < 64 && st == KILN_OK; i++) {
+        for (int i = 0; i < np && st == KILN_OK; i++) {
             int64_t shape[KILN_MAX_DIMS];
             int nd = kiln_params_shape(P, i, shape);
-            snprintf(names[k][i], sizeof names[k][i], "optim.%s.%s", kiln_optim_state_name(o, k), kiln_params_name(P, i));
-            st = kiln_st_writer_add(w, names[k][i], KILN_F32, nd, shape, sd + kiln_params_offset(P, i));
+            char *name = names[k * np + i];
+            snprintf(name, sizeof names[0], "optim.%s.%s", kiln_optim_state_name(o, k), kiln_params_name(P, i));
+            st = kiln_st_writer_add(w, name, KILN_F32, nd, shape, sd + kiln_params_offset(P, i));
         }
     }
     char buf[64];
@@ -53,9 +59,9 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
     META("kiln.lr", "%.9g", (double)s->lr);
     META("kiln.optim_steps", "%" PRId64, s->optim_steps);
 #undef META
-    if (np > 64 && o) st = kiln_fail(KILN_ERR_INVALID_ARG, "%s: more than 64 parameters", path);
     if (st == KILN_OK) st = kiln_st_writer_save(w, path);
     kiln_st_writer_free(w);
+    free(names);
     return st;
 }
 
@@ -87,7 +93,7 @@ static kiln_status load_into(const kiln_st_file *f, const char *name, float *dst
 static kiln_status load_params_from(const kiln_st_file *f, kiln_params *P, const char *path) {
     if (kiln_params_dtype(P) != KILN_F32) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: loading needs f32 parameters", path);
     /* check every tensor before touching the parameters: a bad file changes nothing */
-    float *stage = kiln_alloc((size_t)kiln_params_total(P) * 4 + 64);
+    float *stage = kiln_calloc((size_t)kiln_params_total(P) * 4 + 64); /* zero padding between views */
     if (!stage) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
     kiln_status st = KILN_OK;
     for (int i = 0; i < kiln_params_count(P) && st == KILN_OK; i++) {
@@ -140,26 +146,34 @@ kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim 
         st = meta_i64(f, "kiln.optim_steps", &s->optim_steps, path);
     s->seed = (uint64_t)seed;
     s->lr = lr ? strtof(lr, NULL) : 0;
-    if (st == KILN_OK) st = load_params_from(f, P, path);
-    if (st == KILN_OK && o) {
-        if (strcmp(s->optimizer, kiln_optim_name(kiln_optim_get_kind(o))) != 0)
-            st = kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved with optimizer %s, resumed with %s", path, s->optimizer,
-                           kiln_optim_name(kiln_optim_get_kind(o)));
-        for (int k = 0; st == KILN_OK && k < kiln_optim_state_count(o); k++) {
-            float *sd = kiln_optim_state(o, k);
-            for (int i = 0; i < kiln_params_count(P) && st == KILN_OK; i++) {
-                char name[128];
-                int64_t shape[KILN_MAX_DIMS];
-                int nd = kiln_params_shape(P, i, shape);
-                snprintf(name, sizeof name, "optim.%s.%s", kiln_optim_state_name(o, k), kiln_params_name(P, i));
-                st = load_into(f, name, sd + kiln_params_offset(P, i), nd, shape, path);
-            }
+    /* everything is read into staging buffers first: a bad tensor changes nothing */
+    int64_t total = kiln_params_total(P);
+    int ns = o ? kiln_optim_state_count(o) : 0;
+    float *stage = st == KILN_OK ? kiln_calloc((size_t)(total * (1 + ns)) * 4 + 64) : NULL;
+    if (st == KILN_OK && !stage) st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
+    if (st == KILN_OK && o && strcmp(s->optimizer, kiln_optim_name(kiln_optim_get_kind(o))) != 0)
+        st = kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved with optimizer %s, resumed with %s", path, s->optimizer,
+                       kiln_optim_name(kiln_optim_get_kind(o)));
+    for (int k = -1; st == KILN_OK && k < ns; k++) {
+        float *dst = stage + (k + 1) * total;
+        for (int i = 0; i < kiln_params_count(P) && st == KILN_OK; i++) {
+            char name[160];
+            int64_t shape[KILN_MAX_DIMS];
+            int nd = kiln_params_shape(P, i, shape);
+            if (k < 0) snprintf(name, sizeof name, "%s", kiln_params_name(P, i));
+            else snprintf(name, sizeof name, "optim.%s.%s", kiln_optim_state_name(o, k), kiln_params_name(P, i));
+            st = load_into(f, name, dst + kiln_params_offset(P, i), nd, shape, path);
         }
-        if (st == KILN_OK) {
+    }
+    if (st == KILN_OK) {
+        memcpy(kiln_params_data(P), stage, (size_t)total * 4);
+        for (int k = 0; k < ns; k++) memcpy(kiln_optim_state(o, k), stage + (k + 1) * total, (size_t)total * 4);
+        if (o) {
             kiln_optim_set_steps(o, s->optim_steps);
             kiln_optim_set_lr(o, s->lr);
         }
     }
+    kiln_free(stage);
     kiln_st_close(f);
     return st;
 }

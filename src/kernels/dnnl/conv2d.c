@@ -57,7 +57,9 @@ static dnnl_status_t make_pd(kiln_dnnl_conv *c, int dir, dnnl_alg_kind_t alg, dn
     dnnl_status_t s;
     dnnl_primitive_attr_t attr = NULL;
     if (dir == DIR_FWD) {
-        s = dnnl_convolution_forward_desc_init(&desc, dnnl_forward_training, alg, &xa, &wa, c->o.has_bias ? &ba : NULL,
+        /* inference plans need no backward: oneDNN may then pick leaner kernels */
+        dnnl_prop_kind_t prop = c->o.need_bwd_data || c->o.need_bwd_weight ? dnnl_forward_training : dnnl_forward_inference;
+        s = dnnl_convolution_forward_desc_init(&desc, prop, alg, &xa, &wa, c->o.has_bias ? &ba : NULL,
                                                &ya, strides, pad, pad_r);
         if (s == dnnl_success && c->o.fuse_relu) {
             dnnl_post_ops_t po;
