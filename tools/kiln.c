@@ -2,6 +2,7 @@
  * Exit codes: 0 success, 2 bad input or usage, 1 anything else. */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,9 +71,13 @@ static const char *eval_help =
     "  --threads N           compute threads; 0: all cores   [0]\n"
     "  --json                print one JSON object as the last line of stdout\n";
 
-static int usage_error(const char *cmd, const char *fmt, const char *arg) {
+static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "kiln %s: ", cmd);
-    fprintf(stderr, fmt, arg);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
     fprintf(stderr, "\n(see 'kiln %s --help')\n", cmd);
     return EXIT_USAGE;
 }
@@ -171,7 +176,7 @@ static int cmd_train(int argc, char **argv) {
     i++;
 #define INT_ARG(field) \
     NEED_VALUE(); \
-    if (parse_i64(v, &n)) return usage_error("train", "not an integer: %s", v); \
+    if (parse_i64(v, &n)) return usage_error("train", "%s: not an integer: %s", a, v); \
     field = n;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(train_help, stdout); return 0; }
         else if (!strcmp(a, "--model")) { NEED_VALUE(); c.model = v; }
@@ -180,11 +185,11 @@ static int cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--batch-size")) { INT_ARG(c.batch_size); }
         else if (!strcmp(a, "--test-batch-size")) { INT_ARG(c.test_batch_size); }
         else if (!strcmp(a, "--optimizer")) { NEED_VALUE(); opt_name = v; }
-        else if (!strcmp(a, "--lr")) { NEED_VALUE(); if (parse_f(v, &lr)) return usage_error("train", "not a number: %s", v); lr_given = 1; }
-        else if (!strcmp(a, "--momentum")) { NEED_VALUE(); if (parse_f(v, &momentum)) return usage_error("train", "not a number: %s", v); }
+        else if (!strcmp(a, "--lr")) { NEED_VALUE(); if (parse_f(v, &lr)) return usage_error("train", "%s: not a number: %s", a, v); lr_given = 1; }
+        else if (!strcmp(a, "--momentum")) { NEED_VALUE(); if (parse_f(v, &momentum)) return usage_error("train", "%s: not a number: %s", a, v); }
         else if (!strcmp(a, "--nesterov")) nesterov = 1;
-        else if (!strcmp(a, "--weight-decay")) { NEED_VALUE(); if (parse_f(v, &wd)) return usage_error("train", "not a number: %s", v); wd_given = 1; }
-        else if (!strcmp(a, "--lr-step-gamma")) { NEED_VALUE(); if (parse_f(v, &c.lr_step_gamma)) return usage_error("train", "not a number: %s", v); }
+        else if (!strcmp(a, "--weight-decay")) { NEED_VALUE(); if (parse_f(v, &wd)) return usage_error("train", "%s: not a number: %s", a, v); wd_given = 1; }
+        else if (!strcmp(a, "--lr-step-gamma")) { NEED_VALUE(); if (parse_f(v, &c.lr_step_gamma)) return usage_error("train", "%s: not a number: %s", a, v); }
         else if (!strcmp(a, "--lr-step-size")) { INT_ARG(c.lr_step_size); }
         else if (!strcmp(a, "--workers")) { INT_ARG(c.workers); }
         else if (!strcmp(a, "--prefetch")) { INT_ARG(c.prefetch); }
@@ -272,7 +277,7 @@ static int cmd_eval(int argc, char **argv) {
 #undef INT_ARG
 #define INT_ARG(field) \
     NEED_VALUE(); \
-    if (parse_i64(v, &n)) return usage_error("eval", "not an integer: %s", v); \
+    if (parse_i64(v, &n)) return usage_error("eval", "%s: not an integer: %s", a, v); \
     field = n;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(eval_help, stdout); return 0; }
         else if (!strcmp(a, "--model")) { NEED_VALUE(); model = v; }

@@ -163,7 +163,13 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
     kiln_ckpt_state cs = {0};
     uint64_t seed = c->seed;
     if (c->resume) {
-        if ((st = kiln_checkpoint_resume(c->resume, P, opt, &cs)) != KILN_OK) goto out;
+        if ((st = kiln_checkpoint_resume(c->resume, P, opt, &cs)) != KILN_OK) {
+            /* a checkpoint of another model fails on its first tensor: say why */
+            if (cs.model[0] && strcmp(cs.model, c->model) != 0)
+                st = kiln_fail_context(KILN_ERR_INVALID_ARG, "--resume %s is a checkpoint of model '%s', not '%s'", c->resume,
+                                       cs.model, c->model);
+            goto out;
+        }
         if (strcmp(cs.model, c->model) != 0) {
             st = kiln_fail(KILN_ERR_INVALID_ARG, "%s: a checkpoint of model '%s', not '%s'", c->resume, cs.model, c->model);
             goto out;

@@ -1,0 +1,271 @@
+#!/usr/bin/env bash
+# The kiln program on bad input: a missing or corrupt dataset, bad options, a
+# checkpoint that does not fit the model, a corrupt checkpoint, a state dict
+# given to --resume, a failed run next to an existing checkpoint; plus --help
+# and the --json line. Every failure must exit 2 (1 for a diverging loss, which
+# is not bad input) with a message naming what is wrong, and nothing may crash.
+#
+# Needs $KILN_BIN (ctest sets it), Fashion-MNIST in /usr/share/datasets and python3.
+set -u
+
+KILN=${KILN_BIN:?KILN_BIN must name the kiln binary}
+DATA=/usr/share/datasets/fashion-mnist
+PY=${PYTHON:-python3}
+pass=0
+fail=0
+T=$(mktemp -d /tmp/kiln_test_cli.XXXXXX) || exit 1
+trap 'rm -rf "$T"' EXIT
+
+ok() { pass=$((pass + 1)); }
+bad() {
+    fail=$((fail + 1))
+    echo "test_cli: FAIL: $*" >&2
+}
+
+# expect CODE NAME [NEEDLE...] -- COMMAND...
+# Runs COMMAND (stdout to $T/out, stderr to $T/err); checks the exit code, that
+# stderr holds every NEEDLE (fixed strings) and that nothing crashed.
+expect() {
+    local code=$1 name=$2
+    shift 2
+    local needles=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        needles+=("$1")
+        shift
+    done
+    shift
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$? good=1
+    if [ $rc -ne "$code" ]; then
+        bad "$name: exit code $rc, expected $code ($*)"
+        good=0
+    fi
+    if [ $rc -ge 128 ] || grep -qE 'Sanitizer|runtime error:|Segmentation|Aborted' "$T/err"; then
+        bad "$name: crashed (exit $rc)"
+        good=0
+    fi
+    local n
+    for n in ${needles[@]+"${needles[@]}"}; do
+        if ! grep -qF -- "$n" "$T/err"; then
+            bad "$name: stderr does not mention '$n'"
+            good=0
+        fi
+    done
+    if [ $good -eq 0 ]; then
+        sed 's/^/    stderr: /' "$T/err" | tail -n 8 >&2
+    else
+        ok
+    fi
+}
+
+# check NAME COMMAND...: a plain condition
+check() {
+    local name=$1
+    shift
+    if "$@"; then ok; else bad "$name"; fi
+}
+
+# quick, quiet training options
+Q=(--quiet --no-autotune --workers 1)
+
+# ---------- safetensors surgery in the Python standard library ----------
+cat >"$T/st_edit.py" <<'EOF'
+import json, struct, sys
+
+def read(path):
+    b = open(path, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    data = b[8 + n:]
+    meta = h.pop('__metadata__', None)
+    ts = {k: (v['dtype'], v['shape'], data[v['data_offsets'][0]:v['data_offsets'][1]]) for k, v in h.items()}
+    return ts, meta
+
+def write(path, ts, meta):
+    h, off, blobs = {}, 0, []
+    for k, (dt, shape, raw) in ts.items():
+        h[k] = {'dtype': dt, 'shape': shape, 'data_offsets': [off, off + len(raw)]}
+        off += len(raw)
+        blobs.append(raw)
+    if meta is not None:
+        h['__metadata__'] = meta
+    hb = json.dumps(h).encode()
+    hb += b' ' * (-len(hb) % 8)
+    open(path, 'wb').write(struct.pack('<Q', len(hb)) + hb + b''.join(blobs))
+
+mode, src, dst = sys.argv[1:4]
+ts, meta = read(src)
+if mode == 'reshape':            # reshape SRC DST NAME D0,D1,...: NAME gets that shape (zeros)
+    name, shape = sys.argv[4], [int(d) for d in sys.argv[5].split(',')]
+    n = 1
+    for d in shape:
+        n *= d
+    ts[name] = ('F32', shape, b'\0' * (4 * n))
+elif mode == 'plain':            # plain SRC DST: the parameters only, as a PyTorch state dict
+    ts = {k: v for k, v in ts.items() if not k.startswith('optim.')}
+    meta = {'format': 'pt'}
+else:
+    sys.exit('unknown mode ' + mode)
+write(dst, ts, meta)
+EOF
+
+# ---------- datasets ----------
+# folders that share the real files through symbolic links, with one file replaced
+mkdata() { # mkdata DIR: links to the four real files
+    mkdir -p "$1"
+    local f
+    for f in "$DATA"/*; do ln -s "$f" "$1/"; done
+}
+mkdata "$T/trunc"
+rm "$T/trunc/train-images-idx3-ubyte.gz"
+gzip -dc "$DATA/train-images-idx3-ubyte.gz" | head -c 1000 >"$T/trunc/train-images-idx3-ubyte"
+mkdata "$T/truncgz"
+rm "$T/truncgz/train-images-idx3-ubyte.gz"
+head -c 100000 "$DATA/train-images-idx3-ubyte.gz" >"$T/truncgz/train-images-idx3-ubyte.gz"
+mkdata "$T/magic"
+rm "$T/magic/train-labels-idx1-ubyte.gz"
+gzip -dc "$DATA/train-labels-idx1-ubyte.gz" >"$T/magic/train-labels-idx1-ubyte"
+printf '\x00\x00\x09\x01' | dd of="$T/magic/train-labels-idx1-ubyte" bs=1 conv=notrunc status=none
+mkdata "$T/notest"
+rm "$T/notest"/t10k-*
+
+expect 2 "missing data folder" "/nonexistent/dir" "not found" -- "$KILN" train --data /nonexistent/dir "${Q[@]}"
+expect 2 "missing dataset package" "dataset-fashion-mnist" "/nonexistent/fashion-mnist" -- \
+    env KILN_DATA_ROOT=/nonexistent "$KILN" train --data fashion-mnist "${Q[@]}"
+expect 2 "truncated IDX" "$T/trunc/train-images-idx3-ubyte" "truncated" -- "$KILN" train --data "$T/trunc" --model mlp "${Q[@]}"
+expect 2 "truncated IDX .gz" "$T/truncgz/train-images-idx3-ubyte.gz" "truncated" -- \
+    "$KILN" train --data "$T/truncgz" --model mlp "${Q[@]}"
+expect 2 "bad IDX magic" "$T/magic/train-labels-idx1-ubyte" "magic" -- "$KILN" train --data "$T/magic" --model mlp "${Q[@]}"
+expect 2 "missing test split" "t10k-images-idx3-ubyte" -- "$KILN" train --data "$T/notest" --model mlp "${Q[@]}" --max-steps 1
+
+# ---------- options ----------
+expect 2 "no command" -- "$KILN"
+expect 2 "unknown command" "bogus" -- "$KILN" bogus
+expect 2 "unknown model" "no-such-model" -- "$KILN" train --model no-such-model "${Q[@]}"
+expect 2 "batch size 0" "--batch-size" -- "$KILN" train --batch-size 0 "${Q[@]}"
+expect 2 "batch size -1" "--batch-size" -- "$KILN" train --batch-size -1 "${Q[@]}"
+expect 2 "epochs 0" "--epochs" -- "$KILN" train --epochs 0 "${Q[@]}"
+expect 2 "unknown option" "--frobnicate" -- "$KILN" train --frobnicate
+expect 2 "non-integer value" "--epochs" "two" -- "$KILN" train --epochs two
+expect 2 "integer with junk" "--max-steps" "10x" -- "$KILN" train --max-steps 10x
+expect 2 "non-number value" "--lr" "fast" -- "$KILN" train --lr fast
+expect 2 "missing value" "--epochs" -- "$KILN" train --epochs
+expect 2 "unknown optimizer" "rmsprop" -- "$KILN" train --optimizer rmsprop
+expect 2 "eval without --load" "--load" -- "$KILN" eval
+expect 2 "eval unknown option" "--frobnicate" -- "$KILN" eval --frobnicate
+expect 2 "eval non-integer" "--batch-size" "many" -- "$KILN" eval --batch-size many --load x
+
+# ---------- checkpoints that do not fit ----------
+M="$T/m.safetensors"
+expect 0 "train mlp 3 steps" -- "$KILN" train --model mlp --max-steps 3 --no-test --save "$M" "${Q[@]}"
+check "checkpoint written" test -s "$M"
+expect 2 "eval: tensors of another model" "$M" "conv1.weight" -- "$KILN" eval --model mnist-cnn --load "$M"
+expect 2 "resume: checkpoint of another model" "$M" "mlp" "mnist-cnn" -- \
+    "$KILN" train --model mnist-cnn --resume "$M" --no-test "${Q[@]}"
+expect 2 "resume: another batch size" "$M" "--batch-size" -- \
+    "$KILN" train --model mlp --resume "$M" --batch-size 32 --no-test "${Q[@]}"
+expect 2 "resume: another optimizer" "$M" "adadelta" "sgd" -- \
+    "$KILN" train --model mlp --resume "$M" --optimizer sgd --no-test "${Q[@]}"
+expect 2 "eval: dataset package missing" "dataset-fashion-mnist" -- \
+    env KILN_DATA_ROOT=/nonexistent "$KILN" eval --model mlp --load "$M"
+
+C="$T/cnn.safetensors"
+expect 0 "train mnist-cnn 1 step" -- "$KILN" train --model mnist-cnn --max-steps 1 --no-test --save "$C" "${Q[@]}"
+if "$PY" "$T/st_edit.py" reshape "$C" "$T/shape.safetensors" conv1.weight 32,1,5,5; then
+    expect 2 "eval: wrong shape" "$T/shape.safetensors" "conv1.weight" "[32, 1, 5, 5]" "[32, 1, 3, 3]" -- \
+        "$KILN" eval --model mnist-cnn --load "$T/shape.safetensors"
+    expect 2 "resume: wrong shape" "$T/shape.safetensors" "conv1.weight" "[32, 1, 5, 5]" "[32, 1, 3, 3]" -- \
+        "$KILN" train --model mnist-cnn --resume "$T/shape.safetensors" --no-test "${Q[@]}"
+else
+    bad "python3 could not write shape.safetensors"
+fi
+
+# a plain state dict: --load takes it, --resume refuses it
+if "$PY" "$T/st_edit.py" plain "$M" "$T/plain.safetensors"; then
+    expect 0 "eval: a plain state dict" -- "$KILN" eval --model mlp --load "$T/plain.safetensors" --batch-size 2000
+    expect 2 "resume: a plain state dict" "$T/plain.safetensors" "not a kiln checkpoint" -- \
+        "$KILN" train --model mlp --resume "$T/plain.safetensors" --no-test "${Q[@]}"
+else
+    bad "python3 could not write plain.safetensors"
+fi
+
+# corrupt checkpoints
+head -c 5000 "$M" >"$T/cut.safetensors"
+expect 2 "eval: truncated checkpoint" "$T/cut.safetensors" "truncated" -- "$KILN" eval --model mlp --load "$T/cut.safetensors"
+expect 2 "resume: truncated checkpoint" "$T/cut.safetensors" "truncated" -- \
+    "$KILN" train --model mlp --resume "$T/cut.safetensors" --no-test "${Q[@]}"
+head -c 6 "$M" >"$T/tiny.safetensors"
+expect 2 "eval: 6-byte checkpoint" "$T/tiny.safetensors" -- "$KILN" eval --model mlp --load "$T/tiny.safetensors"
+echo "this is not a safetensors file, just some text that is long enough" >"$T/text.safetensors"
+expect 2 "eval: a text file" "$T/text.safetensors" -- "$KILN" eval --model mlp --load "$T/text.safetensors"
+expect 2 "eval: missing checkpoint" "$T/absent.safetensors" -- "$KILN" eval --model mlp --load "$T/absent.safetensors"
+expect 2 "resume: missing checkpoint" "$T/absent.safetensors" -- \
+    "$KILN" train --model mlp --resume "$T/absent.safetensors" --no-test "${Q[@]}"
+expect 2 "eval: a folder as checkpoint" "$T" -- "$KILN" eval --model mlp --load "$T"
+
+# ---------- an existing checkpoint is never left half written ----------
+mkdir "$T/keep"
+K="$T/keep/out.safetensors"
+expect 0 "train mlp, save" -- "$KILN" train --model mlp --max-steps 2 --no-test --save "$K" "${Q[@]}"
+cp "$K" "$T/keep.orig"
+notmp() { ! ls "$T/keep" | grep -q '\.tmp'; }
+expect 2 "failed run (truncated data) with --save" "train-images-idx3-ubyte" -- \
+    "$KILN" train --model mlp --data "$T/trunc" --max-steps 2 --save "$K" "${Q[@]}"
+check "checkpoint untouched after a data error" cmp -s "$K" "$T/keep.orig"
+check "no temporary file after a data error" notmp
+expect 1 "failed run (loss NaN) with --save" "step" "no checkpoint was written" -- \
+    "$KILN" train --model mlp --optimizer sgd --lr 1e30 --max-steps 20 --no-test --save "$K" "${Q[@]}"
+check "checkpoint untouched after a NaN loss" cmp -s "$K" "$T/keep.orig"
+check "no temporary file after a NaN loss" notmp
+expect 1 "resumed run (loss NaN) saving over its own checkpoint" "step" -- \
+    "$KILN" train --model mlp --resume "$K" --optimizer adadelta --lr 1e30 --max-steps 20 --no-test --save "$K" "${Q[@]}"
+check "checkpoint untouched after a resumed NaN run" cmp -s "$K" "$T/keep.orig"
+expect 0 "resume and save over the same file" -- \
+    "$KILN" train --model mlp --resume "$K" --max-steps 4 --no-test --save "$K" "${Q[@]}"
+check "checkpoint replaced after a good run" bash -c "! cmp -s '$K' '$T/keep.orig'"
+check "no temporary file after a good run" notmp
+expect 2 "--save into a missing folder" "$T/nodir/x.safetensors" -- \
+    "$KILN" train --model mlp --max-steps 1 --no-test --save "$T/nodir/x.safetensors" "${Q[@]}"
+
+# ---------- help ----------
+expect 0 "kiln --help" -- "$KILN" --help
+check "kiln --help names the commands" grep -q "train" "$T/out"
+check "kiln --help names eval" grep -q "eval" "$T/out"
+expect 0 "kiln train --help" -- "$KILN" train --help
+cp "$T/out" "$T/help-train"
+expect 0 "kiln eval --help" -- "$KILN" eval --help
+cp "$T/out" "$T/help-eval"
+expect 0 "kiln help" -- "$KILN" help
+expect 0 "kiln train -h" -- "$KILN" train -h
+for f in --model --data --epochs --batch-size --optimizer --lr --lr-step-gamma --workers --threads --seed --save --json \
+    --max-steps --resume; do
+    check "kiln train --help mentions $f" grep -qF -- "$f " "$T/help-train"
+done
+for f in --model --data --load --batch-size --workers --threads --json; do
+    check "kiln eval --help mentions $f" grep -qF -- "$f " "$T/help-eval"
+done
+
+# ---------- --json ----------
+expect 0 "train --json" -- "$KILN" train --json --max-steps 20 --no-test --model mlp "${Q[@]}"
+if tail -n 1 "$T/out" | "$PY" -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+keys = ["model", "epochs", "steps", "batch_size", "train_time_s", "images_per_s", "data_wait_frac", "final_loss",
+        "test_accuracy", "peak_rss_mb", "threads", "workers"]
+missing = [k for k in keys if k not in d]
+assert not missing, "missing keys %s" % missing
+assert d["model"] == "mlp" and d["steps"] == 20 and d["batch_size"] == 64 and d["workers"] == 1, d
+assert d["test_accuracy"] is None, d
+assert d["final_loss"] > 0 and d["images_per_s"] > 0 and d["peak_rss_mb"] > 0 and d["threads"] >= 1, d
+'; then ok; else bad "train --json: last line of stdout is not the expected JSON object: $(tail -n 1 "$T/out")"; fi
+
+expect 0 "eval --json" -- "$KILN" eval --json --model mlp --load "$M" --batch-size 2000
+if tail -n 1 "$T/out" | "$PY" -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+assert d["model"] == "mlp", d
+assert 0 <= d["test_accuracy"] <= 1 and d["samples"] == 10000, d
+'; then ok; else bad "eval --json: last line of stdout is not the expected JSON object: $(tail -n 1 "$T/out")"; fi
+
+echo "test_cli: $pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,423 @@
+/* The trainer through kiln_train: exact resumption (mid-epoch, inside a later
+ * epoch and exactly at an epoch boundary) gives bit-identical parameters and
+ * optimizer state to a straight run; the worker count changes nothing; bad
+ * configurations and a diverging loss fail cleanly, naming the argument or the
+ * step, and never touch an existing checkpoint.
+ *
+ * Under KILN_SANITIZE (the ASan build) the runs are shorter. */
+#include <dirent.h>
+#include <stdint.h>
+#include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "kiln/safetensors.h"
+#include "kiln/train.h"
+#include "testutil.h"
+
+static char g_tmp[64];   /* a fresh folder for checkpoints */
+static char g_small[96]; /* a small IDX dataset: 300 train / 100 test images */
+static int g_sanitize;
+
+#define SMALL_TRAIN 300
+#define SMALL_TEST 100
+
+/* ---------- files ---------- */
+
+static char *tmp_path(char *out, const char *name) {
+    snprintf(out, 256, "%s/%s", g_tmp, name);
+    return out;
+}
+
+static void put_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static void write_file(const char *path, const void *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || (n && fwrite(b, 1, n, f) != n) || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+/* reads a whole file; NULL if it cannot */
+static uint8_t *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(len > 0 ? (size_t)len : 1);
+    if (!b || fread(b, 1, (size_t)len, f) != (size_t)len) {
+        free(b);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    *n = (size_t)len;
+    return b;
+}
+
+/* images of random pixels and random labels 0..9, as plain (not gzipped) IDX */
+static void write_idx_split(const char *folder, const char *split, uint32_t n) {
+    char path[256];
+    size_t ni = 16 + (size_t)n * 28 * 28, nl = 8 + n;
+    uint8_t *img = malloc(ni), *lab = malloc(nl);
+    put_be32(img, 0x00000803);
+    put_be32(img + 4, n);
+    put_be32(img + 8, 28);
+    put_be32(img + 12, 28);
+    for (size_t i = 16; i < ni; i++) img[i] = (uint8_t)tu_u64();
+    put_be32(lab, 0x00000801);
+    put_be32(lab + 4, n);
+    for (size_t i = 8; i < nl; i++) lab[i] = (uint8_t)(tu_u64() % 10);
+    snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte", folder, split);
+    write_file(path, img, ni);
+    snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte", folder, split);
+    write_file(path, lab, nl);
+    free(img);
+    free(lab);
+}
+
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) remove_tree(p);
+        else unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* number of entries in g_tmp whose name contains `part` */
+static int count_files_with(const char *part) {
+    DIR *d = opendir(g_tmp);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, part)) n++;
+    closedir(d);
+    return n;
+}
+
+static double g_t0;
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+/* prints how long the section that just ended took */
+static void lap(const char *what) {
+    double t = now_s();
+    fprintf(stderr, "test_train: %-40s %6.1f s\n", what, t - g_t0);
+    g_t0 = t;
+}
+
+/* ---------- runs ---------- */
+
+static kiln_train_config config(const char *model, const char *data) {
+    kiln_train_config c = kiln_train_defaults();
+    c.model = model;
+    c.data = data;
+    c.workers = 2;
+    c.autotune = 0;
+    c.test = 0;
+    return c;
+}
+
+/* trains with c (plus save/resume/max_steps); returns the status, checks success */
+static kiln_status run(kiln_train_config c, const char *save, const char *resume, int64_t max_steps,
+                       kiln_train_result *res) {
+    kiln_train_result r;
+    c.save = save;
+    c.resume = resume;
+    c.max_steps = max_steps;
+    kiln_status st = kiln_train(&c, &r);
+    CHECK_MSG(st == KILN_OK, "kiln_train(%s, save %s, resume %s, max_steps %lld): %s", c.model, save ? save : "-",
+              resume ? resume : "-", (long long)max_steps, kiln_last_error());
+    if (res) *res = r;
+    return st;
+}
+
+static const char *meta_or(const kiln_st_file *f, const char *key) {
+    const char *v = kiln_st_meta(f, key);
+    return v ? v : "(absent)";
+}
+
+/* b and c hold the same tensors, bit for bit, and the same run position;
+ * returns 1 when they do */
+static int same_checkpoint(const char *pb, const char *pc, const char *what) {
+    kiln_st_file *b = NULL, *c = NULL;
+    kiln_status sb = kiln_st_open(pb, &b);
+    CHECK_MSG(sb == KILN_OK, "%s: %s", what, kiln_last_error());
+    kiln_status sc = kiln_st_open(pc, &c);
+    CHECK_MSG(sc == KILN_OK, "%s: %s", what, kiln_last_error());
+    if (sb != KILN_OK || sc != KILN_OK) {
+        kiln_st_close(b);
+        kiln_st_close(c);
+        return 0;
+    }
+    int ok = 1, nparam = 0, noptim = 0;
+    CHECK_MSG(kiln_st_count(b) == kiln_st_count(c), "%s: %d vs %d tensors", what, kiln_st_count(b), kiln_st_count(c));
+    ok &= kiln_st_count(b) == kiln_st_count(c);
+    for (int i = 0; i < kiln_st_count(b); i++) {
+        const char *name = kiln_st_name(b, i);
+        const kiln_tensor *x = kiln_st_at(b, i), *y = kiln_st_find(c, name);
+        if (strncmp(name, "optim.", 6) == 0) noptim++;
+        else nparam++;
+        if (!y) {
+            CHECK_MSG(0, "%s: tensor %s missing from %s", what, name, pc);
+            ok = 0;
+            continue;
+        }
+        int same = x->dtype == y->dtype && x->ndim == y->ndim;
+        for (int d = 0; same && d < x->ndim; d++) same = x->shape[d] == y->shape[d];
+        same = same && memcmp(x->data, y->data, kiln_tensor_nbytes(x)) == 0;
+        if (!same) {
+            int64_t n = kiln_tensor_numel(x), first = -1;
+            if (x->dtype == KILN_F32 && kiln_tensor_numel(y) == n)
+                for (int64_t k = 0; k < n && first < 0; k++)
+                    if (memcmp((const float *)x->data + k, (const float *)y->data + k, 4)) first = k;
+            CHECK_MSG(0, "%s: tensor %s differs (first at element %lld: %.9g vs %.9g)", what, name, (long long)first,
+                      first >= 0 ? (double)((const float *)x->data)[first] : 0.0,
+                      first >= 0 ? (double)((const float *)y->data)[first] : 0.0);
+            ok = 0;
+        }
+    }
+    CHECK_MSG(nparam > 0 && noptim > 0, "%s: %d parameter and %d optimizer tensors", what, nparam, noptim);
+    static const char *const keys[] = {"kiln.step", "kiln.epoch", "kiln.next_batch", "kiln.optim_steps", "kiln.lr", "kiln.seed", NULL};
+    for (int k = 0; keys[k]; k++) {
+        const char *vb = meta_or(b, keys[k]), *vc = meta_or(c, keys[k]);
+        CHECK_MSG(!strcmp(vb, vc), "%s: metadata %s is %s vs %s", what, keys[k], vb, vc);
+        ok &= !strcmp(vb, vc);
+    }
+    if (ok) tu_passed++;
+    kiln_st_close(b);
+    kiln_st_close(c);
+    return ok;
+}
+
+/* the parameters of two checkpoints differ somewhere (guards against runs that train nothing) */
+static int params_differ(const char *pa, const char *pb) {
+    kiln_st_file *a = NULL, *b = NULL;
+    if (kiln_st_open(pa, &a) != KILN_OK || kiln_st_open(pb, &b) != KILN_OK) {
+        kiln_st_close(a);
+        return 0;
+    }
+    int differ = 0;
+    for (int i = 0; i < kiln_st_count(a) && !differ; i++) {
+        const kiln_tensor *x = kiln_st_at(a, i), *y = kiln_st_find(b, kiln_st_name(a, i));
+        differ = !y || kiln_tensor_nbytes(x) != kiln_tensor_nbytes(y) || memcmp(x->data, y->data, kiln_tensor_nbytes(x));
+    }
+    kiln_st_close(a);
+    kiln_st_close(b);
+    return differ;
+}
+
+static int64_t meta_int(const char *path, const char *key) {
+    kiln_st_file *f;
+    if (kiln_st_open(path, &f) != KILN_OK) return -1;
+    const char *v = kiln_st_meta(f, key);
+    int64_t x = v ? strtoll(v, NULL, 10) : -1;
+    kiln_st_close(f);
+    return x;
+}
+
+/* ---------- 1a: exact resume ---------- */
+
+/* A: n steps, saved; B: resume A to 2n; C: 2n straight. B == C bit for bit. */
+static void test_resume_midepoch(const char *model, int64_t n, int64_t batch) {
+    char a[256], b[256], c[256], what[128];
+    snprintf(what, sizeof what, "%s resume at step %lld of %lld", model, (long long)n, (long long)(2 * n));
+    snprintf(a, sizeof a, "%s/%s-a.safetensors", g_tmp, model);
+    snprintf(b, sizeof b, "%s/%s-b.safetensors", g_tmp, model);
+    snprintf(c, sizeof c, "%s/%s-c.safetensors", g_tmp, model);
+    kiln_train_config cfg = config(model, "fashion-mnist");
+    cfg.batch_size = batch;
+    kiln_train_result ra, rb, rc;
+    if (run(cfg, a, NULL, n, &ra) != KILN_OK) return;
+    CHECK(ra.steps == n);
+    if (run(cfg, b, a, 2 * n, &rb) != KILN_OK) return;
+    CHECK_MSG(rb.steps == n, "%s: the resumed run made %lld steps, expected %lld", what, (long long)rb.steps, (long long)n);
+    if (run(cfg, c, NULL, 2 * n, &rc) != KILN_OK) return;
+    CHECK(rc.steps == 2 * n);
+    CHECK(meta_int(a, "kiln.step") == n);
+    CHECK(meta_int(b, "kiln.step") == 2 * n);
+    CHECK_MSG(params_differ(a, c), "%s: training from step %lld to %lld changed nothing", what, (long long)n, (long long)(2 * n));
+    same_checkpoint(b, c, what);
+    /* the loss of the last step is the same too */
+    CHECK_MSG(memcmp(&rb.final_loss, &rc.final_loss, sizeof(double)) == 0, "%s: final loss %.9g vs %.9g", what,
+              rb.final_loss, rc.final_loss);
+}
+
+/* the small dataset: 5 batches of 64 per epoch (the last holds 44), 3 epochs.
+ * Stops at each of `stops`, resumes to the end, and compares with a straight run. */
+static void test_resume_epochs(const char *model, const int64_t *stops, int nstops) {
+    char a[256], b[256], c[256], what[128];
+    snprintf(c, sizeof c, "%s/%s-small-c.safetensors", g_tmp, model);
+    kiln_train_config cfg = config(model, g_small);
+    cfg.batch_size = 64;
+    cfg.epochs = 3;
+    kiln_train_result rc;
+    if (run(cfg, c, NULL, 0, &rc) != KILN_OK) return;
+    CHECK_MSG(rc.steps == 15, "%s: %lld steps over 3 epochs of %d samples, expected 15", model, (long long)rc.steps, SMALL_TRAIN);
+    CHECK(meta_int(c, "kiln.epoch") == 3);
+    for (int i = 0; i < nstops; i++) {
+        int64_t s = stops[i];
+        snprintf(what, sizeof what, "%s small dataset, resume at step %lld (epoch %lld, batch %lld)", model, (long long)s,
+                 (long long)(s / 5 + 1), (long long)(s % 5));
+        snprintf(a, sizeof a, "%s/%s-small-a%lld.safetensors", g_tmp, model, (long long)s);
+        snprintf(b, sizeof b, "%s/%s-small-b%lld.safetensors", g_tmp, model, (long long)s);
+        kiln_train_result ra, rb;
+        if (run(cfg, a, NULL, s, &ra) != KILN_OK) continue;
+        CHECK(ra.steps == s);
+        /* where A stopped: at a boundary the checkpoint points at batch 0 of the next epoch */
+        CHECK_MSG(meta_int(a, "kiln.epoch") == s / 5 && meta_int(a, "kiln.next_batch") == s % 5,
+                  "%s: saved at epoch %lld batch %lld", what, (long long)meta_int(a, "kiln.epoch"),
+                  (long long)meta_int(a, "kiln.next_batch"));
+        if (run(cfg, b, a, 0, &rb) != KILN_OK) continue;
+        CHECK_MSG(rb.steps == 15 - s, "%s: the resumed run made %lld steps, expected %lld", what, (long long)rb.steps,
+                  (long long)(15 - s));
+        same_checkpoint(b, c, what);
+    }
+}
+
+/* ---------- 1b: worker counts ---------- */
+
+static void test_workers(const char *model, const char *data, int64_t steps, int64_t epochs) {
+    char p[3][256], what[160];
+    kiln_train_config cfg = config(model, data);
+    cfg.epochs = epochs;
+    for (int w = 0; w < 3; w++) {
+        snprintf(p[w], sizeof p[w], "%s/%s-workers%d.safetensors", g_tmp, model, w);
+        cfg.workers = w;
+        if (run(cfg, p[w], NULL, steps, NULL) != KILN_OK) return;
+    }
+    for (int w = 1; w < 3; w++) {
+        snprintf(what, sizeof what, "%s on %s, workers 0 vs %d", model, data, w);
+        same_checkpoint(p[0], p[w], what);
+    }
+}
+
+/* ---------- 1c: bad configuration ---------- */
+
+static void expect_invalid(kiln_train_config c, const char *what, const char *needle) {
+    kiln_train_result r;
+    kiln_status st = kiln_train(&c, &r);
+    CHECK_MSG(st == KILN_ERR_INVALID_ARG, "%s: status %s, expected KILN_ERR_INVALID_ARG", what, kiln_status_name(st));
+    CHECK_MSG(strstr(kiln_last_error(), needle) != NULL, "%s: message '%s' does not name %s", what, kiln_last_error(), needle);
+}
+
+static void test_bad_config(void) {
+    kiln_train_config c = config("mlp", g_small);
+    c.batch_size = 0;
+    expect_invalid(c, "batch_size 0", "--batch-size");
+    c = config("mlp", g_small);
+    c.batch_size = -5;
+    expect_invalid(c, "batch_size -5", "--batch-size");
+    c = config("no-such-model", g_small);
+    expect_invalid(c, "unknown model", "no-such-model");
+    CHECK_MSG(strstr(kiln_last_error(), "model") != NULL, "unknown model: '%s'", kiln_last_error());
+    c = config("mlp", g_small);
+    c.epochs = 0;
+    expect_invalid(c, "epochs 0", "--epochs");
+    c = config("mlp", g_small);
+    c.workers = -1;
+    expect_invalid(c, "workers -1", "--workers");
+    /* a checkpoint of another model, or saved with another batch size */
+    char a[256];
+    tmp_path(a, "bad-config-mlp.safetensors");
+    c = config("mlp", g_small);
+    if (run(c, a, NULL, 2, NULL) != KILN_OK) return;
+    c = config("mnist-cnn", g_small);
+    c.resume = a;
+    kiln_train_result r;
+    kiln_status st = kiln_train(&c, &r);
+    CHECK_MSG(st != KILN_OK && strstr(kiln_last_error(), a), "resume of an mlp checkpoint as mnist-cnn: %s: %s",
+              kiln_status_name(st), kiln_last_error());
+    c = config("mlp", g_small);
+    c.resume = a;
+    c.batch_size = 32;
+    expect_invalid(c, "resume with another batch size", "--batch-size");
+}
+
+/* ---------- 1d: a diverging loss ---------- */
+
+static void test_nan_loss(void) {
+    char save[256];
+    tmp_path(save, "nan.safetensors");
+    static const char old[] = "an existing checkpoint that a failed run must leave alone\n";
+    write_file(save, old, sizeof old - 1);
+    kiln_train_config c = config("mlp", g_small);
+    c.optim = kiln_optim_defaults(KILN_OPT_SGD);
+    c.optim.lr = 1e30f;
+    c.epochs = 3;
+    c.save = save;
+    c.max_steps = 15;
+    kiln_train_result r;
+    kiln_status st = kiln_train(&c, &r);
+    const char *msg = kiln_last_error();
+    CHECK_MSG(st == KILN_ERR_NUMERIC, "lr 1e30: status %s (%s), expected KILN_ERR_NUMERIC", kiln_status_name(st), msg);
+    CHECK_MSG(strstr(msg, "step ") != NULL, "lr 1e30: message '%s' does not name the step", msg);
+    size_t n = 0;
+    uint8_t *now = read_file(save, &n);
+    CHECK_MSG(now && n == sizeof old - 1 && memcmp(now, old, n) == 0, "lr 1e30: %s was changed by a failed run", save);
+    free(now);
+    CHECK_MSG(count_files_with(".tmp") == 0, "a temporary file was left in %s", g_tmp);
+}
+
+int main(void) {
+    g_sanitize = getenv("KILN_SANITIZE") && *getenv("KILN_SANITIZE");
+    kiln_log_set_level(KILN_LOG_WARN);
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/kiln_test_train.XXXXXX");
+    if (!mkdtemp(g_tmp)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(g_small, sizeof g_small, "%s/small", g_tmp);
+    if (mkdir(g_small, 0755) != 0) {
+        perror(g_small);
+        return 1;
+    }
+    tu_seed(7);
+    write_idx_split(g_small, "train", SMALL_TRAIN);
+    write_idx_split(g_small, "t10k", SMALL_TEST);
+
+    /* 1c and 1d first: they are quick */
+    g_t0 = now_s();
+    test_bad_config();
+    test_nan_loss();
+    lap("bad config, NaN loss");
+
+    /* 1a: exact resume mid-epoch on Fashion-MNIST */
+    test_resume_midepoch("mlp", g_sanitize ? 30 : 100, 64);
+    lap("resume mlp");
+    test_resume_midepoch("mnist-cnn", g_sanitize ? 10 : 100, 16);
+    lap("resume mnist-cnn");
+
+    /* 1a: across epoch boundaries: inside epoch 2, exactly at the boundary, inside epoch 3 */
+    static const int64_t stops_mlp[] = {7, 5, 10, 13}, stops_cnn[] = {7, 5};
+    test_resume_epochs("mlp", stops_mlp, 4);
+    lap("resume across epochs mlp");
+    test_resume_epochs("mnist-cnn", stops_cnn, 2);
+    lap("resume across epochs mnist-cnn");
+
+    /* 1b: the same batches (and so the same parameters) for 0, 1 and 2 workers */
+    test_workers("mlp", "fashion-mnist", g_sanitize ? 30 : 100, 1);
+    lap("workers mlp");
+    test_workers("mnist-cnn", g_small, 7, 2);
+    lap("workers mnist-cnn");
+
+    remove_tree(g_tmp);
+    return tu_finish("test_train");
+}
