@@ -5,7 +5,10 @@ set -euo pipefail
 need=(cmake make gcc pkg-config libdnnl-dev zlib1g-dev dataset-fashion-mnist)
 case "${1:-}" in
   --test) ;;   # fixtures are committed: the suite needs no PyTorch
-  --bench|--oracle) need+=(python3-torch python3-numpy) ;;
+  # the PyTorch peer at its best: without an optimised BLAS, Debian's python3-torch
+  # falls back to the reference BLAS (libblas3) and its linear layers run ~40x slower;
+  # OpenBLAS's OpenMP build shares torch's thread team instead of adding a second pool
+  --bench|--oracle) need+=(python3-torch python3-numpy libopenblas0-openmp) ;;
 esac
 missing=()
 for p in "${need[@]}"; do
@@ -17,3 +20,6 @@ SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [[ " ${missing[*]} " == *" libopenblas0-openmp "* ]]; then
+  $SUDO update-alternatives --set libblas.so.3-x86_64-linux-gnu /usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3 >/dev/null 2>&1 || true
+fi

@@ -129,7 +129,10 @@ static kiln_status run_dir(kiln_dnnl_conv *c, int dir, float *x, float *w, float
 
 /* Chooses the algorithm of one direction: the only one that exists, or the fastest one measured. */
 static kiln_status choose(kiln_dnnl_conv *c, int dir, float *bufs[4], void *ws_probe, size_t ws_probe_bytes) {
-    static const dnnl_alg_kind_t algs[2] = {dnnl_convolution_winograd, dnnl_convolution_direct};
+    /* autotune times the real candidates; otherwise direct (oneDNN's "auto" picks a 5x slower kernel for 1-channel input) */
+    static const dnnl_alg_kind_t tuned[2] = {dnnl_convolution_winograd, dnnl_convolution_direct};
+    static const dnnl_alg_kind_t untuned[2] = {dnnl_convolution_direct, dnnl_convolution_auto};
+    const dnnl_alg_kind_t *algs = c->o.autotune ? tuned : untuned;
     double best = 1e30;
     conv_dir keep = {0};
     for (int i = 0; i < 2; i++) {
@@ -162,7 +165,7 @@ static kiln_status choose(kiln_dnnl_conv *c, int dir, float *bufs[4], void *ws_p
         } else {
             dir_free(d);
         }
-        if (!c->o.autotune) break; /* first that exists: Winograd where oneDNN has it */
+        if (!c->o.autotune) break; /* the first that exists */
     }
     c->d[dir] = keep;
     if (!keep.pd) return kiln_fail(KILN_ERR_BACKEND, "oneDNN has no %s convolution for this shape", dir_names[dir]);
@@ -228,7 +231,9 @@ probe_done:
     for (int dir = 0; dir < NDIR && o2 < sizeof c->desc; dir++)
         if (c->d[dir].pd)
             o2 += (size_t)snprintf(c->desc + o2, sizeof c->desc - o2, " %s:%s(%s)", dir_names[dir],
-                                   c->d[dir].alg == dnnl_convolution_winograd ? "winograd" : "direct",
+                                   c->d[dir].alg == dnnl_convolution_winograd ? "winograd"
+                                   : c->d[dir].alg == dnnl_convolution_auto   ? "auto"
+                                                                              : "direct",
                                    kiln_dn_impl_name(c->d[dir].pd));
     *out = c;
     return KILN_OK;
