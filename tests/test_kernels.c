@@ -5,6 +5,7 @@
 #include <omp.h>
 #include "base/internal/rng.h"
 #include "kernels/internal/kernels.h"
+#include "kiln/tensor.h"
 #include "testutil.h"
 
 /* ---------- helpers ---------- */
@@ -652,7 +653,8 @@ static void to_blocked(const float *x, float *b, int64_t n, int64_t c, int64_t h
             for (int64_t p = 0; p < hw; p++) b[((i * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16] = x[(i * c + ch) * hw + p];
 }
 
-static void test_pool_layout(void) {
+/* aligned: 64-byte aligned blocks take the AVX-512 path; misaligned ones the portable loops */
+static void test_pool_layout(int aligned) {
     /* 2x2/2 on even and odd sizes, and a 3x3/2 window; plain and blocked; relu mask on and off */
     const int64_t cfg[3][4] = {{3, 32, 12, 12}, {2, 16, 9, 7}, {2, 32, 7, 7}};
     for (int t = 0; t < 3; t++) {
@@ -663,7 +665,9 @@ static void test_pool_layout(void) {
         fill_distinct(xd, nx);
         for (int64_t i = 0; i < nx; i++) xd[i] = xd[i] > 0 ? xd[i] : 0; /* a relu's output: many zero windows too */
         for (int64_t i = 0; i < nx; i += 7) xd[i] = xd[i] + 0.25; /* ... but not all */
-        float *xf = falloc(nx), *xb = falloc(nx), *dyf = falloc(ny), *y = falloc(ny), *dx = falloc(nx), *dxp = falloc(nx);
+        float *xb_mem = kiln_alloc((size_t)(nx + 16) * 4), *dx_mem = kiln_alloc((size_t)(nx + 16) * 4);
+        float *xb = aligned ? xb_mem : xb_mem + 1, *dx = aligned ? dx_mem : dx_mem + 1;
+        float *xf = falloc(nx), *dyf = falloc(ny), *y = falloc(ny), *dxp = falloc(nx);
         for (int64_t i = 0; i < nx; i++) xf[i] = (float)xd[i];
         for (int64_t i = 0; i < nx; i++) xd[i] = xf[i];
         for (int64_t i = 0; i < ny; i++) dyf[i] = (float)dyd[i];
@@ -697,13 +701,16 @@ static void test_pool_layout(void) {
                     free(pre);
                 }
         }
-        free(xd); free(dyd); free(yref); free(dxref); free(xf); free(xb); free(dyf); free(y); free(dx); free(dxp);
+        free(xd); free(dyd); free(yref); free(dxref); free(xf); free(dyf); free(y); free(dxp);
+        kiln_free(xb_mem);
+        kiln_free(dx_mem);
     }
 }
 
 int main(void) {
     tu_seed(20240611);
-    test_pool_layout();
+    test_pool_layout(1);
+    test_pool_layout(0);
     test_conv();
     test_linear();
     test_relu();

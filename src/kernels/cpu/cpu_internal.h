@@ -13,13 +13,6 @@ static inline int kiln_cpu_has_avx512(void) {
     return __builtin_cpu_supports("avx512f");
 #else
     return 0;
-/* Fused optimizer passes with vector sqrt (the portable loops cannot vectorise
- * sqrtf under -fmath-errno); same operation order, so bit-identical results. */
-void kiln_cpu_adadelta_avx512(int64_t n, float *p, const float *g, float *square_avg, float *acc_delta, float lr,
-                              float rho, float eps, float weight_decay);
-void kiln_cpu_adamw_avx512(int64_t n, float *p, const float *g, float *m, float *v, float decay, float beta1,
-                           float beta2, float eps, float step_size, float bc2_sqrt);
-
 #endif
 }
 
@@ -34,5 +27,11 @@ void kiln_cpu_adadelta_avx512(int64_t n, float *p, const float *g, float *square
                               float rho, float eps, float weight_decay);
 void kiln_cpu_adamw_avx512(int64_t n, float *p, const float *g, float *m, float *v, float decay, float beta1,
                            float beta2, float eps, float step_size, float bc2_sqrt);
+
+/* 2x2 stride-2 max-pool over one [h, w, 16] nChw16c block; y0/dy0 point at the
+ * block's first NCHW plane. Blocks must be 64-byte aligned. */
+void kiln_cpu_pool2_blocked_fwd_avx512(int64_t w, int64_t oh, int64_t ow, const float *xb, float *y0);
+void kiln_cpu_pool2_blocked_bwd_avx512(int64_t w, int64_t oh, int64_t ow, int relu_mask, const float *xb,
+                                       const float *dy0, float *db, int acc);
 
 #endif

@@ -3,6 +3,7 @@
  * oneDNN's blocked layout saves a reorder of the largest activation each way;
  * folding relu saves a full read-modify-write pass over it. The 2x2 stride-2
  * blocked path works on 16 channels at a time (one cache line per pixel). */
+#include <stdint.h>
 #include <string.h>
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/internal/kernels.h"
@@ -82,13 +83,14 @@ void kiln_cpu_max_pool2d_fwd_layout(const kiln_pool_shape *ps, int blocked, cons
         return;
     }
     int64_t cb = ps->c / 16, ohw = ps->oh * ps->ow, blk = ps->h * ps->w * 16;
-    int fast = ps->k == 2 && ps->stride == 2;
+    int fast = ps->k == 2 && ps->stride == 2, avx512 = kiln_cpu_has_avx512() && ((uintptr_t)x & 63) == 0;
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < ps->n * cb; p++) {
         int64_t n = p / cb, c0 = (p % cb) * 16;
         float *y0 = y + (n * ps->c + c0) * ohw;
         if (fast) {
-            pool2_blocked_fwd(ps, x + p * blk, y0);
+            if (avx512) kiln_cpu_pool2_blocked_fwd_avx512(ps->w, ps->oh, ps->ow, x + p * blk, y0);
+            else pool2_blocked_fwd(ps, x + p * blk, y0);
             continue;
         }
         for (int l = 0; l < 16; l++)
@@ -106,10 +108,18 @@ void kiln_cpu_max_pool2d_bwd_layout(const kiln_pool_shape *ps, int blocked, int 
     int64_t ohw = ps->oh * ps->ow;
     if (blocked && ps->k == 2 && ps->stride == 2) {
         int64_t cb = ps->c / 16, blk = ps->h * ps->w * 16;
+        int avx512 = kiln_cpu_has_avx512() && (((uintptr_t)x | (uintptr_t)dx) & 63) == 0;
 #pragma omp parallel for schedule(static)
         for (int64_t p = 0; p < ps->n * cb; p++) {
             int64_t n = p / cb, c0 = (p % cb) * 16;
-            pool2_blocked_bwd(ps, relu_mask, x + p * blk, dy + (n * ps->c + c0) * ohw, dx + p * blk, acc);
+            if (avx512) {
+                float *db = dx + p * blk;
+                /* rows/cols past the last window (odd sizes) get no gradient */
+                if (!acc && (ps->h != 2 * ps->oh || ps->w != 2 * ps->ow)) memset(db, 0, (size_t)blk * sizeof *db);
+                kiln_cpu_pool2_blocked_bwd_avx512(ps->w, ps->oh, ps->ow, relu_mask, x + p * blk, dy + (n * ps->c + c0) * ohw, db, acc);
+            } else {
+                pool2_blocked_bwd(ps, relu_mask, x + p * blk, dy + (n * ps->c + c0) * ohw, dx + p * blk, acc);
+            }
         }
         return;
     }
