@@ -150,6 +150,7 @@ static kiln_status get_state(kiln_plan *pl, int64_t batch, batch_state **out) {
     bs->batch = batch;
     bs->last_used = ++pl->runs;
     size_t ws = 0;
+    if (pl->o.autotune) kiln_pass_autotune_begin();
     for (int i = 0; i < pl->nfwd; i++) {
         const kiln_node *n = &pl->g->nodes[i];
         kiln_status st = KILN_OK;
@@ -176,6 +177,7 @@ static kiln_status get_state(kiln_plan *pl, int64_t batch, batch_state **out) {
             return kiln_fail_context(st, "%s", n->name);
         }
     }
+    if (pl->o.autotune) kiln_pass_autotune_end();
     if (ws > pl->ws_bytes) {
         kiln_free(pl->ws);
         pl->ws = kiln_alloc(ws);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/internal/dnnl_ops.h"
 #include "kiln/safetensors.h"
 #include "train/internal/checkpoint.h"
 
@@ -59,6 +60,10 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
     META("kiln.lr", "%.9g", (double)s->lr);
     META("kiln.optim_steps", "%" PRId64, s->optim_steps);
 #undef META
+    /* the conv algorithms this run used: a resumed run uses the same ones, so it continues bit for bit */
+    static char tuned[16384];
+    kiln_autotune_export(tuned, sizeof tuned);
+    if (st == KILN_OK && tuned[0]) st = kiln_st_writer_meta(w, "kiln.autotune", tuned);
     if (st == KILN_OK) st = kiln_st_writer_save(w, path);
     kiln_st_writer_free(w);
     free(names);
@@ -145,6 +150,8 @@ kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim 
         (st = meta_i64(f, "kiln.batch_size", &s->batch_size, path)) == KILN_OK)
         st = meta_i64(f, "kiln.optim_steps", &s->optim_steps, path);
     s->seed = (uint64_t)seed;
+    const char *tuned = kiln_st_meta(f, "kiln.autotune");
+    if (st == KILN_OK && tuned) st = kiln_autotune_import(tuned, path, 1);
     s->lr = lr ? strtof(lr, NULL) : 0;
     /* everything is read into staging buffers first: a bad tensor changes nothing */
     int64_t total = kiln_params_total(P);

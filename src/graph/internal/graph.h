@@ -100,6 +100,13 @@ kiln_status kiln_plan_memory(const kiln_graph *g, const int *order, int norder, 
 int kiln_pass_fuse_relu(kiln_graph *g, int nfwd);
 int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g);
 
+/* pass_autotune.c: brackets the making of a plan's conv objects: loads the
+ * on-disk autotune cache once per process, saves new decisions after. */
+void kiln_pass_autotune_begin(void);
+void kiln_pass_autotune_end(void);
+/* tests: forget every decision and read the disk cache again on next use */
+void kiln_pass_autotune_reset(void);
+
 /* pass_layout.c: keeps conv chains in oneDNN's blocked layout (nChw16c) where
  * every reader of the activation and of its gradient can take it. Returns the
  * number of values moved, or -1 when out of memory. */

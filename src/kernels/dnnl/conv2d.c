@@ -32,6 +32,7 @@ struct kiln_dnnl_conv {
     dnnl_primitive_desc_t fwd_hint;
     conv_dir d[NDIR];
     size_t ws;
+    char problem[96]; /* the autotune key */
     char desc[512];
 };
 
@@ -133,9 +134,18 @@ static kiln_status choose(kiln_dnnl_conv *c, int dir, float *bufs[4], void *ws_p
     static const dnnl_alg_kind_t tuned[2] = {dnnl_convolution_winograd, dnnl_convolution_direct};
     static const dnnl_alg_kind_t untuned[2] = {dnnl_convolution_direct, dnnl_convolution_auto};
     const dnnl_alg_kind_t *algs = c->o.autotune ? tuned : untuned;
+    dnnl_alg_kind_t decided[1];
+    char known;
+    int ncand = 2;
+    /* a decision made before (this process, the on-disk cache, a checkpoint) is kept: no timing */
+    if (c->o.autotune && kiln_autotune_lookup(c->problem, dir_names[dir], &known)) {
+        decided[0] = known == 'w' ? dnnl_convolution_winograd : dnnl_convolution_direct;
+        algs = decided;
+        ncand = 1;
+    }
     double best = 1e30;
     conv_dir keep = {0};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < ncand; i++) {
         dnnl_primitive_desc_t pd;
         if (make_pd(c, dir, algs[i], &pd) != dnnl_success) continue;
         conv_dir *d = &c->d[dir];
@@ -148,7 +158,7 @@ static kiln_status choose(kiln_dnnl_conv *c, int dir, float *bufs[4], void *ws_p
             continue;
         }
         double t = 0;
-        if (c->o.autotune && bufs && d->ws <= ws_probe_bytes) {
+        if (c->o.autotune && ncand > 1 && bufs && d->ws <= ws_probe_bytes) {
             /* one warm-up, then the best of three */
             t = 1e30;
             for (int r = 0; r < 4; r++) {
@@ -169,6 +179,7 @@ static kiln_status choose(kiln_dnnl_conv *c, int dir, float *bufs[4], void *ws_p
     }
     c->d[dir] = keep;
     if (!keep.pd) return kiln_fail(KILN_ERR_BACKEND, "oneDNN has no %s convolution for this shape", dir_names[dir]);
+    if (c->o.autotune) kiln_autotune_store(c->problem, dir_names[dir], keep.alg == dnnl_convolution_winograd ? 'w' : 'd');
     return KILN_OK;
 }
 
@@ -180,6 +191,9 @@ kiln_status kiln_dnnl_conv_new(const kiln_conv_shape *cs, const kiln_dnnl_conv_o
     if (!c) return kiln_fail(KILN_ERR_NOMEM, "conv2d: out of memory");
     c->cs = *cs;
     c->o = *o;
+    snprintf(c->problem, sizeof c->problem, "mb%ldic%ldih%ldiw%ldoc%ldkh%ldkw%ldsh%ldph%ld%s%s%s", (long)cs->n, (long)cs->c,
+             (long)cs->h, (long)cs->w, (long)cs->k, (long)cs->r, (long)cs->s, (long)cs->stride, (long)cs->pad,
+             o->fuse_relu ? "+relu" : "", o->x_blocked ? "/xb" : "", o->y_blocked ? "/yb" : "");
     int64_t xd[4] = {cs->n, cs->c, cs->h, cs->w}, wd[4] = {cs->k, cs->c, cs->r, cs->s}, yd[4] = {cs->n, cs->k, cs->oh, cs->ow};
     int64_t bd[1] = {cs->k};
     kiln_dn_md_plain(&c->x_md, 4, xd);
@@ -198,14 +212,22 @@ kiln_status kiln_dnnl_conv_new(const kiln_conv_shape *cs, const kiln_dnnl_conv_o
     float *bufs[4] = {0};
     void *probe = NULL;
     size_t probe_bytes = 0;
-    if (o->autotune) {
+    int undecided = 0;
+    for (int dir = 0; dir < NDIR; dir++) {
+        char a;
+        undecided |= !kiln_autotune_lookup(c->problem, dir_names[dir], &a);
+    }
+    if (o->autotune && undecided) {
         size_t nx = (size_t)(cs->n * cs->c * cs->h * cs->w), nw = (size_t)(cs->k * cs->c * cs->r * cs->s);
         size_t ny = (size_t)(cs->n * cs->k * cs->oh * cs->ow);
-        size_t sizes[4] = {nx, nw, (size_t)cs->k, ny};
+        /* each direction passes its own tensors through these four slots (x or dy, w or dy, bias, y or dx
+         * or dw): every slot holds the largest of them */
+        size_t most = nx > ny ? nx : ny;
+        if (nw > most) most = nw;
         for (int i = 0; i < 4; i++) {
-            bufs[i] = kiln_alloc(sizes[i] * sizeof(float));
+            bufs[i] = kiln_alloc(most * sizeof(float));
             if (bufs[i])
-                for (size_t j = 0; j < sizes[i]; j++) bufs[i][j] = (float)((j * 2654435761u) % 1000) * 1e-3f - 0.5f;
+                for (size_t j = 0; j < most; j++) bufs[i][j] = (float)((j * 2654435761u) % 1000) * 1e-3f - 0.5f;
         }
         probe_bytes = 4 * (nx + nw + ny) * sizeof(float) + (1 << 20);
         probe = kiln_alloc(probe_bytes);
@@ -217,7 +239,7 @@ kiln_status kiln_dnnl_conv_new(const kiln_conv_shape *cs, const kiln_dnnl_conv_o
     for (int dir = 0; dir < NDIR; dir++) {
         if (dir == DIR_BWD_DATA && !o->need_bwd_data) continue;
         if (dir == DIR_BWD_WEIGHT && !o->need_bwd_weight) continue;
-        if ((st = choose(c, dir, o->autotune ? bufs : NULL, probe, probe_bytes)) != KILN_OK) break;
+        if ((st = choose(c, dir, probe ? bufs : NULL, probe, probe_bytes)) != KILN_OK) break;
         if (c->d[dir].ws > c->ws) c->ws = c->d[dir].ws;
     }
 probe_done:
@@ -225,9 +247,7 @@ probe_done:
     kiln_free(probe);
     if (st != KILN_OK) goto fail;
     size_t o2 = 0;
-    o2 += (size_t)snprintf(c->desc + o2, sizeof c->desc - o2, "mb%lldic%lldih%lldoc%lldoh%lldkh%ldsh%ldph%ld",
-                           (long long)cs->n, (long long)cs->c, (long long)cs->h, (long long)cs->k, (long long)cs->oh,
-                           (long)cs->r, (long)cs->stride, (long)cs->pad);
+    o2 += (size_t)snprintf(c->desc + o2, sizeof c->desc - o2, "%s", c->problem);
     for (int dir = 0; dir < NDIR && o2 < sizeof c->desc; dir++)
         if (c->d[dir].pd)
             o2 += (size_t)snprintf(c->desc + o2, sizeof c->desc - o2, " %s:%s(%s)", dir_names[dir],

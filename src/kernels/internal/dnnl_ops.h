@@ -43,4 +43,20 @@ kiln_status kiln_dnnl_linear_bwd_data(kiln_dnnl_linear *l, const float *dy, cons
 kiln_status kiln_dnnl_linear_bwd_weight(kiln_dnnl_linear *l, const float *x, const float *dy, float *dw, float *db,
                                         int acc_w, int acc_b);
 
+/* Autotune decisions (autotune_cache.c): which algorithm each convolution
+ * problem uses in each direction, keyed by a benchdnn-like problem string
+ * ("mb64ic32ih26iw26oc64kh3kw3sh1ph0+relu/xb/yb"). Decisions are kept for the
+ * process, written to an on-disk cache, and stored in checkpoints, so runs on
+ * one machine (and a resumed run anywhere) use the same algorithms: the same
+ * numbers, bit for bit. Algorithms are 'w' (Winograd) or 'd' (direct). */
+int kiln_autotune_lookup(const char *problem, const char *dir, char *alg);
+void kiln_autotune_store(const char *problem, const char *dir, char alg);
+/* "problem dir alg\n" lines; returns the length (excluding NUL), truncating to len */
+size_t kiln_autotune_export(char *buf, size_t len);
+/* adds the decisions in text (replacing known ones when `replace`); malformed lines are an error naming `source` */
+kiln_status kiln_autotune_import(const char *text, const char *source, int replace);
+/* the on-disk cache: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; "" disables */
+const char *kiln_autotune_cache_path(void);
+void kiln_autotune_forget(void); /* tests: drop every decision */
+
 #endif
