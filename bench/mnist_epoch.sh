@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # kiln vs PyTorch: one epoch of mnist-cnn on Fashion-MNIST, the same work for
 # both (batch 64, Adadelta lr 1.0, StepLR 0.7, 2 loader workers, 2 compute
-# threads, seed 1), then test accuracy. Prints each run, the medians, the
+# threads), then test accuracy. Run i uses seed i for both frameworks: the two
+# draw initial weights, shuffles and dropout masks from different generators,
+# so accuracy is compared as the median over seeds, not one lucky draw.
+# Prints each run, the medians, the
 # kiln/PyTorch ratios and whether the targets are met. `make bench` runs it.
 #
-#   REPEAT=N     pairs of runs, interleaved kiln, PyTorch, kiln, ... (default 3)
+#   REPEAT=N     pairs of runs (seeds 1..N), interleaved kiln, PyTorch, kiln, ... (default 5)
 #   MAX_STEPS=N  quick check: --max-steps N for both (PyTorch's is per epoch;
 #                with --epochs 1 the two mean the same)
 #   KILN_SHARED  the shared folder holding bench/pytorch_mnist.py
@@ -16,7 +19,7 @@ cd "$ROOT"
 SHARED="${KILN_SHARED:-$ROOT/../shared}"
 REF="$SHARED/bench/pytorch_mnist.py"
 PY=/usr/bin/python3
-REPEAT="${REPEAT:-3}"
+REPEAT="${REPEAT:-5}"
 MAX_STEPS="${MAX_STEPS:-0}"
 
 die() { echo "mnist_epoch: $*" >&2; exit 1; }
@@ -29,7 +32,7 @@ die() { echo "mnist_epoch: $*" >&2; exit 1; }
 extra=()
 [ "$MAX_STEPS" -gt 0 ] && extra=(--max-steps "$MAX_STEPS")
 KILN_CMD=(build/kiln train --model mnist-cnn --data fashion-mnist --epochs 1 --batch-size 64 --optimizer adadelta
-          --lr 1.0 --lr-step-gamma 0.7 --workers 2 --threads 2 --seed 1 --json --quiet "${extra[@]}")
+          --lr 1.0 --lr-step-gamma 0.7 --workers 2 --threads 2 --json --quiet "${extra[@]}")
 TORCH_CMD=("$PY" "$REF" --epochs 1 --workers 2 --threads 2 --json "${extra[@]}")
 
 mkdir -p bench/results
@@ -53,8 +56,8 @@ run_one() {
 what="1 epoch"; [ "$MAX_STEPS" -gt 0 ] && what="1 epoch capped at $MAX_STEPS steps"
 echo "mnist-cnn on fashion-mnist, $what: $REPEAT run(s) of each, interleaved" >&2
 for i in $(seq 1 "$REPEAT"); do
-    run_one kiln "${KILN_CMD[@]}"
-    run_one pytorch "${TORCH_CMD[@]}"
+    run_one kiln "${KILN_CMD[@]}" --seed "$i"
+    run_one pytorch "${TORCH_CMD[@]}" --seed "$i"
 done
 
 "$PY" - "$OUT" <<'EOF'

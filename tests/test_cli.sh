@@ -224,7 +224,7 @@ expect 0 "resume and save over the same file" -- \
     "$KILN" train --model mlp --resume "$K" --max-steps 4 --no-test --save "$K" "${Q[@]}"
 check "checkpoint replaced after a good run" bash -c "! cmp -s '$K' '$T/keep.orig'"
 check "no temporary file after a good run" notmp
-expect 2 "--save into a missing folder" "$T/nodir/x.safetensors" -- \
+expect 2 "--save into a missing folder (refused before training)" "$T/nodir/x.safetensors" "cannot write into folder $T/nodir" -- \
     "$KILN" train --model mlp --max-steps 1 --no-test --save "$T/nodir/x.safetensors" "${Q[@]}"
 
 # ---------- help ----------

@@ -2,6 +2,7 @@
  * over the loader's batches with a fused optimizer; evaluates with a separate
  * inference plan (no backward, no saved activations); checkpoints and resumes
  * exactly. Prints nothing itself: progress goes to a callback, messages to the logger. */
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <sched.h>
@@ -113,6 +114,19 @@ static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, 
     return st;
 }
 
+/* a checkpoint that cannot be written should fail the run before training, not after */
+static kiln_status check_save_path(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    if (access(dir, W_OK) != 0)
+        return kiln_fail(KILN_ERR_IO, "--save %s: cannot write into folder %s: %s", path, dir, strerror(errno));
+    return KILN_OK;
+}
+
 static kiln_status check_config(const kiln_train_config *c) {
     if (!c->model || !c->model[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--model is required");
     if (!c->data || !c->data[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--data is required");
@@ -124,6 +138,7 @@ static kiln_status check_config(const kiln_train_config *c) {
     if (c->threads < 0 || c->threads > 1024) return kiln_fail(KILN_ERR_INVALID_ARG, "--threads is %d", c->threads);
     if (c->max_steps < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--max-steps is %lld", (long long)c->max_steps);
     if (!(c->lr_step_gamma > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--lr-step-gamma is %g; it must be > 0", (double)c->lr_step_gamma);
+    if (c->save) return check_save_path(c->save);
     return KILN_OK;
 }
 
