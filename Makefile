@@ -5,7 +5,7 @@ ASAN_BUILD ?= build-asan
 RUN_ARGS ?= --model mnist-cnn --data fashion-mnist --epochs 1 --batch-size 64 \
             --optimizer adadelta --lr 1.0 --lr-step-gamma 0.7 --seed 1 --save run.safetensors
 
-.PHONY: all deps run test test-fast test-asan bench fixtures clean
+.PHONY: all deps run test test-fast test-asan bench fixtures interop clean
 
 all: $(BUILD)/kiln
 
@@ -45,6 +45,15 @@ bench: deps
 fixtures:
 	@bash scripts/install-deps.sh --oracle
 	/usr/bin/python3 tests/ref/make_fixtures.py tests/ref/fixtures
+
+# a kiln checkpoint loads in PyTorch and scores the same there (needs python3-torch)
+interop: deps
+	@bash scripts/install-deps.sh --oracle
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/kiln train --model mnist-cnn --max-steps 200 --no-test --quiet --save /tmp/kiln-interop.safetensors
+	acc=$$($(BUILD)/kiln eval --model mnist-cnn --load /tmp/kiln-interop.safetensors --json | tail -n 1 | \
+	      /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])') && \
+	/usr/bin/python3 tests/ref/load_in_pytorch.py /tmp/kiln-interop.safetensors $$acc
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
