@@ -228,7 +228,9 @@ kiln_status kiln_dataset_open(const char *name_or_folder, int train, kiln_datase
     if (named) snprintf(folder, sizeof folder, "%s/%s", root, name_or_folder);
     else snprintf(folder, sizeof folder, "%s", name_or_folder);
     if (!is_dir(folder)) {
-        if (!named) return kiln_fail(KILN_ERR_IO, "dataset folder %s not found", folder);
+        if (!named)
+            return kiln_fail(KILN_ERR_IO, "dataset folder %s not found (--data takes a folder of IDX files, or "
+                                          "fashion-mnist: the Debian package dataset-fashion-mnist)", folder);
         if (strcmp(name_or_folder, "fashion-mnist") == 0)
             return kiln_fail(KILN_ERR_IO, "dataset folder %s not found: install the Debian package dataset-fashion-mnist "
                                           "(run scripts/install-deps.sh or apt-get install dataset-fashion-mnist)", folder);

@@ -129,6 +129,9 @@ static kiln_status check_save_path(const char *path) {
 
 static kiln_status check_config(const kiln_train_config *c) {
     if (!c->model || !c->model[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--model is required");
+    int known = 0;
+    for (const char *const *m = kiln_model_names(); *m; m++) known |= strcmp(*m, c->model) == 0;
+    if (!known) return kiln_fail(KILN_ERR_INVALID_ARG, "--model: unknown model '%s' (known: mnist-cnn, mlp)", c->model);
     if (!c->data || !c->data[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--data is required");
     if (c->batch_size < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size is %lld; it must be at least 1", (long long)c->batch_size);
     if (c->test_batch_size < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "--test-batch-size is %lld; it must be at least 1", (long long)c->test_batch_size);
