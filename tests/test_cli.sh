@@ -245,6 +245,18 @@ for f in --model --data --load --batch-size --workers --threads --json; do
     check "kiln eval --help mentions $f" grep -qF -- "$f " "$T/help-eval"
 done
 
+# ---------- thread budget and progress ----------
+expect 0 "progress off a terminal" "thread budget: 2 compute threads" "1 loader worker" "cores available" \
+    "step 10/30" "step 20/30" "step 30/30" "loss" "img/s" "data-wait" "ETA" -- \
+    "$KILN" train --model mlp --max-steps 30 --no-test --log-every 10 --threads 2 --workers 1
+check "one progress line every --log-every steps" test "$(grep -c 'kiln: step ' "$T/err")" -eq 3
+if command -v script >/dev/null 2>&1; then
+    # on a terminal: one bar redrawn in place with \r
+    script -qec "$KILN train --model mlp --max-steps 30 --no-test --threads 2" /dev/null >"$T/tty" 2>&1
+    check "progress bar on a terminal redraws with \\r" grep -q $'\r\\[#' "$T/tty"
+    check "progress bar shows loss, img/s, data-wait and ETA" bash -c "grep -q 'img/s' '$T/tty' && grep -q 'data-wait' '$T/tty' && grep -q 'ETA' '$T/tty'"
+fi
+
 # ---------- --json ----------
 expect 0 "train --json" -- "$KILN" train --json --max-steps 20 --no-test --model mlp "${Q[@]}"
 if tail -n 1 "$T/out" | "$PY" -c '
