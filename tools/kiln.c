@@ -1,5 +1,6 @@
 /* kiln — the command-line program: train and evaluate models from the zoo.
- * Exit codes: 0 success, 2 bad input or usage, 1 anything else. */
+ * Exit codes: 0 success, 2 bad input or usage (including a batch too large
+ * for the machine's memory), 1 anything else (a diverging loss, oneDNN). */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -55,6 +56,7 @@ static const char *train_help =
     "  --no-autotune         use oneDNN's default convolution algorithms instead of timing them\n"
     "  --dropout-off         train with dropout disabled\n"
     "  --profile             time every kernel and print the per-step breakdown at the end\n"
+    "  --memory-budget-mb X  refuse a plan whose activations and gradients need more   [90% of RAM]\n"
     "  --log-every N         progress lines when stderr is not a terminal   [100]\n"
     "  --json                print one JSON object with the results as the last line of stdout\n"
     "  --quiet               no progress and no log lines\n";
@@ -88,7 +90,9 @@ static int exit_code(kiln_status s) {
     case KILN_ERR_INVALID_ARG:
     case KILN_ERR_IO:
     case KILN_ERR_FORMAT:
-    case KILN_ERR_SHAPE: return EXIT_USAGE;
+    case KILN_ERR_SHAPE:
+    case KILN_ERR_NOMEM: /* a plan too big for the machine: the batch size asked for it */
+        return EXIT_USAGE;
     default: return 1;
     }
 }
@@ -204,6 +208,12 @@ static int cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--no-autotune")) c.autotune = 0;
         else if (!strcmp(a, "--dropout-off")) c.dropout_off = 1;
         else if (!strcmp(a, "--profile")) c.profile = 1;
+        else if (!strcmp(a, "--memory-budget-mb")) {
+            NEED_VALUE();
+            float mb;
+            if (parse_f(v, &mb) || mb <= 0) return usage_error("train", "--memory-budget-mb: not a positive number: %s", v);
+            c.memory_budget = (double)mb * 1048576.0;
+        }
         else if (!strcmp(a, "--log-every")) { INT_ARG(ui.log_every); if (ui.log_every < 1) ui.log_every = 1; }
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--quiet")) ui.quiet = 1;

@@ -98,6 +98,7 @@ typedef struct kiln_compile_opts {
     int layout;         /* 1 (default): the layout pass keeps conv chains in oneDNN's blocked layout */
     int dropout_off;    /* 1: dropout is the identity even in training (golden tests) */
     uint64_t seed;      /* dropout key */
+    double memory_budget; /* bytes the arena may take; 0: 90 % of the machine's memory */
 } kiln_compile_opts;
 kiln_compile_opts kiln_compile_defaults(void);
 

@@ -52,6 +52,7 @@ typedef struct kiln_train_config {
     int test;                   /* 1: measure test accuracy at the end */
     int fuse, autotune, dropout_off;
     int profile;                /* 1: time every kernel and log the breakdown at the end */
+    double memory_budget;       /* bytes a plan's arena may take; 0: 90 % of the machine's memory */
     kiln_progress_fn progress;  /* called after every step (NULL: none) */
     void *progress_user;
 } kiln_train_config;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "base/internal/rng.h"
 #include "graph/internal/graph.h"
 #include "kernels/internal/dnnl_ops.h"
@@ -276,6 +277,15 @@ kiln_status kiln_compile(kiln_graph *g0, kiln_params *P, const kiln_value *outpu
                           &pl->arena_bytes, &pl->arena_no_reuse);
     free(keep);
     if (st != KILN_OK) goto fail;
+    /* a plan that cannot fit in the machine fails here, clearly, not in the OOM killer mid-run */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double budget = o.memory_budget > 0 ? o.memory_budget : 0.9 * (double)pages * (double)page;
+    if (budget > 0 && (double)pl->arena_bytes > budget) {
+        st = kiln_fail(KILN_ERR_NOMEM, "compile: the plan needs %.2f GiB of activations and gradients for a batch of %lld; "
+                       "the memory budget is %.2f GiB: use a smaller batch", pl->arena_bytes / 1073741824.0,
+                       (long long)o.max_batch, budget / 1073741824.0);
+        goto fail;
+    }
     pl->arena = kiln_alloc(pl->arena_bytes ? pl->arena_bytes : 64);
     if (!pl->arena) {
         st = kiln_fail(KILN_ERR_NOMEM, "compile: cannot allocate a %zu-byte arena", pl->arena_bytes);

@@ -205,10 +205,11 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
     double t0 = now_s();
     kiln_compile_opts co = kiln_compile_defaults();
     co.training = 1;
-    co.max_batch = c->batch_size;
+    co.max_batch = c->batch_size < train->len ? c->batch_size : train->len; /* no batch is larger than the dataset */
     co.fuse = c->fuse;
     co.autotune = c->autotune;
     co.dropout_off = c->dropout_off;
+    co.memory_budget = c->memory_budget;
     co.seed = seed;
     if ((st = kiln_compile(g, P, &m.loss, 1, &co, &plan)) != KILN_OK) goto out;
     r->arena_bytes = kiln_plan_arena_bytes(plan);
