@@ -61,12 +61,14 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
     META("kiln.optim_steps", "%" PRId64, s->optim_steps);
 #undef META
     /* the conv algorithms this run used: a resumed run uses the same ones, so it continues bit for bit */
-    static char tuned[16384];
-    kiln_autotune_export(tuned, sizeof tuned);
-    if (st == KILN_OK && tuned[0]) st = kiln_st_writer_meta(w, "kiln.autotune", tuned);
+    size_t tlen = kiln_autotune_export(NULL, 0);
+    char *tuned = malloc(tlen + 1);
+    if (tuned) kiln_autotune_export(tuned, tlen + 1);
+    if (st == KILN_OK && tuned && tuned[0]) st = kiln_st_writer_meta(w, "kiln.autotune", tuned);
     if (st == KILN_OK) st = kiln_st_writer_save(w, path);
     kiln_st_writer_free(w);
     free(names);
+    free(tuned);
     return st;
 }
 

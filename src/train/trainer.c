@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -215,9 +216,12 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
     r->arena_bytes = kiln_plan_arena_bytes(plan);
     r->arena_bytes_no_reuse = kiln_plan_arena_bytes_no_reuse(plan);
     {
-        static char desc[8192];
-        kiln_plan_describe(plan, desc, sizeof desc);
-        kiln_log(KILN_LOG_DEBUG, "training plan:\n%s", desc);
+        char *desc = malloc(16384);
+        if (desc) {
+            kiln_plan_describe(plan, desc, 16384);
+            kiln_log(KILN_LOG_DEBUG, "training plan:\n%s", desc);
+            free(desc);
+        }
     }
     kiln_log(KILN_LOG_DEBUG, "arena %.1f MiB (%.1f MiB without reuse)", r->arena_bytes / 1048576.0, r->arena_bytes_no_reuse / 1048576.0);
 
@@ -310,7 +314,7 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
         if ((st = kiln_checkpoint_save(c->save, P, opt, &s)) != KILN_OK) goto out;
     }
     if (c->profile) {
-        static char report[8192];
+        char report[8192];
         kiln_plan_profile_report(plan, report, sizeof report);
         kiln_log(KILN_LOG_INFO, "%s  optimizer (%s, fused) %7.3f ms per step; whole step %.3f ms", report,
                  kiln_optim_name(c->optim.kind), r->steps ? 1e3 * optim_s / (double)r->steps : 0.0,

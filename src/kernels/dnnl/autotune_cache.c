@@ -58,12 +58,13 @@ size_t kiln_autotune_export(char *buf, size_t len) {
     size_t o = 0;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < count; i++) {
-        int n = snprintf(buf + (o < len ? o : len), o < len ? len - o : 0, "%s %s %c\n", table[i].problem, table[i].dir,
-                         table[i].alg);
+        /* buf may be NULL (len 0) to ask for the length */
+        int n = snprintf(buf && o < len ? buf + o : NULL, buf && o < len ? len - o : 0, "%s %s %c\n", table[i].problem,
+                         table[i].dir, table[i].alg);
         if (n > 0) o += (size_t)n;
     }
     pthread_mutex_unlock(&lock);
-    if (len) buf[o < len ? o : len - 1] = 0;
+    if (buf && len) buf[o < len ? o : len - 1] = 0;
     return o;
 }
 

@@ -51,7 +51,7 @@ kiln_status kiln_dnnl_linear_bwd_weight(kiln_dnnl_linear *l, const float *x, con
  * numbers, bit for bit. Algorithms are 'w' (Winograd) or 'd' (direct). */
 int kiln_autotune_lookup(const char *problem, const char *dir, char *alg);
 void kiln_autotune_store(const char *problem, const char *dir, char alg);
-/* "problem dir alg\n" lines; returns the length (excluding NUL), truncating to len */
+/* "problem dir alg\n" lines; returns the full length (excluding NUL), writing at most len bytes (buf may be NULL) */
 size_t kiln_autotune_export(char *buf, size_t len);
 /* adds the decisions in text (replacing known ones when `replace`); malformed lines are an error naming `source` */
 kiln_status kiln_autotune_import(const char *text, const char *source, int replace);
