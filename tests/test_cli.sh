@@ -205,6 +205,11 @@ expect 2 "resume: missing checkpoint" "$T/absent.safetensors" -- \
     "$KILN" train --model mlp --resume "$T/absent.safetensors" --no-test "${Q[@]}"
 expect 2 "eval: a folder as checkpoint" "$T" -- "$KILN" eval --model mlp --load "$T"
 
+expect 2 "train --load of another model's weights" "state_dict_pt.safetensors" "fc1.weight" -- \
+    "$KILN" train --model mlp --load ref/fixtures/state_dict_pt.safetensors --max-steps 1 --no-test "${Q[@]}"
+expect 0 "train --load of PyTorch's weights" -- \
+    "$KILN" train --model mnist-cnn --load ref/fixtures/state_dict_pt.safetensors --max-steps 2 --no-test "${Q[@]}"
+
 # ---------- an existing checkpoint is never left half written ----------
 mkdir "$T/keep"
 K="$T/keep/out.safetensors"

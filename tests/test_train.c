@@ -376,6 +376,75 @@ static void test_nan_loss(void) {
     CHECK_MSG(count_files_with(".tmp") == 0, "a temporary file was left in %s", g_tmp);
 }
 
+/* --save-every: the checkpoint written at step 10 of a longer run is the one a
+ * 10-step run writes at its end (copied away by the progress callback at 12) */
+typedef struct { const char *from, *to; int64_t at; int copied; } copy_at;
+static void copy_on_step(const kiln_progress *p, void *user) {
+    copy_at *c = user;
+    if (p->step != c->at) return;
+    size_t n;
+    uint8_t *b = read_file(c->from, &n);
+    if (b) {
+        write_file(c->to, b, n);
+        free(b);
+        c->copied = 1;
+    }
+}
+
+static void test_save_every(void) {
+    char a[128], copy[128], ten[128];
+    tmp_path(a, "every.safetensors");
+    tmp_path(copy, "every-at-10.safetensors");
+    tmp_path(ten, "ten.safetensors");
+    kiln_train_config c = config("mlp", g_small);
+    copy_at cp = {a, copy, 12, 0};
+    c.epochs = 4; /* 5 batches per epoch */
+    c.save_every = 10;
+    c.progress = copy_on_step;
+    c.progress_user = &cp;
+    run(c, a, NULL, 15, NULL);
+    CHECK(cp.copied);
+    CHECK(meta_int(copy, "kiln.step") == 10 && meta_int(copy, "kiln.epoch") == 2 && meta_int(copy, "kiln.next_batch") == 0);
+    CHECK(meta_int(a, "kiln.step") == 15);
+    kiln_train_config d = config("mlp", g_small);
+    d.epochs = 4;
+    run(d, ten, NULL, 10, NULL);
+    CHECK_MSG(same_checkpoint(copy, ten, "--save-every 10 at step 10 vs a 10-step run"), "periodic checkpoint differs");
+    d.save_every = 10; /* needs --save */
+    d.save = NULL;
+    kiln_train_result r;
+    CHECK(kiln_train(&d, &r) == KILN_ERR_INVALID_ARG && strstr(kiln_last_error(), "--save-every"));
+}
+
+/* --load: start from given weights (here PyTorch's, from the golden fixture) */
+static void test_load(void) {
+    char out[128];
+    tmp_path(out, "loaded.safetensors");
+    kiln_train_config c = config("mnist-cnn", g_small);
+    c.load = "ref/fixtures/state_dict_pt.safetensors";
+    c.optim.lr = 0; /* a step that changes nothing: the checkpoint holds the loaded weights */
+    run(c, out, NULL, 1, NULL);
+    kiln_st_file *f = NULL, *g = NULL;
+    CHECK_OK(kiln_st_open(out, &f));
+    CHECK_OK(kiln_st_open(c.load, &g));
+    if (f && g) {
+        int same = 1;
+        for (int i = 0; i < kiln_st_count(g); i++) {
+            const kiln_tensor *t = kiln_st_at(g, i), *u = kiln_st_find(f, kiln_st_name(g, i));
+            same &= u && kiln_tensor_nbytes(t) == kiln_tensor_nbytes(u) && !memcmp(t->data, u->data, kiln_tensor_nbytes(t));
+        }
+        CHECK_MSG(same, "--load did not start from the given weights");
+    }
+    kiln_st_close(f);
+    kiln_st_close(g);
+    kiln_train_config m = config("mlp", g_small); /* mnist-cnn weights into the mlp */
+    m.load = c.load;
+    kiln_train_result r;
+    CHECK(kiln_train(&m, &r) == KILN_ERR_SHAPE && strstr(kiln_last_error(), "fc1.weight"));
+    m.resume = out;
+    CHECK(kiln_train(&m, &r) == KILN_ERR_INVALID_ARG && strstr(kiln_last_error(), "--load and --resume"));
+}
+
 int main(void) {
     g_sanitize = getenv("KILN_SANITIZE") && *getenv("KILN_SANITIZE");
     kiln_log_set_level(KILN_LOG_WARN);
@@ -398,6 +467,10 @@ int main(void) {
     test_bad_config();
     test_nan_loss();
     lap("bad config, NaN loss");
+
+    test_save_every();
+    test_load();
+    lap("--save-every, --load");
 
     /* 1a: exact resume mid-epoch on Fashion-MNIST */
     test_resume_midepoch("mlp", g_sanitize ? 30 : 100, 64);

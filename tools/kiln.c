@@ -50,7 +50,10 @@ static const char *train_help =
     "  --seed N              seeds initial weights, shuffling and dropout   [1]\n"
     "  --max-steps N         stop when the run reaches global step N (counting resumed steps)   [0: no limit]\n"
     "  --save FILE           write a checkpoint (safetensors) at the end, atomically\n"
+    "  --save-every N        also write the checkpoint every N steps (atomically)\n"
     "  --resume FILE         continue the run saved in FILE exactly where it stopped\n"
+    "  --load FILE           start from these weights (a kiln checkpoint or a PyTorch\n"
+    "                        state_dict in safetensors with the model's tensor names)\n"
     "  --no-test             skip the test-set evaluation\n"
     "  --no-fuse             disable the fusion pass (relu folded into conv/linear)\n"
     "  --no-autotune         use oneDNN's default convolution algorithms instead of timing them\n"
@@ -203,6 +206,8 @@ static int cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--max-steps")) { INT_ARG(c.max_steps); }
         else if (!strcmp(a, "--save")) { NEED_VALUE(); c.save = v; }
         else if (!strcmp(a, "--resume")) { NEED_VALUE(); c.resume = v; }
+        else if (!strcmp(a, "--load")) { NEED_VALUE(); c.load = v; }
+        else if (!strcmp(a, "--save-every")) { INT_ARG(c.save_every); }
         else if (!strcmp(a, "--no-test")) c.test = 0;
         else if (!strcmp(a, "--no-fuse")) c.fuse = 0;
         else if (!strcmp(a, "--no-autotune")) c.autotune = 0;

@@ -48,7 +48,9 @@ typedef struct kiln_train_config {
     uint64_t seed;
     int64_t max_steps;          /* 0: no limit; else stop when the run's global step reaches it */
     const char *save;           /* checkpoint written at the end (NULL: none) */
+    int64_t save_every;         /* also write it every N steps (0: only at the end) */
     const char *resume;         /* checkpoint to continue from (NULL: fresh start) */
+    const char *load;           /* start from these weights (any safetensors with the model's names) */
     int test;                   /* 1: measure test accuracy at the end */
     int fuse, autotune, dropout_off;
     int profile;                /* 1: time every kernel and log the breakdown at the end */

@@ -141,9 +141,29 @@ static kiln_status check_config(const kiln_train_config *c) {
     if (c->prefetch < 1 || c->prefetch > 64) return kiln_fail(KILN_ERR_INVALID_ARG, "--prefetch is %d; use 1..64", c->prefetch);
     if (c->threads < 0 || c->threads > 1024) return kiln_fail(KILN_ERR_INVALID_ARG, "--threads is %d", c->threads);
     if (c->max_steps < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--max-steps is %lld", (long long)c->max_steps);
+    if (c->save_every < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--save-every is %lld", (long long)c->save_every);
+    if (c->save_every && !c->save) return kiln_fail(KILN_ERR_INVALID_ARG, "--save-every needs --save FILE");
+    if (c->load && c->resume)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--load and --resume both given: --resume continues a run, --load starts one from weights");
     if (!(c->lr_step_gamma > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--lr-step-gamma is %g; it must be > 0", (double)c->lr_step_gamma);
     if (c->save) return check_save_path(c->save);
     return KILN_OK;
+}
+
+/* writes the run's checkpoint for position (step, epoch, next batch) */
+static kiln_status save_checkpoint(const kiln_train_config *c, kiln_params *P, kiln_optim *opt, int64_t step, int64_t epoch,
+                                   int64_t next, uint64_t seed) {
+    kiln_ckpt_state s = {0};
+    snprintf(s.model, sizeof s.model, "%s", c->model);
+    snprintf(s.optimizer, sizeof s.optimizer, "%s", kiln_optim_name(c->optim.kind));
+    s.step = step;
+    s.epoch = epoch;
+    s.next_batch = next;
+    s.seed = seed;
+    s.batch_size = c->batch_size;
+    s.lr = kiln_optim_lr(opt);
+    s.optim_steps = kiln_optim_steps(opt);
+    return kiln_checkpoint_save(c->save, P, opt, &s);
 }
 
 kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
@@ -177,6 +197,7 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
     }
     if ((st = kiln_params_new(g, KILN_F32, &P)) != KILN_OK) goto out;
     kiln_params_init(P, c->seed);
+    if (c->load && (st = kiln_checkpoint_load_params(P, c->load)) != KILN_OK) goto out;
     if ((st = kiln_optim_new(&c->optim, P, &opt)) != KILN_OK) goto out;
 
     kiln_ckpt_state cs = {0};
@@ -271,6 +292,10 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
             samples += b.n;
             next = b.index + 1;
             stop = step >= total;
+            if (c->save_every && step % c->save_every == 0 && !stop) {
+                int done = next >= per_epoch;
+                if ((st = save_checkpoint(c, P, opt, step, done ? epoch + 1 : epoch, done ? 0 : next, seed)) != KILN_OK) goto out;
+            }
             if (c->progress) {
                 double el = now_s() - t0, wait = kiln_loader_wait_seconds(L) - wait0;
                 kiln_progress p = {step, total, epoch, c->epochs, next, per_epoch, loss, samples / (el > 0 ? el : 1e-9),
@@ -300,19 +325,7 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
     r->threads = threads;
     r->workers = c->workers;
 
-    if (c->save) {
-        kiln_ckpt_state s = {0};
-        snprintf(s.model, sizeof s.model, "%s", c->model);
-        snprintf(s.optimizer, sizeof s.optimizer, "%s", kiln_optim_name(c->optim.kind));
-        s.step = step;
-        s.epoch = epoch;
-        s.next_batch = first;
-        s.seed = seed;
-        s.batch_size = c->batch_size;
-        s.lr = kiln_optim_lr(opt);
-        s.optim_steps = kiln_optim_steps(opt);
-        if ((st = kiln_checkpoint_save(c->save, P, opt, &s)) != KILN_OK) goto out;
-    }
+    if (c->save && (st = save_checkpoint(c, P, opt, step, epoch, first, seed)) != KILN_OK) goto out;
     if (c->profile) {
         char report[8192];
         kiln_plan_profile_report(plan, report, sizeof report);
