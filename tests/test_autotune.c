@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include "graph/internal/graph.h"
 #include "kernels/internal/dnnl_ops.h"
+#include "kiln/graph.h"
 #include "kiln/safetensors.h"
 #include "kiln/train.h"
 #include "testutil.h"
@@ -109,12 +110,43 @@ static void test_resume_with_autotune(void) {
     unlink(cache);
 }
 
+/* a remembered algorithm oneDNN cannot make here (Winograd for a 1x1 conv, as a cache
+ * from another CPU could hold) is chosen again instead of failing the compile */
+static void test_unavailable_decision(void) {
+    kiln_pass_autotune_reset();
+    kiln_graph *g = kiln_graph_new();
+    int64_t xs[4] = {KILN_BATCH, 3, 8, 8}, ys[1] = {KILN_BATCH};
+    kiln_value x = kiln_input(g, "x", KILN_F32, 4, xs), y = kiln_input(g, "y", KILN_I32, 1, ys);
+    kiln_value w = kiln_param(g, "c.weight", 4, (int64_t[]){16, 3, 1, 1}, 3);
+    kiln_value h = kiln_flatten(g, kiln_conv2d(g, x, w, -1, 1, 0), 1);
+    kiln_value fw = kiln_param(g, "fc.weight", 2, (int64_t[]){4, 1024}, 1024);
+    kiln_value loss = kiln_cross_entropy(g, kiln_linear(g, h, fw, -1), y);
+    CHECK_OK(kiln_autotune_import("mb4ic3ih8iw8oc16kh1kw1sh1ph0 fwd w\nmb4ic3ih8iw8oc16kh1kw1sh1ph0 bwd_weight w\n", "t", 1));
+    kiln_params *P = NULL;
+    CHECK_OK(kiln_params_new(g, KILN_F32, &P));
+    kiln_compile_opts o = kiln_compile_defaults();
+    o.training = 1;
+    o.max_batch = 4;
+    o.autotune = 1;
+    kiln_plan *pl = NULL;
+    kiln_log_set_level(KILN_LOG_ERROR); /* the fallback warns */
+    CHECK_OK(kiln_compile(g, P, &loss, 1, &o, &pl));
+    kiln_log_set_level(KILN_LOG_WARN);
+    char a = 0;
+    CHECK_MSG(kiln_autotune_lookup("mb4ic3ih8iw8oc16kh1kw1sh1ph0", "fwd", &a) && a == 'd', "decision now %c", a);
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+    kiln_pass_autotune_reset();
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/kiln-autotune-XXXXXX");
     if (!mkdtemp(dir)) return 1;
     setenv("KILN_CACHE_DIR", dir, 1);
     kiln_log_set_level(KILN_LOG_WARN);
     test_text();
+    test_unavailable_decision();
     test_resume_with_autotune();
     rmdir(dir);
     return tu_finish("test_autotune");

@@ -145,6 +145,7 @@ static kiln_status choose(kiln_dnnl_conv *c, int dir, float *bufs[4], void *ws_p
     }
     double best = 1e30;
     conv_dir keep = {0};
+retry:
     for (int i = 0; i < ncand; i++) {
         dnnl_primitive_desc_t pd;
         if (make_pd(c, dir, algs[i], &pd) != dnnl_success) continue;
@@ -176,6 +177,14 @@ static kiln_status choose(kiln_dnnl_conv *c, int dir, float *bufs[4], void *ws_p
             dir_free(d);
         }
         if (!c->o.autotune) break; /* the first that exists */
+    }
+    if (!keep.pd && algs == decided) {
+        /* a remembered algorithm this machine's oneDNN cannot make (a cache or checkpoint from another CPU) */
+        kiln_log(KILN_LOG_WARN, "conv %s %s: the remembered algorithm is not available here; choosing again", c->problem,
+                 dir_names[dir]);
+        algs = tuned;
+        ncand = 2;
+        goto retry;
     }
     c->d[dir] = keep;
     if (!keep.pd) return kiln_fail(KILN_ERR_BACKEND, "oneDNN has no %s convolution for this shape", dir_names[dir]);
