@@ -123,6 +123,8 @@ void kiln_plan_describe(const kiln_plan *plan, char *buf, size_t len);
 /* Per-kernel timing of every run (off by default), and a readable report of it. */
 void kiln_plan_set_profile(kiln_plan *plan, int on);
 void kiln_plan_profile_report(const kiln_plan *plan, char *buf, size_t len);
+/* The k most expensive kernels so far: names and mean ms per run, most expensive first; returns how many. */
+int kiln_plan_profile_top(const kiln_plan *plan, int k, const char **names, double *ms);
 
 #ifdef __cplusplus
 }

@@ -57,7 +57,7 @@ static kiln_value grad_target(ad_ctx *c, kiln_value x, int *acc) {
     return d;
 }
 
-static int emit(ad_ctx *c, kiln_op op, int fwd, const kiln_value *in, int nin, const kiln_value *targets,
+static int emit(ad_ctx *c, kiln_op op_kind, int fwd, const kiln_value *in, int nin, const kiln_value *targets,
                 int ntargets) {
     kiln_value out[KILN_NODE_MAX_OUT];
     int acc[KILN_NODE_MAX_OUT];
@@ -65,11 +65,17 @@ static int emit(ad_ctx *c, kiln_op op, int fwd, const kiln_value *in, int nin, c
         out[k] = grad_target(c, targets[k], &acc[k]);
         if (out[k] < 0) return -1;
     }
-    int id = kiln_graph_add_node(c->g, op, in, nin, out, ntargets);
+    int id = kiln_graph_add_node(c->g, op_kind, in, nin, out, ntargets);
     if (id < 0) return -1;
     kiln_node *n = &c->g->nodes[id];
     const kiln_node *f = &c->g->nodes[fwd];
     for (int k = 0; k < ntargets; k++) n->acc[k] = acc[k];
+    /* "conv2:bwd_data", "relu#8:bwd": which forward node this differentiates */
+    const char *op = kiln_op_name(op_kind);
+    const char *suffix = strstr(op, "_bwd") ? strstr(op, "_bwd") + 1 : op;
+    char fname[sizeof n->name];
+    memcpy(fname, f->name, sizeof fname);
+    snprintf(n->name, sizeof n->name, "%.30s:%.16s", fname, suffix);
     memcpy(n->iattr, f->iattr, sizeof n->iattr);
     memcpy(n->fattr, f->fattr, sizeof n->fattr);
     n->fwd = fwd;

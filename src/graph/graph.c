@@ -138,6 +138,16 @@ static kiln_value emit1(kiln_graph *g, kiln_op op, const kiln_value *in, int nin
     return out;
 }
 
+/* conv/linear nodes take their layer's name from the weight ("conv2.weight" -> "conv2"),
+ * so plans, profiles and messages speak the model's language */
+static void name_after_weight(kiln_graph *g, kiln_value w) {
+    const char *wn = g->vals[w].name;
+    const char *dot = strrchr(wn, '.');
+    if (g->vals[w].kind != KILN_VAL_PARAM || !dot || strcmp(dot, ".weight") != 0 || dot == wn) return;
+    kiln_node *n = &g->nodes[g->nnodes - 1];
+    snprintf(n->name, sizeof n->name, "%.*s", (int)(dot - wn) < 40 ? (int)(dot - wn) : 40, wn);
+}
+
 /* ---- public builder ---- */
 
 kiln_value kiln_input(kiln_graph *g, const char *name, kiln_dtype dtype, int ndim, const int64_t *shape) {
@@ -199,6 +209,7 @@ kiln_value kiln_conv2d(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b, 
     if (out >= 0) {
         g->nodes[g->nnodes - 1].iattr[0] = stride;
         g->nodes[g->nnodes - 1].iattr[1] = pad;
+        name_after_weight(g, w);
     }
     return out;
 }
@@ -217,7 +228,9 @@ kiln_value kiln_linear(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b) 
                            shp(&g->vals[b], s1), shp(W, s2));
     int64_t shape[2] = {X->shape[0], W->shape[0]};
     kiln_value in[3] = {x, w, b};
-    return emit1(g, KILN_OP_LINEAR, in, b >= 0 ? 3 : 2, KILN_F32, 2, shape, X->batched);
+    kiln_value out = emit1(g, KILN_OP_LINEAR, in, b >= 0 ? 3 : 2, KILN_F32, 2, shape, X->batched);
+    if (out >= 0) name_after_weight(g, w);
+    return out;
 }
 
 static kiln_value unary_same(kiln_graph *g, kiln_op op, kiln_value x) {

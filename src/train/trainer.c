@@ -246,7 +246,8 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
     }
     kiln_log(KILN_LOG_DEBUG, "arena %.1f MiB (%.1f MiB without reuse)", r->arena_bytes / 1048576.0, r->arena_bytes_no_reuse / 1048576.0);
 
-    if (c->profile) kiln_plan_set_profile(plan, 1);
+    /* per-kernel timing is always on (a clock read per kernel): the end of the run names what bounds it */
+    kiln_plan_set_profile(plan, 1);
     kiln_loader_config lc = kiln_loader_defaults();
     lc.batch_size = c->batch_size;
     lc.shuffle = 1;
@@ -326,6 +327,22 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
     r->workers = c->workers;
 
     if (c->save && (st = save_checkpoint(c, P, opt, step, epoch, first, seed)) != KILN_OK) goto out;
+    if (r->steps > 0) {
+        const char *names[3];
+        double ms[3];
+        int n = kiln_plan_profile_top(plan, 3, names, ms);
+        double step_ms = 1e3 * (r->train_time_s - r->compile_time_s) / (double)r->steps;
+        char top[256] = "";
+        size_t o = 0;
+        for (int i = 0; i < n && o < sizeof top; i++)
+            o += (size_t)snprintf(top + o, sizeof top - o, "%s%s %.0f%%", i ? ", " : "", names[i], 100 * ms[i] / step_ms);
+        if (r->data_wait_frac > 0.05)
+            kiln_log(KILN_LOG_INFO, "what holds this run back: waiting for data, %.0f%% of the time: raise --workers or --prefetch",
+                     100 * r->data_wait_frac);
+        else
+            kiln_log(KILN_LOG_INFO, "what holds this run back: compute (data-wait %.1f%%); the largest kernels per step: %s "
+                     "(--profile for all)", 100 * r->data_wait_frac, top);
+    }
     if (c->profile) {
         char report[8192];
         kiln_plan_profile_report(plan, report, sizeof report);
