@@ -254,7 +254,7 @@ done
 
 # ---------- thread budget and progress ----------
 expect 0 "progress off a terminal" "thread budget: 2 compute threads" "1 loader worker" "cores available" \
-    "step 10/30" "step 20/30" "step 30/30" "loss" "img/s" "data-wait" "ETA" "what holds this run back" "fc1" -- \
+    "step 10/30" "step 20/30" "step 30/30" "loss" "img/s" "data-wait" "ETA" "what holds this run back" -- \
     "$KILN" train --model mlp --max-steps 30 --no-test --log-every 10 --threads 2 --workers 1
 check "one progress line every --log-every steps" test "$(grep -c 'kiln: step ' "$T/err")" -eq 3
 if command -v script >/dev/null 2>&1; then
