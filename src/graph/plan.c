@@ -1,51 +1,13 @@
-/* Compile a graph into a plan, and run it. Compiling clones the graph, adds
- * the backward part (autodiff), runs the passes, plans the arena, and makes
- * every kernel object (oneDNN primitives) for the batch size. A run is then a
- * flat loop over the kernel calls: no allocation, no shape logic. */
+/* Compile a graph into a plan. Compiling clones the graph, adds the backward
+ * part (autodiff), runs the passes, plans the arena, and makes every kernel
+ * object (oneDNN primitives) for the batch size. Running it is plan_exec.c. */
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "base/internal/rng.h"
-#include "graph/internal/graph.h"
+#include "graph/internal/plan.h"
 #include "kernels/internal/dnnl_ops.h"
-#include "kernels/internal/kernels.h"
-
-#define MAX_BATCH_STATES 4
-
-typedef struct {
-    int64_t batch;      /* 0: unused */
-    void **kobj;        /* per node: kiln_dnnl_conv / kiln_dnnl_linear for forward conv/linear nodes */
-    uint64_t last_used;
-} batch_state;
-
-struct kiln_plan {
-    kiln_graph *g;
-    kiln_params *P;
-    kiln_compile_opts o;
-    size_t elem;
-    int nfwd;
-    int *order;
-    int norder;
-    int64_t *offset;
-    char *arena;
-    size_t arena_bytes, arena_no_reuse;
-    const void **bound;     /* per value: caller memory of inputs */
-    double **ref_inputs;    /* reference plans: double copies of float inputs */
-    kiln_value *outputs;
-    int nout;
-    uint8_t *need_bwd_data, *need_bwd_weight; /* per forward conv/linear node */
-    batch_state states[MAX_BATCH_STATES];
-    uint64_t runs;
-    void *ws;
-    size_t ws_bytes;
-    uint64_t step;
-    int64_t batch;          /* batch of the last run */
-    double *node_time;      /* profiling: seconds per node, summed over runs (NULL: off) */
-    int64_t profiled_runs;
-};
 
 kiln_compile_opts kiln_compile_defaults(void) {
     kiln_compile_opts o = {0};
@@ -58,7 +20,7 @@ kiln_compile_opts kiln_compile_defaults(void) {
     return o;
 }
 
-static void *vptr(const kiln_plan *pl, kiln_value v) {
+void *kiln_plan_ptr(const kiln_plan *pl, kiln_value v) {
     const kiln_graph *g = pl->g;
     kiln_value r = kiln_val_root(g, v);
     const kiln_val *V = &g->vals[r];
@@ -106,7 +68,7 @@ void kiln_plan_free(kiln_plan *pl) {
     free(pl);
 }
 
-static void conv_shape_of(const kiln_plan *pl, const kiln_node *n, int64_t batch, kiln_conv_shape *cs) {
+void kiln_plan_conv_shape(const kiln_plan *pl, const kiln_node *n, int64_t batch, kiln_conv_shape *cs) {
     const kiln_val *X = &pl->g->vals[n->in[0]], *W = &pl->g->vals[n->in[1]];
     cs->n = X->batched ? batch : X->shape[0];
     cs->c = X->shape[1];
@@ -120,7 +82,7 @@ static void conv_shape_of(const kiln_plan *pl, const kiln_node *n, int64_t batch
     kiln_conv_shape_infer(cs);
 }
 
-static void pool_shape_of(const kiln_plan *pl, const kiln_node *n, kiln_value x, int64_t batch, kiln_pool_shape *ps) {
+void kiln_plan_pool_shape(const kiln_plan *pl, const kiln_node *n, kiln_value x, int64_t batch, kiln_pool_shape *ps) {
     const kiln_val *X = &pl->g->vals[x];
     ps->n = X->batched ? batch : X->shape[0];
     ps->c = X->shape[1];
@@ -132,7 +94,7 @@ static void pool_shape_of(const kiln_plan *pl, const kiln_node *n, kiln_value x,
 }
 
 /* kernel objects (oneDNN primitives) for one batch size; made once per size */
-static kiln_status get_state(kiln_plan *pl, int64_t batch, batch_state **out) {
+kiln_status kiln_plan_batch_state(kiln_plan *pl, int64_t batch, batch_state **out) {
     batch_state *free_slot = NULL, *lru = NULL;
     for (int i = 0; i < MAX_BATCH_STATES; i++) {
         batch_state *bs = &pl->states[i];
@@ -157,7 +119,7 @@ static kiln_status get_state(kiln_plan *pl, int64_t batch, batch_state **out) {
         kiln_status st = KILN_OK;
         if (n->op == KILN_OP_CONV2D) {
             kiln_conv_shape cs;
-            conv_shape_of(pl, n, batch, &cs);
+            kiln_plan_conv_shape(pl, n, batch, &cs);
             kiln_dnnl_conv_opts co = {n->nin > 2, n->fuse_relu, pl->need_bwd_data[i], pl->need_bwd_weight[i], pl->o.autotune,
                                       pl->g->vals[kiln_val_root(pl->g, n->in[0])].layout == 16,
                                       pl->g->vals[kiln_val_root(pl->g, n->out[0])].layout == 16};
@@ -301,7 +263,7 @@ kiln_status kiln_compile(kiln_graph *g0, kiln_params *P, const kiln_value *outpu
             }
     } else {
         batch_state *bs;
-        st = get_state(pl, o.max_batch, &bs);
+        st = kiln_plan_batch_state(pl, o.max_batch, &bs);
         if (st != KILN_OK) goto fail;
     }
     *out = pl;
@@ -322,242 +284,13 @@ kiln_status kiln_plan_bind(kiln_plan *pl, kiln_value v, const void *data) {
 
 void kiln_plan_set_step(kiln_plan *pl, uint64_t step) { pl->step = step; }
 
-#define F(v) ((float *)vptr(pl, (v)))
-#define D(v) ((double *)vptr(pl, (v)))
-#define I(v) ((const int32_t *)vptr(pl, (v)))
-
-static uint64_t dropout_key(const kiln_plan *pl, int fwd_node) { return kiln_rng_key(pl->o.seed, 0xd509, (uint64_t)fwd_node); }
-
-static kiln_status check_targets(const kiln_plan *pl, const kiln_node *n, int64_t rows, int64_t cols) {
-    const int32_t *t = I(n->in[1]);
-    for (int64_t i = 0; i < rows; i++)
-        if (t[i] < 0 || t[i] >= cols)
-            return kiln_fail(KILN_ERR_INVALID_ARG, "%s: target %lld is %d, outside [0, %lld)", n->name, (long long)i, t[i],
-                             (long long)cols);
-    return KILN_OK;
-}
-
-static kiln_status run_ref(kiln_plan *pl, const kiln_node *n, int64_t B) {
-    const kiln_graph *g = pl->g;
-    const kiln_val *O = &g->vals[n->out[0]];
-    int64_t numel = kiln_val_numel(O, B);
-    switch (n->op) {
-    case KILN_OP_CONV2D:
-    case KILN_OP_CONV2D_BWD_DATA:
-    case KILN_OP_CONV2D_BWD_WEIGHT: {
-        kiln_conv_shape cs;
-        conv_shape_of(pl, &g->nodes[n->op == KILN_OP_CONV2D ? (int)(n - g->nodes) : n->fwd], B, &cs);
-        if (n->op == KILN_OP_CONV2D) kiln_ref_conv2d_fwd(&cs, D(n->in[0]), D(n->in[1]), n->nin > 2 ? D(n->in[2]) : NULL, D(n->out[0]));
-        else if (n->op == KILN_OP_CONV2D_BWD_DATA) kiln_ref_conv2d_bwd_data(&cs, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
-        else {
-            /* one kernel call computes both; when only one output accumulates, stage the bias */
-            double *db = n->nout > 1 ? D(n->out[1]) : NULL;
-            if (db && n->acc[1] != n->acc[0]) {
-                double tmp[4096];
-                if (cs.k > 4096) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: too many channels", n->name);
-                kiln_ref_conv2d_bwd_weight(&cs, D(n->in[0]), D(n->in[1]), D(n->out[0]), tmp, n->acc[0]);
-                for (int64_t i = 0; i < cs.k; i++) db[i] = n->acc[1] ? db[i] + tmp[i] : tmp[i];
-            } else {
-                kiln_ref_conv2d_bwd_weight(&cs, D(n->in[0]), D(n->in[1]), D(n->out[0]), db, n->acc[0]);
-            }
-        }
-        return KILN_OK;
-    }
-    case KILN_OP_LINEAR:
-    case KILN_OP_LINEAR_BWD_DATA:
-    case KILN_OP_LINEAR_BWD_WEIGHT: {
-        const kiln_node *f = n->op == KILN_OP_LINEAR ? n : &g->nodes[n->fwd];
-        const kiln_val *X = &g->vals[f->in[0]], *W = &g->vals[f->in[1]];
-        int64_t rows = X->batched ? B : X->shape[0], in = W->shape[1], outd = W->shape[0];
-        if (n->op == KILN_OP_LINEAR) kiln_ref_linear_fwd(rows, in, outd, D(n->in[0]), D(n->in[1]), n->nin > 2 ? D(n->in[2]) : NULL, D(n->out[0]));
-        else if (n->op == KILN_OP_LINEAR_BWD_DATA) kiln_ref_linear_bwd_data(rows, in, outd, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
-        else {
-            double *db = n->nout > 1 ? D(n->out[1]) : NULL;
-            kiln_ref_linear_bwd_weight(rows, in, outd, D(n->in[0]), D(n->in[1]), D(n->out[0]), NULL, n->acc[0]);
-            if (db) { /* column sums of dy */
-                const double *dy = D(n->in[1]);
-                for (int64_t o2 = 0; o2 < outd; o2++) {
-                    double s = 0;
-                    for (int64_t r = 0; r < rows; r++) s += dy[r * outd + o2];
-                    db[o2] = n->acc[1] ? db[o2] + s : s;
-                }
-            }
-        }
-        return KILN_OK;
-    }
-    case KILN_OP_RELU: kiln_ref_relu_fwd(numel, D(n->in[0]), D(n->out[0])); return KILN_OK;
-    case KILN_OP_RELU_BWD: kiln_ref_relu_bwd(numel, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]); return KILN_OK;
-    case KILN_OP_MAX_POOL2D: {
-        kiln_pool_shape ps;
-        pool_shape_of(pl, n, n->in[0], B, &ps);
-        kiln_ref_max_pool2d_fwd(&ps, D(n->in[0]), D(n->out[0]));
-        return KILN_OK;
-    }
-    case KILN_OP_MAX_POOL2D_BWD: {
-        kiln_pool_shape ps;
-        pool_shape_of(pl, n, n->in[0], B, &ps);
-        if (n->relu_mask) kiln_ref_max_pool2d_relu_bwd(&ps, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
-        else kiln_ref_max_pool2d_bwd(&ps, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
-        return KILN_OK;
-    }
-    case KILN_OP_DROPOUT:
-        kiln_ref_dropout_fwd(numel, n->fattr[0], dropout_key(pl, (int)(n - g->nodes)), pl->step, D(n->in[0]), D(n->out[0]));
-        return KILN_OK;
-    case KILN_OP_DROPOUT_BWD:
-        kiln_ref_dropout_bwd(numel, n->fattr[0], dropout_key(pl, n->fwd), pl->step, D(n->in[0]), D(n->out[0]), n->acc[0]);
-        return KILN_OK;
-    case KILN_OP_LOG_SOFTMAX:
-    case KILN_OP_LOG_SOFTMAX_BWD: {
-        int64_t cols = O->shape[O->ndim - 1], rows = numel / cols;
-        if (n->op == KILN_OP_LOG_SOFTMAX) kiln_ref_log_softmax_fwd(rows, cols, D(n->in[0]), D(n->out[0]));
-        else kiln_ref_log_softmax_bwd(rows, cols, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
-        return KILN_OK;
-    }
-    case KILN_OP_NLL_LOSS:
-    case KILN_OP_CROSS_ENTROPY: {
-        const kiln_val *X = &g->vals[n->in[0]];
-        int64_t cols = X->shape[1], rows = kiln_val_numel(X, B) / cols;
-        kiln_status st = check_targets(pl, n, rows, cols);
-        if (st != KILN_OK) return st;
-        if (n->op == KILN_OP_NLL_LOSS) kiln_ref_nll_loss_fwd(rows, cols, D(n->in[0]), I(n->in[1]), D(n->out[0]));
-        else kiln_ref_cross_entropy_fwd(rows, cols, D(n->in[0]), I(n->in[1]), D(n->out[0]));
-        return KILN_OK;
-    }
-    case KILN_OP_NLL_LOSS_BWD: {
-        int64_t cols = O->shape[1], rows = numel / cols;
-        kiln_ref_nll_loss_bwd(rows, cols, I(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
-        return KILN_OK;
-    }
-    case KILN_OP_CROSS_ENTROPY_BWD: {
-        int64_t cols = O->shape[1], rows = numel / cols;
-        kiln_ref_cross_entropy_bwd(rows, cols, D(n->in[0]), I(n->in[1]), D(n->in[2]), D(n->out[0]), n->acc[0]);
-        return KILN_OK;
-    }
-    case KILN_OP_ADD: kiln_ref_add_fwd(numel, D(n->in[0]), D(n->in[1]), D(n->out[0])); return KILN_OK;
-    case KILN_OP_MUL: kiln_ref_mul_fwd(numel, D(n->in[0]), D(n->in[1]), D(n->out[0])); return KILN_OK;
-    case KILN_OP_ONES: D(n->out[0])[0] = 1.0; return KILN_OK;
-    case KILN_OP_GRAD_COPY: kiln_ref_grad_copy(numel, D(n->in[0]), D(n->out[0]), n->acc[0]); return KILN_OK;
-    case KILN_OP_MUL_BWD: kiln_ref_mul_bwd(numel, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]); return KILN_OK;
-    default: break;
-    }
-    return kiln_fail(KILN_ERR_INVALID_ARG, "%s: no reference kernel", n->name);
-}
-
-static kiln_status run_fast(kiln_plan *pl, batch_state *bs, const kiln_node *n, int64_t B) {
-    const kiln_graph *g = pl->g;
-    const kiln_val *O = &g->vals[n->out[0]];
-    int64_t numel = kiln_val_numel(O, B);
-    int id = (int)(n - g->nodes);
-    switch (n->op) {
-    case KILN_OP_CONV2D:
-        return kiln_dnnl_conv_fwd(bs->kobj[id], F(n->in[0]), F(n->in[1]), n->nin > 2 ? F(n->in[2]) : NULL, F(n->out[0]), pl->ws);
-    case KILN_OP_CONV2D_BWD_DATA:
-        return kiln_dnnl_conv_bwd_data(bs->kobj[n->fwd], F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0], pl->ws);
-    case KILN_OP_CONV2D_BWD_WEIGHT:
-        return kiln_dnnl_conv_bwd_weight(bs->kobj[n->fwd], F(n->in[0]), F(n->in[1]), F(n->out[0]),
-                                         n->nout > 1 ? F(n->out[1]) : NULL, n->acc[0], n->nout > 1 ? n->acc[1] : 0, pl->ws);
-    case KILN_OP_LINEAR:
-        return kiln_dnnl_linear_fwd(bs->kobj[id], F(n->in[0]), F(n->in[1]), n->nin > 2 ? F(n->in[2]) : NULL, F(n->out[0]));
-    case KILN_OP_LINEAR_BWD_DATA:
-        return kiln_dnnl_linear_bwd_data(bs->kobj[n->fwd], F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]);
-    case KILN_OP_LINEAR_BWD_WEIGHT:
-        return kiln_dnnl_linear_bwd_weight(bs->kobj[n->fwd], F(n->in[0]), F(n->in[1]), F(n->out[0]),
-                                           n->nout > 1 ? F(n->out[1]) : NULL, n->acc[0], n->nout > 1 ? n->acc[1] : 0);
-    case KILN_OP_RELU: kiln_cpu_relu_fwd(numel, F(n->in[0]), F(n->out[0])); return KILN_OK;
-    case KILN_OP_RELU_BWD: kiln_cpu_relu_bwd(numel, F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]); return KILN_OK;
-    case KILN_OP_MAX_POOL2D: {
-        kiln_pool_shape ps;
-        pool_shape_of(pl, n, n->in[0], B, &ps);
-        kiln_cpu_max_pool2d_fwd_layout(&ps, g->vals[n->in[0]].layout, F(n->in[0]), F(n->out[0]));
-        return KILN_OK;
-    }
-    case KILN_OP_MAX_POOL2D_BWD: {
-        kiln_pool_shape ps;
-        pool_shape_of(pl, n, n->in[0], B, &ps);
-        kiln_cpu_max_pool2d_bwd_layout(&ps, g->vals[n->in[0]].layout, n->relu_mask, F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]);
-        return KILN_OK;
-    }
-    case KILN_OP_DROPOUT:
-        kiln_cpu_dropout_fwd(numel, n->fattr[0], dropout_key(pl, id), pl->step, F(n->in[0]), F(n->out[0]));
-        return KILN_OK;
-    case KILN_OP_DROPOUT_BWD:
-        kiln_cpu_dropout_bwd(numel, n->fattr[0], dropout_key(pl, n->fwd), pl->step, F(n->in[0]), F(n->out[0]), n->acc[0]);
-        return KILN_OK;
-    case KILN_OP_LOG_SOFTMAX:
-    case KILN_OP_LOG_SOFTMAX_BWD: {
-        int64_t cols = O->shape[O->ndim - 1], rows = numel / cols;
-        if (n->op == KILN_OP_LOG_SOFTMAX) kiln_cpu_log_softmax_fwd(rows, cols, F(n->in[0]), F(n->out[0]));
-        else kiln_cpu_log_softmax_bwd(rows, cols, F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]);
-        return KILN_OK;
-    }
-    case KILN_OP_NLL_LOSS:
-    case KILN_OP_CROSS_ENTROPY: {
-        const kiln_val *X = &g->vals[n->in[0]];
-        int64_t cols = X->shape[1], rows = kiln_val_numel(X, B) / cols;
-        kiln_status st = check_targets(pl, n, rows, cols);
-        if (st != KILN_OK) return st;
-        if (n->op == KILN_OP_NLL_LOSS) kiln_cpu_nll_loss_fwd(rows, cols, F(n->in[0]), I(n->in[1]), F(n->out[0]));
-        else kiln_cpu_cross_entropy_fwd(rows, cols, F(n->in[0]), I(n->in[1]), F(n->out[0]));
-        return KILN_OK;
-    }
-    case KILN_OP_NLL_LOSS_BWD: {
-        int64_t cols = O->shape[1], rows = numel / cols;
-        kiln_cpu_nll_loss_bwd(rows, cols, I(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]);
-        return KILN_OK;
-    }
-    case KILN_OP_CROSS_ENTROPY_BWD: {
-        int64_t cols = O->shape[1], rows = numel / cols;
-        kiln_cpu_cross_entropy_bwd(rows, cols, F(n->in[0]), I(n->in[1]), F(n->in[2]), F(n->out[0]), n->acc[0]);
-        return KILN_OK;
-    }
-    case KILN_OP_ADD: kiln_cpu_add_fwd(numel, F(n->in[0]), F(n->in[1]), F(n->out[0])); return KILN_OK;
-    case KILN_OP_MUL: kiln_cpu_mul_fwd(numel, F(n->in[0]), F(n->in[1]), F(n->out[0])); return KILN_OK;
-    case KILN_OP_ONES: F(n->out[0])[0] = 1.0f; return KILN_OK;
-    case KILN_OP_GRAD_COPY: kiln_cpu_grad_copy(numel, F(n->in[0]), F(n->out[0]), n->acc[0]); return KILN_OK;
-    case KILN_OP_MUL_BWD: kiln_cpu_mul_bwd(numel, F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]); return KILN_OK;
-    default: break;
-    }
-    return kiln_fail(KILN_ERR_INVALID_ARG, "%s: no kernel", n->name);
-}
-
-kiln_status kiln_plan_run(kiln_plan *pl, int64_t batch) {
-    if (batch < 1 || batch > pl->o.max_batch)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "run: batch %lld outside [1, %lld] the plan was made for", (long long)batch,
-                         (long long)pl->o.max_batch);
-    const kiln_graph *g = pl->g;
-    for (int v = 0; v < g->nvals; v++) {
-        if (g->vals[v].kind != KILN_VAL_INPUT) continue;
-        if (!pl->bound[v]) return kiln_fail(KILN_ERR_INVALID_ARG, "run: input '%s' is not bound", g->vals[v].name);
-        if (pl->ref_inputs && pl->ref_inputs[v]) {
-            int64_t n = kiln_val_numel(&g->vals[v], batch);
-            const float *src = pl->bound[v];
-            for (int64_t i = 0; i < n; i++) pl->ref_inputs[v][i] = src[i];
-        }
-    }
-    batch_state *bs = NULL;
-    if (!pl->o.reference) {
-        kiln_status st = get_state(pl, batch, &bs);
-        if (st != KILN_OK) return st;
-    }
-    pl->batch = batch;
-    for (int s = 0; s < pl->norder; s++) {
-        const kiln_node *n = &g->nodes[pl->order[s]];
-        double t0 = pl->node_time ? omp_get_wtime() : 0;
-        kiln_status st = pl->o.reference ? run_ref(pl, n, batch) : run_fast(pl, bs, n, batch);
-        if (st != KILN_OK) return st;
-        if (pl->node_time) pl->node_time[s] += omp_get_wtime() - t0;
-    }
-    if (pl->node_time) pl->profiled_runs++;
-    return KILN_OK;
-}
-
 const void *kiln_plan_value(const kiln_plan *pl, kiln_value v) {
     if (!pl || v < 0 || v >= pl->g->nvals) return NULL;
-    return vptr(pl, v);
+    return kiln_plan_ptr(pl, v);
 }
 
 double kiln_plan_loss(const kiln_plan *pl) {
-    const void *p = vptr(pl, pl->outputs[0]);
+    const void *p = kiln_plan_ptr(pl, pl->outputs[0]);
     if (!p) return NAN;
     return pl->o.reference ? *(const double *)p : (double)*(const float *)p;
 }
@@ -577,47 +310,4 @@ void kiln_plan_describe(const kiln_plan *pl, char *buf, size_t len) {
                               n->relu_mask ? " +relu_bwd" : "", O->layout == 16 ? " nChw16c" : "",
                               n->acc[0] ? " (accumulate)" : "");
     }
-}
-
-void kiln_plan_set_profile(kiln_plan *pl, int on) {
-    free(pl->node_time);
-    pl->node_time = on ? calloc((size_t)pl->norder, sizeof(double)) : NULL;
-    pl->profiled_runs = 0;
-}
-
-void kiln_plan_profile_report(const kiln_plan *pl, char *buf, size_t len) {
-    size_t o = 0;
-    buf[0] = 0;
-    if (!pl->node_time || !pl->profiled_runs) return;
-    double total = 0;
-    for (int s = 0; s < pl->norder; s++) total += pl->node_time[s];
-    o += (size_t)snprintf(buf, len, "per-step time by kernel over %lld runs (%.2f ms/step):\n", (long long)pl->profiled_runs,
-                          1e3 * total / (double)pl->profiled_runs);
-    for (int s = 0; s < pl->norder && o < len; s++) {
-        const kiln_node *n = &pl->g->nodes[pl->order[s]];
-        o += (size_t)snprintf(buf + o, len - o, "  %-22s %7.3f ms  %5.1f%%%s\n", n->name,
-                              1e3 * pl->node_time[s] / (double)pl->profiled_runs, 100 * pl->node_time[s] / total,
-                              n->fuse_relu ? "  (+relu)" : n->relu_mask ? "  (+relu:bwd)" : "");
-    }
-}
-
-int kiln_plan_profile_top(const kiln_plan *pl, int k, const char **names, double *ms) {
-    if (!pl->node_time || !pl->profiled_runs) return 0;
-    int n = 0;
-    for (int s = 0; s < pl->norder; s++) {
-        double t = 1e3 * pl->node_time[s] / (double)pl->profiled_runs;
-        int at = n < k ? n++ : k; /* insertion into a sorted top-k */
-        while (at > 0 && ms[at - 1] < t) {
-            if (at < k) {
-                ms[at] = ms[at - 1];
-                names[at] = names[at - 1];
-            }
-            at--;
-        }
-        if (at < k) {
-            ms[at] = t;
-            names[at] = pl->g->nodes[pl->order[s]].name;
-        }
-    }
-    return n;
 }
