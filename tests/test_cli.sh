@@ -234,6 +234,20 @@ check "no temporary file after a good run" notmp
 expect 2 "--save into a missing folder (refused before training)" "$T/nodir/x.safetensors" "cannot write into folder $T/nodir" -- \
     "$KILN" train --model mlp --max-steps 1 --no-test --save "$T/nodir/x.safetensors" "${Q[@]}"
 
+# ---------- Ctrl-C: stop after the step, save, exit 130 ----------
+I="$T/interrupted.safetensors"
+"$KILN" train --model mnist-cnn --no-test --no-autotune --log-every 1 --save "$I" >"$T/out" 2>"$T/err" &
+pid=$!
+for _ in $(seq 1 600); do grep -q "kiln: step " "$T/err" 2>/dev/null && break; sleep 0.1; done
+kill -INT $pid
+wait $pid
+rc=$?
+check "SIGINT: exit code 130 (got $rc)" test "$rc" -eq 130
+check "SIGINT: the checkpoint was written" test -s "$I"
+check "SIGINT: the message says how to continue" grep -q "resume with --resume" "$T/err"
+expect 0 "SIGINT: the interrupted run resumes" -- \
+    "$KILN" train --model mnist-cnn --resume "$I" --max-steps 3 --no-test --save "$T/after.safetensors" "${Q[@]}"
+
 # ---------- help ----------
 expect 0 "kiln --help" -- "$KILN" --help
 check "kiln --help names the commands" grep -q "train" "$T/out"

@@ -445,6 +445,36 @@ static void test_load(void) {
     CHECK(kiln_train(&m, &r) == KILN_ERR_INVALID_ARG && strstr(kiln_last_error(), "--load and --resume"));
 }
 
+/* stop_flag (what Ctrl-C sets in the CLI): training stops after the step in
+ * progress and the checkpoint is the one a run of that many steps writes */
+typedef struct { volatile int flag; int64_t at; } stop_at;
+static void stop_on_step(const kiln_progress *p, void *user) {
+    stop_at *s = user;
+    if (p->step == s->at) s->flag = 1;
+}
+
+static void test_interrupt(void) {
+    char a[128], b[128];
+    tmp_path(a, "interrupted.safetensors");
+    tmp_path(b, "seven.safetensors");
+    kiln_train_config c = config("mlp", g_small);
+    c.epochs = 4;
+    c.test = 1;
+    stop_at s = {0, 7};
+    c.stop_flag = &s.flag;
+    c.progress = stop_on_step;
+    c.progress_user = &s;
+    kiln_train_result r;
+    run(c, a, NULL, 0, &r);
+    CHECK(r.interrupted == 1 && r.steps == 7);
+    CHECK_MSG(r.test_accuracy < 0, "an interrupted run evaluated anyway");
+    CHECK(meta_int(a, "kiln.step") == 7 && meta_int(a, "kiln.epoch") == 1 && meta_int(a, "kiln.next_batch") == 2);
+    kiln_train_config d = config("mlp", g_small);
+    d.epochs = 4;
+    run(d, b, NULL, 7, NULL);
+    CHECK_MSG(same_checkpoint(a, b, "interrupted at 7 vs 7 steps"), "the interrupted checkpoint differs");
+}
+
 int main(void) {
     g_sanitize = getenv("KILN_SANITIZE") && *getenv("KILN_SANITIZE");
     kiln_log_set_level(KILN_LOG_WARN);
@@ -470,6 +500,7 @@ int main(void) {
 
     test_save_every();
     test_load();
+    test_interrupt();
     lap("--save-every, --load");
 
     /* 1a: exact resume mid-epoch on Fashion-MNIST */

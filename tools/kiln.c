@@ -1,7 +1,9 @@
 /* kiln — the command-line program: train and evaluate models from the zoo.
+ * An interrupted run (Ctrl-C, SIGTERM) saves its checkpoint and exits 130.
  * Exit codes: 0 success, 2 bad input or usage (including a batch too large
  * for the machine's memory), 1 anything else (a diverging loss, oneDNN). */
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -167,6 +169,14 @@ static void json_num(double v) {
     else printf("null");
 }
 
+/* Ctrl-C (or SIGTERM) asks the trainer to stop after the current step and
+ * write its checkpoint; a second one kills the process as usual. */
+static volatile int g_stop;
+static void on_signal(int sig) {
+    g_stop = 1;
+    signal(sig, SIG_DFL);
+}
+
 static int cmd_train(int argc, char **argv) {
     kiln_train_config c = kiln_train_defaults();
     progress_ui ui = {isatty(2), 0, 100, 0};
@@ -234,6 +244,9 @@ static int cmd_train(int argc, char **argv) {
     if (ui.quiet) kiln_log_set_level(KILN_LOG_WARN);
     c.progress = on_progress;
     c.progress_user = &ui;
+    c.stop_flag = &g_stop;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
 
     kiln_train_result r;
     kiln_status st = kiln_train(&c, &r);
@@ -242,12 +255,13 @@ static int cmd_train(int argc, char **argv) {
         fprintf(stderr, "kiln train: %s\n", kiln_last_error());
         return exit_code(st);
     }
+    if (r.interrupted && ui.tty && !ui.quiet) fputc('\n', stderr); /* the bar did not finish its line */
     if (!ui.quiet) {
         fprintf(stderr, "kiln: %lld steps in %.2f s (%.0f images/s, data-wait %.1f%%), final loss %.4f", (long long)r.steps,
                 r.train_time_s, r.images_per_s, 100 * r.data_wait_frac, r.final_loss);
         if (r.test_accuracy >= 0) fprintf(stderr, ", test accuracy %.2f%%", 100 * r.test_accuracy);
         fprintf(stderr, ", peak RSS %.0f MB\n", r.peak_rss_mb);
-        if (c.save) fprintf(stderr, "kiln: saved %s\n", c.save);
+        if (c.save) fprintf(stderr, "kiln: saved %s%s\n", c.save, r.interrupted ? " (resume with --resume)" : "");
     }
     if (json) {
         printf("{\"model\": ");
@@ -272,9 +286,9 @@ static int cmd_train(int argc, char **argv) {
         json_str(kiln_optim_name(c.optim.kind));
         printf(", \"arena_mb\": ");
         json_num(r.arena_bytes / 1048576.0);
-        printf("}\n");
+        printf(", \"interrupted\": %s}\n", r.interrupted ? "true" : "false");
     }
-    return 0;
+    return r.interrupted ? 128 + SIGINT : 0;
 }
 
 static int cmd_eval(int argc, char **argv) {

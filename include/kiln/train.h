@@ -55,6 +55,11 @@ typedef struct kiln_train_config {
     int fuse, autotune, dropout_off;
     int profile;                /* 1: time every kernel and log the breakdown at the end */
     double memory_budget;       /* bytes a plan's arena may take; 0: 90 % of the machine's memory */
+    /* checked after every step: when it becomes non-zero (e.g. from a SIGINT
+     * handler) training stops there, the checkpoint is written for that position
+     * so --resume continues exactly, and kiln_train returns KILN_OK with
+     * result.interrupted = 1 (no evaluation) */
+    volatile int *stop_flag;
     kiln_progress_fn progress;  /* called after every step (NULL: none) */
     void *progress_user;
 } kiln_train_config;
@@ -68,6 +73,7 @@ typedef struct kiln_train_result {
     double final_loss, test_accuracy; /* test_accuracy < 0 when not measured */
     double peak_rss_mb;
     int threads, workers;
+    int interrupted;            /* stopped by stop_flag */
     size_t arena_bytes, arena_bytes_no_reuse;
 } kiln_train_result;
 

@@ -303,6 +303,13 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
                                    el > 0 ? wait / el : 0, el, (double)(total - step) * el / (double)(step - cs.step), stop};
                 c->progress(&p, c->progress_user);
             }
+            /* a stop request (Ctrl-C in the CLI) seen after step s stops at s */
+            if (c->stop_flag && *c->stop_flag && !stop) {
+                stop = 1;
+                r->interrupted = 1;
+                kiln_log(KILN_LOG_INFO, "interrupted at step %lld%s", (long long)step,
+                         c->save ? ": saving the checkpoint for --resume" : "");
+            }
             if (stop) break;
         }
         if (got < 0) {
@@ -356,7 +363,7 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
     kiln_loader_free(L);
     L = NULL;
     kiln_alloc_release_cached();
-    if (c->test) {
+    if (c->test && !r->interrupted) {
         if ((st = evaluate(g, &m, P, test, c->test_batch_size, c->workers, c->fuse, &r->test_accuracy, NULL)) != KILN_OK) goto out;
     }
     r->peak_rss_mb = peak_rss_mb();
