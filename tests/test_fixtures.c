@@ -686,7 +686,53 @@ static void test_mismatched_checkpoint(void) {
     kiln_st_close(sd);
 }
 
+/* clip_grad_norm_ over two parameters, through the public API in f64 and f32 */
+static void test_clip(const char *fxname) {
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const double *ga = fx_d(f, "ga"), *gb = fx_d(f, "gb"), *ca = fx_d(f, "ga_clipped"), *cb = fx_d(f, "gb_clipped");
+    const double *total = fx_d(f, "total_norm");
+    double max_norm = fx_meta(f, "max_norm");
+    if (!ga || !gb || !ca || !cb || !total) {
+        kiln_st_close(f);
+        return;
+    }
+    kiln_graph *g = kiln_graph_new();
+    kiln_param(g, "a", 1, (int64_t[]){30}, 1);
+    kiln_param(g, "b", 2, (int64_t[]){4, 5}, 1);
+    for (int f64 = 0; f64 <= 1; f64++) {
+        kiln_params *P = NULL;
+        CHECK_OK(kiln_params_new(g, f64 ? KILN_F64 : KILN_F32, &P));
+        if (!P) break;
+        int64_t oa = kiln_params_offset(P, 0), ob = kiln_params_offset(P, 1);
+        for (int i = 0; i < 30; i++) {
+            if (f64) ((double *)kiln_params_grad(P))[oa + i] = ga[i];
+            else ((float *)kiln_params_grad(P))[oa + i] = (float)ga[i];
+        }
+        for (int i = 0; i < 20; i++) {
+            if (f64) ((double *)kiln_params_grad(P))[ob + i] = gb[i];
+            else ((float *)kiln_params_grad(P))[ob + i] = (float)gb[i];
+        }
+        kiln_params_has_grad_mut(P)[0] = kiln_params_has_grad_mut(P)[1] = 1;
+        double norm = 0;
+        CHECK_OK(kiln_clip_grad_norm(P, max_norm, &norm));
+        CHECK_MSG(fabs(norm - *total) <= (f64 ? 1e-12 : 1e-6) * *total, "%s: norm %.12g vs PyTorch %.12g", fxname, norm, *total);
+        if (f64) {
+            CMP_D("clipped a", (const double *)kiln_params_grad(P) + oa, ca, 30);
+            CMP_D("clipped b", (const double *)kiln_params_grad(P) + ob, cb, 20);
+        } else {
+            CMP_F("clipped a", (const float *)kiln_params_grad(P) + oa, ca, 30);
+            CMP_F("clipped b", (const float *)kiln_params_grad(P) + ob, cb, 20);
+        }
+        kiln_params_free(P);
+    }
+    kiln_graph_free(g);
+    kiln_st_close(f);
+}
+
 int main(void) {
+    test_clip("op_clip_grad_norm.safetensors");
+    test_clip("op_clip_grad_norm_noop.safetensors");
     test_conv2d("op_conv2d_a.safetensors");
     test_conv2d("op_conv2d_b.safetensors");
     test_conv2d("op_conv2d_c.safetensors");

@@ -590,6 +590,31 @@ static void test_determinism(void) {
     free(x); free(t);
 }
 
+/* ---------- gradient norm ---------- */
+
+static void test_norm(void) {
+    const int64_t sizes[4] = {1, 1000, 16385, 16384 * 300 + 17}; /* one chunk, many, more than one group */
+    int saved = omp_get_max_threads();
+    for (int t = 0; t < 4; t++) {
+        int64_t n = sizes[t];
+        float *x = frand(n, -2, 2);
+        double *xd = dof(x, n);
+        double ref = kiln_ref_sumsq(n, xd);
+        omp_set_num_threads(2);
+        double got2 = kiln_cpu_sumsq(n, x);
+        omp_set_num_threads(1);
+        double got1 = kiln_cpu_sumsq(n, x);
+        CHECK_MSG(fabs(got2 - ref) <= 1e-12 * ref, "sumsq n=%lld: %.17g vs %.17g", (long long)n, got2, ref);
+        CHECK_MSG(memcmp(&got1, &got2, sizeof got1) == 0, "sumsq n=%lld depends on the thread count", (long long)n);
+        omp_set_num_threads(saved);
+        kiln_cpu_scale(n, x, 0.375f);
+        kiln_ref_scale(n, xd, 0.375);
+        CHECK(tu_err(x, xd, n, 1e-7, 1e-7) <= 1);
+        free(x);
+        free(xd);
+    }
+}
+
 /* ---------- optimizers ---------- */
 
 static void test_optim(void) {
@@ -721,5 +746,6 @@ int main(void) {
     test_bias_grad();
     test_determinism();
     test_optim();
+    test_norm();
     return tu_finish("test_kernels");
 }

@@ -45,6 +45,7 @@ static const char *train_help =
     "  --weight-decay X      L2 (sgd, adadelta) or decoupled (adamw) weight decay\n"
     "  --lr-step-gamma X     StepLR: multiply the learning rate by X every --lr-step-size epochs   [0.7]\n"
     "  --lr-step-size N      [1]\n"
+    "  --clip-grad-norm X    clip the global L2 norm of the gradients to X before each update\n"
     "  --workers N           loader threads; 0 loads on the training thread   [1]\n"
     "  --prefetch N          batches in flight per worker   [2]\n"
     "  --pin-memory          mlock the batch ring (the CPU meaning of pinned memory)\n"
@@ -208,6 +209,11 @@ static int cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--weight-decay")) { NEED_VALUE(); if (parse_f(v, &wd)) return usage_error("train", "%s: not a number: %s", a, v); wd_given = 1; }
         else if (!strcmp(a, "--lr-step-gamma")) { NEED_VALUE(); if (parse_f(v, &c.lr_step_gamma)) return usage_error("train", "%s: not a number: %s", a, v); }
         else if (!strcmp(a, "--lr-step-size")) { INT_ARG(c.lr_step_size); }
+        else if (!strcmp(a, "--clip-grad-norm")) {
+            NEED_VALUE();
+            if (parse_f(v, &c.clip_grad_norm) || c.clip_grad_norm <= 0)
+                return usage_error("train", "--clip-grad-norm: not a positive number: %s", v);
+        }
         else if (!strcmp(a, "--workers")) { INT_ARG(c.workers); }
         else if (!strcmp(a, "--prefetch")) { INT_ARG(c.prefetch); }
         else if (!strcmp(a, "--pin-memory")) c.lock_memory = 1;

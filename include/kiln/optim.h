@@ -51,6 +51,11 @@ int kiln_optim_state_count(const kiln_optim *o);
 const char *kiln_optim_state_name(const kiln_optim *o, int i);
 void *kiln_optim_state(kiln_optim *o, int i);
 
+/* torch.nn.utils.clip_grad_norm_: the global L2 norm of every gradient the
+ * last step produced (*total_norm, before clipping); when it exceeds max_norm,
+ * the gradients are scaled by max_norm / (norm + 1e-6). */
+kiln_status kiln_clip_grad_norm(kiln_params *P, double max_norm, double *total_norm);
+
 /* StepLR: base * gamma^(epoch / step_size) */
 float kiln_lr_step_schedule(float base, float gamma, int64_t step_size, int64_t epoch);
 

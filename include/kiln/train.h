@@ -41,6 +41,7 @@ typedef struct kiln_train_config {
     int64_t epochs;
     int64_t batch_size, test_batch_size;
     kiln_optim_config optim;
+    float clip_grad_norm;       /* > 0: clip the global gradient norm to this before each update */
     float lr_step_gamma;        /* StepLR gamma, applied every lr_step_size epochs */
     int64_t lr_step_size;
     int workers, prefetch, lock_memory;

@@ -145,6 +145,7 @@ static kiln_status check_config(const kiln_train_config *c) {
     if (c->save_every && !c->save) return kiln_fail(KILN_ERR_INVALID_ARG, "--save-every needs --save FILE");
     if (c->load && c->resume)
         return kiln_fail(KILN_ERR_INVALID_ARG, "--load and --resume both given: --resume continues a run, --load starts one from weights");
+    if (c->clip_grad_norm < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--clip-grad-norm is %g; it must be > 0", (double)c->clip_grad_norm);
     if (!(c->lr_step_gamma > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--lr-step-gamma is %g; it must be > 0", (double)c->lr_step_gamma);
     if (c->save) return check_save_path(c->save);
     return KILN_OK;
@@ -282,6 +283,7 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
                                    (long long)step + 1, (long long)epoch + 1, (long long)b.index, loss,
                                    c->save ? "; no checkpoint was written" : "");
             }
+            if (st == KILN_OK && c->clip_grad_norm > 0) st = kiln_clip_grad_norm(P, c->clip_grad_norm, NULL);
             if (st == KILN_OK) {
                 double to = c->profile ? now_s() : 0;
                 st = kiln_optim_step(opt);

@@ -288,6 +288,18 @@ def op_optim(folder, fname, seed, make, meta):
     return save(folder, fname, [("p0", p0), ("g", g), ("p", torch.stack(ps))], meta)
 
 
+def op_clip_grad_norm(folder, fname, seed, max_norm):
+    """torch.nn.utils.clip_grad_norm_ over two parameters (one global L2 norm)."""
+    torch.manual_seed(seed)
+    a, b = rnd(30).requires_grad_(), rnd(4, 5).requires_grad_()
+    ga, gb = rnd(30), rnd(4, 5)
+    a.grad, b.grad = ga.clone(), gb.clone()
+    total = torch.nn.utils.clip_grad_norm_([a, b], max_norm, norm_type=2.0)
+    return save(folder, fname, [("ga", ga), ("gb", gb), ("total_norm", total.detach().reshape(())),
+                                ("ga_clipped", a.grad.clone()), ("gb_clipped", b.grad.clone())],
+                dict(op="clip_grad_norm", max_norm=fl(max_norm), norm_type=fl(2.0)))
+
+
 # ---------------------------------------------------------------------------
 # mnist-cnn (exactly /work/shared/bench/pytorch_mnist.py's Net)
 # ---------------------------------------------------------------------------
@@ -420,6 +432,8 @@ def generate(folder):
                                           weight_decay=1e-2, amsgrad=False),
              dict(optimizer="adamw", lr=fl(1e-3), beta1=fl(0.9), beta2=fl(0.999), eps=fl(1e-8),
                   weight_decay=fl(1e-2), amsgrad=0))
+    op_clip_grad_norm(folder, "op_clip_grad_norm.safetensors", 95, 1.0)      # clips
+    op_clip_grad_norm(folder, "op_clip_grad_norm_noop.safetensors", 96, 1e3)  # leaves the gradients
     losses = mnist_golden(folder)
     print("  golden losses: " + " ".join(repr(v) for v in losses))
     state_dict_pt(folder)

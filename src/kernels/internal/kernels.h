@@ -81,6 +81,10 @@ void kiln_ref_adamw(int64_t n, double *p, const double *g, double *m, double *v,
 void kiln_ref_adadelta(int64_t n, double *p, const double *g, double *square_avg, double *acc_delta,
                        double lr, double rho, double eps, double weight_decay);
 
+/* sum of squares (the squared L2 norm) and in-place scaling: gradient clipping */
+double kiln_ref_sumsq(int64_t n, const double *x);
+void kiln_ref_scale(int64_t n, double *x, double s);
+
 /* ---- fast float kernels (same semantics) ---- */
 void kiln_cpu_relu_fwd(int64_t n, const float *x, float *y);
 void kiln_cpu_relu_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc);
@@ -110,6 +114,10 @@ void kiln_cpu_mul_bwd(int64_t n, const float *dy, const float *b, float *da, int
 void kiln_cpu_bias_grad_rows(int64_t rows, int64_t cols, const float *dy, float *db, int acc);
 /* db[c] (=|+=) sum over n and spatial of dy[n, c, hw]: conv's bias gradient */
 void kiln_cpu_bias_grad_nchw(int64_t n, int64_t c, int64_t hw, const float *dy, float *db, int acc);
+
+/* accumulated in double over a fixed partition: the same bits for any thread count */
+double kiln_cpu_sumsq(int64_t n, const float *x);
+void kiln_cpu_scale(int64_t n, float *x, float s);
 
 void kiln_cpu_sgd(int64_t n, float *p, const float *g, float *mom, float lr, float momentum, float dampening,
                   float weight_decay, int nesterov, int first_step);
