@@ -214,6 +214,48 @@ static void test_gradcheck_graphs(void) {
     kiln_graph_free(g);
 }
 
+/* two micro-batches of 4 accumulated with loss scale 1/2 give the gradient of one batch of 8 */
+static void test_accumulate(void) {
+    model_pair mp;
+    build_pair(&mp, "mnist-cnn", 5);
+    int64_t B = 8, total = kiln_params_total(mp.P32);
+    float *x = kiln_alloc((size_t)B * 784 * 4);
+    int32_t *y = kiln_alloc((size_t)B * 4);
+    random_batch(x, y, B, 784);
+    kiln_compile_opts o = kiln_compile_defaults();
+    o.training = 1;
+    o.max_batch = B;
+    o.dropout_off = 1;
+    o.autotune = 0;
+    kiln_plan *pl = NULL;
+    CHECK_OK(kiln_compile(mp.g, mp.P32, &mp.m.loss, 1, &o, &pl));
+    if (!pl) return;
+    kiln_plan_bind(pl, mp.m.x, x);
+    kiln_plan_bind(pl, mp.m.y, y);
+    CHECK_OK(kiln_plan_run(pl, B));
+    float *whole = malloc((size_t)total * 4);
+    memcpy(whole, kiln_params_grad(mp.P32), (size_t)total * 4);
+    for (int half = 0; half < 2; half++) {
+        kiln_plan_set_accumulate(pl, half > 0, 0.5);
+        kiln_plan_bind(pl, mp.m.x, x + half * 4 * 784);
+        kiln_plan_bind(pl, mp.m.y, y + half * 4);
+        CHECK_OK(kiln_plan_run(pl, 4));
+    }
+    double gmax = 0;
+    for (int64_t i = 0; i < total; i++) gmax = fmax(gmax, fabs(whole[i]));
+    double e = tu_err_ff(kiln_params_grad(mp.P32), whole, total, 1e-4 * gmax, 1e-4);
+    CHECK_MSG(e <= 1, "accumulated gradients differ from the whole batch's by %.3g", e);
+    /* and without accumulate the second micro-batch alone is left (the grad = None rule) */
+    kiln_plan_set_accumulate(pl, 0, 1.0);
+    CHECK_OK(kiln_plan_run(pl, 4));
+    CHECK(tu_err_ff(kiln_params_grad(mp.P32), whole, total, 1e-4 * gmax, 1e-4) > 1);
+    free(whole);
+    kiln_plan_free(pl);
+    kiln_free(x);
+    kiln_free(y);
+    free_pair(&mp);
+}
+
 static void test_builder_errors(void) {
     kiln_graph *g = kiln_graph_new();
     int64_t xs[4] = {KILN_BATCH, 3, 8, 8};
@@ -245,6 +287,7 @@ int main(void) {
     test_fast_vs_reference("mnist-cnn", 6, 0, 1, 1);
     g_autotune = 0;
     test_passes_do_not_change_results();
+    test_accumulate();
     test_gradcheck_graphs();
     return tu_finish("test_graph");
 }

@@ -38,6 +38,8 @@ static const char *train_help =
     "  --epochs N            passes over the training set   [1]\n"
     "  --batch-size N        samples per step; the last batch of an epoch may be smaller   [64]\n"
     "  --test-batch-size N   samples per evaluation step   [1000]\n"
+    "  --accumulate N        gradient accumulation: N batches per optimizer step (their\n"
+    "                        mean gradient, as one batch N times larger)   [1]\n"
     "  --optimizer NAME      adadelta, adamw or sgd   [adadelta]\n"
     "  --lr X                learning rate   [1.0 for adadelta, 1e-3 adamw, 0.01 sgd]\n"
     "  --momentum X          sgd momentum   [0]\n"
@@ -202,6 +204,10 @@ static int cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--epochs")) { INT_ARG(c.epochs); }
         else if (!strcmp(a, "--batch-size")) { INT_ARG(c.batch_size); }
         else if (!strcmp(a, "--test-batch-size")) { INT_ARG(c.test_batch_size); }
+        else if (!strcmp(a, "--accumulate")) {
+            INT_ARG(c.accumulate);
+            if (c.accumulate < 1) return usage_error("train", "--accumulate: %s (want >= 1)", v);
+        }
         else if (!strcmp(a, "--optimizer")) { NEED_VALUE(); opt_name = v; }
         else if (!strcmp(a, "--lr")) { NEED_VALUE(); if (parse_f(v, &lr)) return usage_error("train", "%s: not a number: %s", a, v); lr_given = 1; }
         else if (!strcmp(a, "--momentum")) { NEED_VALUE(); if (parse_f(v, &momentum)) return usage_error("train", "%s: not a number: %s", a, v); }

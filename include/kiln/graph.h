@@ -110,6 +110,10 @@ void kiln_plan_free(kiln_plan *plan);
 kiln_status kiln_plan_bind(kiln_plan *plan, kiln_value input, const void *data);
 /* The step number keys dropout masks: same step, same mask. */
 void kiln_plan_set_step(kiln_plan *plan, uint64_t step);
+/* Gradient accumulation: with accumulate = 1 the next runs add their parameter
+ * gradients to those already held instead of writing them; loss_scale seeds
+ * backward (1/N averages N micro-batches as one batch of N times the size). */
+void kiln_plan_set_accumulate(kiln_plan *plan, int accumulate, double loss_scale);
 kiln_status kiln_plan_run(kiln_plan *plan, int64_t batch);
 /* After a run: a value's data (float*, or double* in a reference plan). Only
  * outputs are guaranteed to survive the run; others may be overwritten. */

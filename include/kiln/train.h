@@ -40,6 +40,7 @@ typedef struct kiln_train_config {
     const char *data;           /* "fashion-mnist" or a folder of IDX files */
     int64_t epochs;
     int64_t batch_size, test_batch_size;
+    int64_t accumulate;         /* loader batches per optimizer step (gradient accumulation); 0 or 1: none */
     kiln_optim_config optim;
     float clip_grad_norm;       /* > 0: clip the global gradient norm to this before each update */
     float lr_step_gamma;        /* StepLR gamma, applied every lr_step_size epochs */

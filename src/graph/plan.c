@@ -175,6 +175,7 @@ kiln_status kiln_compile(kiln_graph *g0, kiln_params *P, const kiln_value *outpu
     if (!pl) return kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
     pl->o = o;
     pl->P = P;
+    pl->loss_scale = 1.0;
     pl->elem = o.reference ? sizeof(double) : sizeof(float);
     pl->g = kiln_graph_clone(g0);
     if (!pl->g) goto oom;
@@ -283,6 +284,11 @@ kiln_status kiln_plan_bind(kiln_plan *pl, kiln_value v, const void *data) {
 }
 
 void kiln_plan_set_step(kiln_plan *pl, uint64_t step) { pl->step = step; }
+
+void kiln_plan_set_accumulate(kiln_plan *pl, int accumulate, double loss_scale) {
+    pl->accumulate = accumulate;
+    pl->loss_scale = loss_scale;
+}
 
 const void *kiln_plan_value(const kiln_plan *pl, kiln_value v) {
     if (!pl || v < 0 || v >= pl->g->nvals) return NULL;

@@ -12,6 +12,13 @@
 #define D(v) ((double *)kiln_plan_ptr(pl, (v)))
 #define I(v) ((const int32_t *)kiln_plan_ptr(pl, (v)))
 
+/* grad = None rule at run time: an output that already holds a contribution is
+ * added to; while accumulating micro-batches, parameter gradients always are */
+static inline int acc_of(const kiln_plan *pl, const kiln_node *n, int k) {
+    return n->acc[k] || (pl->accumulate && pl->g->vals[n->out[k]].kind == KILN_VAL_PARAM_GRAD);
+}
+#define ACC(k) acc_of(pl, n, (k))
+
 static uint64_t dropout_key(const kiln_plan *pl, int fwd_node) { return kiln_rng_key(pl->o.seed, 0xd509, (uint64_t)fwd_node); }
 
 static kiln_status check_targets(const kiln_plan *pl, const kiln_node *n, int64_t rows, int64_t cols) {
@@ -34,17 +41,17 @@ static kiln_status run_ref(kiln_plan *pl, const kiln_node *n, int64_t B) {
         kiln_conv_shape cs;
         kiln_plan_conv_shape(pl, &g->nodes[n->op == KILN_OP_CONV2D ? (int)(n - g->nodes) : n->fwd], B, &cs);
         if (n->op == KILN_OP_CONV2D) kiln_ref_conv2d_fwd(&cs, D(n->in[0]), D(n->in[1]), n->nin > 2 ? D(n->in[2]) : NULL, D(n->out[0]));
-        else if (n->op == KILN_OP_CONV2D_BWD_DATA) kiln_ref_conv2d_bwd_data(&cs, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
+        else if (n->op == KILN_OP_CONV2D_BWD_DATA) kiln_ref_conv2d_bwd_data(&cs, D(n->in[0]), D(n->in[1]), D(n->out[0]), ACC(0));
         else {
             /* one kernel call computes both; when only one output accumulates, stage the bias */
             double *db = n->nout > 1 ? D(n->out[1]) : NULL;
-            if (db && n->acc[1] != n->acc[0]) {
+            if (db && ACC(1) != ACC(0)) {
                 double tmp[4096];
                 if (cs.k > 4096) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: too many channels", n->name);
-                kiln_ref_conv2d_bwd_weight(&cs, D(n->in[0]), D(n->in[1]), D(n->out[0]), tmp, n->acc[0]);
-                for (int64_t i = 0; i < cs.k; i++) db[i] = n->acc[1] ? db[i] + tmp[i] : tmp[i];
+                kiln_ref_conv2d_bwd_weight(&cs, D(n->in[0]), D(n->in[1]), D(n->out[0]), tmp, ACC(0));
+                for (int64_t i = 0; i < cs.k; i++) db[i] = ACC(1) ? db[i] + tmp[i] : tmp[i];
             } else {
-                kiln_ref_conv2d_bwd_weight(&cs, D(n->in[0]), D(n->in[1]), D(n->out[0]), db, n->acc[0]);
+                kiln_ref_conv2d_bwd_weight(&cs, D(n->in[0]), D(n->in[1]), D(n->out[0]), db, ACC(0));
             }
         }
         return KILN_OK;
@@ -56,23 +63,23 @@ static kiln_status run_ref(kiln_plan *pl, const kiln_node *n, int64_t B) {
         const kiln_val *X = &g->vals[f->in[0]], *W = &g->vals[f->in[1]];
         int64_t rows = X->batched ? B : X->shape[0], in = W->shape[1], outd = W->shape[0];
         if (n->op == KILN_OP_LINEAR) kiln_ref_linear_fwd(rows, in, outd, D(n->in[0]), D(n->in[1]), n->nin > 2 ? D(n->in[2]) : NULL, D(n->out[0]));
-        else if (n->op == KILN_OP_LINEAR_BWD_DATA) kiln_ref_linear_bwd_data(rows, in, outd, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
+        else if (n->op == KILN_OP_LINEAR_BWD_DATA) kiln_ref_linear_bwd_data(rows, in, outd, D(n->in[0]), D(n->in[1]), D(n->out[0]), ACC(0));
         else {
             double *db = n->nout > 1 ? D(n->out[1]) : NULL;
-            kiln_ref_linear_bwd_weight(rows, in, outd, D(n->in[0]), D(n->in[1]), D(n->out[0]), NULL, n->acc[0]);
+            kiln_ref_linear_bwd_weight(rows, in, outd, D(n->in[0]), D(n->in[1]), D(n->out[0]), NULL, ACC(0));
             if (db) { /* column sums of dy */
                 const double *dy = D(n->in[1]);
                 for (int64_t o2 = 0; o2 < outd; o2++) {
                     double s = 0;
                     for (int64_t r = 0; r < rows; r++) s += dy[r * outd + o2];
-                    db[o2] = n->acc[1] ? db[o2] + s : s;
+                    db[o2] = ACC(1) ? db[o2] + s : s;
                 }
             }
         }
         return KILN_OK;
     }
     case KILN_OP_RELU: kiln_ref_relu_fwd(numel, D(n->in[0]), D(n->out[0])); return KILN_OK;
-    case KILN_OP_RELU_BWD: kiln_ref_relu_bwd(numel, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]); return KILN_OK;
+    case KILN_OP_RELU_BWD: kiln_ref_relu_bwd(numel, D(n->in[0]), D(n->in[1]), D(n->out[0]), ACC(0)); return KILN_OK;
     case KILN_OP_MAX_POOL2D: {
         kiln_pool_shape ps;
         kiln_plan_pool_shape(pl, n, n->in[0], B, &ps);
@@ -82,21 +89,21 @@ static kiln_status run_ref(kiln_plan *pl, const kiln_node *n, int64_t B) {
     case KILN_OP_MAX_POOL2D_BWD: {
         kiln_pool_shape ps;
         kiln_plan_pool_shape(pl, n, n->in[0], B, &ps);
-        if (n->relu_mask) kiln_ref_max_pool2d_relu_bwd(&ps, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
-        else kiln_ref_max_pool2d_bwd(&ps, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
+        if (n->relu_mask) kiln_ref_max_pool2d_relu_bwd(&ps, D(n->in[0]), D(n->in[1]), D(n->out[0]), ACC(0));
+        else kiln_ref_max_pool2d_bwd(&ps, D(n->in[0]), D(n->in[1]), D(n->out[0]), ACC(0));
         return KILN_OK;
     }
     case KILN_OP_DROPOUT:
         kiln_ref_dropout_fwd(numel, n->fattr[0], dropout_key(pl, (int)(n - g->nodes)), pl->step, D(n->in[0]), D(n->out[0]));
         return KILN_OK;
     case KILN_OP_DROPOUT_BWD:
-        kiln_ref_dropout_bwd(numel, n->fattr[0], dropout_key(pl, n->fwd), pl->step, D(n->in[0]), D(n->out[0]), n->acc[0]);
+        kiln_ref_dropout_bwd(numel, n->fattr[0], dropout_key(pl, n->fwd), pl->step, D(n->in[0]), D(n->out[0]), ACC(0));
         return KILN_OK;
     case KILN_OP_LOG_SOFTMAX:
     case KILN_OP_LOG_SOFTMAX_BWD: {
         int64_t cols = O->shape[O->ndim - 1], rows = numel / cols;
         if (n->op == KILN_OP_LOG_SOFTMAX) kiln_ref_log_softmax_fwd(rows, cols, D(n->in[0]), D(n->out[0]));
-        else kiln_ref_log_softmax_bwd(rows, cols, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
+        else kiln_ref_log_softmax_bwd(rows, cols, D(n->in[0]), D(n->in[1]), D(n->out[0]), ACC(0));
         return KILN_OK;
     }
     case KILN_OP_NLL_LOSS:
@@ -111,19 +118,19 @@ static kiln_status run_ref(kiln_plan *pl, const kiln_node *n, int64_t B) {
     }
     case KILN_OP_NLL_LOSS_BWD: {
         int64_t cols = O->shape[1], rows = numel / cols;
-        kiln_ref_nll_loss_bwd(rows, cols, I(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]);
+        kiln_ref_nll_loss_bwd(rows, cols, I(n->in[0]), D(n->in[1]), D(n->out[0]), ACC(0));
         return KILN_OK;
     }
     case KILN_OP_CROSS_ENTROPY_BWD: {
         int64_t cols = O->shape[1], rows = numel / cols;
-        kiln_ref_cross_entropy_bwd(rows, cols, D(n->in[0]), I(n->in[1]), D(n->in[2]), D(n->out[0]), n->acc[0]);
+        kiln_ref_cross_entropy_bwd(rows, cols, D(n->in[0]), I(n->in[1]), D(n->in[2]), D(n->out[0]), ACC(0));
         return KILN_OK;
     }
     case KILN_OP_ADD: kiln_ref_add_fwd(numel, D(n->in[0]), D(n->in[1]), D(n->out[0])); return KILN_OK;
     case KILN_OP_MUL: kiln_ref_mul_fwd(numel, D(n->in[0]), D(n->in[1]), D(n->out[0])); return KILN_OK;
-    case KILN_OP_ONES: D(n->out[0])[0] = 1.0; return KILN_OK;
-    case KILN_OP_GRAD_COPY: kiln_ref_grad_copy(numel, D(n->in[0]), D(n->out[0]), n->acc[0]); return KILN_OK;
-    case KILN_OP_MUL_BWD: kiln_ref_mul_bwd(numel, D(n->in[0]), D(n->in[1]), D(n->out[0]), n->acc[0]); return KILN_OK;
+    case KILN_OP_ONES: D(n->out[0])[0] = pl->loss_scale; return KILN_OK;
+    case KILN_OP_GRAD_COPY: kiln_ref_grad_copy(numel, D(n->in[0]), D(n->out[0]), ACC(0)); return KILN_OK;
+    case KILN_OP_MUL_BWD: kiln_ref_mul_bwd(numel, D(n->in[0]), D(n->in[1]), D(n->out[0]), ACC(0)); return KILN_OK;
     default: break;
     }
     return kiln_fail(KILN_ERR_INVALID_ARG, "%s: no reference kernel", n->name);
@@ -138,19 +145,19 @@ static kiln_status run_fast(kiln_plan *pl, batch_state *bs, const kiln_node *n, 
     case KILN_OP_CONV2D:
         return kiln_dnnl_conv_fwd(bs->kobj[id], F(n->in[0]), F(n->in[1]), n->nin > 2 ? F(n->in[2]) : NULL, F(n->out[0]), pl->ws);
     case KILN_OP_CONV2D_BWD_DATA:
-        return kiln_dnnl_conv_bwd_data(bs->kobj[n->fwd], F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0], pl->ws);
+        return kiln_dnnl_conv_bwd_data(bs->kobj[n->fwd], F(n->in[0]), F(n->in[1]), F(n->out[0]), ACC(0), pl->ws);
     case KILN_OP_CONV2D_BWD_WEIGHT:
         return kiln_dnnl_conv_bwd_weight(bs->kobj[n->fwd], F(n->in[0]), F(n->in[1]), F(n->out[0]),
-                                         n->nout > 1 ? F(n->out[1]) : NULL, n->acc[0], n->nout > 1 ? n->acc[1] : 0, pl->ws);
+                                         n->nout > 1 ? F(n->out[1]) : NULL, ACC(0), n->nout > 1 ? ACC(1) : 0, pl->ws);
     case KILN_OP_LINEAR:
         return kiln_dnnl_linear_fwd(bs->kobj[id], F(n->in[0]), F(n->in[1]), n->nin > 2 ? F(n->in[2]) : NULL, F(n->out[0]));
     case KILN_OP_LINEAR_BWD_DATA:
-        return kiln_dnnl_linear_bwd_data(bs->kobj[n->fwd], F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]);
+        return kiln_dnnl_linear_bwd_data(bs->kobj[n->fwd], F(n->in[0]), F(n->in[1]), F(n->out[0]), ACC(0));
     case KILN_OP_LINEAR_BWD_WEIGHT:
         return kiln_dnnl_linear_bwd_weight(bs->kobj[n->fwd], F(n->in[0]), F(n->in[1]), F(n->out[0]),
-                                           n->nout > 1 ? F(n->out[1]) : NULL, n->acc[0], n->nout > 1 ? n->acc[1] : 0);
+                                           n->nout > 1 ? F(n->out[1]) : NULL, ACC(0), n->nout > 1 ? ACC(1) : 0);
     case KILN_OP_RELU: kiln_cpu_relu_fwd(numel, F(n->in[0]), F(n->out[0])); return KILN_OK;
-    case KILN_OP_RELU_BWD: kiln_cpu_relu_bwd(numel, F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]); return KILN_OK;
+    case KILN_OP_RELU_BWD: kiln_cpu_relu_bwd(numel, F(n->in[0]), F(n->in[1]), F(n->out[0]), ACC(0)); return KILN_OK;
     case KILN_OP_MAX_POOL2D: {
         kiln_pool_shape ps;
         kiln_plan_pool_shape(pl, n, n->in[0], B, &ps);
@@ -160,20 +167,20 @@ static kiln_status run_fast(kiln_plan *pl, batch_state *bs, const kiln_node *n, 
     case KILN_OP_MAX_POOL2D_BWD: {
         kiln_pool_shape ps;
         kiln_plan_pool_shape(pl, n, n->in[0], B, &ps);
-        kiln_cpu_max_pool2d_bwd_layout(&ps, g->vals[n->in[0]].layout, n->relu_mask, F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]);
+        kiln_cpu_max_pool2d_bwd_layout(&ps, g->vals[n->in[0]].layout, n->relu_mask, F(n->in[0]), F(n->in[1]), F(n->out[0]), ACC(0));
         return KILN_OK;
     }
     case KILN_OP_DROPOUT:
         kiln_cpu_dropout_fwd(numel, n->fattr[0], dropout_key(pl, id), pl->step, F(n->in[0]), F(n->out[0]));
         return KILN_OK;
     case KILN_OP_DROPOUT_BWD:
-        kiln_cpu_dropout_bwd(numel, n->fattr[0], dropout_key(pl, n->fwd), pl->step, F(n->in[0]), F(n->out[0]), n->acc[0]);
+        kiln_cpu_dropout_bwd(numel, n->fattr[0], dropout_key(pl, n->fwd), pl->step, F(n->in[0]), F(n->out[0]), ACC(0));
         return KILN_OK;
     case KILN_OP_LOG_SOFTMAX:
     case KILN_OP_LOG_SOFTMAX_BWD: {
         int64_t cols = O->shape[O->ndim - 1], rows = numel / cols;
         if (n->op == KILN_OP_LOG_SOFTMAX) kiln_cpu_log_softmax_fwd(rows, cols, F(n->in[0]), F(n->out[0]));
-        else kiln_cpu_log_softmax_bwd(rows, cols, F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]);
+        else kiln_cpu_log_softmax_bwd(rows, cols, F(n->in[0]), F(n->in[1]), F(n->out[0]), ACC(0));
         return KILN_OK;
     }
     case KILN_OP_NLL_LOSS:
@@ -188,19 +195,19 @@ static kiln_status run_fast(kiln_plan *pl, batch_state *bs, const kiln_node *n, 
     }
     case KILN_OP_NLL_LOSS_BWD: {
         int64_t cols = O->shape[1], rows = numel / cols;
-        kiln_cpu_nll_loss_bwd(rows, cols, I(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]);
+        kiln_cpu_nll_loss_bwd(rows, cols, I(n->in[0]), F(n->in[1]), F(n->out[0]), ACC(0));
         return KILN_OK;
     }
     case KILN_OP_CROSS_ENTROPY_BWD: {
         int64_t cols = O->shape[1], rows = numel / cols;
-        kiln_cpu_cross_entropy_bwd(rows, cols, F(n->in[0]), I(n->in[1]), F(n->in[2]), F(n->out[0]), n->acc[0]);
+        kiln_cpu_cross_entropy_bwd(rows, cols, F(n->in[0]), I(n->in[1]), F(n->in[2]), F(n->out[0]), ACC(0));
         return KILN_OK;
     }
     case KILN_OP_ADD: kiln_cpu_add_fwd(numel, F(n->in[0]), F(n->in[1]), F(n->out[0])); return KILN_OK;
     case KILN_OP_MUL: kiln_cpu_mul_fwd(numel, F(n->in[0]), F(n->in[1]), F(n->out[0])); return KILN_OK;
-    case KILN_OP_ONES: F(n->out[0])[0] = 1.0f; return KILN_OK;
-    case KILN_OP_GRAD_COPY: kiln_cpu_grad_copy(numel, F(n->in[0]), F(n->out[0]), n->acc[0]); return KILN_OK;
-    case KILN_OP_MUL_BWD: kiln_cpu_mul_bwd(numel, F(n->in[0]), F(n->in[1]), F(n->out[0]), n->acc[0]); return KILN_OK;
+    case KILN_OP_ONES: F(n->out[0])[0] = (float)pl->loss_scale; return KILN_OK;
+    case KILN_OP_GRAD_COPY: kiln_cpu_grad_copy(numel, F(n->in[0]), F(n->out[0]), ACC(0)); return KILN_OK;
+    case KILN_OP_MUL_BWD: kiln_cpu_mul_bwd(numel, F(n->in[0]), F(n->in[1]), F(n->out[0]), ACC(0)); return KILN_OK;
     default: break;
     }
     return kiln_fail(KILN_ERR_INVALID_ARG, "%s: no kernel", n->name);

@@ -57,6 +57,7 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
     META("kiln.next_batch", "%" PRId64, s->next_batch);
     META("kiln.seed", "%" PRIu64, s->seed);
     META("kiln.batch_size", "%" PRId64, s->batch_size);
+    META("kiln.accumulate", "%" PRId64, s->accumulate);
     META("kiln.lr", "%.9g", (double)s->lr);
     META("kiln.optim_steps", "%" PRId64, s->optim_steps);
 #undef META
@@ -152,6 +153,8 @@ kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim 
         (st = meta_i64(f, "kiln.batch_size", &s->batch_size, path)) == KILN_OK)
         st = meta_i64(f, "kiln.optim_steps", &s->optim_steps, path);
     s->seed = (uint64_t)seed;
+    s->accumulate = 1; /* absent in checkpoints of runs without accumulation */
+    if (st == KILN_OK && kiln_st_meta(f, "kiln.accumulate")) st = meta_i64(f, "kiln.accumulate", &s->accumulate, path);
     const char *tuned = kiln_st_meta(f, "kiln.autotune");
     if (st == KILN_OK && tuned) st = kiln_autotune_import(tuned, path, 1);
     s->lr = lr ? strtof(lr, NULL) : 0;

@@ -145,6 +145,7 @@ static kiln_status check_config(const kiln_train_config *c) {
     if (c->save_every && !c->save) return kiln_fail(KILN_ERR_INVALID_ARG, "--save-every needs --save FILE");
     if (c->load && c->resume)
         return kiln_fail(KILN_ERR_INVALID_ARG, "--load and --resume both given: --resume continues a run, --load starts one from weights");
+    if (c->accumulate < 0 || c->accumulate > 1 << 20) return kiln_fail(KILN_ERR_INVALID_ARG, "--accumulate is %lld", (long long)c->accumulate);
     if (c->clip_grad_norm < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--clip-grad-norm is %g; it must be > 0", (double)c->clip_grad_norm);
     if (!(c->lr_step_gamma > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--lr-step-gamma is %g; it must be > 0", (double)c->lr_step_gamma);
     if (c->save) return check_save_path(c->save);
@@ -162,6 +163,7 @@ static kiln_status save_checkpoint(const kiln_train_config *c, kiln_params *P, k
     s.next_batch = next;
     s.seed = seed;
     s.batch_size = c->batch_size;
+    s.accumulate = c->accumulate > 0 ? c->accumulate : 1;
     s.lr = kiln_optim_lr(opt);
     s.optim_steps = kiln_optim_steps(opt);
     return kiln_checkpoint_save(c->save, P, opt, &s);
@@ -219,6 +221,11 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
             st = kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved with --batch-size %lld; resume with the same", c->resume, (long long)cs.batch_size);
             goto out;
         }
+        if (cs.accumulate != (c->accumulate > 0 ? c->accumulate : 1)) {
+            st = kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved with --accumulate %lld; resume with the same", c->resume,
+                           (long long)cs.accumulate);
+            goto out;
+        }
         seed = cs.seed;
         kiln_log(KILN_LOG_INFO, "resuming %s at step %lld (epoch %lld, batch %lld)", c->resume, (long long)cs.step,
                  (long long)cs.epoch + 1, (long long)cs.next_batch);
@@ -258,7 +265,9 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
     lc.lock_memory = c->lock_memory;
     if ((st = kiln_loader_new(train, &lc, &L)) != KILN_OK) goto out;
     int64_t per_epoch = kiln_loader_batches_per_epoch(L);
-    int64_t total = c->epochs * per_epoch;
+    int64_t accum = c->accumulate > 0 ? c->accumulate : 1;
+    /* a step is one update: `accum` loader batches, the last group of an epoch possibly fewer */
+    int64_t total = c->epochs * ((per_epoch + accum - 1) / accum);
     if (c->max_steps && c->max_steps < total) total = c->max_steps;
 
     int64_t step = cs.step, epoch = cs.epoch, first = cs.next_batch, samples = 0;
@@ -271,29 +280,49 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
         kiln_batch b;
         int got;
         int64_t next = first;
+        int64_t micro = 0, group_n = 1;
+        double group_loss = 0;
         while ((got = kiln_loader_next(L, &b)) == 1) {
             kiln_plan_bind(plan, m.x, b.x);
             kiln_plan_bind(plan, m.y, b.y);
-            kiln_plan_set_step(plan, (uint64_t)step);
+            /* micro-batches of a step add their gradients, each weighted by its share of the
+             * group's samples, so N batches train exactly as one N times larger (also the
+             * short group at an epoch's end); each gets its own dropout counter */
+            if (micro == 0) {
+                group_n = 0;
+                for (int64_t k = b.index; k < b.index + accum && k < per_epoch; k++) {
+                    int64_t left = train->len - k * c->batch_size;
+                    group_n += left < c->batch_size ? left : c->batch_size;
+                }
+            }
+            double share = (double)b.n / (double)group_n;
+            kiln_plan_set_accumulate(plan, micro > 0, share);
+            kiln_plan_set_step(plan, (uint64_t)(step * accum + micro));
             st = kiln_plan_run(plan, b.n);
             if (st == KILN_OK) {
-                loss = kiln_plan_loss(plan);
-                if (!isfinite(loss))
+                double l = kiln_plan_loss(plan);
+                if (!isfinite(l))
                     st = kiln_fail(KILN_ERR_NUMERIC, "step %lld (epoch %lld, batch %lld): the loss is %g; lower --lr or check the data%s",
-                                   (long long)step + 1, (long long)epoch + 1, (long long)b.index, loss,
+                                   (long long)step + 1, (long long)epoch + 1, (long long)b.index, l,
                                    c->save ? "; no checkpoint was written" : "");
+                group_loss += l * share;
             }
-            if (st == KILN_OK && c->clip_grad_norm > 0) st = kiln_clip_grad_norm(P, c->clip_grad_norm, NULL);
+            kiln_loader_release(L, &b);
+            if (st != KILN_OK) goto out;
+            samples += b.n;
+            next = b.index + 1;
+            if (++micro < accum && next < per_epoch) continue; /* the step's group is not complete */
+            loss = group_loss;
+            micro = 0;
+            group_loss = 0;
+            if (c->clip_grad_norm > 0) st = kiln_clip_grad_norm(P, c->clip_grad_norm, NULL);
             if (st == KILN_OK) {
                 double to = c->profile ? now_s() : 0;
                 st = kiln_optim_step(opt);
                 if (c->profile) optim_s += now_s() - to;
             }
-            kiln_loader_release(L, &b);
             if (st != KILN_OK) goto out;
             step++;
-            samples += b.n;
-            next = b.index + 1;
             stop = step >= total;
             if (c->save_every && step % c->save_every == 0 && !stop) {
                 int done = next >= per_epoch;

@@ -35,6 +35,8 @@ struct kiln_plan {
     void *ws;
     size_t ws_bytes;
     uint64_t step;
+    int accumulate;         /* 1: parameter gradients add to what they hold (micro-batches) */
+    double loss_scale;      /* d(loss) seed: 1, or 1/N when N micro-batches make one step */
     int64_t batch;          /* batch of the last run */
     double *node_time;      /* profiling: seconds per node, summed over runs (NULL: off) */
     int64_t profiled_runs;
