@@ -143,6 +143,9 @@ expect 2 "no command" -- "$KILN"
 expect 2 "unknown command" "bogus" -- "$KILN" bogus
 expect 2 "a batch too large for the memory budget" "smaller batch" "batch of 4096" -- \
     "$KILN" train --model mnist-cnn --batch-size 4096 --memory-budget-mb 100 --max-steps 1 --no-test "${Q[@]}"
+expect 2 "--batch-size auto without a budget" "--memory-budget-mb" -- "$KILN" train --model mlp --batch-size auto "${Q[@]}"
+expect 0 "--batch-size auto" "batch-size finder" -- \
+    "$KILN" train --model mlp --batch-size auto --memory-budget-mb 2 --max-steps 2 --no-test --no-autotune --workers 1
 expect 2 "--accumulate 0" "--accumulate" -- "$KILN" train --model mlp --accumulate 0 "${Q[@]}"
 expect 0 "--accumulate trains" -- "$KILN" train --model mlp --accumulate 3 --batch-size 16 --max-steps 4 --no-test "${Q[@]}"
 expect 2 "--clip-grad-norm 0" "--clip-grad-norm" -- "$KILN" train --model mlp --clip-grad-norm 0 "${Q[@]}"

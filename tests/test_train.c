@@ -541,6 +541,32 @@ static void test_accumulate(void) {
     CHECK(kiln_train(&cd, &r) == KILN_ERR_INVALID_ARG && strstr(kiln_last_error(), "--accumulate 2"));
 }
 
+/* the batch-size finder: the largest power of two whose plan fits, exactly at the boundary */
+static void test_find_batch_size(void) {
+    int64_t b = 0, b2 = 0, b3 = 0;
+    size_t arena = 0, arena2 = 0;
+    CHECK_OK(kiln_find_batch_size("mnist-cnn", 200.0 * 1048576, 60000, &b, &arena));
+    CHECK_MSG(b == 256 && arena > 100u << 20 && arena <= 200u << 20, "200 MiB: batch %lld, arena %zu", (long long)b, arena);
+    CHECK_OK(kiln_find_batch_size("mnist-cnn", (double)arena, 60000, &b2, &arena2));
+    CHECK(b2 == b && arena2 == arena); /* a budget of exactly the arena still fits */
+    CHECK_OK(kiln_find_batch_size("mnist-cnn", (double)arena - 1, 60000, &b3, NULL));
+    CHECK(b3 == b / 2);
+    CHECK_OK(kiln_find_batch_size("mnist-cnn", 1e12, 100, &b3, NULL));
+    CHECK(b3 == 64); /* the limit caps it */
+    CHECK(kiln_find_batch_size("mnist-cnn", 1000, 60000, &b3, NULL) == KILN_ERR_NOMEM);
+    kiln_train_config c = config("mlp", g_small);
+    c.find_batch_size = 1;
+    kiln_train_result r;
+    CHECK(kiln_train(&c, &r) == KILN_ERR_INVALID_ARG && strstr(kiln_last_error(), "--memory-budget-mb"));
+    c.memory_budget = 1048576; /* 1 MiB */
+    c.max_steps = 2;
+    CHECK_OK(kiln_train(&c, &r));
+    int64_t want = 0;
+    kiln_find_batch_size("mlp", 1048576, 60000, &want, NULL);
+    CHECK_MSG(r.batch_size == want && want > 1, "trained with batch %lld, the finder says %lld", (long long)r.batch_size,
+              (long long)want);
+}
+
 int main(void) {
     g_sanitize = getenv("KILN_SANITIZE") && *getenv("KILN_SANITIZE");
     kiln_log_set_level(KILN_LOG_WARN);
@@ -568,6 +594,7 @@ int main(void) {
     test_load();
     test_interrupt();
     test_accumulate();
+    test_find_batch_size();
     lap("--save-every, --load");
 
     /* 1a: exact resume mid-epoch on Fashion-MNIST */

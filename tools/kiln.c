@@ -36,7 +36,9 @@ static const char *train_help =
     "  --data NAME|DIR       fashion-mnist (Debian's dataset-fashion-mnist) or a folder\n"
     "                        holding {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]   [fashion-mnist]\n"
     "  --epochs N            passes over the training set   [1]\n"
-    "  --batch-size N        samples per step; the last batch of an epoch may be smaller   [64]\n"
+    "  --batch-size N|auto   samples per step; the last batch of an epoch may be smaller   [64]\n"
+    "                        auto: the largest power of two whose activations and gradients\n"
+    "                        fit in --memory-budget-mb (the planner knows before running)\n"
     "  --test-batch-size N   samples per evaluation step   [1000]\n"
     "  --accumulate N        gradient accumulation: N batches per optimizer step (their\n"
     "                        mean gradient, as one batch N times larger)   [1]\n"
@@ -202,6 +204,10 @@ static int cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--model")) { NEED_VALUE(); c.model = v; }
         else if (!strcmp(a, "--data")) { NEED_VALUE(); c.data = v; }
         else if (!strcmp(a, "--epochs")) { INT_ARG(c.epochs); }
+        else if (!strcmp(a, "--batch-size") && v && !strcmp(v, "auto")) {
+            c.find_batch_size = 1;
+            i++;
+        }
         else if (!strcmp(a, "--batch-size")) { INT_ARG(c.batch_size); }
         else if (!strcmp(a, "--test-batch-size")) { INT_ARG(c.test_batch_size); }
         else if (!strcmp(a, "--accumulate")) {
@@ -279,7 +285,7 @@ static int cmd_train(int argc, char **argv) {
         printf("{\"model\": ");
         json_str(c.model);
         printf(", \"framework\": \"kiln\", \"epochs\": %lld, \"steps\": %lld, \"batch_size\": %lld, \"train_time_s\": ",
-               (long long)c.epochs, (long long)r.steps, (long long)c.batch_size);
+               (long long)c.epochs, (long long)r.steps, (long long)r.batch_size);
         json_num(r.train_time_s);
         printf(", \"compile_time_s\": ");
         json_num(r.compile_time_s);

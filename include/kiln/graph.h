@@ -99,6 +99,7 @@ typedef struct kiln_compile_opts {
     int dropout_off;    /* 1: dropout is the identity even in training (golden tests) */
     uint64_t seed;      /* dropout key */
     double memory_budget; /* bytes the arena may take; 0: 90 % of the machine's memory */
+    int plan_only;      /* 1: plan the memory (and check the budget) but allocate nothing and make no kernels */
 } kiln_compile_opts;
 kiln_compile_opts kiln_compile_defaults(void);
 

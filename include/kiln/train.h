@@ -40,6 +40,7 @@ typedef struct kiln_train_config {
     const char *data;           /* "fashion-mnist" or a folder of IDX files */
     int64_t epochs;
     int64_t batch_size, test_batch_size;
+    int find_batch_size;        /* 1: batch_size is the largest power of two whose plan fits memory_budget */
     int64_t accumulate;         /* loader batches per optimizer step (gradient accumulation); 0 or 1: none */
     kiln_optim_config optim;
     float clip_grad_norm;       /* > 0: clip the global gradient norm to this before each update */
@@ -75,6 +76,7 @@ typedef struct kiln_train_result {
     double final_loss, test_accuracy; /* test_accuracy < 0 when not measured */
     double peak_rss_mb;
     int threads, workers;
+    int64_t batch_size;         /* the one used (the finder's choice with find_batch_size) */
     int interrupted;            /* stopped by stop_flag */
     size_t arena_bytes, arena_bytes_no_reuse;
 } kiln_train_result;
@@ -88,6 +90,11 @@ kiln_status kiln_evaluate(const char *model, const char *data, const char *load,
 
 /* checkpoint.c */
 kiln_status kiln_checkpoint_load_params(kiln_params *P, const char *path);
+
+/* The batch-size finder (the guide's "increase the batch size"): the largest
+ * power of two up to `limit` whose training plan's activations and gradients
+ * fit in `budget` bytes, found by planning only (nothing is allocated). */
+kiln_status kiln_find_batch_size(const char *model, double budget, int64_t limit, int64_t *batch, size_t *arena_bytes);
 
 /* the compute-thread budget: threads <= 0 means every core this process may use */
 int kiln_cores_available(void);

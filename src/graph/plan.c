@@ -249,6 +249,10 @@ kiln_status kiln_compile(kiln_graph *g0, kiln_params *P, const kiln_value *outpu
                        (long long)o.max_batch, budget / 1073741824.0);
         goto fail;
     }
+    if (o.plan_only) { /* sizes only: what the batch-size finder needs */
+        *out = pl;
+        return KILN_OK;
+    }
     pl->arena = kiln_alloc(pl->arena_bytes ? pl->arena_bytes : 64);
     if (!pl->arena) {
         st = kiln_fail(KILN_ERR_NOMEM, "compile: cannot allocate a %zu-byte arena", pl->arena_bytes);

@@ -217,6 +217,7 @@ kiln_status kiln_plan_run(kiln_plan *pl, int64_t batch) {
     if (batch < 1 || batch > pl->o.max_batch)
         return kiln_fail(KILN_ERR_INVALID_ARG, "run: batch %lld outside [1, %lld] the plan was made for", (long long)batch,
                          (long long)pl->o.max_batch);
+    if (!pl->arena) return kiln_fail(KILN_ERR_INVALID_ARG, "run: the plan was compiled with plan_only (sizes, no memory)");
     const kiln_graph *g = pl->g;
     for (int v = 0; v < g->nvals; v++) {
         if (g->vals[v].kind != KILN_VAL_INPUT) continue;

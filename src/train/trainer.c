@@ -128,13 +128,51 @@ static kiln_status check_save_path(const char *path) {
     return KILN_OK;
 }
 
+kiln_status kiln_find_batch_size(const char *model, double budget, int64_t limit, int64_t *batch, size_t *arena_bytes) {
+    *batch = 0;
+    if (!(budget > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "batch-size finder: the memory budget must be > 0");
+    kiln_graph *g = kiln_graph_new();
+    kiln_params *P = NULL;
+    kiln_model m;
+    kiln_status st = kiln_model_build(g, model, &m);
+    if (st == KILN_OK) st = kiln_params_new(g, KILN_F32, &P);
+    /* arena size grows with the batch: double until the budget refuses */
+    for (int64_t b = 1; st == KILN_OK && b <= limit; b *= 2) {
+        kiln_compile_opts o = kiln_compile_defaults();
+        o.training = 1;
+        o.max_batch = b;
+        o.plan_only = 1;
+        o.memory_budget = budget;
+        kiln_plan *pl = NULL;
+        kiln_status s2 = kiln_compile(g, P, &m.loss, 1, &o, &pl);
+        if (s2 == KILN_ERR_NOMEM) break;
+        if (s2 != KILN_OK) {
+            st = s2;
+            break;
+        }
+        *batch = b;
+        if (arena_bytes) *arena_bytes = kiln_plan_arena_bytes(pl);
+        kiln_plan_free(pl);
+    }
+    kiln_params_free(P);
+    kiln_graph_free(g);
+    if (st == KILN_OK && *batch == 0)
+        st = kiln_fail(KILN_ERR_NOMEM, "batch-size finder: not even a batch of 1 fits in %.1f MiB", budget / 1048576.0);
+    return st;
+}
+
 static kiln_status check_config(const kiln_train_config *c) {
     if (!c->model || !c->model[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--model is required");
     int known = 0;
     for (const char *const *m = kiln_model_names(); *m; m++) known |= strcmp(*m, c->model) == 0;
     if (!known) return kiln_fail(KILN_ERR_INVALID_ARG, "--model: unknown model '%s' (known: mnist-cnn, mlp)", c->model);
     if (!c->data || !c->data[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--data is required");
-    if (c->batch_size < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size is %lld; it must be at least 1", (long long)c->batch_size);
+    if (c->find_batch_size && !(c->memory_budget > 0))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size auto needs --memory-budget-mb: the budget the batch must fit in");
+    if (c->find_batch_size && c->resume)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size auto with --resume: resume with the batch size the run was saved with");
+    if (!c->find_batch_size && c->batch_size < 1)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size is %lld; it must be at least 1", (long long)c->batch_size);
     if (c->test_batch_size < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "--test-batch-size is %lld; it must be at least 1", (long long)c->test_batch_size);
     if (c->epochs < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "--epochs is %lld; it must be at least 1", (long long)c->epochs);
     if (c->workers < 0 || c->workers > 64) return kiln_fail(KILN_ERR_INVALID_ARG, "--workers is %d; use 0..64", c->workers);
@@ -169,11 +207,20 @@ static kiln_status save_checkpoint(const kiln_train_config *c, kiln_params *P, k
     return kiln_checkpoint_save(c->save, P, opt, &s);
 }
 
-kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
+kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
     memset(r, 0, sizeof *r);
     r->test_accuracy = -1;
-    kiln_status st = check_config(c);
+    kiln_status st = check_config(cfg);
     if (st != KILN_OK) return st;
+    kiln_train_config found = *cfg;
+    const kiln_train_config *c = &found;
+    if (cfg->find_batch_size) {
+        size_t arena = 0;
+        if ((st = kiln_find_batch_size(cfg->model, cfg->memory_budget, 60000, &found.batch_size, &arena)) != KILN_OK) return st;
+        kiln_log(KILN_LOG_INFO, "batch-size finder: %lld, the largest power of two whose activations and gradients fit in "
+                 "%.0f MiB (%.1f MiB; oneDNN's workspaces come on top)", (long long)found.batch_size,
+                 cfg->memory_budget / 1048576.0, arena / 1048576.0);
+    }
     int threads = set_threads(c->threads);
     int cores = kiln_cores_available();
     kiln_log(KILN_LOG_INFO, "thread budget: %d compute thread%s (OpenMP, shared with oneDNN), %d loader worker%s (low priority, asleep while the ring is full), %d core%s available",
@@ -363,6 +410,7 @@ kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r) {
     r->final_loss = loss;
     r->threads = threads;
     r->workers = c->workers;
+    r->batch_size = c->batch_size;
 
     if (c->save && (st = save_checkpoint(c, P, opt, step, epoch, first, seed)) != KILN_OK) goto out;
     if (r->steps > 0) {
