@@ -99,3 +99,17 @@ void *kiln_params_data(kiln_params *P) { return P->data; }
 void *kiln_params_grad(kiln_params *P) { return P->grad; }
 const uint8_t *kiln_params_has_grad(const kiln_params *P) { return P->has_grad; }
 uint8_t *kiln_params_has_grad_mut(kiln_params *P) { return P->has_grad; }
+
+void kiln_params_grad_runs(kiln_params *P, kiln_params_run_fn fn, void *ctx) {
+    for (int i = 0; i < P->count;) {
+        if (!P->has_grad[i]) {
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j + 1 < P->count && P->has_grad[j + 1]) j++;
+        int64_t end = j + 1 < P->count ? P->views[j + 1].offset : P->total;
+        fn(P, P->views[i].offset, end - P->views[i].offset, ctx);
+        i = j + 1;
+    }
+}

@@ -21,6 +21,13 @@ static inline int acc_of(const kiln_plan *pl, const kiln_node *n, int k) {
 
 static uint64_t dropout_key(const kiln_plan *pl, int fwd_node) { return kiln_rng_key(pl->o.seed, 0xd509, (uint64_t)fwd_node); }
 
+/* [rows, cols] of a value read row-wise (softmax, losses): cols is the last dim */
+static void row_dims(const kiln_plan *pl, kiln_value v, int64_t B, int64_t *rows, int64_t *cols) {
+    const kiln_val *V = &pl->g->vals[v];
+    *cols = V->shape[V->ndim - 1];
+    *rows = kiln_val_numel(V, B) / *cols;
+}
+
 static kiln_status check_targets(const kiln_plan *pl, const kiln_node *n, int64_t rows, int64_t cols) {
     const int32_t *t = I(n->in[1]);
     for (int64_t i = 0; i < rows; i++)
@@ -101,15 +108,16 @@ static kiln_status run_ref(kiln_plan *pl, const kiln_node *n, int64_t B) {
         return KILN_OK;
     case KILN_OP_LOG_SOFTMAX:
     case KILN_OP_LOG_SOFTMAX_BWD: {
-        int64_t cols = O->shape[O->ndim - 1], rows = numel / cols;
+        int64_t rows, cols;
+        row_dims(pl, n->out[0], B, &rows, &cols);
         if (n->op == KILN_OP_LOG_SOFTMAX) kiln_ref_log_softmax_fwd(rows, cols, D(n->in[0]), D(n->out[0]));
         else kiln_ref_log_softmax_bwd(rows, cols, D(n->in[0]), D(n->in[1]), D(n->out[0]), ACC(0));
         return KILN_OK;
     }
     case KILN_OP_NLL_LOSS:
     case KILN_OP_CROSS_ENTROPY: {
-        const kiln_val *X = &g->vals[n->in[0]];
-        int64_t cols = X->shape[1], rows = kiln_val_numel(X, B) / cols;
+        int64_t rows, cols;
+        row_dims(pl, n->in[0], B, &rows, &cols);
         kiln_status st = check_targets(pl, n, rows, cols);
         if (st != KILN_OK) return st;
         if (n->op == KILN_OP_NLL_LOSS) kiln_ref_nll_loss_fwd(rows, cols, D(n->in[0]), I(n->in[1]), D(n->out[0]));
@@ -117,12 +125,14 @@ static kiln_status run_ref(kiln_plan *pl, const kiln_node *n, int64_t B) {
         return KILN_OK;
     }
     case KILN_OP_NLL_LOSS_BWD: {
-        int64_t cols = O->shape[1], rows = numel / cols;
+        int64_t rows, cols;
+        row_dims(pl, n->out[0], B, &rows, &cols);
         kiln_ref_nll_loss_bwd(rows, cols, I(n->in[0]), D(n->in[1]), D(n->out[0]), ACC(0));
         return KILN_OK;
     }
     case KILN_OP_CROSS_ENTROPY_BWD: {
-        int64_t cols = O->shape[1], rows = numel / cols;
+        int64_t rows, cols;
+        row_dims(pl, n->out[0], B, &rows, &cols);
         kiln_ref_cross_entropy_bwd(rows, cols, D(n->in[0]), I(n->in[1]), D(n->in[2]), D(n->out[0]), ACC(0));
         return KILN_OK;
     }
@@ -178,15 +188,16 @@ static kiln_status run_fast(kiln_plan *pl, batch_state *bs, const kiln_node *n, 
         return KILN_OK;
     case KILN_OP_LOG_SOFTMAX:
     case KILN_OP_LOG_SOFTMAX_BWD: {
-        int64_t cols = O->shape[O->ndim - 1], rows = numel / cols;
+        int64_t rows, cols;
+        row_dims(pl, n->out[0], B, &rows, &cols);
         if (n->op == KILN_OP_LOG_SOFTMAX) kiln_cpu_log_softmax_fwd(rows, cols, F(n->in[0]), F(n->out[0]));
         else kiln_cpu_log_softmax_bwd(rows, cols, F(n->in[0]), F(n->in[1]), F(n->out[0]), ACC(0));
         return KILN_OK;
     }
     case KILN_OP_NLL_LOSS:
     case KILN_OP_CROSS_ENTROPY: {
-        const kiln_val *X = &g->vals[n->in[0]];
-        int64_t cols = X->shape[1], rows = kiln_val_numel(X, B) / cols;
+        int64_t rows, cols;
+        row_dims(pl, n->in[0], B, &rows, &cols);
         kiln_status st = check_targets(pl, n, rows, cols);
         if (st != KILN_OK) return st;
         if (n->op == KILN_OP_NLL_LOSS) kiln_cpu_nll_loss_fwd(rows, cols, F(n->in[0]), I(n->in[1]), F(n->out[0]));
@@ -194,12 +205,14 @@ static kiln_status run_fast(kiln_plan *pl, batch_state *bs, const kiln_node *n, 
         return KILN_OK;
     }
     case KILN_OP_NLL_LOSS_BWD: {
-        int64_t cols = O->shape[1], rows = numel / cols;
+        int64_t rows, cols;
+        row_dims(pl, n->out[0], B, &rows, &cols);
         kiln_cpu_nll_loss_bwd(rows, cols, I(n->in[0]), F(n->in[1]), F(n->out[0]), ACC(0));
         return KILN_OK;
     }
     case KILN_OP_CROSS_ENTROPY_BWD: {
-        int64_t cols = O->shape[1], rows = numel / cols;
+        int64_t rows, cols;
+        row_dims(pl, n->out[0], B, &rows, &cols);
         kiln_cpu_cross_entropy_bwd(rows, cols, F(n->in[0]), I(n->in[1]), F(n->in[2]), F(n->out[0]), ACC(0));
         return KILN_OK;
     }

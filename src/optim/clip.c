@@ -2,28 +2,9 @@
  * one pass for the sum of squares, one to scale, over the flat gradient
  * buffer's runs of parameters that have a gradient. */
 #include <math.h>
+#include "graph/internal/graph.h"
 #include "kernels/internal/kernels.h"
 #include "kiln/optim.h"
-
-typedef void (*run_fn)(kiln_params *P, int64_t off, int64_t n, void *ctx);
-
-/* calls fn on each contiguous run of parameters with gradients */
-static void each_run(kiln_params *P, run_fn fn, void *ctx) {
-    const uint8_t *has = kiln_params_has_grad(P);
-    int np = kiln_params_count(P);
-    for (int i = 0; i < np;) {
-        if (!has[i]) {
-            i++;
-            continue;
-        }
-        int j = i;
-        while (j + 1 < np && has[j + 1]) j++;
-        int64_t begin = kiln_params_offset(P, i);
-        int64_t end = kiln_params_offset(P, j) + kiln_params_numel(P, j);
-        fn(P, begin, end - begin, ctx);
-        i = j + 1;
-    }
-}
 
 /* padding between views is never written and stays zero, so runs can include it */
 static void sumsq(kiln_params *P, int64_t off, int64_t n, void *ctx) {
@@ -41,11 +22,11 @@ static void scale(kiln_params *P, int64_t off, int64_t n, void *ctx) {
 kiln_status kiln_clip_grad_norm(kiln_params *P, double max_norm, double *total_norm) {
     if (!(max_norm > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "clip_grad_norm: max_norm is %g; it must be > 0", max_norm);
     double ss = 0;
-    each_run(P, sumsq, &ss);
+    kiln_params_grad_runs(P, sumsq, &ss);
     double norm = sqrt(ss);
     if (total_norm) *total_norm = norm;
     if (!isfinite(norm)) return kiln_fail(KILN_ERR_NUMERIC, "clip_grad_norm: the gradient norm is %g", norm);
     double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) each_run(P, scale, &coef);
+    if (coef < 1.0) kiln_params_grad_runs(P, scale, &coef);
     return KILN_OK;
 }

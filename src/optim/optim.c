@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "graph/internal/graph.h"
 #include "kernels/internal/kernels.h"
 #include "kiln/optim.h"
 
@@ -74,7 +75,9 @@ void kiln_optim_free(kiln_optim *o) {
     free(o);
 }
 
-static void update(kiln_optim *o, int64_t off, int64_t n) {
+static void update(kiln_params *P, int64_t off, int64_t n, void *ctx) {
+    (void)P;
+    kiln_optim *o = ctx;
     const kiln_optim_config *c = &o->c;
     int f64 = kiln_params_dtype(o->P) == KILN_F64;
     size_t es = f64 ? 8 : 4;
@@ -100,22 +103,7 @@ static void update(kiln_optim *o, int64_t off, int64_t n) {
 
 kiln_status kiln_optim_step(kiln_optim *o) {
     o->steps++;
-    const uint8_t *has = kiln_params_has_grad(o->P);
-    int np = kiln_params_count(o->P);
-    /* contiguous runs of parameters with gradients: usually one run, the whole buffer */
-    int i = 0;
-    while (i < np) {
-        if (!has[i]) {
-            i++;
-            continue;
-        }
-        int j = i;
-        while (j + 1 < np && has[j + 1]) j++;
-        int64_t begin = kiln_params_offset(o->P, i);
-        int64_t end = j + 1 < np ? kiln_params_offset(o->P, j + 1) : kiln_params_total(o->P);
-        update(o, begin, end - begin);
-        i = j + 1;
-    }
+    kiln_params_grad_runs(o->P, update, o); /* parameters without a gradient are skipped */
     return KILN_OK;
 }
 

@@ -83,6 +83,11 @@ int64_t kiln_val_numel(const kiln_val *v, int64_t batch);
  * grad_of[v] with the value holding dL/dv (or -1). */
 kiln_status kiln_autodiff(kiln_graph *g, kiln_value loss);
 uint8_t *kiln_params_has_grad_mut(kiln_params *P);
+/* Calls fn(P, offset, count, ctx) for each contiguous run of parameters that
+ * have a gradient (usually one run: the whole flat buffer). Runs cover the
+ * padding between views, whose gradients are never written and stay zero. */
+typedef void (*kiln_params_run_fn)(kiln_params *P, int64_t offset, int64_t count, void *ctx);
+void kiln_params_grad_runs(kiln_params *P, kiln_params_run_fn fn, void *ctx);
 
 #endif
 
