@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "graph/internal/graph.h"
+#include "backends/cpu/internal/cpu.h"
 #include "kernels/internal/dnnl_ops.h"
 #include "kiln/graph.h"
 #include "kiln/safetensors.h"
@@ -15,7 +15,7 @@
 static char dir[256];
 
 static void test_text(void) {
-    kiln_pass_autotune_reset();
+    kiln_cpu_autotune_reset();
     CHECK_OK(kiln_autotune_import("mb8ic32ih26iw26oc64kh3kw3sh1ph0 fwd w\nmb8ic32ih26iw26oc64kh3kw3sh1ph0 bwd_data d\n", "t", 1));
     char a = 0;
     CHECK(kiln_autotune_lookup("mb8ic32ih26iw26oc64kh3kw3sh1ph0", "fwd", &a) && a == 'w');
@@ -29,7 +29,7 @@ static void test_text(void) {
     CHECK(strstr(buf, "mb8ic32ih26iw26oc64kh3kw3sh1ph0 bwd_data d\n") != NULL);
     CHECK(kiln_autotune_import("mb8 fwd x\n", "cache.txt", 1) == KILN_ERR_FORMAT);
     CHECK_MSG(strstr(kiln_last_error(), "cache.txt") && strstr(kiln_last_error(), "line 1"), "%s", kiln_last_error());
-    kiln_pass_autotune_reset();
+    kiln_cpu_autotune_reset();
 }
 
 static kiln_train_config config(int64_t steps, const char *save, const char *resume) {
@@ -70,7 +70,7 @@ static void test_resume_with_autotune(void) {
     snprintf(c, sizeof c, "%s/c.safetensors", dir);
     snprintf(cache, sizeof cache, "%s/autotune-v1.txt", dir);
     kiln_train_result r;
-    kiln_pass_autotune_reset();
+    kiln_cpu_autotune_reset();
     kiln_train_config ca = config(n, a, NULL);
     CHECK_OK(kiln_train(&ca, &r));
     struct stat sb;
@@ -83,7 +83,7 @@ static void test_resume_with_autotune(void) {
         kiln_st_close(f);
     }
     /* a separate run on this machine reads the disk cache: same algorithms, same numbers */
-    kiln_pass_autotune_reset();
+    kiln_cpu_autotune_reset();
     kiln_train_config cc = config(2 * n, c, NULL);
     CHECK_OK(kiln_train(&cc, &r));
     /* the disk cache now claims the opposite algorithms; the resumed run must use its checkpoint's */
@@ -99,11 +99,11 @@ static void test_resume_with_autotune(void) {
         fputs(text, fp);
         fclose(fp);
     }
-    kiln_pass_autotune_reset();
+    kiln_cpu_autotune_reset();
     kiln_train_config cb = config(2 * n, b, a);
     CHECK_OK(kiln_train(&cb, &r));
     CHECK_MSG(same_tensors(b, c), "resume with autotune on is not exact");
-    kiln_pass_autotune_reset();
+    kiln_cpu_autotune_reset();
     unlink(a);
     unlink(b);
     unlink(c);
@@ -113,7 +113,7 @@ static void test_resume_with_autotune(void) {
 /* a remembered algorithm oneDNN cannot make here (Winograd for a 1x1 conv, as a cache
  * from another CPU could hold) is chosen again instead of failing the compile */
 static void test_unavailable_decision(void) {
-    kiln_pass_autotune_reset();
+    kiln_cpu_autotune_reset();
     kiln_graph *g = kiln_graph_new();
     int64_t xs[4] = {KILN_BATCH, 3, 8, 8}, ys[1] = {KILN_BATCH};
     kiln_value x = kiln_input(g, "x", KILN_F32, 4, xs), y = kiln_input(g, "y", KILN_I32, 1, ys);
@@ -137,7 +137,7 @@ static void test_unavailable_decision(void) {
     kiln_plan_free(pl);
     kiln_params_free(P);
     kiln_graph_free(g);
-    kiln_pass_autotune_reset();
+    kiln_cpu_autotune_reset();
 }
 
 int main(void) {

@@ -472,7 +472,7 @@ static int golden_run(kiln_graph *g, const kiln_model *m, kiln_params *P, int re
     co.max_batch = 64;
     co.dropout_off = 1;
     co.autotune = 0;
-    co.reference = reference;
+    co.backend = reference ? "ref" : "cpu";
     kiln_value outs[2] = {m->loss, m->out};
     kiln_plan *plan = NULL;
     CHECK_OK(kiln_compile(g, P, outs, 2, &co, &plan));

@@ -45,13 +45,14 @@ static void test_fast_vs_reference(const char *name, int64_t B, int dropout_off,
     kiln_compile_opts o = kiln_compile_defaults();
     o.training = 1;
     o.max_batch = B + 3; /* run below the planned batch */
+    o.also_batches[0] = B;
     o.dropout_off = dropout_off;
     o.fuse = fuse;
     o.reuse_memory = reuse;
     o.autotune = g_autotune;
     kiln_plan *fast = NULL, *ref = NULL;
     CHECK_OK(kiln_compile(mp.g, mp.P32, &mp.m.loss, 1, &o, &fast));
-    o.reference = 1;
+    o.backend = "ref";
     kiln_value outs[2] = {mp.m.loss, mp.m.out};
     CHECK_OK(kiln_compile(mp.g, mp.P64, outs, 2, &o, &ref));
     if (!fast || !ref) return;
@@ -139,7 +140,7 @@ static void gradcheck(const char *what, kiln_graph *g, kiln_value loss, kiln_val
     for (int64_t i = 0; i < kiln_params_total(P); i++) p[i] = tu_uniform(-0.5, 0.5);
     kiln_compile_opts o = kiln_compile_defaults();
     o.training = 1;
-    o.reference = 1;
+    o.backend = "ref";
     o.max_batch = B;
     kiln_plan *pl = NULL;
     CHECK_OK(kiln_compile(g, P, &loss, 1, &o, &pl));
@@ -227,6 +228,7 @@ static void test_accumulate(void) {
     o.max_batch = B;
     o.dropout_off = 1;
     o.autotune = 0;
+    o.also_batches[0] = B / 2; /* the micro-batches */
     kiln_plan *pl = NULL;
     CHECK_OK(kiln_compile(mp.g, mp.P32, &mp.m.loss, 1, &o, &pl));
     if (!pl) return;

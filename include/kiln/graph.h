@@ -12,16 +12,19 @@
  *
  *     kiln_params *P; kiln_params_new(g, KILN_F32, &P); kiln_params_init(P, seed);
  *     kiln_compile_opts o = kiln_compile_defaults(); o.training = 1; o.max_batch = 64;
+ *     o.also_batches[0] = 32;                  // the epoch's last, shorter batch
  *     kiln_plan *plan; kiln_compile(g, P, &loss, 1, &o, &plan);
  *     for (...) {
- *         kiln_plan_bind(plan, x, batch.x); kiln_plan_bind(plan, y, batch.y);  // no copy
+ *         kiln_plan_bind(plan, x, batch.x); kiln_plan_bind(plan, y, batch.y);  // no copy on the cpu
  *         kiln_plan_run(plan, batch.n);        // forward + backward into kiln_params_grad(P)
- *         ... optimizer over kiln_params_data(P) / kiln_params_grad(P) ...
+ *         ... kiln_optim_step (kiln/optim.h): clipping and the update, on the plan's backend ...
  *     }
  *
- * The batch dimension is symbolic (KILN_BATCH): a plan is made for max_batch and
- * runs any batch up to it without allocating. Builder calls never fail loudly:
- * the first error is kept (kiln_graph_status) and later calls return -1.
+ * The batch dimension is symbolic (KILN_BATCH): a plan is compiled into one
+ * flat list of steps per batch size it will run (max_batch and also_batches),
+ * every kernel object made and autotuned at compile; running is iterating the
+ * list. Builder calls never fail loudly: the first error is kept
+ * (kiln_graph_status) and later calls return -1.
  */
 #ifndef KILN_GRAPH_H
 #define KILN_GRAPH_H
@@ -46,6 +49,12 @@ kiln_value kiln_input(kiln_graph *g, const char *name, kiln_dtype dtype, int ndi
 /* A trainable float parameter, initialised (kiln_params_init) uniformly in
  * ±1/sqrt(fan_in): PyTorch's default for Linear and Conv2d weights and biases. */
 kiln_value kiln_param(kiln_graph *g, const char *name, int ndim, const int64_t *shape, int64_t fan_in);
+/* A trainable float parameter initialised to a constant (batch norm: weight 1, bias 0). */
+kiln_value kiln_param_fill(kiln_graph *g, const char *name, int ndim, const int64_t *shape, float value);
+/* Non-trainable state (f32 or i64) initialised to a constant, e.g. batch norm's
+ * running statistics: saved in checkpoints under its name, updated by training
+ * plans, read-only in evaluation plans. */
+kiln_value kiln_buffer(kiln_graph *g, const char *name, kiln_dtype dtype, int ndim, const int64_t *shape, double value);
 
 /* x [N,C,H,W], w [K,C,R,S], b [K] or -1 */
 kiln_value kiln_conv2d(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b, int64_t stride, int64_t pad);
@@ -63,6 +72,19 @@ kiln_value kiln_nll_loss(kiln_graph *g, kiln_value logp, kiln_value target);    
 kiln_value kiln_cross_entropy(kiln_graph *g, kiln_value logits, kiln_value target); /* mean */
 kiln_value kiln_add(kiln_graph *g, kiln_value a, kiln_value b);   /* same shapes */
 kiln_value kiln_mul(kiln_graph *g, kiln_value a, kiln_value b);   /* same shapes */
+kiln_value kiln_sum(kiln_graph *g, kiln_value x);                 /* all elements, to a scalar */
+/* Views share storage: transpose two dims and slice [start, end) along a dim are
+ * strided (the batch dimension stays first and whole); an op that needs packed
+ * rows gets a copy (kiln_contiguous) inserted in front of it automatically. */
+kiln_value kiln_transpose(kiln_graph *g, kiln_value x, int dim0, int dim1);
+kiln_value kiln_slice(kiln_graph *g, kiln_value x, int dim, int64_t start, int64_t end);
+kiln_value kiln_contiguous(kiln_graph *g, kiln_value x);
+/* PyTorch's BatchNorm2d over x [N,C,H,W]: weight, bias [C] parameters; running_mean,
+ * running_var [C] f32 buffers and num_batches_tracked [] i64 buffer. Training plans
+ * normalise with the batch's statistics and update the buffers (momentum, unbiased
+ * running variance); evaluation plans use the running statistics. */
+kiln_value kiln_batch_norm2d(kiln_graph *g, kiln_value x, kiln_value weight, kiln_value bias, kiln_value running_mean,
+                             kiln_value running_var, kiln_value num_batches_tracked, float momentum, float eps);
 
 /* shape of a value (shape[0] == KILN_BATCH when batched); returns ndim or -1 */
 int kiln_value_shape(const kiln_graph *g, kiln_value v, int64_t *shape);
@@ -86,12 +108,29 @@ void *kiln_params_data(kiln_params *P);  /* flat values */
 void *kiln_params_grad(kiln_params *P);  /* flat gradients, written by backward */
 /* per parameter: 1 if the last compiled training plan produces its gradient (the optimizer skips the others) */
 const uint8_t *kiln_params_has_grad(const kiln_params *P);
+/* changes whenever has_grad is rewritten (a training plan was compiled) */
+uint64_t kiln_params_has_grad_version(const kiln_params *P);
+/* The contiguous runs of parameters that have a gradient (usually one run:
+ * the whole flat buffer), as element offsets and counts, at most `max`;
+ * returns how many. Runs cover the padding between views, whose gradients are
+ * never written and stay zero. */
+int kiln_params_grad_runs(const kiln_params *P, int64_t *offset, int64_t *count, int max);
+/* buffers (non-trainable state), each in its own aligned block */
+int kiln_params_buffer_count(const kiln_params *P);
+const char *kiln_params_buffer_name(const kiln_params *P, int i);
+int kiln_params_buffer_shape(const kiln_params *P, int i, int64_t *shape); /* returns ndim */
+kiln_dtype kiln_params_buffer_dtype(const kiln_params *P, int i);           /* f32 (f64 in reference params) or i64 */
+int64_t kiln_params_buffer_numel(const kiln_params *P, int i);
+void *kiln_params_buffer_data(kiln_params *P, int i);
+int kiln_params_buffer_find(const kiln_params *P, const char *name);       /* -1 if absent */
 
 /* ---- compile and run ---- */
+#define KILN_MAX_EXTRA_BATCHES 3
 typedef struct kiln_compile_opts {
     int training;       /* 1: add backward (autodiff from outputs[0], a scalar loss) */
-    int64_t max_batch;  /* the plan is sized for this batch */
-    int reference;      /* 1: naive double kernels (needs F64 params): the test oracle */
+    int64_t max_batch;  /* the plan is sized for this batch and runs it */
+    int64_t also_batches[KILN_MAX_EXTRA_BATCHES]; /* smaller batch sizes it will also run (0: none) */
+    const char *backend; /* "cpu" (default; f32 params) or "ref" (naive double kernels, f64 params: the test oracle) */
     int reuse_memory;   /* 1 (default): the planner shares arena space by liveness */
     int fuse;           /* 1 (default): the fusion pass folds relu into conv2d/linear */
     int autotune;       /* 1 (default): time each conv algorithm on its real shape, keep the fastest */
@@ -100,6 +139,7 @@ typedef struct kiln_compile_opts {
     uint64_t seed;      /* dropout key */
     double memory_budget; /* bytes the arena may take; 0: 90 % of the machine's memory */
     int plan_only;      /* 1: plan the memory (and check the budget) but allocate nothing and make no kernels */
+    int profile;        /* 1: time every step of every run (kiln_plan_profile_report) */
 } kiln_compile_opts;
 kiln_compile_opts kiln_compile_defaults(void);
 
@@ -115,21 +155,34 @@ void kiln_plan_set_step(kiln_plan *plan, uint64_t step);
  * gradients to those already held instead of writing them; loss_scale seeds
  * backward (1/N averages N micro-batches as one batch of N times the size). */
 void kiln_plan_set_accumulate(kiln_plan *plan, int accumulate, double loss_scale);
+/* Runs the step list compiled for this batch size (max_batch or one of also_batches). */
 kiln_status kiln_plan_run(kiln_plan *plan, int64_t batch);
-/* After a run: a value's data (float*, or double* in a reference plan). Only
- * outputs are guaranteed to survive the run; others may be overwritten. */
+/* After a run: a value's data in host memory (float*, or double* in a reference
+ * plan). Only outputs are guaranteed to survive the run; others may be overwritten. */
 const void *kiln_plan_value(const kiln_plan *plan, kiln_value v);
-double kiln_plan_loss(const kiln_plan *plan); /* outputs[0] as a scalar */
+/* Copies the first n elements of a (contiguous) value of the last run to dst as float. */
+kiln_status kiln_plan_read(const kiln_plan *plan, kiln_value v, float *dst, int64_t n);
+double kiln_plan_loss(const kiln_plan *plan); /* outputs[0] (a scalar), read out by the last step of the run */
+/* the plan's backend ("cpu", "ref") */
+const char *kiln_plan_backend(const kiln_plan *plan);
 /* Arena bytes (activations and gradients) and what they would be without reuse. */
 size_t kiln_plan_arena_bytes(const kiln_plan *plan);
 size_t kiln_plan_arena_bytes_no_reuse(const kiln_plan *plan);
 /* A readable listing of the compiled steps (one line per kernel call). */
 void kiln_plan_describe(const kiln_plan *plan, char *buf, size_t len);
-/* Per-kernel timing of every run (off by default), and a readable report of it. */
+/* Per-step timing of every run (off unless compiled with profile = 1, or
+ * switched on here for a while), and a readable report of it. */
 void kiln_plan_set_profile(kiln_plan *plan, int on);
 void kiln_plan_profile_report(const kiln_plan *plan, char *buf, size_t len);
 /* The k most expensive kernels so far: names and mean ms per run, most expensive first; returns how many. */
 int kiln_plan_profile_top(const kiln_plan *plan, int k, const char **names, double *ms);
+/* Sum over steps of the mean ms per run, and the number of timed runs. */
+double kiln_plan_profile_total_ms(const kiln_plan *plan, int64_t *runs);
+
+/* A backend's opaque state, e.g. the cpu backend's autotune decisions: text
+ * kept in checkpoints so a resumed run makes the same kernel choices. */
+size_t kiln_backend_state_export(const char *backend, char *buf, size_t len);
+kiln_status kiln_backend_state_import(const char *backend, const char *text, const char *source);
 
 #ifdef __cplusplus
 }

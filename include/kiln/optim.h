@@ -3,6 +3,7 @@
  *     kiln_optim_config oc = kiln_optim_defaults(KILN_OPT_ADADELTA);
  *     oc.lr = 1.0f;
  *     kiln_optim *opt; kiln_optim_new(&oc, params, &opt);
+ *     kiln_optim_set_clip(opt, 1.0);           // optional: clip_grad_norm_ before each update
  *     ... after each backward: kiln_optim_step(opt);
  *     ... after each epoch:    kiln_optim_set_lr(opt, kiln_lr_step_schedule(1.0f, 0.7f, 1, epoch + 1));
  *
@@ -40,7 +41,13 @@ const char *kiln_optim_name(kiln_optim_kind kind);
 typedef struct kiln_optim kiln_optim;
 kiln_status kiln_optim_new(const kiln_optim_config *cfg, kiln_params *P, kiln_optim **out);
 void kiln_optim_free(kiln_optim *o);
+/* One update (clipping first when set), as steps on the parameters' backend. */
 kiln_status kiln_optim_step(kiln_optim *o);
+/* clip the global gradient norm to max_norm before each update (0: off), as clip_grad_norm_ */
+void kiln_optim_set_clip(kiln_optim *o, double max_norm);
+/* the gradient norm the last clipped update saw (NaN without clipping) */
+double kiln_optim_grad_norm(const kiln_optim *o);
+const kiln_optim_config *kiln_optim_get_config(const kiln_optim *o);
 void kiln_optim_set_lr(kiln_optim *o, float lr);
 kiln_optim_kind kiln_optim_get_kind(const kiln_optim *o);
 float kiln_optim_lr(const kiln_optim *o);

@@ -1,11 +1,19 @@
-/* Fusion pass: relu after conv2d or linear becomes a oneDNN post-op, so the
- * activation is written once instead of written, read and written again (the
- * guide's "fuse pointwise operations"). Runs after autodiff: relu's backward
- * reads relu's output, which is now the same memory as the fused output. */
+/* Fusion passes (the guide's "fuse pointwise operations"), asking the op
+ * table which ops can fold into which:
+ *   - an op with `as_epilogue` (relu) whose input is read by nothing else and
+ *     made by an op that takes that epilogue (conv2d, linear: a oneDNN
+ *     post-op) becomes a view of the producer's output, which the producer
+ *     now writes already transformed: the activation is written once instead
+ *     of written, read and written again. This runs after autodiff: relu's
+ *     backward reads relu's output, which is now the same memory.
+ *   - relu_bwd(y, max_pool2d_bwd(x = y, dy)) becomes one max-pool backward
+ *     with a relu mask: the pool's gradient lands only on window maxima, and
+ *     relu passes it iff that maximum is > 0, so one pass writes the final
+ *     gradient. */
 #include <stdlib.h>
 #include "graph/internal/graph.h"
 
-int kiln_pass_fuse_relu(kiln_graph *g, int nfwd) {
+int kiln_pass_fuse_epilogues(kiln_graph *g, int nfwd) {
     int *readers = calloc((size_t)g->nvals, sizeof(int));
     if (!readers) return -1;
     for (int i = 0; i < g->nnodes; i++)
@@ -13,14 +21,15 @@ int kiln_pass_fuse_relu(kiln_graph *g, int nfwd) {
     int fused = 0;
     for (int i = 0; i < nfwd; i++) {
         kiln_node *r = &g->nodes[i];
-        if (r->op != KILN_OP_RELU) continue;
+        unsigned epi = kiln_op_get(r->op)->as_epilogue;
+        if (!epi || epi == KILN_EPI_RELU_BWD_MASK || r->dead) continue;
         kiln_value x = r->in[0];
         if (readers[x] != 1 || g->vals[x].kind != KILN_VAL_ACT || g->vals[x].alias_of >= 0) continue;
         for (int j = i - 1; j >= 0; j--) {
             kiln_node *p = &g->nodes[j];
             if (p->nout < 1 || p->out[0] != x) continue;
-            if ((p->op == KILN_OP_CONV2D || p->op == KILN_OP_LINEAR) && !p->fuse_relu) {
-                p->fuse_relu = 1;
+            if ((kiln_op_get(p->op)->epilogues & epi) && !p->epilogue) {
+                p->epilogue = (int)epi;
                 r->op = KILN_OP_RESHAPE; /* now a view of the fused output */
                 g->vals[r->out[0]].alias_of = x;
                 fused++;
@@ -32,9 +41,6 @@ int kiln_pass_fuse_relu(kiln_graph *g, int nfwd) {
     return fused;
 }
 
-/* relu_bwd(y, max_pool2d_bwd(x = y, dy)) -> max_pool2d_bwd with a relu mask:
- * the pool's gradient lands only on window maxima, and the relu passes it iff
- * that maximum is > 0, so one pass writes the final gradient. */
 int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g) {
     int *readers = calloc((size_t)g->nvals, sizeof(int)), *producer = malloc((size_t)g->nvals * sizeof(int));
     if (!readers || !producer) {
@@ -48,20 +54,21 @@ int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g) {
         if (n->dead) continue;
         for (int k = 0; k < n->nin; k++) readers[n->in[k]]++;
         for (int k = 0; k < n->nout; k++)
-            if (producer[n->out[k]] < 0) producer[n->out[k]] = i;
+            if (n->out[k] >= 0 && producer[n->out[k]] < 0) producer[n->out[k]] = i;
     }
     int fused = 0;
     for (int i = 0; i < g->nnodes; i++) {
         kiln_node *r = &g->nodes[i];
-        if (r->op != KILN_OP_RELU_BWD || r->dead || r->acc[0]) continue;
+        if (kiln_op_get(r->op)->as_epilogue != KILN_EPI_RELU_BWD_MASK || r->dead || r->acc[0]) continue;
         kiln_value d = r->in[1];
         int pi = producer[d];
         if (pi < 0 || readers[d] != 1) continue;
         kiln_node *m = &g->nodes[pi];
-        if (m->op != KILN_OP_MAX_POOL2D_BWD || m->acc[0] || m->relu_mask) continue;
+        if (!(kiln_op_get(m->op)->epilogues & KILN_EPI_RELU_BWD_MASK) || m->acc[0] || m->epilogue) continue;
+        /* the mask is relu's output: the tensor the max-pool read */
         if (kiln_val_root(g, m->in[0]) != kiln_val_root(g, r->in[0])) continue;
         m->out[0] = r->out[0];
-        m->relu_mask = 1;
+        m->epilogue = KILN_EPI_RELU_BWD_MASK;
         r->dead = 1;
         fused++;
     }

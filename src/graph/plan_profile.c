@@ -1,36 +1,54 @@
-/* Per-kernel timing of a plan's runs: the --profile report and the
- * end-of-run "what holds this run back" line. */
+/* Per-step timing of a plan's runs (only when asked: --profile, or a short
+ * window the trainer samples to name the largest kernels): the report and the
+ * top-k list. Times are summed over all step lists (batch sizes) by position,
+ * which is the same node in every list. */
 #include <stdio.h>
 #include <stdlib.h>
 #include "graph/internal/plan.h"
 
 void kiln_plan_set_profile(kiln_plan *pl, int on) {
-    free(pl->node_time);
-    pl->node_time = on ? calloc((size_t)pl->norder, sizeof(double)) : NULL;
+    pl->profile = on;
     pl->profiled_runs = 0;
+    for (int i = 0; i < pl->nlists; i++)
+        for (int s = 0; s < pl->lists[i].nsteps; s++) pl->lists[i].time[s] = 0;
+}
+
+/* seconds in step s summed over every list */
+static double step_time(const kiln_plan *pl, int s) {
+    double t = 0;
+    for (int i = 0; i < pl->nlists; i++)
+        if (s < pl->lists[i].nsteps) t += pl->lists[i].time[s];
+    return t;
+}
+
+static int nsteps(const kiln_plan *pl) { return pl->nlists ? pl->lists[0].nsteps : 0; }
+
+double kiln_plan_profile_total_ms(const kiln_plan *pl, int64_t *runs) {
+    double total = 0;
+    for (int s = 0; s < nsteps(pl); s++) total += step_time(pl, s);
+    if (runs) *runs = pl->profiled_runs;
+    return pl->profiled_runs ? 1e3 * total / (double)pl->profiled_runs : 0;
 }
 
 void kiln_plan_profile_report(const kiln_plan *pl, char *buf, size_t len) {
     size_t o = 0;
     buf[0] = 0;
-    if (!pl->node_time || !pl->profiled_runs) return;
-    double total = 0;
-    for (int s = 0; s < pl->norder; s++) total += pl->node_time[s];
-    o += (size_t)snprintf(buf, len, "per-step time by kernel over %lld runs (%.2f ms/step):\n", (long long)pl->profiled_runs,
-                          1e3 * total / (double)pl->profiled_runs);
-    for (int s = 0; s < pl->norder && o < len; s++) {
-        const kiln_node *n = &pl->g->nodes[pl->order[s]];
-        o += (size_t)snprintf(buf + o, len - o, "  %-22s %7.3f ms  %5.1f%%%s\n", n->name,
-                              1e3 * pl->node_time[s] / (double)pl->profiled_runs, 100 * pl->node_time[s] / total,
-                              n->fuse_relu ? "  (+relu)" : n->relu_mask ? "  (+relu:bwd)" : "");
+    if (!pl->profiled_runs) return;
+    double total = kiln_plan_profile_total_ms(pl, NULL), runs = (double)pl->profiled_runs;
+    o += (size_t)snprintf(buf, len, "per-step time by kernel over %lld runs (%.2f ms/step):\n", (long long)pl->profiled_runs, total);
+    for (int s = 0; s < nsteps(pl) && o < len; s++) {
+        const kiln_step *st = &pl->lists[0].steps[s];
+        double ms = 1e3 * step_time(pl, s) / runs;
+        o += (size_t)snprintf(buf + o, len - o, "  %-22s %7.3f ms  %5.1f%%%s\n", st->name, ms, total > 0 ? 100 * ms / total : 0,
+                              st->epilogue == KILN_EPI_RELU ? "  (+relu)" : st->epilogue == KILN_EPI_RELU_BWD_MASK ? "  (+relu:bwd)" : "");
     }
 }
 
 int kiln_plan_profile_top(const kiln_plan *pl, int k, const char **names, double *ms) {
-    if (!pl->node_time || !pl->profiled_runs) return 0;
+    if (!pl->profiled_runs) return 0;
     int n = 0;
-    for (int s = 0; s < pl->norder; s++) {
-        double t = 1e3 * pl->node_time[s] / (double)pl->profiled_runs;
+    for (int s = 0; s < nsteps(pl); s++) {
+        double t = 1e3 * step_time(pl, s) / (double)pl->profiled_runs;
         int at = n < k ? n++ : k; /* insertion into a sorted top-k */
         while (at > 0 && ms[at - 1] < t) {
             if (at < k) {
@@ -41,7 +59,7 @@ int kiln_plan_profile_top(const kiln_plan *pl, int k, const char **names, double
         }
         if (at < k) {
             ms[at] = t;
-            names[at] = pl->g->nodes[pl->order[s]].name;
+            names[at] = pl->lists[0].steps[s].name;
         }
     }
     return n;

@@ -5,11 +5,6 @@
 #include <string.h>
 #include "graph/internal/graph.h"
 
-kiln_value kiln_val_root(const kiln_graph *g, kiln_value v) {
-    while (g->vals[v].alias_of >= 0) v = g->vals[v].alias_of;
-    return v;
-}
-
 typedef struct { size_t off, size; } block;
 
 typedef struct {
@@ -70,6 +65,13 @@ static size_t take(arena_state *a, size_t size, size_t *high) {
     return off;
 }
 
+/* rounded to a cache line; float values take the backend's float size */
+static size_t value_bytes(const kiln_val *v, int64_t max_batch, size_t elem) {
+    size_t es = v->dtype == KILN_F32 ? elem : kiln_dtype_size(v->dtype);
+    size_t bytes = ((size_t)kiln_val_numel(v, max_batch) * es + 63) & ~(size_t)63;
+    return bytes ? bytes : 64;
+}
+
 kiln_status kiln_plan_memory(const kiln_graph *g, const int *order, int norder, int64_t max_batch, size_t elem,
                              int reuse, const uint8_t *keep, int64_t *offset, size_t *arena_bytes, size_t *no_reuse_bytes) {
     int nv = g->nvals;
@@ -84,6 +86,7 @@ kiln_status kiln_plan_memory(const kiln_graph *g, const int *order, int norder, 
     for (int s = 0; s < norder; s++) {
         const kiln_node *n = &g->nodes[order[s]];
         for (int k = 0; k < n->nout; k++) {
+            if (n->out[k] < 0) continue; /* an optional output not produced */
             kiln_value r = kiln_val_root(g, n->out[k]);
             if (first[r] < 0) first[r] = s;
             last[r] = s;
@@ -101,16 +104,14 @@ kiln_status kiln_plan_memory(const kiln_graph *g, const int *order, int norder, 
         /* allocate what node s defines first ... */
         for (int v = 0; s < norder && v < nv; v++) {
             if (first[v] != s || g->vals[v].kind != KILN_VAL_ACT || g->vals[v].alias_of >= 0) continue;
-            size_t bytes = ((size_t)kiln_val_numel(&g->vals[v], max_batch) * elem + 63) & ~(size_t)63;
-            if (bytes == 0) bytes = 64;
+            size_t bytes = value_bytes(&g->vals[v], max_batch, elem);
             total += bytes;
             offset[v] = reuse ? (int64_t)take(&a, bytes, &high) : (int64_t)(total - bytes);
         }
         /* ... then free what node s read last */
         for (int v = 0; reuse && v < nv; v++) {
             if (last[v] != s || offset[v] < 0) continue;
-            size_t bytes = ((size_t)kiln_val_numel(&g->vals[v], max_batch) * elem + 63) & ~(size_t)63;
-            if (bytes == 0) bytes = 64;
+            size_t bytes = value_bytes(&g->vals[v], max_batch, elem);
             if (add_free(&a, (size_t)offset[v], bytes)) goto oom;
         }
     }

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kernels/internal/dnnl_ops.h"
 #include "kiln/safetensors.h"
 #include "train/internal/checkpoint.h"
 
@@ -62,9 +61,9 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
     META("kiln.optim_steps", "%" PRId64, s->optim_steps);
 #undef META
     /* the conv algorithms this run used: a resumed run uses the same ones, so it continues bit for bit */
-    size_t tlen = kiln_autotune_export(NULL, 0);
+    size_t tlen = kiln_backend_state_export("cpu", NULL, 0);
     char *tuned = malloc(tlen + 1);
-    if (tuned) kiln_autotune_export(tuned, tlen + 1);
+    if (tuned) kiln_backend_state_export("cpu", tuned, tlen + 1);
     if (st == KILN_OK && tuned && tuned[0]) st = kiln_st_writer_meta(w, "kiln.autotune", tuned);
     if (st == KILN_OK) st = kiln_st_writer_save(w, path);
     kiln_st_writer_free(w);
@@ -156,7 +155,7 @@ kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim 
     s->accumulate = 1; /* absent in checkpoints of runs without accumulation */
     if (st == KILN_OK && kiln_st_meta(f, "kiln.accumulate")) st = meta_i64(f, "kiln.accumulate", &s->accumulate, path);
     const char *tuned = kiln_st_meta(f, "kiln.autotune");
-    if (st == KILN_OK && tuned) st = kiln_autotune_import(tuned, path, 1);
+    if (st == KILN_OK && tuned) st = kiln_backend_state_import("cpu", tuned, path);
     s->lr = lr ? strtof(lr, NULL) : 0;
     /* everything is read into staging buffers first: a bad tensor changes nothing */
     int64_t total = kiln_params_total(P);

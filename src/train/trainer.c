@@ -71,6 +71,10 @@ static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, 
     kiln_compile_opts o = kiln_compile_defaults();
     o.training = 0;
     o.max_batch = batch < EVAL_CHUNK ? batch : EVAL_CHUNK;
+    /* the chunk sizes this pass will run: full chunks, a batch's last chunk, the last batch's */
+    int64_t last = ds->len % batch, sizes[2] = {batch % o.max_batch, last ? last % o.max_batch : 0};
+    for (int i = 0, k = 0; i < 2; i++)
+        if (sizes[i] && sizes[i] != o.max_batch && (k == 0 || o.also_batches[0] != sizes[i])) o.also_batches[k++] = sizes[i];
     o.fuse = fuse;
     o.autotune = 0; /* one pass over the test set: timing candidates costs more than it saves */
     kiln_plan *plan;
@@ -86,6 +90,8 @@ static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, 
         return st;
     }
     int64_t correct = 0, seen = 0, sample = kiln_shape_numel(ds->sample_ndim, ds->sample_shape);
+    float *logits = kiln_alloc((size_t)(o.max_batch * m->num_classes) * sizeof(float));
+    if (!logits) st = kiln_fail(KILN_ERR_NOMEM, "evaluation: out of memory");
     kiln_loader_start_epoch(L, 0, 0);
     kiln_batch b;
     int got;
@@ -95,7 +101,8 @@ static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, 
             kiln_plan_bind(plan, m->x, b.x + at * sample);
             kiln_plan_bind(plan, m->y, b.y + at);
             if ((st = kiln_plan_run(plan, n)) != KILN_OK) break;
-            const float *out = kiln_plan_value(plan, m->out);
+            if ((st = kiln_plan_read(plan, m->out, logits, n * m->num_classes)) != KILN_OK) break;
+            const float *out = logits;
             for (int64_t i = 0; i < n; i++) {
                 const float *row = out + i * m->num_classes;
                 int best = 0;
@@ -108,6 +115,7 @@ static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, 
         kiln_loader_release(L, &b);
     }
     if (st == KILN_OK && got < 0) st = KILN_ERR_IO;
+    kiln_free(logits);
     kiln_loader_free(L);
     kiln_plan_free(plan);
     *accuracy = seen ? (double)correct / (double)seen : 0;
@@ -249,6 +257,7 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
     kiln_params_init(P, c->seed);
     if (c->load && (st = kiln_checkpoint_load_params(P, c->load)) != KILN_OK) goto out;
     if ((st = kiln_optim_new(&c->optim, P, &opt)) != KILN_OK) goto out;
+    if (c->clip_grad_norm > 0) kiln_optim_set_clip(opt, c->clip_grad_norm);
 
     kiln_ckpt_state cs = {0};
     uint64_t seed = c->seed;
@@ -283,6 +292,8 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
     kiln_compile_opts co = kiln_compile_defaults();
     co.training = 1;
     co.max_batch = c->batch_size < train->len ? c->batch_size : train->len; /* no batch is larger than the dataset */
+    co.also_batches[0] = train->len % co.max_batch; /* the epoch's last, shorter batch */
+    co.profile = c->profile;
     co.fuse = c->fuse;
     co.autotune = c->autotune;
     co.dropout_off = c->dropout_off;
@@ -301,8 +312,6 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
     }
     kiln_log(KILN_LOG_DEBUG, "arena %.1f MiB (%.1f MiB without reuse)", r->arena_bytes / 1048576.0, r->arena_bytes_no_reuse / 1048576.0);
 
-    /* per-kernel timing is always on (a clock read per kernel): the end of the run names what bounds it */
-    kiln_plan_set_profile(plan, 1);
     kiln_loader_config lc = kiln_loader_defaults();
     lc.batch_size = c->batch_size;
     lc.shuffle = 1;
@@ -362,8 +371,7 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
             loss = group_loss;
             micro = 0;
             group_loss = 0;
-            if (c->clip_grad_norm > 0) st = kiln_clip_grad_norm(P, c->clip_grad_norm, NULL);
-            if (st == KILN_OK) {
+            {
                 double to = c->profile ? now_s() : 0;
                 st = kiln_optim_step(opt);
                 if (c->profile) optim_s += now_s() - to;

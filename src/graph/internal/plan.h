@@ -1,52 +1,68 @@
-/* The compiled plan, shared by plan.c (compile), plan_exec.c (run) and
- * plan_profile.c (per-kernel timing). */
+/* The compiled plan, shared by plan.c (compile), plan_steps.c (step lists),
+ * plan_exec.c (bind and run) and plan_profile.c (per-step timing). The plan
+ * talks to its backend only through backends/internal/backend.h. */
 #ifndef KILN_PLAN_INTERNAL_H
 #define KILN_PLAN_INTERNAL_H
 
+#include "backends/internal/backend.h"
 #include "graph/internal/graph.h"
-#include "kernels/internal/kernels.h"
 
-#define MAX_BATCH_STATES 4
+#define KILN_PLAN_MAX_LISTS (1 + KILN_MAX_EXTRA_BATCHES)
+
+/* the steps of one batch size */
+typedef struct kiln_steplist {
+    int64_t batch;
+    kiln_step *steps;
+    int nsteps;
+    double *time; /* seconds per step summed over timed runs */
+} kiln_steplist;
+
+/* a place in a step that holds a bound input's address (cpu: the loader's slot, in place) */
+typedef struct {
+    void **loc;
+    size_t off;
+} kiln_patch;
 
 typedef struct {
-    int64_t batch;      /* 0: unused */
-    void **kobj;        /* per node: kiln_dnnl_conv / kiln_dnnl_linear for forward conv/linear nodes */
-    uint64_t last_used;
-} batch_state;
+    kiln_value v;
+    const void *bound;  /* the caller's memory */
+    void *staged;       /* backend memory when the backend stages this input, else NULL (bound in place) */
+    kiln_patch *patches;
+    int npatches, cap;
+} kiln_plan_input;
 
 struct kiln_plan {
     kiln_graph *g;
     kiln_params *P;
     kiln_compile_opts o;
-    size_t elem;
+    const kiln_backend *be;
+    size_t elem;              /* bytes of a float value on the backend */
     int nfwd;
-    int *order;
+    int *order;               /* the nodes that do work, in execution order */
     int norder;
-    int64_t *offset;
+    int64_t *offset;          /* arena offset per root value, -1 if none */
     char *arena;
     size_t arena_bytes, arena_no_reuse;
-    const void **bound;     /* per value: caller memory of inputs */
-    double **ref_inputs;    /* reference plans: double copies of float inputs */
     kiln_value *outputs;
     int nout;
-    uint8_t *need_bwd_data, *need_bwd_weight; /* per forward conv/linear node */
-    batch_state states[MAX_BATCH_STATES];
-    uint64_t runs;
-    void *ws;
+    kiln_plan_input *inputs;
+    int ninputs;
+    kiln_steplist lists[KILN_PLAN_MAX_LISTS];
+    int nlists;
+    void *ws;                 /* the kernels' shared workspace */
     size_t ws_bytes;
-    uint64_t step;
-    int accumulate;         /* 1: parameter gradients add to what they hold (micro-batches) */
-    double loss_scale;      /* d(loss) seed: 1, or 1/N when N micro-batches make one step */
-    int64_t batch;          /* batch of the last run */
-    double *node_time;      /* profiling: seconds per node, summed over runs (NULL: off) */
+    kiln_run_ctx rc;
+    double loss_host;         /* the read-out step writes the loss here */
+    int profile;
     int64_t profiled_runs;
 };
 
-/* a value's memory: arena, bound input, parameter or parameter gradient */
+/* a value's storage dtype on the plan's backend */
+kiln_dtype kiln_plan_dtype(const kiln_plan *pl, kiln_value v);
+/* a value's address (views included); NULL for an input bound in place and not yet bound */
 void *kiln_plan_ptr(const kiln_plan *pl, kiln_value v);
-void kiln_plan_conv_shape(const kiln_plan *pl, const kiln_node *n, int64_t batch, kiln_conv_shape *cs);
-void kiln_plan_pool_shape(const kiln_plan *pl, const kiln_node *n, kiln_value x, int64_t batch, kiln_pool_shape *ps);
-/* the kernel objects for a batch size, made (and autotuned) on first use */
-kiln_status kiln_plan_batch_state(kiln_plan *pl, int64_t batch, batch_state **out);
+/* plan_steps.c: makes and prepares the step list of one batch size */
+kiln_status kiln_plan_build_list(kiln_plan *pl, int64_t batch, kiln_steplist *L, size_t *workspace);
+void kiln_plan_free_list(kiln_plan *pl, kiln_steplist *L);
 
 #endif

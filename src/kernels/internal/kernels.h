@@ -14,6 +14,8 @@
 
 #include <stdint.h>
 
+#define KILN_KERNEL_MAX_DIMS 6 /* = KILN_MAX_DIMS */
+
 typedef struct kiln_conv_shape {
     int64_t n, c, h, w;   /* input  [n, c, h, w] */
     int64_t k, r, s;      /* weight [k, c, r, s] */
@@ -73,6 +75,29 @@ void kiln_ref_grad_copy(int64_t n, const double *dy, double *dx, int acc);
 /* da (=|+=) dy * b */
 void kiln_ref_mul_bwd(int64_t n, const double *dy, const double *b, double *da, int acc);
 
+/* views: dst (packed, `shape`) (=|+=) src read through `stride` (elements) */
+void kiln_ref_copy_strided(int ndim, const int64_t *shape, const double *src, const int64_t *stride, double *dst, int acc);
+/* slice's backward: dx[outer, dim, inner] gets dy[outer, len, inner] at [start, start + len) along dim,
+ * and zero elsewhere when writing (acc = 0); acc = 1 adds inside the slice only */
+void kiln_ref_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, const double *dy,
+                        double *dx, int acc);
+/* sum of all elements; its backward fills dx with the scalar gradient */
+double kiln_ref_sum(int64_t n, const double *x);
+void kiln_ref_fill(int64_t n, double v, double *dx, int acc);
+
+/* Batch norm over x[n, c, hw] (NCHW), PyTorch's BatchNorm2d: training
+ * normalises with the batch's mean and biased variance, saves mean and invstd,
+ * and moves the running statistics by `momentum` towards the mean and the
+ * unbiased variance; evaluation normalises with the running statistics.
+ * Returns -1 (nothing written) when training sees one value per channel. */
+int kiln_ref_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, const double *x, const double *w, const double *b,
+                            double *rmean, double *rvar, double momentum, double eps, int training, double *y,
+                            double *save_mean, double *save_invstd);
+/* training-mode backward from the saved statistics; dx, dw, db may each be NULL */
+void kiln_ref_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, const double *x, const double *dy, const double *w,
+                             const double *mean, const double *invstd, double *dx, double *dw, double *db, int acc_dx,
+                             int acc_dw, int acc_db);
+
 /* optimizers over a flat buffer (PyTorch 1.13 semantics; `step` counts from 1) */
 void kiln_ref_sgd(int64_t n, double *p, const double *g, double *mom, double lr, double momentum,
                   double dampening, double weight_decay, int nesterov, int first_step);
@@ -114,6 +139,20 @@ void kiln_cpu_mul_bwd(int64_t n, const float *dy, const float *b, float *da, int
 void kiln_cpu_bias_grad_rows(int64_t rows, int64_t cols, const float *dy, float *db, int acc);
 /* db[c] (=|+=) sum over n and spatial of dy[n, c, hw]: conv's bias gradient */
 void kiln_cpu_bias_grad_nchw(int64_t n, int64_t c, int64_t hw, const float *dy, float *db, int acc);
+
+void kiln_cpu_copy_strided(int ndim, const int64_t *shape, const float *src, const int64_t *stride, float *dst, int acc);
+void kiln_cpu_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, const float *dy,
+                        float *dx, int acc);
+/* fixed-order chunks summed in double: the same bits for any thread count */
+double kiln_cpu_sum(int64_t n, const float *x);
+void kiln_cpu_fill(int64_t n, float v, float *dx, int acc);
+/* batch norm in plain NCHW (blocked = 0) or nChw16c (blocked = 16, c % 16 == 0) */
+int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *w, const float *b,
+                            float *rmean, float *rvar, float momentum, float eps, int training, float *y,
+                            float *save_mean, float *save_invstd);
+void kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
+                             const float *w, const float *mean, const float *invstd, float *dx, float *dw, float *db,
+                             int acc_dx, int acc_dw, int acc_db);
 
 /* accumulated in double over a fixed partition: the same bits for any thread count */
 double kiln_cpu_sumsq(int64_t n, const float *x);

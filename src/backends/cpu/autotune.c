@@ -1,4 +1,4 @@
-/* The autotune pass: the CPU analogue of cudnn.benchmark. When a plan makes
+/* The cpu backend's autotuner: the CPU analogue of cudnn.benchmark. When a plan makes
  * its convolution objects, every direction of every conv is either looked up
  * (a decision from this process, the on-disk cache, or a resumed checkpoint)
  * or timed on its real shape with each algorithm oneDNN offers, keeping the
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "graph/internal/graph.h"
+#include "backends/cpu/internal/cpu.h"
 #include "kernels/internal/dnnl_ops.h"
 
 #define EXPORT_MAX 65536
@@ -39,7 +39,7 @@ static void load_once(void) {
     kiln_autotune_export(saved, sizeof saved);
 }
 
-void kiln_pass_autotune_begin(void) {
+void kiln_cpu_autotune_begin(void) {
     pthread_mutex_lock(&lock);
     load_once();
     pthread_mutex_unlock(&lock);
@@ -56,7 +56,7 @@ static int make_dirs(char *dir) {
     return mkdir(dir, 0755) && errno != EEXIST ? -1 : 0;
 }
 
-void kiln_pass_autotune_end(void) {
+void kiln_cpu_autotune_end(void) {
     pthread_mutex_lock(&lock);
     static char now[EXPORT_MAX];
     size_t n = kiln_autotune_export(now, sizeof now);
@@ -81,7 +81,7 @@ void kiln_pass_autotune_end(void) {
     pthread_mutex_unlock(&lock);
 }
 
-void kiln_pass_autotune_reset(void) {
+void kiln_cpu_autotune_reset(void) {
     pthread_mutex_lock(&lock);
     kiln_autotune_forget();
     loaded = 0;

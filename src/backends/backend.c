@@ -1,0 +1,109 @@
+/* The backend registry and what every backend shares: the supports check
+ * (a kernel exists, layouts fit), preparing and releasing steps, and running a
+ * list of steps with optional per-step timing. */
+#include <string.h>
+#include "backends/internal/backend.h"
+#include "backends/cpu/internal/cpu.h"
+#include "backends/ref/internal/ref.h"
+
+/* 1 when every operand of an elementwise op shares one layout */
+static int elementwise_all(const kiln_step *s) {
+    if (!(kiln_op_get(s->op)->flags & KILN_OPF_ELEMENTWISE_LAYOUT)) return 0;
+    int first = -1;
+    for (int i = 0; i < s->nin + s->nout; i++) {
+        const kiln_tdesc *t = i < s->nin ? &s->in[i] : &s->out[i - s->nin];
+        if (!t->numel) continue; /* an absent optional output */
+        if (first < 0) first = t->layout;
+        if (t->layout != first) return 0;
+    }
+    return 1;
+}
+
+static const kiln_backend *const all[] = {&kiln_backend_cpu, &kiln_backend_ref};
+
+const kiln_backend *kiln_backend_get(const char *name) {
+    if (!name || !name[0]) name = "cpu";
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(all[i]->name, name) == 0) return all[i];
+    return NULL;
+}
+
+const kiln_backend *kiln_backend_for_dtype(kiln_dtype dtype) {
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i]->float_dtype == dtype) return all[i];
+    return NULL;
+}
+
+/* a non-plain layout is fine at a slot the kernel takes it, where tied slots
+ * agree; an elementwise op takes any layout its operands all share */
+static int layout_ok(const kiln_kernel *k, const kiln_step *s) {
+    if (elementwise_all(s)) return 1;
+    int tied = -1;
+    for (int i = 0; i < s->nin + s->nout; i++) {
+        int out = i >= s->nin, slot = out ? i - s->nin : i;
+        const kiln_tdesc *t = out ? &s->out[slot] : &s->in[i];
+        if (!t->numel) continue; /* an absent optional output */
+        if (t->layout && !((out ? k->blocked_out : k->blocked_in) & (1u << slot))) return 0;
+        if (k->tied & (out ? KILN_TIE_OUT(slot) : 1u << slot)) {
+            if (tied >= 0 && tied != t->layout) return 0;
+            tied = t->layout;
+        }
+    }
+    return 1;
+}
+
+int kiln_backend_supports(const kiln_backend *b, const kiln_step *s) {
+    const kiln_kernel *k = &b->kernels[s->op];
+    return k->run != NULL && layout_ok(k, s);
+}
+
+kiln_status kiln_backend_prepare(const kiln_backend *b, kiln_step *s, kiln_prep *p) {
+    if (!kiln_backend_supports(b, s))
+        return kiln_fail(KILN_ERR_BACKEND, "%s: the %s backend has no kernel for op %s with these layouts", s->name, b->name,
+                         kiln_op_name(s->op));
+    const kiln_kernel *k = &b->kernels[s->op];
+    s->run = k->run;
+    if (!k->prepare) return KILN_OK;
+    kiln_status st = k->prepare(s, p);
+    return st == KILN_OK ? st : kiln_fail_context(st, "%s", s->name);
+}
+
+void kiln_backend_release(const kiln_backend *b, kiln_step *s) {
+    const kiln_kernel *k = &b->kernels[s->op];
+    if (k->release && s->owns_kobj) k->release(s);
+    s->kobj = NULL;
+    s->owns_kobj = 0;
+}
+
+kiln_status kiln_backend_run(const kiln_backend *b, const kiln_step *steps, int n, const kiln_run_ctx *rc, double *time) {
+    if (!time && b->run) return b->run(steps, n, rc);
+    for (int i = 0; i < n; i++) {
+        double t0 = time ? b->now() : 0;
+        kiln_status st = steps[i].run(&steps[i], rc);
+        if (st != KILN_OK) return kiln_fail_context(st, "%s", steps[i].name);
+        if (time) time[i] += b->now() - t0;
+    }
+    return KILN_OK;
+}
+
+kiln_tdesc kiln_tdesc_flat(void *data, kiln_dtype dtype, int64_t n) {
+    kiln_tdesc t = {.data = data, .dtype = dtype, .ndim = 1, .numel = n, .contiguous = 1};
+    t.shape[0] = n;
+    t.stride[0] = 1;
+    return t;
+}
+
+size_t kiln_backend_state_export(const char *backend, char *buf, size_t len) {
+    const kiln_backend *b = kiln_backend_get(backend);
+    if (!b || !b->export_state) {
+        if (buf && len) buf[0] = 0;
+        return 0;
+    }
+    return b->export_state(buf, len);
+}
+
+kiln_status kiln_backend_state_import(const char *backend, const char *text, const char *source) {
+    const kiln_backend *b = kiln_backend_get(backend);
+    if (!b) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: unknown backend '%s'", source, backend ? backend : "");
+    return b->import_state ? b->import_state(text, source) : KILN_OK;
+}

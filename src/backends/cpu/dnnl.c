@@ -1,0 +1,86 @@
+/* conv2d and linear steps on oneDNN (src/kernels/dnnl/): the forward step
+ * makes the layer's kernel object for its batch size at compile (autotuned,
+ * with the directions backward needs); the backward steps share it. */
+#include "backends/cpu/internal/cpu.h"
+#include "kernels/internal/dnnl_ops.h"
+
+#define F(t) ((float *)(t).data)
+#define BIT(op) (1ull << (op))
+
+kiln_status kiln_cpu_conv_prepare(kiln_step *s, kiln_prep *p) {
+    kiln_conv_shape *cs = &s->sz.conv;
+    const kiln_tdesc *x = &s->in[0], *w = &s->in[1];
+    *cs = (kiln_conv_shape){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3], .k = w->shape[0],
+                            .r = w->shape[2], .s = w->shape[3], .stride = s->attr.conv.stride, .pad = s->attr.conv.pad};
+    kiln_conv_shape_infer(cs);
+    kiln_dnnl_conv_opts co = {s->nin > 2, s->epilogue == KILN_EPI_RELU, (s->bwd_ops & BIT(KILN_OP_CONV2D_BWD_DATA)) != 0,
+                              (s->bwd_ops & BIT(KILN_OP_CONV2D_BWD_WEIGHT)) != 0, p->o->autotune,
+                              x->layout == KILN_CPU_BLOCKED, s->out[0].layout == KILN_CPU_BLOCKED};
+    kiln_dnnl_conv *c;
+    kiln_status st = kiln_dnnl_conv_new(cs, &co, &c);
+    if (st != KILN_OK) return st;
+    s->kobj = c;
+    s->owns_kobj = 1;
+    size_t ws = kiln_dnnl_conv_workspace(c);
+    if (ws > p->workspace) p->workspace = ws;
+    kiln_log(KILN_LOG_DEBUG, "%s: %s", s->name, kiln_dnnl_conv_describe(c));
+    return KILN_OK;
+}
+
+/* backward steps use their forward step's object (made with their direction) */
+static kiln_status share_fwd(kiln_step *s, kiln_prep *p) {
+    if (s->fwd_step < 0 || !p->steps[s->fwd_step].kobj)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "no forward step to differentiate");
+    s->kobj = p->steps[s->fwd_step].kobj;
+    s->sz = p->steps[s->fwd_step].sz;
+    s->owns_kobj = 0;
+    return KILN_OK;
+}
+
+kiln_status kiln_cpu_conv_bwd_prepare(kiln_step *s, kiln_prep *p) { return share_fwd(s, p); }
+void kiln_cpu_conv_release(kiln_step *s) { kiln_dnnl_conv_free(s->kobj); }
+
+kiln_status kiln_cpu_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    return kiln_dnnl_conv_fwd(s->kobj, F(s->in[0]), F(s->in[1]), s->nin > 2 ? F(s->in[2]) : NULL, F(s->out[0]), rc->workspace);
+}
+
+kiln_status kiln_cpu_conv_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) {
+    return kiln_dnnl_conv_bwd_data(s->kobj, F(s->in[0]), F(s->in[1]), F(s->out[0]), kiln_step_acc(s, rc, 0), rc->workspace);
+}
+
+kiln_status kiln_cpu_conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
+    int bias = s->nout > 1 && s->out[1].data;
+    return kiln_dnnl_conv_bwd_weight(s->kobj, F(s->in[0]), F(s->in[1]), F(s->out[0]), bias ? F(s->out[1]) : NULL,
+                                     kiln_step_acc(s, rc, 0), bias ? kiln_step_acc(s, rc, 1) : 0, rc->workspace);
+}
+
+kiln_status kiln_cpu_linear_prepare(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    const kiln_tdesc *x = &s->in[0], *w = &s->in[1];
+    kiln_dnnl_linear *l;
+    kiln_status st = kiln_dnnl_linear_new(x->shape[0], w->shape[1], w->shape[0], s->nin > 2, s->epilogue == KILN_EPI_RELU,
+                                          (s->bwd_ops & BIT(KILN_OP_LINEAR_BWD_DATA)) != 0,
+                                          (s->bwd_ops & BIT(KILN_OP_LINEAR_BWD_WEIGHT)) != 0, &l);
+    if (st != KILN_OK) return st;
+    s->kobj = l;
+    s->owns_kobj = 1;
+    return KILN_OK;
+}
+
+kiln_status kiln_cpu_linear_bwd_prepare(kiln_step *s, kiln_prep *p) { return share_fwd(s, p); }
+void kiln_cpu_linear_release(kiln_step *s) { kiln_dnnl_linear_free(s->kobj); }
+
+kiln_status kiln_cpu_linear_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    return kiln_dnnl_linear_fwd(s->kobj, F(s->in[0]), F(s->in[1]), s->nin > 2 ? F(s->in[2]) : NULL, F(s->out[0]));
+}
+
+kiln_status kiln_cpu_linear_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) {
+    return kiln_dnnl_linear_bwd_data(s->kobj, F(s->in[0]), F(s->in[1]), F(s->out[0]), kiln_step_acc(s, rc, 0));
+}
+
+kiln_status kiln_cpu_linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
+    int bias = s->nout > 1 && s->out[1].data;
+    return kiln_dnnl_linear_bwd_weight(s->kobj, F(s->in[0]), F(s->in[1]), F(s->out[0]), bias ? F(s->out[1]) : NULL,
+                                       kiln_step_acc(s, rc, 0), bias ? kiln_step_acc(s, rc, 1) : 0);
+}

@@ -1,0 +1,37 @@
+/* The cpu backend (float, kiln's own kernels and oneDNN): what its files share. */
+#ifndef KILN_BACKEND_CPU_H
+#define KILN_BACKEND_CPU_H
+
+#include "backends/internal/backend.h"
+
+extern const kiln_backend kiln_backend_cpu;
+extern const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT];
+
+/* the cpu backend's one layout tag: oneDNN's channel-blocked nChw16c */
+#define KILN_CPU_BLOCKED 16
+
+/* pass_layout.c: keeps conv chains in nChw16c where every reader and writer
+ * takes it; returns the number of values moved, or -1 when out of memory */
+int kiln_cpu_pass_layout(kiln_graph *g);
+
+/* autotune.c: the on-disk memory of conv algorithm decisions, loaded before the
+ * first tuning of the process and written back when something new was decided */
+void kiln_cpu_autotune_begin(void);
+void kiln_cpu_autotune_end(void);
+void kiln_cpu_autotune_reset(void); /* tests: forget every decision, read the disk cache again */
+
+/* dnnl.c: conv2d and linear steps on oneDNN */
+kiln_status kiln_cpu_conv_prepare(kiln_step *s, kiln_prep *p);
+kiln_status kiln_cpu_conv_bwd_prepare(kiln_step *s, kiln_prep *p);
+void kiln_cpu_conv_release(kiln_step *s);
+kiln_status kiln_cpu_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc);
+kiln_status kiln_cpu_conv_bwd_data(const kiln_step *s, const kiln_run_ctx *rc);
+kiln_status kiln_cpu_conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc);
+kiln_status kiln_cpu_linear_prepare(kiln_step *s, kiln_prep *p);
+kiln_status kiln_cpu_linear_bwd_prepare(kiln_step *s, kiln_prep *p);
+void kiln_cpu_linear_release(kiln_step *s);
+kiln_status kiln_cpu_linear_fwd(const kiln_step *s, const kiln_run_ctx *rc);
+kiln_status kiln_cpu_linear_bwd_data(const kiln_step *s, const kiln_run_ctx *rc);
+kiln_status kiln_cpu_linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc);
+
+#endif

@@ -1,0 +1,291 @@
+/* The cpu backend's kernel table: for each op of the table, the float kernel
+ * that runs it (src/kernels/cpu/, oneDNN through dnnl.c), what it works out
+ * at compile, and which of its slots take the blocked nChw16c layout. Views
+ * (reshape, transpose, slice) have no kernel: they are never steps. */
+#include <math.h>
+#include "backends/cpu/internal/cpu.h"
+
+#define F(t) ((float *)(t).data)
+#define I(t) ((const int32_t *)(t).data)
+#define ACC(k) kiln_step_acc(s, rc, (k))
+#define UNUSED (void)rc
+
+static kiln_status relu(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_cpu_relu_fwd(s->out[0].numel, F(s->in[0]), F(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status relu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_relu_bwd(s->out[0].numel, F(s->in[0]), F(s->in[1]), F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+/* ---- max-pool ---- */
+
+static kiln_status pool_prepare(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    const kiln_tdesc *x = &s->in[0];
+    s->sz.pool = (kiln_pool_shape){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
+                                   .k = s->attr.pool.kernel, .stride = s->attr.pool.stride};
+    kiln_pool_shape_infer(&s->sz.pool);
+    return KILN_OK;
+}
+
+static kiln_status pool(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_cpu_max_pool2d_fwd_layout(&s->sz.pool, s->in[0].layout, F(s->in[0]), F(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status pool_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_max_pool2d_bwd_layout(&s->sz.pool, s->in[0].layout, s->epilogue == KILN_EPI_RELU_BWD_MASK, F(s->in[0]),
+                                   F(s->in[1]), F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+/* ---- dropout: the mask is recomputed from (key, step counter), never stored ---- */
+
+static kiln_status dropout(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_dropout_fwd(s->out[0].numel, s->attr.dropout.p, s->key, rc->counter, F(s->in[0]), F(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status dropout_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_dropout_bwd(s->out[0].numel, s->attr.dropout.p, s->key, rc->counter, F(s->in[0]), F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+/* ---- row-wise ops: [rows, cols] over the last dim of the given tensor ---- */
+
+static void set_rows(kiln_step *s, const kiln_tdesc *t) {
+    s->sz.rc.cols = t->ndim ? t->shape[t->ndim - 1] : 1;
+    s->sz.rc.rows = s->sz.rc.cols ? t->numel / s->sz.rc.cols : 0;
+}
+static kiln_status rows_of_out(kiln_step *s, kiln_prep *p) { (void)p; set_rows(s, &s->out[0]); return KILN_OK; }
+static kiln_status rows_of_in(kiln_step *s, kiln_prep *p) { (void)p; set_rows(s, &s->in[0]); return KILN_OK; }
+
+static kiln_status check_targets(const kiln_step *s, const int32_t *t) {
+    for (int64_t i = 0; i < s->sz.rc.rows; i++)
+        if (t[i] < 0 || t[i] >= s->sz.rc.cols)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "target %lld is %d, outside [0, %lld)", (long long)i, t[i],
+                             (long long)s->sz.rc.cols);
+    return KILN_OK;
+}
+
+static kiln_status log_softmax(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_cpu_log_softmax_fwd(s->sz.rc.rows, s->sz.rc.cols, F(s->in[0]), F(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status log_softmax_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_log_softmax_bwd(s->sz.rc.rows, s->sz.rc.cols, F(s->in[0]), F(s->in[1]), F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status nll(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_status st = check_targets(s, I(s->in[1]));
+    if (st == KILN_OK) kiln_cpu_nll_loss_fwd(s->sz.rc.rows, s->sz.rc.cols, F(s->in[0]), I(s->in[1]), F(s->out[0]));
+    return st;
+}
+
+static kiln_status nll_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_nll_loss_bwd(s->sz.rc.rows, s->sz.rc.cols, I(s->in[0]), F(s->in[1]), F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status cross_entropy(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_status st = check_targets(s, I(s->in[1]));
+    if (st == KILN_OK) kiln_cpu_cross_entropy_fwd(s->sz.rc.rows, s->sz.rc.cols, F(s->in[0]), I(s->in[1]), F(s->out[0]));
+    return st;
+}
+
+static kiln_status cross_entropy_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_cross_entropy_bwd(s->sz.rc.rows, s->sz.rc.cols, F(s->in[0]), I(s->in[1]), F(s->in[2]), F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+/* ---- elementwise ---- */
+
+static kiln_status add(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_cpu_add_fwd(s->out[0].numel, F(s->in[0]), F(s->in[1]), F(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status mul(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_cpu_mul_fwd(s->out[0].numel, F(s->in[0]), F(s->in[1]), F(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status mul_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_mul_bwd(s->out[0].numel, F(s->in[0]), F(s->in[1]), F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status ones(const kiln_step *s, const kiln_run_ctx *rc) {
+    F(s->out[0])[0] = (float)rc->loss_scale;
+    return KILN_OK;
+}
+
+/* a strided input (a transposed gradient) is gathered; packed rows are a plain copy */
+static kiln_status grad_copy(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_tdesc *x = &s->in[0];
+    if (x->contiguous) kiln_cpu_grad_copy(s->out[0].numel, F(*x), F(s->out[0]), ACC(0));
+    else kiln_cpu_copy_strided(x->ndim, x->shape, F(*x), x->stride, F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status contiguous(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    const kiln_tdesc *x = &s->in[0];
+    kiln_cpu_copy_strided(x->ndim, x->shape, F(*x), x->stride, F(s->out[0]), 0);
+    return KILN_OK;
+}
+
+static kiln_status slice_prepare(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    const kiln_tdesc *x = &s->out[0];
+    int d = s->attr.slice.dim;
+    s->sz.slice.outer = 1;
+    s->sz.slice.inner = 1;
+    for (int i = 0; i < d; i++) s->sz.slice.outer *= x->shape[i];
+    for (int i = d + 1; i < x->ndim; i++) s->sz.slice.inner *= x->shape[i];
+    s->sz.slice.dim = x->shape[d];
+    return KILN_OK;
+}
+
+static kiln_status slice_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_slice_bwd(s->sz.slice.outer, s->sz.slice.dim, s->sz.slice.inner, s->attr.slice.start,
+                       s->attr.slice.end - s->attr.slice.start, F(s->in[0]), F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status sum(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    F(s->out[0])[0] = (float)kiln_cpu_sum(s->in[0].numel, F(s->in[0]));
+    return KILN_OK;
+}
+
+static kiln_status sum_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_fill(s->out[0].numel, F(s->in[0])[0], F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+/* ---- batch norm: x [N, C, H, W] in NCHW or nChw16c ---- */
+
+static kiln_status bn_prepare(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    const kiln_tdesc *x = &s->in[0];
+    s->sz.nchw.n = x->shape[0];
+    s->sz.nchw.c = x->shape[1];
+    s->sz.nchw.hw = x->shape[2] * x->shape[3];
+    return KILN_OK;
+}
+
+static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    const kiln_bn_attrs *a = &s->attr.bn;
+    float *save_mean = s->nout > 1 ? F(s->out[1]) : NULL, *save_invstd = s->nout > 2 ? F(s->out[2]) : NULL;
+    if (kiln_cpu_batch_norm_fwd(s->sz.nchw.n, s->sz.nchw.c, s->sz.nchw.hw, s->in[0].layout, F(s->in[0]), F(s->in[1]),
+                                F(s->in[2]), F(s->in[3]), F(s->in[4]), a->momentum, a->eps, a->training, F(s->out[0]),
+                                save_mean, save_invstd))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "training needs more than one value per channel (batch %lld of %lldx%lld images)",
+                         (long long)s->sz.nchw.n, (long long)s->in[0].shape[2], (long long)s->in[0].shape[3]);
+    if (a->training) (*(int64_t *)s->in[5].data)++;
+    return KILN_OK;
+}
+
+static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_batch_norm_bwd(s->sz.nchw.n, s->sz.nchw.c, s->sz.nchw.hw, s->in[0].layout, F(s->in[0]), F(s->in[1]),
+                            F(s->in[2]), F(s->in[3]), F(s->in[4]), F(s->out[0]), F(s->out[1]), F(s->out[2]), ACC(0),
+                            ACC(1), ACC(2));
+    return KILN_OK;
+}
+
+/* ---- steps outside the graph ---- */
+
+static kiln_status readout(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    *(double *)s->out[0].data = F(s->in[0])[0];
+    return KILN_OK;
+}
+
+static kiln_status sumsq(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    double v = kiln_cpu_sumsq(s->in[0].numel, F(s->in[0])), *acc = s->out[0].data;
+    *acc = s->acc[0] ? *acc + v : v;
+    return KILN_OK;
+}
+
+static kiln_status clip_scale(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    double norm = sqrt(*(const double *)s->in[0].data);
+    if (!isfinite(norm)) return kiln_fail(KILN_ERR_NUMERIC, "clip_grad_norm: the gradient norm is %g", norm);
+    double coef = s->attr.clip.max_norm / (norm + 1e-6);
+    if (coef < 1.0) kiln_cpu_scale(s->out[0].numel, F(s->out[0]), (float)coef);
+    return KILN_OK;
+}
+
+static kiln_status sgd(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_sgd_attrs *a = &s->attr.sgd;
+    kiln_cpu_sgd(s->in[0].numel, F(s->out[0]), F(s->in[0]), s->nout > 1 ? F(s->out[1]) : NULL, (float)rc->lr, a->momentum,
+                 a->dampening, a->weight_decay, a->nesterov, rc->optim_step == 1);
+    return KILN_OK;
+}
+
+static kiln_status adamw(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_adamw_attrs *a = &s->attr.adamw;
+    kiln_cpu_adamw(s->in[0].numel, F(s->out[0]), F(s->in[0]), F(s->out[1]), F(s->out[2]), (float)rc->lr, a->beta1, a->beta2,
+                   a->eps, a->weight_decay, rc->optim_step);
+    return KILN_OK;
+}
+
+static kiln_status adadelta(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_adadelta_attrs *a = &s->attr.adadelta;
+    kiln_cpu_adadelta(s->in[0].numel, F(s->out[0]), F(s->in[0]), F(s->out[1]), F(s->out[2]), (float)rc->lr, a->rho,
+                      a->eps, a->weight_decay);
+    return KILN_OK;
+}
+
+const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
+    [KILN_OP_CONV2D] = {kiln_cpu_conv_fwd, kiln_cpu_conv_prepare, kiln_cpu_conv_release, 1, 1},
+    [KILN_OP_CONV2D_BWD_DATA] = {kiln_cpu_conv_bwd_data, kiln_cpu_conv_bwd_prepare, NULL, 1, 1},
+    [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cpu_conv_bwd_weight, kiln_cpu_conv_bwd_prepare, NULL, 3, 0},
+    [KILN_OP_LINEAR] = {kiln_cpu_linear_fwd, kiln_cpu_linear_prepare, kiln_cpu_linear_release, 0, 0},
+    [KILN_OP_LINEAR_BWD_DATA] = {kiln_cpu_linear_bwd_data, kiln_cpu_linear_bwd_prepare, NULL, 0, 0},
+    [KILN_OP_LINEAR_BWD_WEIGHT] = {kiln_cpu_linear_bwd_weight, kiln_cpu_linear_bwd_prepare, NULL, 0, 0},
+    [KILN_OP_RELU] = {relu, NULL, NULL, 0, 0},
+    [KILN_OP_RELU_BWD] = {relu_bwd, NULL, NULL, 0, 0},
+    [KILN_OP_MAX_POOL2D] = {pool, pool_prepare, NULL, 1, 0},
+    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, pool_prepare, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
+    [KILN_OP_DROPOUT] = {dropout, NULL, NULL, 0, 0},
+    [KILN_OP_DROPOUT_BWD] = {dropout_bwd, NULL, NULL, 0, 0},
+    [KILN_OP_LOG_SOFTMAX] = {log_softmax, rows_of_out, NULL, 0, 0},
+    [KILN_OP_LOG_SOFTMAX_BWD] = {log_softmax_bwd, rows_of_out, NULL, 0, 0},
+    [KILN_OP_NLL_LOSS] = {nll, rows_of_in, NULL, 0, 0},
+    [KILN_OP_NLL_LOSS_BWD] = {nll_bwd, rows_of_out, NULL, 0, 0},
+    [KILN_OP_CROSS_ENTROPY] = {cross_entropy, rows_of_in, NULL, 0, 0},
+    [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, rows_of_out, NULL, 0, 0},
+    [KILN_OP_ADD] = {add, NULL, NULL, 0, 0},
+    [KILN_OP_MUL] = {mul, NULL, NULL, 0, 0},
+    [KILN_OP_MUL_BWD] = {mul_bwd, NULL, NULL, 0, 0},
+    [KILN_OP_ONES] = {ones, NULL, NULL, 0, 0},
+    [KILN_OP_GRAD_COPY] = {grad_copy, NULL, NULL, 0, 0},
+    [KILN_OP_CONTIGUOUS] = {contiguous, NULL, NULL, 0, 0},
+    [KILN_OP_SLICE_BWD] = {slice_bwd, slice_prepare, NULL, 0, 0},
+    [KILN_OP_SUM] = {sum, NULL, NULL, 0, 0},
+    [KILN_OP_SUM_BWD] = {sum_bwd, NULL, NULL, 0, 0},
+    [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
+    [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare, NULL, 3, 1, 3 | KILN_TIE_OUT(0)},
+    [KILN_OP_READOUT] = {readout, NULL, NULL, 0, 0},
+    [KILN_OP_SUMSQ] = {sumsq, NULL, NULL, 0, 0},
+    [KILN_OP_CLIP_SCALE] = {clip_scale, NULL, NULL, 0, 0},
+    [KILN_OP_SGD_UPDATE] = {sgd, NULL, NULL, 0, 0},
+    [KILN_OP_ADAMW_UPDATE] = {adamw, NULL, NULL, 0, 0},
+    [KILN_OP_ADADELTA_UPDATE] = {adadelta, NULL, NULL, 0, 0},
+};

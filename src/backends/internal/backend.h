@@ -1,0 +1,142 @@
+/* The backend interface: what the plan needs from a device to run a graph.
+ *
+ * A compiled plan is a flat list of steps. Each step is one op applied to
+ * resolved tensors (kiln_tdesc: pointer, shape, strides, layout, dtype) plus
+ * the kernel the backend chose for it; running the plan is iterating the list.
+ * A backend provides:
+ *   - its kernels: a table indexed by kiln_op (kernels.c in its folder) with a
+ *     run function, an optional prepare (make kernel objects, autotune, size a
+ *     workspace) and the layouts each slot takes;
+ *   - memory: alloc/free/copy between host and its memory, memory available;
+ *   - inputs: whether host memory can be bound in place (cpu) or must be
+ *     staged by a copy (ref converts to f64; a device copies asynchronously
+ *     on its own stream);
+ *   - its passes (the cpu layout pass) and its opaque state in checkpoints
+ *     (the cpu autotune decisions);
+ *   - run (NULL: the steps one by one; a device may capture the list once),
+ *     sync and a clock for per-kernel timing.
+ * The graph layer includes this header and no backend's own. See
+ * docs/backends.md. */
+#ifndef KILN_BACKEND_H
+#define KILN_BACKEND_H
+
+#include "kernels/internal/kernels.h"
+#include "kiln/graph.h"
+#include "ops/internal/ops.h"
+
+/* a tensor argument of a step, resolved at compile */
+typedef struct kiln_tdesc {
+    void *data;                       /* NULL for an absent optional output (numel 0), or an input not yet bound */
+    kiln_dtype dtype;                 /* as stored by the backend (f64 for f32 values on ref) */
+    int ndim;
+    int layout;                       /* the backend's layout tag, 0: plain row-major */
+    int64_t shape[KILN_MAX_DIMS];     /* the batch resolved */
+    int64_t stride[KILN_MAX_DIMS];    /* in elements */
+    int64_t numel;
+    int contiguous;
+} kiln_tdesc;
+
+/* what changes from run to run: set by the plan (or optimizer) before each run */
+typedef struct kiln_run_ctx {
+    uint64_t counter;                 /* RNG counter (dropout masks): the global step and micro-batch */
+    double loss_scale;                /* backward's seed */
+    int accumulate;                   /* parameter gradients add to what they hold (micro-batches) */
+    double lr;                        /* optimizer updates */
+    int64_t optim_step;               /* updates done, this one included */
+    void *workspace;                  /* scratch shared by all kernels, sized at compile */
+} kiln_run_ctx;
+
+typedef struct kiln_step kiln_step;
+typedef kiln_status (*kiln_step_fn)(const kiln_step *s, const kiln_run_ctx *rc);
+
+struct kiln_step {
+    kiln_step_fn run;
+    kiln_op op;
+    const char *name;                 /* the node's name, for messages and profiles */
+    int node;                         /* graph node, -1 for steps outside the graph */
+    int fwd_step;                     /* backward steps: the step of the forward node they differentiate, or -1 */
+    uint64_t bwd_ops;                 /* forward steps: bit k when a backward node of op k differentiates it */
+    int nin, nout;
+    kiln_tdesc in[KILN_OP_MAX_IN], out[KILN_OP_MAX_OUT];
+    uint8_t acc[KILN_OP_MAX_OUT];     /* grad = None rule: add into output k */
+    uint8_t param_grad[KILN_OP_MAX_OUT]; /* output k is a parameter gradient: adds while accumulating */
+    int epilogue;                     /* KILN_EPI_* */
+    kiln_attrs attr;
+    uint64_t key;                     /* counter-based RNG key (random ops) */
+    int64_t batch;
+    void *kobj;                       /* the backend's kernel object (oneDNN primitives) */
+    int owns_kobj;
+    union {                           /* sizes the kernel needs, worked out at prepare */
+        kiln_conv_shape conv;
+        kiln_pool_shape pool;
+        struct { int64_t rows, cols; } rc;
+        struct { int64_t n, c, hw; } nchw;
+        struct { int64_t outer, dim, inner; } slice;
+    } sz;
+};
+_Static_assert(KILN_OP_COUNT <= 64, "kiln_step.bwd_ops is a 64-bit mask");
+
+/* the grad = None rule at run time */
+static inline int kiln_step_acc(const kiln_step *s, const kiln_run_ctx *rc, int k) {
+    return s->acc[k] || (rc->accumulate && s->param_grad[k]);
+}
+
+/* what prepare sees: the whole list (backward steps find their forward step's
+ * kernel object) and the compile options; it raises `workspace` to its need */
+typedef struct kiln_prep {
+    const kiln_compile_opts *o;
+    kiln_step *steps;
+    int nsteps;
+    size_t workspace;
+} kiln_prep;
+
+typedef struct kiln_kernel {
+    kiln_step_fn run;                 /* NULL: this backend cannot run the op */
+    kiln_status (*prepare)(kiln_step *s, kiln_prep *p);
+    void (*release)(kiln_step *s);    /* frees what prepare made (owned kernel objects) */
+    unsigned blocked_in, blocked_out; /* slots that take the backend's blocked layout */
+    unsigned tied;                    /* slots that must share one layout (inputs bit k, outputs KILN_TIE_OUT(k)) */
+} kiln_kernel;
+#define KILN_TIE_OUT(k) (1u << (8 + (k)))
+
+typedef struct kiln_backend {
+    const char *name;                 /* "ref", "cpu" */
+    kiln_dtype float_dtype;           /* how f32 values are stored (KILN_F64 for the reference) */
+    int host_memory;                  /* 1: its memory is host memory; parameters are used in place */
+    const kiln_kernel *kernels;       /* KILN_OP_COUNT entries */
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *p);
+    /* copies between host and backend memory; may return before the copy ends when async */
+    kiln_status (*copy)(void *dst, const void *src, size_t bytes, int async);
+    size_t (*memory_available)(void);
+    /* 1: a bound host input of this dtype is used in place; 0: it is staged */
+    int (*input_in_place)(kiln_dtype dtype);
+    /* stages n elements of a bound input (host, logical dtype) into backend memory */
+    kiln_status (*stage_input)(void *dst, const void *host, int64_t n, kiln_dtype dtype);
+    /* the backend's own passes over the compiled graph (layouts) */
+    kiln_status (*passes)(kiln_graph *g, const kiln_compile_opts *o);
+    void (*prepare_begin)(const kiln_compile_opts *o);
+    void (*prepare_end)(const kiln_compile_opts *o);
+    kiln_status (*run)(const kiln_step *steps, int n, const kiln_run_ctx *rc); /* NULL: one by one */
+    kiln_status (*sync)(void);
+    double (*now)(void);              /* seconds, for per-step timing */
+    /* opaque state kept in checkpoints (the cpu autotune decisions) */
+    size_t (*export_state)(char *buf, size_t len);
+    kiln_status (*import_state)(const char *text, const char *source);
+} kiln_backend;
+
+/* the registry: "ref" and "cpu" */
+const kiln_backend *kiln_backend_get(const char *name);
+/* the backend whose float storage is dtype (f32: cpu, f64: ref) */
+const kiln_backend *kiln_backend_for_dtype(kiln_dtype dtype);
+/* 1 when b has a kernel for the step and takes its dtypes and layouts */
+int kiln_backend_supports(const kiln_backend *b, const kiln_step *s);
+/* prepares one step (kernel lookup, prepare) after its tensors are resolved */
+kiln_status kiln_backend_prepare(const kiln_backend *b, kiln_step *s, kiln_prep *p);
+void kiln_backend_release(const kiln_backend *b, kiln_step *s);
+/* runs a list of steps, optionally timing each (time[i] += seconds) */
+kiln_status kiln_backend_run(const kiln_backend *b, const kiln_step *steps, int n, const kiln_run_ctx *rc, double *time);
+/* a 1-d tensor of n elements at data, for steps over flat buffers */
+kiln_tdesc kiln_tdesc_flat(void *data, kiln_dtype dtype, int64_t n);
+
+#endif

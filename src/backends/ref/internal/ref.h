@@ -1,0 +1,12 @@
+/* The reference backend: every op in double with the naive kernels of
+ * src/kernels/ref/. It is the oracle of the tests: the fast backends are
+ * checked against it, and it against PyTorch's fixtures. */
+#ifndef KILN_BACKEND_REF_H
+#define KILN_BACKEND_REF_H
+
+#include "backends/internal/backend.h"
+
+extern const kiln_backend kiln_backend_ref;
+extern const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT];
+
+#endif

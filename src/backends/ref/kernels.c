@@ -1,0 +1,355 @@
+/* The reference backend's kernel table: each op on the double kernels of
+ * src/kernels/ref/, plain layouts only. Epilogues the fusion pass folds in
+ * (relu after conv and linear, relu's backward into max-pool's) are applied
+ * here too, so reference plans can check fused fast plans step for step. */
+#include <math.h>
+#include "backends/ref/internal/ref.h"
+
+#define D(t) ((double *)(t).data)
+#define I(t) ((const int32_t *)(t).data)
+#define ACC(k) kiln_step_acc(s, rc, (k))
+#define UNUSED (void)rc
+
+static void epilogue_relu(const kiln_step *s) {
+    if (s->epilogue == KILN_EPI_RELU) kiln_ref_relu_fwd(s->out[0].numel, D(s->out[0]), D(s->out[0]));
+}
+
+/* ---- conv2d and linear ---- */
+
+static kiln_status conv_prepare(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    const kiln_tdesc *x = &s->in[0], *w = &s->in[1];
+    s->sz.conv = (kiln_conv_shape){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
+                                   .k = w->shape[0], .r = w->shape[2], .s = w->shape[3],
+                                   .stride = s->attr.conv.stride, .pad = s->attr.conv.pad};
+    kiln_conv_shape_infer(&s->sz.conv);
+    return KILN_OK;
+}
+
+static kiln_status from_fwd(kiln_step *s, kiln_prep *p) {
+    if (s->fwd_step < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "no forward step to differentiate");
+    s->sz = p->steps[s->fwd_step].sz;
+    return KILN_OK;
+}
+
+static kiln_status conv(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_ref_conv2d_fwd(&s->sz.conv, D(s->in[0]), D(s->in[1]), s->nin > 2 ? D(s->in[2]) : NULL, D(s->out[0]));
+    epilogue_relu(s);
+    return KILN_OK;
+}
+
+static kiln_status conv_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_ref_conv2d_bwd_data(&s->sz.conv, D(s->in[0]), D(s->in[1]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_conv_shape *cs = &s->sz.conv;
+    double *db = s->nout > 1 ? D(s->out[1]) : NULL;
+    if (db && ACC(1) != ACC(0)) {
+        /* one kernel call computes both; when only one output accumulates, stage the bias */
+        double tmp[4096];
+        if (cs->k > 4096) return kiln_fail(KILN_ERR_INVALID_ARG, "too many channels");
+        kiln_ref_conv2d_bwd_weight(cs, D(s->in[0]), D(s->in[1]), D(s->out[0]), tmp, ACC(0));
+        for (int64_t i = 0; i < cs->k; i++) db[i] = ACC(1) ? db[i] + tmp[i] : tmp[i];
+    } else {
+        kiln_ref_conv2d_bwd_weight(cs, D(s->in[0]), D(s->in[1]), D(s->out[0]), db, ACC(0));
+    }
+    return KILN_OK;
+}
+
+static kiln_status linear(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    const kiln_tdesc *x = &s->in[0], *w = &s->in[1];
+    kiln_ref_linear_fwd(x->shape[0], w->shape[1], w->shape[0], D(*x), D(*w), s->nin > 2 ? D(s->in[2]) : NULL, D(s->out[0]));
+    epilogue_relu(s);
+    return KILN_OK;
+}
+
+static kiln_status linear_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_tdesc *dy = &s->in[0], *w = &s->in[1];
+    kiln_ref_linear_bwd_data(dy->shape[0], w->shape[1], w->shape[0], D(*dy), D(*w), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_tdesc *x = &s->in[0], *dy = &s->in[1];
+    int64_t rows = x->shape[0], in = x->shape[1], out = dy->shape[1];
+    kiln_ref_linear_bwd_weight(rows, in, out, D(*x), D(*dy), D(s->out[0]), NULL, ACC(0));
+    double *db = s->nout > 1 ? D(s->out[1]) : NULL;
+    for (int64_t o = 0; db && o < out; o++) { /* column sums of dy */
+        double sum = 0;
+        for (int64_t r = 0; r < rows; r++) sum += D(*dy)[r * out + o];
+        db[o] = ACC(1) ? db[o] + sum : sum;
+    }
+    return KILN_OK;
+}
+
+/* ---- pointwise, pooling, dropout ---- */
+
+static kiln_status relu(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_ref_relu_fwd(s->out[0].numel, D(s->in[0]), D(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status relu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_ref_relu_bwd(s->out[0].numel, D(s->in[0]), D(s->in[1]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status pool_prepare(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    const kiln_tdesc *x = &s->in[0];
+    s->sz.pool = (kiln_pool_shape){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
+                                   .k = s->attr.pool.kernel, .stride = s->attr.pool.stride};
+    kiln_pool_shape_infer(&s->sz.pool);
+    return KILN_OK;
+}
+
+static kiln_status pool(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_ref_max_pool2d_fwd(&s->sz.pool, D(s->in[0]), D(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status pool_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    if (s->epilogue == KILN_EPI_RELU_BWD_MASK)
+        kiln_ref_max_pool2d_relu_bwd(&s->sz.pool, D(s->in[0]), D(s->in[1]), D(s->out[0]), ACC(0));
+    else kiln_ref_max_pool2d_bwd(&s->sz.pool, D(s->in[0]), D(s->in[1]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status dropout(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_ref_dropout_fwd(s->out[0].numel, s->attr.dropout.p, s->key, rc->counter, D(s->in[0]), D(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status dropout_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_ref_dropout_bwd(s->out[0].numel, s->attr.dropout.p, s->key, rc->counter, D(s->in[0]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status add(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_ref_add_fwd(s->out[0].numel, D(s->in[0]), D(s->in[1]), D(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status mul(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_ref_mul_fwd(s->out[0].numel, D(s->in[0]), D(s->in[1]), D(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status mul_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_ref_mul_bwd(s->out[0].numel, D(s->in[0]), D(s->in[1]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status ones(const kiln_step *s, const kiln_run_ctx *rc) {
+    D(s->out[0])[0] = rc->loss_scale;
+    return KILN_OK;
+}
+
+static kiln_status grad_copy(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_tdesc *x = &s->in[0];
+    if (x->contiguous) kiln_ref_grad_copy(s->out[0].numel, D(*x), D(s->out[0]), ACC(0));
+    else kiln_ref_copy_strided(x->ndim, x->shape, D(*x), x->stride, D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status contiguous(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    const kiln_tdesc *x = &s->in[0];
+    kiln_ref_copy_strided(x->ndim, x->shape, D(*x), x->stride, D(s->out[0]), 0);
+    return KILN_OK;
+}
+
+static kiln_status slice_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_tdesc *x = &s->out[0];
+    int d = s->attr.slice.dim;
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < d; i++) outer *= x->shape[i];
+    for (int i = d + 1; i < x->ndim; i++) inner *= x->shape[i];
+    kiln_ref_slice_bwd(outer, x->shape[d], inner, s->attr.slice.start, s->attr.slice.end - s->attr.slice.start,
+                       D(s->in[0]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status sum(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    D(s->out[0])[0] = kiln_ref_sum(s->in[0].numel, D(s->in[0]));
+    return KILN_OK;
+}
+
+static kiln_status sum_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_ref_fill(s->out[0].numel, D(s->in[0])[0], D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+/* ---- row-wise: log-softmax and the losses ---- */
+
+static void rows_cols(const kiln_tdesc *t, int64_t *rows, int64_t *cols) {
+    *cols = t->shape[t->ndim - 1];
+    *rows = t->numel / *cols;
+}
+
+static kiln_status check_targets(const int32_t *t, int64_t rows, int64_t cols) {
+    for (int64_t i = 0; i < rows; i++)
+        if (t[i] < 0 || t[i] >= cols)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "target %lld is %d, outside [0, %lld)", (long long)i, t[i], (long long)cols);
+    return KILN_OK;
+}
+
+static kiln_status log_softmax(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    int64_t rows, cols;
+    rows_cols(&s->out[0], &rows, &cols);
+    kiln_ref_log_softmax_fwd(rows, cols, D(s->in[0]), D(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status log_softmax_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    int64_t rows, cols;
+    rows_cols(&s->out[0], &rows, &cols);
+    kiln_ref_log_softmax_bwd(rows, cols, D(s->in[0]), D(s->in[1]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status nll(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    int64_t rows, cols;
+    rows_cols(&s->in[0], &rows, &cols);
+    kiln_status st = check_targets(I(s->in[1]), rows, cols);
+    if (st == KILN_OK) kiln_ref_nll_loss_fwd(rows, cols, D(s->in[0]), I(s->in[1]), D(s->out[0]));
+    return st;
+}
+
+static kiln_status nll_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    int64_t rows, cols;
+    rows_cols(&s->out[0], &rows, &cols);
+    kiln_ref_nll_loss_bwd(rows, cols, I(s->in[0]), D(s->in[1]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status cross_entropy(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    int64_t rows, cols;
+    rows_cols(&s->in[0], &rows, &cols);
+    kiln_status st = check_targets(I(s->in[1]), rows, cols);
+    if (st == KILN_OK) kiln_ref_cross_entropy_fwd(rows, cols, D(s->in[0]), I(s->in[1]), D(s->out[0]));
+    return st;
+}
+
+static kiln_status cross_entropy_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    int64_t rows, cols;
+    rows_cols(&s->out[0], &rows, &cols);
+    kiln_ref_cross_entropy_bwd(rows, cols, D(s->in[0]), I(s->in[1]), D(s->in[2]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+/* ---- batch norm ---- */
+
+static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    const kiln_tdesc *x = &s->in[0];
+    const kiln_bn_attrs *a = &s->attr.bn;
+    if (kiln_ref_batch_norm_fwd(x->shape[0], x->shape[1], x->shape[2] * x->shape[3], D(*x), D(s->in[1]), D(s->in[2]),
+                                D(s->in[3]), D(s->in[4]), a->momentum, a->eps, a->training, D(s->out[0]),
+                                s->nout > 1 ? D(s->out[1]) : NULL, s->nout > 2 ? D(s->out[2]) : NULL))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "training needs more than one value per channel");
+    if (a->training) (*(int64_t *)s->in[5].data)++;
+    return KILN_OK;
+}
+
+static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_tdesc *x = &s->in[0];
+    kiln_ref_batch_norm_bwd(x->shape[0], x->shape[1], x->shape[2] * x->shape[3], D(*x), D(s->in[1]), D(s->in[2]),
+                            D(s->in[3]), D(s->in[4]), D(s->out[0]), D(s->out[1]), D(s->out[2]), ACC(0), ACC(1), ACC(2));
+    return KILN_OK;
+}
+
+/* ---- steps outside the graph ---- */
+
+static kiln_status readout(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    *(double *)s->out[0].data = D(s->in[0])[0];
+    return KILN_OK;
+}
+
+static kiln_status sumsq(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    double v = kiln_ref_sumsq(s->in[0].numel, D(s->in[0])), *acc = s->out[0].data;
+    *acc = s->acc[0] ? *acc + v : v;
+    return KILN_OK;
+}
+
+static kiln_status clip_scale(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    double norm = sqrt(*(const double *)s->in[0].data);
+    if (!isfinite(norm)) return kiln_fail(KILN_ERR_NUMERIC, "clip_grad_norm: the gradient norm is %g", norm);
+    double coef = s->attr.clip.max_norm / (norm + 1e-6);
+    if (coef < 1.0) kiln_ref_scale(s->out[0].numel, D(s->out[0]), coef);
+    return KILN_OK;
+}
+
+static kiln_status sgd(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_sgd_attrs *a = &s->attr.sgd;
+    kiln_ref_sgd(s->in[0].numel, D(s->out[0]), D(s->in[0]), s->nout > 1 ? D(s->out[1]) : NULL, rc->lr, a->momentum,
+                 a->dampening, a->weight_decay, a->nesterov, rc->optim_step == 1);
+    return KILN_OK;
+}
+
+static kiln_status adamw(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_adamw_attrs *a = &s->attr.adamw;
+    kiln_ref_adamw(s->in[0].numel, D(s->out[0]), D(s->in[0]), D(s->out[1]), D(s->out[2]), rc->lr, a->beta1, a->beta2,
+                   a->eps, a->weight_decay, rc->optim_step);
+    return KILN_OK;
+}
+
+static kiln_status adadelta(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_adadelta_attrs *a = &s->attr.adadelta;
+    kiln_ref_adadelta(s->in[0].numel, D(s->out[0]), D(s->in[0]), D(s->out[1]), D(s->out[2]), rc->lr, a->rho, a->eps,
+                      a->weight_decay);
+    return KILN_OK;
+}
+
+const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
+    [KILN_OP_CONV2D] = {conv, conv_prepare},
+    [KILN_OP_CONV2D_BWD_DATA] = {conv_bwd_data, from_fwd},
+    [KILN_OP_CONV2D_BWD_WEIGHT] = {conv_bwd_weight, from_fwd},
+    [KILN_OP_LINEAR] = {linear},
+    [KILN_OP_LINEAR_BWD_DATA] = {linear_bwd_data},
+    [KILN_OP_LINEAR_BWD_WEIGHT] = {linear_bwd_weight},
+    [KILN_OP_RELU] = {relu},
+    [KILN_OP_RELU_BWD] = {relu_bwd},
+    [KILN_OP_MAX_POOL2D] = {pool, pool_prepare},
+    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, pool_prepare},
+    [KILN_OP_DROPOUT] = {dropout},
+    [KILN_OP_DROPOUT_BWD] = {dropout_bwd},
+    [KILN_OP_LOG_SOFTMAX] = {log_softmax},
+    [KILN_OP_LOG_SOFTMAX_BWD] = {log_softmax_bwd},
+    [KILN_OP_NLL_LOSS] = {nll},
+    [KILN_OP_NLL_LOSS_BWD] = {nll_bwd},
+    [KILN_OP_CROSS_ENTROPY] = {cross_entropy},
+    [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd},
+    [KILN_OP_ADD] = {add},
+    [KILN_OP_MUL] = {mul},
+    [KILN_OP_MUL_BWD] = {mul_bwd},
+    [KILN_OP_ONES] = {ones},
+    [KILN_OP_GRAD_COPY] = {grad_copy},
+    [KILN_OP_CONTIGUOUS] = {contiguous},
+    [KILN_OP_SLICE_BWD] = {slice_bwd},
+    [KILN_OP_SUM] = {sum},
+    [KILN_OP_SUM_BWD] = {sum_bwd},
+    [KILN_OP_BATCH_NORM2D] = {bn},
+    [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd},
+    [KILN_OP_READOUT] = {readout},
+    [KILN_OP_SUMSQ] = {sumsq},
+    [KILN_OP_CLIP_SCALE] = {clip_scale},
+    [KILN_OP_SGD_UPDATE] = {sgd},
+    [KILN_OP_ADAMW_UPDATE] = {adamw},
+    [KILN_OP_ADADELTA_UPDATE] = {adadelta},
+};

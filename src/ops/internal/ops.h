@@ -1,0 +1,194 @@
+/* The op table: everything kiln knows about an op, in one entry per op.
+ *
+ * An entry (kiln_op_def) gives the op's name, how many inputs and outputs it
+ * has (outputs include tensors saved for backward), its typed attributes,
+ * shape and dtype inference, its backward rule (which backward nodes it adds),
+ * how it behaves in training and in evaluation, which layouts it tolerates,
+ * and whether it is pointwise or a view. Kernels are per backend: each backend
+ * folder holds a table indexed by the same op ids (src/backends/<b>/kernels.c),
+ * so a new backend never edits an op, and a new op adds one line per backend.
+ *
+ * Ops live in files by family (src/ops/conv.c, pool.c, pointwise.c, loss.c,
+ * view.c, norm.c, update.c); src/ops/table.c gathers them, its size checked at
+ * compile time. Passes, autodiff and the planner ask the table; nothing else
+ * switches over op kinds. See docs/adding-an-op.md. */
+#ifndef KILN_OPS_INTERNAL_H
+#define KILN_OPS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "kiln/graph.h"
+
+typedef enum kiln_op {
+    /* forward ops (graph builder) */
+    KILN_OP_CONV2D, KILN_OP_LINEAR, KILN_OP_RELU, KILN_OP_MAX_POOL2D, KILN_OP_DROPOUT,
+    KILN_OP_RESHAPE, KILN_OP_LOG_SOFTMAX, KILN_OP_NLL_LOSS, KILN_OP_CROSS_ENTROPY, KILN_OP_ADD, KILN_OP_MUL,
+    KILN_OP_TRANSPOSE, KILN_OP_SLICE, KILN_OP_CONTIGUOUS, KILN_OP_SUM, KILN_OP_BATCH_NORM2D,
+    /* added by autodiff */
+    KILN_OP_ONES,              /* out = loss scale (the seed d(loss)) */
+    KILN_OP_CONV2D_BWD_DATA,   /* in: dy, w            out: dx */
+    KILN_OP_CONV2D_BWD_WEIGHT, /* in: x, dy            out: dw, db? */
+    KILN_OP_LINEAR_BWD_DATA, KILN_OP_LINEAR_BWD_WEIGHT,
+    KILN_OP_RELU_BWD,          /* in: y, dy */
+    KILN_OP_MAX_POOL2D_BWD,    /* in: x, dy */
+    KILN_OP_DROPOUT_BWD,       /* in: dy */
+    KILN_OP_LOG_SOFTMAX_BWD,   /* in: y, dy */
+    KILN_OP_NLL_LOSS_BWD,      /* in: target, dloss */
+    KILN_OP_CROSS_ENTROPY_BWD, /* in: logits, target, dloss */
+    KILN_OP_GRAD_COPY,         /* in: dy (may be a strided view)  out: dx (dx =|+= dy), same shape */
+    KILN_OP_MUL_BWD,           /* in: dy, other        out: da */
+    KILN_OP_SLICE_BWD,         /* in: dy               out: dx (zero outside the slice) */
+    KILN_OP_SUM_BWD,           /* in: dy (scalar)      out: dx (dy everywhere) */
+    KILN_OP_BATCH_NORM2D_BWD,  /* in: x, dy, w, mean, invstd   out: dx?, dw?, db? */
+    /* steps outside the graph: the loss read-out, clipping, optimizer updates */
+    KILN_OP_READOUT,           /* in: a scalar         out: a host f64 */
+    KILN_OP_SUMSQ,             /* in: a gradient run   out: f64 accumulator (acc adds) */
+    KILN_OP_CLIP_SCALE,        /* in: f64 sum of squares   out: a gradient run, scaled in place */
+    KILN_OP_SGD_UPDATE,        /* in: grad             out: param, momentum? (in place) */
+    KILN_OP_ADAMW_UPDATE,      /* in: grad             out: param, exp_avg, exp_avg_sq */
+    KILN_OP_ADADELTA_UPDATE,   /* in: grad             out: param, square_avg, acc_delta */
+    KILN_OP_COUNT
+} kiln_op;
+
+#define KILN_OP_MAX_IN 6
+#define KILN_OP_MAX_OUT 4
+
+/* ---- typed attributes: one struct per op family, one union for the node ---- */
+typedef struct { int64_t stride, pad; } kiln_conv_attrs;
+typedef struct { int64_t kernel, stride; } kiln_pool_attrs;
+typedef struct { float p; } kiln_dropout_attrs;
+typedef struct { int ndim; int64_t shape[KILN_MAX_DIMS]; } kiln_reshape_attrs; /* shape[0] may be KILN_BATCH */
+typedef struct { int dim0, dim1; } kiln_transpose_attrs;
+typedef struct { int dim; int64_t start, end; } kiln_slice_attrs;
+/* momentum 0.1 and eps 1e-5 are PyTorch's; training is set at compile */
+typedef struct { float momentum, eps; int training; } kiln_bn_attrs;
+typedef struct { double max_norm; } kiln_clip_attrs;
+typedef struct { float momentum, dampening, weight_decay; int nesterov; } kiln_sgd_attrs;
+typedef struct { float beta1, beta2, eps, weight_decay; } kiln_adamw_attrs;
+typedef struct { float rho, eps, weight_decay; } kiln_adadelta_attrs;
+typedef union kiln_attrs {
+    kiln_conv_attrs conv;
+    kiln_pool_attrs pool;
+    kiln_dropout_attrs dropout;
+    kiln_reshape_attrs reshape;
+    kiln_transpose_attrs transpose;
+    kiln_slice_attrs slice;
+    kiln_bn_attrs bn;
+    kiln_clip_attrs clip;
+    kiln_sgd_attrs sgd;
+    kiln_adamw_attrs adamw;
+    kiln_adadelta_attrs adadelta;
+} kiln_attrs;
+
+typedef enum { KILN_ATTR_I64, KILN_ATTR_INT, KILN_ATTR_F32, KILN_ATTR_F64 } kiln_attr_type;
+typedef struct kiln_attr_spec {
+    const char *name;
+    kiln_attr_type type;
+    size_t offset; /* into kiln_attrs */
+} kiln_attr_spec;
+#define KILN_ATTR(nm, ty, member) {nm, ty, offsetof(kiln_attrs, member)}
+
+/* epilogues: a following op folded into a node by the fusion pass */
+enum {
+    KILN_EPI_NONE = 0,
+    KILN_EPI_RELU = 1,          /* y = relu(op(...)) */
+    KILN_EPI_RELU_BWD_MASK = 2, /* a backward that also applies relu's backward (max-pool) */
+};
+
+/* op flags */
+enum {
+    KILN_OPF_VIEW = 1 << 0,        /* no kernel: output 0 shares input 0's storage */
+    KILN_OPF_POINTWISE = 1 << 1,   /* out[i] depends on in[*][i] only (the fusion pass's material) */
+    KILN_OPF_ELEMENTWISE_LAYOUT = 1 << 2, /* works on any storage layout when all operands share it */
+    KILN_OPF_STEP_ONLY = 1 << 3,   /* not a graph node: read-out, clipping, optimizer steps */
+    KILN_OPF_RANDOM = 1 << 4,      /* draws from the counter-based RNG (its step gets a key) */
+    KILN_OPF_LOSS = 1 << 5,        /* checks integer targets against the class count */
+    KILN_OPF_LAYER = 1 << 6,       /* named after its weight: input 1 'conv2.weight' names the node 'conv2' */
+};
+
+/* shape inference: reads in[] and attr, fills the output specs */
+typedef struct kiln_out_spec {
+    kiln_dtype dtype;
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    int batched;
+    /* views (KILN_OPF_VIEW): strides and offset into input 0's root; stride[0]
+     * == 0 means contiguous */
+    int64_t stride[KILN_MAX_DIMS];
+    int64_t offset;
+} kiln_out_spec;
+
+typedef struct kiln_infer {
+    kiln_graph *g;
+    kiln_op op;
+    int node;                        /* the id the node will get (for messages) */
+    int nin;
+    const struct kiln_val *in[KILN_OP_MAX_IN];
+    const kiln_attrs *attr;
+    int nout;
+    kiln_out_spec out[KILN_OP_MAX_OUT];
+} kiln_infer;
+
+/* Sets the graph's sticky error as "<op>#<node>: <message>" and returns -1. */
+int kiln_infer_fail(kiln_infer *ix, kiln_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* "[64, 1, 28, 28]" of a value (into a buffer of 96 bytes) */
+const char *kiln_infer_shape(const struct kiln_val *v, char *buf);
+
+/* ---- autodiff's side of a backward rule (src/graph/autodiff.c) ---- */
+struct kiln_node;
+struct kiln_val;
+typedef struct kiln_ad kiln_ad;
+/* dL/dv is wanted: v depends on a parameter */
+int kiln_ad_needs(const kiln_ad *ad, kiln_value v);
+/* a value of the graph (valid until the next node or value is added) */
+const struct kiln_val *kiln_ad_value(const kiln_ad *ad, kiln_value v);
+/* the gradient flowing into output k of the forward node being differentiated, or -1 */
+kiln_value kiln_ad_dout(const kiln_ad *ad, int k);
+/* Adds backward node `op` for the forward node being differentiated: inputs
+ * in[], outputs the gradients of targets[] (a target of -1 leaves its slot
+ * empty). The first contribution to a gradient creates and writes it, later
+ * ones add (the grad = None rule). Copies the forward node's attributes.
+ * Returns the node id, or -1. */
+int kiln_ad_emit(kiln_ad *ad, kiln_op op, const kiln_value *in, int nin, const kiln_value *targets, int ntargets);
+/* View op `op` (reshape, transpose, ...) applied to v, e.g. to an incoming
+ * gradient: for view ops' backward rules. Returns the view or -1. */
+kiln_value kiln_ad_view(kiln_ad *ad, kiln_op op, kiln_value v, const kiln_attrs *attr);
+/* Passes gradient view `dview` (shaped like x) on to x: when it is x's only
+ * contribution, x's gradient *is* the view (no copy); otherwise a GRAD_COPY. */
+int kiln_ad_flow(kiln_ad *ad, kiln_value dview, kiln_value x);
+
+typedef struct kiln_op_def {
+    const char *name;
+    int min_in, max_in;              /* inputs (optional trailing ones, e.g. a bias) */
+    int nout;                        /* outputs made by the builder (0 for backward and step-only ops) */
+    unsigned flags;                  /* KILN_OPF_* */
+    unsigned strided_in;             /* bit k: input k may be a strided (non-contiguous) view */
+    unsigned epilogues;              /* KILN_EPI_* this op can absorb */
+    unsigned as_epilogue;            /* KILN_EPI_* this op becomes when folded into its producer */
+    const kiln_attr_spec *attrs;     /* the attribute schema (for listings), NULL-name terminated */
+    int (*infer)(kiln_infer *ix);    /* forward ops: validate inputs, fill out[]; 0 or -1 */
+    /* NULL: nothing flows back. f is a copy of the forward node: adding nodes moves the graph's arrays */
+    int (*backward)(kiln_ad *ad, const struct kiln_node *f);
+    /* training or evaluation: e.g. dropout becomes a view, batch norm uses running statistics */
+    void (*specialize)(kiln_graph *g, int node, int training, int dropout_off);
+} kiln_op_def;
+
+const kiln_op_def *kiln_op_get(kiln_op op);
+const char *kiln_op_name(kiln_op op);
+/* the op's attribute values as "stride=1 pad=0" */
+void kiln_op_format_attrs(kiln_op op, const kiln_attrs *a, char *buf, size_t len);
+
+/* the family files' entries, gathered by table.c */
+extern const kiln_op_def kiln_op_conv2d, kiln_op_conv2d_bwd_data, kiln_op_conv2d_bwd_weight;
+extern const kiln_op_def kiln_op_linear, kiln_op_linear_bwd_data, kiln_op_linear_bwd_weight;
+extern const kiln_op_def kiln_op_max_pool2d, kiln_op_max_pool2d_bwd;
+extern const kiln_op_def kiln_op_relu, kiln_op_relu_bwd, kiln_op_add, kiln_op_mul, kiln_op_mul_bwd, kiln_op_grad_copy,
+    kiln_op_ones, kiln_op_dropout, kiln_op_dropout_bwd, kiln_op_sum, kiln_op_sum_bwd;
+extern const kiln_op_def kiln_op_log_softmax, kiln_op_log_softmax_bwd, kiln_op_nll_loss, kiln_op_nll_loss_bwd,
+    kiln_op_cross_entropy, kiln_op_cross_entropy_bwd;
+extern const kiln_op_def kiln_op_reshape, kiln_op_transpose, kiln_op_slice, kiln_op_slice_bwd, kiln_op_contiguous;
+extern const kiln_op_def kiln_op_batch_norm2d, kiln_op_batch_norm2d_bwd;
+extern const kiln_op_def kiln_op_readout, kiln_op_sumsq, kiln_op_clip_scale, kiln_op_sgd_update,
+    kiln_op_adamw_update, kiln_op_adadelta_update;
+
+#endif

@@ -1,0 +1,66 @@
+/* Row-wise ops over the last dimension: log_softmax, and the mean-reduced
+ * losses nll_loss and cross_entropy (PyTorch's defaults) with int32 targets. */
+#include "graph/internal/graph.h"
+
+static int log_softmax_infer(kiln_infer *ix) {
+    const kiln_val *X = ix->in[0];
+    char s[96];
+    if (X->ndim != 2) return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s (want [N,C])", kiln_infer_shape(X, s));
+    if (X->dtype != KILN_F32)
+        return kiln_infer_fail(ix, KILN_ERR_INVALID_ARG, "input '%s' is %s, not f32", X->name, kiln_dtype_name(X->dtype));
+    kiln_out_spec *y = &ix->out[0];
+    y->dtype = KILN_F32;
+    y->ndim = 2;
+    y->batched = X->batched;
+    y->shape[0] = X->shape[0];
+    y->shape[1] = X->shape[1];
+    return 0;
+}
+
+static int loss_infer(kiln_infer *ix) {
+    const kiln_val *X = ix->in[0], *T = ix->in[1];
+    char s1[96], s2[96];
+    if (X->ndim != 2 || X->dtype != KILN_F32 || T->ndim != 1 || T->dtype != KILN_I32 || X->batched != T->batched ||
+        (!X->batched && X->shape[0] != T->shape[0]))
+        return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s and target %s (want [N,C] f32 and [N] i32)",
+                               kiln_infer_shape(X, s1), kiln_infer_shape(T, s2));
+    ix->out[0].dtype = KILN_F32; /* a scalar */
+    return 0;
+}
+
+static int log_softmax_backward(kiln_ad *ad, const kiln_node *f) {
+    kiln_value x = f->in[0];
+    if (!kiln_ad_needs(ad, x)) return 0;
+    kiln_value in[2] = {f->out[0], kiln_ad_dout(ad, 0)};
+    return kiln_ad_emit(ad, KILN_OP_LOG_SOFTMAX_BWD, in, 2, &x, 1) < 0 ? -1 : 0;
+}
+
+static int nll_backward(kiln_ad *ad, const kiln_node *f) {
+    kiln_value x = f->in[0];
+    if (!kiln_ad_needs(ad, x)) return 0;
+    kiln_value in[2] = {f->in[1], kiln_ad_dout(ad, 0)};
+    return kiln_ad_emit(ad, KILN_OP_NLL_LOSS_BWD, in, 2, &x, 1) < 0 ? -1 : 0;
+}
+
+static int cross_entropy_backward(kiln_ad *ad, const kiln_node *f) {
+    kiln_value x = f->in[0];
+    if (!kiln_ad_needs(ad, x)) return 0;
+    kiln_value in[3] = {x, f->in[1], kiln_ad_dout(ad, 0)};
+    return kiln_ad_emit(ad, KILN_OP_CROSS_ENTROPY_BWD, in, 3, &x, 1) < 0 ? -1 : 0;
+}
+
+const kiln_op_def kiln_op_log_softmax = {
+    .name = "log_softmax", .min_in = 1, .max_in = 1, .nout = 1, .infer = log_softmax_infer,
+    .backward = log_softmax_backward,
+};
+const kiln_op_def kiln_op_log_softmax_bwd = {.name = "log_softmax_bwd", .min_in = 2, .max_in = 2};
+const kiln_op_def kiln_op_nll_loss = {
+    .name = "nll_loss", .min_in = 2, .max_in = 2, .nout = 1, .flags = KILN_OPF_LOSS, .infer = loss_infer,
+    .backward = nll_backward,
+};
+const kiln_op_def kiln_op_nll_loss_bwd = {.name = "nll_loss_bwd", .min_in = 2, .max_in = 2};
+const kiln_op_def kiln_op_cross_entropy = {
+    .name = "cross_entropy", .min_in = 2, .max_in = 2, .nout = 1, .flags = KILN_OPF_LOSS, .infer = loss_infer,
+    .backward = cross_entropy_backward,
+};
+const kiln_op_def kiln_op_cross_entropy_bwd = {.name = "cross_entropy_bwd", .min_in = 3, .max_in = 3};

@@ -1,0 +1,69 @@
+/* batch_norm2d, PyTorch's nn.BatchNorm2d (affine, track_running_stats):
+ *   training:   y = (x - mean) * invstd * weight + bias over (N, H, W) per
+ *               channel, biased variance; the running statistics move by
+ *               momentum (0.1) towards the batch's mean and *unbiased*
+ *               variance, and num_batches_tracked counts the batches;
+ *   evaluation: the running statistics take the batch's place, nothing changes.
+ * Inputs: x [N,C,H,W], weight [C], bias [C], running_mean [C], running_var [C]
+ * (buffers, f32) and num_batches_tracked [] (buffer, i64). Outputs: y and, saved
+ * for backward, the batch's mean and invstd [C]. */
+#include "graph/internal/graph.h"
+
+static int bn_infer(kiln_infer *ix) {
+    const kiln_val *X = ix->in[0];
+    char s1[96], s2[96];
+    if (X->ndim != 4 || X->dtype != KILN_F32)
+        return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s (want [N,C,H,W] f32)", kiln_infer_shape(X, s1));
+    int64_t C = X->shape[1];
+    static const char *what[4] = {"weight", "bias", "running_mean", "running_var"};
+    for (int k = 1; k <= 4; k++) {
+        const kiln_val *V = ix->in[k];
+        if (V->ndim != 1 || V->shape[0] != C || V->dtype != KILN_F32)
+            return kiln_infer_fail(ix, KILN_ERR_SHAPE, "%s '%s' %s does not match input %s (want [%lld] f32)", what[k - 1],
+                                   V->name, kiln_infer_shape(V, s1), kiln_infer_shape(X, s2), (long long)C);
+    }
+    if (ix->in[3]->kind != KILN_VAL_BUFFER || ix->in[4]->kind != KILN_VAL_BUFFER || ix->in[5]->kind != KILN_VAL_BUFFER ||
+        ix->in[5]->ndim != 0 || ix->in[5]->dtype != KILN_I64)
+        return kiln_infer_fail(ix, KILN_ERR_INVALID_ARG, "the running statistics must be buffers (and num_batches_tracked an i64 scalar)");
+    if (!(ix->attr->bn.eps > 0) || !(ix->attr->bn.momentum >= 0 && ix->attr->bn.momentum <= 1))
+        return kiln_infer_fail(ix, KILN_ERR_INVALID_ARG, "eps %g, momentum %g", (double)ix->attr->bn.eps,
+                               (double)ix->attr->bn.momentum);
+    kiln_out_spec *y = &ix->out[0];
+    y->dtype = KILN_F32;
+    y->ndim = 4;
+    y->batched = X->batched;
+    for (int d = 0; d < 4; d++) y->shape[d] = X->shape[d];
+    for (int k = 1; k <= 2; k++) { /* saved mean and invstd */
+        ix->out[k].dtype = KILN_F32;
+        ix->out[k].ndim = 1;
+        ix->out[k].shape[0] = C;
+    }
+    return 0;
+}
+
+static int bn_backward(kiln_ad *ad, const kiln_node *f) {
+    kiln_value t[3];
+    int any = 0;
+    for (int k = 0; k < 3; k++) {
+        t[k] = kiln_ad_needs(ad, f->in[k]) ? f->in[k] : -1;
+        any |= t[k] >= 0;
+    }
+    if (!any) return 0;
+    kiln_value in[5] = {f->in[0], kiln_ad_dout(ad, 0), f->in[1], f->out[1], f->out[2]};
+    return kiln_ad_emit(ad, KILN_OP_BATCH_NORM2D_BWD, in, 5, t, 3) < 0 ? -1 : 0;
+}
+
+static void bn_specialize(kiln_graph *g, int i, int training, int dropout_off) {
+    (void)dropout_off;
+    g->nodes[i].attr.bn.training = training;
+}
+
+static const kiln_attr_spec bn_attrs[] = {KILN_ATTR("momentum", KILN_ATTR_F32, bn.momentum),
+                                          KILN_ATTR("eps", KILN_ATTR_F32, bn.eps),
+                                          KILN_ATTR("training", KILN_ATTR_INT, bn.training), {0}};
+
+const kiln_op_def kiln_op_batch_norm2d = {
+    .name = "batch_norm2d", .min_in = 6, .max_in = 6, .nout = 3, .flags = KILN_OPF_LAYER, .attrs = bn_attrs,
+    .infer = bn_infer, .backward = bn_backward, .specialize = bn_specialize,
+};
+const kiln_op_def kiln_op_batch_norm2d_bwd = {.name = "batch_norm2d_bwd", .min_in = 5, .max_in = 5, .attrs = bn_attrs};

@@ -1,0 +1,35 @@
+/* Steps outside the graph that a training step still runs on the backend, so
+ * a device backend keeps a whole step on the device: the loss read-out,
+ * gradient clipping by global norm (a sum of squares, then a scale) and the
+ * fused optimizer updates (PyTorch 1.13 semantics) over runs of the flat
+ * parameter, gradient and state buffers. The learning rate and the step count
+ * change every step and come from the run's scalars, not from attributes. */
+#include "graph/internal/graph.h"
+
+static const kiln_attr_spec clip_attrs[] = {KILN_ATTR("max_norm", KILN_ATTR_F64, clip.max_norm), {0}};
+static const kiln_attr_spec sgd_attrs[] = {KILN_ATTR("momentum", KILN_ATTR_F32, sgd.momentum),
+                                           KILN_ATTR("dampening", KILN_ATTR_F32, sgd.dampening),
+                                           KILN_ATTR("weight_decay", KILN_ATTR_F32, sgd.weight_decay),
+                                           KILN_ATTR("nesterov", KILN_ATTR_INT, sgd.nesterov), {0}};
+static const kiln_attr_spec adamw_attrs[] = {KILN_ATTR("beta1", KILN_ATTR_F32, adamw.beta1),
+                                             KILN_ATTR("beta2", KILN_ATTR_F32, adamw.beta2),
+                                             KILN_ATTR("eps", KILN_ATTR_F32, adamw.eps),
+                                             KILN_ATTR("weight_decay", KILN_ATTR_F32, adamw.weight_decay), {0}};
+static const kiln_attr_spec adadelta_attrs[] = {KILN_ATTR("rho", KILN_ATTR_F32, adadelta.rho),
+                                                KILN_ATTR("eps", KILN_ATTR_F32, adadelta.eps),
+                                                KILN_ATTR("weight_decay", KILN_ATTR_F32, adadelta.weight_decay), {0}};
+
+const kiln_op_def kiln_op_readout = {.name = "readout", .min_in = 1, .max_in = 1, .flags = KILN_OPF_STEP_ONLY};
+const kiln_op_def kiln_op_sumsq = {.name = "sumsq", .min_in = 1, .max_in = 1, .flags = KILN_OPF_STEP_ONLY};
+const kiln_op_def kiln_op_clip_scale = {
+    .name = "clip_scale", .min_in = 1, .max_in = 1, .flags = KILN_OPF_STEP_ONLY, .attrs = clip_attrs,
+};
+const kiln_op_def kiln_op_sgd_update = {
+    .name = "sgd", .min_in = 1, .max_in = 1, .flags = KILN_OPF_STEP_ONLY, .attrs = sgd_attrs,
+};
+const kiln_op_def kiln_op_adamw_update = {
+    .name = "adamw", .min_in = 1, .max_in = 1, .flags = KILN_OPF_STEP_ONLY, .attrs = adamw_attrs,
+};
+const kiln_op_def kiln_op_adadelta_update = {
+    .name = "adadelta", .min_in = 1, .max_in = 1, .flags = KILN_OPF_STEP_ONLY, .attrs = adadelta_attrs,
+};
