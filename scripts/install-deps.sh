@@ -2,7 +2,7 @@
 # Installs what kiln needs from Debian's packages. Idempotent and quiet when
 # everything is present. Test-only peers (python3-torch) come with --test/--bench.
 set -euo pipefail
-need=(cmake make gcc pkg-config libdnnl-dev zlib1g-dev dataset-fashion-mnist python3)  # python3: test_cli reads JSON
+need=(cmake make gcc pkg-config libdnnl-dev zlib1g-dev libjansson-dev dataset-fashion-mnist python3)  # python3: test_cli reads JSON
 case "${1:-}" in
   --test) ;;   # fixtures are committed: the suite needs no PyTorch
   # the PyTorch peer at its best: without an optimised BLAS, Debian's python3-torch

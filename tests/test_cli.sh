@@ -164,6 +164,87 @@ expect 2 "eval without --load" "--load" -- "$KILN" eval
 expect 2 "eval unknown option" "--frobnicate" -- "$KILN" eval --frobnicate
 expect 2 "eval non-integer" "--batch-size" "many" -- "$KILN" eval --batch-size many --load x
 
+# ---------- the option table: --flag=value, did-you-mean, --version ----------
+expect 0 "--flag=value" -- "$KILN" train --model=mlp --max-steps=2 --log-every=1 --no-test "${Q[@]}"
+expect 2 "did you mean (train)" "unknown option --batch_size; did you mean --batch-size?" -- "$KILN" train --batch_size 32
+expect 2 "did you mean (eval)" "unknown option --laod; did you mean --load?" -- "$KILN" eval --laod x
+expect 2 "no suggestion for a far name" "unknown option --frobnicate" -- "$KILN" train --frobnicate
+check "nothing suggested for --frobnicate" bash -c "! grep -q 'did you mean' '$T/err'"
+expect 2 "a flag given a value" "--no-test" -- "$KILN" train --no-test=yes
+expect 2 "an argument that is not an option" "unexpected argument" -- "$KILN" train mlp
+expect 0 "kiln --version" -- "$KILN" --version
+check "--version prints the version" grep -qE '^kiln [0-9]+\.[0-9]+\.[0-9]+$' "$T/out"
+
+# ---------- --resume FILE alone: the run's settings come from the checkpoint ----------
+S="$T/settings.safetensors"
+SET=(--model mlp --optimizer sgd --lr 0.05 --momentum 0.9 --batch-size 32 --seed 3 --clip-grad-norm 2)
+expect 0 "a run with settings, saved at step 4" -- "$KILN" train "${SET[@]}" --max-steps 4 --no-test --save "$S" "${Q[@]}"
+expect 0 "--resume alone continues it" -- "$KILN" train --resume "$S" --max-steps 8 --no-test --save "$T/s8.safetensors" --json "${Q[@]}"
+if tail -n 1 "$T/out" | "$PY" -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+assert d["model"] == "mlp" and d["optimizer"] == "sgd" and d["batch_size"] == 32 and d["steps"] == 4, d
+'; then ok; else bad "--resume alone: not the saved run's settings: $(tail -n 1 "$T/out")"; fi
+expect 0 "the same 8 steps straight" -- "$KILN" train "${SET[@]}" --max-steps 8 --no-test --save "$T/s8b.safetensors" "${Q[@]}"
+same_tensors() {
+    "$PY" - "$1" "$2" <<'PYEOF'
+import json, struct, sys
+def rd(p):
+    b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n]); d = b[8 + n:]
+    h.pop('__metadata__', None)
+    return {k: d[v['data_offsets'][0]:v['data_offsets'][1]] for k, v in h.items()}
+a, b = rd(sys.argv[1]), rd(sys.argv[2])
+sys.exit(0 if a == b and len(a) > 0 else 1)
+PYEOF
+}
+check "resumed with stored settings = 8 steps straight, bit for bit" same_tensors "$T/s8.safetensors" "$T/s8b.safetensors"
+expect 2 "a contradicting flag is refused, naming both" "--lr 0.1 contradicts" "(--lr 0.05)" "$S" -- \
+    "$KILN" train --resume "$S" --lr 0.1 --max-steps 6 --no-test "${Q[@]}"
+expect 2 "a contradicting model" "--model mnist-cnn contradicts" "(--model mlp)" -- \
+    "$KILN" train --resume "$S" --model mnist-cnn --no-test "${Q[@]}"
+expect 2 "a contradicting flag without value" "--dropout-off" "contradicts" -- \
+    "$KILN" train --resume "$S" --dropout-off --no-test "${Q[@]}"
+expect 0 "the same value spelled another way" -- "$KILN" train --resume "$S" --lr 5e-2 --batch-size=32 --max-steps 5 --no-test "${Q[@]}"
+expect 0 "settings that may change" -- \
+    "$KILN" train --resume "$S" --max-steps 6 --epochs 2 --workers 2 --threads 1 --log-every 3 --no-test "${Q[@]}"
+
+# ---------- epoch lines and the metrics file ----------
+SMALL="$T/small"
+mkdir -p "$SMALL"
+"$PY" - "$DATA" "$SMALL" <<'PYEOF'
+import gzip, struct, sys
+src, dst = sys.argv[1:3]
+for split, n in (("train", 640), ("t10k", 200)):
+    img = gzip.open(f"{src}/{split}-images-idx3-ubyte.gz").read()
+    lab = gzip.open(f"{src}/{split}-labels-idx1-ubyte.gz").read()
+    open(f"{dst}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 28, 28) + img[16:16 + n * 784])
+    open(f"{dst}/{split}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + lab[8:8 + n])
+PYEOF
+expect 0 "three epochs, evaluated every second one, with a metrics file" "epoch 1/3: train loss" "epoch 2/3: train loss" \
+    "epoch 3/3: train loss" "test loss" "test accuracy" -- \
+    "$KILN" train --model mlp --data "$SMALL" --epochs 3 --eval-every 2 --log-every 4 --metrics "$T/m.jsonl" --workers 1
+check "one epoch line per epoch" test "$(grep -c 'kiln: epoch ' "$T/err")" -eq 3
+check "epoch 1 not evaluated (--eval-every 2)" bash -c "grep 'kiln: epoch 1/3' '$T/err' | grep -vq 'test accuracy'"
+if "$PY" - "$T/m.jsonl" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in rows if r["kind"] == "step"]
+epochs = [r for r in rows if r["kind"] == "epoch"]
+assert [r["epoch"] for r in epochs] == [1, 2, 3], epochs
+assert ["test_accuracy" in r for r in epochs] == [False, True, True], epochs
+for r in epochs:
+    assert all(k in r for k in ("step", "train_loss", "lr", "images_per_s", "data_wait", "time_s")), r
+    assert r["train_loss"] > 0 and r["images_per_s"] > 0, r
+assert [r["step"] for r in steps] == [4, 8, 12, 16, 20, 24, 28, 30], [r["step"] for r in steps]
+for r in steps:
+    assert all(k in r for k in ("epoch", "loss", "lr", "images_per_s", "data_wait")), r
+    assert r["loss"] > 0 and 0 <= r["data_wait"] <= 1 and r["images_per_s"] > 0, r
+assert abs(epochs[1]["lr"] - 0.7) < 1e-6 and abs(epochs[2]["lr"] - 0.49) < 1e-6, epochs  # StepLR per epoch
+PYEOF
+then ok; else bad "the metrics file's lines: $(head -c 600 "$T/m.jsonl")"; fi
+expect 2 "--metrics into a missing folder" "$T/nodir/m.jsonl" -- \
+    "$KILN" train --model mlp --data "$SMALL" --max-steps 1 --no-test --metrics "$T/nodir/m.jsonl" "${Q[@]}"
+
 # ---------- checkpoints that do not fit ----------
 M="$T/m.safetensors"
 expect 0 "train mlp 3 steps" -- "$KILN" train --model mlp --max-steps 3 --no-test --save "$M" "${Q[@]}"
@@ -231,9 +312,14 @@ expect 1 "failed run (loss NaN) with --save" "step" "no checkpoint was written" 
     "$KILN" train --model mlp --optimizer sgd --lr 1e30 --max-steps 20 --no-test --save "$K" "${Q[@]}"
 check "checkpoint untouched after a NaN loss" cmp -s "$K" "$T/keep.orig"
 check "no temporary file after a NaN loss" notmp
-expect 1 "resumed run (loss NaN) saving over its own checkpoint" "step" -- \
-    "$KILN" train --model mlp --resume "$K" --optimizer adadelta --lr 1e30 --max-steps 20 --no-test --save "$K" "${Q[@]}"
-check "checkpoint untouched after a resumed NaN run" cmp -s "$K" "$T/keep.orig"
+# a run whose one step (lr 1e30) leaves weights that make the next loss NaN, then resumed
+N="$T/keep/nan.safetensors"
+expect 0 "train one step with lr 1e30" -- \
+    "$KILN" train --model mlp --optimizer sgd --lr 1e30 --max-steps 1 --no-test --save "$N" "${Q[@]}"
+cp "$N" "$T/nan.orig"
+expect 1 "resumed run (loss NaN) saving over its own checkpoint" "step" "no checkpoint was written" -- \
+    "$KILN" train --resume "$N" --max-steps 20 --no-test --save "$N" "${Q[@]}"
+check "checkpoint untouched after a resumed NaN run" cmp -s "$N" "$T/nan.orig"
 expect 0 "resume and save over the same file" -- \
     "$KILN" train --model mlp --resume "$K" --max-steps 4 --no-test --save "$K" "${Q[@]}"
 check "checkpoint replaced after a good run" bash -c "! cmp -s '$K' '$T/keep.orig'"
@@ -283,6 +369,22 @@ if command -v script >/dev/null 2>&1; then
     script -qec "$KILN train --model mlp --max-steps 30 --no-test --threads 2" /dev/null >"$T/tty" 2>&1
     check "progress bar on a terminal redraws with \\r" grep -q $'\r\\[#' "$T/tty"
     check "progress bar shows loss, img/s, data-wait and ETA" bash -c "grep -q 'img/s' '$T/tty' && grep -q 'data-wait' '$T/tty' && grep -q 'ETA' '$T/tty'"
+    # 80 columns, two epochs: the bar never wraps, shows lr, and the epoch lines are not printed onto it
+    script -qec "stty cols 80; $KILN train --model mlp --data $SMALL --epochs 2 --no-test --threads 2" /dev/null >"$T/tty2" 2>&1
+    if "$PY" - "$T/tty2" <<'PYEOF'
+import re, sys
+raw = open(sys.argv[1], 'rb').read().decode('utf-8', 'replace')
+plain = re.sub(r'\x1b\[[0-9;]*[A-Za-z]', '', raw)
+segments = re.split(r'[\r\n]', plain)
+bars = [x for x in segments if x.startswith('[')]
+assert bars and max(len(b) for b in bars) < 80, max(bars, key=len)
+assert all(' lr ' in b and 'loss' in b and 'ETA' in b for b in bars), bars[:3]
+epochs = [m.start() for m in re.finditer('kiln: epoch ', raw)]
+assert len(epochs) == 2, epochs
+for at in epochs:  # each message starts on a fresh line: after a newline, or after the bar is erased
+    assert raw[at - 1] == '\n' or raw[max(0, at - 4):at] == '\r\x1b[K', repr(raw[max(0, at - 20):at + 10])
+PYEOF
+    then ok; else bad "progress bar on 80 columns: $(tail -c 400 "$T/tty2" | cat -v)"; fi
 fi
 
 # ---------- --json ----------

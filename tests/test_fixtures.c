@@ -729,6 +729,76 @@ static void test_clip(const char *fxname) {
     kiln_st_close(f);
 }
 
+/* batch_norm2d: the double kernels, and the float kernels in plain NCHW and in
+ * the blocked nChw16c layout, against PyTorch's BatchNorm2d (training step,
+ * running statistics, gradients, then evaluation with the updated statistics) */
+static void to_blocked(const float *x, float *xb, int64_t n, int64_t c, int64_t hw, int back) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t j = 0; j < hw; j++) {
+                int64_t p = (i * c + ch) * hw + j, b = ((i * (c / 16) + ch / 16) * hw + j) * 16 + ch % 16;
+                if (back) xb[p] = x[b];
+                else xb[b] = x[p];
+            }
+}
+
+static void test_batch_norm2d(void) {
+    const char *fxname = "op_batch_norm2d.safetensors";
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const kiln_tensor *tx = fx_get(f, "x", KILN_F64);
+    const double *w = fx_d(f, "weight"), *b = fx_d(f, "bias"), *rm0 = fx_d(f, "running_mean0"), *rv0 = fx_d(f, "running_var0");
+    const double *y = fx_d(f, "y"), *dy = fx_d(f, "dy"), *dx = fx_d(f, "dx"), *dw = fx_d(f, "dweight"), *db = fx_d(f, "dbias");
+    const double *rm1 = fx_d(f, "running_mean1"), *rv1 = fx_d(f, "running_var1"), *ye = fx_d(f, "y_eval");
+    double momentum = fx_meta(f, "momentum"), eps = fx_meta(f, "eps");
+    if (!tx || !w || !b || !rm0 || !rv0 || !y || !dy || !dx || !dw || !db || !rm1 || !rv1 || !ye) goto out;
+    int64_t n = tx->shape[0], c = tx->shape[1], hw = tx->shape[2] * tx->shape[3], nx = kiln_tensor_numel(tx);
+    const double *x = tx->data;
+    /* double */
+    double *rm = dbuf(c), *rv = dbuf(c), *ry = dbuf(nx), *mean = dbuf(c), *invstd = dbuf(c);
+    double *rdx = dbuf(nx), *rdw = dbuf(c), *rdb = dbuf(c);
+    memcpy(rm, rm0, (size_t)c * 8);
+    memcpy(rv, rv0, (size_t)c * 8);
+    CHECK(kiln_ref_batch_norm_fwd(n, c, hw, x, w, b, rm, rv, momentum, eps, 1, ry, mean, invstd) == 0);
+    CMP_D("y", ry, y, nx);
+    CMP_D("running_mean", rm, rm1, c);
+    CMP_D("running_var", rv, rv1, c);
+    kiln_ref_batch_norm_bwd(n, c, hw, x, dy, w, mean, invstd, rdx, rdw, rdb, 0, 0, 0);
+    CMP_D("dx", rdx, dx, nx);
+    CMP_D("dweight", rdw, dw, c);
+    CMP_D("dbias", rdb, db, c);
+    CHECK(kiln_ref_batch_norm_fwd(n, c, hw, x, w, b, rm, rv, momentum, eps, 0, ry, NULL, NULL) == 0);
+    CMP_D("y (eval)", ry, ye, nx);
+    /* float, plain and blocked */
+    float *fx_ = fcopy(x, nx), *fw = fcopy(w, c), *fb = fcopy(b, c), *fdy = fcopy(dy, nx), *xb = fbuf(nx), *dyb = fbuf(nx);
+    to_blocked(fx_, xb, n, c, hw, 0);
+    to_blocked(fdy, dyb, n, c, hw, 0);
+    for (int blocked = 0; blocked <= 16; blocked += 16) {
+        float *frm = fcopy(rm0, c), *frv = fcopy(rv0, c), *fy = fbuf(nx), *fm = fbuf(c), *fi = fbuf(c), *out = fbuf(nx);
+        float *fdx = fbuf(nx), *fdw = fbuf(c), *fdb = fbuf(c);
+        const float *in = blocked ? xb : fx_, *g = blocked ? dyb : fdy;
+        CHECK(kiln_cpu_batch_norm_fwd(n, c, hw, blocked, in, fw, fb, frm, frv, (float)momentum, (float)eps, 1, fy, fm, fi) == 0);
+        if (blocked) to_blocked(fy, out, n, c, hw, 1);
+        CMP_F(blocked ? "y (blocked)" : "y", blocked ? out : fy, y, nx);
+        CMP_F("running_mean", frm, rm1, c);
+        CMP_F("running_var", frv, rv1, c);
+        kiln_cpu_batch_norm_bwd(n, c, hw, blocked, in, g, fw, fm, fi, fdx, fdw, fdb, 0, 0, 0);
+        if (blocked) to_blocked(fdx, out, n, c, hw, 1);
+        CMP_F(blocked ? "dx (blocked)" : "dx", blocked ? out : fdx, dx, nx);
+        CMP_F("dweight", fdw, dw, c);
+        CMP_F("dbias", fdb, db, c);
+        CHECK(kiln_cpu_batch_norm_fwd(n, c, hw, blocked, in, fw, fb, frm, frv, (float)momentum, (float)eps, 0, fy, NULL, NULL) == 0);
+        if (blocked) to_blocked(fy, out, n, c, hw, 1);
+        CMP_F(blocked ? "y eval (blocked)" : "y eval", blocked ? out : fy, ye, nx);
+        kiln_free(frm), kiln_free(frv), kiln_free(fy), kiln_free(fm), kiln_free(fi), kiln_free(out);
+        kiln_free(fdx), kiln_free(fdw), kiln_free(fdb);
+    }
+    kiln_free(fx_), kiln_free(fw), kiln_free(fb), kiln_free(fdy), kiln_free(xb), kiln_free(dyb);
+    free(rm), free(rv), free(ry), free(mean), free(invstd), free(rdx), free(rdw), free(rdb);
+out:
+    kiln_st_close(f);
+}
+
 int main(void) {
     test_clip("op_clip_grad_norm.safetensors");
     test_clip("op_clip_grad_norm_noop.safetensors");
@@ -746,6 +816,7 @@ int main(void) {
     test_loss("op_cross_entropy.safetensors", 1);
     test_binary("op_add.safetensors", 0);
     test_binary("op_mul.safetensors", 1);
+    test_batch_norm2d();
     test_optimizer("op_sgd.safetensors", KILN_OPT_SGD);
     test_optimizer("op_adamw.safetensors", KILN_OPT_ADAMW);
     test_optimizer("op_adadelta.safetensors", KILN_OPT_ADADELTA);

@@ -62,14 +62,14 @@ static uint8_t *read_file(const char *path, size_t *n) {
 }
 
 /* images of random pixels and random labels 0..9, as plain (not gzipped) IDX */
-static void write_idx_split(const char *folder, const char *split, uint32_t n) {
+static void write_idx_sized(const char *folder, const char *split, uint32_t n, uint32_t side) {
     char path[256];
-    size_t ni = 16 + (size_t)n * 28 * 28, nl = 8 + n;
+    size_t ni = 16 + (size_t)n * side * side, nl = 8 + n;
     uint8_t *img = malloc(ni), *lab = malloc(nl);
     put_be32(img, 0x00000803);
     put_be32(img + 4, n);
-    put_be32(img + 8, 28);
-    put_be32(img + 12, 28);
+    put_be32(img + 8, side);
+    put_be32(img + 12, side);
     for (size_t i = 16; i < ni; i++) img[i] = (uint8_t)tu_u64();
     put_be32(lab, 0x00000801);
     put_be32(lab + 4, n);
@@ -81,6 +81,8 @@ static void write_idx_split(const char *folder, const char *split, uint32_t n) {
     free(img);
     free(lab);
 }
+
+static void write_idx_split(const char *folder, const char *split, uint32_t n) { write_idx_sized(folder, split, n, 28); }
 
 static void remove_tree(const char *dir) {
     DIR *d = opendir(dir);
@@ -292,6 +294,67 @@ static void test_resume_epochs(const char *model, const int64_t *stops, int nsto
     }
 }
 
+/* ---------- batch norm: buffers in checkpoints, evaluation mode ---------- */
+
+/* mnist-cnn-bn: the running statistics are saved under PyTorch's names (f32
+ * running_mean/var, an i64 num_batches_tracked counting the batches), they
+ * moved from their initial values, and evaluation (which normalises with
+ * them) scores the saved model as the training run did */
+static void test_batch_norm_model(void) {
+    char a[256];
+    snprintf(a, sizeof a, "%s/bn.safetensors", g_tmp);
+    kiln_train_config c = config("mnist-cnn-bn", g_small);
+    c.test = 1;
+    kiln_train_result r;
+    if (run(c, a, NULL, 0, &r) != KILN_OK) return;
+    kiln_st_file *f = NULL;
+    CHECK_OK(kiln_st_open(a, &f));
+    if (!f) return;
+    CHECK_MSG(!kiln_st_find(f, "conv1.bias") && kiln_st_find(f, "conv1.weight"), "conv1 has no bias before its batch norm");
+    const char *bufs[2] = {"bn1", "bn2"};
+    for (int i = 0; i < 2; i++) {
+        char n[64];
+        snprintf(n, sizeof n, "%s.running_mean", bufs[i]);
+        const kiln_tensor *m = kiln_st_find(f, n);
+        snprintf(n, sizeof n, "%s.running_var", bufs[i]);
+        const kiln_tensor *v = kiln_st_find(f, n);
+        snprintf(n, sizeof n, "%s.num_batches_tracked", bufs[i]);
+        const kiln_tensor *t = kiln_st_find(f, n);
+        CHECK_MSG(m && v && t && m->dtype == KILN_F32 && v->dtype == KILN_F32 && t->dtype == KILN_I64 && t->ndim == 0,
+                  "%s: running statistics missing or of the wrong dtype", bufs[i]);
+        if (!m || !v || !t) continue;
+        CHECK_MSG(*(const int64_t *)t->data == r.steps, "%s.num_batches_tracked is %lld after %lld steps", bufs[i],
+                  (long long)*(const int64_t *)t->data, (long long)r.steps);
+        double dm = 0, dv = 0;
+        for (int64_t k = 0; k < kiln_tensor_numel(m); k++) {
+            dm = fmax(dm, fabs(((const float *)m->data)[k]));
+            dv = fmax(dv, fabs(((const float *)v->data)[k] - 1.0));
+        }
+        CHECK_MSG(dm > 1e-3 && dv > 1e-3, "%s: the running statistics did not move (%g, %g)", bufs[i], dm, dv);
+    }
+    kiln_st_close(f);
+    double loss = 0, acc = -1;
+    int64_t samples = 0;
+    CHECK_OK(kiln_evaluate("mnist-cnn-bn", g_small, a, 50, 1, 0, &loss, &acc, &samples));
+    CHECK_MSG(samples == SMALL_TEST && fabs(acc - r.test_accuracy) < 1e-12 && fabs(loss - r.test_loss) <= 1e-6 * fabs(loss),
+              "eval of the saved model: loss %.6f accuracy %.4f, the training run's %.6f %.4f", loss, acc, r.test_loss,
+              r.test_accuracy);
+}
+
+/* the data's samples must be what the model's input takes */
+static void test_sample_shape(void) {
+    char d[256];
+    snprintf(d, sizeof d, "%s/small20", g_tmp);
+    CHECK(mkdir(d, 0755) == 0);
+    write_idx_sized(d, "train", 40, 20);
+    write_idx_sized(d, "t10k", 10, 20);
+    kiln_train_config c = config("mlp", d);
+    kiln_train_result r;
+    CHECK(kiln_train(&c, &r) == KILN_ERR_SHAPE);
+    CHECK_MSG(strstr(kiln_last_error(), "[1, 20, 20]") && strstr(kiln_last_error(), "[1, 28, 28]"), "message: %s",
+              kiln_last_error());
+}
+
 /* ---------- 1b: worker counts ---------- */
 
 static void test_workers(const char *model, const char *data, int64_t steps, int64_t epochs) {
@@ -460,6 +523,7 @@ static void test_interrupt(void) {
     kiln_train_config c = config("mlp", g_small);
     c.epochs = 4;
     c.test = 1;
+    c.eval_every = 0; /* only the final evaluation, which an interrupted run skips */
     stop_at s = {0, 7};
     c.stop_flag = &s.flag;
     c.progress = stop_on_step;
@@ -609,6 +673,11 @@ int main(void) {
     lap("resume across epochs mlp");
     test_resume_epochs("mnist-cnn", stops_cnn, 2);
     lap("resume across epochs mnist-cnn");
+    static const int64_t stops_bn[] = {7};
+    test_resume_epochs("mnist-cnn-bn", stops_bn, 1);
+    test_batch_norm_model();
+    test_sample_shape();
+    lap("batch norm: resume, buffers, evaluation; sample shape");
 
     /* 1b: the same batches (and so the same parameters) for 0, 1 and 2 workers */
     test_workers("mlp", "fashion-mnist", g_sanitize ? 30 : 100, 1);

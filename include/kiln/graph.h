@@ -160,7 +160,7 @@ kiln_status kiln_plan_run(kiln_plan *plan, int64_t batch);
 /* After a run: a value's data in host memory (float*, or double* in a reference
  * plan). Only outputs are guaranteed to survive the run; others may be overwritten. */
 const void *kiln_plan_value(const kiln_plan *plan, kiln_value v);
-/* Copies the first n elements of a (contiguous) value of the last run to dst as float. */
+/* Copies the first n elements (row-major, views gathered) of a value of the last run to dst as float. */
 kiln_status kiln_plan_read(const kiln_plan *plan, kiln_value v, float *dst, int64_t n);
 double kiln_plan_loss(const kiln_plan *plan); /* outputs[0] (a scalar), read out by the last step of the run */
 /* the plan's backend ("cpu", "ref") */
@@ -171,7 +171,8 @@ size_t kiln_plan_arena_bytes_no_reuse(const kiln_plan *plan);
 /* A readable listing of the compiled steps (one line per kernel call). */
 void kiln_plan_describe(const kiln_plan *plan, char *buf, size_t len);
 /* Per-step timing of every run (off unless compiled with profile = 1, or
- * switched on here for a while), and a readable report of it. */
+ * switched on here for a while: on starts afresh, off stops and keeps the
+ * figures), and a readable report of it. */
 void kiln_plan_set_profile(kiln_plan *plan, int on);
 void kiln_plan_profile_report(const kiln_plan *plan, char *buf, size_t len);
 /* The k most expensive kernels so far: names and mean ms per run, most expensive first; returns how many. */

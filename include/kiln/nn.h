@@ -26,7 +26,9 @@ typedef struct kiln_model {
     int num_classes;
 } kiln_model;
 
-/* "mnist-cnn": PyTorch's examples/mnist network; "mlp": 784-256-128-10 with ReLU and dropout */
+/* "mnist-cnn": PyTorch's examples/mnist network; "mnist-cnn-bn": the same with
+ * batch norm after each conv (and no conv bias: it would be cancelled);
+ * "mlp": 784-256-128-10 with ReLU and dropout */
 kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out);
 /* NULL-terminated list of model names */
 const char *const *kiln_model_names(void);
@@ -35,6 +37,9 @@ const char *const *kiln_model_names(void);
 kiln_value kiln_nn_conv2d(kiln_graph *g, const char *name, kiln_value x, int64_t in_ch, int64_t out_ch, int64_t kernel,
                           int64_t stride, int64_t pad, int bias);
 kiln_value kiln_nn_linear(kiln_graph *g, const char *name, kiln_value x, int64_t in, int64_t out, int bias);
+/* nn.BatchNorm2d(channels): "<name>.weight" (1), ".bias" (0), buffers ".running_mean" (0),
+ * ".running_var" (1), ".num_batches_tracked" (0, i64); momentum 0.1, eps 1e-5 */
+kiln_value kiln_nn_batch_norm2d(kiln_graph *g, const char *name, kiln_value x, int64_t channels);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "kiln/alloc.h"
 #include "kiln/status.h"
 
 #ifdef __cplusplus
@@ -21,7 +22,6 @@ extern "C" {
 #endif
 
 #define KILN_MAX_DIMS 6
-#define KILN_ALIGN 64
 
 typedef enum kiln_dtype { KILN_F32, KILN_F64, KILN_BF16, KILN_F16, KILN_I32, KILN_I64, KILN_U8 } kiln_dtype;
 
@@ -52,20 +52,6 @@ uint16_t kiln_f32_to_bf16(float f);
 float kiln_bf16_to_f32(uint16_t h);
 uint16_t kiln_f32_to_f16(float f);
 float kiln_f16_to_f32(uint16_t h);
-
-/* Aligned caching allocator: blocks are 64-byte aligned and recycled by size class. */
-void *kiln_alloc(size_t bytes);
-void *kiln_calloc(size_t bytes);
-void kiln_free(void *p);
-typedef struct kiln_alloc_stats {
-    size_t current;   /* bytes handed out now */
-    size_t peak;      /* largest `current` seen */
-    size_t reserved;  /* bytes held from the OS: handed out + cached */
-    uint64_t allocs;  /* kiln_alloc calls */
-    uint64_t cache_hits;
-} kiln_alloc_stats;
-void kiln_alloc_get_stats(kiln_alloc_stats *out);
-void kiln_alloc_release_cached(void); /* give cached free blocks back to the OS */
 
 #ifdef __cplusplus
 }

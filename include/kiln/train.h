@@ -25,9 +25,11 @@ extern "C" {
 
 typedef struct kiln_progress {
     int64_t step, total_steps;  /* global step; total planned */
-    int64_t epoch, epochs;
+    int64_t epoch, epochs;      /* epoch in progress (0-based); total */
     int64_t batch, batches;     /* within the epoch */
     double loss;                /* of this step */
+    double loss_smooth;         /* exponential moving average of the step losses (0.98) */
+    double lr;                  /* the learning rate of this step */
     double images_per_s;        /* since the start of training */
     double data_wait_frac;      /* share of time spent waiting for batches */
     double elapsed_s, eta_s;
@@ -36,25 +38,28 @@ typedef struct kiln_progress {
 typedef void (*kiln_progress_fn)(const kiln_progress *p, void *user);
 
 typedef struct kiln_train_config {
-    const char *model;          /* "mnist-cnn" */
+    const char *model;          /* "mnist-cnn", "mnist-cnn-bn", "mlp" */
     const char *data;           /* "fashion-mnist" or a folder of IDX files */
     int64_t epochs;
     int64_t batch_size, test_batch_size;
     int find_batch_size;        /* 1: batch_size is the largest power of two whose plan fits memory_budget */
-    int64_t accumulate;         /* loader batches per optimizer step (gradient accumulation); 0 or 1: none */
+    int64_t accumulate;         /* loader batches per optimizer step (gradient accumulation); 1: none */
     kiln_optim_config optim;
-    float clip_grad_norm;       /* > 0: clip the global gradient norm to this before each update */
+    float clip_grad_norm;       /* > 0: clip the global gradient norm to this before each update; 0: off */
     float lr_step_gamma;        /* StepLR gamma, applied every lr_step_size epochs */
     int64_t lr_step_size;
     int workers, prefetch, lock_memory;
     int threads;                /* compute threads (OpenMP team, shared with oneDNN) */
-    uint64_t seed;
+    int64_t seed;
     int64_t max_steps;          /* 0: no limit; else stop when the run's global step reaches it */
     const char *save;           /* checkpoint written at the end (NULL: none) */
     int64_t save_every;         /* also write it every N steps (0: only at the end) */
     const char *resume;         /* checkpoint to continue from (NULL: fresh start) */
     const char *load;           /* start from these weights (any safetensors with the model's names) */
-    int test;                   /* 1: measure test accuracy at the end */
+    int test;                   /* 1: evaluate on the test set (every eval_every epochs and at the end) */
+    int64_t eval_every;         /* epochs between evaluations; 0: only at the end */
+    const char *metrics;        /* JSONL file: a line per log_every steps and per epoch (NULL: none) */
+    int64_t log_every;          /* steps between metrics lines (and the CLI's progress lines) */
     int fuse, autotune, dropout_off;
     int profile;                /* 1: time every kernel and log the breakdown at the end */
     double memory_budget;       /* bytes a plan's arena may take; 0: 90 % of the machine's memory */
@@ -73,20 +78,48 @@ typedef struct kiln_train_result {
     double train_time_s;        /* from compiling the plan to the last step (incl. autotuning) */
     double compile_time_s;      /* of which compiling, autotuning and starting the loader */
     double images_per_s, data_wait_frac;
-    double final_loss, test_accuracy; /* test_accuracy < 0 when not measured */
+    double final_loss;          /* the last step's */
+    double test_loss, test_accuracy; /* the last evaluation's; < 0 (accuracy) when none ran */
     double peak_rss_mb;
     int threads, workers;
     int64_t batch_size;         /* the one used (the finder's choice with find_batch_size) */
     int interrupted;            /* stopped by stop_flag */
     size_t arena_bytes, arena_bytes_no_reuse;
+    /* with profile: per optimizer step, the wall time of the step's runs and
+     * update, the sum of their kernels' times, and the rest (dispatch overhead) */
+    double step_ms, kernel_ms, overhead_ms;
 } kiln_train_result;
+
+/* ---- the settings, as the command line names them ----
+ * One entry per field of kiln_train_config a user sets ("batch-size",
+ * "lr", ...): the CLI's parser and --help come from this table, and a
+ * checkpoint keeps the run-defining ones (resumable = 0) so a resumed run can
+ * take them back. Defaults are kiln_train_defaults()'s. */
+typedef struct kiln_train_option {
+    const char *name;           /* "batch-size": the flag without dashes, and the key in checkpoints */
+    const char *metavar;        /* "N", "FILE"; NULL for a flag */
+    const char *help;
+    int resumable;              /* 1: may differ from the checkpoint's value on --resume */
+    int flag;                   /* 1: takes no value */
+} kiln_train_option;
+int kiln_train_option_count(void);
+const kiln_train_option *kiln_train_option_at(int i);
+/* parses value (NULL for a flag) into the field; a bad value is an error naming the option */
+kiln_status kiln_train_option_set(kiln_train_config *c, const char *name, const char *value);
+/* the field's value as text ("64", "0.001", "true", "auto"); 0, or -1 for an unknown name */
+int kiln_train_option_get(const kiln_train_config *c, const char *name, char *buf, size_t len);
+/* every run-defining setting (resumable = 0) as a JSON object of strings; malloc'd, NULL when out of memory */
+char *kiln_train_settings_json(const kiln_train_config *c);
+/* the settings a checkpoint was saved with (its "kiln.settings" metadata), as JSON; malloc'd.
+ * *json is NULL for a checkpoint written before settings were kept. */
+kiln_status kiln_checkpoint_settings(const char *path, char **json);
 
 kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r);
 
-/* Test-set accuracy of a model with the weights in `load` (a checkpoint or any
- * safetensors file with the model's tensor names). */
+/* Test-set loss and accuracy of a model with the weights in `load` (a checkpoint
+ * or any safetensors file with the model's tensor names). */
 kiln_status kiln_evaluate(const char *model, const char *data, const char *load, int64_t batch_size, int workers,
-                          int threads, double *accuracy, int64_t *samples);
+                          int threads, double *loss, double *accuracy, int64_t *samples);
 
 /* checkpoint.c */
 kiln_status kiln_checkpoint_load_params(kiln_params *P, const char *path);

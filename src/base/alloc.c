@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kiln/tensor.h"
+#include "kiln/alloc.h"
 
 #define HEADER 64
 #define NCLASS 256

@@ -14,7 +14,7 @@ void kiln_log_set_sink(kiln_log_sink sink, void *user) {
 
 void kiln_log(kiln_log_level level, const char *fmt, ...) {
     if (level < g_level || level >= KILN_LOG_OFF) return;
-    char msg[2048];
+    char msg[16384]; /* a --profile report is one message */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);

@@ -67,16 +67,31 @@ const void *kiln_plan_value(const kiln_plan *pl, kiln_value v) {
     return kiln_plan_ptr(pl, v);
 }
 
-kiln_status kiln_plan_read(const kiln_plan *pl, kiln_value v, float *dst, int64_t n) {
-    if (!pl || v < 0 || v >= pl->g->nvals || !kiln_val_contiguous(&pl->g->vals[v]))
-        return kiln_fail(KILN_ERR_INVALID_ARG, "read: value %d is not a contiguous value of the plan", v);
-    const void *src = kiln_plan_ptr(pl, v);
-    if (!src) return kiln_fail(KILN_ERR_INVALID_ARG, "read: '%s' has no storage", pl->g->vals[v].name);
-    if (kiln_plan_dtype(pl, v) == KILN_F64) {
-        for (int64_t i = 0; i < n; i++) dst[i] = (float)((const double *)src)[i];
-        return KILN_OK;
+/* element i of a value in row-major order, through its strides */
+static int64_t strided_at(const kiln_val *V, int64_t batch, int64_t i) {
+    int64_t off = 0;
+    for (int d = V->ndim - 1; d >= 0; d--) {
+        int64_t n = d == 0 && V->batched ? batch : V->shape[d];
+        off += (i % n) * V->stride[d];
+        i /= n;
     }
-    return pl->be->copy(dst, src, (size_t)n * sizeof(float), 0);
+    return off;
+}
+
+kiln_status kiln_plan_read(const kiln_plan *pl, kiln_value v, float *dst, int64_t n) {
+    if (!pl || v < 0 || v >= pl->g->nvals) return kiln_fail(KILN_ERR_INVALID_ARG, "read: value %d is not in the plan", v);
+    const kiln_val *V = &pl->g->vals[v];
+    const char *src = kiln_plan_ptr(pl, v);
+    if (!src) return kiln_fail(KILN_ERR_INVALID_ARG, "read: '%s' has no storage", V->name);
+    int f64 = kiln_plan_dtype(pl, v) == KILN_F64, contiguous = kiln_val_contiguous(V);
+    if (!f64 && contiguous) return pl->be->copy(dst, src, (size_t)n * sizeof(float), 0);
+    if (!pl->be->host_memory) return kiln_fail(KILN_ERR_INVALID_ARG, "read: '%s' is a strided view on a device", V->name);
+    int64_t batch = V->batched ? n / (kiln_val_numel(V, 1) ? kiln_val_numel(V, 1) : 1) : 1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t at = contiguous ? i : strided_at(V, batch, i);
+        dst[i] = f64 ? (float)((const double *)src)[at] : ((const float *)src)[at];
+    }
+    return KILN_OK;
 }
 
 double kiln_plan_loss(const kiln_plan *pl) { return pl->loss_host; }

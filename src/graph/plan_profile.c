@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include "graph/internal/plan.h"
 
+/* on: start timing afresh; off: stop, keeping what was timed */
 void kiln_plan_set_profile(kiln_plan *pl, int on) {
     pl->profile = on;
+    if (!on) return;
     pl->profiled_runs = 0;
     for (int i = 0; i < pl->nlists; i++)
         for (int s = 0; s < pl->lists[i].nsteps; s++) pl->lists[i].time[s] = 0;

@@ -24,3 +24,14 @@ kiln_value kiln_nn_linear(kiln_graph *g, const char *name, kiln_value x, int64_t
     kiln_value b = bias ? kiln_param(g, bn, 1, bs, in) : -1;
     return kiln_linear(g, x, w, b);
 }
+
+kiln_value kiln_nn_batch_norm2d(kiln_graph *g, const char *name, kiln_value x, int64_t channels) {
+    char n[5][96];
+    static const char *suffix[5] = {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"};
+    for (int i = 0; i < 5; i++) snprintf(n[i], sizeof n[i], "%s.%s", name, suffix[i]);
+    int64_t cs[1] = {channels};
+    kiln_value w = kiln_param_fill(g, n[0], 1, cs, 1.0f), b = kiln_param_fill(g, n[1], 1, cs, 0.0f);
+    kiln_value rm = kiln_buffer(g, n[2], KILN_F32, 1, cs, 0.0), rv = kiln_buffer(g, n[3], KILN_F32, 1, cs, 1.0);
+    kiln_value nb = kiln_buffer(g, n[4], KILN_I64, 0, NULL, 0.0);
+    return kiln_batch_norm2d(g, x, w, b, rm, rv, nb, 0.1f, 1e-5f);
+}

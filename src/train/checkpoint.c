@@ -30,6 +30,12 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
         int nd = kiln_params_shape(P, i, shape);
         st = kiln_st_writer_add(w, kiln_params_name(P, i), KILN_F32, nd, shape, data + kiln_params_offset(P, i));
     }
+    for (int i = 0; i < kiln_params_buffer_count(P) && st == KILN_OK; i++) {
+        int64_t shape[KILN_MAX_DIMS];
+        int nd = kiln_params_buffer_shape(P, i, shape);
+        st = kiln_st_writer_add(w, kiln_params_buffer_name(P, i), kiln_params_buffer_dtype(P, i), nd, shape,
+                                kiln_params_buffer_data(P, i));
+    }
     for (int k = 0; o && k < kiln_optim_state_count(o) && st == KILN_OK; k++) {
         const float *sd = kiln_optim_state(o, k);
         for (int i = 0; i < np && st == KILN_OK; i++) {
@@ -59,11 +65,14 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
     META("kiln.accumulate", "%" PRId64, s->accumulate);
     META("kiln.lr", "%.9g", (double)s->lr);
     META("kiln.optim_steps", "%" PRId64, s->optim_steps);
+    META("kiln.backend", "%s", s->backend[0] ? s->backend : "cpu");
 #undef META
+    if (st == KILN_OK && s->settings && s->settings[0]) st = kiln_st_writer_meta(w, "kiln.settings", s->settings);
     /* the conv algorithms this run used: a resumed run uses the same ones, so it continues bit for bit */
-    size_t tlen = kiln_backend_state_export("cpu", NULL, 0);
+    const char *be = s->backend[0] ? s->backend : "cpu";
+    size_t tlen = kiln_backend_state_export(be, NULL, 0);
     char *tuned = malloc(tlen + 1);
-    if (tuned) kiln_backend_state_export("cpu", tuned, tlen + 1);
+    if (tuned) kiln_backend_state_export(be, tuned, tlen + 1);
     if (st == KILN_OK && tuned && tuned[0]) st = kiln_st_writer_meta(w, "kiln.autotune", tuned);
     if (st == KILN_OK) st = kiln_st_writer_save(w, path);
     kiln_st_writer_free(w);
@@ -97,6 +106,48 @@ static kiln_status load_into(const kiln_st_file *f, const char *name, float *dst
     return KILN_OK;
 }
 
+/* Buffers (batch norm's running statistics) staged like the parameters: float
+ * buffers through load_into, i64 counters as they are. Returns the staging
+ * blocks (one per buffer) for commit_buffers, or NULL with a message. */
+static void **stage_buffers(const kiln_st_file *f, kiln_params *P, const char *path, kiln_status *st) {
+    int nb = kiln_params_buffer_count(P);
+    void **stage = calloc((size_t)(nb ? nb : 1), sizeof *stage);
+    *st = stage ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
+    for (int i = 0; i < nb && *st == KILN_OK; i++) {
+        int64_t shape[KILN_MAX_DIMS], n = kiln_params_buffer_numel(P, i);
+        int nd = kiln_params_buffer_shape(P, i, shape);
+        const char *name = kiln_params_buffer_name(P, i);
+        if (!(stage[i] = kiln_calloc((size_t)(n ? n : 1) * 8))) {
+            *st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
+            break;
+        }
+        if (kiln_params_buffer_dtype(P, i) != KILN_I64) {
+            *st = load_into(f, name, stage[i], nd, shape, path);
+            continue;
+        }
+        const kiln_tensor *t = kiln_st_find(f, name);
+        if (!t) *st = kiln_fail(KILN_ERR_SHAPE, "%s: tensor '%s' is missing", path, name);
+        else if (t->dtype != KILN_I64 || kiln_tensor_numel(t) != n)
+            *st = kiln_fail(KILN_ERR_SHAPE, "%s: tensor '%s' is %s with %lld values, the model wants i64 with %lld", path,
+                            name, kiln_dtype_name(t->dtype), (long long)kiln_tensor_numel(t), (long long)n);
+        else memcpy(stage[i], t->data, (size_t)n * 8);
+    }
+    if (*st == KILN_OK) return stage;
+    for (int i = 0; stage && i < nb; i++) kiln_free(stage[i]);
+    free(stage);
+    return NULL;
+}
+
+/* copies staged buffers in (commit = 1) and frees the staging */
+static void finish_buffers(kiln_params *P, void **stage, int commit) {
+    for (int i = 0; stage && i < kiln_params_buffer_count(P); i++) {
+        size_t es = kiln_dtype_size(kiln_params_buffer_dtype(P, i));
+        if (commit) memcpy(kiln_params_buffer_data(P, i), stage[i], (size_t)kiln_params_buffer_numel(P, i) * es);
+        kiln_free(stage[i]);
+    }
+    free(stage);
+}
+
 static kiln_status load_params_from(const kiln_st_file *f, kiln_params *P, const char *path) {
     if (kiln_params_dtype(P) != KILN_F32) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: loading needs f32 parameters", path);
     /* check every tensor before touching the parameters: a bad file changes nothing */
@@ -108,7 +159,9 @@ static kiln_status load_params_from(const kiln_st_file *f, kiln_params *P, const
         int nd = kiln_params_shape(P, i, shape);
         st = load_into(f, kiln_params_name(P, i), stage + kiln_params_offset(P, i), nd, shape, path);
     }
+    void **bufs = st == KILN_OK ? stage_buffers(f, P, path, &st) : NULL;
     if (st == KILN_OK) memcpy(kiln_params_data(P), stage, (size_t)kiln_params_total(P) * 4);
+    finish_buffers(P, bufs, st == KILN_OK);
     kiln_free(stage);
     return st;
 }
@@ -139,8 +192,10 @@ kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim 
     memset(s, 0, sizeof *s);
     const char *fmt = kiln_st_meta(f, "kiln.format");
     if (!fmt || strcmp(fmt, FORMAT) != 0) {
+        /* the message first: fmt points into the file's memory */
+        st = kiln_fail(KILN_ERR_FORMAT, "%s: not a kiln checkpoint (metadata kiln.format is %.64s)", path, fmt ? fmt : "absent");
         kiln_st_close(f);
-        return kiln_fail(KILN_ERR_FORMAT, "%s: not a kiln checkpoint (metadata kiln.format is %s)", path, fmt ? fmt : "absent");
+        return st;
     }
     const char *model = kiln_st_meta(f, "kiln.model"), *opt = kiln_st_meta(f, "kiln.optimizer"), *lr = kiln_st_meta(f, "kiln.lr");
     snprintf(s->model, sizeof s->model, "%s", model ? model : "");
@@ -155,7 +210,8 @@ kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim 
     s->accumulate = 1; /* absent in checkpoints of runs without accumulation */
     if (st == KILN_OK && kiln_st_meta(f, "kiln.accumulate")) st = meta_i64(f, "kiln.accumulate", &s->accumulate, path);
     const char *tuned = kiln_st_meta(f, "kiln.autotune");
-    if (st == KILN_OK && tuned) st = kiln_backend_state_import("cpu", tuned, path);
+    const char *be = kiln_st_meta(f, "kiln.backend");
+    if (st == KILN_OK && tuned) st = kiln_backend_state_import(be ? be : "cpu", tuned, path);
     s->lr = lr ? strtof(lr, NULL) : 0;
     /* everything is read into staging buffers first: a bad tensor changes nothing */
     int64_t total = kiln_params_total(P);
@@ -176,6 +232,8 @@ kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim 
             st = load_into(f, name, dst + kiln_params_offset(P, i), nd, shape, path);
         }
     }
+    void **bufs = st == KILN_OK ? stage_buffers(f, P, path, &st) : NULL;
+    finish_buffers(P, bufs, st == KILN_OK);
     if (st == KILN_OK) {
         memcpy(kiln_params_data(P), stage, (size_t)total * 4);
         for (int k = 0; k < ns; k++) memcpy(kiln_optim_state(o, k), stage + (k + 1) * total, (size_t)total * 4);
@@ -185,6 +243,17 @@ kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim 
         }
     }
     kiln_free(stage);
+    kiln_st_close(f);
+    return st;
+}
+
+kiln_status kiln_checkpoint_settings(const char *path, char **json) {
+    *json = NULL;
+    kiln_st_file *f;
+    kiln_status st = kiln_st_open(path, &f);
+    if (st != KILN_OK) return st;
+    const char *s = kiln_st_meta(f, "kiln.settings");
+    if (s && !(*json = strdup(s))) st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
     kiln_st_close(f);
     return st;
 }

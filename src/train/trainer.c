@@ -1,7 +1,9 @@
-/* The trainer: builds the model, compiles a training plan once, then steps it
- * over the loader's batches with a fused optimizer; evaluates with a separate
- * inference plan (no backward, no saved activations); checkpoints and resumes
- * exactly. Prints nothing itself: progress goes to a callback, messages to the logger. */
+/* The trainer: opens the data and the model, compiles a training plan once
+ * (for the full batch and the epoch's last, shorter one), then steps it over
+ * the loader's batches with the optimizer's fused update; evaluates with a
+ * separate inference plan every --eval-every epochs; checkpoints and resumes
+ * exactly. Prints nothing itself: progress goes to a callback, the epoch
+ * lines and messages to the logger, metrics to a JSONL file. */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 #include "kiln/train.h"
 #include "train/internal/checkpoint.h"
+#include "train/internal/metrics.h"
 
 kiln_train_config kiln_train_defaults(void) {
     kiln_train_config c = {0};
@@ -22,14 +25,16 @@ kiln_train_config kiln_train_defaults(void) {
     c.epochs = 1;
     c.batch_size = 64;
     c.test_batch_size = 1000;
+    c.accumulate = 1;
     c.optim = kiln_optim_defaults(KILN_OPT_ADADELTA);
     c.lr_step_gamma = 0.7f;
     c.lr_step_size = 1;
     c.workers = 1;
     c.prefetch = 2;
-    c.threads = 0;
     c.seed = 1;
     c.test = 1;
+    c.eval_every = 1;
+    c.log_every = 100;
     c.fuse = 1;
     c.autotune = 1;
     return c;
@@ -64,53 +69,72 @@ static int set_threads(int threads) {
  * batch: the result is the same, and a 1000-image batch would otherwise need a
  * quarter-gigabyte arena for mnist-cnn's activations. */
 #define EVAL_CHUNK 250
+/* the kernels are timed over this many runs (after a warm-up) to name the largest ones at the end */
+#define SAMPLE_FROM 5
+#define SAMPLE_RUNS 20
 
-/* accuracy of params P on a dataset, with an inference plan */
-static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, kiln_dataset *ds, int64_t batch,
-                            int workers, int fuse, double *accuracy, int64_t *samples) {
+/* ---------------------------------------------------------------- evaluation */
+
+typedef struct {
+    double loss, accuracy;
+    int64_t samples;
+} eval_result;
+
+/* the chunk sizes a pass over n samples in batches of `batch` runs */
+static kiln_compile_opts eval_opts(int64_t n, int64_t batch, int fuse) {
     kiln_compile_opts o = kiln_compile_defaults();
-    o.training = 0;
     o.max_batch = batch < EVAL_CHUNK ? batch : EVAL_CHUNK;
-    /* the chunk sizes this pass will run: full chunks, a batch's last chunk, the last batch's */
-    int64_t last = ds->len % batch, sizes[2] = {batch % o.max_batch, last ? last % o.max_batch : 0};
-    for (int i = 0, k = 0; i < 2; i++)
-        if (sizes[i] && sizes[i] != o.max_batch && (k == 0 || o.also_batches[0] != sizes[i])) o.also_batches[k++] = sizes[i];
+    int64_t last = n % batch;
+    o.also_batches[0] = batch % o.max_batch;
+    o.also_batches[1] = last % o.max_batch;
     o.fuse = fuse;
     o.autotune = 0; /* one pass over the test set: timing candidates costs more than it saves */
+    return o;
+}
+
+static int argmax_hits(const float *logits, const int32_t *y, int64_t n, int classes) {
+    int hits = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float *row = logits + i * classes;
+        int best = 0;
+        for (int k = 1; k < classes; k++)
+            if (row[k] > row[best]) best = k;
+        hits += best == y[i];
+    }
+    return hits;
+}
+
+/* test loss and accuracy of params P, with an inference plan (no backward, no saved activations) */
+static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, kiln_dataset *ds, int64_t batch,
+                            int workers, int fuse, eval_result *er) {
+    memset(er, 0, sizeof *er);
+    kiln_compile_opts o = eval_opts(ds->len, batch, fuse);
+    kiln_value outs[2] = {m->loss, m->out};
     kiln_plan *plan;
-    kiln_status st = kiln_compile(g, P, &m->out, 1, &o, &plan);
+    kiln_status st = kiln_compile(g, P, outs, 2, &o, &plan);
     if (st != KILN_OK) return st;
     kiln_loader_config lc = kiln_loader_defaults();
     lc.batch_size = batch;
-    lc.shuffle = 0;
     lc.workers = workers;
-    kiln_loader *L;
-    if ((st = kiln_loader_new(ds, &lc, &L)) != KILN_OK) {
-        kiln_plan_free(plan);
-        return st;
-    }
-    int64_t correct = 0, seen = 0, sample = kiln_shape_numel(ds->sample_ndim, ds->sample_shape);
+    kiln_loader *L = NULL;
     float *logits = kiln_alloc((size_t)(o.max_batch * m->num_classes) * sizeof(float));
     if (!logits) st = kiln_fail(KILN_ERR_NOMEM, "evaluation: out of memory");
-    kiln_loader_start_epoch(L, 0, 0);
+    if (st == KILN_OK) st = kiln_loader_new(ds, &lc, &L);
+    if (st == KILN_OK) st = kiln_loader_start_epoch(L, 0, 0);
+    int64_t hits = 0, sample = kiln_shape_numel(ds->sample_ndim, ds->sample_shape);
+    double loss_sum = 0;
     kiln_batch b;
-    int got;
+    int got = 0;
     while (st == KILN_OK && (got = kiln_loader_next(L, &b)) == 1) {
         for (int64_t at = 0; at < b.n && st == KILN_OK; at += o.max_batch) {
             int64_t n = b.n - at < o.max_batch ? b.n - at : o.max_batch;
             kiln_plan_bind(plan, m->x, b.x + at * sample);
             kiln_plan_bind(plan, m->y, b.y + at);
-            if ((st = kiln_plan_run(plan, n)) != KILN_OK) break;
-            if ((st = kiln_plan_read(plan, m->out, logits, n * m->num_classes)) != KILN_OK) break;
-            const float *out = logits;
-            for (int64_t i = 0; i < n; i++) {
-                const float *row = out + i * m->num_classes;
-                int best = 0;
-                for (int k = 1; k < m->num_classes; k++)
-                    if (row[k] > row[best]) best = k;
-                correct += best == b.y[at + i];
-            }
-            seen += n;
+            if ((st = kiln_plan_run(plan, n)) == KILN_OK) st = kiln_plan_read(plan, m->out, logits, n * m->num_classes);
+            if (st != KILN_OK) break;
+            loss_sum += kiln_plan_loss(plan) * (double)n; /* the model's loss is a mean over the chunk */
+            hits += argmax_hits(logits, b.y + at, n, m->num_classes);
+            er->samples += n;
         }
         kiln_loader_release(L, &b);
     }
@@ -118,10 +142,12 @@ static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, 
     kiln_free(logits);
     kiln_loader_free(L);
     kiln_plan_free(plan);
-    *accuracy = seen ? (double)correct / (double)seen : 0;
-    if (samples) *samples = seen;
+    er->loss = er->samples ? loss_sum / (double)er->samples : NAN;
+    er->accuracy = er->samples ? (double)hits / (double)er->samples : 0;
     return st;
 }
+
+/* ---------------------------------------------------------------- checks */
 
 /* a checkpoint that cannot be written should fail the run before training, not after */
 static kiln_status check_save_path(const char *path) {
@@ -133,6 +159,49 @@ static kiln_status check_save_path(const char *path) {
     else *slash = 0;
     if (access(dir, W_OK) != 0)
         return kiln_fail(KILN_ERR_IO, "--save %s: cannot write into folder %s: %s", path, dir, strerror(errno));
+    return KILN_OK;
+}
+
+static kiln_status check_model(const char *model) {
+    char known[256] = "";
+    size_t o = 0;
+    for (const char *const *m = kiln_model_names(); *m; m++) {
+        if (strcmp(*m, model) == 0) return KILN_OK;
+        o += (size_t)snprintf(known + o, sizeof known - o, "%s%s", o ? ", " : "", *m);
+    }
+    return kiln_fail(KILN_ERR_INVALID_ARG, "--model: unknown model '%s' (known: %s)", model, known);
+}
+
+static kiln_status check_config(const kiln_train_config *c) {
+    if (!c->model || !c->model[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--model is required");
+    if (check_model(c->model) != KILN_OK) return KILN_ERR_INVALID_ARG;
+    if (!c->data || !c->data[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--data is required");
+    if (c->find_batch_size && !(c->memory_budget > 0))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size auto needs --memory-budget-mb: the budget the batch must fit in");
+    if (c->find_batch_size && c->resume)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size auto with --resume: resume with the batch size the run was saved with");
+    if (!c->find_batch_size && c->batch_size < 1)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size is %lld; it must be at least 1", (long long)c->batch_size);
+#define RANGE(cond, ...) \
+    if (!(cond)) return kiln_fail(KILN_ERR_INVALID_ARG, __VA_ARGS__)
+    RANGE(c->test_batch_size >= 1, "--test-batch-size is %lld; it must be at least 1", (long long)c->test_batch_size);
+    RANGE(c->epochs >= 1, "--epochs is %lld; it must be at least 1", (long long)c->epochs);
+    RANGE(c->workers >= 0 && c->workers <= 64, "--workers is %d; use 0..64", c->workers);
+    RANGE(c->prefetch >= 1 && c->prefetch <= 64, "--prefetch is %d; use 1..64", c->prefetch);
+    RANGE(c->threads >= 0 && c->threads <= 1024, "--threads is %d", c->threads);
+    RANGE(c->seed >= 0, "--seed is %lld; it must be >= 0", (long long)c->seed);
+    RANGE(c->max_steps >= 0, "--max-steps is %lld", (long long)c->max_steps);
+    RANGE(c->save_every >= 0, "--save-every is %lld", (long long)c->save_every);
+    RANGE(!c->save_every || c->save, "--save-every needs --save FILE");
+    RANGE(c->eval_every >= 0, "--eval-every is %lld; it must be >= 0", (long long)c->eval_every);
+    RANGE(c->log_every >= 1, "--log-every is %lld; it must be at least 1", (long long)c->log_every);
+    RANGE(!c->load || !c->resume, "--load and --resume both given: --resume continues a run, --load starts one from weights");
+    RANGE(c->accumulate >= 1 && c->accumulate <= 1 << 20, "--accumulate is %lld (want >= 1)", (long long)c->accumulate);
+    RANGE(c->clip_grad_norm >= 0, "--clip-grad-norm is %g; it must be > 0", (double)c->clip_grad_norm);
+    RANGE(c->lr_step_gamma > 0, "--lr-step-gamma is %g; it must be > 0", (double)c->lr_step_gamma);
+    RANGE(c->memory_budget >= 0, "--memory-budget-mb is %g; it must be > 0", c->memory_budget / 1048576.0);
+#undef RANGE
+    if (c->save) return check_save_path(c->save);
     return KILN_OK;
 }
 
@@ -169,304 +238,472 @@ kiln_status kiln_find_batch_size(const char *model, double budget, int64_t limit
     return st;
 }
 
-static kiln_status check_config(const kiln_train_config *c) {
-    if (!c->model || !c->model[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--model is required");
-    int known = 0;
-    for (const char *const *m = kiln_model_names(); *m; m++) known |= strcmp(*m, c->model) == 0;
-    if (!known) return kiln_fail(KILN_ERR_INVALID_ARG, "--model: unknown model '%s' (known: mnist-cnn, mlp)", c->model);
-    if (!c->data || !c->data[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--data is required");
-    if (c->find_batch_size && !(c->memory_budget > 0))
-        return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size auto needs --memory-budget-mb: the budget the batch must fit in");
-    if (c->find_batch_size && c->resume)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size auto with --resume: resume with the batch size the run was saved with");
-    if (!c->find_batch_size && c->batch_size < 1)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size is %lld; it must be at least 1", (long long)c->batch_size);
-    if (c->test_batch_size < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "--test-batch-size is %lld; it must be at least 1", (long long)c->test_batch_size);
-    if (c->epochs < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "--epochs is %lld; it must be at least 1", (long long)c->epochs);
-    if (c->workers < 0 || c->workers > 64) return kiln_fail(KILN_ERR_INVALID_ARG, "--workers is %d; use 0..64", c->workers);
-    if (c->prefetch < 1 || c->prefetch > 64) return kiln_fail(KILN_ERR_INVALID_ARG, "--prefetch is %d; use 1..64", c->prefetch);
-    if (c->threads < 0 || c->threads > 1024) return kiln_fail(KILN_ERR_INVALID_ARG, "--threads is %d", c->threads);
-    if (c->max_steps < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--max-steps is %lld", (long long)c->max_steps);
-    if (c->save_every < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--save-every is %lld", (long long)c->save_every);
-    if (c->save_every && !c->save) return kiln_fail(KILN_ERR_INVALID_ARG, "--save-every needs --save FILE");
-    if (c->load && c->resume)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "--load and --resume both given: --resume continues a run, --load starts one from weights");
-    if (c->accumulate < 0 || c->accumulate > 1 << 20) return kiln_fail(KILN_ERR_INVALID_ARG, "--accumulate is %lld", (long long)c->accumulate);
-    if (c->clip_grad_norm < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--clip-grad-norm is %g; it must be > 0", (double)c->clip_grad_norm);
-    if (!(c->lr_step_gamma > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--lr-step-gamma is %g; it must be > 0", (double)c->lr_step_gamma);
-    if (c->save) return check_save_path(c->save);
+/* ---------------------------------------------------------------- a run */
+
+typedef struct {
+    kiln_train_config c;        /* effective: the finder's batch size, the resumed seed */
+    kiln_train_result *r;
+    kiln_dataset *train, *test;
+    kiln_graph *g;
+    kiln_model m;
+    kiln_params *P;
+    kiln_optim *opt;
+    kiln_plan *plan;
+    kiln_loader *L;
+    kiln_metrics *metrics;
+    kiln_ckpt_state resumed;
+    int64_t step, epoch, next;  /* position: steps done, epoch in progress, its next batch */
+    int64_t per_epoch, accum, total;
+    int64_t runs;               /* plan runs (micro-batches) of this process */
+    double t0, loss, loss_smooth, step_s, optim_s;
+    double epoch_loss, epoch_t0, epoch_wait0, epoch_time, epoch_waited;
+    int64_t epoch_steps, epoch_samples, samples;
+    kiln_metrics_window win;    /* since the last metrics line */
+    int64_t evaluated_at;       /* step of the last evaluation, -1: none */
+    eval_result last_eval;
+    int stop;
+} run;
+
+static double elapsed(const run *R) { return now_s() - R->t0; }
+static double waited(const run *R) { return kiln_loader_wait_seconds(R->L); }
+
+/* the data's samples must be what the model's input takes */
+static kiln_status check_data(run *R) {
+    int64_t shape[KILN_MAX_DIMS];
+    int nd = kiln_value_shape(R->g, R->m.x, shape);
+    const kiln_dataset *ds = R->train;
+    int same = nd == ds->sample_ndim + 1;
+    for (int d = 1; same && d < nd; d++) same = shape[d] == ds->sample_shape[d - 1];
+    char a[96], b[96];
+    if (!same)
+        return kiln_fail(KILN_ERR_SHAPE, "%s: samples of shape %s, model %s wants %s", ds->name,
+                         kiln_shape_str(ds->sample_ndim, ds->sample_shape, a, sizeof a), R->c.model,
+                         kiln_shape_str(nd - 1, shape + 1, b, sizeof b));
+    if (ds->num_classes > R->m.num_classes)
+        return kiln_fail(KILN_ERR_SHAPE, "%s: %d classes, model %s has %d outputs", ds->name, ds->num_classes, R->c.model,
+                         R->m.num_classes);
     return KILN_OK;
 }
 
-/* writes the run's checkpoint for position (step, epoch, next batch) */
-static kiln_status save_checkpoint(const kiln_train_config *c, kiln_params *P, kiln_optim *opt, int64_t step, int64_t epoch,
-                                   int64_t next, uint64_t seed) {
-    kiln_ckpt_state s = {0};
-    snprintf(s.model, sizeof s.model, "%s", c->model);
-    snprintf(s.optimizer, sizeof s.optimizer, "%s", kiln_optim_name(c->optim.kind));
-    s.step = step;
-    s.epoch = epoch;
-    s.next_batch = next;
-    s.seed = seed;
-    s.batch_size = c->batch_size;
-    s.accumulate = c->accumulate > 0 ? c->accumulate : 1;
-    s.lr = kiln_optim_lr(opt);
-    s.optim_steps = kiln_optim_steps(opt);
-    return kiln_checkpoint_save(c->save, P, opt, &s);
+static kiln_status restore(run *R) {
+    kiln_train_config *c = &R->c;
+    kiln_ckpt_state *cs = &R->resumed;
+    kiln_status st = kiln_checkpoint_resume(c->resume, R->P, R->opt, cs);
+    if (st != KILN_OK) {
+        /* a checkpoint of another model fails on its first tensor: say why */
+        if (cs->model[0] && strcmp(cs->model, c->model) != 0)
+            st = kiln_fail_context(KILN_ERR_INVALID_ARG, "--resume %s is a checkpoint of model '%s', not '%s'", c->resume,
+                                   cs->model, c->model);
+        return st;
+    }
+    if (strcmp(cs->model, c->model) != 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: a checkpoint of model '%s', not '%s'", c->resume, cs->model, c->model);
+    if (cs->batch_size != c->batch_size)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved with --batch-size %lld; resume with the same", c->resume,
+                         (long long)cs->batch_size);
+    if (cs->accumulate != (c->accumulate > 0 ? c->accumulate : 1))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved with --accumulate %lld; resume with the same", c->resume,
+                         (long long)cs->accumulate);
+    c->seed = (int64_t)cs->seed;
+    R->step = cs->step;
+    R->epoch = cs->epoch;
+    R->next = cs->next_batch;
+    kiln_log(KILN_LOG_INFO, "resuming %s at step %lld (epoch %lld, batch %lld)", c->resume, (long long)cs->step,
+             (long long)cs->epoch + 1, (long long)cs->next_batch);
+    return KILN_OK;
 }
 
-kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
-    memset(r, 0, sizeof *r);
-    r->test_accuracy = -1;
-    kiln_status st = check_config(cfg);
-    if (st != KILN_OK) return st;
-    kiln_train_config found = *cfg;
-    const kiln_train_config *c = &found;
-    if (cfg->find_batch_size) {
-        size_t arena = 0;
-        if ((st = kiln_find_batch_size(cfg->model, cfg->memory_budget, 60000, &found.batch_size, &arena)) != KILN_OK) return st;
-        kiln_log(KILN_LOG_INFO, "batch-size finder: %lld, the largest power of two whose activations and gradients fit in "
-                 "%.0f MiB (%.1f MiB; oneDNN's workspaces come on top)", (long long)found.batch_size,
-                 cfg->memory_budget / 1048576.0, arena / 1048576.0);
-    }
-    int threads = set_threads(c->threads);
-    int cores = kiln_cores_available();
-    kiln_log(KILN_LOG_INFO, "thread budget: %d compute thread%s (OpenMP, shared with oneDNN), %d loader worker%s (low priority, asleep while the ring is full), %d core%s available",
-             threads, threads == 1 ? "" : "s", c->workers, c->workers == 1 ? "" : "s", cores, cores == 1 ? "" : "s");
-    if (threads > cores)
-        kiln_log(KILN_LOG_WARN, "%d compute threads on %d cores: they will fight for the cores", threads, cores);
+/* datasets, model, parameters, optimizer, and the position to start from */
+static kiln_status run_open(run *R) {
+    kiln_train_config *c = &R->c;
+    kiln_status st;
+    if ((st = kiln_dataset_open(c->data, 1, &R->train)) != KILN_OK) return st;
+    if (c->test && (st = kiln_dataset_open(c->data, 0, &R->test)) != KILN_OK) return st;
+    R->g = kiln_graph_new();
+    if ((st = kiln_model_build(R->g, c->model, &R->m)) != KILN_OK) return st;
+    if ((st = check_data(R)) != KILN_OK) return st;
+    if ((st = kiln_params_new(R->g, KILN_F32, &R->P)) != KILN_OK) return st;
+    kiln_params_init(R->P, (uint64_t)c->seed);
+    if (c->load && (st = kiln_checkpoint_load_params(R->P, c->load)) != KILN_OK) return st;
+    if ((st = kiln_optim_new(&c->optim, R->P, &R->opt)) != KILN_OK) return st;
+    if (c->clip_grad_norm > 0) kiln_optim_set_clip(R->opt, c->clip_grad_norm);
+    if (c->resume && (st = restore(R)) != KILN_OK) return st;
+    if (c->metrics && (st = kiln_metrics_open(c->metrics, c->resume != NULL, &R->metrics)) != KILN_OK) return st;
+    return KILN_OK;
+}
 
-    kiln_graph *g = NULL;
-    kiln_params *P = NULL;
-    kiln_optim *opt = NULL;
-    kiln_plan *plan = NULL;
-    kiln_loader *L = NULL;
-    kiln_dataset *train = NULL, *test = NULL;
-    kiln_model m;
-
-    if ((st = kiln_dataset_open(c->data, 1, &train)) != KILN_OK) goto out;
-    if (c->test && (st = kiln_dataset_open(c->data, 0, &test)) != KILN_OK) goto out;
-    g = kiln_graph_new();
-    if ((st = kiln_model_build(g, c->model, &m)) != KILN_OK) goto out;
-    if (kiln_shape_numel(train->sample_ndim, train->sample_shape) != 784) {
-        st = kiln_fail(KILN_ERR_SHAPE, "%s: samples of %lld values, model %s wants 784 (1x28x28)", train->name,
-                       (long long)kiln_shape_numel(train->sample_ndim, train->sample_shape), c->model);
-        goto out;
-    }
-    if ((st = kiln_params_new(g, KILN_F32, &P)) != KILN_OK) goto out;
-    kiln_params_init(P, c->seed);
-    if (c->load && (st = kiln_checkpoint_load_params(P, c->load)) != KILN_OK) goto out;
-    if ((st = kiln_optim_new(&c->optim, P, &opt)) != KILN_OK) goto out;
-    if (c->clip_grad_norm > 0) kiln_optim_set_clip(opt, c->clip_grad_norm);
-
-    kiln_ckpt_state cs = {0};
-    uint64_t seed = c->seed;
-    if (c->resume) {
-        if ((st = kiln_checkpoint_resume(c->resume, P, opt, &cs)) != KILN_OK) {
-            /* a checkpoint of another model fails on its first tensor: say why */
-            if (cs.model[0] && strcmp(cs.model, c->model) != 0)
-                st = kiln_fail_context(KILN_ERR_INVALID_ARG, "--resume %s is a checkpoint of model '%s', not '%s'", c->resume,
-                                       cs.model, c->model);
-            goto out;
-        }
-        if (strcmp(cs.model, c->model) != 0) {
-            st = kiln_fail(KILN_ERR_INVALID_ARG, "%s: a checkpoint of model '%s', not '%s'", c->resume, cs.model, c->model);
-            goto out;
-        }
-        if (cs.batch_size != c->batch_size) {
-            st = kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved with --batch-size %lld; resume with the same", c->resume, (long long)cs.batch_size);
-            goto out;
-        }
-        if (cs.accumulate != (c->accumulate > 0 ? c->accumulate : 1)) {
-            st = kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved with --accumulate %lld; resume with the same", c->resume,
-                           (long long)cs.accumulate);
-            goto out;
-        }
-        seed = cs.seed;
-        kiln_log(KILN_LOG_INFO, "resuming %s at step %lld (epoch %lld, batch %lld)", c->resume, (long long)cs.step,
-                 (long long)cs.epoch + 1, (long long)cs.next_batch);
-    }
-
-    /* the clock starts before compiling: autotuning and starting the loader are part of the run's cost */
-    double t0 = now_s();
+/* the training plan (the full batch and the epoch's last one) and the loader */
+static kiln_status run_compile(run *R) {
+    kiln_train_config *c = &R->c;
     kiln_compile_opts co = kiln_compile_defaults();
     co.training = 1;
-    co.max_batch = c->batch_size < train->len ? c->batch_size : train->len; /* no batch is larger than the dataset */
-    co.also_batches[0] = train->len % co.max_batch; /* the epoch's last, shorter batch */
-    co.profile = c->profile;
+    co.max_batch = c->batch_size < R->train->len ? c->batch_size : R->train->len; /* no batch is larger than the dataset */
+    co.also_batches[0] = R->train->len % co.max_batch;
     co.fuse = c->fuse;
     co.autotune = c->autotune;
     co.dropout_off = c->dropout_off;
     co.memory_budget = c->memory_budget;
-    co.seed = seed;
-    if ((st = kiln_compile(g, P, &m.loss, 1, &co, &plan)) != KILN_OK) goto out;
-    r->arena_bytes = kiln_plan_arena_bytes(plan);
-    r->arena_bytes_no_reuse = kiln_plan_arena_bytes_no_reuse(plan);
-    {
-        char *desc = malloc(16384);
-        if (desc) {
-            kiln_plan_describe(plan, desc, 16384);
-            kiln_log(KILN_LOG_DEBUG, "training plan:\n%s", desc);
-            free(desc);
-        }
+    co.seed = (uint64_t)c->seed;
+    co.profile = c->profile;
+    kiln_status st = kiln_compile(R->g, R->P, &R->m.loss, 1, &co, &R->plan);
+    if (st != KILN_OK) return st;
+    R->r->arena_bytes = kiln_plan_arena_bytes(R->plan);
+    R->r->arena_bytes_no_reuse = kiln_plan_arena_bytes_no_reuse(R->plan);
+    char *desc = malloc(16384);
+    if (desc) {
+        kiln_plan_describe(R->plan, desc, 16384);
+        kiln_log(KILN_LOG_DEBUG, "training plan:\n%s", desc);
+        free(desc);
     }
-    kiln_log(KILN_LOG_DEBUG, "arena %.1f MiB (%.1f MiB without reuse)", r->arena_bytes / 1048576.0, r->arena_bytes_no_reuse / 1048576.0);
-
+    kiln_log(KILN_LOG_DEBUG, "arena %.1f MiB (%.1f MiB without reuse)", R->r->arena_bytes / 1048576.0,
+             R->r->arena_bytes_no_reuse / 1048576.0);
     kiln_loader_config lc = kiln_loader_defaults();
     lc.batch_size = c->batch_size;
     lc.shuffle = 1;
-    lc.seed = seed;
+    lc.seed = (uint64_t)c->seed;
     lc.workers = c->workers;
     lc.prefetch = c->prefetch;
     lc.lock_memory = c->lock_memory;
-    if ((st = kiln_loader_new(train, &lc, &L)) != KILN_OK) goto out;
-    int64_t per_epoch = kiln_loader_batches_per_epoch(L);
-    int64_t accum = c->accumulate > 0 ? c->accumulate : 1;
+    if ((st = kiln_loader_new(R->train, &lc, &R->L)) != KILN_OK) return st;
+    R->per_epoch = kiln_loader_batches_per_epoch(R->L);
+    R->accum = c->accumulate > 0 ? c->accumulate : 1;
     /* a step is one update: `accum` loader batches, the last group of an epoch possibly fewer */
-    int64_t total = c->epochs * ((per_epoch + accum - 1) / accum);
-    if (c->max_steps && c->max_steps < total) total = c->max_steps;
+    R->total = c->epochs * ((R->per_epoch + R->accum - 1) / R->accum);
+    if (c->max_steps && c->max_steps < R->total) R->total = c->max_steps;
+    return KILN_OK;
+}
 
-    int64_t step = cs.step, epoch = cs.epoch, first = cs.next_batch, samples = 0;
-    double loss = NAN, wait0 = 0, optim_s = 0;
-    r->compile_time_s = now_s() - t0;
-    int stop = step >= total;
-    while (!stop && epoch < c->epochs) {
-        kiln_optim_set_lr(opt, kiln_lr_step_schedule(c->optim.lr, c->lr_step_gamma, c->lr_step_size, epoch));
-        if ((st = kiln_loader_start_epoch(L, epoch, first)) != KILN_OK) goto out;
-        kiln_batch b;
-        int got;
-        int64_t next = first;
-        int64_t micro = 0, group_n = 1;
-        double group_loss = 0;
-        while ((got = kiln_loader_next(L, &b)) == 1) {
-            kiln_plan_bind(plan, m.x, b.x);
-            kiln_plan_bind(plan, m.y, b.y);
-            /* micro-batches of a step add their gradients, each weighted by its share of the
-             * group's samples, so N batches train exactly as one N times larger (also the
-             * short group at an epoch's end); each gets its own dropout counter */
-            if (micro == 0) {
-                group_n = 0;
-                for (int64_t k = b.index; k < b.index + accum && k < per_epoch; k++) {
-                    int64_t left = train->len - k * c->batch_size;
-                    group_n += left < c->batch_size ? left : c->batch_size;
-                }
-            }
-            double share = (double)b.n / (double)group_n;
-            kiln_plan_set_accumulate(plan, micro > 0, share);
-            kiln_plan_set_step(plan, (uint64_t)(step * accum + micro));
-            st = kiln_plan_run(plan, b.n);
-            if (st == KILN_OK) {
-                double l = kiln_plan_loss(plan);
-                if (!isfinite(l))
-                    st = kiln_fail(KILN_ERR_NUMERIC, "step %lld (epoch %lld, batch %lld): the loss is %g; lower --lr or check the data%s",
-                                   (long long)step + 1, (long long)epoch + 1, (long long)b.index, l,
-                                   c->save ? "; no checkpoint was written" : "");
-                group_loss += l * share;
-            }
-            kiln_loader_release(L, &b);
-            if (st != KILN_OK) goto out;
-            samples += b.n;
-            next = b.index + 1;
-            if (++micro < accum && next < per_epoch) continue; /* the step's group is not complete */
-            loss = group_loss;
-            micro = 0;
-            group_loss = 0;
-            {
-                double to = c->profile ? now_s() : 0;
-                st = kiln_optim_step(opt);
-                if (c->profile) optim_s += now_s() - to;
-            }
-            if (st != KILN_OK) goto out;
-            step++;
-            stop = step >= total;
-            if (c->save_every && step % c->save_every == 0 && !stop) {
-                int done = next >= per_epoch;
-                if ((st = save_checkpoint(c, P, opt, step, done ? epoch + 1 : epoch, done ? 0 : next, seed)) != KILN_OK) goto out;
-            }
-            if (c->progress) {
-                double el = now_s() - t0, wait = kiln_loader_wait_seconds(L) - wait0;
-                kiln_progress p = {step, total, epoch, c->epochs, next, per_epoch, loss, samples / (el > 0 ? el : 1e-9),
-                                   el > 0 ? wait / el : 0, el, (double)(total - step) * el / (double)(step - cs.step), stop};
-                c->progress(&p, c->progress_user);
-            }
-            /* a stop request (Ctrl-C in the CLI) seen after step s stops at s */
-            if (c->stop_flag && *c->stop_flag && !stop) {
-                stop = 1;
-                r->interrupted = 1;
-                kiln_log(KILN_LOG_INFO, "interrupted at step %lld%s", (long long)step,
-                         c->save ? ": saving the checkpoint for --resume" : "");
-            }
-            if (stop) break;
-        }
-        if (got < 0) {
-            st = KILN_ERR_IO;
-            goto out;
-        }
-        if (next >= per_epoch) {
-            epoch++;
-            next = 0;
-        }
-        first = next;
-        if (stop) break;
-    }
-    r->train_time_s = now_s() - t0;
-    r->data_wait_frac = r->train_time_s > 0 ? kiln_loader_wait_seconds(L) / r->train_time_s : 0;
-    r->steps = step - cs.step;
-    r->samples = samples;
-    r->epochs = epoch;
-    r->images_per_s = r->train_time_s > 0 ? (double)samples / r->train_time_s : 0;
-    r->final_loss = loss;
-    r->threads = threads;
-    r->workers = c->workers;
-    r->batch_size = c->batch_size;
+static kiln_status save(run *R, int64_t step, int64_t epoch, int64_t next) {
+    const kiln_train_config *c = &R->c;
+    kiln_ckpt_state s = {0};
+    snprintf(s.model, sizeof s.model, "%s", c->model);
+    snprintf(s.optimizer, sizeof s.optimizer, "%s", kiln_optim_name(c->optim.kind));
+    snprintf(s.backend, sizeof s.backend, "%s", kiln_plan_backend(R->plan));
+    s.step = step;
+    s.epoch = epoch;
+    s.next_batch = next;
+    s.seed = (uint64_t)c->seed;
+    s.batch_size = c->batch_size;
+    s.accumulate = R->accum;
+    s.lr = kiln_optim_lr(R->opt);
+    s.optim_steps = kiln_optim_steps(R->opt);
+    char *settings = kiln_train_settings_json(c);
+    s.settings = settings;
+    kiln_status st = kiln_checkpoint_save(c->save, R->P, R->opt, &s);
+    free(settings);
+    return st;
+}
 
-    if (c->save && (st = save_checkpoint(c, P, opt, step, epoch, first, seed)) != KILN_OK) goto out;
-    if (r->steps > 0) {
-        const char *names[3];
-        double ms[3];
-        int n = kiln_plan_profile_top(plan, 3, names, ms);
-        double step_ms = 1e3 * (r->train_time_s - r->compile_time_s) / (double)r->steps;
-        char top[256] = "";
-        size_t o = 0;
-        for (int i = 0; i < n && o < sizeof top; i++)
-            o += (size_t)snprintf(top + o, sizeof top - o, "%s%s %.0f%%", i ? ", " : "", names[i], 100 * ms[i] / step_ms);
-        if (r->data_wait_frac > 0.05)
-            kiln_log(KILN_LOG_INFO, "what holds this run back: waiting for data, %.0f%% of the time: raise --workers or --prefetch",
-                     100 * r->data_wait_frac);
-        else
-            kiln_log(KILN_LOG_INFO, "what holds this run back: compute (data-wait %.1f%%); the largest kernels per step: %s "
-                     "(--profile for all)", 100 * r->data_wait_frac, top);
+/* the kernels of a few runs are timed (all of them with --profile) to name the largest at the end */
+static void sample_kernels(run *R) {
+    if (R->c.profile) return;
+    if (R->runs == SAMPLE_FROM) kiln_plan_set_profile(R->plan, 1);
+    if (R->runs == SAMPLE_FROM + SAMPLE_RUNS) kiln_plan_set_profile(R->plan, 0); /* keeps what it timed */
+}
+
+/* One loader batch: a micro-batch of the step's group. Micro-batches of a step
+ * add their gradients, each weighted by its share of the group's samples, so N
+ * batches train exactly as one N times larger (also the short group at an
+ * epoch's end); each gets its own dropout counter. */
+static kiln_status run_batch(run *R, const kiln_batch *b, int64_t micro, int64_t group_n, double *group_loss) {
+    double share = (double)b->n / (double)group_n, t = now_s();
+    kiln_plan_bind(R->plan, R->m.x, b->x);
+    kiln_plan_bind(R->plan, R->m.y, b->y);
+    kiln_plan_set_accumulate(R->plan, micro > 0, share);
+    kiln_plan_set_step(R->plan, (uint64_t)(R->step * R->accum + micro));
+    sample_kernels(R);
+    kiln_status st = kiln_plan_run(R->plan, b->n);
+    R->runs++;
+    R->step_s += now_s() - t;
+    if (st != KILN_OK) return st;
+    double l = kiln_plan_loss(R->plan);
+    if (!isfinite(l))
+        return kiln_fail(KILN_ERR_NUMERIC, "step %lld (epoch %lld, batch %lld): the loss is %g; lower --lr or check the data%s",
+                         (long long)R->step + 1, (long long)R->epoch + 1, (long long)b->index, l,
+                         R->c.save ? "; no checkpoint was written" : "");
+    *group_loss += l * share;
+    R->samples += b->n;
+    R->epoch_samples += b->n;
+    R->win.samples += b->n;
+    return KILN_OK;
+}
+
+static void report_progress(run *R) {
+    if (!R->c.progress) return;
+    double el = elapsed(R), wait = waited(R);
+    kiln_progress p = {R->step, R->total, R->epoch, R->c.epochs, R->next, R->per_epoch, R->loss, R->loss_smooth,
+                       kiln_optim_lr(R->opt), R->samples / (el > 0 ? el : 1e-9), el > 0 ? wait / el : 0, el,
+                       (double)(R->total - R->step) * el / (double)(R->step - R->resumed.step), R->stop};
+    R->c.progress(&p, R->c.progress_user);
+}
+
+/* the update that ends a step's group, then what follows a step: checkpoint, metrics, progress, stop */
+static kiln_status run_update(run *R, double loss) {
+    double t = now_s();
+    kiln_status st = kiln_optim_step(R->opt);
+    R->optim_s += now_s() - t;
+    R->step_s += now_s() - t;
+    if (st != KILN_OK) return st;
+    R->step++;
+    R->loss = loss;
+    R->loss_smooth = R->step == R->resumed.step + 1 ? loss : 0.98 * R->loss_smooth + 0.02 * loss;
+    R->epoch_loss += loss;
+    R->epoch_steps++;
+    R->win.loss_sum += loss;
+    R->win.steps++;
+    R->stop = R->step >= R->total;
+    int epoch_done = R->next >= R->per_epoch;
+    if (R->c.save_every && R->step % R->c.save_every == 0 && !R->stop &&
+        (st = save(R, R->step, epoch_done ? R->epoch + 1 : R->epoch, epoch_done ? 0 : R->next)) != KILN_OK)
+        return st;
+    if (R->metrics && (R->step % R->c.log_every == 0 || R->stop)) {
+        st = kiln_metrics_step(R->metrics, &R->win, R->step, R->epoch + 1, kiln_optim_lr(R->opt), elapsed(R), waited(R));
+        if (st != KILN_OK) return st;
     }
-    if (c->profile) {
-        char report[8192];
-        kiln_plan_profile_report(plan, report, sizeof report);
-        kiln_log(KILN_LOG_INFO, "%s  optimizer (%s, fused) %7.3f ms per step; whole step %.3f ms", report,
-                 kiln_optim_name(c->optim.kind), r->steps ? 1e3 * optim_s / (double)r->steps : 0.0,
-                 r->steps ? 1e3 * (r->train_time_s - r->compile_time_s) / (double)r->steps : 0.0);
+    report_progress(R);
+    /* a stop request (Ctrl-C in the CLI) seen after step s stops at s */
+    if (R->c.stop_flag && *R->c.stop_flag && !R->stop) {
+        R->stop = 1;
+        R->r->interrupted = 1;
+        kiln_log(KILN_LOG_INFO, "interrupted at step %lld%s", (long long)R->step,
+                 R->c.save ? ": saving the checkpoint for --resume" : "");
     }
+    return KILN_OK;
+}
+
+/* samples in the group of batches [first, first + accum) of an epoch */
+static int64_t group_samples(const run *R, int64_t first) {
+    int64_t n = 0;
+    for (int64_t k = first; k < first + R->accum && k < R->per_epoch; k++) {
+        int64_t left = R->train->len - k * R->c.batch_size;
+        n += left < R->c.batch_size ? left : R->c.batch_size;
+    }
+    return n;
+}
+
+/* one epoch (or what is left of it), stopping early at the step limit or a stop request */
+static kiln_status run_epoch(run *R) {
+    kiln_optim_set_lr(R->opt, kiln_lr_step_schedule(R->c.optim.lr, R->c.lr_step_gamma, R->c.lr_step_size, R->epoch));
+    kiln_status st = kiln_loader_start_epoch(R->L, R->epoch, R->next);
+    if (st != KILN_OK) return st;
+    kiln_batch b;
+    int got;
+    int64_t micro = 0, group_n = 1;
+    double group_loss = 0;
+    while ((got = kiln_loader_next(R->L, &b)) == 1) {
+        if (micro == 0) group_n = group_samples(R, b.index);
+        st = run_batch(R, &b, micro, group_n, &group_loss);
+        kiln_loader_release(R->L, &b);
+        if (st != KILN_OK) return st;
+        R->next = b.index + 1;
+        if (++micro < R->accum && R->next < R->per_epoch) continue; /* the step's group is not complete */
+        if ((st = run_update(R, group_loss)) != KILN_OK) return st;
+        micro = 0;
+        group_loss = 0;
+        if (R->stop) break;
+    }
+    if (got < 0) return KILN_ERR_IO;
+    return KILN_OK;
+}
+
+static kiln_status run_evaluate(run *R) {
+    kiln_status st = evaluate(R->g, &R->m, R->P, R->test, R->c.test_batch_size, R->c.workers, R->c.fuse, &R->last_eval);
+    if (st == KILN_OK) R->evaluated_at = R->step;
+    return st;
+}
+
+/* the epoch's time and data-wait, taken before any evaluation */
+static void end_epoch(run *R) {
+    R->epoch_time = now_s() - R->epoch_t0;
+    R->epoch_waited = waited(R) - R->epoch_wait0;
+}
+
+/* the epoch's line: through the logger, and into the metrics file */
+static kiln_status report_epoch(run *R, int evaluated) {
+    double t = R->epoch_time, wait = R->epoch_waited;
+    double train_loss = R->epoch_steps ? R->epoch_loss / (double)R->epoch_steps : NAN, ips = t > 0 ? R->epoch_samples / t : 0;
+    char test[96] = "";
+    if (evaluated)
+        snprintf(test, sizeof test, " | test loss %.4f | test accuracy %.2f%%", R->last_eval.loss, 100 * R->last_eval.accuracy);
+    kiln_log(KILN_LOG_INFO, "epoch %lld/%lld: train loss %.4f%s | %.0f images/s | data-wait %.1f%% | %.1f s%s",
+             (long long)R->epoch + 1, (long long)R->c.epochs, train_loss, test, ips, t > 0 ? 100 * wait / t : 0.0, t,
+             R->next < R->per_epoch ? " (stopped mid-epoch)" : "");
+    if (!R->metrics) return KILN_OK;
+    kiln_metrics_epoch_line e = {R->epoch + 1, R->step, train_loss, kiln_optim_lr(R->opt), ips, t > 0 ? wait / t : 0, t,
+                                 evaluated, R->last_eval.loss, R->last_eval.accuracy};
+    return kiln_metrics_epoch(R->metrics, &e);
+}
+
+static void begin_epoch(run *R) {
+    R->epoch_t0 = now_s();
+    R->epoch_wait0 = waited(R);
+    R->epoch_loss = 0;
+    R->epoch_steps = R->epoch_samples = 0;
+}
+
+static int eval_due(const run *R, int64_t epochs_done) {
+    return R->c.test && R->c.eval_every > 0 && epochs_done % R->c.eval_every == 0;
+}
+
+/* the epochs: each ends with its line (and an evaluation when due); the last
+ * epoch's line waits for the final evaluation, made after the training plan is freed */
+static kiln_status run_epochs(run *R) {
+    R->stop = R->step >= R->total;
+    while (!R->stop && R->epoch < R->c.epochs) {
+        begin_epoch(R);
+        kiln_status st = run_epoch(R);
+        if (st != KILN_OK) return st;
+        if (R->next < R->per_epoch) break; /* stopped mid-epoch */
+        if (R->epoch + 1 == R->c.epochs || R->stop) return KILN_OK; /* its line comes after the final evaluation */
+        end_epoch(R);
+        int eval = eval_due(R, R->epoch + 1);
+        if (eval && (st = run_evaluate(R)) != KILN_OK) return st;
+        if ((st = report_epoch(R, eval)) != KILN_OK) return st;
+        R->epoch++;
+        R->next = 0;
+    }
+    return KILN_OK;
+}
+
+/* the end-of-run line: what holds the run back */
+static void report_bottleneck(run *R) {
+    kiln_train_result *r = R->r;
+    if (r->steps <= 0) return;
+    if (r->data_wait_frac > 0.05) {
+        kiln_log(KILN_LOG_INFO, "what holds this run back: waiting for data, %.0f%% of the time: raise --workers or --prefetch",
+                 100 * r->data_wait_frac);
+        return;
+    }
+    const char *names[3];
+    double ms[3];
+    int n = kiln_plan_profile_top(R->plan, 3, names, ms);
+    int64_t runs = 0;
+    kiln_plan_profile_total_ms(R->plan, &runs);
+    /* per-run kernel times against the wall time per run (data waits and updates included) */
+    double run_ms = 1e3 * (r->train_time_s - r->compile_time_s) / (double)(R->runs ? R->runs : 1);
+    char top[256] = "";
+    size_t o = 0;
+    for (int i = 0; i < n && o < sizeof top; i++)
+        o += (size_t)snprintf(top + o, sizeof top - o, "%s%s %.0f%%", i ? ", " : "", names[i], 100 * ms[i] / run_ms);
+    kiln_log(KILN_LOG_INFO, "what holds this run back: compute (data-wait %.1f%%); the largest kernels per step: %s "
+             "(--profile for all)", 100 * r->data_wait_frac, n ? top : "not timed");
+}
+
+/* --profile: every kernel, the optimizer, and what the step spends outside kernels */
+static void report_profile(run *R) {
+    kiln_train_result *r = R->r;
+    int64_t steps = r->steps, runs = 0;
+    double kernels = kiln_plan_profile_total_ms(R->plan, &runs);
+    if (!R->c.profile || steps <= 0 || runs <= 0) return;
+    char *report = malloc(16384);
+    if (!report) return;
+    kiln_plan_profile_report(R->plan, report, 16384);
+    r->step_ms = 1e3 * R->step_s / (double)steps;
+    r->kernel_ms = kernels * (double)runs / (double)steps + 1e3 * R->optim_s / (double)steps;
+    r->overhead_ms = r->step_ms - r->kernel_ms;
+    kiln_log(KILN_LOG_INFO, "%s  optimizer (%s, fused) %7.3f ms per step\n"
+             "  whole step %.3f ms (runs and update, data waits excluded): kernels %.3f ms, outside kernels %.3f ms (%.2f%%)",
+             report, kiln_optim_name(R->c.optim.kind), 1e3 * R->optim_s / (double)steps, r->step_ms, r->kernel_ms,
+             r->overhead_ms, r->step_ms > 0 ? 100 * r->overhead_ms / r->step_ms : 0.0);
+    free(report);
+}
+
+/* the figures of the run, before the final evaluation */
+static void fill_result(run *R) {
+    kiln_train_result *r = R->r;
+    r->train_time_s = elapsed(R);
+    r->data_wait_frac = r->train_time_s > 0 ? waited(R) / r->train_time_s : 0;
+    r->steps = R->step - R->resumed.step;
+    r->samples = R->samples;
+    r->epochs = R->epoch + (R->next >= R->per_epoch);
+    r->images_per_s = r->train_time_s > 0 ? (double)R->samples / r->train_time_s : 0;
+    r->final_loss = R->loss;
+    r->workers = R->c.workers;
+    r->batch_size = R->c.batch_size;
+}
+
+/* after the last step: checkpoint, reports, the final evaluation and the last epoch's line */
+static kiln_status run_finish(run *R) {
+    kiln_train_result *r = R->r;
+    fill_result(R);
+    end_epoch(R);
+    int epoch_done = R->next >= R->per_epoch;
+    kiln_status st = KILN_OK;
+    if (R->c.save && (st = save(R, R->step, epoch_done ? R->epoch + 1 : R->epoch, epoch_done ? 0 : R->next)) != KILN_OK)
+        return st;
+    report_bottleneck(R);
+    report_profile(R);
     /* the training plan's arena is not needed to evaluate: give it back to the OS */
-    kiln_plan_free(plan);
-    plan = NULL;
-    kiln_loader_free(L);
-    L = NULL;
+    kiln_plan_free(R->plan);
+    R->plan = NULL;
     kiln_alloc_release_cached();
-    if (c->test && !r->interrupted) {
-        if ((st = evaluate(g, &m, P, test, c->test_batch_size, c->workers, c->fuse, &r->test_accuracy, NULL)) != KILN_OK) goto out;
+    int eval = R->c.test && !r->interrupted && R->evaluated_at != R->step;
+    if (eval && (st = run_evaluate(R)) != KILN_OK) return st;
+    if (R->evaluated_at >= 0) {
+        r->test_loss = R->last_eval.loss;
+        r->test_accuracy = R->last_eval.accuracy;
     }
+    if (r->steps > 0 && (st = report_epoch(R, eval)) != KILN_OK) return st;
     r->peak_rss_mb = peak_rss_mb();
-out:
-    kiln_loader_free(L);
-    kiln_plan_free(plan);
-    kiln_optim_free(opt);
-    kiln_params_free(P);
-    kiln_graph_free(g);
-    kiln_dataset_free(train);
-    kiln_dataset_free(test);
+    return KILN_OK;
+}
+
+static void run_close(run *R) {
+    kiln_metrics_close(R->metrics);
+    kiln_loader_free(R->L);
+    kiln_plan_free(R->plan);
+    kiln_optim_free(R->opt);
+    kiln_params_free(R->P);
+    kiln_graph_free(R->g);
+    kiln_dataset_free(R->train);
+    kiln_dataset_free(R->test);
+}
+
+static kiln_status resolve_batch(run *R) {
+    kiln_train_config *c = &R->c;
+    if (!c->find_batch_size) return KILN_OK;
+    size_t arena = 0;
+    kiln_status st = kiln_find_batch_size(c->model, c->memory_budget, 60000, &c->batch_size, &arena);
+    if (st != KILN_OK) return st;
+    c->find_batch_size = 0;
+    kiln_log(KILN_LOG_INFO, "batch-size finder: %lld, the largest power of two whose activations and gradients fit in "
+             "%.0f MiB (%.1f MiB; oneDNN's workspaces come on top)", (long long)c->batch_size, c->memory_budget / 1048576.0,
+             arena / 1048576.0);
+    return KILN_OK;
+}
+
+static void log_threads(run *R) {
+    int threads = set_threads(R->c.threads), cores = kiln_cores_available(), workers = R->c.workers;
+    R->r->threads = threads;
+    kiln_log(KILN_LOG_INFO, "thread budget: %d compute thread%s (OpenMP, shared with oneDNN), %d loader worker%s (low priority, "
+             "asleep while the ring is full), %d core%s available", threads, threads == 1 ? "" : "s", workers,
+             workers == 1 ? "" : "s", cores, cores == 1 ? "" : "s");
+    if (threads > cores) kiln_log(KILN_LOG_WARN, "%d compute threads on %d cores: they will fight for the cores", threads, cores);
+}
+
+kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
+    memset(r, 0, sizeof *r);
+    r->test_accuracy = r->test_loss = -1;
+    kiln_status st = check_config(cfg);
+    if (st != KILN_OK) return st;
+    run R = {.c = *cfg, .r = r, .evaluated_at = -1, .loss = NAN};
+    if ((st = resolve_batch(&R)) != KILN_OK) return st;
+    log_threads(&R);
+    if ((st = run_open(&R)) == KILN_OK) {
+        /* the clock starts before compiling: autotuning and starting the loader are part of the run's cost */
+        R.t0 = now_s();
+        st = run_compile(&R);
+        r->compile_time_s = elapsed(&R);
+        R.win = (kiln_metrics_window){.t0 = r->compile_time_s};
+    }
+    if (st == KILN_OK) st = run_epochs(&R);
+    if (st == KILN_OK) st = run_finish(&R);
+    run_close(&R);
     return st;
 }
 
 kiln_status kiln_evaluate(const char *model, const char *data, const char *load, int64_t batch_size, int workers,
-                          int threads, double *accuracy, int64_t *samples) {
+                          int threads, double *loss, double *accuracy, int64_t *samples) {
     if (batch_size < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size is %lld; it must be at least 1", (long long)batch_size);
     if (!load) return kiln_fail(KILN_ERR_INVALID_ARG, "eval needs --load FILE");
     set_threads(threads);
@@ -474,11 +711,15 @@ kiln_status kiln_evaluate(const char *model, const char *data, const char *load,
     kiln_params *P = NULL;
     kiln_dataset *test = NULL;
     kiln_model m;
+    eval_result er = {0};
     kiln_status st = kiln_model_build(g, model, &m);
     if (st == KILN_OK) st = kiln_dataset_open(data, 0, &test);
     if (st == KILN_OK) st = kiln_params_new(g, KILN_F32, &P);
     if (st == KILN_OK) st = kiln_checkpoint_load_params(P, load);
-    if (st == KILN_OK) st = evaluate(g, &m, P, test, batch_size, workers, 1, accuracy, samples);
+    if (st == KILN_OK) st = evaluate(g, &m, P, test, batch_size, workers, 1, &er);
+    if (loss) *loss = er.loss;
+    if (accuracy) *accuracy = er.accuracy;
+    if (samples) *samples = er.samples;
     kiln_params_free(P);
     kiln_dataset_free(test);
     kiln_graph_free(g);

@@ -272,6 +272,36 @@ def op_binary(folder, name, seed, fn):
                 [("a", a), ("b", b), ("y", y), ("dy", dy), ("da", da), ("db", db)], dict(op=name))
 
 
+def op_batch_norm2d(folder):
+    """nn.BatchNorm2d in training mode (batch statistics, running statistics
+    updated with momentum 0.1 and the unbiased variance), its gradients, and the
+    evaluation-mode output with the updated running statistics. 16 channels, so
+    kiln's blocked (nChw16c) kernel can be checked against it too."""
+    torch.manual_seed(100)
+    N, C, H, W = 2, 16, 3, 5
+    x = (rnd(N, C, H, W) * 1.5 + 0.3).requires_grad_()
+    bn = nn.BatchNorm2d(C).double()
+    with torch.no_grad():
+        bn.weight.copy_(rnd(C))
+        bn.bias.copy_(rnd(C))
+        bn.running_mean.copy_(rnd(C) * 0.1)
+        bn.running_var.copy_(torch.rand(C, dtype=D) + 0.5)
+    rm0, rv0 = bn.running_mean.clone(), bn.running_var.clone()
+    bn.train()
+    y = bn(x)
+    dy = rnd(*y.shape)
+    dx, dw, db = grads(y, dy, x, bn.weight, bn.bias)
+    bn.eval()
+    with torch.no_grad():
+        y_eval = bn(x)
+    t = [("x", x), ("weight", bn.weight), ("bias", bn.bias), ("running_mean0", rm0), ("running_var0", rv0),
+         ("y", y), ("dy", dy), ("dx", dx), ("dweight", dw), ("dbias", db),
+         ("running_mean1", bn.running_mean), ("running_var1", bn.running_var), ("y_eval", y_eval)]
+    return save(folder, "op_batch_norm2d.safetensors", t,
+                dict(op="batch_norm2d", momentum=fl(bn.momentum), eps=fl(bn.eps),
+                     num_batches_tracked=str(int(bn.num_batches_tracked))))
+
+
 def op_optim(folder, fname, seed, make, meta):
     torch.manual_seed(seed)
     n, steps = 50, 3
@@ -419,6 +449,7 @@ def generate(folder):
     op_cross_entropy(folder)
     op_binary(folder, "add", 80, lambda a, b: a + b)
     op_binary(folder, "mul", 81, lambda a, b: a * b)
+    op_batch_norm2d(folder)
     op_optim(folder, "op_adadelta.safetensors", 90,
              lambda ps: torch.optim.Adadelta(ps, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0),
              dict(optimizer="adadelta", lr=fl(1.0), rho=fl(0.9), eps=fl(1e-6), weight_decay=fl(0)))

@@ -15,6 +15,8 @@ typedef struct kiln_ckpt_state {
     int64_t accumulate;  /* loader batches per step */
     float lr;            /* current learning rate */
     int64_t optim_steps;
+    char backend[16];     /* whose opaque state (autotune decisions) the checkpoint keeps */
+    const char *settings; /* the run's settings as JSON (kiln_train_settings_json), for --resume alone */
 } kiln_ckpt_state;
 
 kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o, const kiln_ckpt_state *s);

@@ -1,0 +1,194 @@
+/* The trainer's settings as one table: each entry names a field of
+ * kiln_train_config the way the command line spells it ("batch-size"), says
+ * how to parse and print it, and whether it may change when a run is
+ * resumed. The CLI builds its parser and its --help from this table, the
+ * defaults come from kiln_train_defaults() alone, and checkpoints keep the
+ * settings that define a run (kiln_train_settings_json) so `--resume FILE`
+ * alone continues it. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kiln/train.h"
+
+typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB } field_type;
+
+typedef struct {
+    kiln_train_option pub;
+    field_type type;
+    size_t offset;
+} field;
+
+#define C(member) offsetof(kiln_train_config, member)
+#define OPT(name, metavar, resumable, type, member, help) {{name, metavar, help, resumable, type == T_FLAG || type == T_NOFLAG}, type, C(member)}
+
+/* in the order they are applied: the optimizer before its hyperparameters */
+static const field fields[] = {
+    OPT("model", "NAME", 0, T_STR, model, "model from the zoo: mnist-cnn (PyTorch's examples/mnist network), mnist-cnn-bn, mlp"),
+    OPT("data", "NAME|DIR", 0, T_STR, data, "fashion-mnist (Debian's dataset-fashion-mnist) or a folder holding "
+                                            "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"),
+    OPT("epochs", "N", 1, T_I64, epochs, "passes over the training set (the total, counting resumed ones)"),
+    OPT("batch-size", "N|auto", 0, T_BATCH, batch_size, "samples per step; the last batch of an epoch may be smaller; auto: "
+                                                        "the largest power of two whose activations and gradients fit in --memory-budget-mb"),
+    OPT("test-batch-size", "N", 1, T_I64, test_batch_size, "samples per evaluation step"),
+    OPT("accumulate", "N", 0, T_I64, accumulate, "gradient accumulation: N batches per optimizer step (their mean gradient, "
+                                                 "as one batch N times larger)"),
+    OPT("optimizer", "NAME", 0, T_OPTIM, optim, "adadelta, adamw or sgd (PyTorch 1.13 semantics)"),
+    OPT("lr", "X", 0, T_F32, optim.lr, "learning rate (each optimizer has its own default: adadelta 1, adamw 0.001, sgd 0.01)"),
+    OPT("momentum", "X", 0, T_F32, optim.momentum, "sgd momentum"),
+    OPT("nesterov", NULL, 0, T_FLAG, optim.nesterov, "sgd: Nesterov momentum"),
+    OPT("weight-decay", "X", 0, T_F32, optim.weight_decay, "L2 (sgd, adadelta) or decoupled (adamw) weight decay"),
+    OPT("lr-step-gamma", "X", 0, T_F32, lr_step_gamma, "StepLR: multiply the learning rate by X every --lr-step-size epochs"),
+    OPT("lr-step-size", "N", 0, T_I64, lr_step_size, "StepLR period in epochs"),
+    OPT("clip-grad-norm", "X", 0, T_POS_OR_OFF, clip_grad_norm, "clip the global L2 norm of the gradients to X (> 0) before each update"),
+    OPT("seed", "N", 0, T_I64, seed, "seeds initial weights, shuffling and dropout"),
+    OPT("dropout-off", NULL, 0, T_FLAG, dropout_off, "train with dropout disabled"),
+    OPT("no-fuse", NULL, 0, T_NOFLAG, fuse, "disable the fusion passes (relu folded into conv/linear and max-pool's backward)"),
+    OPT("no-autotune", NULL, 0, T_NOFLAG, autotune, "use oneDNN's direct convolutions instead of timing every algorithm"),
+    OPT("max-steps", "N", 1, T_I64, max_steps, "stop when the run reaches global step N, counting resumed steps (0: no limit)"),
+    OPT("workers", "N", 1, T_INT, workers, "loader threads; 0 loads on the training thread"),
+    OPT("prefetch", "N", 1, T_INT, prefetch, "batches in flight per worker"),
+    OPT("pin-memory", NULL, 1, T_FLAG, lock_memory, "mlock the batch ring (the CPU meaning of pinned memory)"),
+    OPT("threads", "N", 1, T_INT, threads, "compute threads (one OpenMP team, shared with oneDNN); 0: every core"),
+    OPT("save", "FILE", 1, T_STR, save, "write a checkpoint (safetensors) at the end, atomically"),
+    OPT("save-every", "N", 1, T_I64, save_every, "also write the checkpoint every N steps (0: only at the end)"),
+    OPT("resume", "FILE", 1, T_STR, resume, "continue the run saved in FILE exactly where it stopped, with its settings"),
+    OPT("load", "FILE", 0, T_STR, load, "start from these weights (a kiln checkpoint or a PyTorch state_dict in safetensors)"),
+    OPT("eval-every", "N", 1, T_I64, eval_every, "evaluate on the test set every N epochs (0: only at the end)"),
+    OPT("no-test", NULL, 1, T_NOFLAG, test, "skip every test-set evaluation"),
+    OPT("metrics", "FILE", 1, T_STR, metrics, "append one JSON line per --log-every steps and per epoch (JSONL) to FILE"),
+    OPT("log-every", "N", 1, T_I64, log_every, "steps between progress and metrics lines"),
+    OPT("profile", NULL, 1, T_FLAG, profile, "time every kernel and print the per-step breakdown at the end"),
+    OPT("memory-budget-mb", "X", 1, T_MIB, memory_budget, "refuse a plan whose activations and gradients need more (0: 90% of RAM)"),
+};
+#define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
+
+int kiln_train_option_count(void) { return NFIELDS; }
+const kiln_train_option *kiln_train_option_at(int i) { return i >= 0 && i < NFIELDS ? &fields[i].pub : NULL; }
+
+static const field *find(const char *name) {
+    for (int i = 0; i < NFIELDS; i++)
+        if (strcmp(fields[i].pub.name, name) == 0) return &fields[i];
+    return NULL;
+}
+
+static int parse_i64(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_f(const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+kiln_status kiln_train_option_set(kiln_train_config *c, const char *name, const char *value) {
+    const field *f = find(name);
+    if (!f) return kiln_fail(KILN_ERR_INVALID_ARG, "unknown option --%s", name);
+    char *p = (char *)c + f->offset;
+    int64_t n = 0;
+    float x = 0;
+    kiln_optim_kind kind;
+    if (f->pub.flag) {
+        if (value && strcmp(value, "true") != 0 && strcmp(value, "false") != 0)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "--%s takes no value (got '%s')", name, value);
+        int on = !value || strcmp(value, "true") == 0;
+        *(int *)p = f->type == T_FLAG ? on : !on;
+        return KILN_OK;
+    }
+    if (!value) return kiln_fail(KILN_ERR_INVALID_ARG, "--%s needs a value", name);
+    switch (f->type) {
+    case T_I64:
+    case T_INT:
+        if (parse_i64(value, &n)) return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: not an integer: %s", name, value);
+        if (f->type == T_INT && (n < -2147483647 || n > 2147483647))
+            return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: out of range: %s", name, value);
+        if (f->type == T_INT) *(int *)p = (int)n;
+        else *(int64_t *)p = n;
+        return KILN_OK;
+    case T_F32:
+    case T_MIB:
+        if (parse_f(value, &x)) return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: not a number: %s", name, value);
+        if (f->type == T_F32) *(float *)p = x;
+        else *(double *)p = (double)x * 1048576.0;
+        return KILN_OK;
+    case T_POS_OR_OFF: /* 0 would zero every gradient: off is the absence of the option */
+        if (strcmp(value, "off") == 0) {
+            *(float *)p = 0;
+            return KILN_OK;
+        }
+        if (parse_f(value, &x) || !(x > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: not a positive number: %s", name, value);
+        *(float *)p = x;
+        return KILN_OK;
+    case T_STR:
+        *(const char **)p = value;
+        return KILN_OK;
+    case T_BATCH:
+        c->find_batch_size = strcmp(value, "auto") == 0;
+        if (c->find_batch_size) return KILN_OK;
+        if (parse_i64(value, &n)) return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: not an integer or auto: %s", name, value);
+        c->batch_size = n;
+        return KILN_OK;
+    case T_OPTIM:
+        if (kiln_optim_parse(value, &kind))
+            return kiln_fail(KILN_ERR_INVALID_ARG, "--optimizer: unknown optimizer '%s' (adadelta, adamw, sgd)", value);
+        c->optim = kiln_optim_defaults(kind);
+        return KILN_OK;
+    default: break;
+    }
+    return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: cannot be set", name);
+}
+
+/* the shortest text that reads back as the same float: "0.7", not "0.699999988" */
+static void float_text(double v, char *buf, size_t len) {
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, len, "%.*g", digits, v);
+        if ((float)strtod(buf, NULL) == (float)v) return;
+    }
+}
+
+int kiln_train_option_get(const kiln_train_config *c, const char *name, char *buf, size_t len) {
+    const field *f = find(name);
+    if (!f || !len) return -1;
+    const char *p = (const char *)c + f->offset;
+    buf[0] = 0;
+    if (f->type == T_FLAG || f->type == T_NOFLAG) {
+        int on = *(const int *)p;
+        snprintf(buf, len, "%s", (f->type == T_FLAG ? on : !on) ? "true" : "false");
+    } else if (f->type == T_I64) snprintf(buf, len, "%lld", (long long)*(const int64_t *)p);
+    else if (f->type == T_INT) snprintf(buf, len, "%d", *(const int *)p);
+    else if (f->type == T_F32) float_text(*(const float *)p, buf, len);
+    else if (f->type == T_POS_OR_OFF && *(const float *)p > 0) float_text(*(const float *)p, buf, len);
+    else if (f->type == T_POS_OR_OFF) snprintf(buf, len, "off");
+    else if (f->type == T_MIB) float_text(*(const double *)p / 1048576.0, buf, len);
+    else if (f->type == T_STR) snprintf(buf, len, "%s", *(const char *const *)p ? *(const char *const *)p : "");
+    else if (f->type == T_BATCH) {
+        if (c->find_batch_size) snprintf(buf, len, "auto");
+        else snprintf(buf, len, "%lld", (long long)c->batch_size);
+    } else if (f->type == T_OPTIM) snprintf(buf, len, "%s", kiln_optim_name(c->optim.kind));
+    return 0;
+}
+
+char *kiln_train_settings_json(const kiln_train_config *c) {
+    json_t *o = json_object();
+    char buf[4096];
+    for (int i = 0; o && i < NFIELDS; i++) {
+        if (fields[i].pub.resumable || strcmp(fields[i].pub.name, "load") == 0) continue; /* --load only starts a run */
+        kiln_train_option_get(c, fields[i].pub.name, buf, sizeof buf);
+        json_object_set_new(o, fields[i].pub.name, json_string(buf));
+    }
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    return s;
+}

@@ -1,0 +1,413 @@
+/* The op harness (ggml's test-backend-ops idea, with kiln's own double
+ * reference as the oracle): every forward op of the table, on random shapes
+ * and attributes, builds a small graph whose float inputs are parameters, and
+ * a loss L = sum_k sum(y_k * c_k) over its outputs with random c_k. Then
+ *   - the cpu backend must match the ref backend: outputs, every gradient,
+ *     the buffers a training step updates (batch norm's running statistics),
+ *     with fusion and the blocked layout on and off;
+ *   - the ref backend's gradients must match central finite differences of L;
+ *   - a second variant adds sum(p * d_p) for every parameter p, so every
+ *     backward kernel also runs its accumulate (acc = 1) path.
+ * Adding an op is one entry in `cases` below (with its builder); the harness
+ * fails when a forward op of the table has no case. */
+#include "graph/internal/graph.h"
+#include "kiln/graph.h"
+#include "testutil.h"
+
+enum { FILL_UNIFORM, FILL_AWAY, FILL_DISTINCT };
+
+typedef struct {
+    kiln_graph *g;
+    int nout;
+    kiln_value out[4];   /* outputs entering the loss */
+    int nint;
+    kiln_value ints[2];  /* i32 inputs (class targets) */
+    int classes[2];
+} hcase;
+
+typedef int (*build_fn)(hcase *h, int draw);
+
+static kiln_value param(hcase *h, const char *name, int ndim, const int64_t *shape) {
+    return kiln_param(h->g, name, ndim, shape, 1);
+}
+#define P(h, name, ...) param((h), (name), (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
+#define R(lo, hi) tu_int((lo), (hi))
+
+static int out1(hcase *h, kiln_value y) {
+    h->out[h->nout++] = y;
+    return y < 0 ? -1 : 0;
+}
+
+static kiln_value targets(hcase *h, int64_t n, int classes) {
+    kiln_value t = kiln_input(h->g, h->nint ? "t1" : "t0", KILN_I32, 1, (int64_t[]){n});
+    h->classes[h->nint] = classes;
+    h->ints[h->nint++] = t;
+    return t;
+}
+
+/* ---- one builder per forward op (or chain) ---- */
+
+static int b_conv2d(hcase *h, int d) {
+    int64_t n = R(1, 2), c = R(1, 4), k = R(1, 4), r = R(1, 3), s = R(1, 3);
+    kiln_value x = P(h, "x", n, c, R(4, 7), R(4, 7)), w = P(h, "w", k, c, r, s);
+    kiln_value b = d % 2 ? P(h, "b", k) : -1;
+    return out1(h, kiln_conv2d(h->g, x, w, b, R(1, 2), R(0, 1)));
+}
+
+static int b_linear(hcase *h, int d) {
+    int64_t n = R(1, 5), in = R(1, 7), o = R(1, 6);
+    kiln_value x = P(h, "x", n, in), w = P(h, "w", o, in), b = d % 2 ? -1 : P(h, "b", o);
+    return out1(h, kiln_linear(h->g, x, w, b));
+}
+
+static int b_relu(hcase *h, int d) {
+    (void)d;
+    return out1(h, kiln_relu(h->g, P(h, "x", R(1, 4), R(1, 40))));
+}
+
+static int b_max_pool2d(hcase *h, int d) {
+    int64_t k = R(1, 3), st = R(1, 3);
+    (void)d;
+    return out1(h, kiln_max_pool2d(h->g, P(h, "x", R(1, 2), R(1, 3), R(k, 7), R(k, 7)), k, st));
+}
+
+static int b_dropout(hcase *h, int d) {
+    (void)d;
+    return out1(h, kiln_dropout(h->g, P(h, "x", R(1, 3), R(1, 300)), 0.3f));
+}
+
+static int b_log_softmax(hcase *h, int d) {
+    (void)d;
+    return out1(h, kiln_log_softmax(h->g, P(h, "x", R(1, 5), R(2, 9))));
+}
+
+static int b_nll_loss(hcase *h, int d) {
+    (void)d;
+    int64_t n = R(1, 6), c = R(2, 7);
+    kiln_value lp = kiln_log_softmax(h->g, P(h, "x", n, c));
+    return out1(h, kiln_nll_loss(h->g, lp, targets(h, n, (int)c)));
+}
+
+static int b_cross_entropy(hcase *h, int d) {
+    (void)d;
+    int64_t n = R(1, 6), c = R(2, 7);
+    return out1(h, kiln_cross_entropy(h->g, P(h, "x", n, c), targets(h, n, (int)c)));
+}
+
+static int b_add(hcase *h, int d) {
+    (void)d;
+    int64_t n = R(1, 4), m = R(1, 30);
+    return out1(h, kiln_add(h->g, P(h, "a", n, m), P(h, "b", n, m)));
+}
+
+static int b_mul(hcase *h, int d) {
+    (void)d;
+    int64_t n = R(1, 4), m = R(1, 30);
+    return out1(h, kiln_mul(h->g, P(h, "a", n, m), P(h, "b", n, m)));
+}
+
+static int b_sum(hcase *h, int d) {
+    (void)d;
+    return out1(h, kiln_sum(h->g, P(h, "x", R(1, 4), R(1, 50))));
+}
+
+static int b_reshape(hcase *h, int d) {
+    (void)d;
+    int64_t a = R(1, 3), b = R(1, 4), c = R(1, 5);
+    return out1(h, kiln_reshape(h->g, P(h, "x", a, b, c), 2, (int64_t[]){a * b, c}));
+}
+
+/* a strided view reaching mul gets a contiguous copy inserted by the builder */
+static int b_transpose(hcase *h, int d) {
+    int d0 = d % 3, d1 = (d + 1 + d % 2) % 3;
+    return out1(h, kiln_transpose(h->g, P(h, "x", R(1, 3), R(2, 4), R(2, 5)), d0, d1));
+}
+
+static int b_slice(hcase *h, int d) {
+    int64_t s1 = R(2, 6), start = R(0, s1 - 1), end = R(start + 1, s1);
+    kiln_value x = P(h, "x", R(1, 3), s1, R(1, 4));
+    return out1(h, kiln_slice(h->g, d % 2 ? kiln_transpose(h->g, x, 0, 2) : x, 1, start, end)); /* odd: a strided view's slice */
+}
+
+static int b_contiguous(hcase *h, int d) {
+    (void)d;
+    return out1(h, kiln_contiguous(h->g, kiln_transpose(h->g, P(h, "x", R(2, 3), R(2, 4), R(1, 3)), 1, 2)));
+}
+
+static kiln_value bn(hcase *h, const char *name, kiln_value x, int64_t c) {
+    char n[5][32];
+    const char *suf[5] = {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"};
+    for (int i = 0; i < 5; i++) snprintf(n[i], sizeof n[i], "%s.%s", name, suf[i]);
+    kiln_value w = param(h, n[0], 1, (int64_t[]){c}), b = param(h, n[1], 1, (int64_t[]){c});
+    kiln_value rm = kiln_buffer(h->g, n[2], KILN_F32, 1, (int64_t[]){c}, 0.0);
+    kiln_value rv = kiln_buffer(h->g, n[3], KILN_F32, 1, (int64_t[]){c}, 1.0);
+    kiln_value nb = kiln_buffer(h->g, n[4], KILN_I64, 0, NULL, 0.0);
+    return kiln_batch_norm2d(h->g, x, w, b, rm, rv, nb, 0.1f, 1e-5f);
+}
+
+static int b_batch_norm2d(hcase *h, int d) {
+    (void)d;
+    int64_t c = R(1, 5);
+    return out1(h, bn(h, "bn", P(h, "x", R(1, 3), c, R(1, 4), R(2, 5)), c));
+}
+
+/* conv -> relu -> max-pool with 16 channels: relu folded into conv, relu's
+ * backward into the pool's, conv output kept in the blocked layout */
+static int b_conv_relu_pool(hcase *h, int d) {
+    kiln_value x = P(h, "x", R(1, 2), R(1, 3), 6, 6), w = P(h, "c.weight", 16, x >= 0 ? h->g->vals[x].shape[1] : 1, 3, 3);
+    kiln_value y = kiln_relu(h->g, kiln_conv2d(h->g, x, w, P(h, "c.bias", 16), 1, d % 2));
+    return out1(h, kiln_max_pool2d(h->g, y, 2, 2));
+}
+
+/* conv -> batch norm -> relu -> conv with 16 channels: batch norm on the blocked layout */
+static int b_conv_bn_conv(hcase *h, int d) {
+    (void)d;
+    kiln_value x = P(h, "x", R(2, 3), 2, 5, 5);
+    kiln_value y = kiln_conv2d(h->g, x, P(h, "c1.weight", 16, 2, 3, 3), -1, 1, 1);
+    y = kiln_relu(h->g, bn(h, "bn", y, 16));
+    return out1(h, kiln_conv2d(h->g, y, P(h, "c2.weight", 16, 16, 3, 3), P(h, "c2.bias", 16), 1, 0));
+}
+
+static const struct {
+    const char *ops; /* the forward ops it covers, space-separated */
+    build_fn build;
+    int fill;
+} cases[] = {
+    {"conv2d", b_conv2d, FILL_UNIFORM},
+    {"linear", b_linear, FILL_UNIFORM},
+    {"relu", b_relu, FILL_AWAY},
+    {"max_pool2d", b_max_pool2d, FILL_DISTINCT},
+    {"dropout", b_dropout, FILL_UNIFORM},
+    {"log_softmax", b_log_softmax, FILL_UNIFORM},
+    {"nll_loss", b_nll_loss, FILL_UNIFORM},
+    {"cross_entropy", b_cross_entropy, FILL_UNIFORM},
+    {"add", b_add, FILL_UNIFORM},
+    {"mul", b_mul, FILL_UNIFORM},
+    {"sum", b_sum, FILL_UNIFORM},
+    {"reshape", b_reshape, FILL_UNIFORM},
+    {"transpose", b_transpose, FILL_UNIFORM},
+    {"slice", b_slice, FILL_UNIFORM},
+    {"contiguous", b_contiguous, FILL_UNIFORM},
+    {"batch_norm2d", b_batch_norm2d, FILL_UNIFORM},
+    {"conv2d relu max_pool2d", b_conv_relu_pool, FILL_UNIFORM},
+    {"conv2d batch_norm2d relu", b_conv_bn_conv, FILL_UNIFORM},
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* ---- the harness ---- */
+
+/* the views of the f32 and f64 buffers sit at different offsets (each view is
+ * padded to a cache line): fill view by view */
+static void fill_params(kiln_params *P64, kiln_params *P32, int mode) {
+    double *p = kiln_params_data(P64);
+    float *q = kiln_params_data(P32);
+    int64_t total = 0, at = 0;
+    for (int k = 0; k < kiln_params_count(P64); k++) total += kiln_params_numel(P64, k);
+    int64_t *perm = malloc((size_t)total * sizeof *perm);
+    for (int64_t i = 0; i < total; i++) perm[i] = i;
+    for (int64_t i = total - 1; i > 0; i--) { /* distinct values: a shuffled ramp, no ties in max-pool */
+        int64_t j = tu_int(0, i), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int k = 0; k < kiln_params_count(P64); k++)
+        for (int64_t j = 0; j < kiln_params_numel(P64, k); j++, at++) {
+            double v = tu_uniform(-1.5, 1.5);
+            if (mode == FILL_AWAY) v = (tu_u64() & 1 ? 1 : -1) * tu_uniform(0.1, 1.5);
+            if (mode == FILL_DISTINCT) v = 3.0 * ((double)perm[at] + 0.5) / (double)total - 1.5;
+            float f = (float)v; /* both backends start from the same (float) values */
+            q[kiln_params_offset(P32, k) + j] = f;
+            p[kiln_params_offset(P64, k) + j] = f;
+        }
+    free(perm);
+}
+
+typedef struct {
+    kiln_plan *pl;
+    float **c;           /* the random weights of each loss term */
+    int32_t **t;
+} bound;
+
+static kiln_status compile_run(hcase *h, kiln_params *P, kiln_value loss, const char *backend, int fuse, int layout,
+                               bound *b, int nc, kiln_value *cvals) {
+    kiln_compile_opts o = kiln_compile_defaults();
+    o.training = 1;
+    o.max_batch = 1;
+    o.backend = backend;
+    o.fuse = fuse;
+    o.layout = layout;
+    o.autotune = 0;
+    kiln_value outs[5] = {loss};
+    for (int k = 0; k < h->nout; k++) outs[1 + k] = h->out[k];
+    kiln_status st = kiln_compile(h->g, P, outs, 1 + h->nout, &o, &b->pl);
+    if (st != KILN_OK) return st;
+    for (int k = 0; k < nc; k++) kiln_plan_bind(b->pl, cvals[k], b->c[k]);
+    for (int k = 0; k < h->nint; k++) kiln_plan_bind(b->pl, h->ints[k], b->t[k]);
+    kiln_plan_set_step(b->pl, 3);
+    return kiln_plan_run(b->pl, 1);
+}
+
+/* max |a - b| over max |b| (absolute below 1e-3) */
+static double rel_err(const float *a, const double *b, int64_t n) {
+    double num = 0, den = 1e-3;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        if (!(e <= num)) num = e;
+        den = fmax(den, fabs(b[i]));
+    }
+    return num / den;
+}
+
+static double loss_at(kiln_plan *pl) {
+    kiln_plan_run(pl, 1);
+    return kiln_plan_loss(pl);
+}
+
+/* central differences of L on the ref plan against its analytic gradients */
+static void finite_differences(const char *what, kiln_plan *ref, kiln_params *P64, const double *an) {
+    double *p = kiln_params_data(P64);
+    for (int k = 0; k < kiln_params_count(P64); k++) {
+        int64_t off = kiln_params_offset(P64, k), n = kiln_params_numel(P64, k);
+        for (int t = 0; t < 8 && t < n; t++) {
+            int64_t i = off + (n <= 8 ? t : tu_int(0, n - 1));
+            double keep = p[i], h = 1e-6;
+            p[i] = keep + h;
+            double lp = loss_at(ref);
+            p[i] = keep - h;
+            double lm = loss_at(ref);
+            p[i] = keep;
+            double num = (lp - lm) / (2 * h), e = fabs(num - an[i]) / (1e-5 + 1e-4 * fabs(an[i]));
+            CHECK_MSG(e <= 1, "%s: dL/d%s[%lld]: autodiff %.10g, finite difference %.10g", what, kiln_params_name(P64, k),
+                      (long long)(i - off), an[i], num);
+        }
+    }
+}
+
+static void compare_backends(const char *what, hcase *h, bound *ref, bound *cpu, kiln_params *P64, kiln_params *P32) {
+    double lr = kiln_plan_loss(ref->pl), lc = kiln_plan_loss(cpu->pl);
+    CHECK_MSG(fabs(lc - lr) <= 2e-4 * fmax(1, fabs(lr)), "%s: loss cpu %.8g, ref %.8g", what, lc, lr);
+    for (int k = 0; k < h->nout; k++) {
+        int64_t n = kiln_val_numel(&h->g->vals[h->out[k]], 1);
+        float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
+        double *bd = malloc((size_t)n * 8);
+        CHECK_OK(kiln_plan_read(cpu->pl, h->out[k], a, n));
+        CHECK_OK(kiln_plan_read(ref->pl, h->out[k], b, n));
+        for (int64_t i = 0; i < n; i++) bd[i] = b[i];
+        double e = rel_err(a, bd, n);
+        CHECK_MSG(e <= 2e-4, "%s: output %d off by %.3g", what, k, e);
+        free(a), free(b), free(bd);
+    }
+    const float *g32 = kiln_params_grad(P32);
+    const double *g64 = kiln_params_grad(P64);
+    for (int p = 0; p < kiln_params_count(P32); p++) {
+        int64_t n = kiln_params_numel(P32, p);
+        double e = rel_err(g32 + kiln_params_offset(P32, p), g64 + kiln_params_offset(P64, p), n);
+        CHECK_MSG(e <= 5e-4, "%s: gradient of %s off by %.3g", what, kiln_params_name(P32, p), e);
+    }
+    for (int i = 0; i < kiln_params_buffer_count(P32); i++) {
+        int64_t n = kiln_params_buffer_numel(P32, i);
+        if (kiln_params_buffer_dtype(P32, i) == KILN_I64) {
+            CHECK(*(int64_t *)kiln_params_buffer_data(P32, i) == *(int64_t *)kiln_params_buffer_data(P64, i));
+            continue;
+        }
+        double e = rel_err(kiln_params_buffer_data(P32, i), kiln_params_buffer_data(P64, i), n);
+        CHECK_MSG(e <= 2e-4, "%s: buffer %s off by %.3g", what, kiln_params_buffer_name(P32, i), e);
+    }
+}
+
+/* builds the case, adds the loss, runs ref and cpu (two pass settings), checks */
+static void run_case(int ci, int draw, int acc_variant) {
+    char what[96];
+    snprintf(what, sizeof what, "%s (draw %d%s)", cases[ci].ops, draw, acc_variant ? ", accumulating" : "");
+    hcase h = {.g = kiln_graph_new()};
+    CHECK_MSG(cases[ci].build(&h, draw) == 0 && kiln_graph_status(h.g) == KILN_OK, "%s: build failed: %s", what, kiln_last_error());
+    if (kiln_graph_status(h.g) != KILN_OK) {
+        kiln_graph_free(h.g);
+        return;
+    }
+    /* L = sum_k sum(y_k * c_k) [+ sum_p sum(p * d_p)] */
+    int nparam = h.g->nparams, nc = h.nout + (acc_variant ? nparam : 0);
+    kiln_value cvals[16], loss = -1;
+    for (int k = 0; k < nc; k++) {
+        kiln_value y = k < h.nout ? h.out[k] : h.g->param_vals[k - h.nout];
+        const kiln_val *Y = &h.g->vals[y];
+        char name[16];
+        snprintf(name, sizeof name, "c%d", k);
+        cvals[k] = kiln_input(h.g, name, KILN_F32, Y->ndim, Y->shape);
+        kiln_value term = kiln_sum(h.g, kiln_mul(h.g, y, cvals[k]));
+        loss = loss < 0 ? term : kiln_add(h.g, loss, term);
+    }
+    kiln_params *P64 = NULL, *P32 = NULL;
+    CHECK_OK(kiln_graph_status(h.g));
+    CHECK_OK(kiln_params_new(h.g, KILN_F64, &P64));
+    CHECK_OK(kiln_params_new(h.g, KILN_F32, &P32));
+    bound ref = {0}, cpu[2] = {{0}};
+    float *cdata[16];
+    int32_t *tdata[2];
+    for (int k = 0; k < nc; k++) {
+        int64_t n = kiln_val_numel(&h.g->vals[cvals[k]], 1);
+        cdata[k] = kiln_alloc((size_t)n * 4);
+        tu_fill(cdata[k], n, -1, 1);
+    }
+    for (int k = 0; k < h.nint; k++) {
+        int64_t n = kiln_val_numel(&h.g->vals[h.ints[k]], 1);
+        tdata[k] = kiln_alloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) tdata[k][i] = (int32_t)tu_int(0, h.classes[k] - 1);
+    }
+    ref.c = cpu[0].c = cpu[1].c = cdata;
+    ref.t = cpu[0].t = cpu[1].t = tdata;
+    if (P64 && P32) {
+        for (int v = 0; v < 2; v++) {
+            kiln_params_init(P64, 1); /* buffers to their initial values */
+            kiln_params_init(P32, 1);
+            fill_params(P64, P32, cases[ci].fill);
+            kiln_plan_free(ref.pl);
+            ref.pl = NULL;
+            CHECK_OK(compile_run(&h, P64, loss, "ref", 1, 1, &ref, nc, cvals));
+            CHECK_OK(compile_run(&h, P32, loss, "cpu", v == 0, v == 0, &cpu[v], nc, cvals));
+            char w2[128];
+            snprintf(w2, sizeof w2, "%s, fuse+layout %s", what, v == 0 ? "on" : "off");
+            if (ref.pl && cpu[v].pl) compare_backends(w2, &h, &ref, &cpu[v], P64, P32);
+        }
+        if (ref.pl) {
+            int64_t total = kiln_params_total(P64);
+            double *an = malloc((size_t)total * 8);
+            memcpy(an, kiln_params_grad(P64), (size_t)total * 8);
+            finite_differences(what, ref.pl, P64, an);
+            free(an);
+        }
+    }
+    kiln_plan_free(ref.pl);
+    kiln_plan_free(cpu[0].pl);
+    kiln_plan_free(cpu[1].pl);
+    for (int k = 0; k < nc; k++) kiln_free(cdata[k]);
+    for (int k = 0; k < h.nint; k++) kiln_free(tdata[k]);
+    kiln_params_free(P64);
+    kiln_params_free(P32);
+    kiln_graph_free(h.g);
+}
+
+/* every forward op of the table has a case */
+static void test_coverage(void) {
+    for (int op = 0; op < KILN_OP_COUNT; op++) {
+        const kiln_op_def *d = kiln_op_get((kiln_op)op);
+        if (!d->infer) continue;
+        int found = 0;
+        for (int c = 0; c < NCASES && !found; c++) {
+            const char *s = cases[c].ops;
+            size_t n = strlen(d->name);
+            for (const char *p = strstr(s, d->name); p && !found; p = strstr(p + 1, d->name))
+                found = (p == s || p[-1] == ' ') && (p[n] == 0 || p[n] == ' ');
+        }
+        CHECK_MSG(found, "op %s has no case in the harness (tests/test_ops.c)", d->name);
+    }
+}
+
+int main(void) {
+    tu_seed(20261123);
+    test_coverage();
+    for (int c = 0; c < NCASES; c++)
+        for (int draw = 0; draw < 3; draw++)
+            for (int acc = 0; acc < 2; acc++) run_case(c, draw, acc);
+    return tu_finish("test_ops");
+}

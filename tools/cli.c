@@ -1,0 +1,127 @@
+/* Option parsing for every command, from one table per command: getopt_long
+ * does the parsing (--flag value and --flag=value), the same table prints
+ * --help, and an unknown option names the closest known one. */
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "kiln %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(see 'kiln %s --help')\n", cmd);
+    return EXIT_USAGE;
+}
+
+/* help text wrapped to 80 columns under its option */
+static void print_wrapped(const char *text, int indent, int width) {
+    int col = indent;
+    while (*text) {
+        int w = (int)strcspn(text, " ");
+        if (col > indent && col + 1 + w > width) {
+            printf("\n%*s", indent, "");
+            col = indent;
+        } else if (col > indent) {
+            putchar(' ');
+            col++;
+        }
+        printf("%.*s", w, text);
+        col += w;
+        text += w;
+        while (*text == ' ') text++;
+    }
+    putchar('\n');
+}
+
+void cli_help(const char *usage, const cli_opt *opts, int nopts) {
+    fputs(usage, stdout);
+    for (int i = 0; i < nopts; i++) {
+        char left[64], text[512];
+        snprintf(left, sizeof left, "--%s%s%s", opts[i].name, opts[i].metavar ? " " : "", opts[i].metavar ? opts[i].metavar : "");
+        snprintf(text, sizeof text, "%s%s%s%s", opts[i].help, opts[i].def ? " [" : "", opts[i].def ? opts[i].def : "",
+                 opts[i].def ? "]" : "");
+        printf("  %-22s ", left);
+        if (strlen(left) > 22) printf("\n%*s", 25, "");
+        print_wrapped(text, 25, 80);
+    }
+}
+
+/* edit distance, for "did you mean" */
+static int distance(const char *a, const char *b) {
+    size_t n = strlen(b);
+    if (n > 63) return 99;
+    int row[64];
+    for (size_t j = 0; j <= n; j++) row[j] = (int)j;
+    for (size_t i = 1; a[i - 1]; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= n; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[n];
+}
+
+static int unknown_option(const char *cmd, const char *arg, const cli_opt *opts, int nopts) {
+    char name[64];
+    const char *a = arg;
+    while (*a == '-') a++;
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(a, "="), a);
+    int best = -1, bd = 99;
+    for (int i = 0; i < nopts; i++) {
+        int d = distance(name, opts[i].name);
+        if (d < bd) {
+            bd = d;
+            best = i;
+        }
+    }
+    int limit = (int)strlen(name) / 3 > 2 ? (int)strlen(name) / 3 : 2;
+    if (best >= 0 && bd <= limit)
+        return cli_usage_error(cmd, "unknown option %.*s; did you mean --%s?", (int)strcspn(arg, "="), arg, opts[best].name);
+    return cli_usage_error(cmd, "unknown option %.*s", (int)strcspn(arg, "="), arg);
+}
+
+int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int nopts, int argc, char **argv, const char **vals,
+              int *given) {
+    struct option *lo = calloc((size_t)nopts + 2, sizeof *lo);
+    if (!lo) return cli_usage_error(cmd, "out of memory") ? -1 : -1;
+    for (int i = 0; i < nopts; i++) {
+        lo[i] = (struct option){opts[i].name, opts[i].metavar ? required_argument : no_argument, NULL, 1000 + i};
+        vals[i] = NULL;
+        given[i] = 0;
+    }
+    lo[nopts] = (struct option){"help", no_argument, NULL, 'h'};
+    opterr = 0;
+    optind = 1;
+    int rc = 0, c;
+    while (rc == 0 && (c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+        if (c == 'h') {
+            cli_help(usage, opts, nopts);
+            rc = 1;
+        } else if (c == ':') {
+            rc = -1;
+            cli_usage_error(cmd, "%s needs a value", argv[optind - 1]);
+        } else if (c == '?') {
+            rc = -1;
+            unknown_option(cmd, argv[optind - 1], opts, nopts);
+        } else {
+            vals[c - 1000] = optarg;
+            given[c - 1000] = 1;
+        }
+    }
+    if (rc == 0 && optind < argc) {
+        rc = -1;
+        cli_usage_error(cmd, "unexpected argument '%s' (options start with --)", argv[optind]);
+    }
+    free(lo);
+    return rc;
+}

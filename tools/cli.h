@@ -1,0 +1,42 @@
+/* The command line's shared parts: option tables and their parser (getopt_long
+ * underneath), --help from the same table, did-you-mean for unknown options
+ * (cli.c); the progress bar and the log sink that keeps messages off the
+ * bar's line (progress.c). */
+#ifndef KILN_TOOLS_CLI_H
+#define KILN_TOOLS_CLI_H
+
+#include <stdint.h>
+#include "kiln/train.h"
+
+#define EXIT_USAGE 2
+
+typedef struct cli_opt {
+    const char *name;     /* "batch-size" (given as --batch-size V or --batch-size=V) */
+    const char *metavar;  /* NULL: a flag */
+    const char *help;
+    const char *def;      /* the default as shown by --help, NULL: none shown */
+} cli_opt;
+
+/* The values given on the command line: vals[i] for opts[i] (NULL for a flag
+ * given, or not given), given[i] = 1 when it was. Returns 0, -1 after printing
+ * a usage error, or 1 when --help was printed. */
+int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int nopts, int argc, char **argv, const char **vals,
+              int *given);
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cli_help(const char *usage, const cli_opt *opts, int nopts);
+
+/* progress.c */
+typedef struct progress_ui {
+    int tty, quiet;
+    int64_t log_every;
+    int bar_shown;            /* a bar is on the terminal's last line */
+    char bar[512];            /* the last bar drawn, redrawn after a message */
+} progress_ui;
+void progress_init(progress_ui *ui, int quiet, int64_t log_every);
+void progress_on_step(const kiln_progress *p, void *user);
+/* the logger's sink: messages go above the bar, never onto its line */
+void progress_log_sink(kiln_log_level level, const char *msg, void *user);
+/* erase the bar (before the final summary, or an error) */
+void progress_clear(progress_ui *ui);
+
+#endif
