@@ -92,8 +92,18 @@ const char *kiln_value_name(const kiln_graph *g, kiln_value v);
 
 /* ---- parameters: one flat buffer, one flat gradient buffer, named views ---- */
 typedef struct kiln_params kiln_params;
-/* dtype KILN_F32 for training, KILN_F64 for reference plans (tests) */
+/* Parameters (and buffers) in a backend's memory: the cpu backend's f32 host
+ * memory, or the ref backend's f64 (reference plans, tests). Host code reads
+ * and writes them with kiln_params_read/write (a copy); on the host backends
+ * kiln_params_data/grad also give the memory itself. */
+kiln_status kiln_params_new_on(const kiln_graph *g, const char *backend, kiln_params **out);
+/* the backend by dtype: KILN_F32 cpu, KILN_F64 ref */
 kiln_status kiln_params_new(const kiln_graph *g, kiln_dtype dtype, kiln_params **out);
+const char *kiln_params_backend(const kiln_params *P);
+int kiln_params_host_memory(const kiln_params *P); /* 1: data/grad/buffer pointers are host memory */
+/* the whole flat value buffer (kiln_params_total elements of kiln_params_dtype) to or from the host */
+kiln_status kiln_params_read(const kiln_params *P, void *host);
+kiln_status kiln_params_write(kiln_params *P, const void *host);
 void kiln_params_free(kiln_params *P);
 void kiln_params_init(kiln_params *P, uint64_t seed);
 int kiln_params_count(const kiln_params *P);
@@ -104,8 +114,8 @@ int64_t kiln_params_offset(const kiln_params *P, int i);         /* elements int
 int64_t kiln_params_numel(const kiln_params *P, int i);
 int64_t kiln_params_total(const kiln_params *P);
 kiln_dtype kiln_params_dtype(const kiln_params *P);
-void *kiln_params_data(kiln_params *P);  /* flat values */
-void *kiln_params_grad(kiln_params *P);  /* flat gradients, written by backward */
+void *kiln_params_data(kiln_params *P);  /* flat values, in the backend's memory */
+void *kiln_params_grad(kiln_params *P);  /* flat gradients, written by backward, in the backend's memory */
 /* per parameter: 1 if the last compiled training plan produces its gradient (the optimizer skips the others) */
 const uint8_t *kiln_params_has_grad(const kiln_params *P);
 /* changes whenever has_grad is rewritten (a training plan was compiled) */
@@ -121,7 +131,9 @@ const char *kiln_params_buffer_name(const kiln_params *P, int i);
 int kiln_params_buffer_shape(const kiln_params *P, int i, int64_t *shape); /* returns ndim */
 kiln_dtype kiln_params_buffer_dtype(const kiln_params *P, int i);           /* f32 (f64 in reference params) or i64 */
 int64_t kiln_params_buffer_numel(const kiln_params *P, int i);
-void *kiln_params_buffer_data(kiln_params *P, int i);
+void *kiln_params_buffer_data(kiln_params *P, int i); /* in the backend's memory */
+kiln_status kiln_params_buffer_read(const kiln_params *P, int i, void *host);
+kiln_status kiln_params_buffer_write(kiln_params *P, int i, const void *host);
 int kiln_params_buffer_find(const kiln_params *P, const char *name);       /* -1 if absent */
 
 /* ---- compile and run ---- */
@@ -130,7 +142,7 @@ typedef struct kiln_compile_opts {
     int training;       /* 1: add backward (autodiff from outputs[0], a scalar loss) */
     int64_t max_batch;  /* the plan is sized for this batch and runs it */
     int64_t also_batches[KILN_MAX_EXTRA_BATCHES]; /* smaller batch sizes it will also run (0: none) */
-    const char *backend; /* "cpu" (default; f32 params) or "ref" (naive double kernels, f64 params: the test oracle) */
+    const char *backend; /* NULL: the parameters' backend; "cpu" (f32) or "ref" (naive double kernels, f64: the test oracle) */
     int reuse_memory;   /* 1 (default): the planner shares arena space by liveness */
     int fuse;           /* 1 (default): the fusion pass folds relu into conv2d/linear */
     int autotune;       /* 1 (default): time each conv algorithm on its real shape, keep the fastest */

@@ -53,10 +53,13 @@ kiln_optim_kind kiln_optim_get_kind(const kiln_optim *o);
 float kiln_optim_lr(const kiln_optim *o);
 int64_t kiln_optim_steps(const kiln_optim *o);       /* updates done so far */
 void kiln_optim_set_steps(kiln_optim *o, int64_t steps);
-/* state buffers (flat, like the parameters): "square_avg", "acc_delta", "exp_avg", ... */
+/* state buffers (flat, like the parameters, on the parameters' backend): "square_avg", "acc_delta", "exp_avg", ... */
 int kiln_optim_state_count(const kiln_optim *o);
 const char *kiln_optim_state_name(const kiln_optim *o, int i);
-void *kiln_optim_state(kiln_optim *o, int i);
+void *kiln_optim_state(kiln_optim *o, int i); /* in the parameters' backend memory */
+/* a state buffer (kiln_params_total elements) to or from the host */
+kiln_status kiln_optim_state_read(const kiln_optim *o, int i, void *host);
+kiln_status kiln_optim_state_write(kiln_optim *o, int i, const void *host);
 
 /* torch.nn.utils.clip_grad_norm_: the global L2 norm of every gradient the
  * last step produced (*total_norm, before clipping); when it exceeds max_norm,

@@ -19,17 +19,27 @@ static int elementwise_all(const kiln_step *s) {
     return 1;
 }
 
-static const kiln_backend *const all[] = {&kiln_backend_cpu, &kiln_backend_ref};
+#define MAX_BACKENDS 8
+static const kiln_backend *all[MAX_BACKENDS] = {&kiln_backend_cpu, &kiln_backend_ref};
+static int nall = 2;
+
+kiln_status kiln_backend_register(const kiln_backend *b) {
+    if (kiln_backend_get(b->name)) return kiln_fail(KILN_ERR_INVALID_ARG, "backend '%s' is registered already", b->name);
+    if (nall == MAX_BACKENDS) return kiln_fail(KILN_ERR_INVALID_ARG, "too many backends");
+    all[nall++] = b;
+    return KILN_OK;
+}
 
 const kiln_backend *kiln_backend_get(const char *name) {
     if (!name || !name[0]) name = "cpu";
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    for (int i = 0; i < nall; i++)
         if (strcmp(all[i]->name, name) == 0) return all[i];
     return NULL;
 }
 
+/* the first registered: cpu for f32, ref for f64 */
 const kiln_backend *kiln_backend_for_dtype(kiln_dtype dtype) {
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    for (int i = 0; i < nall; i++)
         if (all[i]->float_dtype == dtype) return all[i];
     return NULL;
 }

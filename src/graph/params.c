@@ -2,10 +2,13 @@
  * views (llm.c's layout): the optimizer is one loop over the buffer, a
  * checkpoint is a list of views, and a DDP bucket is a slice. Buffers
  * (non-trainable state such as batch norm's running statistics) are few and
- * small: each has its own aligned block and keeps its dtype (i64 counters). */
+ * small: each has its own aligned block and keeps its dtype (i64 counters).
+ * All of it lives in a backend's memory (host memory for cpu and ref); the
+ * host reads and writes it only through kiln_params_read/write, which copy. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backends/internal/backend.h"
 #include "base/internal/rng.h"
 #include "graph/internal/graph.h"
 
@@ -22,6 +25,7 @@ typedef struct {
 } state_view;
 
 struct kiln_params {
+    const kiln_backend *be;
     kiln_dtype dtype;
     int count, nbuf;
     state_view *views, *bufs;
@@ -41,21 +45,39 @@ static void view_of(state_view *sv, const kiln_val *v) {
     sv->fan_in = v->fan_in;
 }
 
-kiln_status kiln_params_new(const kiln_graph *g, kiln_dtype dtype, kiln_params **out) {
+/* backend memory of `bytes`, zeroed (through a host copy when it is not host memory) */
+static void *zeroed(const kiln_backend *be, size_t bytes) {
+    void *p = be->alloc(bytes);
+    if (!p || be->host_memory) {
+        if (p) memset(p, 0, bytes);
+        return p;
+    }
+    void *z = calloc(1, bytes);
+    kiln_status st = z ? be->copy(p, z, bytes, 0) : KILN_ERR_NOMEM;
+    free(z);
+    if (st != KILN_OK) {
+        be->free(p);
+        return NULL;
+    }
+    return p;
+}
+
+kiln_status kiln_params_new_on(const kiln_graph *g, const char *backend, kiln_params **out) {
     *out = NULL;
     if (kiln_graph_status(g) != KILN_OK) return kiln_graph_status(g);
-    if (dtype != KILN_F32 && dtype != KILN_F64)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "parameters: dtype %s (f32 or f64)", kiln_dtype_name(dtype));
+    const kiln_backend *be = kiln_backend_get(backend);
+    if (!be) return kiln_fail(KILN_ERR_INVALID_ARG, "parameters: unknown backend '%s' (cpu, ref)", backend ? backend : "");
     kiln_params *P = calloc(1, sizeof *P);
     if (!P) return kiln_fail(KILN_ERR_NOMEM, "parameters: out of memory");
-    P->dtype = dtype;
+    P->be = be;
+    P->dtype = be->float_dtype;
     P->count = g->nparams;
     P->nbuf = g->nbuffers;
     P->views = calloc((size_t)(g->nparams ? g->nparams : 1), sizeof *P->views);
     P->bufs = calloc((size_t)(g->nbuffers ? g->nbuffers : 1), sizeof *P->bufs);
     P->has_grad = calloc((size_t)(g->nparams ? g->nparams : 1), 1);
     if (!P->views || !P->bufs || !P->has_grad) goto oom;
-    size_t es = kiln_dtype_size(dtype);
+    size_t es = kiln_dtype_size(P->dtype);
     for (int i = 0; i < g->nparams; i++) {
         state_view *pv = &P->views[i];
         view_of(pv, &g->vals[g->param_vals[i]]);
@@ -67,11 +89,11 @@ kiln_status kiln_params_new(const kiln_graph *g, kiln_dtype dtype, kiln_params *
         state_view *bv = &P->bufs[i];
         const kiln_val *v = &g->vals[g->buffer_vals[i]];
         view_of(bv, v);
-        bv->dtype = v->dtype == KILN_F32 ? dtype : v->dtype;
-        if (!(bv->data = kiln_calloc((size_t)(bv->numel ? bv->numel : 1) * kiln_dtype_size(bv->dtype)))) goto oom;
+        bv->dtype = v->dtype == KILN_F32 ? P->dtype : v->dtype;
+        if (!(bv->data = zeroed(be, (size_t)(bv->numel ? bv->numel : 1) * kiln_dtype_size(bv->dtype)))) goto oom;
     }
-    P->data = kiln_calloc((size_t)(P->total ? P->total : 1) * es);
-    P->grad = kiln_calloc((size_t)(P->total ? P->total : 1) * es);
+    P->data = zeroed(be, (size_t)(P->total ? P->total : 1) * es);
+    P->grad = zeroed(be, (size_t)(P->total ? P->total : 1) * es);
     if (!P->data || !P->grad) goto oom;
     *out = P;
     return KILN_OK;
@@ -80,11 +102,21 @@ oom:
     return kiln_fail(KILN_ERR_NOMEM, "parameters: out of memory");
 }
 
+kiln_status kiln_params_new(const kiln_graph *g, kiln_dtype dtype, kiln_params **out) {
+    const kiln_backend *be = kiln_backend_for_dtype(dtype);
+    if (!be) {
+        *out = NULL;
+        return kiln_fail(KILN_ERR_INVALID_ARG, "parameters: dtype %s (f32 or f64)", kiln_dtype_name(dtype));
+    }
+    return kiln_params_new_on(g, be->name, out);
+}
+
 void kiln_params_free(kiln_params *P) {
     if (!P) return;
-    kiln_free(P->data);
-    kiln_free(P->grad);
-    for (int i = 0; P->bufs && i < P->nbuf; i++) kiln_free(P->bufs[i].data);
+    if (P->data) P->be->free(P->data);
+    if (P->grad) P->be->free(P->grad);
+    for (int i = 0; P->bufs && i < P->nbuf; i++)
+        if (P->bufs[i].data) P->be->free(P->bufs[i].data);
     free(P->views);
     free(P->bufs);
     free(P->has_grad);
@@ -97,19 +129,45 @@ static void put(void *base, kiln_dtype dt, int64_t i, double v) {
     else ((int64_t *)base)[i] = (int64_t)v;
 }
 
+/* values are drawn on the host and copied to the backend */
 void kiln_params_init(kiln_params *P, uint64_t seed) {
+    size_t es = kiln_dtype_size(P->dtype);
+    char *host = calloc((size_t)(P->total ? P->total : 1), es);
+    if (!host) return;
     for (int i = 0; i < P->count; i++) {
         const state_view *pv = &P->views[i];
         float bound = (float)(1.0 / sqrt((double)(pv->fan_in > 0 ? pv->fan_in : 1)));
         uint64_t key = kiln_rng_key(seed, 0x9a7a, (uint64_t)i);
         for (int64_t j = 0; j < pv->numel; j++) {
             float u = pv->init == KILN_INIT_CONST ? (float)pv->init_value : kiln_rng_uniform(key, 0, (uint64_t)j, -bound, bound);
-            put(P->data, P->dtype, pv->offset + j, u);
+            put(host, P->dtype, pv->offset + j, u);
         }
     }
-    for (int i = 0; i < P->nbuf; i++)
-        for (int64_t j = 0; j < P->bufs[i].numel; j++) put(P->bufs[i].data, P->bufs[i].dtype, j, P->bufs[i].init_value);
+    kiln_params_write(P, host);
+    free(host);
+    for (int i = 0; i < P->nbuf; i++) {
+        state_view *bv = &P->bufs[i];
+        char *b = calloc((size_t)(bv->numel ? bv->numel : 1), kiln_dtype_size(bv->dtype));
+        for (int64_t j = 0; b && j < bv->numel; j++) put(b, bv->dtype, j, bv->init_value);
+        if (b) kiln_params_buffer_write(P, i, b);
+        free(b);
+    }
 }
+
+kiln_status kiln_params_read(const kiln_params *P, void *host) {
+    return P->be->copy(host, P->data, (size_t)P->total * kiln_dtype_size(P->dtype), 0);
+}
+kiln_status kiln_params_write(kiln_params *P, const void *host) {
+    return P->be->copy(P->data, host, (size_t)P->total * kiln_dtype_size(P->dtype), 0);
+}
+kiln_status kiln_params_buffer_read(const kiln_params *P, int i, void *host) {
+    return P->be->copy(host, P->bufs[i].data, (size_t)P->bufs[i].numel * kiln_dtype_size(P->bufs[i].dtype), 0);
+}
+kiln_status kiln_params_buffer_write(kiln_params *P, int i, const void *host) {
+    return P->be->copy(P->bufs[i].data, host, (size_t)P->bufs[i].numel * kiln_dtype_size(P->bufs[i].dtype), 0);
+}
+const char *kiln_params_backend(const kiln_params *P) { return P->be->name; }
+int kiln_params_host_memory(const kiln_params *P) { return P->be->host_memory; }
 
 int kiln_params_count(const kiln_params *P) { return P->count; }
 const char *kiln_params_name(const kiln_params *P, int i) { return P->views[i].name; }

@@ -41,9 +41,6 @@ static kiln_status check_args(const kiln_graph *g0, kiln_params *P, const kiln_v
     kiln_status st = kiln_graph_status(g0);
     if (st != KILN_OK) return st;
     if (!be) return kiln_fail(KILN_ERR_INVALID_ARG, "compile: unknown backend '%s' (cpu, ref)", o->backend);
-    if (!be->host_memory)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "compile: backend '%s' keeps its own memory; parameter mirrors are not built yet",
-                         be->name);
     if (o->max_batch < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "compile: max_batch is %lld (want >= 1)", (long long)o->max_batch);
     for (int i = 0; i < KILN_MAX_EXTRA_BATCHES; i++)
         if (o->also_batches[i] < 0 || o->also_batches[i] > o->max_batch)
@@ -52,9 +49,9 @@ static kiln_status check_args(const kiln_graph *g0, kiln_params *P, const kiln_v
     if (n_outputs < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "compile: no outputs");
     if (!P || kiln_params_count(P) != g0->nparams || kiln_params_buffer_count(P) != g0->nbuffers)
         return kiln_fail(KILN_ERR_INVALID_ARG, "compile: the parameters were not made from this graph");
-    if (kiln_params_dtype(P) != be->float_dtype)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "compile: the %s backend needs %s parameters", be->name,
-                         kiln_dtype_name(be->float_dtype));
+    if (strcmp(kiln_params_backend(P), be->name) != 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "compile: the parameters live on the %s backend, the plan is for %s",
+                         kiln_params_backend(P), be->name);
     for (int i = 0; i < n_outputs; i++)
         if (outputs[i] < 0 || outputs[i] >= g0->nvals)
             return kiln_fail(KILN_ERR_INVALID_ARG, "compile: output %d is not a value of the graph", i);
@@ -157,6 +154,7 @@ kiln_status kiln_compile(kiln_graph *g0, kiln_params *P, const kiln_value *outpu
                          const kiln_compile_opts *opts, kiln_plan **out) {
     *out = NULL;
     kiln_compile_opts o = opts ? *opts : kiln_compile_defaults();
+    if (!o.backend && P) o.backend = kiln_params_backend(P); /* the plan runs where the parameters live */
     const kiln_backend *be = kiln_backend_get(o.backend);
     kiln_status st = check_args(g0, P, outputs, n_outputs, &o, be);
     if (st != KILN_OK) return st;

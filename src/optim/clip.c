@@ -48,7 +48,7 @@ int kiln_clip_steps(kiln_params *P, double max_norm, double *acc, kiln_step *out
 
 kiln_status kiln_clip_grad_norm(kiln_params *P, double max_norm, double *total_norm) {
     if (!(max_norm > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "clip_grad_norm: max_norm is %g; it must be > 0", max_norm);
-    const kiln_backend *be = kiln_backend_for_dtype(kiln_params_dtype(P));
+    const kiln_backend *be = kiln_backend_get(kiln_params_backend(P));
     int max = 2 * kiln_params_count(P) + 1;
     kiln_step *steps = calloc((size_t)max, sizeof *steps);
     double acc = 0;

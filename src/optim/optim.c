@@ -74,7 +74,7 @@ kiln_status kiln_optim_new(const kiln_optim_config *cfg, kiln_params *P, kiln_op
     if (!o) return kiln_fail(KILN_ERR_NOMEM, "optimizer: out of memory");
     o->c = *cfg;
     o->P = P;
-    o->be = kiln_backend_for_dtype(kiln_params_dtype(P));
+    o->be = kiln_backend_get(kiln_params_backend(P)); /* the state lives where the parameters do */
     o->nstate = cfg->kind == KILN_OPT_SGD ? (cfg->momentum != 0) : 2;
     size_t bytes = (size_t)kiln_params_total(P) * kiln_dtype_size(kiln_params_dtype(P));
     o->norm2 = o->be->alloc(64);
@@ -83,7 +83,15 @@ kiln_status kiln_optim_new(const kiln_optim_config *cfg, kiln_params *P, kiln_op
         kiln_optim_free(o);
         return kiln_fail(KILN_ERR_NOMEM, "optimizer: out of memory for state");
     }
-    for (int i = 0; i < o->nstate; i++) memset(o->state[i], 0, bytes ? bytes : 64);
+    for (int i = 0; i < o->nstate; i++) {
+        void *z = calloc(1, bytes ? bytes : 64);
+        kiln_status st = z ? o->be->copy(o->state[i], z, bytes ? bytes : 64, 0) : KILN_ERR_NOMEM;
+        free(z);
+        if (st != KILN_OK) {
+            kiln_optim_free(o);
+            return kiln_fail(KILN_ERR_NOMEM, "optimizer: out of memory for state");
+        }
+    }
     *out = o;
     return KILN_OK;
 }
@@ -160,7 +168,11 @@ void kiln_optim_set_clip(kiln_optim *o, double max_norm) {
     o->clip = max_norm > 0 ? max_norm : 0;
     free_list(o);
 }
-double kiln_optim_grad_norm(const kiln_optim *o) { return o->clip > 0 && o->norm2 ? sqrt(*o->norm2) : NAN; }
+double kiln_optim_grad_norm(const kiln_optim *o) {
+    double ss = NAN;
+    if (o->clip > 0 && o->norm2 && o->be->copy(&ss, o->norm2, sizeof ss, 0) != KILN_OK) ss = NAN;
+    return o->clip > 0 ? sqrt(ss) : NAN;
+}
 void kiln_optim_set_lr(kiln_optim *o, float lr) { o->c.lr = lr; }
 float kiln_optim_lr(const kiln_optim *o) { return o->c.lr; }
 int64_t kiln_optim_steps(const kiln_optim *o) { return o->steps; }
@@ -168,6 +180,11 @@ void kiln_optim_set_steps(kiln_optim *o, int64_t steps) { o->steps = steps; }
 int kiln_optim_state_count(const kiln_optim *o) { return o->nstate; }
 const char *kiln_optim_state_name(const kiln_optim *o, int i) { return state_names[o->c.kind][i]; }
 void *kiln_optim_state(kiln_optim *o, int i) { return o->state[i]; }
+static size_t state_bytes(const kiln_optim *o) {
+    return (size_t)kiln_params_total(o->P) * kiln_dtype_size(kiln_params_dtype(o->P));
+}
+kiln_status kiln_optim_state_read(const kiln_optim *o, int i, void *host) { return o->be->copy(host, o->state[i], state_bytes(o), 0); }
+kiln_status kiln_optim_state_write(kiln_optim *o, int i, const void *host) { return o->be->copy(o->state[i], host, state_bytes(o), 0); }
 kiln_optim_kind kiln_optim_get_kind(const kiln_optim *o) { return o->c.kind; }
 const kiln_optim_config *kiln_optim_get_config(const kiln_optim *o) { return &o->c; }
 

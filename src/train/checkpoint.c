@@ -13,16 +13,63 @@
 #define FORMAT "kiln-checkpoint"
 #define VERSION "1"
 
-kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o, const kiln_ckpt_state *s) {
-    kiln_st_writer *w = kiln_st_writer_new();
-    if (!w) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
+/* What a checkpoint holds, readable on the host: the backend's memory itself
+ * when it is host memory (cpu), else copies (a device backend). */
+typedef struct {
+    const float *params, *state[2];
+    const void **bufs;
+    void *owned[3];
+    int nowned;
+} host_views;
+
+static void host_views_free(host_views *h, int nbuf) {
+    for (int i = 0; i < h->nowned; i++) free(h->owned[i]);
+    for (int i = 0; h->bufs && h->nowned && i < nbuf; i++) free((void *)h->bufs[i]);
+    free(h->bufs);
+}
+
+static kiln_status host_views_of(kiln_params *P, kiln_optim *o, host_views *h) {
+    memset(h, 0, sizeof *h);
+    int nb = kiln_params_buffer_count(P), ns = o ? kiln_optim_state_count(o) : 0;
+    size_t bytes = (size_t)kiln_params_total(P) * 4 + 64;
+    if (!(h->bufs = calloc((size_t)(nb ? nb : 1), sizeof *h->bufs))) return KILN_ERR_NOMEM;
+    if (kiln_params_host_memory(P)) {
+        h->params = kiln_params_data(P);
+        for (int k = 0; k < ns; k++) h->state[k] = kiln_optim_state(o, k);
+        for (int i = 0; i < nb; i++) h->bufs[i] = kiln_params_buffer_data(P, i);
+        return KILN_OK;
+    }
     kiln_status st = KILN_OK;
-    const float *data = kiln_params_data(P);
+    for (int k = -1; k < ns && st == KILN_OK; k++) {
+        void *c = h->owned[h->nowned++] = malloc(bytes);
+        st = !c ? KILN_ERR_NOMEM : k < 0 ? kiln_params_read(P, c) : kiln_optim_state_read(o, k, c);
+        if (k < 0) h->params = c;
+        else h->state[k] = c;
+    }
+    for (int i = 0; i < nb && st == KILN_OK; i++) {
+        void *c = malloc((size_t)kiln_params_buffer_numel(P, i) * 8 + 8);
+        h->bufs[i] = c;
+        st = c ? kiln_params_buffer_read(P, i, c) : KILN_ERR_NOMEM;
+    }
+    return st;
+}
+
+kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o, const kiln_ckpt_state *s) {
+    host_views h;
+    kiln_status st = host_views_of(P, o, &h);
+    kiln_st_writer *w = st == KILN_OK ? kiln_st_writer_new() : NULL;
+    if (!w) {
+        host_views_free(&h, kiln_params_buffer_count(P));
+        return st != KILN_OK && st != KILN_ERR_NOMEM ? kiln_fail_context(st, "%s", path)
+                                                     : kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
+    }
+    const float *data = h.params;
     int np = kiln_params_count(P);
     /* "optim.<state>.<param>" names must outlive the writer until save */
     char (*names)[128] = calloc((size_t)(2 * np + 1), sizeof *names);
     if (!names) {
         kiln_st_writer_free(w);
+        host_views_free(&h, kiln_params_buffer_count(P));
         return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
     }
     for (int i = 0; i < np && st == KILN_OK; i++) {
@@ -33,11 +80,10 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
     for (int i = 0; i < kiln_params_buffer_count(P) && st == KILN_OK; i++) {
         int64_t shape[KILN_MAX_DIMS];
         int nd = kiln_params_buffer_shape(P, i, shape);
-        st = kiln_st_writer_add(w, kiln_params_buffer_name(P, i), kiln_params_buffer_dtype(P, i), nd, shape,
-                                kiln_params_buffer_data(P, i));
+        st = kiln_st_writer_add(w, kiln_params_buffer_name(P, i), kiln_params_buffer_dtype(P, i), nd, shape, h.bufs[i]);
     }
     for (int k = 0; o && k < kiln_optim_state_count(o) && st == KILN_OK; k++) {
-        const float *sd = kiln_optim_state(o, k);
+        const float *sd = h.state[k];
         for (int i = 0; i < np && st == KILN_OK; i++) {
             int64_t shape[KILN_MAX_DIMS];
             int nd = kiln_params_shape(P, i, shape);
@@ -76,6 +122,7 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
     if (st == KILN_OK && tuned && tuned[0]) st = kiln_st_writer_meta(w, "kiln.autotune", tuned);
     if (st == KILN_OK) st = kiln_st_writer_save(w, path);
     kiln_st_writer_free(w);
+    host_views_free(&h, kiln_params_buffer_count(P));
     free(names);
     free(tuned);
     return st;
@@ -139,13 +186,14 @@ static void **stage_buffers(const kiln_st_file *f, kiln_params *P, const char *p
 }
 
 /* copies staged buffers in (commit = 1) and frees the staging */
-static void finish_buffers(kiln_params *P, void **stage, int commit) {
+static kiln_status finish_buffers(kiln_params *P, void **stage, int commit) {
+    kiln_status st = KILN_OK;
     for (int i = 0; stage && i < kiln_params_buffer_count(P); i++) {
-        size_t es = kiln_dtype_size(kiln_params_buffer_dtype(P, i));
-        if (commit) memcpy(kiln_params_buffer_data(P, i), stage[i], (size_t)kiln_params_buffer_numel(P, i) * es);
+        if (commit && st == KILN_OK) st = kiln_params_buffer_write(P, i, stage[i]);
         kiln_free(stage[i]);
     }
     free(stage);
+    return st;
 }
 
 static kiln_status load_params_from(const kiln_st_file *f, kiln_params *P, const char *path) {
@@ -160,10 +208,10 @@ static kiln_status load_params_from(const kiln_st_file *f, kiln_params *P, const
         st = load_into(f, kiln_params_name(P, i), stage + kiln_params_offset(P, i), nd, shape, path);
     }
     void **bufs = st == KILN_OK ? stage_buffers(f, P, path, &st) : NULL;
-    if (st == KILN_OK) memcpy(kiln_params_data(P), stage, (size_t)kiln_params_total(P) * 4);
-    finish_buffers(P, bufs, st == KILN_OK);
+    if (st == KILN_OK) st = kiln_params_write(P, stage);
+    kiln_status sb = finish_buffers(P, bufs, st == KILN_OK);
     kiln_free(stage);
-    return st;
+    return st == KILN_OK ? sb : st;
 }
 
 kiln_status kiln_checkpoint_load_params(kiln_params *P, const char *path) {
@@ -233,10 +281,11 @@ kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim 
         }
     }
     void **bufs = st == KILN_OK ? stage_buffers(f, P, path, &st) : NULL;
-    finish_buffers(P, bufs, st == KILN_OK);
+    if (st == KILN_OK) st = kiln_params_write(P, stage);
+    for (int k = 0; k < ns && st == KILN_OK; k++) st = kiln_optim_state_write(o, k, stage + (k + 1) * total);
+    kiln_status sb = finish_buffers(P, bufs, st == KILN_OK);
+    if (st == KILN_OK) st = sb;
     if (st == KILN_OK) {
-        memcpy(kiln_params_data(P), stage, (size_t)total * 4);
-        for (int k = 0; k < ns; k++) memcpy(kiln_optim_state(o, k), stage + (k + 1) * total, (size_t)total * 4);
         if (o) {
             kiln_optim_set_steps(o, s->optim_steps);
             kiln_optim_set_lr(o, s->lr);

@@ -125,7 +125,9 @@ typedef struct kiln_backend {
     kiln_status (*import_state)(const char *text, const char *source);
 } kiln_backend;
 
-/* the registry: "ref" and "cpu" */
+/* the registry: "cpu" and "ref" built in; another backend registers itself
+ * (a CUDA backend when a GPU is found; tests register a device simulator) */
+kiln_status kiln_backend_register(const kiln_backend *b);
 const kiln_backend *kiln_backend_get(const char *name);
 /* the backend whose float storage is dtype (f32: cpu, f64: ref) */
 const kiln_backend *kiln_backend_for_dtype(kiln_dtype dtype);
