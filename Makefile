@@ -36,6 +36,7 @@ test-asan: deps
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && KILN_SANITIZE=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 1
 
+# kiln against PyTorch on the same work (needs python3-torch and ../shared/bench/pytorch_mnist.py)
 bench: deps
 	@bash scripts/install-deps.sh --bench
 	@$(MAKE) --no-print-directory all
@@ -46,14 +47,12 @@ fixtures:
 	@bash scripts/install-deps.sh --oracle
 	/usr/bin/python3 tests/ref/make_fixtures.py tests/ref/fixtures
 
-# a kiln checkpoint loads in PyTorch and scores the same there (needs python3-torch)
+# kiln checkpoints (mnist-cnn, mnist-cnn-bn) load in PyTorch and score the same there
+# (needs python3-torch and ../shared/bench/pytorch_mnist.py beside the repository)
 interop: deps
 	@bash scripts/install-deps.sh --oracle
 	@$(MAKE) --no-print-directory all
-	$(BUILD)/kiln train --model mnist-cnn --max-steps 200 --no-test --quiet --save /tmp/kiln-interop.safetensors
-	acc=$$($(BUILD)/kiln eval --model mnist-cnn --load /tmp/kiln-interop.safetensors --json | tail -n 1 | \
-	      /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])') && \
-	/usr/bin/python3 tests/ref/load_in_pytorch.py /tmp/kiln-interop.safetensors $$acc
+	bash tests/ref/interop.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
