@@ -1,7 +1,9 @@
 /* The backend registry and what every backend shares: the supports check
  * (a kernel exists, layouts fit), preparing and releasing steps, and running a
  * list of steps with optional per-step timing. */
+#include <omp.h>
 #include <string.h>
+#include <unistd.h>
 #include "backends/internal/backend.h"
 #include "backends/cpu/internal/cpu.h"
 #include "backends/ref/internal/ref.h"
@@ -117,3 +119,21 @@ kiln_status kiln_backend_state_import(const char *backend, const char *text, con
     if (!b) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: unknown backend '%s'", source, backend ? backend : "");
     return b->import_state ? b->import_state(text, source) : KILN_OK;
 }
+
+/* ---- host memory, for the backends whose memory it is (cpu, ref) ---- */
+
+void *kiln_host_alloc(size_t bytes) { return kiln_alloc(bytes); }
+void kiln_host_free(void *p) { kiln_free(p); }
+
+kiln_status kiln_host_copy(void *dst, const void *src, size_t bytes, int async) {
+    (void)async;
+    memcpy(dst, src, bytes);
+    return KILN_OK;
+}
+
+size_t kiln_host_memory(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+}
+
+double kiln_host_now(void) { return omp_get_wtime(); }

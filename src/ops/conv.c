@@ -29,16 +29,7 @@ static int conv_infer(kiln_infer *ix) {
 }
 
 static int conv_backward(kiln_ad *ad, const kiln_node *f) {
-    kiln_value dy = kiln_ad_dout(ad, 0), x = f->in[0], w = f->in[1], b = f->nin > 2 ? f->in[2] : -1;
-    if (kiln_ad_needs(ad, x)) {
-        kiln_value in[2] = {dy, w};
-        if (kiln_ad_emit(ad, KILN_OP_CONV2D_BWD_DATA, in, 2, &x, 1) < 0) return -1;
-    }
-    if (kiln_ad_needs(ad, w) || (b >= 0 && kiln_ad_needs(ad, b))) {
-        kiln_value in[2] = {x, dy}, t[2] = {w, b};
-        if (kiln_ad_emit(ad, KILN_OP_CONV2D_BWD_WEIGHT, in, 2, t, b >= 0 ? 2 : 1) < 0) return -1;
-    }
-    return 0;
+    return kiln_ops_weighted_backward(ad, f, KILN_OP_CONV2D_BWD_DATA, KILN_OP_CONV2D_BWD_WEIGHT);
 }
 
 static const kiln_attr_spec conv_attrs[] = {KILN_ATTR("stride", KILN_ATTR_I64, conv.stride),

@@ -2,25 +2,8 @@
  * oneDNN's, one OpenMP team. Inputs are bound in place (the loader's batch
  * slot is read directly, no copy); its state in checkpoints is the autotune
  * decisions. */
-#include <omp.h>
-#include <string.h>
-#include <unistd.h>
 #include "backends/cpu/internal/cpu.h"
 #include "kernels/internal/dnnl_ops.h"
-
-static void *cpu_alloc(size_t bytes) { return kiln_alloc(bytes); }
-static void cpu_free(void *p) { kiln_free(p); }
-
-static kiln_status cpu_copy(void *dst, const void *src, size_t bytes, int async) {
-    (void)async;
-    memcpy(dst, src, bytes);
-    return KILN_OK;
-}
-
-static size_t cpu_memory(void) {
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
-}
 
 static int cpu_in_place(kiln_dtype dtype) {
     (void)dtype;
@@ -28,8 +11,7 @@ static int cpu_in_place(kiln_dtype dtype) {
 }
 
 static kiln_status cpu_stage(void *dst, const void *host, int64_t n, kiln_dtype dtype) {
-    memcpy(dst, host, (size_t)n * kiln_dtype_size(dtype));
-    return KILN_OK;
+    return kiln_host_copy(dst, host, (size_t)n * kiln_dtype_size(dtype), 0);
 }
 
 static kiln_status cpu_passes(kiln_graph *g, const kiln_compile_opts *o) {
@@ -45,8 +27,6 @@ static void cpu_prepare_end(const kiln_compile_opts *o) {
     if (o->autotune) kiln_cpu_autotune_end();
 }
 
-static double cpu_now(void) { return omp_get_wtime(); }
-
 static kiln_status cpu_import(const char *text, const char *source) { return kiln_autotune_import(text, source, 1); }
 
 const kiln_backend kiln_backend_cpu = {
@@ -54,16 +34,16 @@ const kiln_backend kiln_backend_cpu = {
     .float_dtype = KILN_F32,
     .host_memory = 1,
     .kernels = kiln_cpu_kernels,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .copy = cpu_copy,
-    .memory_available = cpu_memory,
+    .alloc = kiln_host_alloc,
+    .free = kiln_host_free,
+    .copy = kiln_host_copy,
+    .memory_available = kiln_host_memory,
     .input_in_place = cpu_in_place,
     .stage_input = cpu_stage,
     .passes = cpu_passes,
     .prepare_begin = cpu_prepare_begin,
     .prepare_end = cpu_prepare_end,
-    .now = cpu_now,
+    .now = kiln_host_now,
     .export_state = kiln_autotune_export,
     .import_state = cpu_import,
 };

@@ -138,6 +138,13 @@ kiln_status kiln_backend_prepare(const kiln_backend *b, kiln_step *s, kiln_prep 
 void kiln_backend_release(const kiln_backend *b, kiln_step *s);
 /* runs a list of steps, optionally timing each (time[i] += seconds) */
 kiln_status kiln_backend_run(const kiln_backend *b, const kiln_step *steps, int n, const kiln_run_ctx *rc, double *time);
+/* host memory, shared by the backends whose memory it is (cpu, ref) */
+void *kiln_host_alloc(size_t bytes);
+void kiln_host_free(void *p);
+kiln_status kiln_host_copy(void *dst, const void *src, size_t bytes, int async);
+size_t kiln_host_memory(void);
+double kiln_host_now(void);
+
 /* a 1-d tensor of n elements at data, for steps over flat buffers */
 kiln_tdesc kiln_tdesc_flat(void *data, kiln_dtype dtype, int64_t n);
 

@@ -150,6 +150,8 @@ kiln_value kiln_ad_dout(const kiln_ad *ad, int k);
  * ones add (the grad = None rule). Copies the forward node's attributes.
  * Returns the node id, or -1. */
 int kiln_ad_emit(kiln_ad *ad, kiln_op op, const kiln_value *in, int nin, const kiln_value *targets, int ntargets);
+/* conv2d's and linear's rule: backward-data for x, backward-weight for w and b (weighted.c) */
+int kiln_ops_weighted_backward(kiln_ad *ad, const struct kiln_node *f, kiln_op bwd_data, kiln_op bwd_weight);
 /* View op `op` (reshape, transpose, ...) applied to v, e.g. to an incoming
  * gradient: for view ops' backward rules. Returns the view or -1. */
 kiln_value kiln_ad_view(kiln_ad *ad, kiln_op op, kiln_value v, const kiln_attrs *attr);

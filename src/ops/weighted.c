@@ -1,0 +1,17 @@
+/* The backward rule shared by the weighted layers y = f(x, w) (+ b), conv2d
+ * and linear: a backward-data node for dL/dx when x needs it, and one
+ * backward-weight node writing dL/dw and dL/db together. */
+#include "graph/internal/graph.h"
+
+int kiln_ops_weighted_backward(kiln_ad *ad, const kiln_node *f, kiln_op bwd_data, kiln_op bwd_weight) {
+    kiln_value dy = kiln_ad_dout(ad, 0), x = f->in[0], w = f->in[1], b = f->nin > 2 ? f->in[2] : -1;
+    if (kiln_ad_needs(ad, x)) {
+        kiln_value in[2] = {dy, w};
+        if (kiln_ad_emit(ad, bwd_data, in, 2, &x, 1) < 0) return -1;
+    }
+    if (kiln_ad_needs(ad, w) || (b >= 0 && kiln_ad_needs(ad, b))) {
+        kiln_value in[2] = {x, dy}, t[2] = {w, b};
+        if (kiln_ad_emit(ad, bwd_weight, in, 2, t, b >= 0 ? 2 : 1) < 0) return -1;
+    }
+    return 0;
+}
