@@ -101,6 +101,8 @@ if mode == 'reshape':            # reshape SRC DST NAME D0,D1,...: NAME gets tha
     for d in shape:
         n *= d
     ts[name] = ('F32', shape, b'\0' * (4 * n))
+elif mode == 'meta':             # meta SRC DST KEY VALUE: one metadata entry replaced
+    meta[sys.argv[4]] = sys.argv[5]
 elif mode == 'plain':            # plain SRC DST: the parameters only, as a PyTorch state dict
     ts = {k: v for k, v in ts.items() if not k.startswith('optim.')}
     meta = {'format': 'pt'}
@@ -205,6 +207,11 @@ expect 2 "a contradicting model" "--model mnist-cnn contradicts" "(--model mlp)"
 expect 2 "a contradicting flag without value" "--dropout-off" "contradicts" -- \
     "$KILN" train --resume "$S" --dropout-off --no-test "${Q[@]}"
 expect 0 "the same value spelled another way" -- "$KILN" train --resume "$S" --lr 5e-2 --batch-size=32 --max-steps 5 --no-test "${Q[@]}"
+"$PY" "$T/st_edit.py" meta "$S" "$T/badset.safetensors" kiln.settings "not json {"
+expect 2 "saved settings that are not JSON" "$T/badset.safetensors" "kiln.settings" -- \
+    "$KILN" train --resume "$T/badset.safetensors" --no-test "${Q[@]}"
+"$PY" "$T/st_edit.py" meta "$S" "$T/badlr.safetensors" kiln.settings '{"model":"mlp","lr":"fast"}'
+expect 2 "a saved setting that does not parse" "--lr" "fast" -- "$KILN" train --resume "$T/badlr.safetensors" --no-test "${Q[@]}"
 expect 0 "settings that may change" -- \
     "$KILN" train --resume "$S" --max-steps 6 --epochs 2 --workers 2 --threads 1 --log-every 3 --no-test "${Q[@]}"
 

@@ -146,8 +146,11 @@ static int build_config(train_cli *t, const char **vals, const int *given, kiln_
             if (rc) return rc;
         }
         const char *v = given[i] ? vals[i] : saved;
-        if ((given[i] || saved) && kiln_train_option_set(c, name, v) != KILN_OK)
-            return cli_usage_error("train", "%s", kiln_last_error());
+        if ((given[i] || saved) && kiln_train_option_set(c, name, v) != KILN_OK) {
+            if (given[i]) return cli_usage_error("train", "%s", kiln_last_error());
+            fprintf(stderr, "kiln train: %s: its saved settings: %s\n", vals[resume], kiln_last_error());
+            return EXIT_USAGE;
+        }
     }
     return 0;
 }
