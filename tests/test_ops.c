@@ -2,7 +2,8 @@
  * reference as the oracle): every forward op of the table, on random shapes
  * and attributes, builds a small graph whose float inputs are parameters, and
  * a loss L = sum_k sum(y_k * c_k) over its outputs with random c_k. Then
- *   - the cpu backend must match the ref backend: outputs, every gradient,
+ *   - every f32 backend registered (the cpu today) must match the ref
+ *     backend: outputs, every gradient,
  *     the buffers a training step updates (batch norm's running statistics),
  *     with fusion and the blocked layout on and off;
  *   - the ref backend's gradients must match central finite differences of L;
@@ -10,6 +11,7 @@
  *     backward kernel also runs its accumulate (acc = 1) path.
  * Adding an op is one entry in `cases` below (with its builder); the harness
  * fails when a forward op of the table has no case. */
+#include "backends/internal/backend.h"
 #include "graph/internal/graph.h"
 #include "kiln/graph.h"
 #include "testutil.h"
@@ -283,14 +285,14 @@ static void finite_differences(const char *what, kiln_plan *ref, kiln_params *P6
     }
 }
 
-static void compare_backends(const char *what, hcase *h, bound *ref, bound *cpu, kiln_params *P64, kiln_params *P32) {
-    double lr = kiln_plan_loss(ref->pl), lc = kiln_plan_loss(cpu->pl);
-    CHECK_MSG(fabs(lc - lr) <= 2e-4 * fmax(1, fabs(lr)), "%s: loss cpu %.8g, ref %.8g", what, lc, lr);
+static void compare_backends(const char *what, hcase *h, bound *ref, bound *fast, kiln_params *P64, kiln_params *P32) {
+    double lr = kiln_plan_loss(ref->pl), lc = kiln_plan_loss(fast->pl);
+    CHECK_MSG(fabs(lc - lr) <= 2e-4 * fmax(1, fabs(lr)), "%s: loss %.8g, ref %.8g", what, lc, lr);
     for (int k = 0; k < h->nout; k++) {
         int64_t n = kiln_val_numel(&h->g->vals[h->out[k]], 1);
         float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
         double *bd = malloc((size_t)n * 8);
-        CHECK_OK(kiln_plan_read(cpu->pl, h->out[k], a, n));
+        CHECK_OK(kiln_plan_read(fast->pl, h->out[k], a, n));
         CHECK_OK(kiln_plan_read(ref->pl, h->out[k], b, n));
         for (int64_t i = 0; i < n; i++) bd[i] = b[i];
         double e = rel_err(a, bd, n);
@@ -315,10 +317,10 @@ static void compare_backends(const char *what, hcase *h, bound *ref, bound *cpu,
     }
 }
 
-/* builds the case, adds the loss, runs ref and cpu (two pass settings), checks */
-static void run_case(int ci, int draw, int acc_variant) {
+/* builds the case, adds the loss, runs ref and a fast backend (two pass settings), checks */
+static void run_case(const char *backend, int ci, int draw, int acc_variant) {
     char what[96];
-    snprintf(what, sizeof what, "%s (draw %d%s)", cases[ci].ops, draw, acc_variant ? ", accumulating" : "");
+    snprintf(what, sizeof what, "%s on %s (draw %d%s)", cases[ci].ops, backend, draw, acc_variant ? ", accumulating" : "");
     hcase h = {.g = kiln_graph_new()};
     CHECK_MSG(cases[ci].build(&h, draw) == 0 && kiln_graph_status(h.g) == KILN_OK, "%s: build failed: %s", what, kiln_last_error());
     if (kiln_graph_status(h.g) != KILN_OK) {
@@ -339,9 +341,9 @@ static void run_case(int ci, int draw, int acc_variant) {
     }
     kiln_params *P64 = NULL, *P32 = NULL;
     CHECK_OK(kiln_graph_status(h.g));
-    CHECK_OK(kiln_params_new(h.g, KILN_F64, &P64));
-    CHECK_OK(kiln_params_new(h.g, KILN_F32, &P32));
-    bound ref = {0}, cpu[2] = {{0}};
+    CHECK_OK(kiln_params_new_on(h.g, "ref", &P64));
+    CHECK_OK(kiln_params_new_on(h.g, backend, &P32));
+    bound ref = {0}, fast[2] = {{0}};
     float *cdata[16];
     int32_t *tdata[2];
     for (int k = 0; k < nc; k++) {
@@ -354,8 +356,8 @@ static void run_case(int ci, int draw, int acc_variant) {
         tdata[k] = kiln_alloc((size_t)n * 4);
         for (int64_t i = 0; i < n; i++) tdata[k][i] = (int32_t)tu_int(0, h.classes[k] - 1);
     }
-    ref.c = cpu[0].c = cpu[1].c = cdata;
-    ref.t = cpu[0].t = cpu[1].t = tdata;
+    ref.c = fast[0].c = fast[1].c = cdata;
+    ref.t = fast[0].t = fast[1].t = tdata;
     if (P64 && P32) {
         for (int v = 0; v < 2; v++) {
             kiln_params_init(P64, 1); /* buffers to their initial values */
@@ -364,10 +366,10 @@ static void run_case(int ci, int draw, int acc_variant) {
             kiln_plan_free(ref.pl);
             ref.pl = NULL;
             CHECK_OK(compile_run(&h, P64, loss, "ref", 1, 1, &ref, nc, cvals));
-            CHECK_OK(compile_run(&h, P32, loss, "cpu", v == 0, v == 0, &cpu[v], nc, cvals));
+            CHECK_OK(compile_run(&h, P32, loss, backend, v == 0, v == 0, &fast[v], nc, cvals));
             char w2[128];
             snprintf(w2, sizeof w2, "%s, fuse+layout %s", what, v == 0 ? "on" : "off");
-            if (ref.pl && cpu[v].pl) compare_backends(w2, &h, &ref, &cpu[v], P64, P32);
+            if (ref.pl && fast[v].pl) compare_backends(w2, &h, &ref, &fast[v], P64, P32);
         }
         if (ref.pl) {
             int64_t total = kiln_params_total(P64);
@@ -378,8 +380,8 @@ static void run_case(int ci, int draw, int acc_variant) {
         }
     }
     kiln_plan_free(ref.pl);
-    kiln_plan_free(cpu[0].pl);
-    kiln_plan_free(cpu[1].pl);
+    kiln_plan_free(fast[0].pl);
+    kiln_plan_free(fast[1].pl);
     for (int k = 0; k < nc; k++) kiln_free(cdata[k]);
     for (int k = 0; k < h.nint; k++) kiln_free(tdata[k]);
     kiln_params_free(P64);
@@ -406,8 +408,12 @@ static void test_coverage(void) {
 int main(void) {
     tu_seed(20261123);
     test_coverage();
-    for (int c = 0; c < NCASES; c++)
-        for (int draw = 0; draw < 3; draw++)
-            for (int acc = 0; acc < 2; acc++) run_case(c, draw, acc);
+    for (int b = 0; b < kiln_backend_count(); b++) {
+        const kiln_backend *be = kiln_backend_at(b);
+        if (be->float_dtype != KILN_F32) continue; /* the f64 ref backend is the oracle */
+        for (int c = 0; c < NCASES; c++)
+            for (int draw = 0; draw < 3; draw++)
+                for (int acc = 0; acc < 2; acc++) run_case(be->name, c, draw, acc);
+    }
     return tu_finish("test_ops");
 }

@@ -39,6 +39,9 @@ const kiln_backend *kiln_backend_get(const char *name) {
     return NULL;
 }
 
+int kiln_backend_count(void) { return nall; }
+const kiln_backend *kiln_backend_at(int i) { return i >= 0 && i < nall ? all[i] : NULL; }
+
 /* the first registered: cpu for f32, ref for f64 */
 const kiln_backend *kiln_backend_for_dtype(kiln_dtype dtype) {
     for (int i = 0; i < nall; i++)

@@ -129,6 +129,8 @@ typedef struct kiln_backend {
  * (a CUDA backend when a GPU is found; tests register a device simulator) */
 kiln_status kiln_backend_register(const kiln_backend *b);
 const kiln_backend *kiln_backend_get(const char *name);
+int kiln_backend_count(void);
+const kiln_backend *kiln_backend_at(int i);
 /* the backend whose float storage is dtype (f32: cpu, f64: ref) */
 const kiln_backend *kiln_backend_for_dtype(kiln_dtype dtype);
 /* 1 when b has a kernel for the step and takes its dtypes and layouts */
