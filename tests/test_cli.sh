@@ -345,8 +345,12 @@ rc=$?
 check "SIGINT: exit code 130 (got $rc)" test "$rc" -eq 130
 check "SIGINT: the checkpoint was written" test -s "$I"
 check "SIGINT: the message says how to continue" grep -q "resume with --resume" "$T/err"
+saved_step=$("$PY" -c '
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+print(json.loads(b[8:8 + n])["__metadata__"]["kiln.step"])' "$I" 2>/dev/null || echo 0)
 expect 0 "SIGINT: the interrupted run resumes" -- \
-    "$KILN" train --model mnist-cnn --resume "$I" --max-steps 3 --no-test --save "$T/after.safetensors" "${Q[@]}"
+    "$KILN" train --model mnist-cnn --resume "$I" --max-steps $((saved_step + 2)) --no-test --save "$T/after.safetensors" "${Q[@]}"
 
 # ---------- help ----------
 expect 0 "kiln --help" -- "$KILN" --help

@@ -259,16 +259,20 @@ static int cmd_eval(int argc, char **argv) {
     int given[E_N];
     int rc = cli_parse("eval", eval_usage, eval_opts, E_N, argc, argv, vals, given);
     if (rc) return rc > 0 ? 0 : EXIT_USAGE;
-    int64_t batch, workers, threads;
-    if (eval_int(E_BATCH, vals, &batch) || eval_int(E_WORKERS, vals, &workers) || eval_int(E_THREADS, vals, &threads))
-        return EXIT_USAGE;
+    int64_t batch = 0;
+    if (eval_int(E_BATCH, vals, &batch)) return EXIT_USAGE;
+    /* --workers and --threads parse as train's do; the library checks every value the same way for both */
+    kiln_train_config c = kiln_train_defaults();
+    for (int i = E_WORKERS; i <= E_THREADS; i++)
+        if (vals[i] && kiln_train_option_set(&c, eval_opts[i].name, vals[i]) != KILN_OK)
+            return cli_usage_error("eval", "%s", kiln_last_error());
+    int workers = vals[E_WORKERS] ? c.workers : 1, threads = vals[E_THREADS] ? c.threads : 0;
     if (!vals[E_LOAD]) return cli_usage_error("eval", "%s", "--load FILE is required");
-    if (workers < 0 || workers > 64) return cli_usage_error("eval", "%s", "--workers must be 0..64");
     const char *model = vals[E_MODEL] ? vals[E_MODEL] : eval_opts[E_MODEL].def;
     const char *data = vals[E_DATA] ? vals[E_DATA] : eval_opts[E_DATA].def;
     double loss = 0, acc = 0;
     int64_t samples = 0;
-    kiln_status st = kiln_evaluate(model, data, vals[E_LOAD], batch, (int)workers, (int)threads, &loss, &acc, &samples);
+    kiln_status st = kiln_evaluate(model, data, vals[E_LOAD], batch, workers, threads, &loss, &acc, &samples);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln eval: %s\n", kiln_last_error());
         return exit_code(st);
@@ -286,6 +290,8 @@ static int cmd_eval(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    /* a file-size limit (ulimit -f) makes a write fail with EFBIG, reported as an error, instead of killing kiln */
+    signal(SIGXFSZ, SIG_IGN);
     const char *lvl = getenv("KILN_LOG");
     if (lvl && !strcmp(lvl, "debug")) kiln_log_set_level(KILN_LOG_DEBUG);
     if (argc < 2) {

@@ -57,6 +57,8 @@ void kiln_optim_set_steps(kiln_optim *o, int64_t steps);
 int kiln_optim_state_count(const kiln_optim *o);
 const char *kiln_optim_state_name(const kiln_optim *o, int i);
 void *kiln_optim_state(kiln_optim *o, int i); /* in the parameters' backend memory */
+/* 1 when state i can never be negative (an average of squares): checkpoints holding one are refused */
+int kiln_optim_state_nonnegative(const kiln_optim *o, int i);
 /* a state buffer (kiln_params_total elements) to or from the host */
 kiln_status kiln_optim_state_read(const kiln_optim *o, int i, void *host);
 kiln_status kiln_optim_state_write(kiln_optim *o, int i, const void *host);

@@ -37,6 +37,9 @@ typedef struct kiln_progress {
 } kiln_progress;
 typedef void (*kiln_progress_fn)(const kiln_progress *p, void *user);
 
+/* the largest batch (and test batch) size accepted: far beyond any memory, small enough to keep sizes exact */
+#define KILN_MAX_BATCH ((int64_t)1 << 24)
+
 typedef struct kiln_train_config {
     const char *model;          /* "mnist-cnn", "mnist-cnn-bn", "mlp" */
     const char *data;           /* "fashion-mnist" or a folder of IDX files */

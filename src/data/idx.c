@@ -1,14 +1,20 @@
-/* IDX datasets (MNIST, Fashion-MNIST). Files are read through zlib's gzread,
- * which also reads uncompressed files transparently, so one code path serves
- * both. Pixels stay uint8 in memory (47 MB for the Fashion-MNIST train split
- * instead of 188 MB as float) and are normalised on the fly by `get`. */
+/* IDX datasets (MNIST, Fashion-MNIST). A file is read as a byte stream that
+ * is either plain or gzip (inflated with zlib, every member's CRC and length
+ * checked, nothing but another member allowed after one), after checks that
+ * never wait and never trust the header: the file must be a regular file,
+ * and the data the header claims must fit what the file can hold (exactly,
+ * when plain; within deflate's greatest ratio, when gzipped) before anything
+ * is allocated. Pixels stay uint8 in memory (47 MB for the Fashion-MNIST
+ * train split instead of 188 MB as float) and are normalised by `get`. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
+#include "base/internal/file.h"
 #include "kiln/data.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u
@@ -16,6 +22,9 @@
 #define IDX_CLASSES 10
 /* 2^36 pixels: far beyond any IDX data set; guards the size arithmetic. */
 #define IDX_MAX_BYTES ((uint64_t)1 << 36)
+/* deflate expands at most about 1032:1 (RFC 1951 limits); a gzipped file
+ * claiming more than that of its size is lying */
+#define DEFLATE_MAX_RATIO 1032
 
 typedef struct idx_impl {
     kiln_dataset ds;
@@ -41,107 +50,179 @@ static void idx_destroy(kiln_dataset *ds) {
     free(d);
 }
 
-/* Reads up to n bytes; returns bytes read, or -1 on a gzip/IO error (message set). */
-static int64_t read_all(gzFile f, const char *path, void *buf, uint64_t n, kiln_status *err) {
-    uint64_t got = 0;
-    while (got < n) {
-        uint64_t want = n - got;
-        if (want > (1u << 30)) want = 1u << 30; /* gzread takes an unsigned, returns an int */
-        int r = gzread(f, (char *)buf + got, (unsigned)want);
-        if (r < 0) {
-            int zerr;
-            const char *msg = gzerror(f, &zerr);
-            if (zerr == Z_ERRNO) {
-                *err = kiln_fail(KILN_ERR_IO, "%s: read error: %s", path, strerror(errno));
-            } else {
-                *err = kiln_fail(KILN_ERR_FORMAT, "%s: corrupt gzip data: %s", path, msg);
-            }
-            return -1;
-        }
-        if (r == 0) break; /* end of data (a truncated gzip stream also ends here) */
-        got += (uint64_t)r;
+/* ---- the byte stream: plain or gzip ---- */
+
+typedef struct {
+    int fd;
+    const char *path;
+    int64_t size;       /* of the file */
+    int gz, eof, ended; /* gzip; no more file bytes; the current member ended */
+    z_stream z;
+    uint8_t in[1 << 16];
+} src;
+
+static kiln_status fill(src *s) {
+    if (s->z.avail_in || s->eof) return KILN_OK;
+    ssize_t r;
+    do r = read(s->fd, s->in, sizeof s->in);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) return kiln_fail(KILN_ERR_IO, "%s: read error: %s", s->path, strerror(errno));
+    s->z.next_in = s->in;
+    s->z.avail_in = (uInt)r;
+    s->eof = r == 0;
+    return KILN_OK;
+}
+
+static kiln_status src_open(src *s, const char *path) {
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    if ((s->fd = kiln_open_read(path, &s->size)) < 0) return KILN_ERR_IO;
+    kiln_status st = fill(s);
+    s->gz = st == KILN_OK && s->z.avail_in >= 2 && s->in[0] == 0x1f && s->in[1] == 0x8b;
+    if (st == KILN_OK && s->gz && inflateInit2(&s->z, 16 + MAX_WBITS) != Z_OK)
+        st = kiln_fail(KILN_ERR_NOMEM, "%s: cannot start gzip decoding", path);
+    return st;
+}
+
+static void src_close(src *s) {
+    if (s->gz) inflateEnd(&s->z);
+    if (s->fd >= 0) close(s->fd);
+}
+
+/* after a gzip member only another member may follow */
+static kiln_status next_member(src *s, int *done) {
+    kiln_status st = fill(s);
+    if (st != KILN_OK) return st;
+    if (!s->z.avail_in && s->eof) {
+        *done = 1;
+        return KILN_OK;
     }
-    return (int64_t)got;
+    if (s->z.next_in[0] != 0x1f)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: garbage after the gzip data", s->path);
+    inflateReset(&s->z);
+    s->ended = 0;
+    return KILN_OK;
+}
+
+/* up to n bytes into buf; *got says how many (fewer only at the end of the data) */
+static kiln_status src_read(src *s, void *buf, uint64_t n, uint64_t *got) {
+    *got = 0;
+    kiln_status st = KILN_OK;
+    while (*got < n && st == KILN_OK) {
+        if (!s->gz) {
+            uint64_t want = n - *got;
+            if (s->z.avail_in) { /* what fill() read ahead */
+                uint64_t k = want < s->z.avail_in ? want : s->z.avail_in;
+                memcpy((char *)buf + *got, s->z.next_in, k);
+                s->z.next_in += k;
+                s->z.avail_in -= (uInt)k;
+                *got += k;
+                continue;
+            }
+            ssize_t r = read(s->fd, (char *)buf + *got, want > (1u << 30) ? (1u << 30) : want);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) return kiln_fail(KILN_ERR_IO, "%s: read error: %s", s->path, strerror(errno));
+            if (r == 0) break;
+            *got += (uint64_t)r;
+            continue;
+        }
+        int done = 0;
+        if (s->ended && ((st = next_member(s, &done)) != KILN_OK || done)) break;
+        if ((st = fill(s)) != KILN_OK) break;
+        uint64_t want = n - *got;
+        s->z.next_out = (Bytef *)buf + *got;
+        s->z.avail_out = want > (1u << 30) ? (1u << 30) : (uInt)want;
+        uInt before = s->z.avail_out;
+        int ret = inflate(&s->z, Z_NO_FLUSH);
+        *got += before - s->z.avail_out;
+        if (ret == Z_STREAM_END) s->ended = 1;
+        else if (ret == Z_BUF_ERROR && s->eof && !s->z.avail_in)
+            st = kiln_fail(KILN_ERR_FORMAT, "%s: truncated gzip data (the stream ends before its end marker and checksum)",
+                           s->path);
+        else if (ret != Z_OK && ret != Z_BUF_ERROR)
+            st = kiln_fail(KILN_ERR_FORMAT, "%s: corrupt gzip data: %s", s->path, s->z.msg ? s->z.msg : "inflate failed");
+    }
+    return st;
 }
 
 static uint32_t be32(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* Opens `path`, checks magic and header, and reads the whole u8 payload into a
- * malloc'ed buffer; dims[0..ndim) receive the dimensions. Fails on a truncated
- * file and on trailing bytes, so a corrupt download never trains silently. */
-static kiln_status read_idx(const char *path, uint32_t magic, int ndim, const char *what,
-                            uint32_t *dims, uint8_t **out) {
-    *out = NULL;
-    errno = 0;
-    gzFile f = gzopen(path, "rb");
-    if (!f) return kiln_fail(KILN_ERR_IO, "%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
-    gzbuffer(f, 1 << 17);
-    kiln_status st = KILN_OK;
+/* magic, dimensions and the size they imply, checked against what the file can hold */
+static kiln_status read_header(src *s, uint32_t magic, int ndim, const char *what, uint32_t *dims, uint64_t *total) {
     uint8_t hdr[4 + 4 * 3];
-    int64_t hbytes = 4 + 4 * (int64_t)ndim;
-    int64_t got = read_all(f, path, hdr, 4, &st);
-    if (got < 0) goto done;
-    if (got < 4) {
-        st = kiln_fail(KILN_ERR_FORMAT, "%s: truncated header: expected %lld bytes, got %lld", path,
-                       (long long)hbytes, (long long)got);
-        goto done;
-    }
+    uint64_t hbytes = 4 + 4 * (uint64_t)ndim, got = 0, more = 0;
+    kiln_status st = src_read(s, hdr, 4, &got);
+    if (st == KILN_OK && got < 4)
+        st = kiln_fail(KILN_ERR_FORMAT, "%s: truncated header: expected %llu bytes, got %llu", s->path,
+                       (unsigned long long)hbytes, (unsigned long long)got);
+    if (st != KILN_OK) return st;
     uint32_t m = be32(hdr);
     if (m != magic) {
         /* same u8 type but another rank: say so, it is the likelier mistake */
         if ((m & 0xffffff00u) == (magic & 0xffffff00u))
-            st = kiln_fail(KILN_ERR_FORMAT, "%s: wrong number of dimensions for an IDX %s file: %u (expected %d; magic 0x%08x)",
-                           path, what, m & 0xffu, ndim, m);
-        else
-            st = kiln_fail(KILN_ERR_FORMAT, "%s: bad magic 0x%08x (expected 0x%08x, an IDX u8 %s file)", path, m,
-                           magic, what);
-        goto done;
+            return kiln_fail(KILN_ERR_FORMAT, "%s: wrong number of dimensions for an IDX %s file: %u (expected %d; magic 0x%08x)",
+                             s->path, what, m & 0xffu, ndim, m);
+        return kiln_fail(KILN_ERR_FORMAT, "%s: bad magic 0x%08x (expected 0x%08x, an IDX u8 %s file)", s->path, m, magic, what);
     }
-    got = read_all(f, path, hdr + 4, (uint64_t)(4 * ndim), &st);
-    if (got < 0) goto done;
-    if (got < 4 * ndim) {
-        st = kiln_fail(KILN_ERR_FORMAT, "%s: truncated header: expected %lld bytes, got %lld", path,
-                       (long long)hbytes, (long long)(4 + got));
-        goto done;
-    }
-    uint64_t total = 1;
+    if ((st = src_read(s, hdr + 4, 4 * (uint64_t)ndim, &more)) != KILN_OK) return st;
+    if (more < 4 * (uint64_t)ndim)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: truncated header: expected %llu bytes, got %llu", s->path,
+                         (unsigned long long)hbytes, (unsigned long long)(4 + more));
+    *total = 1;
     for (int i = 0; i < ndim; i++) {
         dims[i] = be32(hdr + 4 + 4 * i);
-        if (dims[i] == 0) {
-            st = kiln_fail(KILN_ERR_FORMAT, "%s: dimension %d is 0", path, i);
-            goto done;
-        }
-        total *= dims[i];
-        if (total > IDX_MAX_BYTES) {
-            st = kiln_fail(KILN_ERR_FORMAT, "%s: implausible dimensions (more than %llu bytes of data)", path,
-                           (unsigned long long)IDX_MAX_BYTES);
-            goto done;
-        }
+        if (dims[i] == 0) return kiln_fail(KILN_ERR_FORMAT, "%s: dimension %d is 0", s->path, i);
+        *total *= dims[i];
+        if (*total > IDX_MAX_BYTES)
+            return kiln_fail(KILN_ERR_FORMAT, "%s: implausible dimensions (more than %llu bytes of data)", s->path,
+                             (unsigned long long)IDX_MAX_BYTES);
     }
-    uint8_t *buf = malloc(total);
-    if (!buf) {
-        st = kiln_fail(KILN_ERR_NOMEM, "%s: cannot allocate %llu bytes", path, (unsigned long long)total);
-        goto done;
+    const char *kind = ndim == 1 ? "label" : "pixel";
+    uint64_t size = (uint64_t)s->size;
+    if (!s->gz && size < hbytes + *total)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: truncated: expected %llu bytes of %s data, got %llu", s->path,
+                         (unsigned long long)*total, kind, (unsigned long long)(size - hbytes));
+    if (!s->gz && size > hbytes + *total)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: %llu bytes of trailing data after the expected %llu bytes (header + data)",
+                         s->path, (unsigned long long)(size - hbytes - *total), (unsigned long long)(hbytes + *total));
+    if (s->gz && hbytes + *total > size * DEFLATE_MAX_RATIO)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: the header claims %llu bytes of %s data, more than %llu gzipped bytes can hold",
+                         s->path, (unsigned long long)*total, kind, (unsigned long long)size);
+    return KILN_OK;
+}
+
+/* Opens `path`, checks magic and header, and reads the whole u8 payload into a
+ * malloc'ed buffer; dims[0..ndim) receive the dimensions. Fails on a truncated
+ * file and on trailing bytes, so a corrupt download never trains silently. */
+static kiln_status read_idx(const char *path, uint32_t magic, int ndim, const char *what, uint32_t *dims, uint8_t **out) {
+    *out = NULL;
+    src s;
+    uint64_t total = 0, got = 0;
+    kiln_status st = src_open(&s, path);
+    if (st == KILN_OK) st = read_header(&s, magic, ndim, what, dims, &total);
+    uint8_t *buf = st == KILN_OK ? malloc(total) : NULL;
+    if (st == KILN_OK && !buf) st = kiln_fail(KILN_ERR_NOMEM, "%s: cannot allocate %llu bytes", path, (unsigned long long)total);
+    if (st == KILN_OK) st = src_read(&s, buf, total, &got);
+    if (st == KILN_OK && got < total)
+        st = kiln_fail(KILN_ERR_FORMAT, "%s: truncated: expected %llu bytes of %s data, got %llu", path,
+                       (unsigned long long)total, ndim == 1 ? "label" : "pixel", (unsigned long long)got);
+    /* nothing may follow the data (and a gzip stream must end with its checksum) */
+    uint64_t more = 0, r = 1;
+    uint8_t extra[4096];
+    while (st == KILN_OK && r > 0) {
+        st = src_read(&s, extra, sizeof extra, &r);
+        more += r;
     }
-    got = read_all(f, path, buf, total, &st);
-    if (got >= 0 && (uint64_t)got < total)
-        st = kiln_fail(KILN_ERR_FORMAT, "%s: truncated: expected %llu bytes of %s data, got %lld", path,
-                       (unsigned long long)total, ndim == 1 ? "label" : "pixel", (long long)got);
-    if (got >= 0 && st == KILN_OK) {
-        uint8_t extra[4096];
-        int64_t more = 0, r;
-        while ((r = read_all(f, path, extra, sizeof extra, &st)) > 0) more += r;
-        if (r < 0) got = -1;
-        else if (more > 0)
-            st = kiln_fail(KILN_ERR_FORMAT, "%s: %lld bytes of trailing data after the expected %llu bytes (%s)", path,
-                           (long long)more, (unsigned long long)(total + (uint64_t)hbytes), "header + data");
-    }
+    if (st == KILN_OK && more > 0)
+        st = kiln_fail(KILN_ERR_FORMAT, "%s: %llu bytes of trailing data after the expected %llu bytes (header + data)", path,
+                       (unsigned long long)more, (unsigned long long)(total + 4 + 4 * (uint64_t)ndim));
+    if (st == KILN_OK && s.gz && !s.ended)
+        st = kiln_fail(KILN_ERR_FORMAT, "%s: truncated gzip data (the stream ends before its end marker and checksum)", path);
+    src_close(&s);
     if (st != KILN_OK) free(buf);
     else *out = buf;
-done:
-    gzclose(f);
     return st;
 }
 
@@ -204,6 +285,7 @@ static int is_dir(const char *p) {
     return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+/* exists and is not a folder (a FIFO or device in its place is refused when opened) */
 static int is_file(const char *p) {
     struct stat sb;
     return stat(p, &sb) == 0 && !S_ISDIR(sb.st_mode);

@@ -169,6 +169,11 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+/* a slot holds one batch, which never holds more samples than the dataset */
+static int64_t slot_samples(const kiln_loader *L) {
+    return L->cfg.batch_size < L->ds->len ? L->cfg.batch_size : (L->ds->len > 0 ? L->ds->len : 1);
+}
+
 static void destroy(kiln_loader *L) {
     if (L->threads) {
         pthread_mutex_lock(&L->mu);
@@ -179,8 +184,8 @@ static void destroy(kiln_loader *L) {
         free(L->threads);
     }
     if (L->slots) {
-        size_t xb = (size_t)L->cfg.batch_size * (size_t)L->numel * sizeof(float);
-        size_t yb = (size_t)L->cfg.batch_size * sizeof(int32_t);
+        size_t xb = (size_t)slot_samples(L) * (size_t)L->numel * sizeof(float);
+        size_t yb = (size_t)slot_samples(L) * sizeof(int32_t);
         for (int i = 0; i < L->nslots; i++) {
             slot *s = &L->slots[i];
             if (s->locked) {
@@ -230,8 +235,8 @@ kiln_status kiln_loader_new(kiln_dataset *ds, const kiln_loader_config *cfg, kil
         destroy(L);
         return kiln_fail(KILN_ERR_NOMEM, "loader: out of memory");
     }
-    size_t xb = (size_t)cfg->batch_size * (size_t)numel * sizeof(float);
-    size_t yb = (size_t)cfg->batch_size * sizeof(int32_t);
+    size_t xb = (size_t)slot_samples(L) * (size_t)numel * sizeof(float);
+    size_t yb = (size_t)slot_samples(L) * sizeof(int32_t);
     int warned = 0;
     for (int i = 0; i < L->nslots; i++) {
         slot *s = &L->slots[i];

@@ -180,6 +180,10 @@ void kiln_optim_set_steps(kiln_optim *o, int64_t steps) { o->steps = steps; }
 int kiln_optim_state_count(const kiln_optim *o) { return o->nstate; }
 const char *kiln_optim_state_name(const kiln_optim *o, int i) { return state_names[o->c.kind][i]; }
 void *kiln_optim_state(kiln_optim *o, int i) { return o->state[i]; }
+int kiln_optim_state_nonnegative(const kiln_optim *o, int i) {
+    /* adamw's exp_avg_sq, adadelta's square_avg and acc_delta; sgd's momentum and adamw's exp_avg take either sign */
+    return (o->c.kind == KILN_OPT_ADAMW && i == 1) || o->c.kind == KILN_OPT_ADADELTA;
+}
 static size_t state_bytes(const kiln_optim *o) {
     return (size_t)kiln_params_total(o->P) * kiln_dtype_size(kiln_params_dtype(o->P));
 }

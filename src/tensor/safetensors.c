@@ -16,7 +16,9 @@
  * fsyncs it, renames it over PATH and fsyncs the folder, so a crash leaves
  * either the old file or the new one. Data is written raw: kiln targets
  * little-endian hosts, as safetensors does. */
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -25,6 +27,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "base/internal/file.h"
 #include "kiln/safetensors.h"
 
 #define ST_MAX_HEADER 100000000ull /* the reference implementation's limit */
@@ -509,8 +512,9 @@ kiln_status kiln_st_open(const char *path, kiln_st_file **out) {
     if (!out) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_st_open: out is NULL");
     *out = NULL;
     if (!path) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_st_open: path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kiln_fail(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int64_t size = 0;
+    int fd = kiln_open_read(path, &size); /* never waits on a FIFO; a regular file only */
+    if (fd < 0) return KILN_ERR_IO;
     kiln_status s = KILN_OK;
     unsigned char *hdr = NULL;
     kiln_st_file *f = calloc(1, sizeof *f);
@@ -518,11 +522,7 @@ kiln_status kiln_st_open(const char *path, kiln_st_file **out) {
         s = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
         goto done;
     }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) { s = kiln_fail(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno)); goto done; }
-    /* the size checks below rely on st_size */
-    if (!S_ISREG(sb.st_mode)) { s = kiln_fail(KILN_ERR_IO, "%s: not a regular file", path); goto done; }
-    uint64_t fsize = (uint64_t)sb.st_size;
+    uint64_t fsize = (uint64_t)size; /* the size checks below rely on it */
     if (fsize < 8) {
         s = kiln_fail(KILN_ERR_FORMAT, "%s: file is %llu bytes, too short for a safetensors file (the header size alone takes 8)",
                       path, (unsigned long long)fsize);
@@ -855,6 +855,35 @@ static int fsync_parent(const char *path) {
     return rc;
 }
 
+/* Removes PATH.tmp.<pid> files that processes no longer running left behind (a
+ * save killed with SIGKILL): they are never renamed into place and would only
+ * take disk space. A pid still alive (or that we may not signal) keeps its file. */
+static void remove_stale_temps(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (slash == dir) dir[1] = 0;
+    else if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    size_t blen = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *n = e->d_name;
+        if (strncmp(n, base, blen) != 0 || strncmp(n + blen, ".tmp.", 5) != 0) continue;
+        const char *digits = n + blen + 5;
+        char *end;
+        long pid = strtol(digits, &end, 10);
+        if (end == digits || *end || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char full[8192];
+        snprintf(full, sizeof full, "%s/%s", dir, n);
+        if (unlink(full) == 0) kiln_log(KILN_LOG_DEBUG, "removed %s, left by an interrupted save", full);
+    }
+    closedir(d);
+}
+
 kiln_status kiln_st_writer_save(kiln_st_writer *w, const char *path) {
     if (!w || !path || !path[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_st_writer_save: %s", w ? "empty path" : "writer is NULL");
     /* reference layout: "__metadata__" first, then tensors; data in the same order */
@@ -899,6 +928,7 @@ kiln_status kiln_st_writer_save(kiln_st_writer *w, const char *path) {
         return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory building the header", path);
     }
 
+    remove_stale_temps(path);
     size_t tlen = strlen(path) + 32;
     char *tmp = malloc(tlen);
     if (!tmp) { free(h.p); return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path); }
@@ -925,7 +955,8 @@ kiln_status kiln_st_writer_save(kiln_st_writer *w, const char *path) {
     free(h.p);
     if (!ok) {
         unlink(tmp);
-        kiln_status s = kiln_fail(KILN_ERR_IO, "%s: cannot save (%s of %s failed): %s", path, step, tmp, strerror(e));
+        kiln_status s = kiln_fail(KILN_ERR_IO, "%s: cannot save (%s of %s failed): %s%s", path, step, tmp, strerror(e),
+                                  e == EFBIG ? " (a file-size limit: ulimit -f)" : e == ENOSPC ? " (the disk is full)" : "");
         free(tmp);
         return s;
     }

@@ -2,6 +2,7 @@
  * kiln model loads in PyTorch with load_state_dict(strict=False) and a
  * PyTorch state_dict loads in kiln), optimizer state as "optim.<state>.<name>",
  * and the run's position in the metadata. Writes are atomic (kiln_st_writer_save). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -148,8 +149,14 @@ static kiln_status load_into(const kiln_st_file *f, const char *name, float *dst
     case KILN_F16: for (int64_t i = 0; i < n; i++) dst[i] = kiln_f16_to_f32(((const uint16_t *)t->data)[i]); break;
     default: return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s' is %s, not a float type", path, name, kiln_dtype_name(t->dtype));
     }
+    /* bad input, not a numeric failure of the run: NaN or Inf stored, or an f64 beyond float's range */
     for (int64_t i = 0; i < n; i++)
-        if (!isfinite(dst[i])) return kiln_fail(KILN_ERR_NUMERIC, "%s: tensor '%s' holds NaN or Inf at %lld", path, name, (long long)i);
+        if (!isfinite(dst[i])) {
+            if (t->dtype == KILN_F64 && isfinite(((const double *)t->data)[i]))
+                return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s' holds %g at %lld, beyond the range of f32", path, name,
+                                 ((const double *)t->data)[i], (long long)i);
+            return kiln_fail(KILN_ERR_FORMAT, "%s: tensor '%s' holds NaN or Inf at %lld", path, name, (long long)i);
+        }
     return KILN_OK;
 }
 
@@ -223,13 +230,57 @@ kiln_status kiln_checkpoint_load_params(kiln_params *P, const char *path) {
     return st;
 }
 
-static kiln_status meta_i64(const kiln_st_file *f, const char *key, int64_t *out, const char *path) {
+/* an integer of the metadata within [lo, hi]; errors name the file and the key */
+static kiln_status meta_i64(const kiln_st_file *f, const char *key, int64_t lo, int64_t hi, int64_t *out, const char *path) {
     const char *v = kiln_st_meta(f, key);
     char *end;
     if (!v) return kiln_fail(KILN_ERR_FORMAT, "%s: not a kiln checkpoint (no '%s' in its metadata); --load reads weights only", path, key);
+    errno = 0;
     long long x = strtoll(v, &end, 10);
-    if (*end || end == v) return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s' is '%s', not an integer", path, key, v);
+    if (*end || end == v) return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s' is '%.40s', not an integer", path, key, v);
+    if (errno == ERANGE || x < lo || x > hi)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: metadata '%s' is %.40s, outside [%lld, %lld]", path, key, v, (long long)lo,
+                         (long long)hi);
     *out = x;
+    return KILN_OK;
+}
+
+/* the run's position and settings, each checked before anything is loaded */
+static kiln_status read_state(const kiln_st_file *f, const char *path, kiln_ckpt_state *s) {
+    const char *model = kiln_st_meta(f, "kiln.model"), *opt = kiln_st_meta(f, "kiln.optimizer"), *lr = kiln_st_meta(f, "kiln.lr");
+    snprintf(s->model, sizeof s->model, "%s", model ? model : "");
+    snprintf(s->optimizer, sizeof s->optimizer, "%s", opt ? opt : "");
+    const int64_t big = (int64_t)1 << 53; /* positions beyond any run; keeps every sum of them exact */
+    int64_t seed = 0;
+    kiln_status st = meta_i64(f, "kiln.step", 0, big, &s->step, path);
+    if (st == KILN_OK) st = meta_i64(f, "kiln.epoch", 0, big, &s->epoch, path);
+    if (st == KILN_OK) st = meta_i64(f, "kiln.next_batch", 0, big, &s->next_batch, path);
+    if (st == KILN_OK) st = meta_i64(f, "kiln.seed", 0, INT64_MAX, &seed, path);
+    if (st == KILN_OK) st = meta_i64(f, "kiln.batch_size", 1, KILN_MAX_BATCH, &s->batch_size, path);
+    if (st == KILN_OK) st = meta_i64(f, "kiln.optim_steps", 0, s->step, &s->optim_steps, path);
+    s->seed = (uint64_t)seed;
+    s->accumulate = 1; /* absent in checkpoints of runs without accumulation */
+    if (st == KILN_OK && kiln_st_meta(f, "kiln.accumulate")) st = meta_i64(f, "kiln.accumulate", 1, 1 << 20, &s->accumulate, path);
+    if (st != KILN_OK) return st;
+    char *end = NULL;
+    double v = lr ? strtod(lr, &end) : NAN;
+    if (!lr || end == lr || *end || !isfinite(v) || v < 0 || v > 3.4e38)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: metadata 'kiln.lr' is %.40s, not a learning rate (a finite number >= 0)", path,
+                         lr ? lr : "absent");
+    s->lr = (float)v;
+    return KILN_OK;
+}
+
+/* optimizer state that is an average of squares cannot be negative */
+static kiln_status check_state_signs(const float *state, const kiln_optim *o, int k, kiln_params *P, const char *path) {
+    if (!kiln_optim_state_nonnegative(o, k)) return KILN_OK;
+    for (int i = 0; i < kiln_params_count(P); i++) {
+        const float *v = state + kiln_params_offset(P, i);
+        for (int64_t j = 0; j < kiln_params_numel(P, i); j++)
+            if (v[j] < 0)
+                return kiln_fail(KILN_ERR_FORMAT, "%s: tensor 'optim.%s.%s' holds %g at %lld; an average of squares cannot be "
+                                 "negative", path, kiln_optim_state_name(o, k), kiln_params_name(P, i), (double)v[j], (long long)j);
+    }
     return KILN_OK;
 }
 
@@ -245,22 +296,10 @@ kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim 
         kiln_st_close(f);
         return st;
     }
-    const char *model = kiln_st_meta(f, "kiln.model"), *opt = kiln_st_meta(f, "kiln.optimizer"), *lr = kiln_st_meta(f, "kiln.lr");
-    snprintf(s->model, sizeof s->model, "%s", model ? model : "");
-    snprintf(s->optimizer, sizeof s->optimizer, "%s", opt ? opt : "");
-    int64_t seed = 0;
-    if ((st = meta_i64(f, "kiln.step", &s->step, path)) == KILN_OK && (st = meta_i64(f, "kiln.epoch", &s->epoch, path)) == KILN_OK &&
-        (st = meta_i64(f, "kiln.next_batch", &s->next_batch, path)) == KILN_OK &&
-        (st = meta_i64(f, "kiln.seed", &seed, path)) == KILN_OK &&
-        (st = meta_i64(f, "kiln.batch_size", &s->batch_size, path)) == KILN_OK)
-        st = meta_i64(f, "kiln.optim_steps", &s->optim_steps, path);
-    s->seed = (uint64_t)seed;
-    s->accumulate = 1; /* absent in checkpoints of runs without accumulation */
-    if (st == KILN_OK && kiln_st_meta(f, "kiln.accumulate")) st = meta_i64(f, "kiln.accumulate", &s->accumulate, path);
+    st = read_state(f, path, s);
     const char *tuned = kiln_st_meta(f, "kiln.autotune");
     const char *be = kiln_st_meta(f, "kiln.backend");
     if (st == KILN_OK && tuned) st = kiln_backend_state_import(be ? be : "cpu", tuned, path);
-    s->lr = lr ? strtof(lr, NULL) : 0;
     /* everything is read into staging buffers first: a bad tensor changes nothing */
     int64_t total = kiln_params_total(P);
     int ns = o ? kiln_optim_state_count(o) : 0;
@@ -279,6 +318,7 @@ kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim 
             else snprintf(name, sizeof name, "optim.%s.%s", kiln_optim_state_name(o, k), kiln_params_name(P, i));
             st = load_into(f, name, dst + kiln_params_offset(P, i), nd, shape, path);
         }
+        if (st == KILN_OK && k >= 0) st = check_state_signs(dst, o, k, P, path);
     }
     void **bufs = st == KILN_OK ? stage_buffers(f, P, path, &st) : NULL;
     if (st == KILN_OK) st = kiln_params_write(P, stage);

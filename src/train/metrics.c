@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include "base/internal/file.h"
 #include "train/internal/metrics.h"
 
 struct kiln_metrics {
@@ -18,9 +20,11 @@ kiln_status kiln_metrics_open(const char *path, int append, kiln_metrics **out) 
     kiln_metrics *m = calloc(1, sizeof *m);
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "--metrics: out of memory");
     snprintf(m->path, sizeof m->path, "%s", path);
-    if (!(m->f = fopen(path, append ? "a" : "w"))) {
+    int fd = kiln_open_write(path, append); /* a FIFO in its place is refused, not waited on */
+    if (fd < 0 || !(m->f = fdopen(fd, append ? "a" : "w"))) {
+        if (fd >= 0) close(fd);
         free(m);
-        return kiln_fail(KILN_ERR_IO, "--metrics %s: cannot open for writing: %s", path, strerror(errno));
+        return kiln_fail_context(KILN_ERR_IO, "--metrics");
     }
     *out = m;
     return KILN_OK;

@@ -114,7 +114,7 @@ static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, 
     kiln_status st = kiln_compile(g, P, outs, 2, &o, &plan);
     if (st != KILN_OK) return st;
     kiln_loader_config lc = kiln_loader_defaults();
-    lc.batch_size = batch;
+    lc.batch_size = batch; /* the loader's slots never hold more than the dataset */
     lc.workers = workers;
     kiln_loader *L = NULL;
     float *logits = kiln_alloc((size_t)(o.max_batch * m->num_classes) * sizeof(float));
@@ -172,6 +172,25 @@ static kiln_status check_model(const char *model) {
     return kiln_fail(KILN_ERR_INVALID_ARG, "--model: unknown model '%s' (known: %s)", model, known);
 }
 
+/* what train and eval share, validated alike before any work */
+static kiln_status check_common(const char *batch_flag, int64_t batch, int workers, int threads) {
+    if (batch < 1 || batch > KILN_MAX_BATCH)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s is %lld; use 1..%lld", batch_flag, (long long)batch, (long long)KILN_MAX_BATCH);
+    if (workers < 0 || workers > 64) return kiln_fail(KILN_ERR_INVALID_ARG, "--workers is %d; use 0..64", workers);
+    if (threads < 0 || threads > 1024) return kiln_fail(KILN_ERR_INVALID_ARG, "--threads is %d; use 0..1024 (0: every core)", threads);
+    return KILN_OK;
+}
+
+static kiln_status check_optim(const kiln_optim_config *o) {
+    if (!(o->lr >= 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--lr is %g; it must be >= 0", (double)o->lr);
+    if (!(o->momentum >= 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--momentum is %g; it must be >= 0", (double)o->momentum);
+    if (!(o->weight_decay >= 0))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--weight-decay is %g; it must be >= 0", (double)o->weight_decay);
+    if (o->nesterov && o->kind != KILN_OPT_SGD) return kiln_fail(KILN_ERR_INVALID_ARG, "--nesterov is for --optimizer sgd");
+    if (o->nesterov && !(o->momentum > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--nesterov needs --momentum > 0");
+    return KILN_OK;
+}
+
 static kiln_status check_config(const kiln_train_config *c) {
     if (!c->model || !c->model[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--model is required");
     if (check_model(c->model) != KILN_OK) return KILN_ERR_INVALID_ARG;
@@ -182,13 +201,15 @@ static kiln_status check_config(const kiln_train_config *c) {
         return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size auto with --resume: resume with the batch size the run was saved with");
     if (!c->find_batch_size && c->batch_size < 1)
         return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size is %lld; it must be at least 1", (long long)c->batch_size);
+    kiln_status st = check_common("--test-batch-size", c->test_batch_size, c->workers, c->threads);
+    if (st == KILN_OK && !c->find_batch_size) st = check_common("--batch-size", c->batch_size, c->workers, c->threads);
+    if (st == KILN_OK) st = check_optim(&c->optim);
+    if (st != KILN_OK) return st;
 #define RANGE(cond, ...) \
     if (!(cond)) return kiln_fail(KILN_ERR_INVALID_ARG, __VA_ARGS__)
-    RANGE(c->test_batch_size >= 1, "--test-batch-size is %lld; it must be at least 1", (long long)c->test_batch_size);
-    RANGE(c->epochs >= 1, "--epochs is %lld; it must be at least 1", (long long)c->epochs);
-    RANGE(c->workers >= 0 && c->workers <= 64, "--workers is %d; use 0..64", c->workers);
+    RANGE(c->epochs >= 1 && c->epochs <= (int64_t)1 << 40, "--epochs is %lld; it must be at least 1", (long long)c->epochs);
     RANGE(c->prefetch >= 1 && c->prefetch <= 64, "--prefetch is %d; use 1..64", c->prefetch);
-    RANGE(c->threads >= 0 && c->threads <= 1024, "--threads is %d", c->threads);
+    RANGE(c->lr_step_size >= 1, "--lr-step-size is %lld; it must be at least 1", (long long)c->lr_step_size);
     RANGE(c->seed >= 0, "--seed is %lld; it must be >= 0", (long long)c->seed);
     RANGE(c->max_steps >= 0, "--max-steps is %lld", (long long)c->max_steps);
     RANGE(c->save_every >= 0, "--save-every is %lld", (long long)c->save_every);
@@ -332,6 +353,28 @@ static kiln_status run_open(run *R) {
     return KILN_OK;
 }
 
+/* A resumed position must fit this data (the saved batch inside an epoch, the
+ * step count matching epoch and batch), and something must be left to train:
+ * a run of 0 steps never reports success or overwrites a checkpoint. */
+static kiln_status check_position(run *R) {
+    const kiln_train_config *c = &R->c;
+    int64_t groups = (R->per_epoch + R->accum - 1) / R->accum;
+    if (R->next >= R->per_epoch || R->next % R->accum)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--resume %s: saved at batch %lld of epoch %lld, but %s gives %lld batches of %lld per "
+                         "epoch (in groups of %lld): resume with the data it was saved with", c->resume, (long long)R->next,
+                         (long long)R->epoch + 1, c->data, (long long)R->per_epoch, (long long)c->batch_size, (long long)R->accum);
+    if (R->epoch > ((int64_t)1 << 53) / groups || R->step != R->epoch * groups + R->next / R->accum)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--resume %s: step %lld does not match epoch %lld, batch %lld of this data "
+                         "(expected step %lld): resume with the data it was saved with", c->resume, (long long)R->step,
+                         (long long)R->epoch + 1, (long long)R->next, (long long)(R->epoch * groups + R->next / R->accum));
+    if (R->epoch >= c->epochs || R->step >= R->total)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--resume %s: the run is at step %lld (epoch %lld) and would stop at step %lld "
+                         "(--epochs %lld%s): nothing to train; raise --epochs or --max-steps", c->resume, (long long)R->step,
+                         (long long)R->epoch + 1, (long long)R->total, (long long)c->epochs,
+                         c->max_steps ? ", --max-steps given" : "");
+    return KILN_OK;
+}
+
 /* the training plan (the full batch and the epoch's last one) and the loader */
 static kiln_status run_compile(run *R) {
     kiln_train_config *c = &R->c;
@@ -370,7 +413,7 @@ static kiln_status run_compile(run *R) {
     /* a step is one update: `accum` loader batches, the last group of an epoch possibly fewer */
     R->total = c->epochs * ((R->per_epoch + R->accum - 1) / R->accum);
     if (c->max_steps && c->max_steps < R->total) R->total = c->max_steps;
-    return KILN_OK;
+    return c->resume ? check_position(R) : KILN_OK;
 }
 
 static kiln_status save(run *R, int64_t step, int64_t epoch, int64_t next) {
@@ -696,6 +739,13 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
         r->compile_time_s = elapsed(&R);
         R.win = (kiln_metrics_window){.t0 = r->compile_time_s};
     }
+    /* a stop request while starting (a slow disk, autotuning) ends the run before its first step: nothing saved */
+    if (st == KILN_OK && cfg->stop_flag && *cfg->stop_flag) {
+        r->interrupted = 1;
+        kiln_log(KILN_LOG_INFO, "interrupted before the first step: nothing trained, nothing saved");
+        run_close(&R);
+        return KILN_OK;
+    }
     if (st == KILN_OK) st = run_epochs(&R);
     if (st == KILN_OK) st = run_finish(&R);
     run_close(&R);
@@ -704,7 +754,8 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
 
 kiln_status kiln_evaluate(const char *model, const char *data, const char *load, int64_t batch_size, int workers,
                           int threads, double *loss, double *accuracy, int64_t *samples) {
-    if (batch_size < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size is %lld; it must be at least 1", (long long)batch_size);
+    kiln_status st = check_common("--batch-size", batch_size, workers, threads);
+    if (st != KILN_OK) return st;
     if (!load) return kiln_fail(KILN_ERR_INVALID_ARG, "eval needs --load FILE");
     set_threads(threads);
     kiln_graph *g = kiln_graph_new();
@@ -712,7 +763,7 @@ kiln_status kiln_evaluate(const char *model, const char *data, const char *load,
     kiln_dataset *test = NULL;
     kiln_model m;
     eval_result er = {0};
-    kiln_status st = kiln_model_build(g, model, &m);
+    st = kiln_model_build(g, model, &m);
     if (st == KILN_OK) st = kiln_dataset_open(data, 0, &test);
     if (st == KILN_OK) st = kiln_params_new(g, KILN_F32, &P);
     if (st == KILN_OK) st = kiln_checkpoint_load_params(P, load);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "backends/cpu/internal/cpu.h"
+#include "base/internal/file.h"
 #include "kernels/internal/dnnl_ops.h"
 
 #define EXPORT_MAX 65536
@@ -27,12 +28,16 @@ static void load_once(void) {
     loaded = 1;
     const char *path = kiln_autotune_cache_path();
     if (!path[0]) return;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
+    /* never waits on a FIFO in the cache's place; anything but a regular file is ignored */
+    int fd = access(path, F_OK) == 0 ? kiln_open_read(path, NULL) : -1;
+    if (fd < 0) {
+        if (access(path, F_OK) == 0) kiln_log(KILN_LOG_WARN, "ignoring the autotune cache: %s", kiln_last_error());
+        return;
+    }
     static char text[EXPORT_MAX];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = 0;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    text[n > 0 ? n : 0] = 0;
     /* decisions already made in this process (e.g. from a resumed checkpoint) win */
     if (kiln_autotune_import(text, path, 0) != KILN_OK)
         kiln_log(KILN_LOG_WARN, "ignoring the autotune cache: %s (delete it to re-tune)", kiln_last_error());

@@ -1,0 +1,20 @@
+/* Opening files kiln did not make without trusting them: a FIFO, a device or
+ * a folder where a regular file belongs is refused at once, never waited on
+ * (open with O_NONBLOCK, check with fstat, then clear O_NONBLOCK). */
+#ifndef KILN_BASE_FILE_H
+#define KILN_BASE_FILE_H
+
+#include <stdint.h>
+#include "kiln/status.h"
+
+/* A regular file for reading: the descriptor (blocking reads from here on) and
+ * its size, or -1 with the message set ("PATH: cannot open: ...", "PATH: not
+ * a regular file (a FIFO)"). */
+int kiln_open_read(const char *path, int64_t *size);
+/* A regular file for writing, created or truncated (or appended to): refuses
+ * a FIFO or device in its place without blocking. -1 with the message set. */
+int kiln_open_write(const char *path, int append);
+/* what a file system object is, for messages: "a FIFO", "a folder", ... */
+const char *kiln_file_kind(unsigned mode);
+
+#endif
