@@ -335,7 +335,7 @@ static void test_batch_norm_model(void) {
     kiln_st_close(f);
     double loss = 0, acc = -1;
     int64_t samples = 0;
-    CHECK_OK(kiln_evaluate("mnist-cnn-bn", g_small, a, 50, 1, 0, &loss, &acc, &samples));
+    CHECK_OK(kiln_evaluate("mnist-cnn-bn", g_small, a, NULL, 50, 1, 0, &loss, &acc, &samples));
     CHECK_MSG(samples == SMALL_TEST && fabs(acc - r.test_accuracy) < 1e-12 && fabs(loss - r.test_loss) <= 1e-6 * fabs(loss),
               "eval of the saved model: loss %.6f accuracy %.4f, the training run's %.6f %.4f", loss, acc, r.test_loss,
               r.test_accuracy);

@@ -241,9 +241,10 @@ static const cli_opt eval_opts[] = {
     {"batch-size", "N", "samples per step", "1000"},
     {"workers", "N", "loader threads", "1"},
     {"threads", "N", "compute threads; 0: all cores", "0"},
+    {"device", "cpu|cuda|auto", "where to evaluate (auto: cuda when a GPU is here)", "cpu"},
     {"json", NULL, "print one JSON object as the last line of stdout", NULL},
 };
-enum { E_MODEL, E_DATA, E_LOAD, E_BATCH, E_WORKERS, E_THREADS, E_JSON, E_N };
+enum { E_MODEL, E_DATA, E_LOAD, E_BATCH, E_WORKERS, E_THREADS, E_DEVICE, E_JSON, E_N };
 
 static int eval_int(int i, const char **vals, int64_t *out) {
     const char *v = vals[i] ? vals[i] : eval_opts[i].def;
@@ -272,7 +273,7 @@ static int cmd_eval(int argc, char **argv) {
     const char *data = vals[E_DATA] ? vals[E_DATA] : eval_opts[E_DATA].def;
     double loss = 0, acc = 0;
     int64_t samples = 0;
-    kiln_status st = kiln_evaluate(model, data, vals[E_LOAD], batch, workers, threads, &loss, &acc, &samples);
+    kiln_status st = kiln_evaluate(model, data, vals[E_LOAD], vals[E_DEVICE], batch, workers, threads, &loss, &acc, &samples);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln eval: %s\n", kiln_last_error());
         return exit_code(st);

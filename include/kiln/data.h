@@ -63,6 +63,10 @@ typedef struct kiln_loader_config {
     int workers;        /* 0: the training thread loads each batch itself */
     int prefetch;       /* batches in flight per worker (ring = max(2, workers * prefetch) slots) */
     int lock_memory;    /* 1: mlock the ring (the CPU meaning of pinned memory); best effort */
+    /* the ring's memory: NULL for kiln_alloc; a GPU backend's page-locked allocator
+     * (kiln_params_host_allocator), so its copy of each batch runs asynchronously */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
 } kiln_loader_config;
 kiln_loader_config kiln_loader_defaults(void);
 

@@ -99,11 +99,20 @@ typedef struct kiln_params kiln_params;
 kiln_status kiln_params_new_on(const kiln_graph *g, const char *backend, kiln_params **out);
 /* the backend by dtype: KILN_F32 cpu, KILN_F64 ref */
 kiln_status kiln_params_new(const kiln_graph *g, kiln_dtype dtype, kiln_params **out);
+/* The backend a --device choice names: "cpu"; "cuda" (an error saying why when
+ * the CUDA backend was not built or no GPU is here); "auto": cuda when it can
+ * run, else cpu. */
+kiln_status kiln_device_backend(const char *device, const char **backend);
 const char *kiln_params_backend(const kiln_params *P);
 int kiln_params_host_memory(const kiln_params *P); /* 1: data/grad/buffer pointers are host memory */
 /* the whole flat value buffer (kiln_params_total elements of kiln_params_dtype) to or from the host */
 kiln_status kiln_params_read(const kiln_params *P, void *host);
 kiln_status kiln_params_write(kiln_params *P, const void *host);
+kiln_status kiln_params_grad_read(const kiln_params *P, void *host); /* the flat gradients, copied to the host */
+/* Host memory the parameters' backend copies from asynchronously (a GPU's
+ * page-locked memory, the guide's pin_memory), for the loader's ring; both
+ * NULL when plain memory is as good (cpu). */
+void kiln_params_host_allocator(const kiln_params *P, void *(**alloc)(size_t), void (**free_fn)(void *));
 void kiln_params_free(kiln_params *P);
 void kiln_params_init(kiln_params *P, uint64_t seed);
 int kiln_params_count(const kiln_params *P);
@@ -142,7 +151,8 @@ typedef struct kiln_compile_opts {
     int training;       /* 1: add backward (autodiff from outputs[0], a scalar loss) */
     int64_t max_batch;  /* the plan is sized for this batch and runs it */
     int64_t also_batches[KILN_MAX_EXTRA_BATCHES]; /* smaller batch sizes it will also run (0: none) */
-    const char *backend; /* NULL: the parameters' backend; "cpu" (f32) or "ref" (naive double kernels, f64: the test oracle) */
+    const char *backend; /* NULL: the parameters' backend; "cpu" (f32), "cuda" (f32 on the GPU, when built) or "ref"
+                            (naive double kernels, f64: the test oracle) */
     int reuse_memory;   /* 1 (default): the planner shares arena space by liveness */
     int fuse;           /* 1 (default): the fusion pass folds relu into conv2d/linear */
     int autotune;       /* 1 (default): time each conv algorithm on its real shape, keep the fastest */
@@ -152,6 +162,8 @@ typedef struct kiln_compile_opts {
     double memory_budget; /* bytes the arena may take; 0: 90 % of the machine's memory */
     int plan_only;      /* 1: plan the memory (and check the budget) but allocate nothing and make no kernels */
     int profile;        /* 1: time every step of every run (kiln_plan_profile_report) */
+    int matmul_precision; /* GPU matmuls and convolutions: 0 highest (fp32), 1 high (tf32), 2 medium (bf16), as
+                             PyTorch's set_float32_matmul_precision; the cpu computes in fp32 always */
 } kiln_compile_opts;
 kiln_compile_opts kiln_compile_defaults(void);
 

@@ -66,6 +66,8 @@ typedef struct kiln_train_config {
     int fuse, autotune, dropout_off;
     int profile;                /* 1: time every kernel and log the breakdown at the end */
     double memory_budget;       /* bytes a plan's arena may take; 0: 90 % of the machine's memory */
+    const char *device;         /* "cpu" (default), "cuda" or "auto" (cuda when a GPU is here) */
+    int matmul_precision;       /* GPU: 0 highest (fp32), 1 high (tf32), 2 medium (bf16) */
     /* checked after every step: when it becomes non-zero (e.g. from a SIGINT
      * handler) training stops there, the checkpoint is written for that position
      * so --resume continues exactly, and kiln_train returns KILN_OK with
@@ -120,9 +122,10 @@ kiln_status kiln_checkpoint_settings(const char *path, char **json);
 kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r);
 
 /* Test-set loss and accuracy of a model with the weights in `load` (a checkpoint
- * or any safetensors file with the model's tensor names). */
-kiln_status kiln_evaluate(const char *model, const char *data, const char *load, int64_t batch_size, int workers,
-                          int threads, double *loss, double *accuracy, int64_t *samples);
+ * or any safetensors file with the model's tensor names), on the backend device
+ * names (kiln_device_backend: "cpu", "cuda", "auto"; NULL: cpu). */
+kiln_status kiln_evaluate(const char *model, const char *data, const char *load, const char *device, int64_t batch_size,
+                          int workers, int threads, double *loss, double *accuracy, int64_t *samples);
 
 /* checkpoint.c */
 kiln_status kiln_checkpoint_load_params(kiln_params *P, const char *path);

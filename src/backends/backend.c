@@ -7,6 +7,9 @@
 #include "backends/internal/backend.h"
 #include "backends/cpu/internal/cpu.h"
 #include "backends/ref/internal/ref.h"
+#ifdef KILN_HAVE_CUDA
+#include "backends/cuda/internal/cuda.h"
+#endif
 
 /* 1 when every operand of an elementwise op shares one layout */
 static int elementwise_all(const kiln_step *s) {
@@ -22,8 +25,14 @@ static int elementwise_all(const kiln_step *s) {
 }
 
 #define MAX_BACKENDS 8
+/* the CUDA backend is registered whenever it was built; without a GPU it says so through available() */
+#ifdef KILN_HAVE_CUDA
+static const kiln_backend *all[MAX_BACKENDS] = {&kiln_backend_cpu, &kiln_backend_ref, &kiln_backend_cuda};
+static int nall = 3;
+#else
 static const kiln_backend *all[MAX_BACKENDS] = {&kiln_backend_cpu, &kiln_backend_ref};
 static int nall = 2;
+#endif
 
 kiln_status kiln_backend_register(const kiln_backend *b) {
     if (kiln_backend_get(b->name)) return kiln_fail(KILN_ERR_INVALID_ARG, "backend '%s' is registered already", b->name);
@@ -40,6 +49,27 @@ const kiln_backend *kiln_backend_get(const char *name) {
 }
 
 int kiln_backend_count(void) { return nall; }
+
+kiln_status kiln_device_backend(const char *device, const char **backend) {
+    char why[192];
+    const kiln_backend *cuda = kiln_backend_get("cuda");
+    *backend = "cpu";
+    if (!device || !strcmp(device, "cpu")) return KILN_OK;
+    if (!strcmp(device, "auto")) {
+        if (cuda && kiln_backend_available(cuda, why, sizeof why)) *backend = "cuda";
+        return KILN_OK;
+    }
+    if (strcmp(device, "cuda") != 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--device: '%s' is not cpu, cuda or auto", device);
+    if (!cuda) return kiln_fail(KILN_ERR_INVALID_ARG, "--device cuda: this kiln was built without the CUDA backend (no nvcc or cuDNN at build time)");
+    if (!kiln_backend_available(cuda, why, sizeof why)) return kiln_fail(KILN_ERR_INVALID_ARG, "--device cuda: %s", why);
+    *backend = "cuda";
+    return KILN_OK;
+}
+
+int kiln_backend_available(const kiln_backend *b, char *why, size_t len) {
+    if (why && len) why[0] = 0;
+    return !b->available || b->available(why, len);
+}
 const kiln_backend *kiln_backend_at(int i) { return i >= 0 && i < nall ? all[i] : NULL; }
 
 /* the first registered: cpu for f32, ref for f64 */
@@ -85,6 +115,7 @@ kiln_status kiln_backend_prepare(const kiln_backend *b, kiln_step *s, kiln_prep 
 
 void kiln_backend_release(const kiln_backend *b, kiln_step *s) {
     const kiln_kernel *k = &b->kernels[s->op];
+    if (b->step_freed) b->step_freed(s);
     if (k->release && s->owns_kobj) k->release(s);
     s->kobj = NULL;
     s->owns_kobj = 0;
@@ -119,7 +150,11 @@ size_t kiln_backend_state_export(const char *backend, char *buf, size_t len) {
 
 kiln_status kiln_backend_state_import(const char *backend, const char *text, const char *source) {
     const kiln_backend *b = kiln_backend_get(backend);
-    if (!b) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: unknown backend '%s'", source, backend ? backend : "");
+    if (!b) { /* saved where a backend ran that this build lacks (cuda): its decisions do not apply here */
+        kiln_log(KILN_LOG_INFO, "%s: saved on the %.16s backend, which this kiln lacks; its autotune decisions are not used",
+                 source, backend ? backend : "");
+        return KILN_OK;
+    }
     return b->import_state ? b->import_state(text, source) : KILN_OK;
 }
 

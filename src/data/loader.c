@@ -192,8 +192,13 @@ static void destroy(kiln_loader *L) {
                 munlock(s->x, xb);
                 munlock(s->y, yb);
             }
-            kiln_free(s->x);
-            kiln_free(s->y);
+            if (L->cfg.host_free) {
+                L->cfg.host_free(s->x);
+                L->cfg.host_free(s->y);
+            } else {
+                kiln_free(s->x);
+                kiln_free(s->y);
+            }
         }
         free(L->slots);
     }
@@ -240,13 +245,13 @@ kiln_status kiln_loader_new(kiln_dataset *ds, const kiln_loader_config *cfg, kil
     int warned = 0;
     for (int i = 0; i < L->nslots; i++) {
         slot *s = &L->slots[i];
-        s->x = kiln_alloc(xb);
-        s->y = kiln_alloc(yb);
+        s->x = cfg->host_alloc ? cfg->host_alloc(xb) : kiln_alloc(xb);
+        s->y = cfg->host_alloc ? cfg->host_alloc(yb) : kiln_alloc(yb);
         if (!s->x || !s->y) {
             destroy(L);
             return kiln_fail(KILN_ERR_NOMEM, "loader: cannot allocate %d batch slots of %zu bytes", L->nslots, xb + yb);
         }
-        if (cfg->lock_memory) {
+        if (cfg->lock_memory && !cfg->host_alloc) { /* page-locked already */
             if (mlock(s->x, xb) == 0) {
                 if (mlock(s->y, yb) == 0) s->locked = 1;
                 else munlock(s->x, xb);

@@ -66,7 +66,10 @@ kiln_status kiln_params_new_on(const kiln_graph *g, const char *backend, kiln_pa
     *out = NULL;
     if (kiln_graph_status(g) != KILN_OK) return kiln_graph_status(g);
     const kiln_backend *be = kiln_backend_get(backend);
-    if (!be) return kiln_fail(KILN_ERR_INVALID_ARG, "parameters: unknown backend '%s' (cpu, ref)", backend ? backend : "");
+    if (!be) return kiln_fail(KILN_ERR_INVALID_ARG, "parameters: unknown backend '%s' (cpu, ref%s)", backend ? backend : "",
+                              kiln_backend_get("cuda") ? ", cuda" : "; cuda was not built");
+    char why[192];
+    if (!kiln_backend_available(be, why, sizeof why)) return kiln_fail(KILN_ERR_INVALID_ARG, "backend %s: %s", be->name, why);
     kiln_params *P = calloc(1, sizeof *P);
     if (!P) return kiln_fail(KILN_ERR_NOMEM, "parameters: out of memory");
     P->be = be;
@@ -156,6 +159,13 @@ void kiln_params_init(kiln_params *P, uint64_t seed) {
 
 kiln_status kiln_params_read(const kiln_params *P, void *host) {
     return P->be->copy(host, P->data, (size_t)P->total * kiln_dtype_size(P->dtype), 0);
+}
+kiln_status kiln_params_grad_read(const kiln_params *P, void *host) {
+    return P->be->copy(host, P->grad, (size_t)P->total * kiln_dtype_size(P->dtype), 0);
+}
+void kiln_params_host_allocator(const kiln_params *P, void *(**alloc)(size_t), void (**free_fn)(void *)) {
+    *alloc = P->be->pinned_alloc;
+    *free_fn = P->be->pinned_alloc ? P->be->pinned_free : NULL;
 }
 kiln_status kiln_params_write(kiln_params *P, const void *host) {
     return P->be->copy(P->data, host, (size_t)P->total * kiln_dtype_size(P->dtype), 0);

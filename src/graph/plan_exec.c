@@ -3,6 +3,7 @@
  * backend. No allocation, no shape work, no kernel choice per run. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "graph/internal/plan.h"
 
@@ -85,12 +86,23 @@ kiln_status kiln_plan_read(const kiln_plan *pl, kiln_value v, float *dst, int64_
     if (!src) return kiln_fail(KILN_ERR_INVALID_ARG, "read: '%s' has no storage", V->name);
     int f64 = kiln_plan_dtype(pl, v) == KILN_F64, contiguous = kiln_val_contiguous(V);
     if (!f64 && contiguous) return pl->be->copy(dst, src, (size_t)n * sizeof(float), 0);
-    if (!pl->be->host_memory) return kiln_fail(KILN_ERR_INVALID_ARG, "read: '%s' is a strided view on a device", V->name);
     int64_t batch = V->batched ? n / (kiln_val_numel(V, 1) ? kiln_val_numel(V, 1) : 1) : 1;
+    char *host = NULL; /* a strided view in a device's memory: its whole extent comes over first */
+    if (!pl->be->host_memory) {
+        size_t bytes = (size_t)(n ? (contiguous ? n - 1 : strided_at(V, batch, n - 1)) + 1 : 1) * (f64 ? 8 : 4);
+        if (!(host = malloc(bytes))) return kiln_fail(KILN_ERR_NOMEM, "read: out of memory");
+        kiln_status st = pl->be->copy(host, src, bytes, 0);
+        if (st != KILN_OK) {
+            free(host);
+            return st;
+        }
+        src = host;
+    }
     for (int64_t i = 0; i < n; i++) {
         int64_t at = contiguous ? i : strided_at(V, batch, i);
         dst[i] = f64 ? (float)((const double *)src)[at] : ((const float *)src)[at];
     }
+    free(host);
     return KILN_OK;
 }
 

@@ -97,6 +97,7 @@ kiln_status kiln_optim_new(const kiln_optim_config *cfg, kiln_params *P, kiln_op
 }
 
 static void free_list(kiln_optim *o) {
+    for (int i = 0; i < o->nlist; i++) kiln_backend_release(o->be, &o->list[i]);
     free(o->list);
     o->list = NULL;
     o->nlist = 0;

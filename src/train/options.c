@@ -14,7 +14,8 @@
 #include <string.h>
 #include "kiln/train.h"
 
-typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB } field_type;
+typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB, T_PRECISION } field_type;
+static const char *const precisions[] = {"highest", "high", "medium"};
 
 typedef struct {
     kiln_train_option pub;
@@ -63,6 +64,9 @@ static const field fields[] = {
     OPT("log-every", "N", 1, T_I64, log_every, "steps between progress and metrics lines"),
     OPT("profile", NULL, 1, T_FLAG, profile, "time every kernel and print the per-step breakdown at the end"),
     OPT("memory-budget-mb", "X", 1, T_MIB, memory_budget, "refuse a plan whose activations and gradients need more (0: 90% of RAM)"),
+    OPT("device", "cpu|cuda|auto", 1, T_STR, device, "where to train: cpu, cuda (the GPU; an error without one) or auto (cuda when a GPU is here)"),
+    OPT("matmul-precision", "highest|high|medium", 1, T_PRECISION, matmul_precision,
+        "GPU matmuls and convolutions in fp32, TF32 or bf16 tensor-core math, fp32 accumulation (PyTorch's set_float32_matmul_precision)"),
 };
 #define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
 
@@ -145,6 +149,13 @@ kiln_status kiln_train_option_set(kiln_train_config *c, const char *name, const 
             return kiln_fail(KILN_ERR_INVALID_ARG, "--optimizer: unknown optimizer '%s' (adadelta, adamw, sgd)", value);
         c->optim = kiln_optim_defaults(kind);
         return KILN_OK;
+    case T_PRECISION:
+        for (int i = 0; i < 3; i++)
+            if (strcmp(value, precisions[i]) == 0) {
+                *(int *)p = i;
+                return KILN_OK;
+            }
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: '%s' is not highest, high or medium", name, value);
     default: break;
     }
     return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: cannot be set", name);
@@ -177,6 +188,7 @@ int kiln_train_option_get(const kiln_train_config *c, const char *name, char *bu
         if (c->find_batch_size) snprintf(buf, len, "auto");
         else snprintf(buf, len, "%lld", (long long)c->batch_size);
     } else if (f->type == T_OPTIM) snprintf(buf, len, "%s", kiln_optim_name(c->optim.kind));
+    else if (f->type == T_PRECISION) snprintf(buf, len, "%s", precisions[*(const int *)p >= 0 && *(const int *)p < 3 ? *(const int *)p : 0]);
     return 0;
 }
 

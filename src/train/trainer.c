@@ -37,6 +37,7 @@ kiln_train_config kiln_train_defaults(void) {
     c.log_every = 100;
     c.fuse = 1;
     c.autotune = 1;
+    c.device = "cpu";
     return c;
 }
 
@@ -116,6 +117,7 @@ static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, 
     kiln_loader_config lc = kiln_loader_defaults();
     lc.batch_size = batch; /* the loader's slots never hold more than the dataset */
     lc.workers = workers;
+    kiln_params_host_allocator(P, &lc.host_alloc, &lc.host_free);
     kiln_loader *L = NULL;
     float *logits = kiln_alloc((size_t)(o.max_batch * m->num_classes) * sizeof(float));
     if (!logits) st = kiln_fail(KILN_ERR_NOMEM, "evaluation: out of memory");
@@ -191,10 +193,19 @@ static kiln_status check_optim(const kiln_optim_config *o) {
     return KILN_OK;
 }
 
+/* parameters (and so plans and optimizer state) on the backend --device names */
+static kiln_status new_params(const char *device, kiln_graph *g, kiln_params **P) {
+    const char *backend;
+    kiln_status st = kiln_device_backend(device, &backend);
+    return st == KILN_OK ? kiln_params_new_on(g, backend, P) : st;
+}
+
 static kiln_status check_config(const kiln_train_config *c) {
     if (!c->model || !c->model[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--model is required");
     if (check_model(c->model) != KILN_OK) return KILN_ERR_INVALID_ARG;
     if (!c->data || !c->data[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--data is required");
+    const char *backend;
+    if (kiln_device_backend(c->device, &backend) != KILN_OK) return KILN_ERR_INVALID_ARG;
     if (c->find_batch_size && !(c->memory_budget > 0))
         return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size auto needs --memory-budget-mb: the budget the batch must fit in");
     if (c->find_batch_size && c->resume)
@@ -343,7 +354,8 @@ static kiln_status run_open(run *R) {
     R->g = kiln_graph_new();
     if ((st = kiln_model_build(R->g, c->model, &R->m)) != KILN_OK) return st;
     if ((st = check_data(R)) != KILN_OK) return st;
-    if ((st = kiln_params_new(R->g, KILN_F32, &R->P)) != KILN_OK) return st;
+    if ((st = new_params(c->device, R->g, &R->P)) != KILN_OK) return st;
+    if (strcmp(kiln_params_backend(R->P), "cpu") != 0) kiln_log(KILN_LOG_INFO, "device: %s", kiln_params_backend(R->P));
     kiln_params_init(R->P, (uint64_t)c->seed);
     if (c->load && (st = kiln_checkpoint_load_params(R->P, c->load)) != KILN_OK) return st;
     if ((st = kiln_optim_new(&c->optim, R->P, &R->opt)) != KILN_OK) return st;
@@ -387,6 +399,7 @@ static kiln_status run_compile(run *R) {
     co.dropout_off = c->dropout_off;
     co.memory_budget = c->memory_budget;
     co.seed = (uint64_t)c->seed;
+    co.matmul_precision = c->matmul_precision;
     co.profile = c->profile;
     kiln_status st = kiln_compile(R->g, R->P, &R->m.loss, 1, &co, &R->plan);
     if (st != KILN_OK) return st;
@@ -407,6 +420,7 @@ static kiln_status run_compile(run *R) {
     lc.workers = c->workers;
     lc.prefetch = c->prefetch;
     lc.lock_memory = c->lock_memory;
+    kiln_params_host_allocator(R->P, &lc.host_alloc, &lc.host_free);
     if ((st = kiln_loader_new(R->train, &lc, &R->L)) != KILN_OK) return st;
     R->per_epoch = kiln_loader_batches_per_epoch(R->L);
     R->accum = c->accumulate > 0 ? c->accumulate : 1;
@@ -752,8 +766,8 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
     return st;
 }
 
-kiln_status kiln_evaluate(const char *model, const char *data, const char *load, int64_t batch_size, int workers,
-                          int threads, double *loss, double *accuracy, int64_t *samples) {
+kiln_status kiln_evaluate(const char *model, const char *data, const char *load, const char *device, int64_t batch_size,
+                          int workers, int threads, double *loss, double *accuracy, int64_t *samples) {
     kiln_status st = check_common("--batch-size", batch_size, workers, threads);
     if (st != KILN_OK) return st;
     if (!load) return kiln_fail(KILN_ERR_INVALID_ARG, "eval needs --load FILE");
@@ -765,7 +779,7 @@ kiln_status kiln_evaluate(const char *model, const char *data, const char *load,
     eval_result er = {0};
     st = kiln_model_build(g, model, &m);
     if (st == KILN_OK) st = kiln_dataset_open(data, 0, &test);
-    if (st == KILN_OK) st = kiln_params_new(g, KILN_F32, &P);
+    if (st == KILN_OK) st = new_params(device, g, &P);
     if (st == KILN_OK) st = kiln_checkpoint_load_params(P, load);
     if (st == KILN_OK) st = evaluate(g, &m, P, test, batch_size, workers, 1, &er);
     if (loss) *loss = er.loss;

@@ -20,6 +20,7 @@
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
 
+#include <pthread.h>
 #include "kernels/internal/kernels.h"
 #include "kiln/graph.h"
 #include "ops/internal/ops.h"
@@ -106,6 +107,9 @@ typedef struct kiln_backend {
     const kiln_kernel *kernels;       /* KILN_OP_COUNT entries */
     void *(*alloc)(size_t bytes);
     void (*free)(void *p);
+    /* page-locked host memory its copies read asynchronously (the loader's ring); NULL: plain memory */
+    void *(*pinned_alloc)(size_t bytes);
+    void (*pinned_free)(void *p);
     /* copies between host and backend memory; may return before the copy ends when async */
     kiln_status (*copy)(void *dst, const void *src, size_t bytes, int async);
     size_t (*memory_available)(void);
@@ -123,6 +127,10 @@ typedef struct kiln_backend {
     /* opaque state kept in checkpoints (the cpu autotune decisions) */
     size_t (*export_state)(char *buf, size_t len);
     kiln_status (*import_state)(const char *text, const char *source);
+    /* NULL: always usable; else 1, or 0 with the reason in why (no GPU here) */
+    int (*available)(char *why, size_t len);
+    /* a step is being freed: drop what the backend keeps about it (a captured graph) */
+    void (*step_freed)(kiln_step *s);
 } kiln_backend;
 
 /* the registry: "cpu" and "ref" built in; another backend registers itself
@@ -130,6 +138,8 @@ typedef struct kiln_backend {
 kiln_status kiln_backend_register(const kiln_backend *b);
 const kiln_backend *kiln_backend_get(const char *name);
 int kiln_backend_count(void);
+/* 1 when b can run here; else 0 and why (e.g. "no CUDA GPU here (...)") */
+int kiln_backend_available(const kiln_backend *b, char *why, size_t len);
 const kiln_backend *kiln_backend_at(int i);
 /* the backend whose float storage is dtype (f32: cpu, f64: ref) */
 const kiln_backend *kiln_backend_for_dtype(kiln_dtype dtype);
@@ -146,6 +156,23 @@ void kiln_host_free(void *p);
 kiln_status kiln_host_copy(void *dst, const void *src, size_t bytes, int async);
 size_t kiln_host_memory(void);
 double kiln_host_now(void);
+
+/* decision_file.c: a backend's autotune decisions on disk (KILN_CACHE_DIR,
+ * else $XDG_CACHE_HOME/kiln or ~/.cache/kiln; KILN_CACHE_DIR= : none) */
+#define KILN_DECISIONS_MAX 65536
+typedef struct kiln_decision_file {
+    const char *name;                                  /* "autotune-v1.txt" */
+    size_t (*export_all)(char *buf, size_t len);
+    kiln_status (*import_keep)(const char *text, const char *source); /* decisions already made win */
+    pthread_mutex_t lock;
+    int loaded;
+    char saved[KILN_DECISIONS_MAX];                    /* what the file holds */
+} kiln_decision_file;
+#define KILN_DECISION_FILE(nm, ex, im) {.name = nm, .export_all = ex, .import_keep = im, .lock = PTHREAD_MUTEX_INITIALIZER}
+const char *kiln_cache_path(const char *name, char *buf, size_t len); /* "" when there is no cache */
+void kiln_decision_file_load(kiln_decision_file *f);  /* once per process (or after reset) */
+void kiln_decision_file_save(kiln_decision_file *f);  /* atomically, when something new was decided */
+void kiln_decision_file_reset(kiln_decision_file *f); /* tests: read the file again next time */
 
 /* a 1-d tensor of n elements at data, for steps over flat buffers */
 kiln_tdesc kiln_tdesc_flat(void *data, kiln_dtype dtype, int64_t n);

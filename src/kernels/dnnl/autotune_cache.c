@@ -91,18 +91,6 @@ kiln_status kiln_autotune_import(const char *text, const char *source, int repla
     return KILN_OK;
 }
 
-const char *kiln_autotune_cache_path(void) {
-    static char path[1024];
-    const char *dir = getenv("KILN_CACHE_DIR");
-    if (dir && !dir[0]) return "";
-    if (dir) snprintf(path, sizeof path, "%s/autotune-v1.txt", dir);
-    else if (getenv("XDG_CACHE_HOME") && getenv("XDG_CACHE_HOME")[0])
-        snprintf(path, sizeof path, "%s/kiln/autotune-v1.txt", getenv("XDG_CACHE_HOME"));
-    else if (getenv("HOME") && getenv("HOME")[0]) snprintf(path, sizeof path, "%s/.cache/kiln/autotune-v1.txt", getenv("HOME"));
-    else return "";
-    return path;
-}
-
 void kiln_autotune_forget(void) {
     pthread_mutex_lock(&lock);
     free(table);

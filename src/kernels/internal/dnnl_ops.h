@@ -56,7 +56,6 @@ size_t kiln_autotune_export(char *buf, size_t len);
 /* adds the decisions in text (replacing known ones when `replace`); malformed lines are an error naming `source` */
 kiln_status kiln_autotune_import(const char *text, const char *source, int replace);
 /* the on-disk cache: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; "" disables */
-const char *kiln_autotune_cache_path(void);
 void kiln_autotune_forget(void); /* tests: drop every decision */
 
 #endif

@@ -1,0 +1,129 @@
+/* The CUDA backend: what its files share.
+ *
+ * Host code is C11 (cuda.c: memory, streams, graphs; conv.c: cuDNN; linear.c:
+ * cuBLASLt; kernels.c: the kernel table); kiln's own device kernels are CUDA
+ * C++ in *.cu, reached through the kiln_cuda_* launchers declared here (C
+ * linkage). Every launch goes on one compute stream; no launcher allocates or
+ * synchronises, so a step list can be captured as one CUDA graph. Values that
+ * change from run to run (learning rate, optimizer step, RNG counter, loss
+ * scale) are read by kernels from a small device struct (kiln_cuda_rc),
+ * written before each run, so a captured graph replays with new values. */
+#ifndef KILN_BACKEND_CUDA_H
+#define KILN_BACKEND_CUDA_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct CUstream_st *kiln_cuda_stream_t;
+
+/* what changes per run, in device memory */
+typedef struct kiln_cuda_rc {
+    double lr;
+    double loss_scale;
+    int64_t optim_step;
+    uint64_t counter;
+} kiln_cuda_rc;
+
+/* errors kernels find (a target outside the classes, a non-finite gradient
+ * norm), in device memory, read at the next synchronisation */
+typedef struct kiln_cuda_flags {
+    int bad_target;       /* 1 + the row of the first target out of range, 0: none */
+    int target_value;
+    int classes;          /* of the bad target's loss */
+    int nonfinite_norm;
+} kiln_cuda_flags;
+
+#ifndef __CUDACC__
+#include "backends/internal/backend.h"
+
+extern const kiln_backend kiln_backend_cuda;
+extern const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT];
+
+/* cuda.c */
+kiln_cuda_stream_t kiln_cuda_stream(void);
+kiln_cuda_rc *kiln_cuda_rc_dev(void);
+kiln_cuda_flags *kiln_cuda_flags_dev(void);
+/* 1 when a GPU is usable; else 0 and why in buf */
+int kiln_cuda_available(char *why, size_t len);
+/* a failed CUDA runtime call as a kiln status naming what was being done */
+kiln_status kiln_cuda_check(int err, const char *what);
+/* the last launch error, as kiln_cuda_check */
+kiln_status kiln_cuda_launched(const char *what);
+/* the matmul precision of the plan being prepared: 0 highest (fp32), 1 high (tf32), 2 medium (bf16) */
+int kiln_cuda_precision(void);
+/* tests: 0 runs every step by its own launch (what graph replay is checked against), 1 captures graphs */
+void kiln_cuda_set_graphs(int on);
+/* the step's cached graph, if any, is dropped (the step list is being freed) */
+void kiln_cuda_release(kiln_step *s);
+kiln_status kiln_cuda_readout(const kiln_step *s, const kiln_run_ctx *rc);
+
+/* conv.c: cuDNN convolutions, algorithms timed on the real shape at compile */
+kiln_status kiln_cuda_conv_prepare(kiln_step *s, kiln_prep *p);
+kiln_status kiln_cuda_conv_bwd_prepare(kiln_step *s, kiln_prep *p);
+void kiln_cuda_conv_release(kiln_step *s);
+kiln_status kiln_cuda_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc);
+kiln_status kiln_cuda_conv_bwd_data(const kiln_step *s, const kiln_run_ctx *rc);
+kiln_status kiln_cuda_conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc);
+size_t kiln_cuda_conv_export(char *buf, size_t len);
+kiln_status kiln_cuda_conv_import(const char *text, const char *source, int overwrite);
+
+/* linear.c: cuBLASLt */
+kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p);
+void kiln_cuda_linear_release(kiln_step *s);
+kiln_status kiln_cuda_linear_fwd(const kiln_step *s, const kiln_run_ctx *rc);
+kiln_status kiln_cuda_linear_bwd_data(const kiln_step *s, const kiln_run_ctx *rc);
+kiln_status kiln_cuda_linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc);
+#endif
+
+/* ---- launchers (pointwise.cu, rows.cu, norm.cu, optim.cu) ---- */
+typedef kiln_cuda_stream_t kcs;
+void kiln_cuda_relu(kcs st, int64_t n, const float *x, float *y);
+void kiln_cuda_relu_bwd(kcs st, int64_t n, const float *y, const float *dy, float *dx, int acc);
+void kiln_cuda_bias_relu(kcs st, int64_t rows, int64_t ch, int64_t inner, const float *b, int relu, float *y);
+void kiln_cuda_add(kcs st, int64_t n, const float *a, const float *b, float *y);
+void kiln_cuda_mul(kcs st, int64_t n, const float *a, const float *b, float *y);
+void kiln_cuda_mul_bwd(kcs st, int64_t n, const float *dy, const float *other, float *dx, int acc);
+void kiln_cuda_copy(kcs st, int64_t n, const float *x, float *y, int acc);
+void kiln_cuda_copy_strided(kcs st, int ndim, const int64_t *shape, const int64_t *stride, const float *x, float *y, int acc);
+void kiln_cuda_slice_bwd(kcs st, int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, const float *dy,
+                         float *dx, int acc);
+void kiln_cuda_ones(kcs st, const kiln_cuda_rc *rc, float *y);
+void kiln_cuda_fill(kcs st, int64_t n, const float *v, float *y, int acc);
+void kiln_cuda_scale_by_norm(kcs st, int64_t n, const double *sumsq, double max_norm, kiln_cuda_flags *f, float *g);
+void kiln_cuda_dropout(kcs st, int64_t n, float p, uint64_t key, const kiln_cuda_rc *rc, const float *x, float *y, int acc);
+void kiln_cuda_max_pool(kcs st, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride,
+                        const float *x, float *y);
+void kiln_cuda_max_pool_bwd(kcs st, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride,
+                            int relu_mask, const float *x, const float *dy, float *dx, int acc);
+void kiln_cuda_sum(kcs st, int64_t n, const float *x, float *y);
+void kiln_cuda_sumsq(kcs st, int64_t n, const float *x, double *acc, int add);
+void kiln_cuda_col_sums(kcs st, int64_t rows, int64_t cols, const float *x, float *y, int acc);
+void kiln_cuda_to_double(kcs st, const float *x, double *y);
+void kiln_cuda_log_softmax(kcs st, int64_t rows, int64_t cols, const float *x, float *y);
+void kiln_cuda_log_softmax_bwd(kcs st, int64_t rows, int64_t cols, const float *y, const float *dy, float *dx, int acc);
+void kiln_cuda_nll(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, kiln_cuda_flags *f, float *loss);
+void kiln_cuda_nll_bwd(kcs st, int64_t rows, int64_t cols, const int32_t *t, const float *dloss, float *dx, int acc);
+void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, kiln_cuda_flags *f,
+                                  double *terms, float *loss);
+void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, const float *dloss,
+                                 float *dx, int acc);
+void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *w, const float *b,
+                          float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,
+                          float *sinvstd, int64_t *tracked);
+void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *dy, const float *w,
+                              const float *mean, const float *invstd, float *dx, float *dw, float *db, int acc_dx,
+                              int acc_dw, int acc_db);
+void kiln_cuda_sgd(kcs st, int64_t n, float *p, const float *g, float *mom, const kiln_cuda_rc *rc, float momentum,
+                   float dampening, float weight_decay, int nesterov);
+void kiln_cuda_adamw(kcs st, int64_t n, float *p, const float *g, float *m, float *v, const kiln_cuda_rc *rc, float beta1,
+                     float beta2, float eps, float weight_decay);
+void kiln_cuda_adadelta(kcs st, int64_t n, float *p, const float *g, float *sq, float *acc_delta, const kiln_cuda_rc *rc,
+                        float rho, float eps, float weight_decay);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,141 @@
+/* linear on cuBLASLt. Row-major [rows, in] · [out, in]^T is computed as the
+ * column-major product that describes the same bytes, so nothing is
+ * transposed in memory. The forward pass folds the bias and a following relu
+ * into the matmul's epilogue (one kernel); the algorithm is cuBLASLt's
+ * heuristic first choice for the shape, picked at compile. The compute type
+ * follows --matmul-precision (PyTorch's set_float32_matmul_precision):
+ * highest fp32, high TF32, medium bf16 tensor cores, always fp32 accumulation. */
+#include <stdlib.h>
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include "backends/cuda/internal/cuda.h"
+
+typedef struct {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+    size_t ws;
+} matmul;
+
+static cublasLtHandle_t lt;
+#define MAX_WS ((size_t)32 << 20)
+
+static int registered;
+static void destroy_handle(void) {
+    if (lt) cublasLtDestroy(lt);
+    lt = NULL;
+}
+
+static kiln_status blas(cublasStatus_t s, const char *what) {
+    if (s == CUBLAS_STATUS_SUCCESS) return KILN_OK;
+    return kiln_fail(KILN_ERR_BACKEND, "cuBLASLt: %s: status %d", what, (int)s);
+}
+
+static void mm_free(matmul *m) {
+    if (!m) return;
+    if (m->desc) cublasLtMatmulDescDestroy(m->desc);
+    if (m->a) cublasLtMatrixLayoutDestroy(m->a);
+    if (m->b) cublasLtMatrixLayoutDestroy(m->b);
+    if (m->c) cublasLtMatrixLayoutDestroy(m->c);
+}
+
+/* C[M, N] = op(A) op(B) (+ C), column-major; A is M×K (K×M when transposed), B is K×N (N×K when transposed) */
+static kiln_status mm_make(matmul *m, int ta, int tb, int64_t M, int64_t N, int64_t K, cublasLtEpilogue_t epi,
+                           const void *bias, size_t *workspace) {
+    static const cublasComputeType_t compute[3] = {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF};
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    kiln_status st = lt ? KILN_OK : blas(cublasLtCreate(&lt), "create");
+    if (st == KILN_OK && !registered) registered = !atexit(destroy_handle); /* runs before cuBLASLt's own teardown */
+#define B(call, what) \
+    if (st == KILN_OK) st = blas(call, what)
+    B(cublasLtMatmulDescCreate(&m->desc, compute[kiln_cuda_precision() % 3], CUDA_R_32F), "descriptor");
+    B(cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "transa");
+    B(cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "transb");
+    B(cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
+    if (bias) B(cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "bias");
+    B(cublasLtMatrixLayoutCreate(&m->a, CUDA_R_32F, ta ? K : M, ta ? M : K, ta ? K : M), "layout");
+    B(cublasLtMatrixLayoutCreate(&m->b, CUDA_R_32F, tb ? N : K, tb ? K : N, tb ? N : K), "layout");
+    B(cublasLtMatrixLayoutCreate(&m->c, CUDA_R_32F, M, N, M), "layout");
+    cublasLtMatmulPreference_t pref = NULL;
+    size_t max_ws = MAX_WS;
+    B(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    B(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws), "preference");
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    B(cublasLtMatmulAlgoGetHeuristic(lt, m->desc, m->a, m->b, m->c, m->c, pref, 1, &res, &found), "heuristic");
+#undef B
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (st == KILN_OK && !found) st = kiln_fail(KILN_ERR_BACKEND, "cuBLASLt has no algorithm for %lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+    if (st != KILN_OK) return st;
+    m->algo = res.algo;
+    m->ws = res.workspaceSize;
+    if (m->ws > *workspace) *workspace = m->ws;
+    return KILN_OK;
+}
+
+static kiln_status mm_run(const matmul *m, const void *a, const void *b, void *c, int acc, void *ws) {
+    static const float one = 1.0f, zero = 0.0f;
+    return blas(cublasLtMatmul(lt, m->desc, &one, a, m->a, b, m->b, acc ? &one : &zero, c, m->c, c, m->c, &m->algo, ws, m->ws,
+                               (cudaStream_t)kiln_cuda_stream()),
+                "matmul");
+}
+
+void kiln_cuda_linear_release(kiln_step *s) {
+    mm_free(s->kobj);
+    free(s->kobj);
+}
+
+/* rows, in, out of the step, by op: forward (x, w), backward-data (dy, w), backward-weight (x, dy) */
+static void dims(const kiln_step *s, int64_t *rows, int64_t *in, int64_t *out) {
+    *rows = s->in[0].shape[0];
+    if (s->op == KILN_OP_LINEAR_BWD_WEIGHT) {
+        *in = s->in[0].shape[1];
+        *out = s->in[1].shape[1];
+    } else {
+        *in = s->in[1].shape[1];
+        *out = s->in[1].shape[0];
+    }
+}
+
+kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p) {
+    int64_t rows, in, out;
+    dims(s, &rows, &in, &out);
+    matmul *m = calloc(1, sizeof *m);
+    if (!m) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status st;
+    if (s->op == KILN_OP_LINEAR) {
+        int relu = s->epilogue == KILN_EPI_RELU, bias = s->nin > 2;
+        cublasLtEpilogue_t e = bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                    : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+        st = mm_make(m, 1, 0, out, rows, in, e, bias ? s->in[2].data : NULL, &p->workspace);
+    } else if (s->op == KILN_OP_LINEAR_BWD_DATA) {
+        st = mm_make(m, 0, 0, in, rows, out, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
+    } else {
+        st = mm_make(m, 0, 1, in, out, rows, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
+    }
+    if (st != KILN_OK) {
+        mm_free(m);
+        free(m);
+        return st;
+    }
+    s->kobj = m;
+    s->owns_kobj = 1;
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_linear_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    return mm_run(s->kobj, s->in[1].data, s->in[0].data, s->out[0].data, 0, rc->workspace);
+}
+
+kiln_status kiln_cuda_linear_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) {
+    return mm_run(s->kobj, s->in[1].data, s->in[0].data, s->out[0].data, kiln_step_acc(s, rc, 0), rc->workspace);
+}
+
+kiln_status kiln_cuda_linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_status st = mm_run(s->kobj, s->in[0].data, s->in[1].data, s->out[0].data, kiln_step_acc(s, rc, 0), rc->workspace);
+    int64_t rows, in, out;
+    dims(s, &rows, &in, &out);
+    if (st == KILN_OK && s->nout > 1 && s->out[1].data)
+        kiln_cuda_col_sums(kiln_cuda_stream(), rows, out, s->in[1].data, s->out[1].data, kiln_step_acc(s, rc, 1));
+    return st;
+}

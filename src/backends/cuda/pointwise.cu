@@ -1,0 +1,238 @@
+// kiln's own CUDA kernels for elementwise work: relu, add, mul, copies, fills,
+// dropout (the same Philox4x32-10 mask as the cpu and ref backends, so a seed
+// gives the same run everywhere), max-pool and the fused optimizers. Each has
+// a reference twin in src/kernels/ref/ and is checked against it by the op
+// harness (tests/test_ops.c). Grid-stride loops: any size, one launch.
+#include "backends/cuda/internal/cuda.h"
+
+#define THREADS 256
+
+static unsigned blocks_for(int64_t n) {
+    int64_t b = (n + THREADS - 1) / THREADS;
+    if (b > 65535LL * 8) b = 65535LL * 8;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+#define FOR_N for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+#define PUT(dst, v) ((dst) = acc ? (dst) + (v) : (v))
+
+__global__ void k_relu(int64_t n, const float *x, float *y) { FOR_N y[i] = x[i] > 0.f ? x[i] : 0.f; }
+__global__ void k_relu_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc) {
+    FOR_N { float g = y[i] > 0.f ? dy[i] : 0.f; PUT(dx[i], g); }
+}
+__global__ void k_bias_relu(int64_t n, int64_t ch, int64_t inner, const float *b, int relu, float *y) {
+    FOR_N {
+        float v = y[i] + (b ? b[(i / inner) % ch] : 0.f);
+        y[i] = relu && !(v > 0.f) ? 0.f : v;
+    }
+}
+__global__ void k_add(int64_t n, const float *a, const float *b, float *y) { FOR_N y[i] = a[i] + b[i]; }
+__global__ void k_mul(int64_t n, const float *a, const float *b, float *y) { FOR_N y[i] = a[i] * b[i]; }
+__global__ void k_mul_bwd(int64_t n, const float *dy, const float *o, float *dx, int acc) { FOR_N PUT(dx[i], dy[i] * o[i]); }
+__global__ void k_copy(int64_t n, const float *x, float *y, int acc) { FOR_N PUT(y[i], x[i]); }
+
+struct strided { int ndim; int64_t shape[8], stride[8]; };
+__global__ void k_copy_strided(int64_t n, strided d, const float *x, float *y, int acc) {
+    FOR_N {
+        int64_t r = i, off = 0;
+        for (int k = d.ndim - 1; k >= 0; k--) {
+            off += (r % d.shape[k]) * d.stride[k];
+            r /= d.shape[k];
+        }
+        PUT(y[i], x[off]);
+    }
+}
+__global__ void k_slice_bwd(int64_t n, int64_t dim, int64_t inner, int64_t start, int64_t len, const float *dy, float *dx,
+                            int acc) {
+    FOR_N {
+        int64_t j = (i / inner) % dim, o = i / (inner * dim);
+        float g = j >= start && j < start + len ? dy[(o * len + (j - start)) * inner + i % inner] : 0.f;
+        PUT(dx[i], g);
+    }
+}
+__global__ void k_ones(const kiln_cuda_rc *rc, float *y) { y[0] = (float)rc->loss_scale; }
+__global__ void k_fill(int64_t n, const float *v, float *y, int acc) { FOR_N PUT(y[i], v[0]); }
+
+// clip_grad_norm: coef = max_norm / (norm + 1e-6), applied when below 1 (torch.nn.utils.clip_grad_norm_)
+__global__ void k_scale_by_norm(int64_t n, const double *sumsq, double max_norm, kiln_cuda_flags *f, float *g) {
+    double norm = sqrt(*sumsq);
+    if (!isfinite(norm)) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) f->nonfinite_norm = 1;
+        return;
+    }
+    double coef = max_norm / (norm + 1e-6);
+    if (coef >= 1.0) return;
+    float c = (float)coef;
+    FOR_N g[i] *= c;
+}
+
+// ---- dropout: Philox4x32-10, as src/base/rng.c ----
+__device__ uint32_t philox_word(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, int w) {
+    uint32_t c0 = (uint32_t)ctr_lo, c1 = (uint32_t)(ctr_lo >> 32), c2 = (uint32_t)ctr_hi, c3 = (uint32_t)(ctr_hi >> 32);
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    for (int r = 0; r < 10; r++) {
+        uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
+        c0 = n0, c1 = n1, c2 = n2, c3 = n3;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    return w == 0 ? c0 : w == 1 ? c1 : w == 2 ? c2 : c3;
+}
+__global__ void k_dropout(int64_t n, float p, uint32_t thr, uint64_t key, const kiln_cuda_rc *rc, const float *x, float *y,
+                          int acc) {
+    float scale = p < 1.f ? 1.f / (1.f - p) : 0.f;
+    uint64_t counter = rc->counter;
+    FOR_N {
+        float v;
+        if (p <= 0.f) v = x[i];
+        else if (p >= 1.f) v = 0.f;
+        else v = philox_word(key, counter, (uint64_t)i / 4, (int)(i % 4)) >= thr ? x[i] * scale : 0.f;
+        PUT(y[i], v);
+    }
+}
+
+// ---- max-pool (square window, no padding): the first maximum of a window wins, as the reference ----
+__device__ int64_t window_argmax(const float *plane, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride) {
+    int64_t best = oh * stride * w + ow * stride;
+    for (int64_t r = 0; r < k; r++)
+        for (int64_t q = 0; q < k; q++) {
+            int64_t at = (oh * stride + r) * w + ow * stride + q;
+            if (plane[at] > plane[best]) best = at;
+        }
+    return best;
+}
+__global__ void k_max_pool(int64_t n, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride,
+                           const float *x, float *y) {
+    FOR_N {
+        int64_t p = i / (oh * ow), r = (i / ow) % oh, c = i % ow;
+        const float *plane = x + p * h * w;
+        y[i] = plane[window_argmax(plane, w, r, c, k, stride)];
+    }
+}
+// gather form: each input element sums the gradients of the windows whose maximum it is (no atomics: deterministic)
+__global__ void k_max_pool_bwd(int64_t n, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride,
+                               int relu_mask, const float *x, const float *dy, float *dx, int acc) {
+    FOR_N {
+        int64_t p = i / (h * w), at = i % (h * w), ih = at / w, iw = at % w;
+        const float *plane = x + p * h * w;
+        float g = 0.f;
+        int64_t r0 = ih >= k ? (ih - k) / stride + 1 : 0, c0 = iw >= k ? (iw - k) / stride + 1 : 0;
+        for (int64_t r = r0; r <= ih / stride && r < oh; r++)
+            for (int64_t c = c0; c <= iw / stride && c < ow; c++)
+                if (window_argmax(plane, w, r, c, k, stride) == at) g += dy[(p * oh + r) * ow + c];
+        if (relu_mask && !(plane[at] > 0.f)) g = 0.f;
+        PUT(dx[i], g);
+    }
+}
+
+// ---- optimizers over a run of the flat parameter buffer: torch.optim (1.13) operation order ----
+__global__ void k_sgd(int64_t n, float *p, const float *g, float *mom, const kiln_cuda_rc *rc, float momentum,
+                      float dampening, float weight_decay, int nesterov) {
+    float lr = (float)rc->lr;
+    int first = rc->optim_step == 1;
+    FOR_N {
+        float d = g[i] + weight_decay * p[i];
+        if (momentum != 0.f) {
+            float buf = first ? d : momentum * mom[i] + (1.f - dampening) * d;
+            mom[i] = buf;
+            d = nesterov ? d + momentum * buf : buf;
+        }
+        p[i] -= lr * d;
+    }
+}
+__global__ void k_adamw(int64_t n, float *p, const float *g, float *m, float *v, const kiln_cuda_rc *rc, float beta1,
+                        float beta2, float eps, float weight_decay) {
+    double lr = rc->lr, step = (double)rc->optim_step;
+    float decay = (float)(1.0 - lr * (double)weight_decay);
+    float step_size = (float)(lr / (1.0 - pow((double)beta1, step)));
+    float bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, step));
+    FOR_N {
+        float gi = g[i];
+        float mi = beta1 * m[i] + (1.f - beta1) * gi;
+        float vi = beta2 * v[i] + (1.f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p[i] = p[i] * decay - step_size * mi / denom;
+    }
+}
+__global__ void k_adadelta(int64_t n, float *p, const float *g, float *sq, float *ad, const kiln_cuda_rc *rc, float rho,
+                           float eps, float weight_decay) {
+    float lr = (float)rc->lr;
+    FOR_N {
+        float d = g[i] + weight_decay * p[i];
+        float sa = rho * sq[i] + (1.f - rho) * d * d;
+        sq[i] = sa;
+        float delta = sqrtf(ad[i] + eps) / sqrtf(sa + eps) * d;
+        ad[i] = rho * ad[i] + (1.f - rho) * delta * delta;
+        p[i] -= lr * delta;
+    }
+}
+
+#define GO(n) blocks_for(n), THREADS, 0, st
+extern "C" {
+void kiln_cuda_relu(kcs st, int64_t n, const float *x, float *y) { k_relu<<<GO(n)>>>(n, x, y); }
+void kiln_cuda_relu_bwd(kcs st, int64_t n, const float *y, const float *dy, float *dx, int acc) {
+    k_relu_bwd<<<GO(n)>>>(n, y, dy, dx, acc);
+}
+void kiln_cuda_bias_relu(kcs st, int64_t rows, int64_t ch, int64_t inner, const float *b, int relu, float *y) {
+    int64_t n = rows * ch * inner;
+    k_bias_relu<<<GO(n)>>>(n, ch, inner, b, relu, y);
+}
+void kiln_cuda_add(kcs st, int64_t n, const float *a, const float *b, float *y) { k_add<<<GO(n)>>>(n, a, b, y); }
+void kiln_cuda_mul(kcs st, int64_t n, const float *a, const float *b, float *y) { k_mul<<<GO(n)>>>(n, a, b, y); }
+void kiln_cuda_mul_bwd(kcs st, int64_t n, const float *dy, const float *o, float *dx, int acc) {
+    k_mul_bwd<<<GO(n)>>>(n, dy, o, dx, acc);
+}
+void kiln_cuda_copy(kcs st, int64_t n, const float *x, float *y, int acc) { k_copy<<<GO(n)>>>(n, x, y, acc); }
+void kiln_cuda_copy_strided(kcs st, int ndim, const int64_t *shape, const int64_t *stride, const float *x, float *y, int acc) {
+    strided d;
+    d.ndim = ndim;
+    int64_t n = 1;
+    for (int k = 0; k < ndim && k < 8; k++) {
+        d.shape[k] = shape[k];
+        d.stride[k] = stride[k];
+        n *= shape[k];
+    }
+    k_copy_strided<<<GO(n)>>>(n, d, x, y, acc);
+}
+void kiln_cuda_slice_bwd(kcs st, int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, const float *dy,
+                         float *dx, int acc) {
+    int64_t n = outer * dim * inner;
+    k_slice_bwd<<<GO(n)>>>(n, dim, inner, start, len, dy, dx, acc);
+}
+void kiln_cuda_ones(kcs st, const kiln_cuda_rc *rc, float *y) { k_ones<<<1, 1, 0, st>>>(rc, y); }
+void kiln_cuda_fill(kcs st, int64_t n, const float *v, float *y, int acc) { k_fill<<<GO(n)>>>(n, v, y, acc); }
+void kiln_cuda_scale_by_norm(kcs st, int64_t n, const double *sumsq, double max_norm, kiln_cuda_flags *f, float *g) {
+    k_scale_by_norm<<<GO(n)>>>(n, sumsq, max_norm, f, g);
+}
+void kiln_cuda_dropout(kcs st, int64_t n, float p, uint64_t key, const kiln_cuda_rc *rc, const float *x, float *y, int acc) {
+    double t = (double)p * 4294967296.0; // kiln_dropout_threshold
+    uint32_t thr = t >= 4294967295.0 ? 0xffffffffu : (uint32_t)t;
+    k_dropout<<<GO(n)>>>(n, p, thr, key, rc, x, y, acc);
+}
+void kiln_cuda_max_pool(kcs st, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride,
+                        const float *x, float *y) {
+    int64_t n = planes * oh * ow;
+    k_max_pool<<<GO(n)>>>(n, h, w, oh, ow, k, stride, x, y);
+}
+void kiln_cuda_max_pool_bwd(kcs st, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride,
+                            int relu_mask, const float *x, const float *dy, float *dx, int acc) {
+    int64_t n = planes * h * w;
+    k_max_pool_bwd<<<GO(n)>>>(n, h, w, oh, ow, k, stride, relu_mask, x, dy, dx, acc);
+}
+void kiln_cuda_sgd(kcs st, int64_t n, float *p, const float *g, float *mom, const kiln_cuda_rc *rc, float momentum,
+                   float dampening, float weight_decay, int nesterov) {
+    k_sgd<<<GO(n)>>>(n, p, g, mom, rc, momentum, dampening, weight_decay, nesterov);
+}
+void kiln_cuda_adamw(kcs st, int64_t n, float *p, const float *g, float *m, float *v, const kiln_cuda_rc *rc, float beta1,
+                     float beta2, float eps, float weight_decay) {
+    k_adamw<<<GO(n)>>>(n, p, g, m, v, rc, beta1, beta2, eps, weight_decay);
+}
+void kiln_cuda_adadelta(kcs st, int64_t n, float *p, const float *g, float *sq, float *ad, const kiln_cuda_rc *rc,
+                        float rho, float eps, float weight_decay) {
+    k_adadelta<<<GO(n)>>>(n, p, g, sq, ad, rc, rho, eps, weight_decay);
+}
+}

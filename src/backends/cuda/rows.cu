@@ -1,0 +1,221 @@
+// kiln's own CUDA kernels for reductions: sums (double accumulators, a fixed
+// order, so results are the same run after run), bias gradients, row-wise
+// log-softmax and the losses (mean over rows, as PyTorch), and batch norm
+// (per-channel statistics in double). Reference twins in src/kernels/ref/.
+#include "backends/cuda/internal/cuda.h"
+
+#define RT 256
+
+// the sum over a block of per-thread doubles, in a fixed tree order; every thread gets it
+__device__ double block_sum(double v) {
+    __shared__ double sh[RT];
+    __syncthreads();
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = RT / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    return sh[0];
+}
+
+__global__ void k_sum(int64_t n, const float *x, float *y) {
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < n; i += RT) s += x[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0) y[0] = (float)s;
+}
+__global__ void k_sumsq(int64_t n, const float *x, double *acc, int add) {
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < n; i += RT) s += (double)x[i] * x[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0) acc[0] = add ? acc[0] + s : s;
+}
+// y[c] (+)= sum over rows of x[r, c]: one block per column
+__global__ void k_col_sums(int64_t rows, int64_t cols, const float *x, float *y, int acc) {
+    int64_t c = blockIdx.x;
+    double s = 0;
+    for (int64_t r = threadIdx.x; r < rows; r += RT) s += x[r * cols + c];
+    s = block_sum(s);
+    if (threadIdx.x == 0) y[c] = acc ? y[c] + (float)s : (float)s;
+}
+__global__ void k_to_double(const float *x, double *y) { y[0] = x[0]; }
+
+// ---- row-wise: one block per row ----
+__device__ float block_max(float v) {
+    __shared__ float sh[RT];
+    __syncthreads();
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = RT / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
+        __syncthreads();
+    }
+    return sh[0];
+}
+// log-sum-exp of a row, in double after the max (as the reference)
+__device__ double row_lse(int64_t cols, const float *x) {
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < cols; j += RT) m = fmaxf(m, x[j]);
+    m = block_max(m);
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += RT) s += exp((double)x[j] - m);
+    return m + log(block_sum(s));
+}
+__global__ void k_log_softmax(int64_t cols, const float *x, float *y) {
+    const float *xr = x + blockIdx.x * cols;
+    double lse = row_lse(cols, xr);
+    for (int64_t j = threadIdx.x; j < cols; j += RT) y[blockIdx.x * cols + j] = (float)(xr[j] - lse);
+}
+__global__ void k_log_softmax_bwd(int64_t cols, const float *y, const float *dy, float *dx, int acc) {
+    int64_t o = blockIdx.x * cols;
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += RT) s += dy[o + j];
+    s = block_sum(s);
+    for (int64_t j = threadIdx.x; j < cols; j += RT) {
+        float g = (float)(dy[o + j] - exp((double)y[o + j]) * s);
+        dx[o + j] = acc ? dx[o + j] + g : g;
+    }
+}
+// a target outside [0, cols) is recorded (the host reports it at the next sync) and read as class 0
+__device__ int32_t checked_target(const int32_t *t, int64_t r, int64_t cols, kiln_cuda_flags *f) {
+    int32_t v = t[r];
+    if (v >= 0 && v < cols) return v;
+    if (f && atomicCAS(&f->bad_target, 0, (int)r + 1) == 0) {
+        f->target_value = v;
+        f->classes = (int)cols;
+    }
+    return 0;
+}
+// loss = mean over rows of -x[r, t[r]]: one block
+__global__ void k_nll(int64_t rows, int64_t cols, const float *x, const int32_t *t, kiln_cuda_flags *f, float *loss) {
+    double s = 0;
+    for (int64_t r = threadIdx.x; r < rows; r += RT) s -= x[r * cols + checked_target(t, r, cols, f)];
+    s = block_sum(s);
+    if (threadIdx.x == 0) loss[0] = (float)(s / (double)rows);
+}
+__global__ void k_nll_bwd(int64_t n, int64_t rows, int64_t cols, const int32_t *t, const float *dloss, float *dx, int acc) {
+    float g = (float)(-(double)dloss[0] / (double)rows);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / cols, j = i % cols;
+        int32_t tr = t[r] >= 0 && t[r] < cols ? t[r] : 0;
+        float v = j == tr ? g : 0.f;
+        dx[i] = acc ? dx[i] + v : v;
+    }
+}
+// per-row terms lse - x[t], then their mean in one fixed-order block
+__global__ void k_ce_rows(int64_t cols, const float *x, const int32_t *t, kiln_cuda_flags *f, double *terms) {
+    const float *xr = x + blockIdx.x * cols;
+    double lse = row_lse(cols, xr);
+    if (threadIdx.x == 0) terms[blockIdx.x] = lse - xr[checked_target(t, blockIdx.x, cols, f)];
+}
+__global__ void k_mean(int64_t rows, const double *terms, float *loss) {
+    double s = 0;
+    for (int64_t r = threadIdx.x; r < rows; r += RT) s += terms[r];
+    s = block_sum(s);
+    if (threadIdx.x == 0) loss[0] = (float)(s / (double)rows);
+}
+__global__ void k_ce_bwd(int64_t rows, int64_t cols, const float *x, const int32_t *t, const float *dloss, float *dx, int acc) {
+    int64_t o = blockIdx.x * cols;
+    double g = (double)dloss[0] / (double)rows, lse = row_lse(cols, x + o);
+    int32_t tr = t[blockIdx.x] >= 0 && t[blockIdx.x] < cols ? t[blockIdx.x] : 0;
+    for (int64_t j = threadIdx.x; j < cols; j += RT) {
+        float v = (float)(g * (exp((double)x[o + j] - lse) - (j == tr ? 1.0 : 0.0)));
+        dx[o + j] = acc ? dx[o + j] + v : v;
+    }
+}
+
+// ---- batch norm over x[n, c, hw]: one block per channel ----
+#define AT(a, i, ch, j) (a)[((i) * c + (ch)) * hw + (j)]
+#define FOR_CH for (int64_t e = threadIdx.x; e < n * hw; e += RT)
+__global__ void k_bn(int64_t n, int64_t c, int64_t hw, const float *x, const float *w, const float *b, float *rmean,
+                     float *rvar, float momentum, float eps, int training, float *y, float *smean, float *sinvstd,
+                     int64_t *tracked) {
+    int64_t ch = blockIdx.x, m = n * hw;
+    double mean, var;
+    if (training) {
+        double s = 0, q = 0;
+        FOR_CH s += AT(x, e / hw, ch, e % hw);
+        mean = block_sum(s) / (double)m;
+        FOR_CH { double d = AT(x, e / hw, ch, e % hw) - mean; q += d * d; }
+        var = block_sum(q) / (double)m;
+        if (threadIdx.x == 0) {
+            rmean[ch] = (float)((1.0 - momentum) * rmean[ch] + momentum * mean);
+            rvar[ch] = (float)((1.0 - momentum) * rvar[ch] + momentum * var * (double)m / (double)(m - 1));
+            if (ch == 0) tracked[0]++;
+        }
+    } else {
+        mean = rmean[ch];
+        var = rvar[ch];
+    }
+    double invstd = 1.0 / sqrt(var + eps);
+    if (threadIdx.x == 0 && smean) smean[ch] = (float)mean;
+    if (threadIdx.x == 0 && sinvstd) sinvstd[ch] = (float)invstd;
+    float fm = (float)mean, k = (float)invstd * w[ch], bb = b[ch];
+    FOR_CH AT(y, e / hw, ch, e % hw) = (AT(x, e / hw, ch, e % hw) - fm) * k + bb;
+}
+__global__ void k_bn_bwd(int64_t n, int64_t c, int64_t hw, const float *x, const float *dy, const float *w,
+                         const float *mean, const float *invstd, float *dx, float *dw, float *db, int acc_dx, int acc_dw,
+                         int acc_db) {
+    int64_t ch = blockIdx.x;
+    double m = (double)(n * hw), mu = mean[ch], is = invstd[ch], sdy = 0, sdyx = 0;
+    FOR_CH {
+        double g = AT(dy, e / hw, ch, e % hw);
+        sdy += g;
+        sdyx += g * (AT(x, e / hw, ch, e % hw) - mu) * is;
+    }
+    sdy = block_sum(sdy);
+    sdyx = block_sum(sdyx);
+    if (threadIdx.x == 0 && dw) dw[ch] = acc_dw ? dw[ch] + (float)sdyx : (float)sdyx;
+    if (threadIdx.x == 0 && db) db[ch] = acc_db ? db[ch] + (float)sdy : (float)sdy;
+    if (!dx) return;
+    double k = w[ch] * is / m;
+    FOR_CH {
+        double xh = (AT(x, e / hw, ch, e % hw) - mu) * is;
+        float g = (float)(k * (m * AT(dy, e / hw, ch, e % hw) - sdy - xh * sdyx));
+        float *d = &AT(dx, e / hw, ch, e % hw);
+        *d = acc_dx ? *d + g : g;
+    }
+}
+
+extern "C" {
+void kiln_cuda_sum(kcs st, int64_t n, const float *x, float *y) { k_sum<<<1, RT, 0, st>>>(n, x, y); }
+void kiln_cuda_sumsq(kcs st, int64_t n, const float *x, double *acc, int add) { k_sumsq<<<1, RT, 0, st>>>(n, x, acc, add); }
+void kiln_cuda_col_sums(kcs st, int64_t rows, int64_t cols, const float *x, float *y, int acc) {
+    k_col_sums<<<(unsigned)cols, RT, 0, st>>>(rows, cols, x, y, acc);
+}
+void kiln_cuda_to_double(kcs st, const float *x, double *y) { k_to_double<<<1, 1, 0, st>>>(x, y); }
+void kiln_cuda_log_softmax(kcs st, int64_t rows, int64_t cols, const float *x, float *y) {
+    k_log_softmax<<<(unsigned)rows, RT, 0, st>>>(cols, x, y);
+}
+void kiln_cuda_log_softmax_bwd(kcs st, int64_t rows, int64_t cols, const float *y, const float *dy, float *dx, int acc) {
+    k_log_softmax_bwd<<<(unsigned)rows, RT, 0, st>>>(cols, y, dy, dx, acc);
+}
+void kiln_cuda_nll(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, kiln_cuda_flags *f, float *loss) {
+    k_nll<<<1, RT, 0, st>>>(rows, cols, x, t, f, loss);
+}
+void kiln_cuda_nll_bwd(kcs st, int64_t rows, int64_t cols, const int32_t *t, const float *dloss, float *dx, int acc) {
+    int64_t n = rows * cols, b = (n + RT - 1) / RT;
+    k_nll_bwd<<<(unsigned)(b > 4096 ? 4096 : b), RT, 0, st>>>(n, rows, cols, t, dloss, dx, acc);
+}
+// terms: rows doubles of scratch (the plan's workspace)
+void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, kiln_cuda_flags *f,
+                                  double *terms, float *loss) {
+    k_ce_rows<<<(unsigned)rows, RT, 0, st>>>(cols, x, t, f, terms);
+    k_mean<<<1, RT, 0, st>>>(rows, terms, loss);
+}
+void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, const float *dloss,
+                                 float *dx, int acc) {
+    k_ce_bwd<<<(unsigned)rows, RT, 0, st>>>(rows, cols, x, t, dloss, dx, acc);
+}
+void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *w, const float *b,
+                          float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,
+                          float *sinvstd, int64_t *tracked) {
+    k_bn<<<(unsigned)c, RT, 0, st>>>(n, c, hw, x, w, b, rmean, rvar, momentum, eps, training, y, smean, sinvstd, tracked);
+}
+void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *dy, const float *w,
+                              const float *mean, const float *invstd, float *dx, float *dw, float *db, int acc_dx,
+                              int acc_dw, int acc_db) {
+    k_bn_bwd<<<(unsigned)c, RT, 0, st>>>(n, c, hw, x, dy, w, mean, invstd, dx, dw, db, acc_dx, acc_dw, acc_db);
+}
+}
