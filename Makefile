@@ -2,10 +2,10 @@
 JOBS ?= 2
 BUILD ?= build
 ASAN_BUILD ?= build-asan
-RUN_ARGS ?= --model mnist-cnn --data fashion-mnist --epochs 1 --batch-size 64 \
+RUN_ARGS ?= --model mnist-cnn --data fashion-mnist --device auto --epochs 1 --batch-size 64 \
             --optimizer adadelta --lr 1.0 --lr-step-gamma 0.7 --seed 1 --save run.safetensors
 
-.PHONY: all deps run test test-fast test-asan bench fixtures interop clean
+.PHONY: all deps run test test-fast test-asan test-gpu bench bench-gpu fixtures interop clean
 
 all: $(BUILD)/kiln
 
@@ -35,6 +35,19 @@ test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && KILN_SANITIZE=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 1
+
+# on a GPU machine: every op on the CUDA backend against the double reference, the
+# golden run, graph replay, determinism, cross-device resume, and a short training
+# run (the GPU tests skip, exit 77, without a GPU)
+test-gpu: deps
+	@$(MAKE) --no-print-directory all
+	cd $(BUILD) && ctest --output-on-failure -j 1 -R 'test_cuda|test_ops'
+	$(BUILD)/kiln train --device cuda --model mnist-cnn --data fashion-mnist --epochs 1 --max-steps 300 --no-test
+
+# kiln against PyTorch 2.x on the same GPU (needs python3 with CUDA PyTorch)
+bench-gpu: deps
+	@$(MAKE) --no-print-directory all
+	bash bench/gpu.sh
 
 # kiln against PyTorch on the same work (needs python3-torch and ../shared/bench/pytorch_mnist.py)
 bench: deps

@@ -11,7 +11,8 @@
 # backend, and `python3` holding PyTorch 2.x with CUDA (PYTHON to choose another).
 #
 #   KILN_BIN  the kiln binary (default build/kiln)   DATA  the Fashion-MNIST folder
-#   REPEAT    runs per configuration                 COMPILE=0  skip torch.compile (minutes of autotuning)
+#   REPEAT    runs per configuration                 COMPILE=0  skip torch.compile (minutes of autotuning;
+#                                                    it runs once, after the others)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 KILN=${KILN_BIN:-build/kiln}
@@ -41,7 +42,10 @@ for i in $(seq "$REPEAT"); do
     kiln_run kiln-tf32 high | tee -a "$RES/all"
     peer_run torch-eager-cl-bf16 eager-cl-bf16 | tee -a "$RES/all"
 done
-[ "${COMPILE:-1}" = 1 ] && peer_run torch-compile-max-autotune compile | tee -a "$RES/all"
+if [ "${COMPILE:-1}" = 1 ]; then
+    peer_run torch-compile-reduce-overhead compile-reduce-overhead | tee -a "$RES/all"
+    peer_run torch-compile-max-autotune compile | tee -a "$RES/all"
+fi
 echo
 $PY - "$RES/all" <<'PY'
 import json, statistics, sys
