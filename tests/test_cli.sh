@@ -214,6 +214,14 @@ expect 2 "saved settings that are not JSON" "$T/badset.safetensors" "kiln.settin
 expect 2 "a saved setting that does not parse" "--lr" "fast" -- "$KILN" train --resume "$T/badlr.safetensors" --no-test "${Q[@]}"
 expect 0 "settings that may change" -- \
     "$KILN" train --resume "$S" --max-steps 6 --epochs 2 --workers 2 --threads 1 --log-every 3 --no-test "${Q[@]}"
+# a setting a checkpoint cannot record (a --data folder whose name is not UTF-8) is refused before
+# training: saved without it, --resume would silently train on the default data (found by fuzz_options)
+U="$T/data-$(printf '\377')"
+mkdata "$U"
+expect 2 "--data that a checkpoint cannot record, with --save" "--data" "not valid UTF-8" -- \
+    "$KILN" train --model mlp --data "$U" --max-steps 1 --no-test --save "$T/u.safetensors" "${Q[@]}"
+check "--data not UTF-8: nothing saved" test ! -e "$T/u.safetensors"
+expect 0 "--data not UTF-8 trains without --save" -- "$KILN" train --model mlp --data "$U" --max-steps 1 --no-test "${Q[@]}"
 
 # ---------- epoch lines and the metrics file ----------
 SMALL="$T/small"

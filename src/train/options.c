@@ -198,7 +198,13 @@ char *kiln_train_settings_json(const kiln_train_config *c) {
     for (int i = 0; o && i < NFIELDS; i++) {
         if (fields[i].pub.resumable || strcmp(fields[i].pub.name, "load") == 0) continue; /* --load only starts a run */
         kiln_train_option_get(c, fields[i].pub.name, buf, sizeof buf);
-        json_object_set_new(o, fields[i].pub.name, json_string(buf));
+        json_t *v = json_string(buf);
+        if (!v) { /* not UTF-8 (JSON and a safetensors header hold only that): dropping it would resume another run */
+            json_decref(o);
+            kiln_fail(KILN_ERR_INVALID_ARG, "--%s '%s' is not valid UTF-8: a checkpoint cannot record it", fields[i].pub.name, buf);
+            return NULL;
+        }
+        json_object_set_new(o, fields[i].pub.name, v);
     }
     char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(o);

@@ -233,8 +233,12 @@ static kiln_status check_config(const kiln_train_config *c) {
     RANGE(c->lr_step_gamma > 0, "--lr-step-gamma is %g; it must be > 0", (double)c->lr_step_gamma);
     RANGE(c->memory_budget >= 0, "--memory-budget-mb is %g; it must be > 0", c->memory_budget / 1048576.0);
 #undef RANGE
-    if (c->save) return check_save_path(c->save);
-    return KILN_OK;
+    if (!c->save) return KILN_OK;
+    /* the checkpoint keeps the run's settings for --resume: each must be recordable */
+    char *settings = kiln_train_settings_json(c);
+    if (!settings) return KILN_ERR_INVALID_ARG;
+    free(settings);
+    return check_save_path(c->save);
 }
 
 kiln_status kiln_find_batch_size(const char *model, double budget, int64_t limit, int64_t *batch, size_t *arena_bytes) {
@@ -445,6 +449,7 @@ static kiln_status save(run *R, int64_t step, int64_t epoch, int64_t next) {
     s.lr = kiln_optim_lr(R->opt);
     s.optim_steps = kiln_optim_steps(R->opt);
     char *settings = kiln_train_settings_json(c);
+    if (!settings) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", c->save); /* check_config saw them recordable */
     s.settings = settings;
     kiln_status st = kiln_checkpoint_save(c->save, R->P, R->opt, &s);
     free(settings);
