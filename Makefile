@@ -5,7 +5,11 @@ ASAN_BUILD ?= build-asan
 RUN_ARGS ?= --model mnist-cnn --data fashion-mnist --device auto --epochs 1 --batch-size 64 \
             --optimizer adadelta --lr 1.0 --lr-step-gamma 0.7 --seed 1 --save run.safetensors
 
-.PHONY: all deps run test test-fast test-asan test-gpu bench bench-gpu fixtures interop clean
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 20
+
+.PHONY: all deps run test test-fast test-asan test-gpu fuzz fuzz-smoke fuzz-build bench bench-gpu fixtures interop clean
 
 all: $(BUILD)/kiln
 
@@ -22,10 +26,13 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/kiln train $(RUN_ARGS)
 
-test: deps
+# the suite, then again under ASan + UBSan + LeakSanitizer, then every fuzz target for 20 s
+test:
+	@bash scripts/install-deps.sh --test
 	@$(MAKE) --no-print-directory all
 	cd $(BUILD) && ctest --output-on-failure -j 1
 	@$(MAKE) --no-print-directory test-asan
+	@$(MAKE) --no-print-directory fuzz-smoke
 
 test-fast: all
 	cd $(BUILD) && ctest --output-on-failure -j 1
@@ -35,6 +42,21 @@ test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && KILN_SANITIZE=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 1
+
+# libFuzzer targets for the readers of untrusted input (tests/fuzz, built with clang):
+# each runs FUZZ_SECONDS from its committed seed corpus (copied, never changed);
+# a crash, hang, leak or blow-up fails, keeping the input in $(FUZZ_BUILD)/artifacts
+fuzz-build:
+	@bash scripts/install-deps.sh --test
+	@cmake -S tests/fuzz -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
+fuzz: fuzz-build
+	FUZZ_BUILD=$(FUZZ_BUILD) bash tests/fuzz/run.sh $(FUZZ_SECONDS)
+
+# what `make test` runs: every target for FUZZ_SMOKE_SECONDS, so CI keeps fuzzing
+fuzz-smoke: fuzz-build
+	FUZZ_BUILD=$(FUZZ_BUILD) bash tests/fuzz/run.sh $(FUZZ_SMOKE_SECONDS)
 
 # on a GPU machine: every op on the CUDA backend against the double reference, the
 # golden run, graph replay, determinism, cross-device resume, and a short training
@@ -68,6 +90,6 @@ interop: deps
 	bash tests/ref/interop.sh
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
 
 FORCE:

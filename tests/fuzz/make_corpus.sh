@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Makes the committed seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/)
+# and their dictionaries (tests/fuzz/<target>.dict):
+#
+#   safetensors  small safetensors files of every dtype, empty and 0-d tensors,
+#                a PyTorch-style file without metadata, the small PyTorch
+#                fixtures, and a kiln checkpoint's metadata over small tensors
+#   checkpoint   the headers of real mlp checkpoints (adadelta, adamw, sgd with
+#                and without momentum, accumulation, clipping) and of a
+#                mnist-cnn one (with its autotune decisions), and the hostile
+#                metadata of tests/test_hostile.sh
+#   idx          image + label file pairs from Fashion-MNIST's first samples,
+#                plain and gzip (one member, two members), other sizes
+#   options      command lines ("name=value" lines) and saved settings (JSON)
+#
+# Regression inputs (crashes the fuzzers found, fixed) live in the same
+# folders under names starting with "regress-"; this script keeps them.
+#
+#     KILN_BIN=build/kiln bash tests/fuzz/make_corpus.sh
+#
+# Needs a built kiln, Fashion-MNIST in /usr/share/datasets and python3.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+KILN=${KILN_BIN:-$HERE/../../build/kiln}
+[ -x "$KILN" ] || { echo "make_corpus: no kiln at $KILN (build it, or set KILN_BIN)" >&2; exit 1; }
+KILN=$(cd "$(dirname "$KILN")" && pwd)/$(basename "$KILN")
+cd "$HERE"
+T=$(mktemp -d /tmp/kiln_corpus.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+export KILN_CACHE_DIR="$T/cache"
+
+train() { "$KILN" train --quiet --no-test --workers 1 "$@" >/dev/null; }
+train --model mlp --max-steps 3 --save "$T/adadelta.safetensors"
+train --model mlp --max-steps 3 --optimizer adamw --lr 0.001 --clip-grad-norm 1.5 --seed 7 --save "$T/adamw.safetensors"
+train --model mlp --max-steps 2 --optimizer sgd --save "$T/sgd.safetensors"
+train --model mlp --max-steps 4 --optimizer sgd --momentum 0.9 --nesterov --weight-decay 1e-4 --accumulate 2 \
+    --batch-size 32 --lr-step-gamma 0.5 --lr-step-size 2 --dropout-off --save "$T/sgd_momentum.safetensors"
+train --model mnist-cnn --max-steps 1 --save "$T/mnist_cnn.safetensors"
+"$KILN" train --help >"$T/help.txt" 2>&1 || true
+
+for t in safetensors checkpoint idx options; do
+    mkdir -p "corpus/$t"
+    find "corpus/$t" -type f ! -name 'regress-*' -delete
+done
+
+python3 - "$T" <<'EOF'
+import gzip, json, os, re, struct, sys
+
+T = sys.argv[1]
+def put(target, name, data):
+    with open(f'corpus/{target}/{name}', 'wb') as f:
+        f.write(data)
+
+def st_split(path):
+    b = open(path, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    return b[8:8 + n], b[8 + n:]
+
+def st_make(tensors, meta=None, pad=True):
+    """tensors: [(name, dtype, shape, raw bytes)] -> a safetensors file"""
+    h, off, blobs = {}, 0, []
+    if meta is not None:
+        h['__metadata__'] = meta
+    for name, dt, shape, raw in tensors:
+        h[name] = {'dtype': dt, 'shape': shape, 'data_offsets': [off, off + len(raw)]}
+        off += len(raw)
+        blobs.append(raw)
+    hb = json.dumps(h, separators=(',', ':')).encode()
+    if pad:
+        hb += b' ' * (-len(hb) % 8)
+    return struct.pack('<Q', len(hb)) + hb + b''.join(blobs)
+
+# ---------- checkpoint: real headers, then the hostile metadata of test_hostile.sh ----------
+ckpts = ['adadelta', 'adamw', 'sgd', 'sgd_momentum', 'mnist_cnn']
+headers = {}
+for c in ckpts:
+    hdr, data = st_split(f'{T}/{c}.safetensors')
+    headers[c] = hdr
+    put('checkpoint', f'{c}.json', hdr.rstrip(b' '))
+# NaN and a huge value as the first weight (the data section starts with fc1.weight)
+put('checkpoint', 'adadelta-nan.bin', headers['adadelta'].rstrip(b' ') + b'\0' + struct.pack('<f', float('nan')))
+put('checkpoint', 'sgd-f64.bin', headers['sgd'].rstrip(b' ').replace(b'"F32"', b'"F64"', 1) + b'\0' + struct.pack('<d', 1e300))
+hostile = [('kiln.format', 'not-kiln'), ('kiln.step', '-5'), ('kiln.step', '99999999999999999999'),
+           ('kiln.epoch', '1000000000000'), ('kiln.epoch', '-1'), ('kiln.next_batch', '-3'),
+           ('kiln.optim_steps', '9'), ('kiln.seed', '-1'), ('kiln.batch_size', '0'), ('kiln.accumulate', '0'),
+           ('kiln.lr', 'nan'), ('kiln.lr', '-1'), ('kiln.lr', None), ('kiln.settings', '{"lr":"x"}'),
+           ('kiln.settings', '[1]'), ('kiln.autotune', 'mb1ic1 fwd x'), ('kiln.backend', 'cuda')]
+base = json.loads(headers['adadelta'])
+for i, (k, v) in enumerate(hostile):
+    h = json.loads(json.dumps(base))
+    if v is None:
+        h['__metadata__'].pop(k, None)
+    else:
+        h['__metadata__'][k] = v
+    put('checkpoint', f'hostile-{i:02d}.json', json.dumps(h, separators=(',', ':')).encode())
+
+# ---------- safetensors ----------
+f32 = lambda *v: struct.pack(f'<{len(v)}f', *v)
+put('safetensors', 'f32.safetensors', st_make([('w', 'F32', [2, 3], f32(1, 2, 3, 4, 5, 6))], {'format': 'pt'}))
+put('safetensors', 'dtypes.safetensors', st_make([
+    ('a', 'F64', [2], struct.pack('<2d', 1.5, -2)), ('b', 'BF16', [2], b'\x80\x3f\x00\xc0'),
+    ('c', 'F16', [2], b'\x00\x3c\x00\xc0'), ('d', 'I32', [1, 1], struct.pack('<i', -7)),
+    ('e', 'I64', [], struct.pack('<q', 123)), ('f', 'U8', [3], b'\x00\x7f\xff')], {'kiln.step': '1'}))
+put('safetensors', 'empty-tensors.safetensors', st_make([('z', 'F32', [0, 4], b''), ('s', 'F32', [], f32(3))]))
+put('safetensors', 'no-metadata.safetensors', st_make([('x', 'F32', [1], f32(0.5))], None, pad=False))
+put('safetensors', 'empty.safetensors', st_make([], {}))
+put('safetensors', 'unicode.safetensors', st_make([('\u00e9t\u00e9.w', 'F32', [1], f32(1))], {'k\u00e9y': 'v\u2603 \\"q\\"'}))
+# a kiln checkpoint's metadata (settings, autotune) over two small tensors
+meta = json.loads(headers['mnist_cnn'])['__metadata__']
+put('safetensors', 'kiln-meta.safetensors', st_make([('fc.weight', 'F32', [2, 2], f32(1, 2, 3, 4)),
+                                                    ('optim.square_avg.fc.weight', 'F32', [2, 2], f32(0, 0, 0, 0))], meta))
+fx = '../ref/fixtures'
+for name in sorted(os.listdir(fx)):
+    if name.endswith('.safetensors') and os.path.getsize(f'{fx}/{name}') <= 4096:
+        put('safetensors', 'fixture-' + name, open(f'{fx}/{name}', 'rb').read())
+
+# ---------- idx: flags (1, 2: the harness gzips images, labels; 4: images in two members),
+# 4-byte little-endian length of the image file, the image file, the label file ----------
+src = '/usr/share/datasets/fashion-mnist'
+img = gzip.open(f'{src}/train-images-idx3-ubyte.gz').read()
+lab = gzip.open(f'{src}/train-labels-idx1-ubyte.gz').read()
+def idx_pair(images, labels, flags=0):
+    return struct.pack('<BI', flags, len(images)) + images + labels
+def images_of(n, rows=28, cols=28, pix=None):
+    return struct.pack('>IIII', 0x803, n, rows, cols) + (pix if pix is not None else img[16:16 + n * rows * cols])
+def labels_of(n, vals=None):
+    return struct.pack('>II', 0x801, n) + (vals if vals is not None else lab[8:8 + n])
+gz = lambda b: gzip.compress(b, mtime=0)
+put('idx', 'plain-2.bin', idx_pair(images_of(2), labels_of(2)))
+put('idx', 'gzip-2.bin', idx_pair(gz(images_of(2)), gz(labels_of(2))))
+put('idx', 'gzip-plain-1.bin', idx_pair(gz(images_of(1)), labels_of(1)))
+i3 = images_of(3)
+put('idx', 'gzip-two-members-3.bin', idx_pair(gz(i3[:1000]) + gz(i3[1000:]), gz(labels_of(3))))
+put('idx', 'small-dims.bin', idx_pair(images_of(4, 2, 3, bytes(range(24))), labels_of(4, b'\x00\x09\x03\x01')))
+put('idx', 'one-pixel.bin', idx_pair(images_of(1, 1, 1, b'\xff'), labels_of(1, b'\x05')))
+put('idx', 'label-10.bin', idx_pair(images_of(1, 1, 1, b'\x00'), labels_of(1, b'\x0a')))
+put('idx', 'harness-gzip-2.bin', idx_pair(images_of(2), labels_of(2), 3))
+put('idx', 'harness-gzip-members-3.bin', idx_pair(images_of(3, 4, 4, bytes(range(48))), labels_of(3, b'\x01\x02\x03'), 7))
+put('idx', 'harness-gzip-labels.bin', idx_pair(images_of(2, 2, 2, b'\x10' * 8), labels_of(2, b'\x00\x09'), 2))
+
+# ---------- options ----------
+lines = {
+    'defaults.txt': 'model=mlp\n',
+    'cnn.txt': 'model=mnist-cnn\ndata=fashion-mnist\nepochs=3\nbatch-size=64\noptimizer=adadelta\nlr=1.0\n'
+               'lr-step-gamma=0.7\nworkers=2\nthreads=2\nseed=1\nsave=run.safetensors\nmetrics=run.jsonl\n',
+    'sgd.txt': 'optimizer=sgd\nmomentum=0.9\nnesterov\nweight-decay=5e-4\nclip-grad-norm=1.5\naccumulate=4\n',
+    'auto.txt': 'batch-size=auto\nmemory-budget-mb=64\nmodel=mlp\n',
+    'flags.txt': 'no-test\nno-fuse\nno-autotune\ndropout-off\npin-memory=true\nprofile=false\n',
+    'resume.txt': 'resume=x.safetensors\nepochs=5\nmax-steps=100\nsave-every=10\neval-every=0\nlog-every=7\n',
+    'device.txt': 'device=auto\nmatmul-precision=high\ntest-batch-size=500\nprefetch=4\n',
+    'bad.txt': 'batch-size=0\nlr-step-size=-2\nmomentum=-5\nthreads=100000\nclip-grad-norm=off\nbatch_size=3\n',
+}
+for name, text in lines.items():
+    put('options', name, text.encode())
+for c in ckpts:
+    put('options', f'settings-{c}.json', json.loads(headers[c])['__metadata__']['kiln.settings'].encode())
+
+# ---------- dictionaries ----------
+def write_dict(name, words):
+    with open(f'{name}.dict', 'w') as f:
+        f.write(f'# libFuzzer dictionary for fuzz_{name} (made by make_corpus.sh)\n')
+        for w in sorted(set(words)):
+            f.write('"' + ''.join(c if 32 <= ord(c) < 127 and c not in '"\\' else '\\x%02x' % ord(c) for c in w) + '"\n')
+json_words = ['{', '}', '[', ']', ':', ',', '"', '\\u00', '\\"', 'true', 'null', '-1', '18446744073709551616']
+st_words = ['__metadata__', 'dtype', 'shape', 'data_offsets', 'F32', 'F64', 'BF16', 'F16', 'I32', 'I64', 'U8', 'BOOL', 'F8_E4M3']
+meta_keys = list(json.loads(headers['mnist_cnn'])['__metadata__'].keys()) + ['kiln.accumulate']
+write_dict('safetensors', json_words + st_words + meta_keys)
+write_dict('checkpoint', json_words + st_words + meta_keys + ['kiln-checkpoint', 'adadelta', 'adamw', 'sgd', 'mlp', 'cpu',
+           'cuda', 'fc1.weight', 'fc2.bias', 'optim.square_avg.', 'optim.acc_delta.', 'optim.exp_avg.',
+           'optim.exp_avg_sq.', 'optim.momentum_buffer.', ' fwd w\n', ' bwd_data d\n', 'nan', 'inf', '1e39'])
+write_dict('idx', ['\x00\x00\x08\x03', '\x00\x00\x08\x01', '\x1f\x8b\x08\x00', '\x00\x00\x00\x1c'])
+help_text = open(f'{T}/help.txt').read()
+names = re.findall(r'^\s+--([a-z0-9-]+)', help_text, re.M)
+write_dict('options', [n + '=' for n in names] + names + ['auto', 'off', 'true', 'false', 'highest', 'medium', 'adamw',
+           'sgd', 'mnist-cnn-bn', '1e12', '-1', '0x10', 'nan', '9223372036854775808', '2147483648', '{"', '":"', '",'])
+EOF
+for t in safetensors checkpoint idx options; do
+    echo "make_corpus: corpus/$t: $(find "corpus/$t" -type f | wc -l) files, $(du -sk "corpus/$t" | cut -f1) KB"
+done
