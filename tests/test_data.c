@@ -96,7 +96,7 @@ static void check_contents(kiln_dataset *ds) {
     int bad = 0;
     for (int i = 0; i < NI; i++) {
         int32_t y = -1;
-        ds->get(ds, i, 0, x, &y);
+        CHECK_OK(ds->get(ds, i, 0, x, &y));
         if (y != g_lab[i]) bad++;
         for (int j = 0; j < NR * NC; j++) {
             /* exactly torchvision's float32 ToTensor + Normalize */
@@ -105,7 +105,7 @@ static void check_contents(kiln_dataset *ds) {
         }
     }
     CHECK_MSG(bad == 0, "%d values differ", bad);
-    ds->get(ds, 0, 0, x, &(int32_t){0});
+    CHECK_OK(ds->get(ds, 0, 0, x, &(int32_t){0}));
     CHECK(fabsf(x[0] - (-0.1307f / 0.3081f)) < 1e-6f);
     CHECK(fabsf(x[1] - ((1.0f - 0.1307f) / 0.3081f)) < 1e-6f);
 }
@@ -135,7 +135,7 @@ static void test_idx_read(void) {
     if (ds) {
         float x[NR * NC];
         int32_t y;
-        ds->get(ds, 3, 0, x, &y);
+        CHECK_OK(ds->get(ds, 3, 0, x, &y));
         CHECK(x[4] == ((float)g_px[3 * NR * NC + 4] / 255.0f - 0.5f) / 0.25f);
         kiln_dataset_free(ds);
     }
@@ -333,13 +333,14 @@ static void test_shuffle(void) {
 #define SN 203
 #define SNUMEL 6
 static _Atomic int g_slow_us; /* set by the test thread, read by workers */
-static void syn_get(const kiln_dataset *ds, int64_t index, uint64_t key, float *x, int32_t *y) {
+static kiln_status syn_get(const kiln_dataset *ds, int64_t index, uint64_t key, float *x, int32_t *y) {
     (void)ds;
     if (g_slow_us) usleep((useconds_t)g_slow_us);
     x[0] = (float)index;
     x[1] = (float)(key >> 40); /* 24 bits: exact in float */
     for (int j = 2; j < SNUMEL; j++) x[j] = (float)index * 0.25f + (float)j;
     *y = (int32_t)index;
+    return KILN_OK;
 }
 static kiln_dataset g_syn = {"synthetic", SN, 2, {2, 3}, 10, syn_get, NULL, NULL};
 
@@ -554,7 +555,7 @@ static void test_loader_idx(void) {
         int32_t y;
         while (kiln_loader_next(L, &bt) == 1) {
             for (int64_t i = 0; i < bt.n; i++, pos++) {
-                ds->get(ds, perm[pos], 0, x, &y);
+                CHECK_OK(ds->get(ds, perm[pos], 0, x, &y));
                 if (y != bt.y[i] || memcmp(x, bt.x + i * NR * NC, sizeof x) != 0) bad++;
             }
             kiln_loader_release(L, &bt);
@@ -563,6 +564,39 @@ static void test_loader_idx(void) {
         kiln_loader_free(L);
     }
     kiln_dataset_free(ds);
+}
+
+/* a dataset whose sample 150 fails: the error reaches the consumer, never a hang */
+static kiln_status failing_get(const kiln_dataset *ds, int64_t index, uint64_t key, float *x, int32_t *y) {
+    if (index == 150) return kiln_fail(KILN_ERR_FORMAT, "sample-150.jpg: corrupt JPEG (test)");
+    return syn_get(ds, index, key, x, y);
+}
+
+static void test_loader_errors(void) {
+    kiln_dataset bad = g_syn;
+    bad.get = failing_get;
+    for (int w = 0; w <= 3; w++) {
+        kiln_loader_config c = kiln_loader_defaults();
+        c.batch_size = BS;
+        c.workers = w;
+        c.shuffle = 0; /* sample 150 is in batch 9 */
+        kiln_loader *L = NULL;
+        CHECK_OK(kiln_loader_new(&bad, &c, &L));
+        if (!L) continue;
+        for (int round = 0; round < 2; round++) { /* a new epoch starts clean and fails again */
+            CHECK_OK(kiln_loader_start_epoch(L, round, 0));
+            kiln_batch b;
+            int rc, got = 0;
+            while ((rc = kiln_loader_next(L, &b)) == 1) {
+                got++;
+                kiln_loader_release(L, &b);
+            }
+            CHECK_MSG(rc < 0 && got <= 9, "%d workers: rc %d after %d batches", w, rc, got);
+            CHECK_MSG(kiln_loader_status(L) == KILN_ERR_FORMAT && strstr(kiln_last_error(), "sample-150.jpg"),
+                      "%d workers: status %d, '%s'", w, (int)kiln_loader_status(L), kiln_last_error());
+        }
+        kiln_loader_free(L);
+    }
 }
 
 static void test_fashion_mnist(void) {
@@ -579,7 +613,7 @@ static void test_fashion_mnist(void) {
               tr->sample_shape[2] == 28 && tr->num_classes == 10);
         float x[784];
         int32_t y = -1;
-        tr->get(tr, 0, 0, x, &y);
+        CHECK_OK(tr->get(tr, 0, 0, x, &y));
         CHECK_MSG(y == 9, "first train label %d", y); /* an ankle boot */
         int nz = 0;
         for (int i = 0; i < 784; i++) nz += x[i] != x[0];
@@ -632,6 +666,7 @@ int main(void) {
     test_loader_determinism();
     test_loader_resume_restart();
     test_loader_idx();
+    test_loader_errors();
     test_fashion_mnist();
     rm_tree();
     return tu_finish("test_data");

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "cli.h"
 
 #ifndef KILN_VERSION
@@ -22,6 +23,7 @@ static const char *main_help =
     "commands:\n"
     "  train   train a model from the zoo on a dataset, optionally save a checkpoint\n"
     "  eval    measure a saved model's test loss and accuracy\n"
+    "  pack    write Fashion-MNIST (or an IDX folder) as an image folder of JPEG or PNG files\n"
     "\n"
     "  kiln <command> --help   describes each command's options\n"
     "  kiln --version          prints the version\n"
@@ -29,7 +31,8 @@ static const char *main_help =
     "examples:\n"
     "  kiln train --model mnist-cnn --data fashion-mnist --epochs 1 --save run.safetensors\n"
     "  kiln train --resume run.safetensors --epochs 3      # continue that run, with its settings\n"
-    "  kiln eval --model mnist-cnn --data fashion-mnist --load run.safetensors --json\n";
+    "  kiln eval --model mnist-cnn --data fashion-mnist --load run.safetensors --json\n"
+    "  kiln pack --from fashion-mnist --to fmnist-jpeg --format jpeg --size 64\n";
 
 static int exit_code(kiln_status s) {
     switch (s) {
@@ -242,9 +245,15 @@ static const cli_opt eval_opts[] = {
     {"workers", "N", "loader threads", "1"},
     {"threads", "N", "compute threads; 0: all cores", "0"},
     {"device", "cpu|cuda|auto", "where to evaluate (auto: cuda when a GPU is here)", "cpu"},
+    {"resize", "N", "image folders: Resize(N), as the run was trained with", NULL},
+    {"center-crop", "N", "image folders: CenterCrop(N) after the resize", NULL},
+    {"random-resized-crop", "N[,lo,hi]", "the training run's crop: the test split is resized and center-cropped to N", NULL},
+    {"normalize", "M/S|imagenet", "Normalize(mean, std), as the run was trained with", NULL},
+    {"channels", "1|3", "image folders: 1 (grey) or 3 (RGB)", NULL},
+    {"val-split", "X", "DIR/<class>/... folders: the share of the images that is the test split", NULL},
     {"json", NULL, "print one JSON object as the last line of stdout", NULL},
 };
-enum { E_MODEL, E_DATA, E_LOAD, E_BATCH, E_WORKERS, E_THREADS, E_DEVICE, E_JSON, E_N };
+enum { E_MODEL, E_DATA, E_LOAD, E_BATCH, E_WORKERS, E_THREADS, E_DEVICE, E_RESIZE, E_VAL_SPLIT = E_RESIZE + 5, E_JSON, E_N };
 
 static int eval_int(int i, const char **vals, int64_t *out) {
     const char *v = vals[i] ? vals[i] : eval_opts[i].def;
@@ -263,17 +272,21 @@ static int cmd_eval(int argc, char **argv) {
     int64_t batch = 0;
     if (eval_int(E_BATCH, vals, &batch)) return EXIT_USAGE;
     /* --workers and --threads parse as train's do; the library checks every value the same way for both */
+    /* so do the transforms: they must be the test split's of the run */
     kiln_train_config c = kiln_train_defaults();
-    for (int i = E_WORKERS; i <= E_THREADS; i++)
-        if (vals[i] && kiln_train_option_set(&c, eval_opts[i].name, vals[i]) != KILN_OK)
+    for (int i = E_WORKERS; i <= E_VAL_SPLIT; i++)
+        if (i != E_DEVICE && vals[i] && kiln_train_option_set(&c, eval_opts[i].name, vals[i]) != KILN_OK)
             return cli_usage_error("eval", "%s", kiln_last_error());
-    int workers = vals[E_WORKERS] ? c.workers : 1, threads = vals[E_THREADS] ? c.threads : 0;
+    c.workers = vals[E_WORKERS] ? c.workers : 1;
+    c.threads = vals[E_THREADS] ? c.threads : 0;
     if (!vals[E_LOAD]) return cli_usage_error("eval", "%s", "--load FILE is required");
     const char *model = vals[E_MODEL] ? vals[E_MODEL] : eval_opts[E_MODEL].def;
-    const char *data = vals[E_DATA] ? vals[E_DATA] : eval_opts[E_DATA].def;
+    c.model = model;
+    c.data = vals[E_DATA] ? vals[E_DATA] : eval_opts[E_DATA].def;
+    c.device = vals[E_DEVICE];
     double loss = 0, acc = 0;
     int64_t samples = 0;
-    kiln_status st = kiln_evaluate(model, data, vals[E_LOAD], vals[E_DEVICE], batch, workers, threads, &loss, &acc, &samples);
+    kiln_status st = kiln_evaluate_config(&c, vals[E_LOAD], batch, &loss, &acc, &samples);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln eval: %s\n", kiln_last_error());
         return exit_code(st);
@@ -287,6 +300,53 @@ static int cmd_eval(int argc, char **argv) {
         json_object_set_new(o, "test_accuracy", num(acc));
         print_json(o);
     }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- pack */
+
+static const char *pack_usage = "usage: kiln pack --from fashion-mnist --to OUT [--format jpeg|png] [--size N]\n\n"
+                                "Writes OUT/train/<label>/<index>.jpg and OUT/test/... (torchvision's ImageFolder layout).\n\n";
+
+static const cli_opt pack_opts[] = {
+    {"from", "NAME|DIR", "fashion-mnist, mnist or a folder of IDX files", "fashion-mnist"},
+    {"to", "DIR", "the image folder to write (its train/ must not exist yet)", NULL},
+    {"format", "jpeg|png|shard", "jpeg (quality 90) or png; shard is not built yet", "jpeg"},
+    {"size", "N", "resize every image to N x N (bilinear, antialiased); 0: as the data", "0"},
+    {"channels", "1|3", "1: grey files; 3: RGB files (every channel the grey value, as PIL's convert('RGB'))", "1"},
+};
+enum { P_FROM, P_TO, P_FORMAT, P_SIZE, P_CHANNELS, P_N };
+
+static int pack_int(int i, const char **vals, int *out) {
+    const char *v = vals[i] ? vals[i] : pack_opts[i].def;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || x < -1000000 || x > 1000000) return cli_usage_error("pack", "--%s: not an integer: %s", pack_opts[i].name, v);
+    *out = (int)x;
+    return 0;
+}
+
+static int cmd_pack(int argc, char **argv) {
+    const char *vals[P_N];
+    int given[P_N];
+    int rc = cli_parse("pack", pack_usage, pack_opts, P_N, argc, argv, vals, given);
+    if (rc) return rc > 0 ? 0 : EXIT_USAGE;
+    int size = 0, channels = 1;
+    if (pack_int(P_SIZE, vals, &size) || pack_int(P_CHANNELS, vals, &channels)) return EXIT_USAGE;
+    if (!vals[P_TO]) return cli_usage_error("pack", "%s", "--to DIR is required");
+    const char *from = vals[P_FROM] ? vals[P_FROM] : pack_opts[P_FROM].def;
+    const char *format = vals[P_FORMAT] ? vals[P_FORMAT] : pack_opts[P_FORMAT].def;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t n = 0;
+    kiln_status st = kiln_pack_images(from, vals[P_TO], format, size, channels, &n);
+    if (st != KILN_OK) {
+        fprintf(stderr, "kiln pack: %s\n", kiln_last_error());
+        return exit_code(st);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    fprintf(stderr, "kiln: wrote %lld %s files to %s in %.1f s\n", (long long)n, format, vals[P_TO], s);
     return 0;
 }
 
@@ -310,6 +370,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "pack")) return cmd_pack(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command '%s'\n\n%s", cmd, main_help);
     return EXIT_USAGE;
 }

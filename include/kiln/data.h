@@ -35,8 +35,9 @@ struct kiln_dataset {
     int64_t sample_shape[KILN_MAX_DIMS];
     int num_classes;
     /* writes sample `index` as float into x (numel of sample_shape) and its label
-     * into *y; `key` seeds any random transform (unused by IDX). Thread-safe. */
-    void (*get)(const kiln_dataset *ds, int64_t index, uint64_t key, float *x, int32_t *y);
+     * into *y; `key` seeds any random transform (unused by IDX). Thread-safe.
+     * A file that cannot be read or decoded is an error naming it (kiln_fail). */
+    kiln_status (*get)(const kiln_dataset *ds, int64_t index, uint64_t key, float *x, int32_t *y);
     void (*destroy)(kiln_dataset *ds);
     void *impl;
 };
@@ -44,6 +45,28 @@ struct kiln_dataset {
 /* Pixel normalisation of the PyTorch MNIST example. */
 #define KILN_MNIST_MEAN 0.1307f
 #define KILN_MNIST_STD 0.3081f
+
+/* How samples are made (torchvision's names and defaults). The training split
+ * uses the random transforms (RandomResizedCrop, flip), the test split the
+ * deterministic ones (Resize, then CenterCrop to the crop size), as
+ * torchvision's reference scripts. Only image folders take resize and crops;
+ * IDX data takes normalize (1 value) and channels 1. */
+typedef struct kiln_data_config {
+    int resize;               /* Resize(N): the shorter side to N (0: none) */
+    int center_crop;          /* CenterCrop(N) (0: none; the test split crops to random_resized_crop when given) */
+    int random_resized_crop;  /* RandomResizedCrop(N), training only (0: none) */
+    float scale[2];           /* its area fraction, (0.08, 1) */
+    int hflip;                /* RandomHorizontalFlip(0.5), training only */
+    int normalize;            /* 1: (x - mean) / std after ToTensor's x / 255 */
+    float mean[3], std[3];
+    int channels;             /* 1 or 3 (PIL's convert('L') / convert('RGB')); 0: 3 for images, 1 for IDX */
+    float val_split;          /* DIR/<class>/... without train/ and test/: this share is the test split */
+} kiln_data_config;
+kiln_data_config kiln_data_defaults(void);
+/* "N" or "N,lo,hi" into random_resized_crop and scale */
+kiln_status kiln_data_parse_rrc(const char *text, kiln_data_config *dc);
+/* "m1,m2,m3/s1,s2,s3", "m/s" (one channel) or "imagenet" into normalize, mean, std */
+kiln_status kiln_data_parse_normalize(const char *text, kiln_data_config *dc);
 
 /* Reads an IDX image file (magic 0x00000803, u8) and its label file (0x00000801),
  * gzipped or not; validates magic, dimensions, lengths and label range. */
@@ -53,6 +76,11 @@ kiln_status kiln_dataset_idx_open(const char *images_path, const char *labels_pa
  * /usr/share/datasets/fashion-mnist) or "mnist" or a folder holding
  * {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]. `train`: 1 train split, 0 test. */
 kiln_status kiln_dataset_open(const char *name_or_folder, int train, kiln_dataset **out);
+/* The same with transforms (NULL: defaults). A folder holding train/ (and test/)
+ * or class folders of .jpg/.jpeg/.png files is an image folder (torchvision's
+ * ImageFolder: classes are the sorted folder names); one holding the IDX files
+ * is IDX data. */
+kiln_status kiln_dataset_open_config(const char *name_or_folder, int train, const kiln_data_config *dc, kiln_dataset **out);
 void kiln_dataset_free(kiln_dataset *ds);
 
 typedef struct kiln_loader_config {
@@ -82,7 +110,11 @@ typedef struct kiln_loader kiln_loader;
 kiln_status kiln_loader_new(kiln_dataset *ds, const kiln_loader_config *cfg, kiln_loader **out);
 /* Starts epoch `epoch` at batch `first_batch` (non-zero when resuming). */
 kiln_status kiln_loader_start_epoch(kiln_loader *L, int64_t epoch, int64_t first_batch);
-/* 1: *b holds the next batch; 0: the epoch is over. Blocks while workers fill it. */
+/* the status of the error kiln_loader_next last returned <0 for (KILN_OK: none) */
+kiln_status kiln_loader_status(const kiln_loader *L);
+/* 1: *b holds the next batch; 0: the epoch is over; <0: an error, kiln_last_error()
+ * says which (the first error of any worker, e.g. a corrupt file, comes back here
+ * on the calling thread). Blocks while workers fill it. */
 int kiln_loader_next(kiln_loader *L, kiln_batch *b);
 void kiln_loader_release(kiln_loader *L, const kiln_batch *b);
 int64_t kiln_loader_batches_per_epoch(const kiln_loader *L);
@@ -92,6 +124,12 @@ void kiln_loader_free(kiln_loader *L);
 
 /* The permutation of epoch e: perm[i] for i < n, from a counter-based RNG keyed by (seed, e). */
 void kiln_shuffle_indices(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch);
+
+/* Writes a dataset as an image folder: OUT/train/<label>/<index>.<ext> and
+ * OUT/test/...; `from` is "fashion-mnist", "mnist" or an IDX folder; format
+ * "jpeg" (quality 90) or "png"; size > 0 resizes each image to size x size
+ * (bilinear, antialiased, as Resize); channels 1 or 3. *written counts files. */
+kiln_status kiln_pack_images(const char *from, const char *to, const char *format, int size, int channels, int64_t *written);
 
 #ifdef __cplusplus
 }

@@ -68,6 +68,16 @@ typedef struct kiln_train_config {
     double memory_budget;       /* bytes a plan's arena may take; 0: 90 % of the machine's memory */
     const char *device;         /* "cpu" (default), "cuda" or "auto" (cuda when a GPU is here) */
     int matmul_precision;       /* GPU: 0 highest (fp32), 1 high (tf32), 2 medium (bf16) */
+    /* image transforms (kiln_data_config; 0 / NULL: none): torchvision's Resize,
+     * CenterCrop, RandomResizedCrop ("N[,lo,hi]"), RandomHorizontalFlip, Normalize
+     * ("m1,m2,m3/s1,s2,s3" or "imagenet"), channels 1|3, and the test share of a
+     * folder of class folders */
+    int resize, center_crop;
+    const char *random_resized_crop;
+    int hflip;
+    const char *normalize;
+    int channels;
+    float val_split;
     /* checked after every step: when it becomes non-zero (e.g. from a SIGINT
      * handler) training stops there, the checkpoint is written for that position
      * so --resume continues exactly, and kiln_train returns KILN_OK with
@@ -120,12 +130,19 @@ char *kiln_train_settings_json(const kiln_train_config *c);
 kiln_status kiln_checkpoint_settings(const char *path, char **json);
 
 kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r);
+/* the dataset settings of a config as kiln_dataset_open_config takes them */
+kiln_status kiln_train_data_config(const kiln_train_config *c, kiln_data_config *dc);
 
 /* Test-set loss and accuracy of a model with the weights in `load` (a checkpoint
  * or any safetensors file with the model's tensor names), on the backend device
  * names (kiln_device_backend: "cpu", "cuda", "auto"; NULL: cpu). */
 kiln_status kiln_evaluate(const char *model, const char *data, const char *load, const char *device, int64_t batch_size,
                           int workers, int threads, double *loss, double *accuracy, int64_t *samples);
+
+/* The same, with c's model, data and its transforms (the test split's deterministic
+ * ones), device, workers and threads. */
+kiln_status kiln_evaluate_config(const kiln_train_config *c, const char *load, int64_t batch_size, double *loss,
+                                 double *accuracy, int64_t *samples);
 
 /* checkpoint.c */
 kiln_status kiln_checkpoint_load_params(kiln_params *P, const char *path);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zlib.h>
 #include "base/internal/file.h"
+#include "data/internal/folder.h"
 #include "kiln/data.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u
@@ -35,12 +36,25 @@ typedef struct idx_impl {
     char name[PATH_MAX + 16];
 } idx_impl;
 
-static void idx_get(const kiln_dataset *ds, int64_t index, uint64_t key, float *x, int32_t *y) {
+static kiln_status idx_get(const kiln_dataset *ds, int64_t index, uint64_t key, float *x, int32_t *y) {
     (void)key;
     const idx_impl *d = ds->impl;
+    if (index < 0 || index >= ds->len)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: sample %lld is out of range (0..%lld)", d->name, (long long)index,
+                         (long long)ds->len - 1);
     const uint8_t *p = d->pixels + index * d->numel;
     for (int64_t i = 0; i < d->numel; i++) x[i] = d->lut[p[i]];
     *y = d->labels[index];
+    return KILN_OK;
+}
+
+/* the raw pixels and labels, for kiln pack (data/internal/idx.h) */
+void kiln_idx_raw(const kiln_dataset *ds, const uint8_t **pixels, const uint8_t **labels, int *rows, int *cols) {
+    const idx_impl *d = ds->impl;
+    *pixels = d->pixels;
+    *labels = d->labels;
+    *rows = (int)ds->sample_shape[1];
+    *cols = (int)ds->sample_shape[2];
 }
 
 static void idx_destroy(kiln_dataset *ds) {
@@ -300,9 +314,44 @@ static kiln_status find_file(const char *folder, const char *base, char *out, si
     return kiln_fail(KILN_ERR_IO, "%s: missing %s.gz (or uncompressed %s)", folder, base, base);
 }
 
+/* the transforms' values, checked once for any dataset */
+static kiln_status check_config(const kiln_data_config *dc) {
+    const int sizes[3] = {dc->resize, dc->center_crop, dc->random_resized_crop};
+    const char *names[3] = {"--resize", "--center-crop", "--random-resized-crop"};
+    for (int i = 0; i < 3; i++)
+        if (sizes[i] < 0 || sizes[i] > 32768)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "%s is %d; use 0..32768 (0: none)", names[i], sizes[i]);
+    if (dc->channels != 0 && dc->channels != 1 && dc->channels != 3)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--channels is %d; use 1 or 3", dc->channels);
+    if (!(dc->val_split >= 0 && dc->val_split < 1))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--val-split is %g; use a fraction in [0, 1)", dc->val_split);
+    if (dc->center_crop && dc->random_resized_crop && dc->center_crop != dc->random_resized_crop)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--center-crop %d and --random-resized-crop %d would give test and training samples "
+                         "of different sizes", dc->center_crop, dc->random_resized_crop);
+    return KILN_OK;
+}
+
+/* IDX data is 28x28 grey already: only normalisation applies */
+static kiln_status check_idx_config(const kiln_data_config *dc, const char *folder) {
+    if (dc->resize || dc->center_crop || dc->random_resized_crop || dc->hflip || dc->val_split > 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s is IDX data: --resize, --center-crop, --random-resized-crop, --hflip and "
+                         "--val-split apply to image folders", folder);
+    if (dc->channels == 3) return kiln_fail(KILN_ERR_INVALID_ARG, "%s is IDX data (grey): --channels 3 applies to image folders", folder);
+    if (dc->normalize > 1)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s is IDX data (one channel): --normalize takes one mean and one std (m/s)", folder);
+    return KILN_OK;
+}
+
 kiln_status kiln_dataset_open(const char *name_or_folder, int train, kiln_dataset **out) {
+    return kiln_dataset_open_config(name_or_folder, train, NULL, out);
+}
+
+kiln_status kiln_dataset_open_config(const char *name_or_folder, int train, const kiln_data_config *dcfg, kiln_dataset **out) {
     *out = NULL;
     if (!name_or_folder || !*name_or_folder) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_dataset_open: empty dataset name");
+    kiln_data_config dc = dcfg ? *dcfg : kiln_data_defaults();
+    kiln_status cs = check_config(&dc);
+    if (cs != KILN_OK) return cs;
     const char *root = getenv("KILN_DATA_ROOT");
     if (!root || !*root) root = "/usr/share/datasets";
     int named = strcmp(name_or_folder, "fashion-mnist") == 0 || strcmp(name_or_folder, "mnist") == 0;
@@ -311,8 +360,9 @@ kiln_status kiln_dataset_open(const char *name_or_folder, int train, kiln_datase
     else snprintf(folder, sizeof folder, "%s", name_or_folder);
     if (!is_dir(folder)) {
         if (!named)
-            return kiln_fail(KILN_ERR_IO, "dataset folder %s not found (--data takes a folder of IDX files, or "
-                                          "fashion-mnist: the Debian package dataset-fashion-mnist)", folder);
+            return kiln_fail(KILN_ERR_IO, "dataset folder %s not found (--data takes a folder of IDX files, an image folder "
+                                          "(DIR/train/<class>/*.jpg), or fashion-mnist: the Debian package dataset-fashion-mnist)",
+                             folder);
         if (strcmp(name_or_folder, "fashion-mnist") == 0)
             return kiln_fail(KILN_ERR_IO, "dataset folder %s not found: install the Debian package dataset-fashion-mnist "
                                           "(run scripts/install-deps.sh or apt-get install dataset-fashion-mnist)", folder);
@@ -321,6 +371,9 @@ kiln_status kiln_dataset_open(const char *name_or_folder, int train, kiln_datase
                                       "files there or pass a folder, or use fashion-mnist (apt-get install dataset-fashion-mnist)",
                          folder);
     }
+    if (!named && kiln_imagefolder_detect(folder)) return kiln_imagefolder_open(folder, train, &dc, out);
+    if ((cs = check_idx_config(&dc, named ? name_or_folder : folder)) != KILN_OK) return cs;
+    float mean = dc.normalize ? dc.mean[0] : KILN_MNIST_MEAN, std = dc.normalize ? dc.std[0] : KILN_MNIST_STD;
     const char *split = train ? "train" : "t10k";
     char base[64], images[PATH_MAX + 80], labels[PATH_MAX + 80];
     snprintf(base, sizeof base, "%s-images-idx3-ubyte", split);
@@ -329,7 +382,7 @@ kiln_status kiln_dataset_open(const char *name_or_folder, int train, kiln_datase
     snprintf(base, sizeof base, "%s-labels-idx1-ubyte", split);
     st = find_file(folder, base, labels, sizeof labels);
     if (st != KILN_OK) return st;
-    st = kiln_dataset_idx_open(images, labels, KILN_MNIST_MEAN, KILN_MNIST_STD, out);
+    st = kiln_dataset_idx_open(images, labels, mean, std, out);
     if (st != KILN_OK) return st;
     idx_impl *d = (*out)->impl;
     snprintf(d->name, sizeof d->name, "%s %s", named ? name_or_folder : folder, train ? "train" : "test");

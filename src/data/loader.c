@@ -12,9 +12,15 @@
  * assigned, and the ring cannot deadlock unless the caller holds every slot.
  * A new start_epoch bumps `gen`: stale READY slots are freed at once and stale
  * FILLING slots when their worker finishes; it waits for running fills before
- * it rewrites the permutation they read. */
+ * it rewrites the permutation they read.
+ *
+ * Errors: a fill that fails (a corrupt file) records the first error's status
+ * and message (the message is thread-local, so it is copied) and stops new
+ * assignments; the consumer's next() returns -1 with that message set on its
+ * own thread, whichever batch it was waiting for, so it never waits forever. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -65,6 +71,9 @@ struct kiln_loader {
     int64_t next_deliver;/* next batch for the consumer */
     int busy;            /* fills running now */
     double wait_s;
+    kiln_status err;     /* the first fill error of this epoch (KILN_OK: none) */
+    char err_msg[1024];
+    kiln_status last;    /* what next() last failed with */
 };
 
 kiln_loader_config kiln_loader_defaults(void) {
@@ -115,15 +124,25 @@ static double now_s(void) {
 }
 
 /* Writes batch `batch` of the current epoch into s; perm must be stable. */
-static void fill(kiln_loader *L, slot *s, int64_t batch, int64_t epoch) {
+static kiln_status fill(kiln_loader *L, slot *s, int64_t batch, int64_t epoch) {
     int64_t bs = L->cfg.batch_size, first = batch * bs, n = L->ds->len - first;
     if (n > bs) n = bs;
     for (int64_t i = 0; i < n; i++) {
         int64_t pos = first + i;
         uint64_t key = kiln_rng_key(L->cfg.seed, (uint64_t)epoch, (uint64_t)pos);
-        L->ds->get(L->ds, L->perm[pos], key, s->x + i * L->numel, s->y + i);
+        kiln_status st = L->ds->get(L->ds, L->perm[pos], key, s->x + i * L->numel, s->y + i);
+        if (st != KILN_OK) return st;
     }
     s->n = n;
+    return KILN_OK;
+}
+
+/* the first error of the epoch, kept for the consumer; the caller holds the lock */
+static void record_error(kiln_loader *L, kiln_status st) {
+    if (L->err != KILN_OK) return;
+    L->err = st;
+    snprintf(L->err_msg, sizeof L->err_msg, "%s", kiln_last_error());
+    L->active = 0; /* no new work: the run is over */
 }
 
 static void *worker_main(void *arg) {
@@ -153,10 +172,14 @@ static void *worker_main(void *arg) {
         s->gen = gen;
         L->busy++;
         pthread_mutex_unlock(&L->mu);
-        fill(L, s, batch, epoch);
+        kiln_status st = fill(L, s, batch, epoch);
         pthread_mutex_lock(&L->mu);
         L->busy--;
-        if (s->gen == L->gen) {
+        if (st != KILN_OK && s->gen == L->gen) {
+            record_error(L, st);
+            s->state = SLOT_FREE;
+            pthread_cond_broadcast(&L->ready);
+        } else if (s->gen == L->gen) {
             s->state = SLOT_READY;
             pthread_cond_broadcast(&L->ready);
         } else {
@@ -299,6 +322,7 @@ kiln_status kiln_loader_start_epoch(kiln_loader *L, int64_t epoch, int64_t first
     else
         for (int64_t i = 0; i < L->ds->len; i++) L->perm[i] = i;
     L->epoch = epoch;
+    L->err = KILN_OK;
     L->next_assign = L->next_deliver = first_batch;
     L->active = 1;
     L->started = 1;
@@ -312,7 +336,7 @@ int kiln_loader_next(kiln_loader *L, kiln_batch *b) {
     int rc = 1;
     pthread_mutex_lock(&L->mu);
     if (!L->started) {
-        kiln_fail(KILN_ERR_INVALID_ARG, "loader: kiln_loader_next before kiln_loader_start_epoch");
+        L->last = kiln_fail(KILN_ERR_INVALID_ARG, "loader: kiln_loader_next before kiln_loader_start_epoch");
         rc = -1;
         goto out;
     }
@@ -328,7 +352,12 @@ int kiln_loader_next(kiln_loader *L, kiln_batch *b) {
         /* the lock is kept: no worker competes, and start_epoch cannot run concurrently */
         s->batch = L->next_deliver;
         s->gen = L->gen;
-        fill(L, s, s->batch, L->epoch);
+        kiln_status st = fill(L, s, s->batch, L->epoch);
+        if (st != KILN_OK) {
+            L->last = st;
+            rc = -1;
+            goto out;
+        }
         L->next_assign = L->next_deliver + 1;
     } else {
         for (;;) {
@@ -339,6 +368,11 @@ int kiln_loader_next(kiln_loader *L, kiln_batch *b) {
                 if (c->state == SLOT_READY && c->gen == L->gen && c->batch == L->next_deliver) s = c;
             }
             if (s) break;
+            if (L->err != KILN_OK) {
+                L->last = kiln_fail(L->err, "%s", L->err_msg);
+                rc = -1;
+                goto out;
+            }
             if (held == L->nslots) goto all_held;
             pthread_cond_wait(&L->ready, &L->mu);
         }
@@ -352,7 +386,8 @@ int kiln_loader_next(kiln_loader *L, kiln_batch *b) {
     b->slot = (int)(s - L->slots);
     goto out;
 all_held:
-    kiln_fail(KILN_ERR_INVALID_ARG, "loader: all %d batch slots are held; release a batch before asking for the next", L->nslots);
+    L->last = kiln_fail(KILN_ERR_INVALID_ARG, "loader: all %d batch slots are held; release a batch before asking for the next",
+                        L->nslots);
     rc = -1;
 out:
     L->wait_s += now_s() - t0;
@@ -374,6 +409,8 @@ void kiln_loader_release(kiln_loader *L, const kiln_batch *b) {
 }
 
 int64_t kiln_loader_batches_per_epoch(const kiln_loader *L) { return L->nbatches; }
+
+kiln_status kiln_loader_status(const kiln_loader *L) { return L->last; }
 
 double kiln_loader_wait_seconds(const kiln_loader *L) {
     pthread_mutex_lock((pthread_mutex_t *)&L->mu);

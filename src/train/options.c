@@ -14,7 +14,7 @@
 #include <string.h>
 #include "kiln/train.h"
 
-typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB, T_PRECISION } field_type;
+typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB, T_PRECISION, T_RRC, T_NORM } field_type;
 static const char *const precisions[] = {"highest", "high", "medium"};
 
 typedef struct {
@@ -29,8 +29,18 @@ typedef struct {
 /* in the order they are applied: the optimizer before its hyperparameters */
 static const field fields[] = {
     OPT("model", "NAME", 0, T_STR, model, "model from the zoo: mnist-cnn (PyTorch's examples/mnist network), mnist-cnn-bn, mlp"),
-    OPT("data", "NAME|DIR", 0, T_STR, data, "fashion-mnist (Debian's dataset-fashion-mnist) or a folder holding "
-                                            "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"),
+    OPT("data", "NAME|DIR", 0, T_STR, data, "fashion-mnist (Debian's dataset-fashion-mnist), a folder holding "
+                                            "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz], or an image folder "
+                                            "(DIR/train/<class>/*.jpg|png and DIR/test/..., or DIR/<class>/... with --val-split)"),
+    OPT("resize", "N", 0, T_INT, resize, "image folders: Resize(N), the shorter side to N (bilinear, antialiased); 0: none"),
+    OPT("center-crop", "N", 0, T_INT, center_crop, "image folders: CenterCrop(N) after the resize; 0: none"),
+    OPT("random-resized-crop", "N[,lo,hi]", 0, T_RRC, random_resized_crop, "image folders, training: RandomResizedCrop(N, "
+                                            "scale=(lo, hi), default (0.08, 1)); the test split is resized and center-cropped to N"),
+    OPT("hflip", NULL, 0, T_FLAG, hflip, "image folders, training: RandomHorizontalFlip(0.5)"),
+    OPT("normalize", "M/S|imagenet", 0, T_NORM, normalize, "Normalize(mean, std) after x / 255: m1,m2,m3/s1,s2,s3, m/s for "
+                                            "one channel, or imagenet (default: none for images, 0.1307/0.3081 for IDX)"),
+    OPT("channels", "1|3", 0, T_INT, channels, "image folders: 1 (grey, PIL's convert('L')) or 3 (RGB); 0: 3, as torchvision"),
+    OPT("val-split", "X", 0, T_F32, val_split, "DIR/<class>/... folders: this share of the images (a fixed seeded draw) is the test split"),
     OPT("epochs", "N", 1, T_I64, epochs, "passes over the training set (the total, counting resumed ones)"),
     OPT("batch-size", "N|auto", 0, T_BATCH, batch_size, "samples per step; the last batch of an epoch may be smaller; auto: "
                                                         "the largest power of two whose activations and gradients fit in --memory-budget-mb"),
@@ -138,6 +148,18 @@ kiln_status kiln_train_option_set(kiln_train_config *c, const char *name, const 
     case T_STR:
         *(const char **)p = value;
         return KILN_OK;
+    case T_RRC:
+    case T_NORM: { /* checked now, kept as given; "" (how a checkpoint records none) is none */
+        if (!value[0]) {
+            *(const char **)p = NULL;
+            return KILN_OK;
+        }
+        kiln_data_config dc = kiln_data_defaults();
+        kiln_status st = f->type == T_RRC ? kiln_data_parse_rrc(value, &dc) : kiln_data_parse_normalize(value, &dc);
+        if (st != KILN_OK) return st;
+        *(const char **)p = value;
+        return KILN_OK;
+    }
     case T_BATCH:
         c->find_batch_size = strcmp(value, "auto") == 0;
         if (c->find_batch_size) return KILN_OK;
@@ -183,7 +205,7 @@ int kiln_train_option_get(const kiln_train_config *c, const char *name, char *bu
     else if (f->type == T_POS_OR_OFF && *(const float *)p > 0) float_text(*(const float *)p, buf, len);
     else if (f->type == T_POS_OR_OFF) snprintf(buf, len, "off");
     else if (f->type == T_MIB) float_text(*(const double *)p / 1048576.0, buf, len);
-    else if (f->type == T_STR) snprintf(buf, len, "%s", *(const char *const *)p ? *(const char *const *)p : "");
+    else if (f->type == T_STR || f->type == T_RRC || f->type == T_NORM) snprintf(buf, len, "%s", *(const char *const *)p ? *(const char *const *)p : "");
     else if (f->type == T_BATCH) {
         if (c->find_batch_size) snprintf(buf, len, "auto");
         else snprintf(buf, len, "%lld", (long long)c->batch_size);

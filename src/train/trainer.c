@@ -140,7 +140,7 @@ static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, 
         }
         kiln_loader_release(L, &b);
     }
-    if (st == KILN_OK && got < 0) st = KILN_ERR_IO;
+    if (st == KILN_OK && got < 0) st = kiln_loader_status(L);
     kiln_free(logits);
     kiln_loader_free(L);
     kiln_plan_free(plan);
@@ -304,21 +304,26 @@ static double elapsed(const run *R) { return now_s() - R->t0; }
 static double waited(const run *R) { return kiln_loader_wait_seconds(R->L); }
 
 /* the data's samples must be what the model's input takes */
-static kiln_status check_data(run *R) {
+static kiln_status check_samples(kiln_graph *g, const kiln_model *m, const kiln_dataset *ds, const char *model) {
     int64_t shape[KILN_MAX_DIMS];
-    int nd = kiln_value_shape(R->g, R->m.x, shape);
-    const kiln_dataset *ds = R->train;
+    int nd = kiln_value_shape(g, m->x, shape);
     int same = nd == ds->sample_ndim + 1;
     for (int d = 1; same && d < nd; d++) same = shape[d] == ds->sample_shape[d - 1];
     char a[96], b[96];
     if (!same)
         return kiln_fail(KILN_ERR_SHAPE, "%s: samples of shape %s, model %s wants %s", ds->name,
-                         kiln_shape_str(ds->sample_ndim, ds->sample_shape, a, sizeof a), R->c.model,
+                         kiln_shape_str(ds->sample_ndim, ds->sample_shape, a, sizeof a), model,
                          kiln_shape_str(nd - 1, shape + 1, b, sizeof b));
-    if (ds->num_classes > R->m.num_classes)
-        return kiln_fail(KILN_ERR_SHAPE, "%s: %d classes, model %s has %d outputs", ds->name, ds->num_classes, R->c.model,
-                         R->m.num_classes);
+    if (ds->num_classes > m->num_classes)
+        return kiln_fail(KILN_ERR_SHAPE, "%s: %d classes, model %s has %d outputs", ds->name, ds->num_classes, model,
+                         m->num_classes);
     return KILN_OK;
+}
+
+static kiln_status check_data(run *R) {
+    kiln_status st = check_samples(R->g, &R->m, R->train, R->c.model);
+    if (st == KILN_OK && R->test) st = check_samples(R->g, &R->m, R->test, R->c.model);
+    return st;
 }
 
 static kiln_status restore(run *R) {
@@ -353,8 +358,11 @@ static kiln_status restore(run *R) {
 static kiln_status run_open(run *R) {
     kiln_train_config *c = &R->c;
     kiln_status st;
-    if ((st = kiln_dataset_open(c->data, 1, &R->train)) != KILN_OK) return st;
-    if (c->test && (st = kiln_dataset_open(c->data, 0, &R->test)) != KILN_OK) return st;
+    kiln_data_config dc;
+    if ((st = kiln_train_data_config(c, &dc)) != KILN_OK) return st;
+    if ((st = kiln_dataset_open_config(c->data, 1, &dc, &R->train)) != KILN_OK) return st;
+    if (c->test && (st = kiln_dataset_open_config(c->data, 0, &dc, &R->test)) != KILN_OK) return st;
+
     R->g = kiln_graph_new();
     if ((st = kiln_model_build(R->g, c->model, &R->m)) != KILN_OK) return st;
     if ((st = check_data(R)) != KILN_OK) return st;
@@ -564,7 +572,7 @@ static kiln_status run_epoch(run *R) {
         group_loss = 0;
         if (R->stop) break;
     }
-    if (got < 0) return KILN_ERR_IO;
+    if (got < 0) return kiln_loader_status(R->L);
     return KILN_OK;
 }
 
@@ -771,9 +779,38 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
     return st;
 }
 
+kiln_status kiln_train_data_config(const kiln_train_config *c, kiln_data_config *dc) {
+    *dc = kiln_data_defaults();
+    dc->resize = c->resize;
+    dc->center_crop = c->center_crop;
+    dc->hflip = c->hflip;
+    dc->channels = c->channels;
+    dc->val_split = c->val_split;
+    kiln_status st = KILN_OK;
+    if (c->random_resized_crop && c->random_resized_crop[0]) st = kiln_data_parse_rrc(c->random_resized_crop, dc);
+    if (st == KILN_OK && c->normalize && c->normalize[0]) st = kiln_data_parse_normalize(c->normalize, dc);
+    return st;
+}
+
 kiln_status kiln_evaluate(const char *model, const char *data, const char *load, const char *device, int64_t batch_size,
                           int workers, int threads, double *loss, double *accuracy, int64_t *samples) {
-    kiln_status st = check_common("--batch-size", batch_size, workers, threads);
+    kiln_train_config c = kiln_train_defaults();
+    c.model = model;
+    c.data = data;
+    c.device = device;
+    c.workers = workers;
+    c.threads = threads;
+    return kiln_evaluate_config(&c, load, batch_size, loss, accuracy, samples);
+}
+
+kiln_status kiln_evaluate_config(const kiln_train_config *c, const char *load, int64_t batch_size, double *loss,
+                                 double *accuracy, int64_t *samples) {
+    const char *model = c->model, *data = c->data, *device = c->device;
+    int workers = c->workers, threads = c->threads;
+    kiln_data_config dc;
+    kiln_status st = kiln_train_data_config(c, &dc);
+    if (st != KILN_OK) return st;
+    st = check_common("--batch-size", batch_size, workers, threads);
     if (st != KILN_OK) return st;
     if (!load) return kiln_fail(KILN_ERR_INVALID_ARG, "eval needs --load FILE");
     set_threads(threads);
@@ -783,7 +820,8 @@ kiln_status kiln_evaluate(const char *model, const char *data, const char *load,
     kiln_model m;
     eval_result er = {0};
     st = kiln_model_build(g, model, &m);
-    if (st == KILN_OK) st = kiln_dataset_open(data, 0, &test);
+    if (st == KILN_OK) st = kiln_dataset_open_config(data, 0, &dc, &test);
+    if (st == KILN_OK) st = check_samples(g, &m, test, model);
     if (st == KILN_OK) st = new_params(device, g, &P);
     if (st == KILN_OK) st = kiln_checkpoint_load_params(P, load);
     if (st == KILN_OK) st = evaluate(g, &m, P, test, batch_size, workers, 1, &er);

@@ -12,6 +12,8 @@
 #   idx          image + label file pairs from Fashion-MNIST's first samples,
 #                plain and gzip (one member, two members), other sizes
 #   options      command lines ("name=value" lines) and saved settings (JSON)
+#   image        the JPEG and PNG fixtures of tests/ref/fixtures/images (PIL's),
+#                each behind a flags byte (channels, DCT scale, crop)
 #
 # Regression inputs (crashes the fuzzers found, fixed) live in the same
 # folders under names starting with "regress-"; this script keeps them.
@@ -174,6 +176,18 @@ names = re.findall(r'^\s+--([a-z0-9-]+)', help_text, re.M)
 write_dict('options', [n + '=' for n in names] + names + ['auto', 'off', 'true', 'false', 'highest', 'medium', 'adamw',
            'sgd', 'mnist-cnn-bn', '1e12', '-1', '0x10', 'nan', '9223372036854775808', '2147483648', '{"', '":"', '",'])
 EOF
-for t in safetensors checkpoint idx options; do
+# ---------- image: the fixtures PIL wrote, behind flags bytes, and a cut one of each ----------
+mkdir -p corpus/image
+find corpus/image -type f ! -name 'regress-*' -delete
+for f in ../ref/fixtures/images/*.jpg ../ref/fixtures/images/*.png; do
+    b=$(basename "$f" | tr . -)
+    for flags in 00 03 0d; do printf "\\x$flags" | cat - "$f" >"corpus/image/$b-$flags.bin"; done
+    { printf '\x01'; head -c $(($(stat -c %s "$f") / 2)) "$f"; } >"corpus/image/$b-cut.bin"
+done
+printf '%s\n' '# libFuzzer dictionary for fuzz_image (made by make_corpus.sh)' '"\xff\xd8\xff"' '"\xff\xc0"' '"\xff\xc2"' \
+    '"\xff\xc4"' '"\xff\xda"' '"\xff\xdb"' '"\xff\xd9"' '"\x89PNG\x0d\x0a\x1a\x0a"' '"IHDR"' '"IDAT"' '"IEND"' '"PLTE"' \
+    '"tRNS"' >image.dict
+
+for t in safetensors checkpoint idx options image; do
     echo "make_corpus: corpus/$t: $(find "corpus/$t" -type f | wc -l) files, $(du -sk "corpus/$t" | cut -f1) KB"
 done

@@ -1,0 +1,208 @@
+/* JPEG and PNG decoding and encoding. The libraries do the codec work; kiln
+ * adds the checks that make a hostile file harmless (size limits before any
+ * allocation, warnings treated as errors so a truncated JPEG is not silently
+ * grey at the bottom) and PIL's colour conversions. */
+#include <errno.h>
+#include <spng.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+#include "base/internal/file.h"
+#include "data/internal/image.h"
+
+struct kiln_image_ctx {
+    tjhandle dec, enc;
+    uint8_t *file;
+    size_t file_cap;
+    uint8_t *px;
+    size_t px_cap;
+    unsigned char *jpeg; /* tjAlloc'd, grown by tjCompress2 */
+    unsigned long jpeg_len;
+    void *png;           /* spng's encoded buffer (malloc) */
+};
+
+kiln_image_ctx *kiln_image_ctx_new(void) { return calloc(1, sizeof(kiln_image_ctx)); }
+
+void kiln_image_ctx_free(kiln_image_ctx *x) {
+    if (!x) return;
+    if (x->dec) tjDestroy(x->dec);
+    if (x->enc) tjDestroy(x->enc);
+    if (x->jpeg) tjFree(x->jpeg);
+    free(x->png);
+    free(x->file);
+    free(x->px);
+    free(x);
+}
+
+static kiln_status reserve(uint8_t **buf, size_t *cap, size_t need, const char *name) {
+    if (need <= *cap) return KILN_OK;
+    uint8_t *p = realloc(*buf, need);
+    if (!p) return kiln_fail(KILN_ERR_NOMEM, "%s: cannot allocate %zu bytes", name, need);
+    *buf = p;
+    *cap = need;
+    return KILN_OK;
+}
+
+kiln_status kiln_image_read(kiln_image_ctx *x, const char *path, const uint8_t **data, size_t *n) {
+    int64_t size = 0;
+    int fd = kiln_open_read(path, &size); /* refuses FIFOs and devices, sets the message */
+    if (fd < 0) return KILN_ERR_IO;
+    kiln_status st = KILN_OK;
+    if (size > KILN_IMAGE_MAX_FILE)
+        st = kiln_fail(KILN_ERR_FORMAT, "%s: %lld bytes is too large for an image file", path, (long long)size);
+    if (st == KILN_OK) st = reserve(&x->file, &x->file_cap, (size_t)size + 1, path);
+    size_t got = 0;
+    while (st == KILN_OK && got < (size_t)size) {
+        ssize_t r = read(fd, x->file + got, (size_t)size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) st = kiln_fail(KILN_ERR_IO, "%s: read error: %s", path, strerror(errno));
+        else if (r == 0) st = kiln_fail(KILN_ERR_IO, "%s: the file shrank while being read", path);
+        else got += (size_t)r;
+    }
+    close(fd);
+    *data = x->file;
+    *n = got;
+    return st;
+}
+
+static int is_jpeg(const uint8_t *d, size_t n) { return n >= 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff; }
+static int is_png(const uint8_t *d, size_t n) { return n >= 8 && memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0; }
+static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+
+static kiln_status check_dims(const char *name, const char *format, int64_t w, int64_t h) {
+    if (w < 1 || h < 1 || w > KILN_IMAGE_MAX_SIDE || h > KILN_IMAGE_MAX_SIDE || w * h > KILN_IMAGE_MAX_PIXELS)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: implausible image size %lldx%lld in its %s header (at most %d per side and %lld "
+                         "pixels): corrupt?", name, (long long)w, (long long)h, format, KILN_IMAGE_MAX_SIDE,
+                         (long long)KILN_IMAGE_MAX_PIXELS);
+    return KILN_OK;
+}
+
+static kiln_status tj_ready(tjhandle *h, int compress, const char *name) {
+    if (!*h) *h = compress ? tjInitCompress() : tjInitDecompress();
+    if (!*h) return kiln_fail(KILN_ERR_NOMEM, "%s: cannot start libjpeg-turbo: %s", name, tjGetErrorStr2(NULL));
+    return KILN_OK;
+}
+
+kiln_status kiln_image_info(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int *format, int *w, int *h) {
+    if (is_png(data, n)) {
+        *format = KILN_IMAGE_PNG;
+        if (n < 33 || memcmp(data + 12, "IHDR", 4) != 0)
+            return kiln_fail(KILN_ERR_FORMAT, "%s: truncated or corrupt PNG (no IHDR chunk first)", name);
+        *w = (int)(be32(data + 16) > KILN_IMAGE_MAX_SIDE ? -1 : (int)be32(data + 16));
+        *h = (int)(be32(data + 20) > KILN_IMAGE_MAX_SIDE ? -1 : (int)be32(data + 20));
+        return check_dims(name, "PNG", *w, *h);
+    }
+    if (!is_jpeg(data, n)) return kiln_fail(KILN_ERR_FORMAT, "%s: not a JPEG or PNG file", name);
+    *format = KILN_IMAGE_JPEG;
+    kiln_status st = tj_ready(&x->dec, 0, name);
+    if (st != KILN_OK) return st;
+    int sub = 0, cs = 0;
+    if (tjDecompressHeader3(x->dec, data, (unsigned long)n, w, h, &sub, &cs) != 0)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: corrupt JPEG: %s", name, tjGetErrorStr2(x->dec));
+    return check_dims(name, "JPEG", *w, *h);
+}
+
+/* the smallest of libjpeg-turbo's DCT scale factors (1/8, 2/8, ... 1) that is >= min_scale */
+static tjscalingfactor pick_scale(double min_scale) {
+    int nsf = 0;
+    tjscalingfactor *sf = tjGetScalingFactors(&nsf), best = {1, 1};
+    for (int i = 0; sf && i < nsf; i++) {
+        double v = (double)sf[i].num / sf[i].denom, b = (double)best.num / best.denom;
+        if (v <= 1.0 && v >= min_scale && v < b) best = sf[i];
+    }
+    return best;
+}
+
+static kiln_status decode_jpeg(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels,
+                               double min_scale, kiln_image *out) {
+    int fmt, w, h;
+    kiln_status st = kiln_image_info(x, data, n, name, &fmt, &w, &h);
+    if (st != KILN_OK) return st;
+    tjscalingfactor f = pick_scale(min_scale);
+    int sw = TJSCALED(w, f), sh = TJSCALED(h, f);
+    if ((st = reserve(&x->px, &x->px_cap, (size_t)sw * (size_t)sh * (size_t)channels, name)) != KILN_OK) return st;
+    /* TurboJPEG converts colour to grey by the luma it stored (Y), and grey to RGB by copying */
+    int pf = channels == 1 ? TJPF_GRAY : TJPF_RGB;
+    if (tjDecompress2(x->dec, data, (unsigned long)n, x->px, sw, 0, sh, pf, TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) != 0)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: corrupt or truncated JPEG: %s", name, tjGetErrorStr2(x->dec));
+    *out = (kiln_image){x->px, sw, sh, channels};
+    return KILN_OK;
+}
+
+/* PIL's convert('L'): ITU-R 601-2 luma in 16-bit fixed point, rounded */
+static void rgb_to_gray(uint8_t *px, int64_t npix) {
+    for (int64_t i = 0; i < npix; i++) {
+        const uint8_t *p = px + 3 * i;
+        px[i] = (uint8_t)((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
+    }
+}
+
+static kiln_status decode_png(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels,
+                              kiln_image *out) {
+    spng_ctx *ctx = spng_ctx_new(0);
+    if (!ctx) return kiln_fail(KILN_ERR_NOMEM, "%s: cannot start libspng", name);
+    struct spng_ihdr ihdr;
+    size_t size = 0;
+    kiln_status st = KILN_OK;
+    spng_set_image_limits(ctx, KILN_IMAGE_MAX_SIDE, KILN_IMAGE_MAX_SIDE);
+    spng_set_chunk_limits(ctx, 1u << 24, 1u << 26); /* text and metadata chunks cannot eat memory */
+    int e = spng_set_png_buffer(ctx, data, n);
+    if (!e) e = spng_get_ihdr(ctx, &ihdr);
+    if (!e && (st = check_dims(name, "PNG", ihdr.width, ihdr.height)) != KILN_OK) goto done;
+    /* grey stays grey for one channel; everything else (palette, alpha, 16 bits) becomes RGB8, alpha dropped as PIL does */
+    int fmt = channels == 1 && !e && ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE && ihdr.bit_depth <= 8 ? SPNG_FMT_G8
+                                                                                                    : SPNG_FMT_RGB8;
+    if (!e) e = spng_decoded_image_size(ctx, fmt, &size);
+    if (!e && (st = reserve(&x->px, &x->px_cap, size, name)) != KILN_OK) goto done;
+    if (!e) e = spng_decode_image(ctx, x->px, size, fmt, 0);
+    if (e) {
+        st = kiln_fail(KILN_ERR_FORMAT, "%s: corrupt or truncated PNG: %s", name, spng_strerror(e));
+        goto done;
+    }
+    int64_t npix = (int64_t)ihdr.width * ihdr.height;
+    if (fmt == SPNG_FMT_RGB8 && channels == 1) rgb_to_gray(x->px, npix);
+    *out = (kiln_image){x->px, (int)ihdr.width, (int)ihdr.height, channels};
+done:
+    spng_ctx_free(ctx);
+    return st;
+}
+
+kiln_status kiln_image_decode(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels,
+                              double min_scale, kiln_image *out) {
+    if (channels != 1 && channels != 3) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: channels must be 1 or 3", name);
+    if (is_png(data, n)) return decode_png(x, data, n, name, channels, out);
+    if (is_jpeg(data, n)) return decode_jpeg(x, data, n, name, channels, min_scale, out);
+    return kiln_fail(KILN_ERR_FORMAT, "%s: not a JPEG or PNG file", name);
+}
+
+static kiln_status encode_png(kiln_image_ctx *x, const kiln_image *im, const uint8_t **data, size_t *n) {
+    spng_ctx *ctx = spng_ctx_new(SPNG_CTX_ENCODER);
+    if (!ctx) return kiln_fail(KILN_ERR_NOMEM, "cannot start libspng's encoder");
+    struct spng_ihdr ihdr = {(uint32_t)im->w, (uint32_t)im->h, 8,
+                             im->c == 1 ? SPNG_COLOR_TYPE_GRAYSCALE : SPNG_COLOR_TYPE_TRUECOLOR, 0, 0, 0};
+    int e = spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
+    if (!e) e = spng_set_ihdr(ctx, &ihdr);
+    if (!e) e = spng_encode_image(ctx, im->px, (size_t)im->w * im->h * im->c, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
+    free(x->png);
+    x->png = NULL;
+    if (!e) x->png = spng_get_png_buffer(ctx, n, &e);
+    spng_ctx_free(ctx);
+    if (e) return kiln_fail(KILN_ERR_FORMAT, "PNG encoding failed: %s", spng_strerror(e));
+    *data = x->png;
+    return KILN_OK;
+}
+
+kiln_status kiln_image_encode(kiln_image_ctx *x, const kiln_image *im, int format, int quality, const uint8_t **data,
+                              size_t *n) {
+    if (format == KILN_IMAGE_PNG) return encode_png(x, im, data, n);
+    kiln_status st = tj_ready(&x->enc, 1, "JPEG encoder");
+    if (st != KILN_OK) return st;
+    if (tjCompress2(x->enc, im->px, im->w, 0, im->h, im->c == 1 ? TJPF_GRAY : TJPF_RGB, &x->jpeg, &x->jpeg_len,
+                    im->c == 1 ? TJSAMP_GRAY : TJSAMP_420, quality, 0) != 0) /* 4:2:0: PIL's default */
+        return kiln_fail(KILN_ERR_FORMAT, "JPEG encoding failed: %s", tjGetErrorStr2(x->enc));
+    *data = x->jpeg;
+    *n = x->jpeg_len;
+    return KILN_OK;
+}

@@ -1,0 +1,377 @@
+/* Image folders, laid out as torchvision's ImageFolder: DIR/train/<class>/...
+ * and DIR/test/<class>/..., or DIR/<class>/... split by --val-split. Classes
+ * are the sorted folder names (byte order, as Python's sorted; folders whose
+ * names start with '.' are skipped); a class folder's .jpg/.jpeg/.png files
+ * (any case, in sub-folders too) are its samples, in sorted order. Files are
+ * read and decoded in `get`, on the loader's workers; the sample shape comes
+ * from the transforms and the first image of each class, checked at open, so
+ * a folder of mixed sizes without a resize fails before training starts (and
+ * a later odd one fails naming its file). */
+#include <dirent.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include "data/internal/folder.h"
+#include "data/internal/transform.h"
+
+/* a split of val_split is drawn with this fixed seed, so train and eval agree without --seed */
+#define SPLIT_SEED 0x73706c6974ull
+#define MAX_DEPTH 16
+#define POOL_MAX 300
+
+typedef struct {
+    char *text;      /* NUL-separated paths */
+    size_t len, cap;
+    int64_t *off;    /* per sample */
+    int32_t *label;
+    int64_t n, ncap;
+} file_list;
+
+typedef struct {
+    char **names;
+    int n;
+} class_list;
+
+typedef struct folder_impl {
+    kiln_dataset ds;
+    file_list files;
+    kiln_tf tf;
+    pthread_mutex_t mu;
+    struct worker_state *pool[POOL_MAX]; /* decoders and scratch, one per thread using `get` */
+    int npool;
+    char name[PATH_MAX + 16];
+} folder_impl;
+
+typedef struct worker_state {
+    kiln_image_ctx *img;
+    kiln_tf_scratch scratch;
+} worker_state;
+
+/* a/b into out; a path beyond PATH_MAX is an error, never silently cut */
+static kiln_status join(char *out, const char *a, const char *b) {
+    if (snprintf(out, PATH_MAX, "%s/%s", a, b) >= PATH_MAX) return kiln_fail(KILN_ERR_IO, "%s/%s: path too long", a, b);
+    return KILN_OK;
+}
+
+static int is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int is_image_name(const char *name) {
+    const char *dot = strrchr(name, '.');
+    return dot && (!strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg") || !strcasecmp(dot, ".png"));
+}
+
+static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
+static int not_dot(const struct dirent *e) { return e->d_name[0] != '.'; }
+
+static void free_entries(struct dirent **e, int n) {
+    for (int i = 0; i < n; i++) free(e[i]);
+    free(e);
+}
+
+static void classes_free(class_list *c) {
+    for (int i = 0; i < c->n; i++) free(c->names[i]);
+    free(c->names);
+    c->names = NULL;
+    c->n = 0;
+}
+
+/* the sorted sub-folders of root */
+static kiln_status list_classes(const char *root, class_list *c) {
+    memset(c, 0, sizeof *c);
+    struct dirent **e = NULL;
+    int n = scandir(root, &e, not_dot, by_name);
+    if (n < 0) return kiln_fail(KILN_ERR_IO, "%s: cannot list the folder", root);
+    c->names = calloc((size_t)n + 1, sizeof *c->names);
+    kiln_status st = c->names ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", root);
+    char p[PATH_MAX];
+    for (int i = 0; st == KILN_OK && i < n; i++) {
+        if ((st = join(p, root, e[i]->d_name)) != KILN_OK) break;
+        if (is_dir(p) && !(c->names[c->n++] = strdup(e[i]->d_name))) st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", root);
+    }
+    free_entries(e, n);
+    if (st == KILN_OK && c->n == 0)
+        st = kiln_fail(KILN_ERR_FORMAT, "%s: no class folders (expected %s/<class>/*.jpg|png, as torchvision's ImageFolder)", root,
+                       root);
+    if (st != KILN_OK) classes_free(c);
+    return st;
+}
+
+static kiln_status add_file(file_list *f, const char *path, int32_t label) {
+    size_t l = strlen(path) + 1;
+    if (f->n == f->ncap) {
+        int64_t cap = f->ncap ? 2 * f->ncap : 1024;
+        int64_t *o = realloc(f->off, (size_t)cap * sizeof *o);
+        if (o) f->off = o;
+        int32_t *y = o ? realloc(f->label, (size_t)cap * sizeof *y) : NULL;
+        if (!y) return kiln_fail(KILN_ERR_NOMEM, "image folder: out of memory");
+        f->label = y;
+        f->ncap = cap;
+    }
+    if (f->len + l > f->cap) {
+        size_t cap = f->cap ? 2 * f->cap : 65536;
+        while (cap < f->len + l) cap *= 2;
+        char *t = realloc(f->text, cap);
+        if (!t) return kiln_fail(KILN_ERR_NOMEM, "image folder: out of memory");
+        f->text = t;
+        f->cap = cap;
+    }
+    memcpy(f->text + f->len, path, l);
+    f->off[f->n] = (int64_t)f->len;
+    f->label[f->n++] = label;
+    f->len += l;
+    return KILN_OK;
+}
+
+/* a class folder's image files, sorted, then its sub-folders' */
+static kiln_status walk(file_list *f, const char *dir, int32_t label, int depth) {
+    struct dirent **e = NULL;
+    int n = scandir(dir, &e, not_dot, by_name);
+    if (n < 0) return kiln_fail(KILN_ERR_IO, "%s: cannot list the folder", dir);
+    kiln_status st = KILN_OK;
+    char p[PATH_MAX];
+    for (int pass = 0; pass < 2 && st == KILN_OK; pass++)
+        for (int i = 0; i < n && st == KILN_OK; i++) {
+            if ((st = join(p, dir, e[i]->d_name)) != KILN_OK) break;
+            int d = is_dir(p);
+            if (pass == 0 && !d && is_image_name(e[i]->d_name)) st = add_file(f, p, label);
+            if (pass == 1 && d && depth < MAX_DEPTH) st = walk(f, p, label, depth + 1);
+        }
+    free_entries(e, n);
+    return st;
+}
+
+static kiln_status scan(const char *root, file_list *f, class_list *c) {
+    kiln_status st = list_classes(root, c);
+    char p[PATH_MAX];
+    for (int k = 0; st == KILN_OK && k < c->n; k++) {
+        int64_t before = f->n;
+        st = join(p, root, c->names[k]);
+        if (st == KILN_OK) st = walk(f, p, k, 0);
+        if (st == KILN_OK && f->n == before)
+            st = kiln_fail(KILN_ERR_FORMAT, "%s: empty class folder (no .jpg, .jpeg or .png files)", p);
+    }
+    return st;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* keeps the samples of one side of the seeded split, in their original order */
+static kiln_status split(file_list *f, double val, int train, const char *root) {
+    int64_t n = f->n, ntest = (int64_t)(n * val + 0.5);
+    if (ntest < 1 || ntest >= n)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: --val-split %g of %lld images leaves an empty split", root, val, (long long)n);
+    int64_t *perm = malloc((size_t)n * sizeof *perm), *off = malloc((size_t)n * sizeof *off);
+    int32_t *lab = malloc((size_t)n * sizeof *lab);
+    if (!perm || !off || !lab) {
+        free(perm), free(off), free(lab);
+        return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", root);
+    }
+    kiln_shuffle_indices(perm, n, SPLIT_SEED, 0);
+    int64_t *keep = train ? perm + ntest : perm, m = train ? n - ntest : ntest;
+    qsort(keep, (size_t)m, sizeof *keep, cmp_i64);
+    for (int64_t i = 0; i < m; i++) off[i] = f->off[keep[i]], lab[i] = f->label[keep[i]];
+    free(f->off);
+    free(f->label);
+    free(perm);
+    f->off = off;
+    f->label = lab;
+    f->n = f->ncap = m;
+    return KILN_OK;
+}
+
+/* ---- samples ---- */
+
+static worker_state *take(folder_impl *d) {
+    pthread_mutex_lock(&d->mu);
+    worker_state *w = d->npool ? d->pool[--d->npool] : NULL;
+    pthread_mutex_unlock(&d->mu);
+    if (!w && (w = calloc(1, sizeof *w)) && !(w->img = kiln_image_ctx_new())) {
+        free(w);
+        w = NULL;
+    }
+    return w;
+}
+
+static void worker_free(worker_state *w) {
+    kiln_image_ctx_free(w->img);
+    kiln_tf_scratch_free(&w->scratch);
+    free(w);
+}
+
+static void give(folder_impl *d, worker_state *w) {
+    pthread_mutex_lock(&d->mu);
+    if (d->npool < POOL_MAX) d->pool[d->npool++] = w, w = NULL;
+    pthread_mutex_unlock(&d->mu);
+    if (w) worker_free(w);
+}
+
+/* reads, decodes (JPEG at the smallest DCT scale the box allows) and writes one sample */
+static kiln_status make_sample(const folder_impl *d, worker_state *w, const char *path, uint64_t key, float *x) {
+    const uint8_t *data;
+    size_t n;
+    int fmt, iw, ih;
+    kiln_tf_box b;
+    kiln_image im;
+    kiln_status st = kiln_image_read(w->img, path, &data, &n);
+    if (st == KILN_OK) st = kiln_image_info(w->img, data, n, path, &fmt, &iw, &ih);
+    if (st == KILN_OK) st = kiln_tf_plan(&d->tf, iw, ih, key, path, &b);
+    if (st != KILN_OK) return st;
+    if (b.x.out != d->ds.sample_shape[2] || b.y.out != d->ds.sample_shape[1])
+        return kiln_fail(KILN_ERR_FORMAT, "%s: %dx%d gives a %dx%d sample, but the folder's first images give %lldx%lld: "
+                         "images of mixed sizes need --resize N --center-crop N (or --random-resized-crop N)", path, iw, ih,
+                         b.x.out, b.y.out, (long long)d->ds.sample_shape[2], (long long)d->ds.sample_shape[1]);
+    double need = b.x.s > b.y.s ? 1.0 / b.y.s : 1.0 / b.x.s; /* decoded pixels per output pixel stay >= 1 */
+    if ((st = kiln_image_decode(w->img, data, n, path, d->tf.channels, need, &im)) != KILN_OK) return st;
+    if (im.w != iw || im.h != ih) kiln_tf_rescale(&b, iw, ih, im.w, im.h);
+    return kiln_tf_apply(&im, &b, &d->tf, &w->scratch, x, NULL);
+}
+
+static kiln_status folder_get(const kiln_dataset *ds, int64_t index, uint64_t key, float *x, int32_t *y) {
+    folder_impl *d = ds->impl;
+    if (index < 0 || index >= ds->len)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: sample %lld is out of range", d->name, (long long)index);
+    worker_state *w = take(d);
+    if (!w) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", d->name);
+    kiln_status st = make_sample(d, w, d->files.text + d->files.off[index], key, x);
+    give(d, w);
+    *y = d->files.label[index];
+    return st;
+}
+
+static void folder_destroy(kiln_dataset *ds) {
+    folder_impl *d = ds->impl;
+    for (int i = 0; i < d->npool; i++) worker_free(d->pool[i]);
+    pthread_mutex_destroy(&d->mu);
+    free(d->files.text);
+    free(d->files.off);
+    free(d->files.label);
+    free(d);
+}
+
+/* ---- opening ---- */
+
+int kiln_imagefolder_detect(const char *folder) {
+    char p[PATH_MAX];
+    if (join(p, folder, "train") != KILN_OK) return 0;
+    if (is_dir(p)) return 1;
+    struct dirent **e = NULL;
+    int n = scandir(folder, &e, not_dot, by_name), dirs = 0, idx = 0;
+    for (int i = 0; i < n; i++) {
+        dirs += join(p, folder, e[i]->d_name) == KILN_OK && is_dir(p);
+        idx += strstr(e[i]->d_name, "-ubyte") != NULL;
+    }
+    if (n > 0) free_entries(e, n);
+    return dirs > 0 && idx == 0;
+}
+
+/* the sample shape from the deterministic transforms of each class's first image */
+static kiln_status probe(folder_impl *d, const class_list *c) {
+    worker_state *w = take(d);
+    if (!w) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", d->name);
+    kiln_tf fixed = d->tf;
+    fixed.random = 0;
+    fixed.hflip = 0;
+    int out_w = -1, out_h = -1;
+    kiln_status st = KILN_OK;
+    for (int64_t i = 0, k = -1; st == KILN_OK && i < d->files.n; i++) {
+        if (d->files.label[i] == k) continue; /* files are grouped by class */
+        k = d->files.label[i];
+        const char *path = d->files.text + d->files.off[i];
+        const uint8_t *data;
+        size_t n;
+        int fmt, iw, ih;
+        kiln_tf_box b;
+        st = kiln_image_read(w->img, path, &data, &n);
+        if (st == KILN_OK) st = kiln_image_info(w->img, data, n, path, &fmt, &iw, &ih);
+        if (st == KILN_OK) st = kiln_tf_plan(&fixed, iw, ih, 0, path, &b);
+        if (st != KILN_OK) break;
+        if (d->tf.random) b.x.out = b.y.out = d->tf.rrc;
+        if (out_w < 0) out_w = b.x.out, out_h = b.y.out;
+        else if (b.x.out != out_w || b.y.out != out_h)
+            st = kiln_fail(KILN_ERR_FORMAT, "%s: %dx%d gives a %dx%d sample, but class '%s' starts with %dx%d: images of mixed "
+                           "sizes need --resize N --center-crop N (or --random-resized-crop N)", path, iw, ih, b.x.out,
+                           b.y.out, c->names[0], out_w, out_h);
+    }
+    give(d, w);
+    d->ds.sample_ndim = 3;
+    d->ds.sample_shape[0] = d->tf.channels;
+    d->ds.sample_shape[1] = out_h;
+    d->ds.sample_shape[2] = out_w;
+    return st;
+}
+
+/* train and test must name the same classes, or their label numbers would differ */
+static kiln_status same_classes(const char *folder, const class_list *c) {
+    char p[PATH_MAX];
+    class_list t = {0};
+    kiln_status st = join(p, folder, "train");
+    if (st == KILN_OK) st = list_classes(p, &t);
+    for (int i = 0; st == KILN_OK && (i < t.n || i < c->n); i++)
+        if (i >= t.n || i >= c->n || strcmp(t.names[i], c->names[i]) != 0)
+            st = kiln_fail(KILN_ERR_FORMAT, "%s/test: its class folders differ from train/'s ('%s' against '%s'): both need the "
+                           "same classes", folder, i < c->n ? c->names[i] : "(none)", i < t.n ? t.names[i] : "(none)");
+    classes_free(&t);
+    return st;
+}
+
+static kiln_status locate(const char *folder, int train, const kiln_data_config *dc, char *root, size_t len, int *layout) {
+    (void)len;
+    kiln_status st = join(root, folder, "train");
+    if (st != KILN_OK) return st;
+    *layout = is_dir(root);
+    if (*layout && dc->val_split > 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s has train/ (and test/) folders: --val-split applies to DIR/<class>/... only",
+                         folder);
+    if (*layout) {
+        if ((st = join(root, folder, train ? "train" : "test")) != KILN_OK) return st;
+        if (!is_dir(root))
+            return kiln_fail(KILN_ERR_IO, "%s: no test/ folder beside train/ (add DIR/test/<class>/..., or give --no-test)", folder);
+        return KILN_OK;
+    }
+    if (snprintf(root, PATH_MAX, "%s", folder) >= PATH_MAX) return kiln_fail(KILN_ERR_IO, "%s: path too long", folder);
+    if (!train && !(dc->val_split > 0))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s holds class folders but no train/ and test/: give --val-split X (e.g. 0.1) "
+                         "for a test split, or --no-test", folder);
+    return KILN_OK;
+}
+
+kiln_status kiln_imagefolder_open(const char *folder, int train, const kiln_data_config *dc, kiln_dataset **out) {
+    *out = NULL;
+    char root[PATH_MAX];
+    int layout;
+    kiln_status st = locate(folder, train, dc, root, sizeof root, &layout);
+    if (st != KILN_OK) return st;
+    folder_impl *d = calloc(1, sizeof *d);
+    if (!d) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", folder);
+    pthread_mutex_init(&d->mu, NULL);
+    d->ds.impl = d;
+    d->ds.destroy = folder_destroy;
+    d->ds.get = folder_get;
+    snprintf(d->name, sizeof d->name, "%.*s %s", PATH_MAX - 1, folder, train ? "train" : "test");
+    d->ds.name = d->name;
+    kiln_tf_init(&d->tf, dc, train);
+    class_list c = {0};
+    st = scan(root, &d->files, &c);
+    if (st == KILN_OK && layout && !train) st = same_classes(folder, &c);
+    if (st == KILN_OK && !layout && dc->val_split > 0) st = split(&d->files, dc->val_split, train, folder);
+    if (st == KILN_OK) st = probe(d, &c);
+    d->ds.len = d->files.n;
+    d->ds.num_classes = c.n;
+    classes_free(&c);
+    if (st != KILN_OK) {
+        folder_destroy(&d->ds);
+        return st;
+    }
+    *out = &d->ds;
+    return KILN_OK;
+}

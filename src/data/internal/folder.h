@@ -1,0 +1,14 @@
+/* Private interfaces between the dataset readers of src/data. */
+#ifndef KILN_DATA_FOLDER_H
+#define KILN_DATA_FOLDER_H
+
+#include <stdint.h>
+#include "kiln/data.h"
+
+/* 1 when `folder` is laid out as an image folder (train/ or class folders, and no IDX files) */
+int kiln_imagefolder_detect(const char *folder);
+kiln_status kiln_imagefolder_open(const char *folder, int train, const kiln_data_config *dc, kiln_dataset **out);
+/* an IDX dataset's raw pixels [len, rows, cols] and labels, for kiln pack */
+void kiln_idx_raw(const kiln_dataset *ds, const uint8_t **pixels, const uint8_t **labels, int *rows, int *cols);
+
+#endif

@@ -1,0 +1,43 @@
+/* Image files: JPEG (libjpeg-turbo's TurboJPEG API) and PNG (libspng) to
+ * 8-bit pixels, and back (for kiln pack). Private to src/data. */
+#ifndef KILN_DATA_IMAGE_H
+#define KILN_DATA_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "kiln/status.h"
+
+/* a hostile header must not make a worker allocate gigabytes: 2^25 pixels
+ * (96 MB as RGB) and 32768 per side cover any training image */
+#define KILN_IMAGE_MAX_SIDE 32768
+#define KILN_IMAGE_MAX_PIXELS ((int64_t)1 << 25)
+/* larger files are refused before they are read */
+#define KILN_IMAGE_MAX_FILE ((int64_t)1 << 28)
+
+enum { KILN_IMAGE_JPEG = 1, KILN_IMAGE_PNG = 2 };
+
+typedef struct kiln_image {
+    uint8_t *px; /* [h, w, c] */
+    int w, h, c;
+} kiln_image;
+
+/* A decoder's reusable state (codec handles, file and pixel buffers): one
+ * thread uses one at a time. */
+typedef struct kiln_image_ctx kiln_image_ctx;
+kiln_image_ctx *kiln_image_ctx_new(void);
+void kiln_image_ctx_free(kiln_image_ctx *x);
+
+/* The whole file into the context's buffer (valid until the next read). */
+kiln_status kiln_image_read(kiln_image_ctx *x, const char *path, const uint8_t **data, size_t *n);
+/* The format (by magic bytes, not the name), width and height, within the limits above. */
+kiln_status kiln_image_info(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int *format, int *w, int *h);
+/* Decodes to `channels` (1: PIL's convert('L'), 3: convert('RGB')). A JPEG is
+ * decoded at the smallest DCT scale factor >= min_scale (1: full size); a PNG
+ * always at full size. The pixels live in the context until the next decode. */
+kiln_status kiln_image_decode(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels,
+                              double min_scale, kiln_image *out);
+/* Encodes as JPEG (quality 1..100) or PNG into a buffer owned by the context. */
+kiln_status kiln_image_encode(kiln_image_ctx *x, const kiln_image *im, int format, int quality, const uint8_t **data,
+                              size_t *n);
+
+#endif

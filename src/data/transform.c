@@ -1,0 +1,292 @@
+/* Transforms, as torchvision applies them to PIL images: Resize(N) (shorter
+ * side to N, the longer truncated as int(N * long / short)), CenterCrop(N)
+ * (offsets rounded half to even, as Python's round), RandomResizedCrop (10
+ * attempts, then the central fallback), RandomHorizontalFlip(0.5), ToTensor
+ * and Normalize. The resampler is PIL's: bilinear weights over a support
+ * widened by the scale when shrinking (antialiasing), a horizontal pass whose
+ * rows are rounded to 8 bits, then a vertical pass; weights are computed once
+ * per column and per row, not per pixel. Its last write goes through a
+ * 256-entry table per channel (ToTensor + Normalize in float32, as
+ * torchvision computes them) straight into the sample's CHW slot. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "base/internal/rng.h"
+#include "data/internal/transform.h"
+
+kiln_data_config kiln_data_defaults(void) {
+    kiln_data_config c;
+    memset(&c, 0, sizeof c);
+    c.scale[0] = 0.08f;
+    c.scale[1] = 1.0f;
+    for (int i = 0; i < 3; i++) c.std[i] = 1.0f;
+    return c;
+}
+
+static int parse_floats(const char *s, float *v, int max, char sep_end) {
+    int n = 0;
+    while (n < max) {
+        char *end;
+        v[n] = strtof(s, &end);
+        if (end == s || !isfinite(v[n])) return -1;
+        n++;
+        if (*end == ',') s = end + 1;
+        else return *end == sep_end ? n : -1;
+    }
+    return -1;
+}
+
+kiln_status kiln_data_parse_rrc(const char *text, kiln_data_config *dc) {
+    char *end;
+    long n = strtol(text, &end, 10);
+    float sc[2] = {0.08f, 1.0f};
+    if (end == text || n < 1 || n > KILN_IMAGE_MAX_SIDE || (*end && (*end != ',' || parse_floats(end + 1, sc, 2, 0) != 2)))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--random-resized-crop: '%s' is not N or N,scale_lo,scale_hi (e.g. 56 or 56,0.08,1)",
+                         text);
+    if (!(sc[0] > 0 && sc[0] <= sc[1] && sc[1] <= 1))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--random-resized-crop %s: the scale range must satisfy 0 < lo <= hi <= 1", text);
+    dc->random_resized_crop = (int)n;
+    dc->scale[0] = sc[0];
+    dc->scale[1] = sc[1];
+    return KILN_OK;
+}
+
+kiln_status kiln_data_parse_normalize(const char *text, kiln_data_config *dc) {
+    if (strcmp(text, "imagenet") == 0) { /* torchvision's reference values */
+        const float m[3] = {0.485f, 0.456f, 0.406f}, s[3] = {0.229f, 0.224f, 0.225f};
+        memcpy(dc->mean, m, sizeof m);
+        memcpy(dc->std, s, sizeof s);
+        dc->normalize = 3;
+        return KILN_OK;
+    }
+    float m[3], s[3];
+    int nm = parse_floats(text, m, 3, '/');
+    const char *slash = strchr(text, '/');
+    int ns = nm > 0 && slash ? parse_floats(slash + 1, s, 3, 0) : -1;
+    if (nm < 1 || nm == 2 || ns != nm)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--normalize: '%s' is not m1,m2,m3/s1,s2,s3, m/s (one channel) or imagenet",
+                         text);
+    for (int i = 0; i < nm; i++)
+        if (!(s[i] > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--normalize %s: every std must be > 0", text);
+    for (int i = 0; i < 3; i++) { /* one value serves every channel */
+        dc->mean[i] = m[nm == 1 ? 0 : i];
+        dc->std[i] = s[nm == 1 ? 0 : i];
+    }
+    dc->normalize = nm;
+    return KILN_OK;
+}
+
+void kiln_tf_init(kiln_tf *t, const kiln_data_config *dc, int random) {
+    memset(t, 0, sizeof *t);
+    t->random = random && dc->random_resized_crop > 0;
+    t->resize = dc->resize;
+    t->rrc = dc->random_resized_crop;
+    /* the test split of a RandomResizedCrop run is cropped to the same size */
+    t->crop = dc->center_crop ? dc->center_crop : dc->random_resized_crop;
+    if (!t->resize && !dc->center_crop && t->rrc) t->resize = t->rrc;
+    t->scale[0] = dc->scale[0];
+    t->scale[1] = dc->scale[1];
+    t->ratio[0] = 3.0 / 4.0;
+    t->ratio[1] = 4.0 / 3.0;
+    t->hflip = random && dc->hflip;
+    t->channels = dc->channels ? dc->channels : 3;
+    for (int c = 0; c < 3; c++)
+        for (int p = 0; p < 256; p++)
+            t->lut[c][p] = dc->normalize ? ((float)p / 255.0f - dc->mean[c]) / dc->std[c] : (float)p / 255.0f;
+}
+
+void kiln_rrc_box(int w, int h, const double scale[2], const double ratio[2], kiln_tf_draw draw, void *ctx, int box[4]) {
+    double area = (double)w * h;
+    /* torchvision takes the logs (and exp) in float32 */
+    float lr0 = logf((float)ratio[0]), lr1 = logf((float)ratio[1]);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * draw(ctx, 0, scale[0], scale[1]);
+        double aspect = (double)expf((float)draw(ctx, 1, lr0, lr1));
+        int cw = (int)rint(sqrt(target * aspect)), ch = (int)rint(sqrt(target / aspect)); /* Python's round: half to even */
+        if (cw > 0 && cw <= w && ch > 0 && ch <= h) {
+            box[0] = (int)draw(ctx, 2, 0, h - ch + 1);
+            box[1] = (int)draw(ctx, 2, 0, w - cw + 1);
+            box[2] = ch;
+            box[3] = cw;
+            return;
+        }
+    }
+    double in_ratio = (double)w / h;
+    int cw = w, ch = h;
+    if (in_ratio < ratio[0]) ch = (int)rint(cw / ratio[0]);
+    else if (in_ratio > ratio[1]) cw = (int)rint(ch * ratio[1]);
+    box[0] = (h - ch) / 2;
+    box[1] = (w - cw) / 2;
+    box[2] = ch;
+    box[3] = cw;
+}
+
+/* kiln's draws: Philox keyed by the sample's key, one counter per draw */
+typedef struct {
+    uint64_t key, i;
+} philox_draws;
+
+static double philox_draw(void *ctx, int what, double lo, double hi) {
+    philox_draws *d = ctx;
+    kiln_philox_out o = kiln_philox4x32(d->key, 0x7466 /* "tf" */, d->i++);
+    double u = (double)((uint64_t)o.v[0] << 21 ^ o.v[1] >> 11) * 0x1p-53; /* [0, 1), 53 bits */
+    if (what == 2) return lo + floor(u * (hi - lo));
+    return lo + (hi - lo) * u;
+}
+
+static void axis_set(kiln_tf_axis *a, double x0, double s, int off, int out, double lo, double hi) {
+    *a = (kiln_tf_axis){x0, s, lo, hi, off, out};
+}
+
+/* Resize then CenterCrop: the crop's pixels of the resized image */
+static kiln_status plan_fixed(const kiln_tf *t, int w, int h, const char *name, kiln_tf_box *b) {
+    int rw = w, rh = h;
+    if (t->resize && w <= h) rw = t->resize, rh = (int)((double)t->resize * h / w);
+    else if (t->resize) rh = t->resize, rw = (int)((double)t->resize * w / h);
+    if (rw < 1 || rh < 1)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: %dx%d resized to %d on its shorter side leaves nothing", name, w, h, t->resize);
+    int cw = t->crop ? t->crop : rw, ch = t->crop ? t->crop : rh;
+    if (cw > rw || ch > rh)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: the %dx%d crop is larger than the image (%dx%d%s); raise --resize", name, cw, ch, rw,
+                         rh, t->resize ? " after --resize" : "");
+    int top = (int)rint((rh - ch) / 2.0), left = (int)rint((rw - cw) / 2.0);
+    axis_set(&b->x, 0, (double)w / rw, left, cw, 0, w);
+    axis_set(&b->y, 0, (double)h / rh, top, ch, 0, h);
+    return KILN_OK;
+}
+
+void kiln_tf_crop_box(const int box[4], int size, kiln_tf_box *b) {
+    axis_set(&b->x, box[1], (double)box[3] / size, 0, size, box[1], box[1] + box[3]);
+    axis_set(&b->y, box[0], (double)box[2] / size, 0, size, box[0], box[0] + box[2]);
+}
+
+kiln_status kiln_tf_plan(const kiln_tf *t, int w, int h, uint64_t key, const char *name, kiln_tf_box *b) {
+    memset(b, 0, sizeof *b);
+    philox_draws d = {key, 0};
+    if (t->random) {
+        int box[4];
+        kiln_rrc_box(w, h, t->scale, t->ratio, philox_draw, &d, box);
+        kiln_tf_crop_box(box, t->rrc, b);
+    } else {
+        kiln_status st = plan_fixed(t, w, h, name, b);
+        if (st != KILN_OK) return st;
+    }
+    if (t->hflip) b->flip = philox_draw(&d, 3, 0, 1) < 0.5;
+    return KILN_OK;
+}
+
+static void axis_rescale(kiln_tf_axis *a, double f) {
+    a->x0 *= f;
+    a->s *= f;
+    a->lo *= f;
+    a->hi *= f;
+}
+
+void kiln_tf_rescale(kiln_tf_box *b, int w, int h, int sw, int sh) {
+    axis_rescale(&b->x, (double)sw / w);
+    axis_rescale(&b->y, (double)sh / h);
+}
+
+void kiln_tf_scratch_free(kiln_tf_scratch *s) {
+    free(s->buf);
+    s->buf = NULL;
+    s->cap = 0;
+}
+
+/* PIL's precompute_coeffs for the bilinear filter: for each output pixel the
+ * first source pixel, the count, and `k` normalised weights */
+static void axis_weights(const kiln_tf_axis *a, int size, int k, int *first, int *count, float *w) {
+    double fs = a->s < 1.0 ? 1.0 : a->s, support = fs, inv = 1.0 / fs;
+    int lo = (int)floor(a->lo), hi = (int)ceil(a->hi);
+    if (lo < 0) lo = 0;
+    if (hi > size) hi = size;
+    for (int i = 0; i < a->out; i++) {
+        double center = a->x0 + (i + a->off + 0.5) * a->s;
+        int xmin = (int)(center - support + 0.5), xmax = (int)(center + support + 0.5);
+        if (xmin < lo) xmin = lo;
+        if (xmax > hi) xmax = hi;
+        int n = xmax - xmin > k ? k : xmax - xmin;
+        if (n < 1) { /* a degenerate box: take the nearest pixel */
+            xmin = center < lo ? lo : (center >= hi ? hi - 1 : (int)center);
+            n = 1;
+        }
+        double ww = 0, tmp[k];
+        for (int j = 0; j < n; j++) {
+            double x = fabs((j + xmin - center + 0.5) * inv);
+            tmp[j] = x < 1.0 ? 1.0 - x : 0.0;
+            ww += tmp[j];
+        }
+        for (int j = 0; j < k; j++) w[i * k + j] = j < n ? (float)(ww != 0 ? tmp[j] / ww : (j == 0)) : 0.0f;
+        first[i] = xmin;
+        count[i] = n;
+    }
+}
+
+static inline uint8_t round_u8(float v) { return v <= 0 ? 0 : (v >= 255.0f ? 255 : (uint8_t)(v + 0.5f)); }
+
+/* one source row through the column weights into an output row of u8 */
+static inline void pass_row(const uint8_t *src, uint8_t *dst, int out, int k, int C, const int *first, const int *count,
+                            const float *w) {
+    for (int i = 0; i < out; i++) {
+        const uint8_t *p = src + (size_t)first[i] * C;
+        const float *wi = w + (size_t)i * k;
+        float acc[3] = {0, 0, 0};
+        for (int j = 0; j < count[i]; j++)
+            for (int c = 0; c < C; c++) acc[c] += wi[j] * p[j * C + c];
+        for (int c = 0; c < C; c++) dst[i * C + c] = round_u8(acc[c]);
+    }
+}
+
+/* ToTensor + Normalize (and the flip) as the row is written into the CHW sample */
+static void write_row(const uint8_t *row, int ow, int C, int flip, const kiln_tf *t, float *dst, size_t plane) {
+    for (int c = 0; c < C; c++) {
+        const float *lut = t->lut[c];
+        float *d = dst + (size_t)c * plane;
+        if (flip)
+            for (int i = 0; i < ow; i++) d[ow - 1 - i] = lut[row[i * C + c]];
+        else
+            for (int i = 0; i < ow; i++) d[i] = lut[row[i * C + c]];
+    }
+}
+
+kiln_status kiln_tf_apply(const kiln_image *im, const kiln_tf_box *b, const kiln_tf *t, kiln_tf_scratch *s, float *dst,
+                          uint8_t *dst_u8) {
+    int C = im->c, ow = b->x.out, oh = b->y.out;
+    int kx = 2 * (int)ceil(b->x.s < 1 ? 1 : b->x.s) + 1, ky = 2 * (int)ceil(b->y.s < 1 ? 1 : b->y.s) + 1;
+    /* weights, then the horizontally resampled rows, then one output row and its float accumulator */
+    size_t need = (size_t)ow * kx * 4 + (size_t)oh * ky * 4 + (size_t)(ow + oh) * 8 + (size_t)ow * C * 4 + 64 * 6 +
+                  (size_t)im->h * ow * C + (size_t)ow * C;
+    if (need > s->cap) {
+        void *p = realloc(s->buf, need);
+        if (!p) return kiln_fail(KILN_ERR_NOMEM, "resampling: cannot allocate %zu bytes", need);
+        s->buf = p;
+        s->cap = need;
+    }
+    char *m = s->buf;
+    float *wx = (float *)m, *wy = wx + (size_t)ow * kx, *acc = wy + (size_t)oh * ky;
+    int *fx = (int *)(acc + (size_t)ow * C), *nx = fx + ow, *fy = nx + ow, *ny = fy + oh;
+    uint8_t *tmp = (uint8_t *)(ny + oh), *row = tmp + (size_t)im->h * ow * C;
+    axis_weights(&b->x, im->w, kx, fx, nx, wx);
+    axis_weights(&b->y, im->h, ky, fy, ny, wy);
+    int y0 = fy[0], y1 = fy[oh - 1] + ny[oh - 1]; /* the source rows any output row needs */
+    for (int y = y0; y < y1; y++) {
+        const uint8_t *src = im->px + (size_t)y * im->w * C;
+        uint8_t *d = tmp + (size_t)(y - y0) * ow * C;
+        if (C == 1) pass_row(src, d, ow, kx, 1, fx, nx, wx);
+        else pass_row(src, d, ow, kx, 3, fx, nx, wx);
+    }
+    size_t plane = (size_t)ow * oh, n = (size_t)ow * C;
+    for (int y = 0; y < oh; y++) {
+        memset(acc, 0, n * sizeof *acc);
+        for (int j = 0; j < ny[y]; j++) {
+            const uint8_t *r = tmp + (size_t)(fy[y] + j - y0) * n;
+            float wj = wy[(size_t)y * ky + j];
+            for (size_t i = 0; i < n; i++) acc[i] += wj * r[i];
+        }
+        uint8_t *out = dst_u8 ? dst_u8 + (size_t)y * n : row;
+        for (size_t i = 0; i < n; i++) out[i] = round_u8(acc[i]);
+        if (dst) write_row(out, ow, C, b->flip, t, dst + (size_t)y * ow, plane);
+    }
+    return KILN_OK;
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Image folders through the kiln program: `kiln pack` writes a small part of
+# Fashion-MNIST as JPEG and PNG folders; mnist-cnn trains on them with
+# --resize 28 --channels 1 (and random crops and flips), evaluates with the
+# deterministic transforms, splits a class-folder layout with --val-split;
+# bad input exits 2 naming what is wrong: a corrupt file met by a loader
+# worker (or by the training thread with --workers 0), samples the model
+# cannot take, transforms on IDX data, malformed transform options, pack's
+# unbuilt shard format.
+#
+# Needs $KILN_BIN (ctest sets it), Fashion-MNIST in /usr/share/datasets and python3.
+set -u
+
+KILN=${KILN_BIN:?KILN_BIN must name the kiln binary}
+DATA=/usr/share/datasets/fashion-mnist
+PY=${PYTHON:-python3}
+pass=0
+fail=0
+T=$(mktemp -d /tmp/kiln_test_images.XXXXXX) || exit 1
+trap 'rm -rf "$T"' EXIT
+export KILN_CACHE_DIR=
+
+ok() { pass=$((pass + 1)); }
+bad() {
+    fail=$((fail + 1))
+    echo "test_images: FAIL: $*" >&2
+}
+
+# expect CODE NAME [NEEDLE...] -- COMMAND...: exit code, every NEEDLE in stderr, no crash
+expect() {
+    local code=$1 name=$2
+    shift 2
+    local needles=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        needles+=("$1")
+        shift
+    done
+    shift
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$? good=1
+    [ $rc -ne "$code" ] && { bad "$name: exit code $rc, expected $code ($*)"; good=0; }
+    if [ $rc -ge 128 ] || grep -qE 'Sanitizer|runtime error:|Segmentation|Aborted' "$T/err"; then
+        bad "$name: crashed (exit $rc)"
+        good=0
+    fi
+    local n
+    for n in ${needles[@]+"${needles[@]}"}; do
+        grep -qF -- "$n" "$T/err" || { bad "$name: stderr does not mention '$n'"; good=0; }
+    done
+    if [ $good -eq 0 ]; then sed 's/^/    stderr: /' "$T/err" | tail -n 8 >&2; else ok; fi
+}
+
+check() {
+    local name=$1
+    shift
+    if "$@"; then ok; else bad "$name"; fi
+}
+
+# the JSON line's field, or "" when absent
+field() { "$PY" -c "import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]).get(sys.argv[2], ''))" "$T/out" "$1" 2>/dev/null; }
+
+if [ ! -d "$DATA" ]; then
+    echo "test_images: note: $DATA absent (apt-get install dataset-fashion-mnist); skipped"
+    exit 0
+fi
+
+# a small IDX folder: the first 640 training and 200 test samples of Fashion-MNIST
+idx_head() { # SRC DST COUNT KIND(3: images, 1: labels)
+    local hdr
+    if [ "$4" = 3 ]; then hdr=$(printf '\\x00\\x00\\x08\\x03\\x00\\x00\\x%02x\\x%02x\\x00\\x00\\x00\\x1c\\x00\\x00\\x00\\x1c' $(($3 >> 8)) $(($3 & 255)))
+    else hdr=$(printf '\\x00\\x00\\x08\\x01\\x00\\x00\\x%02x\\x%02x' $(($3 >> 8)) $(($3 & 255))); fi
+    local skip=$((4 + 4 * $4)) size=$(($3 * ($4 == 3 ? 784 : 1)))
+    { printf "$hdr"; gzip -dc "$1" | tail -c +$((skip + 1)) | head -c "$size"; } >"$2"
+}
+mkdir -p "$T/idx"
+idx_head "$DATA/train-images-idx3-ubyte.gz" "$T/idx/train-images-idx3-ubyte" 640 3
+idx_head "$DATA/train-labels-idx1-ubyte.gz" "$T/idx/train-labels-idx1-ubyte" 640 1
+idx_head "$DATA/t10k-images-idx3-ubyte.gz" "$T/idx/t10k-images-idx3-ubyte" 200 3
+idx_head "$DATA/t10k-labels-idx1-ubyte.gz" "$T/idx/t10k-labels-idx1-ubyte" 200 1
+
+Q=(--quiet --json --model mnist-cnn --batch-size 32 --threads 2)
+
+# ---- kiln pack ----
+expect 0 "pack jpeg" -- "$KILN" pack --from "$T/idx" --to "$T/jpg" --format jpeg
+check "pack wrote 640 + 200 JPEGs" test "$(find "$T/jpg" -name '*.jpg' | wc -l)" -eq 840
+check "pack: class folders 0..9" test "$(ls "$T/jpg/train" | tr '\n' ' ')" = "0 1 2 3 4 5 6 7 8 9 "
+expect 0 "pack png, 32x32, RGB" -- "$KILN" pack --from "$T/idx" --to "$T/png" --format png --size 32 --channels 3
+check "pack wrote 840 PNGs" test "$(find "$T/png" -name '*.png' | wc -l)" -eq 840
+check "a packed PNG is 32x32 RGB" test "$(od -An -tx1 -j16 -N10 "$(find "$T/png/train/0" -name '*.png' | head -n 1)" | tr -d ' \n')" = "00000020000000200802"
+expect 2 "pack: shards are not built yet" "--format shard" "not built yet" -- "$KILN" pack --from "$T/idx" --to "$T/sh" --format shard
+expect 2 "pack over an existing folder" "$T/jpg/train" "already exists" -- "$KILN" pack --from "$T/idx" --to "$T/jpg"
+expect 2 "pack: unknown format" "'gif'" -- "$KILN" pack --from "$T/idx" --to "$T/gif" --format gif
+
+# ---- training and evaluating on image folders ----
+expect 0 "train on the JPEG folder (--resize 28 --channels 1, 2 workers)" -- \
+    "$KILN" train "${Q[@]}" --data "$T/jpg" --resize 28 --channels 1 --max-steps 6 --workers 2 --save "$T/run.safetensors"
+check "trained 6 steps" test "$(field steps)" = 6
+check "a finite loss below ln(10) * 1.5" "$PY" -c "import sys; v=float(sys.argv[1]); sys.exit(not (0 < v < 3.45))" "$(field final_loss)"
+check "test accuracy measured" "$PY" -c "import sys; v=float(sys.argv[1]); sys.exit(not (0 <= v <= 1))" "$(field test_accuracy)"
+expect 0 "eval on the JPEG folder" -- "$KILN" eval --model mnist-cnn --data "$T/jpg" --load "$T/run.safetensors" --resize 28 \
+    --channels 1 --json
+check "eval saw the 200 test images" test "$(field samples)" = 200
+expect 0 "train: RGB PNGs to grey, random crops and flips, normalised, 0 workers" -- \
+    "$KILN" train "${Q[@]}" --data "$T/png" --random-resized-crop 28,0.5,1 --hflip --channels 1 --normalize 0.2860/0.3530 \
+    --max-steps 4 --workers 0
+check "trained 4 steps" test "$(field steps)" = 4
+expect 0 "train: class folders split by --val-split" -- \
+    "$KILN" train "${Q[@]}" --data "$T/jpg/train" --val-split 0.1 --resize 28 --channels 1 --max-steps 3
+expect 2 "class folders without --val-split" "--val-split" "--no-test" -- \
+    "$KILN" train "${Q[@]}" --data "$T/jpg/train" --resize 28 --channels 1 --max-steps 3
+expect 2 "RGB samples for a grey model" "[3, 28, 28]" "mnist-cnn" -- "$KILN" train "${Q[@]}" --data "$T/jpg" --max-steps 3
+expect 2 "a resize the model cannot take" "[1, 32, 32]" -- "$KILN" train "${Q[@]}" --data "$T/jpg" --resize 32 --channels 1 --max-steps 3
+
+# ---- a corrupt file met while training: exit 2 naming it, with and without workers ----
+victim=$(find "$T/jpg/train/3" -name '*.jpg' | sort | head -n 1)
+head -c 200 "$victim" >"$T/cut" && cp "$T/cut" "$victim"
+for w in 2 0; do
+    expect 2 "a truncated JPEG ($w workers)" "$victim" "JPEG" -- \
+        "$KILN" train "${Q[@]}" --data "$T/jpg" --resize 28 --channels 1 --workers "$w" --epochs 1 --no-test
+done
+check "no checkpoint from a failed run" test ! -e "$T/fail.safetensors"
+printf 'not an image' >"$victim"
+expect 2 "a text file named .jpg" "$victim" "not a JPEG or PNG" -- \
+    "$KILN" train "${Q[@]}" --data "$T/jpg" --resize 28 --channels 1 --epochs 1 --no-test --save "$T/fail.safetensors"
+check "no checkpoint from a failed run" test ! -e "$T/fail.safetensors"
+
+# ---- option errors ----
+expect 2 "transforms on IDX data" "IDX data" "--resize" -- "$KILN" train "${Q[@]}" --data "$T/idx" --resize 28 --max-steps 1
+expect 2 "a malformed --normalize" "--normalize" "imagenet" -- "$KILN" train "${Q[@]}" --data "$T/jpg" --normalize 0.5,0.5
+expect 2 "a malformed --random-resized-crop" "--random-resized-crop" -- "$KILN" train "${Q[@]}" --data "$T/jpg" \
+    --random-resized-crop 28,0.9,0.1
+expect 2 "--channels 2" "--channels is 2" -- "$KILN" train "${Q[@]}" --data "$T/jpg" --channels 2 --max-steps 1
+expect 2 "--val-split 1" "--val-split" -- "$KILN" train "${Q[@]}" --data "$T/jpg/train" --val-split 1 --max-steps 1
+expect 2 "eval: a malformed --normalize" "--normalize" -- "$KILN" eval --data "$T/jpg" --load "$T/run.safetensors" --normalize x
+expect 0 "kiln train --help lists the transforms" -- "$KILN" train --help
+for f in --resize --center-crop --random-resized-crop --hflip --normalize --channels --val-split; do
+    check "train --help mentions $f" grep -qF -- "$f" "$T/out"
+done
+
+echo "test_images: $pass passed, $fail failed"
+[ $fail -eq 0 ]
