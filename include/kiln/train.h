@@ -123,7 +123,8 @@ const kiln_train_option *kiln_train_option_at(int i);
 kiln_status kiln_train_option_set(kiln_train_config *c, const char *name, const char *value);
 /* the field's value as text ("64", "0.001", "true", "auto"); 0, or -1 for an unknown name */
 int kiln_train_option_get(const kiln_train_config *c, const char *name, char *buf, size_t len);
-/* every run-defining setting (resumable = 0) as a JSON object of strings; malloc'd, NULL when out of memory */
+/* every run-defining setting (resumable = 0) as a JSON object of strings; malloc'd; NULL with the message
+ * set when out of memory or when a value cannot be recorded (not UTF-8) */
 char *kiln_train_settings_json(const kiln_train_config *c);
 /* the settings a checkpoint was saved with (its "kiln.settings" metadata), as JSON; malloc'd.
  * *json is NULL for a checkpoint written before settings were kept. */
