@@ -16,6 +16,7 @@
 #define JPEG_QUALITY 90
 
 typedef struct {
+    kiln_tf tf; /* only its resampling: 8-bit output */
     const uint8_t *pixels, *labels;
     int rows, cols, size, channels, format;
     const char *dir, *ext;
@@ -58,13 +59,11 @@ static kiln_status pack_one(const pack_job *j, int64_t i, kiln_image_ctx *ctx, k
     kiln_image src = {(uint8_t *)j->pixels + i * j->rows * j->cols, j->cols, j->rows, 1};
     kiln_image im = src;
     if (j->size) {
-        kiln_tf t;
-        kiln_data_config dc = kiln_data_defaults();
-        dc.channels = 1;
-        kiln_tf_init(&t, &dc, 0);
-        kiln_tf_box b = {{0, (double)j->cols / j->size, 0, j->cols, 0, j->size}, {0, (double)j->rows / j->size, 0, j->rows, 0, j->size}, 0};
+        kiln_tf_box b = {0}; /* the whole image, resized */
+        b.x = (kiln_tf_axis){0, (double)j->cols / j->size, 0, j->cols, 0, j->size};
+        b.y = (kiln_tf_axis){0, (double)j->rows / j->size, 0, j->rows, 0, j->size};
         im = (kiln_image){buf, j->size, j->size, 1};
-        kiln_status st = kiln_tf_apply(&src, &b, &t, s, NULL, buf);
+        kiln_status st = kiln_tf_apply(&src, &b, &j->tf, s, NULL, buf);
         if (st != KILN_OK) return st;
     }
     if (j->channels == 3) { /* grey to RGB: every channel the same, as PIL's convert('RGB') */
@@ -130,7 +129,10 @@ kiln_status kiln_pack_images(const char *from, const char *to, const char *forma
     for (int train = 1; st == KILN_OK && train >= 0; train--) {
         kiln_dataset *ds = NULL;
         if ((st = kiln_dataset_open(from, train, &ds)) != KILN_OK) break;
-        pack_job j = {0};
+        pack_job j;
+        memset(&j, 0, sizeof j);
+        kiln_data_config dc = kiln_data_defaults();
+        kiln_tf_init(&j.tf, &dc, 0);
         kiln_idx_raw(ds, &j.pixels, &j.labels, &j.rows, &j.cols);
         char dir[PATH_MAX];
         snprintf(dir, sizeof dir, "%s/%s", to, train ? "train" : "test");
