@@ -8,62 +8,8 @@
 # Needs $KILN_BIN (ctest sets it), Fashion-MNIST in /usr/share/datasets and python3.
 set -u
 
-KILN=${KILN_BIN:?KILN_BIN must name the kiln binary}
-DATA=/usr/share/datasets/fashion-mnist
-PY=${PYTHON:-python3}
-pass=0
-fail=0
-T=$(mktemp -d /tmp/kiln_test_cli.XXXXXX) || exit 1
-trap 'rm -rf "$T"' EXIT
-
-ok() { pass=$((pass + 1)); }
-bad() {
-    fail=$((fail + 1))
-    echo "test_cli: FAIL: $*" >&2
-}
-
-# expect CODE NAME [NEEDLE...] -- COMMAND...
-# Runs COMMAND (stdout to $T/out, stderr to $T/err); checks the exit code, that
-# stderr holds every NEEDLE (fixed strings) and that nothing crashed.
-expect() {
-    local code=$1 name=$2
-    shift 2
-    local needles=()
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        needles+=("$1")
-        shift
-    done
-    shift
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$? good=1
-    if [ $rc -ne "$code" ]; then
-        bad "$name: exit code $rc, expected $code ($*)"
-        good=0
-    fi
-    if [ $rc -ge 128 ] || grep -qE 'Sanitizer|runtime error:|Segmentation|Aborted' "$T/err"; then
-        bad "$name: crashed (exit $rc)"
-        good=0
-    fi
-    local n
-    for n in ${needles[@]+"${needles[@]}"}; do
-        if ! grep -qF -- "$n" "$T/err"; then
-            bad "$name: stderr does not mention '$n'"
-            good=0
-        fi
-    done
-    if [ $good -eq 0 ]; then
-        sed 's/^/    stderr: /' "$T/err" | tail -n 8 >&2
-    else
-        ok
-    fi
-}
-
-# check NAME COMMAND...: a plain condition
-check() {
-    local name=$1
-    shift
-    if "$@"; then ok; else bad "$name"; fi
-}
+. "$(dirname "$0")/harness.sh"
+harness_init test_cli
 
 # quick, quiet training options
 Q=(--quiet --no-autotune --workers 1)
@@ -428,5 +374,4 @@ assert d["model"] == "mlp", d
 assert 0 <= d["test_accuracy"] <= 1 and d["samples"] == 10000, d
 '; then ok; else bad "eval --json: last line of stdout is not the expected JSON object: $(tail -n 1 "$T/out")"; fi
 
-echo "test_cli: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+harness_finish

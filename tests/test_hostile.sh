@@ -12,58 +12,9 @@
 # Needs $KILN_BIN (ctest sets it), Fashion-MNIST in /usr/share/datasets, python3.
 set -u
 
-KILN=${KILN_BIN:?KILN_BIN must name the kiln binary}
-DATA=/usr/share/datasets/fashion-mnist
-PY=${PYTHON:-python3}
-pass=0
-fail=0
-T=$(mktemp -d /tmp/kiln_test_hostile.XXXXXX) || exit 1
-trap 'rm -rf "$T"' EXIT
-
-ok() { pass=$((pass + 1)); }
-bad() {
-    fail=$((fail + 1))
-    echo "test_hostile: FAIL: $*" >&2
-}
-
-# expect CODE NAME [NEEDLE...] -- COMMAND...   (as in test_cli.sh, with a 60 s limit: a hang fails)
-expect() {
-    local code=$1 name=$2
-    shift 2
-    local needles=()
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        needles+=("$1")
-        shift
-    done
-    shift
-    timeout 60 "$@" >"$T/out" 2>"$T/err"
-    local rc=$? good=1
-    if [ $rc -eq 124 ]; then
-        bad "$name: hung (killed after 60 s)"
-        return
-    fi
-    if [ $rc -ne "$code" ]; then
-        bad "$name: exit code $rc, expected $code ($*)"
-        good=0
-    fi
-    if grep -qE 'Sanitizer|runtime error:|Segmentation|Aborted' "$T/err"; then
-        bad "$name: crashed"
-        good=0
-    fi
-    local n
-    for n in ${needles[@]+"${needles[@]}"}; do
-        if ! grep -qF -- "$n" "$T/err"; then
-            bad "$name: stderr does not mention '$n'"
-            good=0
-        fi
-    done
-    if [ $good -eq 0 ]; then sed 's/^/    stderr: /' "$T/err" | tail -n 6 >&2; else ok; fi
-}
-check() {
-    local name=$1
-    shift
-    if "$@"; then ok; else bad "$name"; fi
-}
+. "$(dirname "$0")/harness.sh"
+harness_init test_hostile
+EXPECT_TIMEOUT=60 # every case is quick: longer is a hang
 
 Q=(--quiet --no-autotune --workers 1 --no-test)
 
@@ -304,5 +255,4 @@ done
 "$KILN" train --model mlp --max-steps 1 --save "$K" "${Q[@]}" >/dev/null 2>&1
 check "after the kills and one more save, no temporary is left" bash -c "! ls '$T' | grep -q 'kill.safetensors.tmp'"
 
-echo "test_hostile: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+harness_finish

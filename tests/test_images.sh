@@ -11,50 +11,9 @@
 # Needs $KILN_BIN (ctest sets it), Fashion-MNIST in /usr/share/datasets and python3.
 set -u
 
-KILN=${KILN_BIN:?KILN_BIN must name the kiln binary}
-DATA=/usr/share/datasets/fashion-mnist
-PY=${PYTHON:-python3}
-pass=0
-fail=0
-T=$(mktemp -d /tmp/kiln_test_images.XXXXXX) || exit 1
-trap 'rm -rf "$T"' EXIT
+. "$(dirname "$0")/harness.sh"
+harness_init test_images
 export KILN_CACHE_DIR=
-
-ok() { pass=$((pass + 1)); }
-bad() {
-    fail=$((fail + 1))
-    echo "test_images: FAIL: $*" >&2
-}
-
-# expect CODE NAME [NEEDLE...] -- COMMAND...: exit code, every NEEDLE in stderr, no crash
-expect() {
-    local code=$1 name=$2
-    shift 2
-    local needles=()
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        needles+=("$1")
-        shift
-    done
-    shift
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$? good=1
-    [ $rc -ne "$code" ] && { bad "$name: exit code $rc, expected $code ($*)"; good=0; }
-    if [ $rc -ge 128 ] || grep -qE 'Sanitizer|runtime error:|Segmentation|Aborted' "$T/err"; then
-        bad "$name: crashed (exit $rc)"
-        good=0
-    fi
-    local n
-    for n in ${needles[@]+"${needles[@]}"}; do
-        grep -qF -- "$n" "$T/err" || { bad "$name: stderr does not mention '$n'"; good=0; }
-    done
-    if [ $good -eq 0 ]; then sed 's/^/    stderr: /' "$T/err" | tail -n 8 >&2; else ok; fi
-}
-
-check() {
-    local name=$1
-    shift
-    if "$@"; then ok; else bad "$name"; fi
-}
 
 # the JSON line's field, or "" when absent
 field() { "$PY" -c "import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]).get(sys.argv[2], ''))" "$T/out" "$1" 2>/dev/null; }
@@ -137,5 +96,4 @@ for f in --resize --center-crop --random-resized-crop --hflip --normalize --chan
     check "train --help mentions $f" grep -qF -- "$f" "$T/out"
 done
 
-echo "test_images: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+harness_finish

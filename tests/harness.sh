@@ -1,0 +1,71 @@
+# The shell tests' shared harness (sourced by tests/test_*.sh): counters, a
+# scratch folder removed at exit, and `expect`, which runs a command and checks
+# its exit code, that stderr names every needle, that nothing crashed and that
+# nothing hung. Needs $KILN_BIN (ctest sets it).
+#
+#   . "$(dirname "$0")/harness.sh"; harness_init test_name
+#   expect CODE NAME [NEEDLE...] -- COMMAND...   (EXPECT_TIMEOUT seconds, default 300: longer is a hang)
+#   check NAME COMMAND...                        (a plain condition)
+#   harness_finish                               (prints the counts; the exit status)
+
+harness_init() {
+    HARNESS_NAME=$1
+    KILN=${KILN_BIN:?KILN_BIN must name the kiln binary}
+    DATA=/usr/share/datasets/fashion-mnist
+    PY=${PYTHON:-python3}
+    pass=0
+    fail=0
+    T=$(mktemp -d "/tmp/kiln_$1.XXXXXX") || exit 1
+    trap 'rm -rf "$T"' EXIT
+}
+
+ok() { pass=$((pass + 1)); }
+bad() {
+    fail=$((fail + 1))
+    echo "$HARNESS_NAME: FAIL: $*" >&2
+}
+
+expect() {
+    local code=$1 name=$2
+    shift 2
+    local needles=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        needles+=("$1")
+        shift
+    done
+    shift
+    timeout "${EXPECT_TIMEOUT:-300}" "$@" >"$T/out" 2>"$T/err"
+    local rc=$? good=1
+    if [ $rc -eq 124 ]; then
+        bad "$name: hung (killed after ${EXPECT_TIMEOUT:-300} s)"
+        return
+    fi
+    if [ $rc -ne "$code" ]; then
+        bad "$name: exit code $rc, expected $code ($*)"
+        good=0
+    fi
+    # a signal's exit code is a crash unless it was the one expected (130 after SIGINT)
+    if { [ $rc -ge 128 ] && [ $rc -ne "$code" ]; } || grep -qE 'Sanitizer|runtime error:|Segmentation|Aborted' "$T/err"; then
+        bad "$name: crashed (exit $rc)"
+        good=0
+    fi
+    local n
+    for n in ${needles[@]+"${needles[@]}"}; do
+        if ! grep -qF -- "$n" "$T/err"; then
+            bad "$name: stderr does not mention '$n'"
+            good=0
+        fi
+    done
+    if [ $good -eq 0 ]; then sed 's/^/    stderr: /' "$T/err" | tail -n 8 >&2; else ok; fi
+}
+
+check() {
+    local name=$1
+    shift
+    if "$@"; then ok; else bad "$name"; fi
+}
+
+harness_finish() {
+    echo "$HARNESS_NAME: $pass passed, $fail failed"
+    [ "$fail" -eq 0 ]
+}
