@@ -132,6 +132,53 @@ kiln_status kiln_backend_run(const kiln_backend *b, const kiln_step *steps, int 
     return KILN_OK;
 }
 
+/* ---- sizes the kernels of every backend work out alike at prepare ---- */
+
+kiln_status kiln_prepare_pool(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    const kiln_tdesc *x = &s->in[0];
+    s->sz.pool = (kiln_pool_shape){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
+                                   .k = s->attr.pool.kernel, .stride = s->attr.pool.stride};
+    kiln_pool_shape_infer(&s->sz.pool);
+    return KILN_OK;
+}
+
+static void set_rows(kiln_step *s, const kiln_tdesc *t) {
+    s->sz.rc.cols = t->ndim ? t->shape[t->ndim - 1] : 1;
+    s->sz.rc.rows = s->sz.rc.cols ? t->numel / s->sz.rc.cols : 0;
+}
+kiln_status kiln_prepare_rows_of_out(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    set_rows(s, &s->out[0]);
+    return KILN_OK;
+}
+kiln_status kiln_prepare_rows_of_in(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    set_rows(s, &s->in[0]);
+    return KILN_OK;
+}
+
+kiln_status kiln_prepare_slice(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    const kiln_tdesc *x = &s->out[0];
+    int d = s->attr.slice.dim;
+    s->sz.slice.outer = 1;
+    s->sz.slice.inner = 1;
+    for (int i = 0; i < d; i++) s->sz.slice.outer *= x->shape[i];
+    for (int i = d + 1; i < x->ndim; i++) s->sz.slice.inner *= x->shape[i];
+    s->sz.slice.dim = x->shape[d];
+    return KILN_OK;
+}
+
+kiln_status kiln_prepare_nchw(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    const kiln_tdesc *x = &s->in[0];
+    s->sz.nchw.n = x->shape[0];
+    s->sz.nchw.c = x->shape[1];
+    s->sz.nchw.hw = x->shape[2] * x->shape[3];
+    return KILN_OK;
+}
+
 kiln_tdesc kiln_tdesc_flat(void *data, kiln_dtype dtype, int64_t n) {
     kiln_tdesc t = {.data = data, .dtype = dtype, .ndim = 1, .numel = n, .contiguous = 1};
     t.shape[0] = n;

@@ -23,15 +23,6 @@ static kiln_status relu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 
 /* ---- max-pool ---- */
 
-static kiln_status pool_prepare(kiln_step *s, kiln_prep *p) {
-    (void)p;
-    const kiln_tdesc *x = &s->in[0];
-    s->sz.pool = (kiln_pool_shape){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
-                                   .k = s->attr.pool.kernel, .stride = s->attr.pool.stride};
-    kiln_pool_shape_infer(&s->sz.pool);
-    return KILN_OK;
-}
-
 static kiln_status pool(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
     kiln_cpu_max_pool2d_fwd_layout(&s->sz.pool, s->in[0].layout, F(s->in[0]), F(s->out[0]));
@@ -58,12 +49,6 @@ static kiln_status dropout_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 
 /* ---- row-wise ops: [rows, cols] over the last dim of the given tensor ---- */
 
-static void set_rows(kiln_step *s, const kiln_tdesc *t) {
-    s->sz.rc.cols = t->ndim ? t->shape[t->ndim - 1] : 1;
-    s->sz.rc.rows = s->sz.rc.cols ? t->numel / s->sz.rc.cols : 0;
-}
-static kiln_status rows_of_out(kiln_step *s, kiln_prep *p) { (void)p; set_rows(s, &s->out[0]); return KILN_OK; }
-static kiln_status rows_of_in(kiln_step *s, kiln_prep *p) { (void)p; set_rows(s, &s->in[0]); return KILN_OK; }
 
 static kiln_status check_targets(const kiln_step *s, const int32_t *t) {
     for (int64_t i = 0; i < s->sz.rc.rows; i++)
@@ -147,18 +132,6 @@ static kiln_status contiguous(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
-static kiln_status slice_prepare(kiln_step *s, kiln_prep *p) {
-    (void)p;
-    const kiln_tdesc *x = &s->out[0];
-    int d = s->attr.slice.dim;
-    s->sz.slice.outer = 1;
-    s->sz.slice.inner = 1;
-    for (int i = 0; i < d; i++) s->sz.slice.outer *= x->shape[i];
-    for (int i = d + 1; i < x->ndim; i++) s->sz.slice.inner *= x->shape[i];
-    s->sz.slice.dim = x->shape[d];
-    return KILN_OK;
-}
-
 static kiln_status slice_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_cpu_slice_bwd(s->sz.slice.outer, s->sz.slice.dim, s->sz.slice.inner, s->attr.slice.start,
                        s->attr.slice.end - s->attr.slice.start, F(s->in[0]), F(s->out[0]), ACC(0));
@@ -177,15 +150,6 @@ static kiln_status sum_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 /* ---- batch norm: x [N, C, H, W] in NCHW or nChw16c ---- */
-
-static kiln_status bn_prepare(kiln_step *s, kiln_prep *p) {
-    (void)p;
-    const kiln_tdesc *x = &s->in[0];
-    s->sz.nchw.n = x->shape[0];
-    s->sz.nchw.c = x->shape[1];
-    s->sz.nchw.hw = x->shape[2] * x->shape[3];
-    return KILN_OK;
-}
 
 static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
@@ -261,27 +225,27 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_LINEAR_BWD_WEIGHT] = {kiln_cpu_linear_bwd_weight, kiln_cpu_linear_bwd_prepare, NULL, 0, 0},
     [KILN_OP_RELU] = {relu, NULL, NULL, 0, 0},
     [KILN_OP_RELU_BWD] = {relu_bwd, NULL, NULL, 0, 0},
-    [KILN_OP_MAX_POOL2D] = {pool, pool_prepare, NULL, 1, 0},
-    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, pool_prepare, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
+    [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool, NULL, 1, 0},
+    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, kiln_prepare_pool, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
     [KILN_OP_DROPOUT] = {dropout, NULL, NULL, 0, 0},
     [KILN_OP_DROPOUT_BWD] = {dropout_bwd, NULL, NULL, 0, 0},
-    [KILN_OP_LOG_SOFTMAX] = {log_softmax, rows_of_out, NULL, 0, 0},
-    [KILN_OP_LOG_SOFTMAX_BWD] = {log_softmax_bwd, rows_of_out, NULL, 0, 0},
-    [KILN_OP_NLL_LOSS] = {nll, rows_of_in, NULL, 0, 0},
-    [KILN_OP_NLL_LOSS_BWD] = {nll_bwd, rows_of_out, NULL, 0, 0},
-    [KILN_OP_CROSS_ENTROPY] = {cross_entropy, rows_of_in, NULL, 0, 0},
-    [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, rows_of_out, NULL, 0, 0},
+    [KILN_OP_LOG_SOFTMAX] = {log_softmax, kiln_prepare_rows_of_out, NULL, 0, 0},
+    [KILN_OP_LOG_SOFTMAX_BWD] = {log_softmax_bwd, kiln_prepare_rows_of_out, NULL, 0, 0},
+    [KILN_OP_NLL_LOSS] = {nll, kiln_prepare_rows_of_in, NULL, 0, 0},
+    [KILN_OP_NLL_LOSS_BWD] = {nll_bwd, kiln_prepare_rows_of_out, NULL, 0, 0},
+    [KILN_OP_CROSS_ENTROPY] = {cross_entropy, kiln_prepare_rows_of_in, NULL, 0, 0},
+    [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, kiln_prepare_rows_of_out, NULL, 0, 0},
     [KILN_OP_ADD] = {add, NULL, NULL, 0, 0},
     [KILN_OP_MUL] = {mul, NULL, NULL, 0, 0},
     [KILN_OP_MUL_BWD] = {mul_bwd, NULL, NULL, 0, 0},
     [KILN_OP_ONES] = {ones, NULL, NULL, 0, 0},
     [KILN_OP_GRAD_COPY] = {grad_copy, NULL, NULL, 0, 0},
     [KILN_OP_CONTIGUOUS] = {contiguous, NULL, NULL, 0, 0},
-    [KILN_OP_SLICE_BWD] = {slice_bwd, slice_prepare, NULL, 0, 0},
+    [KILN_OP_SLICE_BWD] = {slice_bwd, kiln_prepare_slice, NULL, 0, 0},
     [KILN_OP_SUM] = {sum, NULL, NULL, 0, 0},
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL, NULL, 0, 0},
-    [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
-    [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare, NULL, 3, 1, 3 | KILN_TIE_OUT(0)},
+    [KILN_OP_BATCH_NORM2D] = {bn, kiln_prepare_nchw, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
+    [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, kiln_prepare_nchw, NULL, 3, 1, 3 | KILN_TIE_OUT(0)},
     [KILN_OP_READOUT] = {readout, NULL, NULL, 0, 0},
     [KILN_OP_SUMSQ] = {sumsq, NULL, NULL, 0, 0},
     [KILN_OP_CLIP_SCALE] = {clip_scale, NULL, NULL, 0, 0},

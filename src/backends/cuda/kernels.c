@@ -20,14 +20,6 @@ static kiln_status relu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 /* ---- max-pool ---- */
-static kiln_status pool_prepare(kiln_step *s, kiln_prep *p) {
-    (void)p;
-    const kiln_tdesc *x = &s->in[0];
-    s->sz.pool = (kiln_pool_shape){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
-                                   .k = s->attr.pool.kernel, .stride = s->attr.pool.stride};
-    kiln_pool_shape_infer(&s->sz.pool);
-    return KILN_OK;
-}
 static kiln_status pool(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
     const kiln_pool_shape *p = &s->sz.pool;
@@ -53,18 +45,10 @@ static kiln_status dropout_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 /* ---- row-wise ---- */
-static void set_rows(kiln_step *s, const kiln_tdesc *t) {
-    s->sz.rc.cols = t->ndim ? t->shape[t->ndim - 1] : 1;
-    s->sz.rc.rows = s->sz.rc.cols ? t->numel / s->sz.rc.cols : 0;
-}
-static kiln_status rows_of_out(kiln_step *s, kiln_prep *p) {
-    (void)p;
-    set_rows(s, &s->out[0]);
-    return KILN_OK;
-}
+/* the losses: rows as every backend, and cross entropy's per-row terms in the workspace */
 static kiln_status rows_of_in(kiln_step *s, kiln_prep *p) {
-    set_rows(s, &s->in[0]);
-    size_t need = (size_t)s->sz.rc.rows * sizeof(double); /* cross entropy's per-row terms */
+    kiln_prepare_rows_of_in(s, p);
+    size_t need = (size_t)s->sz.rc.rows * sizeof(double);
     if (p && need > p->workspace) p->workspace = need;
     return KILN_OK;
 }
@@ -128,17 +112,6 @@ static kiln_status contiguous(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_cuda_copy_strided(ST, x->ndim, x->shape, x->stride, F(*x), F(s->out[0]), 0);
     DONE("contiguous");
 }
-static kiln_status slice_prepare(kiln_step *s, kiln_prep *p) {
-    (void)p;
-    const kiln_tdesc *x = &s->out[0];
-    int d = s->attr.slice.dim;
-    s->sz.slice.outer = 1;
-    s->sz.slice.inner = 1;
-    for (int i = 0; i < d; i++) s->sz.slice.outer *= x->shape[i];
-    for (int i = d + 1; i < x->ndim; i++) s->sz.slice.inner *= x->shape[i];
-    s->sz.slice.dim = x->shape[d];
-    return KILN_OK;
-}
 static kiln_status slice_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_cuda_slice_bwd(ST, s->sz.slice.outer, s->sz.slice.dim, s->sz.slice.inner, s->attr.slice.start,
                         s->attr.slice.end - s->attr.slice.start, F(s->in[0]), F(s->out[0]), ACC(0));
@@ -155,12 +128,10 @@ static kiln_status sum_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 /* ---- batch norm ---- */
+/* batch statistics need two values per channel: refused at compile, as the cpu refuses at run */
 static kiln_status bn_prepare(kiln_step *s, kiln_prep *p) {
-    (void)p;
+    kiln_prepare_nchw(s, p);
     const kiln_tdesc *x = &s->in[0];
-    s->sz.nchw.n = x->shape[0];
-    s->sz.nchw.c = x->shape[1];
-    s->sz.nchw.hw = x->shape[2] * x->shape[3];
     if (s->op == KILN_OP_BATCH_NORM2D && s->attr.bn.training && s->sz.nchw.n * s->sz.nchw.hw < 2)
         return kiln_fail(KILN_ERR_INVALID_ARG, "training needs more than one value per channel (batch %lld of %lldx%lld images)",
                          (long long)s->sz.nchw.n, (long long)x->shape[2], (long long)x->shape[3]);
@@ -223,23 +194,23 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_LINEAR_BWD_WEIGHT] = {kiln_cuda_linear_bwd_weight, kiln_cuda_linear_prepare, kiln_cuda_linear_release},
     [KILN_OP_RELU] = {relu, NULL},
     [KILN_OP_RELU_BWD] = {relu_bwd, NULL},
-    [KILN_OP_MAX_POOL2D] = {pool, pool_prepare},
-    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, pool_prepare},
+    [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool},
+    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, kiln_prepare_pool},
     [KILN_OP_DROPOUT] = {dropout, NULL},
     [KILN_OP_DROPOUT_BWD] = {dropout_bwd, NULL},
-    [KILN_OP_LOG_SOFTMAX] = {log_softmax, rows_of_out},
-    [KILN_OP_LOG_SOFTMAX_BWD] = {log_softmax_bwd, rows_of_out},
+    [KILN_OP_LOG_SOFTMAX] = {log_softmax, kiln_prepare_rows_of_out},
+    [KILN_OP_LOG_SOFTMAX_BWD] = {log_softmax_bwd, kiln_prepare_rows_of_out},
     [KILN_OP_NLL_LOSS] = {nll, rows_of_in},
-    [KILN_OP_NLL_LOSS_BWD] = {nll_bwd, rows_of_out},
+    [KILN_OP_NLL_LOSS_BWD] = {nll_bwd, kiln_prepare_rows_of_out},
     [KILN_OP_CROSS_ENTROPY] = {cross_entropy, rows_of_in},
-    [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, rows_of_out},
+    [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, kiln_prepare_rows_of_out},
     [KILN_OP_ADD] = {add, NULL},
     [KILN_OP_MUL] = {mul, NULL},
     [KILN_OP_MUL_BWD] = {mul_bwd, NULL},
     [KILN_OP_ONES] = {ones, NULL},
     [KILN_OP_GRAD_COPY] = {grad_copy, NULL},
     [KILN_OP_CONTIGUOUS] = {contiguous, NULL},
-    [KILN_OP_SLICE_BWD] = {slice_bwd, slice_prepare},
+    [KILN_OP_SLICE_BWD] = {slice_bwd, kiln_prepare_slice},
     [KILN_OP_SUM] = {sum, NULL},
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL},
     [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare},

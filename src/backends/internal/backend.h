@@ -174,6 +174,13 @@ void kiln_decision_file_load(kiln_decision_file *f);  /* once per process (or af
 void kiln_decision_file_save(kiln_decision_file *f);  /* atomically, when something new was decided */
 void kiln_decision_file_reset(kiln_decision_file *f); /* tests: read the file again next time */
 
+/* prepare functions every backend's table shares: the sizes a kernel needs */
+kiln_status kiln_prepare_pool(kiln_step *s, kiln_prep *p);        /* sz.pool from x and the attributes */
+kiln_status kiln_prepare_rows_of_out(kiln_step *s, kiln_prep *p); /* sz.rc: rows x last dim of out[0] */
+kiln_status kiln_prepare_rows_of_in(kiln_step *s, kiln_prep *p);  /* sz.rc of in[0] */
+kiln_status kiln_prepare_slice(kiln_step *s, kiln_prep *p);       /* sz.slice around the sliced dim of out[0] */
+kiln_status kiln_prepare_nchw(kiln_step *s, kiln_prep *p);        /* sz.nchw of x [N, C, H, W] */
+
 /* a 1-d tensor of n elements at data, for steps over flat buffers */
 kiln_tdesc kiln_tdesc_flat(void *data, kiln_dtype dtype, int64_t n);
 

@@ -99,15 +99,6 @@ static kiln_status relu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
-static kiln_status pool_prepare(kiln_step *s, kiln_prep *p) {
-    (void)p;
-    const kiln_tdesc *x = &s->in[0];
-    s->sz.pool = (kiln_pool_shape){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
-                                   .k = s->attr.pool.kernel, .stride = s->attr.pool.stride};
-    kiln_pool_shape_infer(&s->sz.pool);
-    return KILN_OK;
-}
-
 static kiln_status pool(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
     kiln_ref_max_pool2d_fwd(&s->sz.pool, D(s->in[0]), D(s->out[0]));
@@ -325,8 +316,8 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_LINEAR_BWD_WEIGHT] = {linear_bwd_weight},
     [KILN_OP_RELU] = {relu},
     [KILN_OP_RELU_BWD] = {relu_bwd},
-    [KILN_OP_MAX_POOL2D] = {pool, pool_prepare},
-    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, pool_prepare},
+    [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool},
+    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, kiln_prepare_pool},
     [KILN_OP_DROPOUT] = {dropout},
     [KILN_OP_DROPOUT_BWD] = {dropout_bwd},
     [KILN_OP_LOG_SOFTMAX] = {log_softmax},
