@@ -9,7 +9,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 20
 
-.PHONY: all deps run test test-fast test-asan test-gpu fuzz fuzz-smoke fuzz-build bench bench-gpu fixtures interop clean
+.PHONY: all deps run test test-fast test-asan test-gpu fuzz fuzz-smoke fuzz-build bench bench-loader bench-gpu fixtures interop clean
 
 all: $(BUILD)/kiln
 
@@ -76,6 +76,13 @@ bench: deps
 	@bash scripts/install-deps.sh --bench
 	@$(MAKE) --no-print-directory all
 	bash bench/mnist_epoch.sh
+
+# the guide's num_workers x pin_memory table: kiln's loader against PyTorch's DataLoader
+# (torchvision ImageFolder) on a 64x64 JPEG folder from Fashion-MNIST (needs ../shared/bench/peers)
+bench-loader: deps
+	@bash scripts/install-deps.sh --bench
+	@$(MAKE) --no-print-directory all
+	bash bench/loader.sh
 
 # regenerate the PyTorch fixtures (needs python3-torch; CI uses the committed ones)
 fixtures:

@@ -10,7 +10,7 @@ case "${1:-}" in
   # the PyTorch peer at its best: without an optimised BLAS, Debian's python3-torch
   # falls back to the reference BLAS (libblas3) and its linear layers run ~40x slower;
   # OpenBLAS's OpenMP build shares torch's thread team instead of adding a second pool
-  --bench|--oracle) need+=(python3-torch python3-numpy libopenblas0-openmp) ;;
+  --bench|--oracle) need+=(python3-torch python3-torchvision python3-pil python3-numpy libopenblas0-openmp) ;;
 esac
 missing=()
 for p in "${need[@]}"; do

@@ -6,7 +6,8 @@
 # bad input exits 2 naming what is wrong: a corrupt file met by a loader
 # worker (or by the training thread with --workers 0), samples the model
 # cannot take, transforms on IDX data, malformed transform options, pack's
-# unbuilt shard format.
+# unbuilt shard format; `kiln bench loader` gives a JSON line per workers
+# value and exits 2 on bad options.
 #
 # Needs $KILN_BIN (ctest sets it), Fashion-MNIST in /usr/share/datasets and python3.
 set -u
@@ -69,6 +70,25 @@ expect 2 "class folders without --val-split" "--val-split" "--no-test" -- \
     "$KILN" train "${Q[@]}" --data "$T/jpg/train" --resize 28 --channels 1 --max-steps 3
 expect 2 "RGB samples for a grey model" "[3, 28, 28]" "mnist-cnn" -- "$KILN" train "${Q[@]}" --data "$T/jpg" --max-steps 3
 expect 2 "a resize the model cannot take" "[1, 32, 32]" -- "$KILN" train "${Q[@]}" --data "$T/jpg" --resize 32 --channels 1 --max-steps 3
+
+# ---- kiln bench loader: one JSON line per workers value, a positive rate ----
+expect 0 "bench loader on the JPEG folder (workers 0,1,2)" -- "$KILN" bench loader --data "$T/jpg" --workers 0,1,2 \
+    --batch-size 16 --batches 12 --warmup 2 --random-resized-crop 24,0.35,1 --hflip --normalize 0.2860/0.3530 --channels 1 --json
+check "bench loader: a JSON line per workers value, images_per_s > 0" "$PY" -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+assert [r["workers"] for r in rows] == [0, 1, 2], rows
+assert all(r["pin_memory"] is False and r["images_per_s"] > 0 and r["batches"] == 12 for r in rows), rows' "$T/out"
+expect 0 "bench loader with --pin-memory, epochs wrap" -- "$KILN" bench loader --data "$T/jpg" --workers 2 --pin-memory \
+    --batch-size 64 --batches 25 --resize 28 --channels 1 --json
+check "bench loader: pin_memory true" "$PY" -c '
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip())
+assert r["pin_memory"] is True and r["images_per_s"] > 0 and r["batches"] == 25, r' "$T/out"
+expect 2 "bench loader: --workers x" "--workers" -- "$KILN" bench loader --data "$T/jpg" --workers x
+expect 2 "bench loader: --batch-size 0" "--batch-size" -- "$KILN" bench loader --data "$T/jpg" --batch-size 0
+expect 2 "bench loader: a malformed --normalize" "--normalize" -- "$KILN" bench loader --data "$T/jpg" --normalize 0.5,0.5
+expect 2 "bench loader: no --data" "--data" -- "$KILN" bench loader --workers 0
 
 # ---- a corrupt file met while training: exit 2 naming it, with and without workers ----
 victim=$(find "$T/jpg/train/3" -name '*.jpg' | sort | head -n 1)

@@ -2,7 +2,9 @@
  * An interrupted run (Ctrl-C, SIGTERM) saves its checkpoint and exits 130.
  * Exit codes: 0 success, 2 bad input or usage (including a batch too large
  * for the machine's memory), 1 anything else (a diverging loss, oneDNN). */
+#include <errno.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,6 +26,7 @@ static const char *main_help =
     "  train   train a model from the zoo on a dataset, optionally save a checkpoint\n"
     "  eval    measure a saved model's test loss and accuracy\n"
     "  pack    write Fashion-MNIST (or an IDX folder) as an image folder of JPEG or PNG files\n"
+    "  bench   bench loader: the loader's images/s per worker count, without training\n"
     "\n"
     "  kiln <command> --help   describes each command's options\n"
     "  kiln --version          prints the version\n"
@@ -32,7 +35,8 @@ static const char *main_help =
     "  kiln train --model mnist-cnn --data fashion-mnist --epochs 1 --save run.safetensors\n"
     "  kiln train --resume run.safetensors --epochs 3      # continue that run, with its settings\n"
     "  kiln eval --model mnist-cnn --data fashion-mnist --load run.safetensors --json\n"
-    "  kiln pack --from fashion-mnist --to fmnist-jpeg --format jpeg --size 64\n";
+    "  kiln pack --from fashion-mnist --to fmnist-jpeg --format jpeg --size 64\n"
+    "  kiln bench loader --data fmnist-jpeg --workers 0,2 --random-resized-crop 56 --hflip --normalize imagenet\n";
 
 static int exit_code(kiln_status s) {
     switch (s) {
@@ -350,6 +354,148 @@ static int cmd_pack(int argc, char **argv) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- bench */
+
+static const char *bench_usage =
+    "usage: kiln bench loader --data DIR [--workers 0,1,2,4] [--pin-memory] [--batch-size N] [--batches N] [--json]\n"
+    "                         [transforms, as train takes them]\n\n"
+    "The dataloading benchmark: the training split with its random transforms, a\n"
+    "seeded shuffled loader per workers value, a few warm-up batches, then batches\n"
+    "fetched and released as fast as they come (no training); prints images/s.\n\n";
+
+static const cli_opt bench_opts[] = {
+    {"data", "DIR", "the dataset (an image folder, or fashion-mnist / an IDX folder)", NULL},
+    {"workers", "N[,N...]", "loader threads, one measurement per value", "0,1,2,4"},
+    {"pin-memory", NULL, "mlock the batch ring (the CPU meaning of pinned memory)", NULL},
+    {"batch-size", "N", "samples per batch", "64"},
+    {"batches", "N", "batches timed per setting; 0: about 2 s or 200 batches", "0"},
+    {"warmup", "N", "batches fetched before timing", "5"},
+    {"seed", "N", "seeds the shuffle and the random transforms", "1"},
+    {"resize", "N", "Resize(N): the shorter side to N", NULL},
+    {"center-crop", "N", "CenterCrop(N)", NULL},
+    {"random-resized-crop", "N[,lo,hi]", "RandomResizedCrop(N, scale=(lo, hi))", NULL},
+    {"hflip", NULL, "RandomHorizontalFlip(0.5)", NULL},
+    {"normalize", "M/S|imagenet", "Normalize(mean, std)", NULL},
+    {"channels", "1|3", "1 (grey) or 3 (RGB)", NULL},
+    {"val-split", "X", "DIR/<class>/... folders: the share held out (the rest is measured)", NULL},
+    {"json", NULL, "one JSON line per setting: workers, pin_memory, images_per_s, batches", NULL},
+};
+enum { B_DATA, B_WORKERS, B_PIN, B_BATCH, B_BATCHES, B_WARMUP, B_SEED, B_RESIZE, B_VAL_SPLIT = B_RESIZE + 6, B_JSON, B_N };
+
+enum { BENCH_MAX_SETTINGS = 32, BENCH_MAX_WORKERS = 256 };
+
+/* a non-negative integer no larger than max, or a usage error naming the flag */
+static int bench_int(int i, const char **vals, int64_t max, int64_t *out) {
+    const char *v = vals[i] ? vals[i] : bench_opts[i].def;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || errno || x < 0 || x > max)
+        return cli_usage_error("bench", "--%s: not an integer in 0..%lld: %s", bench_opts[i].name, (long long)max, v);
+    *out = x;
+    return 0;
+}
+
+/* "0,1,2,4" into counts[]; a usage error naming --workers otherwise */
+static int bench_workers(const char *text, int *counts, int *n) {
+    *n = 0;
+    const char *p = text;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 0 || x > BENCH_MAX_WORKERS || (*end && *end != ',') || *n == BENCH_MAX_SETTINGS)
+            return cli_usage_error("bench", "--workers: a comma-separated list of at most %d counts in 0..%d (got '%s')",
+                                   BENCH_MAX_SETTINGS, BENCH_MAX_WORKERS, text);
+        counts[(*n)++] = (int)x;
+        if (!*end) return 0;
+        p = end + 1;
+    }
+}
+
+/* the transforms go through the trainer's option table, so they parse and fail exactly as train's */
+static int bench_data_config(const char **vals, const int *given, kiln_data_config *dc) {
+    kiln_train_config c = kiln_train_defaults();
+    for (int i = B_RESIZE; i <= B_VAL_SPLIT; i++)
+        if (given[i] && kiln_train_option_set(&c, bench_opts[i].name, vals[i]) != KILN_OK)
+            return cli_usage_error("bench", "%s", kiln_last_error());
+    if (kiln_train_data_config(&c, dc) != KILN_OK) return cli_usage_error("bench", "%s", kiln_last_error());
+    return 0;
+}
+
+static void bench_print(int workers, int pin, double rate, int64_t batches, int json) {
+    if (!json) {
+        printf("workers %d, pin-memory %s: %.0f images/s (%lld batches)\n", workers, pin ? "on" : "off", rate,
+               (long long)batches);
+        fflush(stdout);
+        return;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "workers", json_integer(workers));
+    json_object_set_new(o, "pin_memory", json_boolean(pin));
+    json_object_set_new(o, "images_per_s", num(rate));
+    json_object_set_new(o, "batches", json_integer(batches));
+    print_json(o);
+    fflush(stdout);
+}
+
+static int bench_run(kiln_dataset *ds, kiln_loader_config *lc, const int *workers, int nw, int64_t warmup,
+                     int64_t batches, int json) {
+    for (int i = 0; i < nw; i++) {
+        lc->workers = workers[i];
+        double rate = 0;
+        int64_t done = 0;
+        kiln_status st = kiln_loader_bench(ds, lc, warmup, batches, &rate, &done);
+        if (st != KILN_OK) {
+            fprintf(stderr, "kiln bench: %s\n", kiln_last_error());
+            return exit_code(st);
+        }
+        bench_print(workers[i], lc->lock_memory, rate, done, json);
+    }
+    return 0;
+}
+
+static int cmd_bench_loader(int argc, char **argv) {
+    const char *vals[B_N];
+    int given[B_N];
+    int rc = cli_parse("bench", bench_usage, bench_opts, B_N, argc, argv, vals, given);
+    if (rc) return rc > 0 ? 0 : EXIT_USAGE;
+    if (!vals[B_DATA]) return cli_usage_error("bench", "%s", "--data DIR is required");
+    int workers[BENCH_MAX_SETTINGS], nw = 0;
+    int64_t batch = 0, batches = 0, warmup = 0, seed = 0;
+    if (bench_workers(vals[B_WORKERS] ? vals[B_WORKERS] : bench_opts[B_WORKERS].def, workers, &nw) ||
+        bench_int(B_BATCH, vals, KILN_MAX_BATCH, &batch) || bench_int(B_BATCHES, vals, INT64_MAX / 2, &batches) ||
+        bench_int(B_WARMUP, vals, 1000000, &warmup) || bench_int(B_SEED, vals, INT64_MAX, &seed))
+        return EXIT_USAGE;
+    if (batch < 1) return cli_usage_error("bench", "--batch-size: must be >= 1 (got %lld)", (long long)batch);
+    kiln_data_config dc;
+    if (bench_data_config(vals, given, &dc)) return EXIT_USAGE;
+    kiln_dataset *ds = NULL;
+    kiln_status st = kiln_dataset_open_config(vals[B_DATA], 1, &dc, &ds);
+    if (st != KILN_OK) {
+        fprintf(stderr, "kiln bench: %s\n", kiln_last_error());
+        return exit_code(st);
+    }
+    kiln_loader_config lc = kiln_loader_defaults();
+    lc.batch_size = batch;
+    lc.shuffle = 1;
+    lc.seed = (uint64_t)seed;
+    lc.lock_memory = given[B_PIN];
+    rc = bench_run(ds, &lc, workers, nw, warmup, batches, given[B_JSON]);
+    kiln_dataset_free(ds);
+    return rc;
+}
+
+static int cmd_bench(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "loader")) return cmd_bench_loader(argc - 1, argv + 1);
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(bench_usage, stdout);
+        return 0;
+    }
+    fprintf(stderr, "kiln bench: which benchmark? the one there is: kiln bench loader --data DIR\n");
+    return EXIT_USAGE;
+}
+
 int main(int argc, char **argv) {
     /* a file-size limit (ulimit -f) makes a write fail with EFBIG, reported as an error, instead of killing kiln */
     signal(SIGXFSZ, SIG_IGN);
@@ -371,6 +517,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "pack")) return cmd_pack(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command '%s'\n\n%s", cmd, main_help);
     return EXIT_USAGE;
 }

@@ -122,6 +122,13 @@ int64_t kiln_loader_batches_per_epoch(const kiln_loader *L);
 double kiln_loader_wait_seconds(const kiln_loader *L);
 void kiln_loader_free(kiln_loader *L);
 
+/* The loader benchmark: a loader over ds with cfg, `warmup` batches fetched and
+ * dropped (workers started, ring full), then `batches` fetched and released as
+ * fast as they come, with no work between (0: about 2 s or 200 batches,
+ * whichever ends first); epochs wrap. *images_per_s is the timed part's rate,
+ * *measured (may be NULL) the batches it timed. */
+kiln_status kiln_loader_bench(kiln_dataset *ds, const kiln_loader_config *cfg, int64_t warmup, int64_t batches,
+                              double *images_per_s, int64_t *measured);
 /* The permutation of epoch e: perm[i] for i < n, from a counter-based RNG keyed by (seed, e). */
 void kiln_shuffle_indices(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch);
 
