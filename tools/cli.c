@@ -1,6 +1,7 @@
 /* Option parsing for every command, from one table per command: getopt_long
  * does the parsing (--flag value and --flag=value), the same table prints
  * --help, and an unknown option names the closest known one. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -124,4 +125,18 @@ int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int nopts
     }
     free(lo);
     return rc;
+}
+
+int cli_int(const char *cmd, const cli_opt *opts, int i, const char **vals, int64_t lo, int64_t hi, int64_t *out) {
+    const char *v = vals[i] ? vals[i] : opts[i].def;
+    char *end;
+    errno = 0;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || end == v || *end)
+        return cli_usage_error(cmd, "--%s: not an integer: %s", opts[i].name, v ? v : "");
+    if (errno || x < lo || x > hi)
+        return cli_usage_error(cmd, "--%s: not an integer in %lld..%lld: %s", opts[i].name, (long long)lo, (long long)hi,
+                               v ? v : "");
+    *out = x;
+    return 0;
 }

@@ -24,6 +24,8 @@ int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int nopts
               int *given);
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void cli_help(const char *usage, const cli_opt *opts, int nopts);
+/* opts[i]'s value (or its default) as an integer in lo..hi; 0, or -1 after a usage error naming the flag */
+int cli_int(const char *cmd, const cli_opt *opts, int i, const char **vals, int64_t lo, int64_t hi, int64_t *out);
 
 /* progress.c */
 typedef struct progress_ui {

@@ -259,22 +259,13 @@ static const cli_opt eval_opts[] = {
 };
 enum { E_MODEL, E_DATA, E_LOAD, E_BATCH, E_WORKERS, E_THREADS, E_DEVICE, E_RESIZE, E_VAL_SPLIT = E_RESIZE + 5, E_JSON, E_N };
 
-static int eval_int(int i, const char **vals, int64_t *out) {
-    const char *v = vals[i] ? vals[i] : eval_opts[i].def;
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end) return cli_usage_error("eval", "--%s: not an integer: %s", eval_opts[i].name, v);
-    *out = x;
-    return 0;
-}
-
 static int cmd_eval(int argc, char **argv) {
     const char *vals[E_N];
     int given[E_N];
     int rc = cli_parse("eval", eval_usage, eval_opts, E_N, argc, argv, vals, given);
     if (rc) return rc > 0 ? 0 : EXIT_USAGE;
     int64_t batch = 0;
-    if (eval_int(E_BATCH, vals, &batch)) return EXIT_USAGE;
+    if (cli_int("eval", eval_opts, E_BATCH, vals, INT64_MIN, INT64_MAX, &batch)) return EXIT_USAGE; /* the library checks the range */
     /* --workers and --threads parse as train's do; the library checks every value the same way for both */
     /* so do the transforms: they must be the test split's of the run */
     kiln_train_config c = kiln_train_defaults();
@@ -321,29 +312,22 @@ static const cli_opt pack_opts[] = {
 };
 enum { P_FROM, P_TO, P_FORMAT, P_SIZE, P_CHANNELS, P_N };
 
-static int pack_int(int i, const char **vals, int *out) {
-    const char *v = vals[i] ? vals[i] : pack_opts[i].def;
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (end == v || *end || x < -1000000 || x > 1000000) return cli_usage_error("pack", "--%s: not an integer: %s", pack_opts[i].name, v);
-    *out = (int)x;
-    return 0;
-}
-
 static int cmd_pack(int argc, char **argv) {
     const char *vals[P_N];
     int given[P_N];
     int rc = cli_parse("pack", pack_usage, pack_opts, P_N, argc, argv, vals, given);
     if (rc) return rc > 0 ? 0 : EXIT_USAGE;
-    int size = 0, channels = 1;
-    if (pack_int(P_SIZE, vals, &size) || pack_int(P_CHANNELS, vals, &channels)) return EXIT_USAGE;
+    int64_t size = 0, channels = 1;
+    if (cli_int("pack", pack_opts, P_SIZE, vals, -1000000, 1000000, &size) ||
+        cli_int("pack", pack_opts, P_CHANNELS, vals, -1000000, 1000000, &channels))
+        return EXIT_USAGE;
     if (!vals[P_TO]) return cli_usage_error("pack", "%s", "--to DIR is required");
     const char *from = vals[P_FROM] ? vals[P_FROM] : pack_opts[P_FROM].def;
     const char *format = vals[P_FORMAT] ? vals[P_FORMAT] : pack_opts[P_FORMAT].def;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int64_t n = 0;
-    kiln_status st = kiln_pack_images(from, vals[P_TO], format, size, channels, &n);
+    kiln_status st = kiln_pack_images(from, vals[P_TO], format, (int)size, (int)channels, &n);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln pack: %s\n", kiln_last_error());
         return exit_code(st);
@@ -383,18 +367,6 @@ static const cli_opt bench_opts[] = {
 enum { B_DATA, B_WORKERS, B_PIN, B_BATCH, B_BATCHES, B_WARMUP, B_SEED, B_RESIZE, B_VAL_SPLIT = B_RESIZE + 6, B_JSON, B_N };
 
 enum { BENCH_MAX_SETTINGS = 32, BENCH_MAX_WORKERS = 256 };
-
-/* a non-negative integer no larger than max, or a usage error naming the flag */
-static int bench_int(int i, const char **vals, int64_t max, int64_t *out) {
-    const char *v = vals[i] ? vals[i] : bench_opts[i].def;
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end || errno || x < 0 || x > max)
-        return cli_usage_error("bench", "--%s: not an integer in 0..%lld: %s", bench_opts[i].name, (long long)max, v);
-    *out = x;
-    return 0;
-}
 
 /* "0,1,2,4" into counts[]; a usage error naming --workers otherwise */
 static int bench_workers(const char *text, int *counts, int *n) {
@@ -464,8 +436,8 @@ static int cmd_bench_loader(int argc, char **argv) {
     int workers[BENCH_MAX_SETTINGS], nw = 0;
     int64_t batch = 0, batches = 0, warmup = 0, seed = 0;
     if (bench_workers(vals[B_WORKERS] ? vals[B_WORKERS] : bench_opts[B_WORKERS].def, workers, &nw) ||
-        bench_int(B_BATCH, vals, KILN_MAX_BATCH, &batch) || bench_int(B_BATCHES, vals, INT64_MAX / 2, &batches) ||
-        bench_int(B_WARMUP, vals, 1000000, &warmup) || bench_int(B_SEED, vals, INT64_MAX, &seed))
+        cli_int("bench", bench_opts, B_BATCH, vals, 0, KILN_MAX_BATCH, &batch) || cli_int("bench", bench_opts, B_BATCHES, vals, 0, INT64_MAX / 2, &batches) ||
+        cli_int("bench", bench_opts, B_WARMUP, vals, 0, 1000000, &warmup) || cli_int("bench", bench_opts, B_SEED, vals, 0, INT64_MAX, &seed))
         return EXIT_USAGE;
     if (batch < 1) return cli_usage_error("bench", "--batch-size: must be >= 1 (got %lld)", (long long)batch);
     kiln_data_config dc;
