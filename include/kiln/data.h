@@ -39,6 +39,9 @@ struct kiln_dataset {
      * A file that cannot be read or decoded is an error naming it (kiln_fail). */
     kiln_status (*get)(const kiln_dataset *ds, int64_t index, uint64_t key, float *x, int32_t *y);
     void (*destroy)(kiln_dataset *ds);
+    /* optional (NULL: none): the loader names the samples it will ask for next,
+     * a little ahead of the workers, so a remote dataset starts fetching them */
+    void (*will_need)(const kiln_dataset *ds, const int64_t *index, int64_t n);
     void *impl;
 };
 
