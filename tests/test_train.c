@@ -395,8 +395,8 @@ static void test_bad_config(void) {
     c.epochs = 0;
     expect_invalid(c, "epochs 0", "--epochs");
     c = config("mlp", g_small);
-    c.workers = -1;
-    expect_invalid(c, "workers -1", "--workers");
+    c.workers = -2; /* -1 is KILN_WORKERS_AUTO */
+    expect_invalid(c, "workers -2", "--workers");
     /* a checkpoint of another model, or saved with another batch size */
     char a[256];
     tmp_path(a, "bad-config-mlp.safetensors");

@@ -167,6 +167,7 @@ static void print_summary(const kiln_train_config *c, const kiln_train_result *r
             r->train_time_s, r->images_per_s, 100 * r->data_wait_frac, r->final_loss);
     if (r->test_accuracy >= 0) fprintf(stderr, ", test loss %.4f, test accuracy %.2f%%", r->test_loss, 100 * r->test_accuracy);
     fprintf(stderr, ", peak RSS %.0f MB\n", r->peak_rss_mb);
+    if (r->skipped) fprintf(stderr, "kiln: --bad-samples skip replaced %lld bad samples\n", (long long)r->skipped);
     if (c->save) fprintf(stderr, "kiln: saved %s%s\n", c->save, r->interrupted ? " (resume with --resume)" : "");
 }
 
@@ -187,6 +188,9 @@ static void print_train_json(const kiln_train_config *c, const kiln_train_result
     json_object_set_new(o, "peak_rss_mb", num(r->peak_rss_mb));
     json_object_set_new(o, "threads", json_integer(r->threads));
     json_object_set_new(o, "workers", json_integer(r->workers));
+    json_object_set_new(o, "workers_auto", c->workers == KILN_WORKERS_AUTO ? json_string(r->workers_why) : json_null());
+    json_object_set_new(o, "skipped_samples", json_integer(r->skipped));
+    json_object_set_new(o, "ring_mb", num((double)r->ring_bytes / 1048576.0));
     json_object_set_new(o, "optimizer", json_string(kiln_optim_name(c->optim.kind)));
     json_object_set_new(o, "arena_mb", num(r->arena_bytes / 1048576.0));
     if (c->profile) {
@@ -300,26 +304,33 @@ static int cmd_eval(int argc, char **argv) {
 
 /* ---------------------------------------------------------------- pack */
 
-static const char *pack_usage = "usage: kiln pack --from fashion-mnist --to OUT [--format jpeg|png] [--size N]\n\n"
-                                "Writes OUT/train/<label>/<index>.jpg and OUT/test/... (torchvision's ImageFolder layout).\n\n";
+static const char *pack_usage = "usage: kiln pack --from fashion-mnist --to OUT [--format jpeg|png] [--size N]\n"
+                                "       kiln pack --from fashion-mnist|DIR --to OUT --format shard [--decoded] [--shard-size N]\n\n"
+                                "Writes OUT/train/<label>/<index>.jpg and OUT/test/... (torchvision's ImageFolder layout),\n"
+                                "or shards OUT/train-00000.kshard ... and their manifest OUT/index.json (--data OUT reads them).\n\n";
 
 static const cli_opt pack_opts[] = {
     {"from", "NAME|DIR", "fashion-mnist, mnist or a folder of IDX files", "fashion-mnist"},
     {"to", "DIR", "the image folder to write (its train/ must not exist yet)", NULL},
-    {"format", "jpeg|png|shard", "jpeg (quality 90) or png; shard is not built yet", "jpeg"},
+    {"format", "jpeg|png|shard", "jpeg (quality 90), png, or shard: packed shards (an image folder's files kept as they are; "
+                                 "IDX images as PNG)", "jpeg"},
     {"size", "N", "resize every image to N x N (bilinear, antialiased); 0: as the data", "0"},
-    {"channels", "1|3", "1: grey files; 3: RGB files (every channel the grey value, as PIL's convert('RGB'))", "1"},
+    {"channels", "1|3", "1: grey; 3: RGB (grey copied to every channel, as PIL's convert('RGB')); default 1, 3 for decoded "
+                        "shards of an image folder", NULL},
+    {"decoded", NULL, "shard: records are decoded 8-bit pixels (no decoding when training; larger files)", NULL},
+    {"shard-size", "N", "shard: samples per shard file", "4096"},
 };
-enum { P_FROM, P_TO, P_FORMAT, P_SIZE, P_CHANNELS, P_N };
+enum { P_FROM, P_TO, P_FORMAT, P_SIZE, P_CHANNELS, P_DECODED, P_SHARD_SIZE, P_N };
 
 static int cmd_pack(int argc, char **argv) {
     const char *vals[P_N];
     int given[P_N];
     int rc = cli_parse("pack", pack_usage, pack_opts, P_N, argc, argv, vals, given);
     if (rc) return rc > 0 ? 0 : EXIT_USAGE;
-    int64_t size = 0, channels = 1;
+    int64_t size = 0, channels = 0, shard_size = 0;
     if (cli_int("pack", pack_opts, P_SIZE, vals, -1000000, 1000000, &size) ||
-        cli_int("pack", pack_opts, P_CHANNELS, vals, -1000000, 1000000, &channels))
+        (vals[P_CHANNELS] && cli_int("pack", pack_opts, P_CHANNELS, vals, -1000000, 1000000, &channels)) ||
+        cli_int("pack", pack_opts, P_SHARD_SIZE, vals, -1, INT64_MAX, &shard_size))
         return EXIT_USAGE;
     if (!vals[P_TO]) return cli_usage_error("pack", "%s", "--to DIR is required");
     const char *from = vals[P_FROM] ? vals[P_FROM] : pack_opts[P_FROM].def;
@@ -327,14 +338,19 @@ static int cmd_pack(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int64_t n = 0;
-    kiln_status st = kiln_pack_images(from, vals[P_TO], format, (int)size, (int)channels, &n);
+    int shard = !strcmp(format, "shard");
+    if (!shard && (given[P_DECODED] || vals[P_SHARD_SIZE]))
+        return cli_usage_error("pack", "%s", "--decoded and --shard-size apply to --format shard");
+    kiln_status st = shard ? kiln_pack_shards(from, vals[P_TO], given[P_DECODED], shard_size, (int)size, (int)channels, &n)
+                           : kiln_pack_images(from, vals[P_TO], format, (int)size, (int)channels, &n);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln pack: %s\n", kiln_last_error());
         return exit_code(st);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    fprintf(stderr, "kiln: wrote %lld %s files to %s in %.1f s\n", (long long)n, format, vals[P_TO], s);
+    fprintf(stderr, "kiln: wrote %lld %s %s to %s in %.1f s\n", (long long)n, shard ? "samples as" : format,
+            shard ? (given[P_DECODED] ? "decoded shards" : "encoded shards") : "files", vals[P_TO], s);
     return 0;
 }
 

@@ -34,6 +34,7 @@ struct kiln_dataset {
     int sample_ndim;                  /* shape of one sample, e.g. 3: {1, 28, 28} */
     int64_t sample_shape[KILN_MAX_DIMS];
     int num_classes;
+    int64_t label_numel;              /* labels per sample (0: 1), e.g. a token window's next tokens */
     /* writes sample `index` as float into x (numel of sample_shape) and its label
      * into *y; `key` seeds any random transform (unused by IDX). Thread-safe.
      * A file that cannot be read or decoded is an error naming it (kiln_fail). */
@@ -64,6 +65,7 @@ typedef struct kiln_data_config {
     float mean[3], std[3];
     int channels;             /* 1 or 3 (PIL's convert('L') / convert('RGB')); 0: 3 for images, 1 for IDX */
     float val_split;          /* DIR/<class>/... without train/ and test/: this share is the test split */
+    const char *cache;        /* image folders and shards: keep decoded samples in this folder (NULL: none) */
 } kiln_data_config;
 kiln_data_config kiln_data_defaults(void);
 /* "N" or "N,lo,hi" into random_resized_crop and scale */
@@ -86,14 +88,31 @@ kiln_status kiln_dataset_open(const char *name_or_folder, int train, kiln_datase
 kiln_status kiln_dataset_open_config(const char *name_or_folder, int train, const kiln_data_config *dc, kiln_dataset **out);
 void kiln_dataset_free(kiln_dataset *ds);
 
+/* Which samples an epoch visits, in which order: `len` samples per epoch,
+ * `order` writes them for epoch e. Must be a pure function of (e, its own
+ * settings), so prefetching an epoch early and resuming give the same batches. */
+typedef struct kiln_sampler {
+    int64_t (*len)(const struct kiln_sampler *s, int64_t dataset_len);
+    kiln_status (*order)(const struct kiln_sampler *s, int64_t dataset_len, int64_t epoch, int64_t *out);
+    void *ctx;
+} kiln_sampler;
+
 typedef struct kiln_loader_config {
     int64_t batch_size;
     int shuffle;        /* 1: a seeded permutation per epoch */
     int drop_last;      /* 0: the last batch may be smaller (as PyTorch's default) */
     uint64_t seed;
     int workers;        /* 0: the training thread loads each batch itself */
-    int prefetch;       /* batches in flight per worker (ring = max(2, workers * prefetch) slots) */
+    int max_workers;    /* kiln_loader_set_workers may go up to this (0: workers); the ring is sized for it */
+    int prefetch;       /* batches in flight per worker (ring = max(2, max_workers * prefetch) slots) */
     int lock_memory;    /* 1: mlock the ring (the CPU meaning of pinned memory); best effort */
+    int next_epoch;     /* 1: workers go on into epoch e+1 while e's last batches are used (no pause at an epoch's start) */
+    int skip_bad;       /* 1: a sample whose get fails is replaced by the next readable one, and counted (--bad-samples skip) */
+    /* distributed sampling as PyTorch's DistributedSampler: every rank draws the
+     * same permutation, pads it to a multiple of world (repeating its start)
+     * unless drop_last, and takes every world-th sample from rank; world <= 1: all */
+    int rank, world;
+    const kiln_sampler *sampler; /* NULL: sequential, seeded random (shuffle) or distributed, from the fields above */
     /* the ring's memory: NULL for kiln_alloc; a GPU backend's page-locked allocator
      * (kiln_params_host_allocator), so its copy of each batch runs asynchronously */
     void *(*host_alloc)(size_t bytes);
@@ -103,7 +122,7 @@ kiln_loader_config kiln_loader_defaults(void);
 
 typedef struct kiln_batch {
     float *x;           /* [n, sample_shape...] */
-    int32_t *y;         /* [n] */
+    int32_t *y;         /* [n, label_numel] */
     int64_t n;
     int64_t index;      /* batch number within the epoch */
     int slot;           /* ring slot, for release */
@@ -123,6 +142,15 @@ void kiln_loader_release(kiln_loader *L, const kiln_batch *b);
 int64_t kiln_loader_batches_per_epoch(const kiln_loader *L);
 /* Seconds the training thread has spent blocked in kiln_loader_next (incl. loading itself with 0 workers). */
 double kiln_loader_wait_seconds(const kiln_loader *L);
+/* samples skip_bad replaced so far */
+int64_t kiln_loader_skipped(const kiln_loader *L);
+/* the ring: slots and bytes (fixed at kiln_loader_new, never grows) */
+int kiln_loader_ring_slots(const kiln_loader *L);
+size_t kiln_loader_ring_bytes(const kiln_loader *L);
+/* Workers now at work; 0..max_workers, changed between batches (a lowered
+ * count parks the extra threads; none is lost). Fails when workers was 0. */
+kiln_status kiln_loader_set_workers(kiln_loader *L, int workers);
+int kiln_loader_workers(const kiln_loader *L);
 void kiln_loader_free(kiln_loader *L);
 
 /* The loader benchmark: a loader over ds with cfg, `warmup` batches fetched and
@@ -134,12 +162,22 @@ kiln_status kiln_loader_bench(kiln_dataset *ds, const kiln_loader_config *cfg, i
                               double *images_per_s, int64_t *measured);
 /* The permutation of epoch e: perm[i] for i < n, from a counter-based RNG keyed by (seed, e). */
 void kiln_shuffle_indices(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch);
+/* the built-in sampler of a config (sequential, random or distributed); ctx points at cfg, which must outlive it */
+kiln_sampler kiln_sampler_of(const kiln_loader_config *cfg);
 
 /* Writes a dataset as an image folder: OUT/train/<label>/<index>.<ext> and
  * OUT/test/...; `from` is "fashion-mnist", "mnist" or an IDX folder; format
  * "jpeg" (quality 90) or "png"; size > 0 resizes each image to size x size
  * (bilinear, antialiased, as Resize); channels 1 or 3. *written counts files. */
 kiln_status kiln_pack_images(const char *from, const char *to, const char *format, int size, int channels, int64_t *written);
+/* Packs a dataset as shards: OUT/<split>-NNNNN.kshard of shard_size samples
+ * each (0: 4096) and OUT/index.json, written last (each file atomically).
+ * `from` is as above (records: PNG files of the images, lossless) or an image
+ * folder (records: its files' bytes as they are, never re-encoded). decoded:
+ * records are u8 pixels instead, size > 0 resized to size x size, with
+ * `channels` (0: 1 for IDX data, 3 for image folders). *written counts samples. */
+kiln_status kiln_pack_shards(const char *from, const char *to, int decoded, int64_t shard_size, int size, int channels,
+                             int64_t *written);
 
 #ifdef __cplusplus
 }

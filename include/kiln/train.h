@@ -40,6 +40,9 @@ typedef void (*kiln_progress_fn)(const kiln_progress *p, void *user);
 /* the largest batch (and test batch) size accepted: far beyond any memory, small enough to keep sizes exact */
 #define KILN_MAX_BATCH ((int64_t)1 << 24)
 
+/* --workers auto */
+#define KILN_WORKERS_AUTO (-1)
+
 typedef struct kiln_train_config {
     const char *model;          /* "mnist-cnn", "mnist-cnn-bn", "mlp" */
     const char *data;           /* "fashion-mnist" or a folder of IDX files */
@@ -51,7 +54,10 @@ typedef struct kiln_train_config {
     float clip_grad_norm;       /* > 0: clip the global gradient norm to this before each update; 0: off */
     float lr_step_gamma;        /* StepLR gamma, applied every lr_step_size epochs */
     int64_t lr_step_size;
-    int workers, prefetch, lock_memory;
+    int workers;                /* loader threads; KILN_WORKERS_AUTO: measured and chosen while training */
+    int prefetch, lock_memory;
+    int skip_bad;               /* --bad-samples skip: a corrupt sample is replaced by the next readable one */
+    const char *trace;          /* Chrome trace of the run written here (NULL: none) */
     int threads;                /* compute threads (OpenMP team, shared with oneDNN) */
     int64_t seed;
     int64_t max_steps;          /* 0: no limit; else stop when the run's global step reaches it */
@@ -96,7 +102,11 @@ typedef struct kiln_train_result {
     double final_loss;          /* the last step's */
     double test_loss, test_accuracy; /* the last evaluation's; < 0 (accuracy) when none ran */
     double peak_rss_mb;
-    int threads, workers;
+    int threads, workers;       /* workers: the count at the end (--workers auto's choice) */
+    char workers_why[192];      /* --workers auto: what it measured and chose ("" otherwise) */
+    int64_t skipped;            /* samples --bad-samples skip replaced */
+    int ring_slots;             /* the loader's batch ring, fixed for the run */
+    size_t ring_bytes;
     int64_t batch_size;         /* the one used (the finder's choice with find_batch_size) */
     int interrupted;            /* stopped by stop_flag */
     size_t arena_bytes, arena_bytes_no_reuse;

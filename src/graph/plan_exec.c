@@ -1,6 +1,7 @@
 /* Running a plan: bind the inputs (patched into the steps in place, or staged
  * by the backend), pick the step list of the batch size, and hand it to the
  * backend. No allocation, no shape work, no kernel choice per run. */
+#include "base/internal/trace.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,22 @@ static kiln_status stage_inputs(kiln_plan *pl, int64_t batch) {
     return KILN_OK;
 }
 
+/* --trace: the forward steps, then the backward ones (from the first step
+ * that differentiates another), each a span; on a GPU the spans time the
+ * launches, not the kernels */
+static kiln_status run_traced(kiln_plan *pl, const kiln_steplist *L) {
+    int k = 0;
+    while (k < L->nsteps && L->steps[k].fwd_step < 0) k++;
+    double *time = pl->profile ? L->time : NULL, t0 = kiln_trace_now();
+    kiln_status st = kiln_backend_run(pl->be, L->steps, k, &pl->rc, time);
+    double t1 = kiln_trace_now();
+    kiln_trace_span("forward", "train", t0, t1);
+    if (st != KILN_OK || k == L->nsteps) return st;
+    st = kiln_backend_run(pl->be, L->steps + k, L->nsteps - k, &pl->rc, time ? time + k : NULL);
+    kiln_trace_span("backward", "train", t1, kiln_trace_now());
+    return st;
+}
+
 kiln_status kiln_plan_run(kiln_plan *pl, int64_t batch) {
     if (!pl->arena) return kiln_fail(KILN_ERR_INVALID_ARG, "run: the plan was compiled with plan_only (sizes, no memory)");
     const kiln_steplist *L = list_for(pl, batch);
@@ -58,7 +75,7 @@ kiln_status kiln_plan_run(kiln_plan *pl, int64_t batch) {
     kiln_status st = stage_inputs(pl, batch);
     if (st != KILN_OK) return st;
     pl->loss_host = NAN;
-    st = kiln_backend_run(pl->be, L->steps, L->nsteps, &pl->rc, pl->profile ? L->time : NULL);
+    st = kiln_trace_on() ? run_traced(pl, L) : kiln_backend_run(pl->be, L->steps, L->nsteps, &pl->rc, pl->profile ? L->time : NULL);
     if (pl->profile) pl->profiled_runs++;
     return st;
 }

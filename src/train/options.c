@@ -14,8 +14,9 @@
 #include <string.h>
 #include "kiln/train.h"
 
-typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB, T_PRECISION, T_RRC, T_NORM } field_type;
+typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB, T_PRECISION, T_RRC, T_NORM, T_WORKERS, T_BAD } field_type;
 static const char *const precisions[] = {"highest", "high", "medium"};
+static const char *const bad_samples[] = {"fail", "skip"};
 
 typedef struct {
     kiln_train_option pub;
@@ -60,9 +61,14 @@ static const field fields[] = {
     OPT("no-fuse", NULL, 0, T_NOFLAG, fuse, "disable the fusion passes (relu folded into conv/linear and max-pool's backward)"),
     OPT("no-autotune", NULL, 0, T_NOFLAG, autotune, "use oneDNN's direct convolutions instead of timing every algorithm"),
     OPT("max-steps", "N", 1, T_I64, max_steps, "stop when the run reaches global step N, counting resumed steps (0: no limit)"),
-    OPT("workers", "N", 1, T_INT, workers, "loader threads; 0 loads on the training thread"),
+    OPT("workers", "N|auto", 1, T_WORKERS, workers, "loader threads; 0 loads on the training thread; auto: start with one, "
+                                                    "add one while the training thread waits for data (measured every few steps)"),
     OPT("prefetch", "N", 1, T_INT, prefetch, "batches in flight per worker"),
     OPT("pin-memory", NULL, 1, T_FLAG, lock_memory, "mlock the batch ring (the CPU meaning of pinned memory)"),
+    OPT("bad-samples", "fail|skip", 1, T_BAD, skip_bad, "a corrupt or truncated image: fail names it and stops (exit 2); skip "
+                                                       "takes the next readable sample instead, counts and logs it"),
+    OPT("trace", "FILE", 1, T_STR, trace, "write a Chrome trace (chrome://tracing, ui.perfetto.dev): the training thread's "
+                                          "forward, backward, optimizer and data-wait, each loader worker's samples"),
     OPT("threads", "N", 1, T_INT, threads, "compute threads (one OpenMP team, shared with oneDNN); 0: every core"),
     OPT("save", "FILE", 1, T_STR, save, "write a checkpoint (safetensors) at the end, atomically"),
     OPT("save-every", "N", 1, T_I64, save_every, "also write the checkpoint every N steps (0: only at the end)"),
@@ -171,6 +177,21 @@ kiln_status kiln_train_option_set(kiln_train_config *c, const char *name, const 
             return kiln_fail(KILN_ERR_INVALID_ARG, "--optimizer: unknown optimizer '%s' (adadelta, adamw, sgd)", value);
         c->optim = kiln_optim_defaults(kind);
         return KILN_OK;
+    case T_WORKERS:
+        if (strcmp(value, "auto") == 0) {
+            *(int *)p = KILN_WORKERS_AUTO;
+            return KILN_OK;
+        }
+        if (parse_i64(value, &n) || n < 0 || n > 64) return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: not auto or 0..64: %s", name, value);
+        *(int *)p = (int)n;
+        return KILN_OK;
+    case T_BAD:
+        for (int i = 0; i < 2; i++)
+            if (strcmp(value, bad_samples[i]) == 0) {
+                *(int *)p = i;
+                return KILN_OK;
+            }
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: '%s' is not fail or skip", name, value);
     case T_PRECISION:
         for (int i = 0; i < 3; i++)
             if (strcmp(value, precisions[i]) == 0) {
@@ -210,6 +231,9 @@ int kiln_train_option_get(const kiln_train_config *c, const char *name, char *bu
         if (c->find_batch_size) snprintf(buf, len, "auto");
         else snprintf(buf, len, "%lld", (long long)c->batch_size);
     } else if (f->type == T_OPTIM) snprintf(buf, len, "%s", kiln_optim_name(c->optim.kind));
+    else if (f->type == T_WORKERS && *(const int *)p == KILN_WORKERS_AUTO) snprintf(buf, len, "auto");
+    else if (f->type == T_WORKERS) snprintf(buf, len, "%d", *(const int *)p);
+    else if (f->type == T_BAD) snprintf(buf, len, "%s", bad_samples[*(const int *)p ? 1 : 0]);
     else if (f->type == T_PRECISION) snprintf(buf, len, "%s", precisions[*(const int *)p >= 0 && *(const int *)p < 3 ? *(const int *)p : 0]);
     return 0;
 }

@@ -14,6 +14,8 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+#include "base/internal/trace.h"
+#include "kiln/trace.h"
 #include "kiln/train.h"
 #include "train/internal/checkpoint.h"
 #include "train/internal/metrics.h"
@@ -29,7 +31,7 @@ kiln_train_config kiln_train_defaults(void) {
     c.optim = kiln_optim_defaults(KILN_OPT_ADADELTA);
     c.lr_step_gamma = 0.7f;
     c.lr_step_size = 1;
-    c.workers = 1;
+    c.workers = KILN_WORKERS_AUTO;
     c.prefetch = 2;
     c.seed = 1;
     c.test = 1;
@@ -116,7 +118,9 @@ static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, 
     if (st != KILN_OK) return st;
     kiln_loader_config lc = kiln_loader_defaults();
     lc.batch_size = batch; /* the loader's slots never hold more than the dataset */
-    lc.workers = workers;
+    lc.workers = workers == KILN_WORKERS_AUTO ? 1 : workers;
+    lc.shuffle = 0;
+    lc.next_epoch = 0; /* one pass: nothing to prefetch beyond it */
     kiln_params_host_allocator(P, &lc.host_alloc, &lc.host_free);
     kiln_loader *L = NULL;
     float *logits = kiln_alloc((size_t)(o.max_batch * m->num_classes) * sizeof(float));
@@ -178,7 +182,8 @@ static kiln_status check_model(const char *model) {
 static kiln_status check_common(const char *batch_flag, int64_t batch, int workers, int threads) {
     if (batch < 1 || batch > KILN_MAX_BATCH)
         return kiln_fail(KILN_ERR_INVALID_ARG, "%s is %lld; use 1..%lld", batch_flag, (long long)batch, (long long)KILN_MAX_BATCH);
-    if (workers < 0 || workers > 64) return kiln_fail(KILN_ERR_INVALID_ARG, "--workers is %d; use 0..64", workers);
+    if ((workers < 0 && workers != KILN_WORKERS_AUTO) || workers > 64)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--workers is %d; use 0..64 or auto", workers);
     if (threads < 0 || threads > 1024) return kiln_fail(KILN_ERR_INVALID_ARG, "--threads is %d; use 0..1024 (0: every core)", threads);
     return KILN_OK;
 }
@@ -298,6 +303,13 @@ typedef struct {
     int64_t evaluated_at;       /* step of the last evaluation, -1: none */
     eval_result last_eval;
     int stop;
+    struct auto_workers {       /* --workers auto */
+        int on, settled, max;
+        int64_t next_check;     /* R->runs that ends the window */
+        double wait0, step0;    /* the window's start */
+        double last_frac;       /* the previous count's data-wait share (-1: none) */
+        size_t why_len;
+    } aw;
 } run;
 
 static double elapsed(const run *R) { return now_s() - R->t0; }
@@ -399,6 +411,62 @@ static kiln_status check_position(run *R) {
     return KILN_OK;
 }
 
+/* --workers auto: start with one worker (the ring sized for every core), then
+ * measure the training thread's data-wait over windows of AUTO_WINDOW batches
+ * and add a worker while it is above AUTO_TARGET; a worker that did not cut
+ * the wait by a fifth is taken back (the cores are busy computing), and the
+ * count stays. Measured against the step's own time (runs and updates), so
+ * evaluations between epochs do not dilute it. */
+#define AUTO_SKIP 5
+#define AUTO_WINDOW 20
+#define AUTO_TARGET 0.02
+
+static void auto_begin(run *R, kiln_loader_config *lc) {
+    int cores = kiln_cores_available();
+    R->aw = (struct auto_workers){.on = 1, .max = cores < 2 ? 2 : (cores > 16 ? 16 : cores), .next_check = AUTO_SKIP,
+                                  .last_frac = -1};
+    lc->workers = 1;
+    lc->max_workers = R->aw.max;
+}
+
+static void auto_settle(run *R, int workers, const char *why) {
+    struct auto_workers *a = &R->aw;
+    char *w = R->r->workers_why;
+    a->settled = 1;
+    if (a->why_len < sizeof R->r->workers_why)
+        snprintf(w + a->why_len, sizeof R->r->workers_why - a->why_len, "; %s", why);
+    kiln_log(KILN_LOG_INFO, "--workers auto: %d (data-wait %s)", workers, w);
+}
+
+static void auto_step(run *R) {
+    struct auto_workers *a = &R->aw;
+    if (!a->on || a->settled || R->runs < a->next_check) return;
+    double wait = waited(R), step = R->step_s;
+    a->next_check = R->runs + AUTO_WINDOW;
+    if (a->next_check == AUTO_SKIP + AUTO_WINDOW) { /* the end of start-up: the first window begins */
+        a->wait0 = wait;
+        a->step0 = step;
+        return;
+    }
+    double dw = wait - a->wait0, frac = dw / (dw + step - a->step0 + 1e-12);
+    a->wait0 = wait;
+    a->step0 = step;
+    int n = kiln_loader_workers(R->L);
+    char *w = R->r->workers_why;
+    if (a->why_len < sizeof R->r->workers_why)
+        a->why_len += (size_t)snprintf(w + a->why_len, sizeof R->r->workers_why - a->why_len, "%s%.1f%% with %d",
+                                       a->why_len ? ", " : "", 100 * frac, n);
+    if (a->why_len >= sizeof R->r->workers_why) a->why_len = sizeof R->r->workers_why - 1;
+    if (frac <= AUTO_TARGET) return auto_settle(R, n, "low enough");
+    if (a->last_frac >= 0 && frac > 0.8 * a->last_frac) {
+        kiln_loader_set_workers(R->L, n - 1);
+        return auto_settle(R, n - 1, "one more worker did not help: the cores are busy computing");
+    }
+    if (n >= a->max) return auto_settle(R, n, "as many workers as cores");
+    a->last_frac = frac;
+    if (kiln_loader_set_workers(R->L, n + 1) != KILN_OK) return auto_settle(R, n, kiln_last_error());
+}
+
 /* the training plan (the full batch and the epoch's last one) and the loader */
 static kiln_status run_compile(run *R) {
     kiln_train_config *c = &R->c;
@@ -432,8 +500,14 @@ static kiln_status run_compile(run *R) {
     lc.workers = c->workers;
     lc.prefetch = c->prefetch;
     lc.lock_memory = c->lock_memory;
+    lc.skip_bad = c->skip_bad;
+    if (c->workers == KILN_WORKERS_AUTO) auto_begin(R, &lc);
     kiln_params_host_allocator(R->P, &lc.host_alloc, &lc.host_free);
     if ((st = kiln_loader_new(R->train, &lc, &R->L)) != KILN_OK) return st;
+    R->r->ring_slots = kiln_loader_ring_slots(R->L);
+    R->r->ring_bytes = kiln_loader_ring_bytes(R->L);
+    kiln_log(KILN_LOG_INFO, "loader: a ring of %d batch slots, %.1f MiB in all%s, fixed for the run", R->r->ring_slots,
+             (double)R->r->ring_bytes / 1048576.0, c->lock_memory ? " (mlocked)" : "");
     R->per_epoch = kiln_loader_batches_per_epoch(R->L);
     R->accum = c->accumulate > 0 ? c->accumulate : 1;
     /* a step is one update: `accum` loader batches, the last group of an epoch possibly fewer */
@@ -511,8 +585,10 @@ static void report_progress(run *R) {
 static kiln_status run_update(run *R, double loss) {
     double t = now_s();
     kiln_status st = kiln_optim_step(R->opt);
-    R->optim_s += now_s() - t;
-    R->step_s += now_s() - t;
+    double t1 = now_s();
+    kiln_trace_span("optimizer", "train", t, t1);
+    R->optim_s += t1 - t;
+    R->step_s += t1 - t;
     if (st != KILN_OK) return st;
     R->step++;
     R->loss = loss;
@@ -565,6 +641,7 @@ static kiln_status run_epoch(run *R) {
         st = run_batch(R, &b, micro, group_n, &group_loss);
         kiln_loader_release(R->L, &b);
         if (st != KILN_OK) return st;
+        auto_step(R);
         R->next = b.index + 1;
         if (++micro < R->accum && R->next < R->per_epoch) continue; /* the step's group is not complete */
         if ((st = run_update(R, group_loss)) != KILN_OK) return st;
@@ -577,7 +654,8 @@ static kiln_status run_epoch(run *R) {
 }
 
 static kiln_status run_evaluate(run *R) {
-    kiln_status st = evaluate(R->g, &R->m, R->P, R->test, R->c.test_batch_size, R->c.workers, R->c.fuse, &R->last_eval);
+    int workers = R->c.workers == KILN_WORKERS_AUTO ? kiln_loader_workers(R->L) : R->c.workers;
+    kiln_status st = evaluate(R->g, &R->m, R->P, R->test, R->c.test_batch_size, workers, R->c.fuse, &R->last_eval);
     if (st == KILN_OK) R->evaluated_at = R->step;
     return st;
 }
@@ -688,7 +766,9 @@ static void fill_result(run *R) {
     r->epochs = R->epoch + (R->next >= R->per_epoch);
     r->images_per_s = r->train_time_s > 0 ? (double)R->samples / r->train_time_s : 0;
     r->final_loss = R->loss;
-    r->workers = R->c.workers;
+    r->workers = kiln_loader_workers(R->L);
+    r->skipped = kiln_loader_skipped(R->L);
+    if (R->aw.on && !R->aw.settled && R->aw.why_len) auto_settle(R, r->workers, "the run ended first");
     r->batch_size = R->c.batch_size;
 }
 
@@ -745,10 +825,40 @@ static kiln_status resolve_batch(run *R) {
 static void log_threads(run *R) {
     int threads = set_threads(R->c.threads), cores = kiln_cores_available(), workers = R->c.workers;
     R->r->threads = threads;
-    kiln_log(KILN_LOG_INFO, "thread budget: %d compute thread%s (OpenMP, shared with oneDNN), %d loader worker%s (low priority, "
-             "asleep while the ring is full), %d core%s available", threads, threads == 1 ? "" : "s", workers,
-             workers == 1 ? "" : "s", cores, cores == 1 ? "" : "s");
+    char wtext[48];
+    if (workers == KILN_WORKERS_AUTO) snprintf(wtext, sizeof wtext, "loader workers chosen by measuring (auto)");
+    else snprintf(wtext, sizeof wtext, "%d loader worker%s", workers, workers == 1 ? "" : "s");
+    kiln_log(KILN_LOG_INFO, "thread budget: %d compute thread%s (OpenMP, shared with oneDNN), %s (low priority, "
+             "asleep while the ring is full), %d core%s available", threads, threads == 1 ? "" : "s", wtext, cores,
+             cores == 1 ? "" : "s");
     if (threads > cores) kiln_log(KILN_LOG_WARN, "%d compute threads on %d cores: they will fight for the cores", threads, cores);
+}
+
+/* one run, from the thread budget to closing: the part a trace covers */
+static kiln_status train_run(run *R) {
+    kiln_train_result *r = R->r;
+    const kiln_train_config *cfg = &R->c;
+    kiln_trace_thread("train");
+    log_threads(R);
+    kiln_status st = run_open(R);
+    if (st == KILN_OK) {
+        /* the clock starts before compiling: autotuning and starting the loader are part of the run's cost */
+        R->t0 = now_s();
+        st = run_compile(R);
+        r->compile_time_s = elapsed(R);
+        R->win = (kiln_metrics_window){.t0 = r->compile_time_s};
+    }
+    /* a stop request while starting (a slow disk, autotuning) ends the run before its first step: nothing saved */
+    if (st == KILN_OK && cfg->stop_flag && *cfg->stop_flag) {
+        r->interrupted = 1;
+        kiln_log(KILN_LOG_INFO, "interrupted before the first step: nothing trained, nothing saved");
+        run_close(R);
+        return KILN_OK;
+    }
+    if (st == KILN_OK) st = run_epochs(R);
+    if (st == KILN_OK) st = run_finish(R);
+    run_close(R);
+    return st;
 }
 
 kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
@@ -758,25 +868,13 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
     if (st != KILN_OK) return st;
     run R = {.c = *cfg, .r = r, .evaluated_at = -1, .loss = NAN};
     if ((st = resolve_batch(&R)) != KILN_OK) return st;
-    log_threads(&R);
-    if ((st = run_open(&R)) == KILN_OK) {
-        /* the clock starts before compiling: autotuning and starting the loader are part of the run's cost */
-        R.t0 = now_s();
-        st = run_compile(&R);
-        r->compile_time_s = elapsed(&R);
-        R.win = (kiln_metrics_window){.t0 = r->compile_time_s};
-    }
-    /* a stop request while starting (a slow disk, autotuning) ends the run before its first step: nothing saved */
-    if (st == KILN_OK && cfg->stop_flag && *cfg->stop_flag) {
-        r->interrupted = 1;
-        kiln_log(KILN_LOG_INFO, "interrupted before the first step: nothing trained, nothing saved");
-        run_close(&R);
-        return KILN_OK;
-    }
-    if (st == KILN_OK) st = run_epochs(&R);
-    if (st == KILN_OK) st = run_finish(&R);
-    run_close(&R);
-    return st;
+    if (cfg->trace && (st = kiln_trace_start(cfg->trace)) != KILN_OK) return st;
+    st = train_run(&R);
+    /* run_close freed the loader, so its workers are joined: every span is in */
+    long long events = 0;
+    kiln_status ts = cfg->trace ? kiln_trace_stop(&events) : KILN_OK;
+    if (cfg->trace && ts == KILN_OK) kiln_log(KILN_LOG_INFO, "trace: %lld spans written to %s", events, cfg->trace);
+    return st != KILN_OK ? st : ts;
 }
 
 kiln_status kiln_train_data_config(const kiln_train_config *c, kiln_data_config *dc) {
