@@ -19,7 +19,7 @@ set -u
 . "$(dirname "$0")/harness.sh"
 harness_init test_http
 export KILN_CACHE_DIR=
-SRC_TEST=$(dirname "$KILN")/test_http_source
+SRC_TEST=${HTTP_SOURCE_TEST:-$(dirname "$KILN")/test_http_source}
 
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 if [ ! -x "$NGINX" ]; then

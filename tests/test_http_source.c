@@ -160,7 +160,11 @@ static int test_ranges(const char *url, const char *path, uint64_t seed) {
     kiln_source *s = NULL;
     CHECK_OK(kiln_http_client_new(&c));
     CHECK_OK(kiln_source_open_url(c, url, &s));
-    if (!s) return tu_finish("test_http_source --ranges");
+    if (!s) {
+        kiln_http_client_free(c);
+        free(want);
+        return tu_finish("test_http_source --ranges");
+    }
     CHECK_MSG(s->size == size, "size %lld, the file has %lld", (long long)s->size, (long long)size);
     CHECK(!strcmp(s->name, url));
     uint64_t st = seed;

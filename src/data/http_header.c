@@ -48,8 +48,8 @@ static int number(const char *v, size_t n, size_t *i, int64_t *out) {
     size_t start = *i;
     int64_t x = 0;
     while (*i < n && v[*i] >= '0' && v[*i] <= '9') {
+        if (x >= NUM_MAX / 10) return 0;
         x = x * 10 + (v[*i] - '0');
-        if (x >= NUM_MAX) return 0;
         (*i)++;
     }
     *out = x;

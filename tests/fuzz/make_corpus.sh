@@ -14,6 +14,8 @@
 #   options      command lines ("name=value" lines) and saved settings (JSON)
 #   image        the JPEG and PNG fixtures of tests/ref/fixtures/images (PIL's),
 #                each behind a flags byte (channels, DCT scale, crop)
+#   http         header blocks of answers to ranged GETs (206, 200, 404, 416,
+#                a redirect, wrong and short ranges) behind the range asked for
 #
 # Regression inputs (crashes the fuzzers found, fixed) live in the same
 # folders under names starting with "regress-"; this script keeps them.
@@ -188,6 +190,31 @@ printf '%s\n' '# libFuzzer dictionary for fuzz_image (made by make_corpus.sh)' '
     '"\xff\xc4"' '"\xff\xda"' '"\xff\xdb"' '"\xff\xd9"' '"\x89PNG\x0d\x0a\x1a\x0a"' '"IHDR"' '"IDAT"' '"IEND"' '"PLTE"' \
     '"tRNS"' >image.dict
 
-for t in safetensors checkpoint idx options image; do
+# ---------- http: an answer's header lines behind off, len - 1, size, received (fuzz_http.c) ----------
+mkdir -p corpus/http
+find corpus/http -type f ! -name 'regress-*' -delete
+python3 - <<'EOF'
+import struct
+def put(name, off, n, size, got, lines):
+    head = struct.pack('<IHII', off, n - 1, size, got)
+    open(f'corpus/http/{name}', 'wb').write(head + ''.join(l + '\r\n' for l in lines).encode() + b'\r\n')
+ok = ['HTTP/1.1 206 Partial Content', 'Server: nginx/1.22.1', 'Content-Type: application/octet-stream',
+      'Content-Length: 50', 'Connection: keep-alive', 'Content-Range: bytes 100-149/1000']
+put('206.bin', 100, 50, 1000, 50, ok)
+put('206-probe.bin', 0, 1, 0xffffffff, 1, ok[:3] + ['Content-Range: bytes 0-0/300000'])
+put('206-unknown-total.bin', 5, 5, 1000, 5, ok[:3] + ['content-range:bytes 5-9/*'])
+put('206-wrong-range.bin', 100, 50, 1000, 50, ok[:5] + ['Content-Range: bytes 0-49/1000'])
+put('206-short.bin', 100, 50, 1000, 20, ok)
+put('206-resized.bin', 100, 50, 1000, 50, ok[:5] + ['Content-Range: bytes 100-149/999'])
+put('200.bin', 0, 1, 0xffffffff, 300000, ['HTTP/1.1 200 OK', 'Accept-Ranges: bytes', 'Content-Length: 300000'])
+put('404.bin', 0, 1, 0xffffffff, 0, ['HTTP/1.1 404 Not Found', 'Content-Type: text/html', 'Content-Length: 153'])
+put('416-empty.bin', 0, 1, 0xffffffff, 0, ['HTTP/1.1 416 Requested Range Not Satisfiable', 'Content-Range: bytes */0'])
+put('redirect.bin', 100, 50, 1000, 50, ['HTTP/1.1 301 Moved Permanently', 'Location: /b/x', ''] + ok)
+put('http2-503.bin', 7, 3, 10, 0, ['HTTP/2 503', 'retry-after: 1'])
+EOF
+printf '%s\n' '# libFuzzer dictionary for fuzz_http (made by make_corpus.sh)' '"HTTP/1.1 "' '"HTTP/2 "' '"206"' \
+    '"Content-Range:"' '"bytes "' '"*/"' '"/*"' '"-"' '"\x0d\x0a"' '"9223372036854775807"' >http.dict
+
+for t in safetensors checkpoint idx options image http; do
     echo "make_corpus: corpus/$t: $(find "corpus/$t" -type f | wc -l) files, $(du -sk "corpus/$t" | cut -f1) KB"
 done
