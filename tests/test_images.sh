@@ -6,7 +6,8 @@
 # bad input exits 2 naming what is wrong: a corrupt file met by a loader
 # worker (or by the training thread with --workers 0), samples the model
 # cannot take, transforms on IDX data, malformed transform options, pack's
-# unbuilt shard format; `kiln bench loader` gives a JSON line per workers
+# options for shards given to another format (shards: test_shard.sh);
+# `kiln bench loader` gives a JSON line per workers
 # value and exits 2 on bad options.
 #
 # Needs $KILN_BIN (ctest sets it), Fashion-MNIST in /usr/share/datasets and python3.
@@ -47,7 +48,7 @@ check "pack: class folders 0..9" test "$(ls "$T/jpg/train" | tr '\n' ' ')" = "0 
 expect 0 "pack png, 32x32, RGB" -- "$KILN" pack --from "$T/idx" --to "$T/png" --format png --size 32 --channels 3
 check "pack wrote 840 PNGs" test "$(find "$T/png" -name '*.png' | wc -l)" -eq 840
 check "a packed PNG is 32x32 RGB" test "$(od -An -tx1 -j16 -N10 "$(find "$T/png/train/0" -name '*.png' | head -n 1)" | tr -d ' \n')" = "00000020000000200802"
-expect 2 "pack: shards are not built yet" "--format shard" "not built yet" -- "$KILN" pack --from "$T/idx" --to "$T/sh" --format shard
+expect 2 "pack: --decoded without --format shard" "--decoded" "--format shard" -- "$KILN" pack --from "$T/idx" --to "$T/sh" --decoded
 expect 2 "pack over an existing folder" "$T/jpg/train" "already exists" -- "$KILN" pack --from "$T/idx" --to "$T/jpg"
 expect 2 "pack: unknown format" "'gif'" -- "$KILN" pack --from "$T/idx" --to "$T/gif" --format gif
 

@@ -378,9 +378,13 @@ static const cli_opt bench_opts[] = {
     {"normalize", "M/S|imagenet", "Normalize(mean, std)", NULL},
     {"channels", "1|3", "1 (grey) or 3 (RGB)", NULL},
     {"val-split", "X", "DIR/<class>/... folders: the share held out (the rest is measured)", NULL},
-    {"json", NULL, "one JSON line per setting: workers, pin_memory, images_per_s, batches", NULL},
+    {"json", NULL, "one JSON line per setting: workers, pin_memory, images_per_s, batches (and epoch with --epochs)", NULL},
+    {"cache", "DIR", "keep decoded samples in DIR (as train's --cache): the first epoch fills it, later ones read it", NULL},
+    {"epochs", "N", "time N whole epochs one by one instead (no warm-up): a rate per epoch, e.g. the --cache's first against its second", "0"},
 };
-enum { B_DATA, B_WORKERS, B_PIN, B_BATCH, B_BATCHES, B_WARMUP, B_SEED, B_RESIZE, B_VAL_SPLIT = B_RESIZE + 6, B_JSON, B_N };
+enum { B_DATA, B_WORKERS, B_PIN, B_BATCH, B_BATCHES, B_WARMUP, B_SEED, B_RESIZE, B_VAL_SPLIT = B_RESIZE + 6, B_JSON, B_CACHE,
+       B_EPOCHS, B_N };
+enum { BENCH_MAX_EPOCHS = 1000 };
 
 enum { BENCH_MAX_SETTINGS = 32, BENCH_MAX_WORKERS = 256 };
 
@@ -411,9 +415,12 @@ static int bench_data_config(const char **vals, const int *given, kiln_data_conf
     return 0;
 }
 
-static void bench_print(int workers, int pin, double rate, int64_t batches, int json) {
+/* epoch: 1-based with --epochs, 0 for the steady-state measurement */
+static void bench_print(int workers, int pin, int64_t epoch, double rate, int64_t batches, int json) {
     if (!json) {
-        printf("workers %d, pin-memory %s: %.0f images/s (%lld batches)\n", workers, pin ? "on" : "off", rate,
+        char ep[32] = "";
+        if (epoch) snprintf(ep, sizeof ep, ", epoch %lld", (long long)epoch);
+        printf("workers %d, pin-memory %s%s: %.0f images/s (%lld batches)\n", workers, pin ? "on" : "off", ep, rate,
                (long long)batches);
         fflush(stdout);
         return;
@@ -421,6 +428,7 @@ static void bench_print(int workers, int pin, double rate, int64_t batches, int 
     json_t *o = json_object();
     json_object_set_new(o, "workers", json_integer(workers));
     json_object_set_new(o, "pin_memory", json_boolean(pin));
+    if (epoch) json_object_set_new(o, "epoch", json_integer(epoch));
     json_object_set_new(o, "images_per_s", num(rate));
     json_object_set_new(o, "batches", json_integer(batches));
     print_json(o);
@@ -428,17 +436,18 @@ static void bench_print(int workers, int pin, double rate, int64_t batches, int 
 }
 
 static int bench_run(kiln_dataset *ds, kiln_loader_config *lc, const int *workers, int nw, int64_t warmup,
-                     int64_t batches, int json) {
+                     int64_t batches, int64_t epochs, int json) {
     for (int i = 0; i < nw; i++) {
         lc->workers = workers[i];
-        double rate = 0;
-        int64_t done = 0;
-        kiln_status st = kiln_loader_bench(ds, lc, warmup, batches, &rate, &done);
+        double rate[BENCH_MAX_EPOCHS] = {0};
+        int64_t done[BENCH_MAX_EPOCHS] = {0};
+        kiln_status st = epochs ? kiln_loader_bench_epochs(ds, lc, epochs, rate, done)
+                                : kiln_loader_bench(ds, lc, warmup, batches, rate, done);
         if (st != KILN_OK) {
             fprintf(stderr, "kiln bench: %s\n", kiln_last_error());
             return exit_code(st);
         }
-        bench_print(workers[i], lc->lock_memory, rate, done, json);
+        for (int64_t e = 0; e < (epochs ? epochs : 1); e++) bench_print(workers[i], lc->lock_memory, epochs ? e + 1 : 0, rate[e], done[e], json);
     }
     return 0;
 }
@@ -450,14 +459,16 @@ static int cmd_bench_loader(int argc, char **argv) {
     if (rc) return rc > 0 ? 0 : EXIT_USAGE;
     if (!vals[B_DATA]) return cli_usage_error("bench", "%s", "--data DIR is required");
     int workers[BENCH_MAX_SETTINGS], nw = 0;
-    int64_t batch = 0, batches = 0, warmup = 0, seed = 0;
+    int64_t batch = 0, batches = 0, warmup = 0, seed = 0, epochs = 0;
     if (bench_workers(vals[B_WORKERS] ? vals[B_WORKERS] : bench_opts[B_WORKERS].def, workers, &nw) ||
         cli_int("bench", bench_opts, B_BATCH, vals, 0, KILN_MAX_BATCH, &batch) || cli_int("bench", bench_opts, B_BATCHES, vals, 0, INT64_MAX / 2, &batches) ||
-        cli_int("bench", bench_opts, B_WARMUP, vals, 0, 1000000, &warmup) || cli_int("bench", bench_opts, B_SEED, vals, 0, INT64_MAX, &seed))
+        cli_int("bench", bench_opts, B_WARMUP, vals, 0, 1000000, &warmup) || cli_int("bench", bench_opts, B_SEED, vals, 0, INT64_MAX, &seed) ||
+        cli_int("bench", bench_opts, B_EPOCHS, vals, 0, BENCH_MAX_EPOCHS, &epochs))
         return EXIT_USAGE;
     if (batch < 1) return cli_usage_error("bench", "--batch-size: must be >= 1 (got %lld)", (long long)batch);
     kiln_data_config dc;
     if (bench_data_config(vals, given, &dc)) return EXIT_USAGE;
+    dc.cache = vals[B_CACHE];
     kiln_dataset *ds = NULL;
     kiln_status st = kiln_dataset_open_config(vals[B_DATA], 1, &dc, &ds);
     if (st != KILN_OK) {
@@ -469,7 +480,7 @@ static int cmd_bench_loader(int argc, char **argv) {
     lc.shuffle = 1;
     lc.seed = (uint64_t)seed;
     lc.lock_memory = given[B_PIN];
-    rc = bench_run(ds, &lc, workers, nw, warmup, batches, given[B_JSON]);
+    rc = bench_run(ds, &lc, workers, nw, warmup, batches, epochs, given[B_JSON]);
     kiln_dataset_free(ds);
     return rc;
 }

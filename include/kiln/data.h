@@ -160,6 +160,11 @@ void kiln_loader_free(kiln_loader *L);
  * *measured (may be NULL) the batches it timed. */
 kiln_status kiln_loader_bench(kiln_dataset *ds, const kiln_loader_config *cfg, int64_t warmup, int64_t batches,
                               double *images_per_s, int64_t *measured);
+/* Whole epochs 0..epochs-1 timed one by one (from starting the epoch to its
+ * last batch, no warm-up): images_per_s[e] and batches[e], for the cache's
+ * first epoch against the later ones. */
+kiln_status kiln_loader_bench_epochs(kiln_dataset *ds, const kiln_loader_config *cfg, int64_t epochs, double *images_per_s,
+                                     int64_t *batches);
 /* The permutation of epoch e: perm[i] for i < n, from a counter-based RNG keyed by (seed, e). */
 void kiln_shuffle_indices(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch);
 /* the built-in sampler of a config (sequential, random or distributed); ctx points at cfg, which must outlive it */

@@ -84,6 +84,7 @@ typedef struct kiln_train_config {
     const char *normalize;
     int channels;
     float val_split;
+    const char *cache;          /* image folders and shards: keep decoded samples in this folder (--cache; NULL: none) */
     /* checked after every step: when it becomes non-zero (e.g. from a SIGINT
      * handler) training stops there, the checkpoint is written for that position
      * so --resume continues exactly, and kiln_train returns KILN_OK with

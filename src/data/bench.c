@@ -68,3 +68,27 @@ kiln_status kiln_loader_bench(kiln_dataset *ds, const kiln_loader_config *cfg, i
     kiln_loader_free(L);
     return st;
 }
+
+kiln_status kiln_loader_bench_epochs(kiln_dataset *ds, const kiln_loader_config *cfg, int64_t epochs, double *images_per_s,
+                                     int64_t *batches) {
+    if (epochs < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "bench loader: --epochs must be >= 1");
+    kiln_loader *L = NULL;
+    kiln_status st = kiln_loader_new(ds, cfg, &L);
+    for (int64_t e = 0; st == KILN_OK && e < epochs; e++) {
+        int64_t images = 0, k = 0;
+        double t0 = now_s();
+        kiln_batch b;
+        int r = 0;
+        if ((st = kiln_loader_start_epoch(L, e, 0)) != KILN_OK) break;
+        while ((r = kiln_loader_next(L, &b)) == 1) {
+            images += b.n, k++;
+            kiln_loader_release(L, &b);
+        }
+        if (r < 0) st = kiln_loader_status(L);
+        double dt = now_s() - t0;
+        images_per_s[e] = dt > 0 ? (double)images / dt : 0;
+        batches[e] = k;
+    }
+    kiln_loader_free(L);
+    return st;
+}

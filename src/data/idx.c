@@ -16,6 +16,7 @@
 #include <zlib.h>
 #include "base/internal/file.h"
 #include "data/internal/folder.h"
+#include "data/internal/source.h"
 #include "kiln/data.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u
@@ -337,6 +338,8 @@ static kiln_status check_idx_config(const kiln_data_config *dc, const char *fold
         return kiln_fail(KILN_ERR_INVALID_ARG, "%s is IDX data: --resize, --center-crop, --random-resized-crop, --hflip and "
                          "--val-split apply to image folders", folder);
     if (dc->channels == 3) return kiln_fail(KILN_ERR_INVALID_ARG, "%s is IDX data (grey): --channels 3 applies to image folders", folder);
+    if (dc->cache && dc->cache[0])
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s is IDX data (decoded already, in memory): --cache applies to image folders and shards", folder);
     if (dc->normalize > 1)
         return kiln_fail(KILN_ERR_INVALID_ARG, "%s is IDX data (one channel): --normalize takes one mean and one std (m/s)", folder);
     return KILN_OK;
@@ -355,6 +358,7 @@ kiln_status kiln_dataset_open_config(const char *name_or_folder, int train, cons
     const char *root = getenv("KILN_DATA_ROOT");
     if (!root || !*root) root = "/usr/share/datasets";
     int named = strcmp(name_or_folder, "fashion-mnist") == 0 || strcmp(name_or_folder, "mnist") == 0;
+    if (kiln_source_is_url(name_or_folder)) return kiln_shards_open(name_or_folder, train, &dc, out); /* shards over HTTP */
     char folder[PATH_MAX];
     if (named) snprintf(folder, sizeof folder, "%s/%s", root, name_or_folder);
     else snprintf(folder, sizeof folder, "%s", name_or_folder);
@@ -371,6 +375,7 @@ kiln_status kiln_dataset_open_config(const char *name_or_folder, int train, cons
                                       "files there or pass a folder, or use fashion-mnist (apt-get install dataset-fashion-mnist)",
                          folder);
     }
+    if (!named && kiln_shards_detect(folder)) return kiln_shards_open(folder, train, &dc, out);
     if (!named && kiln_imagefolder_detect(folder)) return kiln_imagefolder_open(folder, train, &dc, out);
     if ((cs = check_idx_config(&dc, named ? name_or_folder : folder)) != KILN_OK) return cs;
     float mean = dc.normalize ? dc.mean[0] : KILN_MNIST_MEAN, std = dc.normalize ? dc.std[0] : KILN_MNIST_STD;

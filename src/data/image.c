@@ -131,12 +131,31 @@ static kiln_status decode_jpeg(kiln_image_ctx *x, const uint8_t *data, size_t n,
     return KILN_OK;
 }
 
-/* PIL's convert('L'): ITU-R 601-2 luma in 16-bit fixed point, rounded */
-static void rgb_to_gray(uint8_t *px, int64_t npix) {
+/* PIL's convert('L'): ITU-R 601-2 luma in 16-bit fixed point, rounded (dst may be src) */
+static void rgb_to_gray(const uint8_t *src, uint8_t *dst, int64_t npix) {
     for (int64_t i = 0; i < npix; i++) {
-        const uint8_t *p = px + 3 * i;
-        px[i] = (uint8_t)((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
+        const uint8_t *p = src + 3 * i;
+        dst[i] = (uint8_t)((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
     }
+}
+
+uint8_t *kiln_image_buffer(kiln_image_ctx *x, size_t need) {
+    return reserve(&x->file, &x->file_cap, need ? need : 1, "read buffer") == KILN_OK ? x->file : NULL;
+}
+
+kiln_status kiln_image_convert(kiln_image_ctx *x, const kiln_image *in, int channels, const char *name, kiln_image *out) {
+    if (in->c == channels) {
+        *out = *in;
+        return KILN_OK;
+    }
+    int64_t npix = (int64_t)in->w * in->h;
+    kiln_status st = reserve(&x->px, &x->px_cap, (size_t)npix * (size_t)channels, name);
+    if (st != KILN_OK) return st;
+    if (channels == 1) rgb_to_gray(in->px, x->px, npix);
+    else
+        for (int64_t p = 0; p < npix; p++) x->px[3 * p] = x->px[3 * p + 1] = x->px[3 * p + 2] = in->px[p];
+    *out = (kiln_image){x->px, in->w, in->h, channels};
+    return KILN_OK;
 }
 
 static kiln_status decode_png(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels,
@@ -162,7 +181,7 @@ static kiln_status decode_png(kiln_image_ctx *x, const uint8_t *data, size_t n, 
         goto done;
     }
     int64_t npix = (int64_t)ihdr.width * ihdr.height;
-    if (fmt == SPNG_FMT_RGB8 && channels == 1) rgb_to_gray(x->px, npix);
+    if (fmt == SPNG_FMT_RGB8 && channels == 1) rgb_to_gray(x->px, x->px, npix);
     *out = (kiln_image){x->px, (int)ihdr.width, (int)ihdr.height, channels};
 done:
     spng_ctx_free(ctx);

@@ -8,20 +8,19 @@
  * a folder of mixed sizes without a resize fails before training starts (and
  * a later odd one fails naming its file). */
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include "data/internal/folder.h"
-#include "data/internal/transform.h"
+#include "data/internal/records.h"
 
 /* a split of val_split is drawn with this fixed seed, so train and eval agree without --seed */
 #define SPLIT_SEED 0x73706c6974ull
 #define MAX_DEPTH 16
-#define POOL_MAX 300
 
 typedef struct {
     char *text;      /* NUL-separated paths */
@@ -35,21 +34,6 @@ typedef struct {
     char **names;
     int n;
 } class_list;
-
-typedef struct folder_impl {
-    kiln_dataset ds;
-    file_list files;
-    kiln_tf tf;
-    pthread_mutex_t mu;
-    struct worker_state *pool[POOL_MAX]; /* decoders and scratch, one per thread using `get` */
-    int npool;
-    char name[PATH_MAX + 16];
-} folder_impl;
-
-typedef struct worker_state {
-    kiln_image_ctx *img;
-    kiln_tf_scratch scratch;
-} worker_state;
 
 /* a/b into out; a path beyond PATH_MAX is an error, never silently cut */
 static kiln_status join(char *out, const char *a, const char *b) {
@@ -189,73 +173,41 @@ static kiln_status split(file_list *f, double val, int train, const char *root) 
     return KILN_OK;
 }
 
-/* ---- samples ---- */
+/* ---- records ---- */
 
-static worker_state *take(folder_impl *d) {
-    pthread_mutex_lock(&d->mu);
-    worker_state *w = d->npool ? d->pool[--d->npool] : NULL;
-    pthread_mutex_unlock(&d->mu);
-    if (!w && (w = calloc(1, sizeof *w)) && !(w->img = kiln_image_ctx_new())) {
-        free(w);
-        w = NULL;
+typedef struct folder_records {
+    kiln_records r;
+    file_list files;
+    class_list classes;
+} folder_records;
+
+static kiln_status folder_read(const kiln_records *r, int64_t i, kiln_image_ctx *ctx, char *name, kiln_record *out) {
+    const folder_records *f = (const folder_records *)r;
+    const char *path = f->files.text + f->files.off[i];
+    snprintf(name, KILN_RECORD_NAME, "%s", path);
+    return kiln_image_read(ctx, path, &out->data, &out->n);
+}
+
+/* every file's path, size and modification time */
+static kiln_status folder_fingerprint(const kiln_records *r, uint64_t *h) {
+    const folder_records *f = (const folder_records *)r;
+    for (int64_t i = 0; i < f->files.n; i++) {
+        const char *path = f->files.text + f->files.off[i];
+        struct stat sb;
+        if (stat(path, &sb) != 0) return kiln_fail(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        const int64_t id[4] = {(int64_t)sb.st_size, (int64_t)sb.st_mtim.tv_sec, (int64_t)sb.st_mtim.tv_nsec, f->files.label[i]};
+        *h = kiln_hash(kiln_hash(*h, path, strlen(path) + 1), id, sizeof id);
     }
-    return w;
+    return KILN_OK;
 }
 
-static void worker_free(worker_state *w) {
-    kiln_image_ctx_free(w->img);
-    kiln_tf_scratch_free(&w->scratch);
-    free(w);
-}
-
-static void give(folder_impl *d, worker_state *w) {
-    pthread_mutex_lock(&d->mu);
-    if (d->npool < POOL_MAX) d->pool[d->npool++] = w, w = NULL;
-    pthread_mutex_unlock(&d->mu);
-    if (w) worker_free(w);
-}
-
-/* reads, decodes (JPEG at the smallest DCT scale the box allows) and writes one sample */
-static kiln_status make_sample(const folder_impl *d, worker_state *w, const char *path, uint64_t key, float *x) {
-    const uint8_t *data;
-    size_t n;
-    int fmt, iw, ih;
-    kiln_tf_box b;
-    kiln_image im;
-    kiln_status st = kiln_image_read(w->img, path, &data, &n);
-    if (st == KILN_OK) st = kiln_image_info(w->img, data, n, path, &fmt, &iw, &ih);
-    if (st == KILN_OK) st = kiln_tf_plan(&d->tf, iw, ih, key, path, &b);
-    if (st != KILN_OK) return st;
-    if (b.x.out != d->ds.sample_shape[2] || b.y.out != d->ds.sample_shape[1])
-        return kiln_fail(KILN_ERR_FORMAT, "%s: %dx%d gives a %dx%d sample, but the folder's first images give %lldx%lld: "
-                         "images of mixed sizes need --resize N --center-crop N (or --random-resized-crop N)", path, iw, ih,
-                         b.x.out, b.y.out, (long long)d->ds.sample_shape[2], (long long)d->ds.sample_shape[1]);
-    double need = b.x.s > b.y.s ? 1.0 / b.y.s : 1.0 / b.x.s; /* decoded pixels per output pixel stay >= 1 */
-    if ((st = kiln_image_decode(w->img, data, n, path, d->tf.channels, need, &im)) != KILN_OK) return st;
-    if (im.w != iw || im.h != ih) kiln_tf_rescale(&b, iw, ih, im.w, im.h);
-    return kiln_tf_apply(&im, &b, &d->tf, &w->scratch, x, NULL);
-}
-
-static kiln_status folder_get(const kiln_dataset *ds, int64_t index, uint64_t key, float *x, int32_t *y) {
-    folder_impl *d = ds->impl;
-    if (index < 0 || index >= ds->len)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: sample %lld is out of range", d->name, (long long)index);
-    worker_state *w = take(d);
-    if (!w) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", d->name);
-    kiln_status st = make_sample(d, w, d->files.text + d->files.off[index], key, x);
-    give(d, w);
-    *y = d->files.label[index];
-    return st;
-}
-
-static void folder_destroy(kiln_dataset *ds) {
-    folder_impl *d = ds->impl;
-    for (int i = 0; i < d->npool; i++) worker_free(d->pool[i]);
-    pthread_mutex_destroy(&d->mu);
-    free(d->files.text);
-    free(d->files.off);
-    free(d->files.label);
-    free(d);
+static void folder_destroy(kiln_records *r) {
+    folder_records *f = (folder_records *)r;
+    free(f->files.text);
+    free(f->files.off);
+    free(f->files.label);
+    classes_free(&f->classes);
+    free(f);
 }
 
 /* ---- opening ---- */
@@ -272,42 +224,6 @@ int kiln_imagefolder_detect(const char *folder) {
     }
     if (n > 0) free_entries(e, n);
     return dirs > 0 && idx == 0;
-}
-
-/* the sample shape from the deterministic transforms of each class's first image */
-static kiln_status probe(folder_impl *d, const class_list *c) {
-    worker_state *w = take(d);
-    if (!w) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", d->name);
-    kiln_tf fixed = d->tf;
-    fixed.random = 0;
-    fixed.hflip = 0;
-    int out_w = -1, out_h = -1;
-    kiln_status st = KILN_OK;
-    for (int64_t i = 0, k = -1; st == KILN_OK && i < d->files.n; i++) {
-        if (d->files.label[i] == k) continue; /* files are grouped by class */
-        k = d->files.label[i];
-        const char *path = d->files.text + d->files.off[i];
-        const uint8_t *data;
-        size_t n;
-        int fmt, iw, ih;
-        kiln_tf_box b;
-        st = kiln_image_read(w->img, path, &data, &n);
-        if (st == KILN_OK) st = kiln_image_info(w->img, data, n, path, &fmt, &iw, &ih);
-        if (st == KILN_OK) st = kiln_tf_plan(&fixed, iw, ih, 0, path, &b);
-        if (st != KILN_OK) break;
-        if (d->tf.random) b.x.out = b.y.out = d->tf.rrc;
-        if (out_w < 0) out_w = b.x.out, out_h = b.y.out;
-        else if (b.x.out != out_w || b.y.out != out_h)
-            st = kiln_fail(KILN_ERR_FORMAT, "%s: %dx%d gives a %dx%d sample, but class '%s' starts with %dx%d: images of mixed "
-                           "sizes need --resize N --center-crop N (or --random-resized-crop N)", path, iw, ih, b.x.out,
-                           b.y.out, c->names[0], out_w, out_h);
-    }
-    give(d, w);
-    d->ds.sample_ndim = 3;
-    d->ds.sample_shape[0] = d->tf.channels;
-    d->ds.sample_shape[1] = out_h;
-    d->ds.sample_shape[2] = out_w;
-    return st;
 }
 
 /* train and test must name the same classes, or their label numbers would differ */
@@ -345,33 +261,35 @@ static kiln_status locate(const char *folder, int train, const kiln_data_config 
     return KILN_OK;
 }
 
-kiln_status kiln_imagefolder_open(const char *folder, int train, const kiln_data_config *dc, kiln_dataset **out) {
+kiln_status kiln_imagefolder_records(const char *folder, int train, const kiln_data_config *dc, kiln_records **out) {
     *out = NULL;
     char root[PATH_MAX];
     int layout;
     kiln_status st = locate(folder, train, dc, root, sizeof root, &layout);
     if (st != KILN_OK) return st;
-    folder_impl *d = calloc(1, sizeof *d);
-    if (!d) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", folder);
-    pthread_mutex_init(&d->mu, NULL);
-    d->ds.impl = d;
-    d->ds.destroy = folder_destroy;
-    d->ds.get = folder_get;
-    snprintf(d->name, sizeof d->name, "%.*s %s", PATH_MAX - 1, folder, train ? "train" : "test");
-    d->ds.name = d->name;
-    kiln_tf_init(&d->tf, dc, train);
-    class_list c = {0};
-    st = scan(root, &d->files, &c);
-    if (st == KILN_OK && layout && !train) st = same_classes(folder, &c);
-    if (st == KILN_OK && !layout && dc->val_split > 0) st = split(&d->files, dc->val_split, train, folder);
-    if (st == KILN_OK) st = probe(d, &c);
-    d->ds.len = d->files.n;
-    d->ds.num_classes = c.n;
-    classes_free(&c);
+    folder_records *f = calloc(1, sizeof *f);
+    if (!f) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", folder);
+    f->r = (kiln_records){.read = folder_read, .fingerprint = folder_fingerprint, .destroy = folder_destroy};
+    st = scan(root, &f->files, &f->classes);
+    if (st == KILN_OK && layout && !train) st = same_classes(folder, &f->classes);
+    if (st == KILN_OK && !layout && dc->val_split > 0) st = split(&f->files, dc->val_split, train, folder);
+    f->r.len = f->files.n;
+    f->r.labels = f->files.label;
+    f->r.num_classes = f->classes.n;
+    f->r.classes = f->classes.names;
     if (st != KILN_OK) {
-        folder_destroy(&d->ds);
+        folder_destroy(&f->r);
         return st;
     }
-    *out = &d->ds;
+    *out = &f->r;
     return KILN_OK;
+}
+
+kiln_status kiln_imagefolder_open(const char *folder, int train, const kiln_data_config *dc, kiln_dataset **out) {
+    kiln_records *r = NULL;
+    kiln_status st = kiln_imagefolder_records(folder, train, dc, &r);
+    if (st != KILN_OK) return st;
+    char name[PATH_MAX + 16];
+    snprintf(name, sizeof name, "%.*s %s", PATH_MAX - 1, folder, train ? "train" : "test");
+    return kiln_imageset_open(r, name, train, dc, out);
 }

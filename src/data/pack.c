@@ -11,14 +11,13 @@
 #include <unistd.h>
 #include "base/internal/file.h"
 #include "data/internal/folder.h"
-#include "data/internal/transform.h"
+#include "data/internal/pack.h"
 
 #define JPEG_QUALITY 90
 
 typedef struct {
-    kiln_tf tf; /* only its resampling: 8-bit output */
-    const uint8_t *pixels, *labels;
-    int rows, cols, size, channels, format;
+    kiln_idx_images src;
+    int format;
     const char *dir, *ext;
 } pack_job;
 
@@ -54,28 +53,49 @@ static kiln_status write_file(const char *path, const uint8_t *data, size_t n) {
     return KILN_OK;
 }
 
-/* one image: grey pixels, resized, replicated to RGB when asked, encoded, written */
-static kiln_status pack_one(const pack_job *j, int64_t i, kiln_image_ctx *ctx, kiln_tf_scratch *s, uint8_t *buf) {
-    kiln_image src = {(uint8_t *)j->pixels + i * j->rows * j->cols, j->cols, j->rows, 1};
-    kiln_image im = src;
-    if (j->size) {
-        kiln_tf_box b = {0}; /* the whole image, resized */
-        b.x = (kiln_tf_axis){0, (double)j->cols / j->size, 0, j->cols, 0, j->size};
-        b.y = (kiln_tf_axis){0, (double)j->rows / j->size, 0, j->rows, 0, j->size};
-        im = (kiln_image){buf, j->size, j->size, 1};
-        kiln_status st = kiln_tf_apply(&src, &b, &j->tf, s, NULL, buf);
+void kiln_idx_images_init(kiln_idx_images *s, const kiln_dataset *ds, int size, int channels) {
+    memset(s, 0, sizeof *s);
+    kiln_data_config dc = kiln_data_defaults();
+    kiln_tf_init(&s->tf, &dc, 0);
+    kiln_idx_raw(ds, &s->pixels, &s->labels, &s->rows, &s->cols);
+    s->size = size;
+    s->channels = channels;
+}
+
+int kiln_idx_images_side(const kiln_idx_images *s) { return s->size ? s->size : (s->rows > s->cols ? s->rows : s->cols); }
+
+kiln_status kiln_pack_resize(const kiln_image *src, int size, const kiln_tf *tf, kiln_tf_scratch *s, uint8_t *buf, kiln_image *out) {
+    kiln_tf_box b = {0}; /* the whole image, resized */
+    b.x = (kiln_tf_axis){0, (double)src->w / size, 0, src->w, 0, size};
+    b.y = (kiln_tf_axis){0, (double)src->h / size, 0, src->h, 0, size};
+    *out = (kiln_image){buf, size, size, src->c};
+    return kiln_tf_apply(src, &b, tf, s, NULL, buf);
+}
+
+kiln_status kiln_idx_image(const kiln_idx_images *s, int64_t i, kiln_tf_scratch *scratch, uint8_t *buf, kiln_image *out) {
+    kiln_image im = {(uint8_t *)s->pixels + i * s->rows * s->cols, s->cols, s->rows, 1};
+    if (s->size) {
+        kiln_status st = kiln_pack_resize(&im, s->size, &s->tf, scratch, buf, &im);
         if (st != KILN_OK) return st;
     }
-    if (j->channels == 3) { /* grey to RGB: every channel the same, as PIL's convert('RGB') */
+    if (s->channels == 3) { /* grey to RGB: every channel the same, as PIL's convert('RGB') */
         uint8_t *rgb = buf + (size_t)im.w * im.h;
         for (int64_t p = 0; p < (int64_t)im.w * im.h; p++) rgb[3 * p] = rgb[3 * p + 1] = rgb[3 * p + 2] = im.px[p];
         im = (kiln_image){rgb, im.w, im.h, 3};
     }
+    *out = im;
+    return KILN_OK;
+}
+
+/* one image: made, encoded, written */
+static kiln_status pack_one(const pack_job *j, int64_t i, kiln_image_ctx *ctx, kiln_tf_scratch *s, uint8_t *buf) {
+    kiln_image im;
     const uint8_t *data;
     size_t n;
-    kiln_status st = kiln_image_encode(ctx, &im, j->format, JPEG_QUALITY, &data, &n);
+    kiln_status st = kiln_idx_image(&j->src, i, s, buf, &im);
+    if (st == KILN_OK) st = kiln_image_encode(ctx, &im, j->format, JPEG_QUALITY, &data, &n);
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%d/%lld.%s", j->dir, j->labels[i], (long long)i, j->ext);
+    snprintf(path, sizeof path, "%s/%d/%lld.%s", j->dir, j->src.labels[i], (long long)i, j->ext);
     if (st == KILN_OK) st = write_file(path, data, n);
     return st;
 }
@@ -84,7 +104,7 @@ static kiln_status pack_one(const pack_job *j, int64_t i, kiln_image_ctx *ctx, k
 static kiln_status pack_split(const pack_job *j, int64_t count) {
     kiln_status first = KILN_OK;
     char msg[1024] = "";
-    int side = j->size ? j->size : (j->rows > j->cols ? j->rows : j->cols);
+    int side = kiln_idx_images_side(&j->src);
 #pragma omp parallel
     {
         kiln_image_ctx *ctx = kiln_image_ctx_new();
@@ -110,9 +130,7 @@ static kiln_status pack_split(const pack_job *j, int64_t count) {
 
 static kiln_status check_args(const char *to, const char *format, int size, int channels, int *fmt) {
     *fmt = !strcmp(format, "jpeg") || !strcmp(format, "jpg") ? KILN_IMAGE_JPEG : !strcmp(format, "png") ? KILN_IMAGE_PNG : 0;
-    if (!strcmp(format, "shard"))
-        return kiln_fail(KILN_ERR_INVALID_ARG, "--format shard: packed shards are not built yet; use jpeg or png");
-    if (!*fmt) return kiln_fail(KILN_ERR_INVALID_ARG, "--format: '%s' is not jpeg or png", format);
+    if (!*fmt) return kiln_fail(KILN_ERR_INVALID_ARG, "--format: '%s' is not jpeg, png or shard", format);
     if (size < 0 || size > 4096) return kiln_fail(KILN_ERR_INVALID_ARG, "--size is %d; use 1..4096 (0: as the data)", size);
     if (channels != 1 && channels != 3) return kiln_fail(KILN_ERR_INVALID_ARG, "--channels is %d; use 1 or 3", channels);
     char p[PATH_MAX];
@@ -124,6 +142,8 @@ static kiln_status check_args(const char *to, const char *format, int size, int 
 
 kiln_status kiln_pack_images(const char *from, const char *to, const char *format, int size, int channels, int64_t *written) {
     *written = 0;
+    if (!strcmp(format, "shard")) return kiln_pack_shards(from, to, 0, 0, size, channels, written);
+    if (!channels) channels = 1;
     int fmt;
     kiln_status st = check_args(to, format, size, channels, &fmt);
     for (int train = 1; st == KILN_OK && train >= 0; train--) {
@@ -131,14 +151,10 @@ kiln_status kiln_pack_images(const char *from, const char *to, const char *forma
         if ((st = kiln_dataset_open(from, train, &ds)) != KILN_OK) break;
         pack_job j;
         memset(&j, 0, sizeof j);
-        kiln_data_config dc = kiln_data_defaults();
-        kiln_tf_init(&j.tf, &dc, 0);
-        kiln_idx_raw(ds, &j.pixels, &j.labels, &j.rows, &j.cols);
+        kiln_idx_images_init(&j.src, ds, size, channels);
         char dir[PATH_MAX];
         snprintf(dir, sizeof dir, "%s/%s", to, train ? "train" : "test");
         j.dir = dir;
-        j.size = size;
-        j.channels = channels;
         j.format = fmt;
         j.ext = fmt == KILN_IMAGE_JPEG ? "jpg" : "png";
         st = make_dirs(to, train ? "train" : "test");

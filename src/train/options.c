@@ -42,6 +42,8 @@ static const field fields[] = {
                                             "one channel, or imagenet (default: none for images, 0.1307/0.3081 for IDX)"),
     OPT("channels", "1|3", 0, T_INT, channels, "image folders: 1 (grey, PIL's convert('L')) or 3 (RGB); 0: 3, as torchvision"),
     OPT("val-split", "X", 0, T_F32, val_split, "DIR/<class>/... folders: this share of the images (a fixed seeded draw) is the test split"),
+    OPT("cache", "DIR", 1, T_STR, cache, "image folders and shards: the first epoch keeps each sample decoded (resized and "
+                                         "cropped too unless the crop is random) in DIR; later epochs read it instead of decoding"),
     OPT("epochs", "N", 1, T_I64, epochs, "passes over the training set (the total, counting resumed ones)"),
     OPT("batch-size", "N|auto", 0, T_BATCH, batch_size, "samples per step; the last batch of an epoch may be smaller; auto: "
                                                         "the largest power of two whose activations and gradients fit in --memory-budget-mb"),

@@ -8,6 +8,13 @@
 /* 1 when `folder` is laid out as an image folder (train/ or class folders, and no IDX files) */
 int kiln_imagefolder_detect(const char *folder);
 kiln_status kiln_imagefolder_open(const char *folder, int train, const kiln_data_config *dc, kiln_dataset **out);
+/* the folder's files and labels as records (records.h), without opening a dataset (kiln pack) */
+struct kiln_records;
+kiln_status kiln_imagefolder_records(const char *folder, int train, const kiln_data_config *dc, struct kiln_records **out);
+/* 1 when `folder` holds a shard manifest (index.json), or is an http(s):// URL */
+int kiln_shards_detect(const char *folder);
+/* packed shards (OUT/index.json and its shard files), local or at a URL */
+kiln_status kiln_shards_open(const char *base, int train, const kiln_data_config *dc, kiln_dataset **out);
 /* an IDX dataset's raw pixels [len, rows, cols] and labels, for kiln pack */
 void kiln_idx_raw(const kiln_dataset *ds, const uint8_t **pixels, const uint8_t **labels, int *rows, int *cols);
 

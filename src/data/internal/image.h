@@ -36,6 +36,12 @@ kiln_status kiln_image_info(kiln_image_ctx *x, const uint8_t *data, size_t n, co
  * always at full size. The pixels live in the context until the next decode. */
 kiln_status kiln_image_decode(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels,
                               double min_scale, kiln_image *out);
+/* A buffer of at least `need` bytes owned by the context (the one
+ * kiln_image_read fills), for bytes read from elsewhere (a shard over HTTP). */
+uint8_t *kiln_image_buffer(kiln_image_ctx *x, size_t need);
+/* `in` with `channels` channels (1: PIL's convert('L'), 3: grey copied to RGB);
+ * when it has them already, `in` itself, else pixels in the context until the next decode. */
+kiln_status kiln_image_convert(kiln_image_ctx *x, const kiln_image *in, int channels, const char *name, kiln_image *out);
 /* Encodes as JPEG (quality 1..100) or PNG into a buffer owned by the context. */
 kiln_status kiln_image_encode(kiln_image_ctx *x, const kiln_image *im, int format, int quality, const uint8_t **data,
                               size_t *n);

@@ -1,0 +1,226 @@
+/* kiln pack --format shard: a dataset (IDX data or an image folder) written
+ * as shards of N samples and the manifest index.json (manifest.h). An image
+ * folder's files go in as they are (no re-encoding; each is checked to be a
+ * JPEG or PNG of sane size first); IDX images become PNG files (lossless).
+ * With --decoded, records are 8-bit pixels instead. Records of one shard are
+ * made on every core, then written in order; each shard is written
+ * atomically, the manifest last, and a failure removes the shards already
+ * written, so OUT never holds a partial index.json. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "data/internal/folder.h"
+#include "data/internal/manifest.h"
+#include "data/internal/pack.h"
+#include "data/internal/records.h"
+#include "data/internal/shard.h"
+
+#define DEFAULT_SHARD_SIZE 4096
+
+typedef struct {
+    kiln_dataset *ds;      /* IDX data, or NULL */
+    kiln_idx_images idx;
+    kiln_records *r;       /* an image folder's split, or NULL */
+    kiln_tf tf;            /* the resampler, for --size */
+    int64_t len;
+    int decoded, size, channels, side;
+    const char *what;      /* for messages */
+} pack_src;
+
+typedef struct {
+    uint8_t *data;
+    int64_t n;
+} packed;
+
+typedef struct {
+    kiln_image_ctx *ctx;
+    kiln_tf_scratch scratch;
+    uint8_t *buf;
+    char name[KILN_RECORD_NAME];
+} pack_thread;
+
+static int32_t label_of(const pack_src *p, int64_t i) { return p->ds ? p->idx.labels[i] : p->r->labels[i]; }
+
+/* a copy of the bytes (and a decoded record's size header first) */
+static kiln_status keep(const kiln_image *im, const uint8_t *bytes, size_t n, packed *out) {
+    int64_t head = im ? KILN_SHARD_PIXEL_HEADER : 0, body = im ? (int64_t)im->w * im->h * im->c : (int64_t)n;
+    out->data = malloc((size_t)(head + body));
+    if (!out->data) return kiln_fail(KILN_ERR_NOMEM, "kiln pack: out of memory");
+    if (im) kiln_shard_pixel_header(im, out->data);
+    memcpy(out->data + head, im ? im->px : bytes, (size_t)body);
+    out->n = head + body;
+    return KILN_OK;
+}
+
+static kiln_status idx_record(const pack_src *p, int64_t i, pack_thread *t, packed *out) {
+    kiln_image im;
+    const uint8_t *data;
+    size_t n;
+    kiln_status st = kiln_idx_image(&p->idx, i, &t->scratch, t->buf, &im);
+    if (st != KILN_OK || p->decoded) return st == KILN_OK ? keep(&im, NULL, 0, out) : st;
+    st = kiln_image_encode(t->ctx, &im, KILN_IMAGE_PNG, 0, &data, &n);
+    return st == KILN_OK ? keep(NULL, data, n, out) : st;
+}
+
+static kiln_status folder_record(const pack_src *p, int64_t i, pack_thread *t, packed *out) {
+    kiln_record rec;
+    kiln_image im;
+    int fmt, w, h;
+    kiln_status st = p->r->read(p->r, i, t->ctx, t->name, &rec);
+    if (st == KILN_OK && !p->decoded) st = kiln_image_info(t->ctx, rec.data, rec.n, t->name, &fmt, &w, &h);
+    if (st != KILN_OK || !p->decoded) return st == KILN_OK ? keep(NULL, rec.data, rec.n, out) : st;
+    st = kiln_image_decode(t->ctx, rec.data, rec.n, t->name, p->channels, 1.0, &im);
+    if (st == KILN_OK && p->size) st = kiln_pack_resize(&im, p->size, &p->tf, &t->scratch, t->buf, &im);
+    return st == KILN_OK ? keep(&im, NULL, 0, out) : st;
+}
+
+/* records [a, b) on every core; the first error wins */
+static kiln_status make_records(const pack_src *p, int64_t a, int64_t b, packed *recs) {
+    kiln_status first = KILN_OK;
+    char msg[1024] = "";
+#pragma omp parallel
+    {
+        pack_thread t = {kiln_image_ctx_new(), {0}, malloc((size_t)p->side * p->side * 4), ""};
+        kiln_status st = t.ctx && t.buf ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "kiln pack: out of memory");
+#pragma omp for schedule(dynamic, 64)
+        for (int64_t i = a; i < b; i++)
+            if (st == KILN_OK) st = p->ds ? idx_record(p, i, &t, &recs[i - a]) : folder_record(p, i, &t, &recs[i - a]);
+        if (st != KILN_OK) {
+#pragma omp critical
+            if (first == KILN_OK) {
+                first = st;
+                snprintf(msg, sizeof msg, "%s", kiln_last_error());
+            }
+        }
+        kiln_image_ctx_free(t.ctx);
+        kiln_tf_scratch_free(&t.scratch);
+        free(t.buf);
+    }
+    return first == KILN_OK ? KILN_OK : kiln_fail(first, "%s", msg);
+}
+
+static kiln_status write_shard(const pack_src *p, const char *to, const char *file, int64_t a, int64_t b) {
+    packed *recs = calloc((size_t)(b - a), sizeof *recs);
+    if (!recs) return kiln_fail(KILN_ERR_NOMEM, "kiln pack: out of memory");
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", to, file);
+    kiln_shard_writer *w = NULL;
+    kiln_status st = make_records(p, a, b, recs);
+    if (st == KILN_OK) st = kiln_shard_writer_new(path, p->decoded ? KILN_SHARD_DECODED : KILN_SHARD_ENCODED, b - a, &w);
+    for (int64_t i = a; st == KILN_OK && i < b; i++) st = kiln_shard_writer_add(w, label_of(p, i), recs[i - a].data, recs[i - a].n);
+    if (st == KILN_OK) st = kiln_shard_writer_finish(w);
+    else kiln_shard_writer_abort(w);
+    for (int64_t i = 0; i < b - a; i++) free(recs[i].data);
+    free(recs);
+    return st;
+}
+
+static kiln_status pack_split(const pack_src *p, const char *to, int train, int64_t shard_size, kiln_manifest *m) {
+    kiln_status st = KILN_OK;
+    for (int64_t a = 0, k = 0; st == KILN_OK && a < p->len; a += shard_size, k++) {
+        int64_t b = a + shard_size < p->len ? a + shard_size : p->len;
+        char file[64];
+        snprintf(file, sizeof file, "%s-%05lld.kshard", train ? "train" : "test", (long long)k);
+        st = write_shard(p, to, file, a, b);
+        if (st == KILN_OK) st = kiln_manifest_add(m, train, file, b - a);
+    }
+    return st;
+}
+
+static kiln_status set_classes(kiln_manifest *m, int n, char *const *names) {
+    if (m->classes) return KILN_OK;
+    m->classes = calloc((size_t)n, sizeof *m->classes);
+    for (int i = 0; m->classes && i < n; i++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", i);
+        if (!(m->classes[m->num_classes++] = strdup(names ? names[i] : num))) break;
+    }
+    return m->classes && m->num_classes == n && m->classes[n - 1] ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "kiln pack: out of memory");
+}
+
+static int is_dir_at(const char *a, const char *b) {
+    char p[PATH_MAX];
+    struct stat sb;
+    return snprintf(p, sizeof p, "%s/%s", a, b) < (int)sizeof p && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* one split of `from` (IDX data or an image folder) as a source of records; 0 in *len: the split is absent */
+static kiln_status open_src(const char *from, int folder, int train, pack_src *p, kiln_manifest *m) {
+    kiln_data_config dc = kiln_data_defaults();
+    if (!folder) {
+        kiln_status st = kiln_dataset_open(from, train, &p->ds);
+        if (st != KILN_OK) return st;
+        kiln_idx_images_init(&p->idx, p->ds, p->size, p->channels);
+        p->side = kiln_idx_images_side(&p->idx);
+        p->len = p->ds->len;
+        return set_classes(m, 10, NULL);
+    }
+    if (!train && !(is_dir_at(from, "train") && is_dir_at(from, "test"))) return KILN_OK; /* DIR/<class>/...: train only */
+    kiln_status st = kiln_imagefolder_records(from, train, &dc, &p->r);
+    if (st != KILN_OK) return st;
+    kiln_tf_init(&p->tf, &dc, 0);
+    p->side = p->size ? p->size : 1;
+    p->len = p->r->len;
+    return set_classes(m, p->r->num_classes, p->r->classes);
+}
+
+static void close_src(pack_src *p) {
+    kiln_dataset_free(p->ds);
+    if (p->r) p->r->destroy(p->r);
+    p->ds = NULL;
+    p->r = NULL;
+}
+
+static kiln_status check(const char *to, int folder, int decoded, int64_t shard_size, int size, int channels) {
+    if (shard_size < 1 || shard_size > KILN_SHARD_MAX_COUNT)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--shard-size is %lld; use 1..%lld", (long long)shard_size, (long long)KILN_SHARD_MAX_COUNT);
+    if (size < 0 || size > 4096) return kiln_fail(KILN_ERR_INVALID_ARG, "--size is %d; use 1..4096 (0: as the data)", size);
+    if (channels != 0 && channels != 1 && channels != 3) return kiln_fail(KILN_ERR_INVALID_ARG, "--channels is %d; use 1 or 3", channels);
+    if (folder && !decoded && (size || channels))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--size and --channels remake the images: from an image folder they need --decoded "
+                         "(encoded shards keep each file's bytes as they are)");
+    char p[PATH_MAX];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", to, KILN_MANIFEST_NAME);
+    if (stat(p, &sb) == 0) return kiln_fail(KILN_ERR_INVALID_ARG, "%s already exists: remove it or choose another --to", p);
+    if (mkdir(to, 0777) != 0 && errno != EEXIST) return kiln_fail(KILN_ERR_IO, "%s: cannot create: %s", to, strerror(errno));
+    return KILN_OK;
+}
+
+/* after a failure: the shards already written go */
+static void remove_shards(const char *to, const kiln_manifest *m) {
+    char p[PATH_MAX];
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < m->split[s].nshards; i++) {
+            snprintf(p, sizeof p, "%s/%s", to, m->split[s].files[i]);
+            unlink(p);
+        }
+}
+
+kiln_status kiln_pack_shards(const char *from, const char *to, int decoded, int64_t shard_size, int size, int channels,
+                             int64_t *written) {
+    *written = 0;
+    int named = !strcmp(from, "fashion-mnist") || !strcmp(from, "mnist");
+    int folder = !named && kiln_imagefolder_detect(from);
+    if (!shard_size) shard_size = DEFAULT_SHARD_SIZE;
+    kiln_status st = check(to, folder, decoded, shard_size, size, channels);
+    if (st != KILN_OK) return st;
+    kiln_manifest m;
+    memset(&m, 0, sizeof m);
+    m.decoded = decoded;
+    for (int train = 1; st == KILN_OK && train >= 0; train--) {
+        pack_src p = {.decoded = decoded, .size = size, .channels = channels ? channels : folder ? 3 : 1};
+        st = open_src(from, folder, train, &p, &m);
+        if (st == KILN_OK && p.len) st = pack_split(&p, to, train, shard_size, &m);
+        if (st == KILN_OK) *written += p.len;
+        close_src(&p);
+    }
+    if (st == KILN_OK) st = kiln_manifest_write(to, &m);
+    if (st != KILN_OK) remove_shards(to, &m);
+    kiln_manifest_free(&m);
+    return st;
+}
