@@ -93,6 +93,7 @@ expect 2 "bench loader: no --data" "--data" -- "$KILN" bench loader --workers 0
 
 # ---- a corrupt file met while training: exit 2 naming it, with and without workers ----
 victim=$(find "$T/jpg/train/3" -name '*.jpg' | sort | head -n 1)
+cp "$victim" "$T/victim.orig"
 head -c 200 "$victim" >"$T/cut" && cp "$T/cut" "$victim"
 for w in 2 0; do
     expect 2 "a truncated JPEG ($w workers)" "$victim" "JPEG" -- \
@@ -103,6 +104,37 @@ printf 'not an image' >"$victim"
 expect 2 "a text file named .jpg" "$victim" "not a JPEG or PNG" -- \
     "$KILN" train "${Q[@]}" --data "$T/jpg" --resize 28 --channels 1 --epochs 1 --no-test --save "$T/fail.safetensors"
 check "no checkpoint from a failed run" test ! -e "$T/fail.safetensors"
+# skip: the first image of a class is read at open (the sample shape), so the bad one is another
+cp "$T/victim.orig" "$victim"
+victim=$(find "$T/jpg/train/5" -name '*.jpg' | sort | sed -n 2p)
+printf 'not an image' >"$victim"
+for w in 2 0; do
+    expect 0 "--bad-samples skip goes on past it ($w workers)" "$victim" "--bad-samples skip" -- \
+        "$KILN" train "${Q[@]}" --data "$T/jpg" --resize 28 --channels 1 --workers "$w" --epochs 1 --no-test --bad-samples skip
+    check "the skip is counted ($w workers)" "$PY" -c "import sys; sys.exit(not int(sys.argv[1]) >= 1)" "$(field skipped_samples)"
+done
+expect 2 "--bad-samples maybe" "--bad-samples" "fail or skip" -- "$KILN" train "${Q[@]}" --data "$T/jpg" --bad-samples maybe
+
+# ---- --workers auto and --trace ----
+expect 0 "train with --workers auto and --trace" "--workers auto" -- "$KILN" train --json --model mnist-cnn --batch-size 16 \
+    --threads 2 --data "$T/jpg" --resize 28 --channels 1 --epochs 1 --no-test --bad-samples skip --trace "$T/trace.json"
+check "auto chose a count and said why" "$PY" -c '
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+sys.exit(not (r["workers"] >= 1 and "with 1" in r["workers_auto"]))' "$T/out"
+check "the trace is valid JSON with the training thread's and the workers' spans" "$PY" -c '
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["name"] for e in ev if e["ph"] == "X"}
+threads = {e["args"]["name"] for e in ev if e["ph"] == "M"}
+ok = {"forward", "backward", "optimizer", "data-wait", "sample"} <= names and "train" in threads
+ok = ok and any(t.startswith("loader worker") for t in threads)
+ok = ok and all(e["dur"] >= 0 and e["ts"] >= 0 for e in ev if e["ph"] == "X")
+steps = sum(1 for e in ev if e["name"] == "optimizer")
+sys.exit(not (ok and steps == 40))' "$T/trace.json"
+expect 2 "--trace into a missing folder" "$T/no/such/trace.json" -- "$KILN" train "${Q[@]}" --data "$T/jpg" --resize 28 \
+    --channels 1 --max-steps 1 --trace "$T/no/such/trace.json"
+expect 2 "--workers lots" "--workers" -- "$KILN" train "${Q[@]}" --data "$T/jpg" --workers lots
 
 # ---- option errors ----
 expect 2 "transforms on IDX data" "IDX data" "--resize" -- "$KILN" train "${Q[@]}" --data "$T/idx" --resize 28 --max-steps 1
