@@ -65,6 +65,20 @@ check() {
     if "$@"; then ok; else bad "$name"; fi
 }
 
+# small_idx DIR NTRAIN NTEST: an IDX folder of Fashion-MNIST's first NTRAIN
+# training and NTEST test samples (at most 65535 each), for quick packs
+small_idx() {
+    local f hdr n kind skip size
+    mkdir -p "$1"
+    for f in train-images-idx3:$2:3 train-labels-idx1:$2:1 t10k-images-idx3:$3:3 t10k-labels-idx1:$3:1; do
+        n=${f#*:} && n=${n%:*} && kind=${f##*:} && f=${f%%:*}
+        if [ "$kind" = 3 ]; then hdr=$(printf '\\x00\\x00\\x08\\x03\\x00\\x00\\x%02x\\x%02x\\x00\\x00\\x00\\x1c\\x00\\x00\\x00\\x1c' $((n >> 8)) $((n & 255)))
+        else hdr=$(printf '\\x00\\x00\\x08\\x01\\x00\\x00\\x%02x\\x%02x' $((n >> 8)) $((n & 255))); fi
+        skip=$((4 + 4 * kind)) size=$((n * (kind == 3 ? 784 : 1)))
+        { printf "$hdr"; gzip -dc "$DATA/$f-ubyte.gz" | tail -c +$((skip + 1)) | head -c "$size"; } >"$1/$f-ubyte"
+    done
+}
+
 harness_finish() {
     echo "$HARNESS_NAME: $pass passed, $fail failed"
     [ "$fail" -eq 0 ]

@@ -13,6 +13,7 @@
 #include <zlib.h>
 #include "data/internal/image.h"
 #include "data/internal/transform.h"
+#include "imagetest.h"
 #include "kiln/data.h"
 #include "testutil.h"
 
@@ -20,24 +21,6 @@
 static char g_tmp[64];
 
 static int contains(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
-
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)len + 1);
-    *n = b ? fread(b, 1, (size_t)len, f) : 0;
-    fclose(f);
-    return b;
-}
-
-static void spit(const char *path, const void *b, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(b, 1, n, f) != n) fprintf(stderr, "cannot write %s\n", path);
-    if (f) fclose(f);
-}
 
 /* largest difference between a and the raw file `ref` of n bytes; -1 when missing */
 static int max_diff(const uint8_t *a, const char *ref, size_t n, int *nonconst) {
@@ -286,8 +269,6 @@ static void put_image(const char *path, int w, int h, int c, int seed, int forma
     free(px);
 }
 
-static void mk(const char *p) { CHECK_MSG(mkdir(p, 0777) == 0, "mkdir %s", p); }
-
 /* DIR/train/<a|b|c>/ and DIR/test/..., 20x24 (w x h) images, JPEG and PNG mixed */
 static void make_folder(const char *dir, int per_class) {
     char p[512];
@@ -396,34 +377,7 @@ static void test_folder_errors(void) {
 
 /* ---------- the loader over an image folder ---------- */
 
-static uint64_t epoch_checksum(kiln_dataset *ds, int workers, int *err) {
-    kiln_loader_config c = kiln_loader_defaults();
-    c.batch_size = 4;
-    c.workers = workers;
-    c.seed = 7;
-    kiln_loader *L = NULL;
-    uint64_t h = 1469598103934665603ull;
-    *err = 0;
-    if (kiln_loader_new(ds, &c, &L) != KILN_OK) return *err = 1, 0;
-    int64_t numel = kiln_shape_numel(ds->sample_ndim, ds->sample_shape);
-    for (int e = 0; e < 2 && !*err; e++) {
-        kiln_loader_start_epoch(L, e, 0);
-        kiln_batch b;
-        int rc;
-        while ((rc = kiln_loader_next(L, &b)) == 1) {
-            for (int64_t i = 0; i < b.n * numel; i++) {
-                uint32_t u;
-                memcpy(&u, &b.x[i], 4);
-                h = (h ^ u) * 1099511628211ull;
-            }
-            for (int64_t i = 0; i < b.n; i++) h = (h ^ (uint32_t)b.y[i]) * 1099511628211ull;
-            kiln_loader_release(L, &b);
-        }
-        if (rc < 0) *err = 1;
-    }
-    kiln_loader_free(L);
-    return h;
-}
+static uint64_t epoch_checksum(kiln_dataset *ds, int workers, int *err) { return loader_hash(ds, workers, 2, NULL, err); }
 
 static void test_determinism(const char *dir) {
     kiln_data_config dc = kiln_data_defaults();

@@ -6,7 +6,7 @@
 # bad input exits 2 naming what is wrong: a corrupt file met by a loader
 # worker (or by the training thread with --workers 0), samples the model
 # cannot take, transforms on IDX data, malformed transform options, pack's
-# options for shards given to another format (shards: test_shard.sh);
+# options for shards given to another format (shards: test_shards.sh);
 # `kiln bench loader` gives a JSON line per workers
 # value and exits 2 on bad options.
 #
@@ -25,19 +25,7 @@ if [ ! -d "$DATA" ]; then
     exit 0
 fi
 
-# a small IDX folder: the first 640 training and 200 test samples of Fashion-MNIST
-idx_head() { # SRC DST COUNT KIND(3: images, 1: labels)
-    local hdr
-    if [ "$4" = 3 ]; then hdr=$(printf '\\x00\\x00\\x08\\x03\\x00\\x00\\x%02x\\x%02x\\x00\\x00\\x00\\x1c\\x00\\x00\\x00\\x1c' $(($3 >> 8)) $(($3 & 255)))
-    else hdr=$(printf '\\x00\\x00\\x08\\x01\\x00\\x00\\x%02x\\x%02x' $(($3 >> 8)) $(($3 & 255))); fi
-    local skip=$((4 + 4 * $4)) size=$(($3 * ($4 == 3 ? 784 : 1)))
-    { printf "$hdr"; gzip -dc "$1" | tail -c +$((skip + 1)) | head -c "$size"; } >"$2"
-}
-mkdir -p "$T/idx"
-idx_head "$DATA/train-images-idx3-ubyte.gz" "$T/idx/train-images-idx3-ubyte" 640 3
-idx_head "$DATA/train-labels-idx1-ubyte.gz" "$T/idx/train-labels-idx1-ubyte" 640 1
-idx_head "$DATA/t10k-images-idx3-ubyte.gz" "$T/idx/t10k-images-idx3-ubyte" 200 3
-idx_head "$DATA/t10k-labels-idx1-ubyte.gz" "$T/idx/t10k-labels-idx1-ubyte" 200 1
+small_idx "$T/idx" 640 200
 
 Q=(--quiet --json --model mnist-cnn --batch-size 32 --threads 2)
 
