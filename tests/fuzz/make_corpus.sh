@@ -215,6 +215,37 @@ EOF
 printf '%s\n' '# libFuzzer dictionary for fuzz_http (made by make_corpus.sh)' '"HTTP/1.1 "' '"HTTP/2 "' '"206"' \
     '"Content-Range:"' '"bytes "' '"*/"' '"/*"' '"-"' '"\x0d\x0a"' '"9223372036854775807"' >http.dict
 
-for t in safetensors checkpoint idx options image http; do
+# ---------- shard: flags, a 4-byte little-endian manifest length, index.json, one shard (fuzz_shard.c) ----------
+# shards that kiln pack writes from a folder of the image fixtures, encoded and decoded
+mkdir -p corpus/shard "$T/imgs/train/a" "$T/imgs/train/b" "$T/imgs/test/a" "$T/imgs/test/b"
+find corpus/shard -type f ! -name 'regress-*' -delete
+F=../ref/fixtures/images
+cp $F/gray.jpg $F/rgb.png "$T/imgs/train/a/" && cp $F/rgb.jpg $F/gray.png "$T/imgs/train/b/"
+cp $F/gray.jpg "$T/imgs/test/a/" && cp $F/rgba.png "$T/imgs/test/b/"
+"$KILN" pack --from "$T/imgs" --to "$T/enc" --format shard >/dev/null 2>&1
+"$KILN" pack --from "$T/imgs" --to "$T/dec" --format shard --decoded --size 6 --channels 1 >/dev/null 2>&1
+python3 - "$T" <<'EOF'
+import json, struct, sys
+T = sys.argv[1]
+def put(name, flags, manifest, shard):
+    m = json.dumps(manifest, separators=(',', ':')).encode()
+    open(f'corpus/shard/{name}', 'wb').write(struct.pack('<BI', flags, len(m)) + m + shard)
+for kind in ['enc', 'dec']:
+    m = json.load(open(f'{T}/{kind}/index.json'))
+    shard = open(f'{T}/{kind}/train-00000.kshard', 'rb').read()
+    n = m['splits']['train']['count']
+    one = {'file': 'train-00000.kshard', 'count': n}
+    m['splits']['test'] = {'count': n, 'shards': [{'file': 'test-00000.kshard', 'count': n}]}
+    for flags in [0, 3, 5]:
+        put(f'{kind}-{flags}.bin', flags, m, shard)
+    put(f'{kind}-cut.bin', 1, m, shard[:len(shard) // 2])
+    two = dict(m, splits={'train': {'count': 2 * n, 'shards': [one, one]}})
+    put(f'{kind}-twice.bin', 2, two, shard)
+EOF
+printf '%s\n' '# libFuzzer dictionary for fuzz_shard (made by make_corpus.sh)' '"KILNSHRD"' '"kiln-shards"' '"encoded"' \
+    '"decoded"' '"splits"' '"train"' '"test"' '"shards"' '"count"' '"file"' '"classes"' '"version"' '"records"' \
+    '"train-00000.kshard"' '"\x01\x00\x00\x00"' '"\xff\xd8\xff"' '"\x89PNG\x0d\x0a\x1a\x0a"' >shard.dict
+
+for t in safetensors checkpoint idx options image http shard; do
     echo "make_corpus: corpus/$t: $(find "corpus/$t" -type f | wc -l) files, $(du -sk "corpus/$t" | cut -f1) KB"
 done
