@@ -9,7 +9,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 20
 
-.PHONY: all deps run test test-fast test-asan test-gpu fuzz fuzz-smoke fuzz-build bench bench-loader bench-gpu fixtures interop clean
+.PHONY: all deps run test test-fast test-asan test-gpu fuzz fuzz-smoke fuzz-build bench bench-loader bench-train-data bench-gpu fixtures interop clean
 
 all: $(BUILD)/kiln
 
@@ -83,6 +83,11 @@ bench-loader: deps
 	@bash scripts/install-deps.sh --bench
 	@$(MAKE) --no-print-directory all
 	bash bench/loader.sh
+
+# does training wait for data? mnist-cnn from IDX, from a JPEG folder (--workers auto), and with --cache
+bench-train-data: deps
+	@$(MAKE) --no-print-directory all
+	bash bench/train_data.sh
 
 # regenerate the PyTorch fixtures (needs python3-torch; CI uses the committed ones)
 fixtures:
