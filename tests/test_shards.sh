@@ -142,6 +142,9 @@ expect 2 "pack over existing shards" "$T/enc/index.json" "already exists" -- \
     "$KILN" pack --from "$T/jpg" --to "$T/enc" --format shard
 expect 2 "--size from an image folder without --decoded" "--decoded" -- "$KILN" pack --from "$T/jpg" --to "$T/x" --format shard --size 16
 expect 2 "--shard-size 0 is the default, -3 is not" "--shard-size" -- "$KILN" pack --from "$T/idx" --to "$T/y" --format shard --shard-size -3
+expect 2 "pack --format jpeg from shards" "--from $T/enc" "IDX" -- "$KILN" pack --from "$T/enc" --to "$T/z" --format jpeg
+expect 2 "pack shards from shards" "--from $T/enc" -- "$KILN" pack --from "$T/enc" --to "$T/z" --format shard
+check "a refused pack leaves no folder" test ! -e "$T/z"
 expect 2 "--val-split on shards" "--val-split" -- "$KILN" train "${Q[@]}" --data "$T/enc" --val-split 0.1 --max-steps 1
 V=$(ls "$T/jpg/train/3" | head -n 1)
 head -c 300 "$T/jpg/train/3/$V" >"$T/cut.jpg" && cp "$T/cut.jpg" "$T/jpg/train/3/$V"

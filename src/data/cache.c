@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "data/internal/cache.h"
 #include "data/internal/shard.h"
@@ -118,6 +119,8 @@ static void give_up(kiln_cache *c, const char *why) {
 
 /* the spill's records, in index order, into the cache file; then it is opened as any cache file */
 static void complete(kiln_cache *c) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int64_t total = atomic_load(&c->spill_pos);
     uint8_t *map = total ? mmap(NULL, (size_t)total, PROT_READ, MAP_SHARED, c->spill, 0) : NULL;
     kiln_shard_writer *w = NULL;
@@ -134,7 +137,9 @@ static void complete(kiln_cache *c) {
     }
     close(c->spill);
     c->spill = -1;
-    kiln_log(KILN_LOG_INFO, "cache: wrote %s (%lld samples)", c->path, (long long)c->len);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    kiln_log(KILN_LOG_INFO, "cache: wrote %s (%lld samples, %.0f MB, in %.2f s)", c->path, (long long)c->len, total / 1048576.0,
+             (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     atomic_store_explicit(&c->ready, 1, memory_order_release);
 }
 

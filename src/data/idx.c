@@ -50,12 +50,16 @@ static kiln_status idx_get(const kiln_dataset *ds, int64_t index, uint64_t key, 
 }
 
 /* the raw pixels and labels, for kiln pack (data/internal/idx.h) */
-void kiln_idx_raw(const kiln_dataset *ds, const uint8_t **pixels, const uint8_t **labels, int *rows, int *cols) {
+static void idx_destroy(kiln_dataset *ds);
+
+kiln_status kiln_idx_raw(const kiln_dataset *ds, const uint8_t **pixels, const uint8_t **labels, int *rows, int *cols) {
+    if (ds->destroy != idx_destroy) return kiln_fail(KILN_ERR_INVALID_ARG, "%s is not IDX data", ds->name);
     const idx_impl *d = ds->impl;
     *pixels = d->pixels;
     *labels = d->labels;
     *rows = (int)ds->sample_shape[1];
     *cols = (int)ds->sample_shape[2];
+    return KILN_OK;
 }
 
 static void idx_destroy(kiln_dataset *ds) {

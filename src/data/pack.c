@@ -53,13 +53,15 @@ static kiln_status write_file(const char *path, const uint8_t *data, size_t n) {
     return KILN_OK;
 }
 
-void kiln_idx_images_init(kiln_idx_images *s, const kiln_dataset *ds, int size, int channels) {
+kiln_status kiln_idx_images_init(kiln_idx_images *s, const kiln_dataset *ds, const char *from, int size, int channels) {
     memset(s, 0, sizeof *s);
     kiln_data_config dc = kiln_data_defaults();
     kiln_tf_init(&s->tf, &dc, 0);
-    kiln_idx_raw(ds, &s->pixels, &s->labels, &s->rows, &s->cols);
     s->size = size;
     s->channels = channels;
+    if (kiln_idx_raw(ds, &s->pixels, &s->labels, &s->rows, &s->cols) == KILN_OK) return KILN_OK;
+    return kiln_fail(KILN_ERR_INVALID_ARG, "--from %s: kiln pack reads fashion-mnist, mnist or a folder of IDX files (and, for "
+                     "--format shard, an image folder)", from);
 }
 
 int kiln_idx_images_side(const kiln_idx_images *s) { return s->size ? s->size : (s->rows > s->cols ? s->rows : s->cols); }
@@ -151,7 +153,10 @@ kiln_status kiln_pack_images(const char *from, const char *to, const char *forma
         if ((st = kiln_dataset_open(from, train, &ds)) != KILN_OK) break;
         pack_job j;
         memset(&j, 0, sizeof j);
-        kiln_idx_images_init(&j.src, ds, size, channels);
+        if ((st = kiln_idx_images_init(&j.src, ds, from, size, channels)) != KILN_OK) {
+            kiln_dataset_free(ds);
+            break;
+        }
         char dir[PATH_MAX];
         snprintf(dir, sizeof dir, "%s/%s", to, train ? "train" : "test");
         j.dir = dir;

@@ -154,7 +154,7 @@ static kiln_status open_src(const char *from, int folder, int train, pack_src *p
     if (!folder) {
         kiln_status st = kiln_dataset_open(from, train, &p->ds);
         if (st != KILN_OK) return st;
-        kiln_idx_images_init(&p->idx, p->ds, p->size, p->channels);
+        if ((st = kiln_idx_images_init(&p->idx, p->ds, from, p->size, p->channels)) != KILN_OK) return st;
         p->side = kiln_idx_images_side(&p->idx);
         p->len = p->ds->len;
         return set_classes(m, 10, NULL);
@@ -175,7 +175,8 @@ static void close_src(pack_src *p) {
     p->r = NULL;
 }
 
-static kiln_status check(const char *to, int folder, int decoded, int64_t shard_size, int size, int channels) {
+/* the arguments; OUT is created when missing (*made) */
+static kiln_status check(const char *to, int folder, int decoded, int64_t shard_size, int size, int channels, int *made) {
     if (shard_size < 1 || shard_size > KILN_SHARD_MAX_COUNT)
         return kiln_fail(KILN_ERR_INVALID_ARG, "--shard-size is %lld; use 1..%lld", (long long)shard_size, (long long)KILN_SHARD_MAX_COUNT);
     if (size < 0 || size > 4096) return kiln_fail(KILN_ERR_INVALID_ARG, "--size is %d; use 1..4096 (0: as the data)", size);
@@ -187,7 +188,8 @@ static kiln_status check(const char *to, int folder, int decoded, int64_t shard_
     struct stat sb;
     snprintf(p, sizeof p, "%s/%s", to, KILN_MANIFEST_NAME);
     if (stat(p, &sb) == 0) return kiln_fail(KILN_ERR_INVALID_ARG, "%s already exists: remove it or choose another --to", p);
-    if (mkdir(to, 0777) != 0 && errno != EEXIST) return kiln_fail(KILN_ERR_IO, "%s: cannot create: %s", to, strerror(errno));
+    *made = mkdir(to, 0777) == 0;
+    if (!*made && errno != EEXIST) return kiln_fail(KILN_ERR_IO, "%s: cannot create: %s", to, strerror(errno));
     return KILN_OK;
 }
 
@@ -207,7 +209,8 @@ kiln_status kiln_pack_shards(const char *from, const char *to, int decoded, int6
     int named = !strcmp(from, "fashion-mnist") || !strcmp(from, "mnist");
     int folder = !named && kiln_imagefolder_detect(from);
     if (!shard_size) shard_size = DEFAULT_SHARD_SIZE;
-    kiln_status st = check(to, folder, decoded, shard_size, size, channels);
+    int made = 0;
+    kiln_status st = check(to, folder, decoded, shard_size, size, channels, &made);
     if (st != KILN_OK) return st;
     kiln_manifest m;
     memset(&m, 0, sizeof m);
@@ -221,6 +224,7 @@ kiln_status kiln_pack_shards(const char *from, const char *to, int decoded, int6
     }
     if (st == KILN_OK) st = kiln_manifest_write(to, &m);
     if (st != KILN_OK) remove_shards(to, &m);
+    if (st != KILN_OK && made) rmdir(to);
     kiln_manifest_free(&m);
     return st;
 }

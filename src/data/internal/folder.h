@@ -16,6 +16,6 @@ int kiln_shards_detect(const char *folder);
 /* packed shards (OUT/index.json and its shard files), local or at a URL */
 kiln_status kiln_shards_open(const char *base, int train, const kiln_data_config *dc, kiln_dataset **out);
 /* an IDX dataset's raw pixels [len, rows, cols] and labels, for kiln pack */
-void kiln_idx_raw(const kiln_dataset *ds, const uint8_t **pixels, const uint8_t **labels, int *rows, int *cols);
+kiln_status kiln_idx_raw(const kiln_dataset *ds, const uint8_t **pixels, const uint8_t **labels, int *rows, int *cols);
 
 #endif

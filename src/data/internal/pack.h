@@ -13,7 +13,8 @@ typedef struct kiln_idx_images {
     int rows, cols, size, channels;
 } kiln_idx_images;
 
-void kiln_idx_images_init(kiln_idx_images *s, const kiln_dataset *ds, int size, int channels);
+/* an error (naming `from`) when ds is not IDX data */
+kiln_status kiln_idx_images_init(kiln_idx_images *s, const kiln_dataset *ds, const char *from, int size, int channels);
 /* the largest side an image can have, for buffers of side * side * 4 bytes */
 int kiln_idx_images_side(const kiln_idx_images *s);
 /* image i, resized to size x size when size > 0 and copied to RGB for 3
