@@ -66,6 +66,7 @@ typedef struct kiln_data_config {
     int channels;             /* 1 or 3 (PIL's convert('L') / convert('RGB')); 0: 3 for images, 1 for IDX */
     float val_split;          /* DIR/<class>/... without train/ and test/: this share is the test split */
     const char *cache;        /* image folders and shards: keep decoded samples in this folder (NULL: none) */
+    int block;                /* token files: tokens per sample (x: block tokens, labels: the next block) */
 } kiln_data_config;
 kiln_data_config kiln_data_defaults(void);
 /* "N" or "N,lo,hi" into random_resized_crop and scale */
@@ -84,9 +85,21 @@ kiln_status kiln_dataset_open(const char *name_or_folder, int train, kiln_datase
 /* The same with transforms (NULL: defaults). A folder holding train/ (and test/)
  * or class folders of .jpg/.jpeg/.png files is an image folder (torchvision's
  * ImageFolder: classes are the sorted folder names); one holding the IDX files
- * is IDX data. */
+ * is IDX data. "cifar10:DIR" is CIFAR-10's binary version (DIR holds
+ * data_batch_{1..5}.bin and test_batch.bin), "tokens:FILE" a token file. */
 kiln_status kiln_dataset_open_config(const char *name_or_folder, int train, const kiln_data_config *dc, kiln_dataset **out);
 void kiln_dataset_free(kiln_dataset *ds);
+
+/* llm.c's token files: a header of 256 little-endian int32 (magic 20240520,
+ * version 1, token count), then the tokens as uint16. `--data tokens:FILE`
+ * (with dc->block) serves windows of block + 1 tokens: x the first block (as
+ * float), the labels (label_numel = block) the next ones. Training windows
+ * start at a random offset drawn from the sample's key, (count - 1) / block of
+ * them per epoch; the test split is the file's consecutive windows. */
+#define KILN_TOKENS_MAGIC 20240520
+#define KILN_TOKENS_VERSION 1
+/* Writes n tokens as a token file, atomically (a temporary renamed into place). */
+kiln_status kiln_tokens_write(const char *path, const uint16_t *tokens, int64_t n);
 
 /* Which samples an epoch visits, in which order: `len` samples per epoch,
  * `order` writes them for epoch e. Must be a pure function of (e, its own

@@ -362,6 +362,8 @@ kiln_status kiln_dataset_open_config(const char *name_or_folder, int train, cons
     const char *root = getenv("KILN_DATA_ROOT");
     if (!root || !*root) root = "/usr/share/datasets";
     int named = strcmp(name_or_folder, "fashion-mnist") == 0 || strcmp(name_or_folder, "mnist") == 0;
+    if (strncmp(name_or_folder, "cifar10:", 8) == 0) return kiln_cifar_open(name_or_folder + 8, train, &dc, out);
+    if (strncmp(name_or_folder, "tokens:", 7) == 0) return kiln_tokens_open(name_or_folder + 7, train, &dc, out);
     if (kiln_source_is_url(name_or_folder)) return kiln_shards_open(name_or_folder, train, &dc, out); /* shards over HTTP */
     char folder[PATH_MAX];
     if (named) snprintf(folder, sizeof folder, "%s/%s", root, name_or_folder);

@@ -15,7 +15,12 @@
 #   image        the JPEG and PNG fixtures of tests/ref/fixtures/images (PIL's),
 #                each behind a flags byte (channels, DCT scale, crop)
 #   http         header blocks of answers to ranged GETs (206, 200, 404, 416,
-#                a redirect, wrong and short ranges) behind the range asked for
+#                a redirect, wrong and short ranges, a multipart body of
+#                three ranges) behind the range asked for
+#   cifar        pairs of CIFAR-10 batch files from tests/ref/fixtures/formats
+#                (whole, one record, a cut record, a label out of range)
+#   tokens       the token file of tests/ref/fixtures/formats, a short one, a
+#                bad magic, a cut one, behind a flags byte (block, split)
 #
 # Regression inputs (crashes the fuzzers found, fixed) live in the same
 # folders under names starting with "regress-"; this script keeps them.
@@ -211,9 +216,19 @@ put('404.bin', 0, 1, 0xffffffff, 0, ['HTTP/1.1 404 Not Found', 'Content-Type: te
 put('416-empty.bin', 0, 1, 0xffffffff, 0, ['HTTP/1.1 416 Requested Range Not Satisfiable', 'Content-Range: bytes */0'])
 put('redirect.bin', 100, 50, 1000, 50, ['HTTP/1.1 301 Moved Permanently', 'Location: /b/x', ''] + ok)
 put('http2-503.bin', 7, 3, 10, 0, ['HTTP/2 503', 'retry-after: 1'])
+def part(a, b, total):
+    return (f'\r\n--00000000000000000007\r\nContent-Type: application/octet-stream\r\n'
+            f'Content-Range: bytes {a}-{b}/{total}\r\n\r\n').encode() + bytes((a + i) % 251 for i in range(b - a + 1))
+body = part(10, 19, 1000) + part(500, 503, 1000) + part(0, 0, 1000) + b'\r\n--00000000000000000007--\r\n'
+multi = ['HTTP/1.1 206 Partial Content', 'Content-Type: multipart/byteranges; boundary=00000000000000000007',
+         f'Content-Length: {len(body)}']
+put('206-multipart.bin', 10, 10, 1000, len(body), multi)
+with open('corpus/http/206-multipart.bin', 'ab') as f:
+    f.write(body)
 EOF
 printf '%s\n' '# libFuzzer dictionary for fuzz_http (made by make_corpus.sh)' '"HTTP/1.1 "' '"HTTP/2 "' '"206"' \
-    '"Content-Range:"' '"bytes "' '"*/"' '"/*"' '"-"' '"\x0d\x0a"' '"9223372036854775807"' >http.dict
+    '"Content-Range:"' '"bytes "' '"*/"' '"/*"' '"-"' '"\x0d\x0a"' '"9223372036854775807"' \
+    '"Content-Type: multipart/byteranges; boundary="' '"--"' >http.dict
 
 # ---------- shard: flags, a 4-byte little-endian manifest length, index.json, one shard (fuzz_shard.c) ----------
 # shards that kiln pack writes from a folder of the image fixtures, encoded and decoded
@@ -246,6 +261,35 @@ printf '%s\n' '# libFuzzer dictionary for fuzz_shard (made by make_corpus.sh)' '
     '"decoded"' '"splits"' '"train"' '"test"' '"shards"' '"count"' '"file"' '"classes"' '"version"' '"records"' \
     '"train-00000.kshard"' '"\x01\x00\x00\x00"' '"\xff\xd8\xff"' '"\x89PNG\x0d\x0a\x1a\x0a"' >shard.dict
 
-for t in safetensors checkpoint idx options image http shard; do
+# ---------- cifar: flags, a 4-byte little-endian length, two batch files (fuzz_cifar.c) ----------
+# ---------- tokens: flags (block - 1, test split), a token file (fuzz_tokens.c) ----------
+mkdir -p corpus/cifar corpus/tokens
+find corpus/cifar corpus/tokens -type f ! -name 'regress-*' -delete
+python3 - <<'EOF'
+import struct
+F = '../ref/fixtures/formats'
+b1, b2 = open(f'{F}/cifar/data_batch_1.bin', 'rb').read(), open(f'{F}/cifar/test_batch.bin', 'rb').read()
+def cifar(name, flags, a, b):
+    open(f'corpus/cifar/{name}', 'wb').write(struct.pack('<BI', flags, len(a)) + a + b)
+for flags in [0, 2, 5, 7, 8, 13]:
+    cifar(f'two-{flags}.bin', flags, b1[:3073], b2[:2 * 3073])
+cifar('one-record.bin', 1, b1[:3073], b'')
+cifar('cut.bin', 0, b1, b2[:3000])
+cifar('label-10.bin', 3, b'\x0a' + b1[1:3073], b'')
+t = open(f'{F}/tokens.bin', 'rb').read()
+def tokens(name, flags, data):
+    open(f'corpus/tokens/{name}', 'wb').write(bytes([flags]) + data)
+for flags in [0, 15, 63, 64 + 7]:
+    tokens(f'file-{flags}.bin', flags, t)
+short = bytearray(t[:1024 + 2 * 5]); short[8:12] = struct.pack('<i', 5)
+tokens('five-tokens.bin', 3, bytes(short))
+tokens('bad-magic.bin', 0, b'\x00' + t[1:])
+tokens('cut.bin', 1, t[:-3])
+tokens('header-only.bin', 0, t[:1024])
+EOF
+printf '%s\n' '# libFuzzer dictionary for fuzz_tokens (made by make_corpus.sh)' '"\x88\xd8\x34\x01"' '"\x01\x00\x00\x00"' \
+    '"\xff\xff\xff\x7f"' '"\xff\xff"' >tokens.dict
+
+for t in safetensors checkpoint idx options image http shard cifar tokens; do
     echo "make_corpus: corpus/$t: $(find "corpus/$t" -type f | wc -l) files, $(du -sk "corpus/$t" | cut -f1) KB"
 done

@@ -15,6 +15,13 @@ kiln_status kiln_imagefolder_records(const char *folder, int train, const kiln_d
 int kiln_shards_detect(const char *folder);
 /* packed shards (OUT/index.json and its shard files), local or at a URL */
 kiln_status kiln_shards_open(const char *base, int train, const kiln_data_config *dc, kiln_dataset **out);
+/* CIFAR-10's binary batches in `dir` (cifar.c) */
+kiln_status kiln_cifar_open(const char *dir, int train, const kiln_data_config *dc, kiln_dataset **out);
+/* the same from 1..5 batch files (the fuzz target's way in) */
+kiln_status kiln_cifar_open_files(const char *const *files, int n, const char *name, int train, const kiln_data_config *dc,
+                                  kiln_dataset **out);
+/* a token file (tokens.c): windows of dc->block + 1 tokens */
+kiln_status kiln_tokens_open(const char *path, int train, const kiln_data_config *dc, kiln_dataset **out);
 /* an IDX dataset's raw pixels [len, rows, cols] and labels, for kiln pack */
 kiln_status kiln_idx_raw(const kiln_dataset *ds, const uint8_t **pixels, const uint8_t **labels, int *rows, int *cols);
 

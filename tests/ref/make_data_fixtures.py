@@ -1,0 +1,92 @@
+#!/usr/bin/python3
+"""Fixtures for tests/test_formats.c: CIFAR-10's binary batches and an llm.c
+token file, written with numpy from seeded random arrays, and what torchvision
+makes of the same arrays. Writes tests/ref/fixtures/formats/:
+
+  cifar/data_batch_{1..5}.bin, cifar/test_batch.bin, cifar/batches.meta.txt
+        CIFAR-10's binary layout: per record a label byte, then 1024 R, 1024 G,
+        1024 B bytes (32x32, row-major); 2, 1, 2, 1, 1 training records and 3
+        test records of random pixels and labels
+  cifar_<case>_<split>.f32
+        float32 [n, C, H, W]: every sample of the split through torchvision's
+        transforms on the PIL image of its array (Image.fromarray(HWC)):
+          norm3      ToTensor, Normalize((0.49, 0.48, 0.45), (0.25, 0.24, 0.26))
+          grey       convert('L'), ToTensor, Normalize((0.5,), (0.25,))
+          resize     Resize(20), CenterCrop(16), ToTensor (antialiased shrink; test split)
+  tokens.bin   llm.c's token file: 256 int32 (magic 20240520, version 1, count), uint16 tokens
+  tokens.txt   the same tokens as text, one line (the test's independent copy)
+
+Regenerate (CI uses the committed files):  /usr/bin/python3 tests/ref/make_data_fixtures.py
+"""
+import os
+
+import numpy as np
+import torch
+import torchvision.transforms as T
+from PIL import Image
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "formats")
+CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+def write_batch(path, labels, pixels):
+    """pixels [n, 3, 32, 32] u8, labels [n] u8, as CIFAR-10's binary records"""
+    rec = np.concatenate([labels.reshape(-1, 1), pixels.reshape(len(labels), -1)], axis=1).astype(np.uint8)
+    rec.tofile(path)
+
+
+def expected(pixels, tf, name):
+    """torchvision's transform of each sample's PIL image, stacked as float32"""
+    out = [tf(Image.fromarray(p.transpose(1, 2, 0), "RGB")) for p in pixels]
+    torch.stack(out).numpy().astype(np.float32).tofile(os.path.join(OUT, name))
+
+
+def cifar(rng):
+    os.makedirs(os.path.join(OUT, "cifar"), exist_ok=True)
+    splits = {}
+    train_l, train_p = [], []
+    for i, n in enumerate([2, 1, 2, 1, 1]):
+        labels = rng.integers(0, 10, n).astype(np.uint8)
+        pixels = rng.integers(0, 256, (n, 3, 32, 32)).astype(np.uint8)
+        write_batch(os.path.join(OUT, "cifar", f"data_batch_{i + 1}.bin"), labels, pixels)
+        train_l.append(labels)
+        train_p.append(pixels)
+    splits["train"] = (np.concatenate(train_l), np.concatenate(train_p))
+    labels = rng.integers(0, 10, 3).astype(np.uint8)
+    pixels = rng.integers(0, 256, (3, 3, 32, 32)).astype(np.uint8)
+    write_batch(os.path.join(OUT, "cifar", "test_batch.bin"), labels, pixels)
+    splits["test"] = (labels, pixels)
+    with open(os.path.join(OUT, "cifar", "batches.meta.txt"), "w") as f:
+        f.write("\n".join(CLASSES) + "\n\n")
+    norm3 = T.Compose([T.ToTensor(), T.Normalize((0.49, 0.48, 0.45), (0.25, 0.24, 0.26))])
+    grey = T.Compose([T.Grayscale(1), T.ToTensor(), T.Normalize((0.5,), (0.25,))])
+    for split, (labels, pixels) in splits.items():
+        expected(pixels, norm3, f"cifar_norm3_{split}.f32")
+        expected(pixels, grey, f"cifar_grey_{split}.f32")
+        with open(os.path.join(OUT, f"cifar_labels_{split}.txt"), "w") as f:
+            f.write(" ".join(str(int(v)) for v in labels) + "\n")
+    resize = T.Compose([T.Resize(20), T.CenterCrop(16), T.ToTensor()])
+    expected(splits["test"][1], resize, "cifar_resize_test.f32")
+
+
+def tokens(rng):
+    toks = rng.integers(0, 50257, 1000).astype(np.uint16)
+    header = np.zeros(256, dtype=np.int32)
+    header[0], header[1], header[2] = 20240520, 1, len(toks)
+    with open(os.path.join(OUT, "tokens.bin"), "wb") as f:  # llm.c's write_datafile
+        f.write(header.tobytes())
+        f.write(toks.tobytes())
+    with open(os.path.join(OUT, "tokens.txt"), "w") as f:
+        f.write(" ".join(str(int(t)) for t in toks) + "\n")
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    rng = np.random.default_rng(20240520)
+    cifar(rng)
+    tokens(rng)
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
