@@ -8,13 +8,19 @@
  * With `--ranges URL FILE SEED` (tests/test_http.sh, against nginx serving
  * FILE at URL): the size learnt at open, random ranges read one by one, from
  * four threads at once, and after will_need hints (some read, some not),
- * each compared with the local file; a range past the end is an error. */
+ * each compared with the local file; a range past the end is an error.
+ *
+ * With `--epoch DATA WORKERS`: one shuffled epoch of DATA's training split
+ * (a folder or URL of shards; RandomResizedCrop 24, flip, grey) through the
+ * loader, and prints a hash of every batch's pixels and labels in order, so
+ * the test compares shards over HTTP with the same shards on disk. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data/internal/http_header.h"
+#include "kiln/data.h"
 #include "data/internal/source.h"
 #include "testutil.h"
 
@@ -96,6 +102,56 @@ static void test_check_range(void) {
         w.have_range = 0;
         CHECK(kiln_http_check_range(&w, off, len, size, buf, sizeof buf) && strstr(buf, "Content-Range"));
     }
+}
+
+/* a multipart/byteranges body as nginx writes it, of nparts random ranges of obj */
+static size_t multipart(uint8_t *out, const uint8_t *obj, int64_t size, int nparts, int64_t *first, int64_t *last) {
+    size_t at = 0;
+    for (int k = 0; k < nparts; k++) {
+        first[k] = rnd_below(size);
+        last[k] = first[k] + rnd_below(size - first[k] < 300 ? size - first[k] : 300);
+        at += (size_t)sprintf((char *)out + at, "\r\n--00000000000000000042\r\nContent-Type: application/octet-stream\r\n"
+                              "Content-Range: bytes %lld-%lld/%lld\r\n\r\n", (long long)first[k], (long long)last[k], (long long)size);
+        memcpy(out + at, obj + first[k], (size_t)(last[k] - first[k] + 1));
+        at += (size_t)(last[k] - first[k] + 1);
+    }
+    at += (size_t)sprintf((char *)out + at, "\r\n--00000000000000000042--\r\n");
+    return at;
+}
+
+static void test_multipart(void) {
+    char b[80];
+    const char *ct = "multipart/byteranges; boundary=00000000000000000042";
+    CHECK(kiln_http_multipart_boundary(ct, strlen(ct), b, sizeof b) && !strcmp(b, "00000000000000000042"));
+    ct = "Multipart/ByteRanges;boundary=\"a b;c\"; charset=x";
+    CHECK(kiln_http_multipart_boundary(ct, strlen(ct), b, sizeof b) && !strcmp(b, "a b;c"));
+    const char *no[] = {"multipart/byteranges", "multipart/mixed; boundary=x", "multipart/byteranges; boundary=",
+                        "multipart/byteranges; boundary=\"open", "multipart/byteranges; boundary=a\x01b", "multipart/byteranges; xboundary=y",
+                        "multipart/byteranges; boundary=12345678901234567890123456789012345678901234567890123456789012345678901"};
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+        CHECK_MSG(!kiln_http_multipart_boundary(no[i], strlen(no[i]), b, sizeof b), "accepted '%s'", no[i]);
+    uint8_t obj[1000], body[8000];
+    for (int i = 0; i < 1000; i++) obj[i] = (uint8_t)rnd();
+    kiln_http_part parts[8];
+    int64_t first[8], last[8];
+    for (int round = 0; round < 50; round++) {
+        int np = 1 + (int)rnd_below(8);
+        size_t n = multipart(body, obj, sizeof obj, np, first, last);
+        int got = kiln_http_parse_multipart(body, n, "00000000000000000042", parts, 8);
+        CHECK_MSG(got == np, "%d parts of %d", got, np);
+        for (int k = 0; k < got && k < np; k++)
+            CHECK(parts[k].first == first[k] && parts[k].last == last[k] && parts[k].total == 1000 &&
+                  !memcmp(parts[k].data, obj + first[k], (size_t)(last[k] - first[k] + 1)));
+        if (np > 1) CHECK(kiln_http_parse_multipart(body, n, "00000000000000000042", parts, np - 1) == -1);
+        CHECK(kiln_http_parse_multipart(body, n, "00000000000000000043", parts, 8) == -1);
+        size_t cut = (size_t)rnd_below((int64_t)n - 2); /* short of the final "--" */
+        uint8_t *copy = malloc(cut + 1);
+        memcpy(copy, body, cut);
+        CHECK_MSG(kiln_http_parse_multipart(copy, cut, "00000000000000000042", parts, 8) == -1, "cut at %zu of %zu", cut, n);
+        free(copy);
+    }
+    const char *nocr = "--x\r\nContent-Type: a\r\n\r\nabc\r\n--x--\r\n";
+    CHECK(kiln_http_parse_multipart((const uint8_t *)nocr, strlen(nocr), "x", parts, 8) == -1);
 }
 
 static void test_errors_without_server(void) {
@@ -218,12 +274,52 @@ static int test_ranges(const char *url, const char *path, uint64_t seed) {
     return tu_finish("test_http_source --ranges");
 }
 
+/* FNV-1a over bytes */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static int epoch_hash(const char *data, int workers) {
+    kiln_data_config dc = kiln_data_defaults();
+    dc.random_resized_crop = 24;
+    dc.hflip = 1;
+    dc.channels = 1;
+    kiln_dataset *ds;
+    kiln_loader *L;
+    if (kiln_dataset_open_config(data, 1, &dc, &ds) != KILN_OK) return fprintf(stderr, "%s\n", kiln_last_error()), 2;
+    kiln_loader_config lc = kiln_loader_defaults();
+    lc.batch_size = 32;
+    lc.workers = workers;
+    lc.seed = 7;
+    if (kiln_loader_new(ds, &lc, &L) != KILN_OK) return fprintf(stderr, "%s\n", kiln_last_error()), 2;
+    int64_t numel = 1;
+    for (int d = 0; d < ds->sample_ndim; d++) numel *= ds->sample_shape[d];
+    uint64_t h = 0xcbf29ce484222325ull;
+    int64_t batches = 0;
+    kiln_batch b;
+    int rc = kiln_loader_start_epoch(L, 1, 0) == KILN_OK ? 1 : -1;
+    while (rc == 1 && (rc = kiln_loader_next(L, &b)) == 1) {
+        h = fnv(fnv(h, b.x, (size_t)(b.n * numel) * sizeof(float)), b.y, (size_t)b.n * sizeof(int32_t));
+        batches++;
+        kiln_loader_release(L, &b);
+    }
+    if (rc < 0) fprintf(stderr, "%s\n", kiln_last_error());
+    else printf("%lld batches %016llx\n", (long long)batches, (unsigned long long)h);
+    kiln_loader_free(L);
+    kiln_dataset_free(ds);
+    return rc < 0 ? 2 : 0;
+}
+
 int main(int argc, char **argv) {
     kiln_log_set_level(KILN_LOG_WARN);
+    if (argc == 4 && !strcmp(argv[1], "--epoch")) return epoch_hash(argv[2], atoi(argv[3]));
     if (argc == 5 && !strcmp(argv[1], "--ranges")) return test_ranges(argv[2], argv[3], strtoull(argv[4], NULL, 10));
     test_content_range();
     test_lines();
     test_check_range();
+    test_multipart();
     test_errors_without_server();
     return tu_finish("test_http_source");
 }

@@ -22,6 +22,8 @@
 #include "kiln/status.h"
 
 #define MAX_FLIGHT 8                       /* read-ahead requests in flight */
+#define MAX_PARTS 64                       /* ranges of one source in one read-ahead request */
+#define GROUP_BYTES ((int64_t)4 << 20)     /* and their bytes */
 #define CACHE_ENTRIES 512                  /* ranges queued, in flight or fetched and not yet read */
 #define CACHE_BYTES ((int64_t)64 << 20)
 #define TRIES 4                            /* one request and three retries */
@@ -43,7 +45,7 @@ typedef struct entry {
     entry_state state;
     int readers;                           /* reads waiting for it or copying from it */
     int consumed;                          /* its last byte was read: dropped once no reader holds it */
-    int slot;                              /* its pump handle while in flight */
+    int slot;                              /* its pump request while in flight */
 } entry;
 
 /* a transfer's state, written by libcurl's callbacks */
@@ -55,6 +57,8 @@ typedef struct xfer {
     uint8_t *whole;
     int64_t whole_cap, whole_max;
     int overflow;                          /* more bytes came than asked for (or than whole_max) */
+    int multipart;                         /* the answer is multipart/byteranges, with this boundary */
+    char boundary[72];
     kiln_http_answer ans;
     char reason[64];
     char err[CURL_ERROR_SIZE];
@@ -73,7 +77,12 @@ struct kiln_http_client {
     int64_t cached_bytes;
     CURLM *multi;                          /* the pump's (its own connections) */
     CURL *pump_easy[MAX_FLIGHT];
-    xfer pump_x[MAX_FLIGHT];
+    struct request {                       /* a pump transfer: one range, or several (one multipart answer) */
+        entry *e[MAX_PARTS];
+        int n;
+        uint8_t *body;                     /* n > 1: the multipart body */
+        xfer x;
+    } req[MAX_FLIGHT];
     int pump_free[MAX_FLIGHT], n_pump_free;
     pthread_t pump;
     int pump_on, stop;
@@ -85,13 +94,14 @@ struct http_source {
     kiln_http_client *c;
     char *url;
     uint8_t *whole;                        /* the object, when the server ignores ranges */
+    int single;                            /* read-ahead asks one range per request (several failed once) */
 };
 
 /* ---------- one request ---------- */
 
 static void xfer_reset(xfer *x) {
     x->got = 0;
-    x->overflow = 0;
+    x->overflow = x->multipart = 0;
     memset(&x->ans, 0, sizeof x->ans);
     x->reason[0] = x->err[0] = 0;
 }
@@ -103,9 +113,11 @@ static size_t on_header(char *line, size_t size, size_t n, void *user) {
     size_t vn;
     long status;
     if (kiln_http_status_line(line, len, &status, x->reason, sizeof x->reason)) {
-        x->ans.have_range = 0; /* a new answer (after a redirect or a 100) */
+        x->ans.have_range = x->multipart = 0; /* a new answer (after a redirect or a 100) */
     } else if (kiln_http_header_value(line, len, "Content-Range", &v, &vn)) {
         x->ans.have_range = kiln_http_parse_content_range(v, vn, &x->ans.first, &x->ans.last, &x->ans.total);
+    } else if (kiln_http_header_value(line, len, "Content-Type", &v, &vn)) {
+        x->multipart = kiln_http_multipart_boundary(v, vn, x->boundary, sizeof x->boundary);
     }
     return len;
 }
@@ -303,42 +315,85 @@ static int make_room(kiln_http_client *c, int64_t len) {
     return c->n_entries < CACHE_ENTRIES && c->cached_bytes + len <= CACHE_BYTES;
 }
 
-/* a queued entry onto a free pump slot; under c->mu */
+/* e and the queued ranges of its source after it (up to MAX_PARTS and
+ * GROUP_BYTES) into one request on a free pump slot: "Range: bytes=a-b,c-d"
+ * is answered with a multipart/byteranges body; under c->mu */
 static void start(kiln_http_client *c, entry *e) {
-    e->buf = malloc((size_t)e->len);
-    if (!e->buf) {
-        e->state = E_FAILED; /* its reader fetches it itself */
+    int slot = c->pump_free[--c->n_pump_free];
+    struct request *r = &c->req[slot];
+    int64_t bytes = 0;
+    r->n = 0;
+    for (entry *f = e; f && r->n < (e->src->single ? 1 : MAX_PARTS); f = f->next) {
+        if (f->src != e->src || f->state != E_QUEUED || (r->n && bytes + f->len > GROUP_BYTES)) continue;
+        if (!(f->buf = malloc((size_t)f->len))) break;
+        r->e[r->n++] = f;
+        bytes += f->len;
+    }
+    char range[MAX_PARTS * 42];
+    size_t at = 0;
+    for (int k = 0; k < r->n; k++)
+        at += (size_t)snprintf(range + at, sizeof range - at, "%s%lld-%lld", k ? "," : "", (long long)r->e[k]->off,
+                               (long long)(r->e[k]->off + r->e[k]->len - 1));
+    /* a part's headers are ~100 bytes (boundary, type, range) */
+    int64_t cap = r->n == 1 ? e->len : bytes + 512 * (int64_t)r->n + 1024;
+    r->body = r->n > 1 ? malloc((size_t)cap) : NULL;
+    if (r->n == 0 || (r->n > 1 && !r->body)) { /* no memory: the readers fetch for themselves */
+        for (int k = 0; k < r->n; k++) free(r->e[k]->buf), r->e[k]->buf = NULL;
+        e->state = E_FAILED;
+        c->pump_free[c->n_pump_free++] = slot;
         return;
     }
-    int slot = c->pump_free[--c->n_pump_free];
-    xfer *x = &c->pump_x[slot];
-    char range[48];
-    snprintf(range, sizeof range, "%lld-%lld", (long long)e->off, (long long)(e->off + e->len - 1));
-    xfer_reset(x);
-    x->dst = e->buf;
-    x->cap = e->len;
-    setup(c->pump_easy[slot], c, e->src->url, range, x);
-    curl_easy_setopt(c->pump_easy[slot], CURLOPT_PRIVATE, (char *)e);
-    e->slot = slot;
-    e->state = E_FLIGHT;
+    xfer_reset(&r->x);
+    r->x.dst = r->n > 1 ? r->body : e->buf;
+    r->x.cap = cap;
+    setup(c->pump_easy[slot], c, e->src->url, range, &r->x);
+    curl_easy_setopt(c->pump_easy[slot], CURLOPT_PRIVATE, (char *)r);
+    for (int k = 0; k < r->n; k++) {
+        r->e[k]->slot = slot;
+        r->e[k]->state = E_FLIGHT;
+    }
     curl_multi_add_handle(c->multi, c->pump_easy[slot]);
 }
 
-/* a pump transfer ended; under c->mu. A failed one is left to its reader,
- * which fetches the range itself with retries (and names the error). */
-static void finish(kiln_http_client *c, entry *e, CURLcode rc) {
-    xfer *x = &c->pump_x[e->slot];
+/* e's bytes from the parts of a multipart answer (a part may hold more than e) */
+static int from_parts(entry *e, const kiln_http_part *p, int np) {
+    for (int k = 0; k < np; k++)
+        if (p[k].first <= e->off && e->off + e->len - 1 <= p[k].last && (p[k].total < 0 || p[k].total == e->size)) {
+            memcpy(e->buf, p[k].data + (e->off - p[k].first), (size_t)e->len);
+            return 1;
+        }
+    return 0;
+}
+
+/* a pump transfer ended; under c->mu. A range it did not bring is left to
+ * its reader, which fetches it itself with retries (and names the error). */
+static void finish(kiln_http_client *c, struct request *r, CURLcode rc) {
+    xfer *x = &r->x;
     char msg[320];
-    c->pump_free[c->n_pump_free++] = e->slot;
-    if (!e->src) {
-        unlink_free(c, e);
-        return;
+    kiln_http_part parts[MAX_PARTS];
+    int np = -1;
+    long st = 0;
+    if (r->n == 1) {
+        np = judge(x, rc, r->e[0]->off, r->e[0]->len, r->e[0]->size, msg, sizeof msg) == R_OK ? 0 : -1;
+    } else if (curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &st) == CURLE_OK && st == 206 && rc == CURLE_OK) {
+        if (x->multipart) np = kiln_http_parse_multipart(r->body, (size_t)x->got, x->boundary, parts, MAX_PARTS);
+        else if (x->ans.have_range && x->ans.last - x->ans.first + 1 == x->got)
+            np = 1, parts[0] = (kiln_http_part){x->ans.first, x->ans.last, x->ans.total, r->body};
     }
-    e->state = judge(x, rc, e->off, e->len, e->size, msg, sizeof msg) == R_OK ? E_DONE : E_FAILED;
-    if (e->state == E_FAILED) {
-        free(e->buf);
-        e->buf = NULL;
+    for (int k = 0; k < r->n; k++) {
+        entry *e = r->e[k];
+        int ok = np == 0 || (np > 0 && from_parts(e, parts, np));
+        e->state = ok ? E_DONE : E_FAILED;
+        if (!ok) free(e->buf), e->buf = NULL;
+        /* a server that answers several ranges with fewer, or with the whole object (a transfer that failed
+         * says nothing about that): one range per request from now on */
+        if (!ok && e->src && ((st == 206 && rc == CURLE_OK) || st == 200)) e->src->single = 1;
     }
+    for (int k = 0; k < r->n; k++)
+        if (!r->e[k]->src) unlink_free(c, r->e[k]);
+    free(r->body);
+    r->body = NULL;
+    c->pump_free[c->n_pump_free++] = (int)(r - c->req);
     pthread_cond_broadcast(&c->done);
 }
 
@@ -356,11 +411,11 @@ static void *pump(void *arg) {
             if (m->msg != CURLMSG_DONE) continue;
             CURL *easy = m->easy_handle;
             CURLcode rc = m->data.result;
-            char *e = NULL;
-            curl_easy_getinfo(easy, CURLINFO_PRIVATE, &e);
+            char *r = NULL;
+            curl_easy_getinfo(easy, CURLINFO_PRIVATE, &r);
             curl_multi_remove_handle(c->multi, easy);
             pthread_mutex_lock(&c->mu);
-            finish(c, (entry *)e, rc);
+            finish(c, (struct request *)r, rc);
             pthread_mutex_unlock(&c->mu);
         }
         curl_multi_poll(c->multi, NULL, 0, 1000, NULL);
@@ -590,8 +645,10 @@ void kiln_http_client_free(kiln_http_client *c) {
         pthread_join(c->pump, NULL);
     }
     while (c->head) unlink_free(c, c->head);
-    for (int i = 0; i < MAX_FLIGHT; i++)
+    for (int i = 0; i < MAX_FLIGHT; i++) {
+        free(c->req[i].body); /* a request still in flight when the pump stopped */
         if (c->pump_easy[i]) curl_easy_cleanup(c->pump_easy[i]);
+    }
     for (int i = 0; i < c->n_idle; i++) curl_easy_cleanup(c->idle[i]);
     free(c->idle);
     if (c->multi) curl_multi_cleanup(c->multi);

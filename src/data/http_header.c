@@ -114,4 +114,71 @@ const char *kiln_http_check_range(const kiln_http_answer *a, int64_t off, int64_
     return NULL;
 }
 
+int kiln_http_multipart_boundary(const char *v, size_t n, char *out, size_t cap) {
+    static const char type[] = "multipart/byteranges";
+    size_t k = sizeof type - 1, i;
+    if (n < k || strncasecmp(v, type, k) != 0) return 0;
+    for (i = k; i + 9 <= n; i++)
+        if (strncasecmp(v + i, "boundary=", 9) == 0 && (v[i - 1] == ';' || blank(v[i - 1]))) break;
+    if (i + 9 > n) return 0;
+    i += 9;
+    int quoted = i < n && v[i] == '"';
+    size_t a = i + (size_t)quoted, b = a;
+    while (b < n && (quoted ? v[b] != '"' : !blank(v[b]) && v[b] != ';')) b++;
+    if (quoted && b >= n) return 0;
+    if (b == a || b - a > 70 || b - a >= cap) return 0;
+    for (size_t k = a; k < b; k++)
+        if (v[k] < 32 || v[k] > 126) return 0; /* RFC 2046's characters are all printable */
+    memcpy(out, v + a, b - a);
+    out[b - a] = 0;
+    return 1;
+}
+
+/* at body[*i]: a line (up to and including "\n"); its length without the end in *len */
+static int next_line(const uint8_t *body, size_t n, size_t *i, size_t *start, size_t *len) {
+    const uint8_t *nl = *i < n ? memchr(body + *i, '\n', n - *i) : NULL;
+    if (!nl) return 0;
+    *start = *i;
+    *len = (size_t)(nl - (body + *i));
+    if (*len && body[*i + *len - 1] == '\r') (*len)--;
+    *i = (size_t)(nl - body) + 1;
+    return 1;
+}
+
+int kiln_http_parse_multipart(const uint8_t *body, size_t n, const char *boundary, kiln_http_part *parts, int max) {
+    char delim[80];
+    size_t dn = (size_t)snprintf(delim, sizeof delim, "--%s", boundary);
+    if (dn >= sizeof delim || dn < 3) return -1;
+    const uint8_t *d = memmem(body, n, delim, dn); /* a preamble (nginx: an empty line) comes first */
+    if (!d) return -1;
+    size_t i = (size_t)(d - body);
+    for (int count = 0;; count++) {
+        /* at a delimiter: "--B--" ends the body, "--B" CRLF starts a part */
+        if (n - i < dn || memcmp(body + i, delim, dn) != 0) return -1;
+        i += dn;
+        if (n - i >= 2 && body[i] == '-' && body[i + 1] == '-') return count;
+        size_t start, len;
+        if (!next_line(body, n, &i, &start, &len) || len != 0 || count == max) return -1;
+        kiln_http_part p = {-1, -1, -1, NULL};
+        int have = 0, ended = 0;
+        while (!ended && next_line(body, n, &i, &start, &len)) {
+            const char *v;
+            size_t vn;
+            ended = len == 0;
+            if (!ended && kiln_http_header_value((const char *)body + start, len, "Content-Range", &v, &vn))
+                have = kiln_http_parse_content_range(v, vn, &p.first, &p.last, &p.total) && p.first >= 0;
+        }
+        if (!have || !ended) return -1; /* no Content-Range, or the headers never ended */
+        int64_t bytes = p.last - p.first + 1;
+        if (bytes > (int64_t)(n - i)) return -1;
+        p.data = body + i;
+        parts[count] = p;
+        i += (size_t)bytes;
+        /* the part's bytes end with CRLF before the next delimiter */
+        if (n - i >= 2 && body[i] == '\r' && body[i + 1] == '\n') i += 2;
+        else if (n - i >= 1 && body[i] == '\n') i += 1;
+        else return -1;
+    }
+}
+
 int kiln_http_status_retryable(long status) { return status >= 500 || status == 408 || status == 429; }

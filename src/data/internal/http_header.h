@@ -38,6 +38,21 @@ typedef struct kiln_http_answer {
 const char *kiln_http_check_range(const kiln_http_answer *a, int64_t off, int64_t len, int64_t size, char *buf,
                                   size_t cap);
 
+/* The boundary of a Content-Type value "multipart/byteranges; boundary=B"
+ * (B quoted or not, 1 to 70 characters as RFC 2046 allows) into out
+ * (zero-terminated, cap > 70): 1 when there is one, else 0. */
+int kiln_http_multipart_boundary(const char *v, size_t n, char *out, size_t cap);
+
+/* The parts of a multipart/byteranges body (the answer to a GET of several
+ * ranges): each part's Content-Range and its bytes, which lie inside body.
+ * Returns the number of parts (at most max), or -1 when the body is
+ * malformed (a part without a Content-Range, cut short, more than max). */
+typedef struct kiln_http_part {
+    int64_t first, last, total;
+    const uint8_t *data;                   /* last - first + 1 bytes */
+} kiln_http_part;
+int kiln_http_parse_multipart(const uint8_t *body, size_t n, const char *boundary, kiln_http_part *parts, int max);
+
 /* 1 for the statuses worth another try (5xx, 408 Request Timeout, 429 Too Many Requests) */
 int kiln_http_status_retryable(long status);
 
