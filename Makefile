@@ -89,6 +89,12 @@ bench-train-data: deps
 	@$(MAKE) --no-print-directory all
 	bash bench/train_data.sh
 
+# where loading time goes: a JPEG folder against its encoded and decoded shards, and --cache's first and second epoch
+.PHONY: bench-shards
+bench-shards: deps
+	@$(MAKE) --no-print-directory all
+	bash bench/shards.sh
+
 # regenerate the PyTorch fixtures (needs python3-torch; CI uses the committed ones)
 fixtures:
 	@bash scripts/install-deps.sh --oracle

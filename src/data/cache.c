@@ -1,9 +1,14 @@
 /* The decoded-sample cache (internal/cache.h). Samples arrive in shuffled
- * order from many threads, but a shard's records are in index order: each put
- * appends its record to a spill file (an atomic offset, pwrite) and notes
- * where; the put that completes the set copies the records in order into the
- * shard writer (temporary, fsync, rename), opens the result as any shard is
- * opened (checked) and publishes it. Until then every get misses. */
+ * order from many threads, but a shard's records are in index order. The
+ * first put fixes a slot size (its record's); every record of that size is
+ * written straight to its place in the shard's layout (records_off + i *
+ * slot) in a spill file, anything else past the slots (an atomic offset).
+ * The put that completes the set finishes the shard: when every record sat
+ * in its slot and the spill is an unnamed O_TMPFILE, by writing the header,
+ * labels and index in front of them and linking the file in (a temporary
+ * name, then rename: atomic); otherwise by copying the records in order
+ * through the shard writer. The result is opened and checked as any cache
+ * file, then published; until then every get misses. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -25,8 +30,12 @@ struct kiln_cache {
     kiln_source *src;           /* the complete cache file */
     kiln_shard sh;
     atomic_int ready, failed;
-    int spill;                  /* the unlinked spill file (-1: none) */
-    atomic_llong spill_pos, stored;
+    int spill;                  /* the spill file, unnamed (-1: none) */
+    int tmpfile;                /* it is an O_TMPFILE: it can become the cache file itself */
+    int64_t records_off;        /* where the slots start */
+    atomic_llong slot, extra;   /* the slot size (0: not yet), the bytes past the slots */
+    atomic_int overflow;        /* a record went past the slots */
+    atomic_llong stored;
     atomic_uchar *taken;        /* per sample: its first put is under way or done */
     int64_t *off, *size;        /* per sample: its record in the spill file */
 };
@@ -60,11 +69,19 @@ static kiln_status load(kiln_cache *c) {
 static kiln_status open_spill(kiln_cache *c, const char *dir) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return kiln_fail(KILN_ERR_IO, "--cache %s: cannot create the folder: %s", dir, strerror(errno));
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.spill.%ld", c->path, (long)getpid());
-    c->spill = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600); /* new: nothing else can be in its place */
-    if (c->spill < 0) return kiln_fail(KILN_ERR_IO, "--cache %s: cannot write there: %s", dir, strerror(errno));
-    unlink(tmp);
+    c->spill = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+    c->tmpfile = c->spill >= 0;
+    if (c->spill < 0 && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+        return kiln_fail(KILN_ERR_IO, "--cache %s: cannot write there: %s", dir, strerror(errno));
+    if (c->spill < 0) { /* a file system without O_TMPFILE: a new file, unlinked at once */
+        char tmp[PATH_MAX + 32];
+        snprintf(tmp, sizeof tmp, "%s.spill.%ld", c->path, (long)getpid());
+        c->spill = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (c->spill < 0) return kiln_fail(KILN_ERR_IO, "--cache %s: cannot write there: %s", dir, strerror(errno));
+        unlink(tmp);
+    }
+    int64_t lo, io;
+    kiln_shard_layout(c->len, &lo, &io, &c->records_off);
     c->taken = calloc((size_t)c->len, sizeof *c->taken);
     c->off = malloc((size_t)c->len * sizeof *c->off);
     c->size = malloc((size_t)c->len * sizeof *c->size);
@@ -117,19 +134,46 @@ static void give_up(kiln_cache *c, const char *why) {
     if (atomic_exchange(&c->failed, 1) == 0) kiln_log(KILN_LOG_WARN, "cache: %s; going on without the cache", why);
 }
 
-/* the spill's records, in index order, into the cache file; then it is opened as any cache file */
-static void complete(kiln_cache *c) {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int64_t total = atomic_load(&c->spill_pos);
-    uint8_t *map = total ? mmap(NULL, (size_t)total, PROT_READ, MAP_SHARED, c->spill, 0) : NULL;
+/* every record in its slot: the head in front of them, then the unnamed file linked in as the cache file */
+static kiln_status in_place(kiln_cache *c, int64_t slot) {
+    int64_t *index = malloc((size_t)(c->len + 1) * sizeof *index);
+    if (!index) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", c->path);
+    for (int64_t i = 0; i <= c->len; i++) index[i] = c->records_off + i * slot;
+    kiln_status st = kiln_shard_write_head(c->spill, c->path, KILN_SHARD_DECODED, c->len, c->labels, index);
+    free(index);
+    if (st == KILN_OK && fsync(c->spill) != 0) st = kiln_fail(KILN_ERR_IO, "%s: cannot write: %s", c->path, strerror(errno));
+    char proc[64], tmp[PATH_MAX + 32];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", c->spill);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", c->path, (long)getpid());
+    unlink(tmp);
+    if (st == KILN_OK && linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0)
+        st = kiln_fail(KILN_ERR_IO, "%s: cannot link the spill file in: %s", tmp, strerror(errno));
+    if (st == KILN_OK && rename(tmp, c->path) != 0) {
+        st = kiln_fail(KILN_ERR_IO, "%s: cannot rename %s to it: %s", c->path, tmp, strerror(errno));
+        unlink(tmp);
+    }
+    return st;
+}
+
+/* records out of their slots: all copied in index order through the shard writer */
+static kiln_status copied(kiln_cache *c, int64_t total) {
+    uint8_t *map = mmap(NULL, (size_t)total, PROT_READ, MAP_SHARED, c->spill, 0);
+    if (map == MAP_FAILED) return kiln_fail(KILN_ERR_IO, "%s: cannot map the spill file", c->path);
     kiln_shard_writer *w = NULL;
-    kiln_status st = map == MAP_FAILED ? kiln_fail(KILN_ERR_IO, "%s: cannot map the spill file", c->path)
-                                       : kiln_shard_writer_new(c->path, KILN_SHARD_DECODED, c->len, &w);
+    kiln_status st = kiln_shard_writer_new(c->path, KILN_SHARD_DECODED, c->len, &w);
     for (int64_t i = 0; st == KILN_OK && i < c->len; i++) st = kiln_shard_writer_add(w, c->labels[i], map + c->off[i], c->size[i]);
     if (st == KILN_OK) st = kiln_shard_writer_finish(w);
     else kiln_shard_writer_abort(w);
-    if (map && map != MAP_FAILED) munmap(map, (size_t)total);
+    munmap(map, (size_t)total);
+    return st;
+}
+
+static void complete(kiln_cache *c) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t slot = atomic_load(&c->slot), total = c->records_off + c->len * slot + atomic_load(&c->extra);
+    int fast = c->tmpfile && !atomic_load(&c->overflow);
+    kiln_status st = fast ? in_place(c, slot) : copied(c, total);
     if (st == KILN_OK) st = load(c);
     if (st != KILN_OK) {
         give_up(c, kiln_last_error());
@@ -138,35 +182,32 @@ static void complete(kiln_cache *c) {
     close(c->spill);
     c->spill = -1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    kiln_log(KILN_LOG_INFO, "cache: wrote %s (%lld samples, %.0f MB, in %.2f s)", c->path, (long long)c->len, total / 1048576.0,
+    kiln_log(KILN_LOG_INFO, "cache: wrote %s (%lld samples, %.0f MB, %s, in %.2f s)", c->path, (long long)c->len,
+             total / 1048576.0, fast ? "in place" : "copied in order",
              (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     atomic_store_explicit(&c->ready, 1, memory_order_release);
 }
 
-static kiln_status spill_write(kiln_cache *c, const uint8_t *p, int64_t n, int64_t off) {
-    while (n > 0) {
-        ssize_t r = pwrite(c->spill, p, (size_t)n, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return kiln_fail(KILN_ERR_IO, "%s: cannot write its spill file: %s", c->path, r < 0 ? strerror(errno) : "no space");
-        p += r, n -= r, off += r;
-    }
-    return KILN_OK;
-}
-
 void kiln_cache_put(kiln_cache *c, int64_t i, const kiln_image *im) {
     if (kiln_cache_ready(c) || atomic_load(&c->failed) || atomic_exchange(&c->taken[i], 1)) return;
-    int64_t n = (int64_t)im->w * im->h * im->c;
+    int64_t n = (int64_t)im->w * im->h * im->c + KILN_SHARD_PIXEL_HEADER, slot = 0;
+    atomic_compare_exchange_strong(&c->slot, &slot, n); /* the first put fixes the slot size */
+    slot = atomic_load(&c->slot);
+    int64_t off = c->records_off + i * slot;
+    if (n != slot) {
+        atomic_store(&c->overflow, 1);
+        off = c->records_off + c->len * slot + atomic_fetch_add(&c->extra, n);
+    }
     uint8_t h[KILN_SHARD_PIXEL_HEADER];
     kiln_shard_pixel_header(im, h);
-    int64_t off = atomic_fetch_add(&c->spill_pos, KILN_SHARD_PIXEL_HEADER + n);
-    kiln_status st = spill_write(c, h, KILN_SHARD_PIXEL_HEADER, off);
-    if (st == KILN_OK) st = spill_write(c, im->px, n, off + KILN_SHARD_PIXEL_HEADER);
+    kiln_status st = kiln_pwrite_all(c->spill, c->path, h, KILN_SHARD_PIXEL_HEADER, off);
+    if (st == KILN_OK) st = kiln_pwrite_all(c->spill, c->path, im->px, n - KILN_SHARD_PIXEL_HEADER, off + KILN_SHARD_PIXEL_HEADER);
     if (st != KILN_OK) {
         give_up(c, kiln_last_error());
         return;
     }
     c->off[i] = off;
-    c->size[i] = KILN_SHARD_PIXEL_HEADER + n;
+    c->size[i] = n;
     if (atomic_fetch_add(&c->stored, 1) + 1 == c->len) complete(c);
 }
 

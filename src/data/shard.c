@@ -20,8 +20,7 @@ static void put64(uint8_t *p, int64_t v) {
     put32(p + 4, (uint32_t)((uint64_t)v >> 32));
 }
 
-/* where the parts of a shard of `count` records start */
-static void layout(int64_t count, int64_t *labels, int64_t *index, int64_t *records) {
+void kiln_shard_layout(int64_t count, int64_t *labels, int64_t *index, int64_t *records) {
     *labels = KILN_SHARD_HEADER;
     *index = (KILN_SHARD_HEADER + 4 * count + 7) / 8 * 8;
     *records = *index + 8 * (count + 1);
@@ -46,7 +45,7 @@ kiln_status kiln_shard_open(kiln_source *src, kiln_shard *sh) {
     if (count < 1 || count > KILN_SHARD_MAX_COUNT)
         return kiln_fail(KILN_ERR_FORMAT, "%s: %lld records; a shard holds 1..%lld", src->name, (long long)count,
                          (long long)KILN_SHARD_MAX_COUNT);
-    layout(count, &lo, &io, &ro);
+    kiln_shard_layout(count, &lo, &io, &ro);
     if (le64(h + 24) != lo || le64(h + 32) != io || le64(h + 40) != ro)
         return kiln_fail(KILN_ERR_FORMAT, "%s: its header's offsets do not match %lld records: corrupt", src->name, (long long)count);
     if (le64(h + 48) != src->size)
@@ -111,22 +110,24 @@ kiln_status kiln_shard_pixels(const uint8_t *rec, int64_t n, const char *name, k
 
 struct kiln_shard_writer {
     int fd, kind;
-    int64_t count, added, pos, labels_off, index_off;
+    int64_t count, added, pos;
     int32_t *labels;
     int64_t *index;
     char *path, *tmp;
 };
 
-static kiln_status put(kiln_shard_writer *w, const void *data, int64_t n, int64_t off) {
+kiln_status kiln_pwrite_all(int fd, const char *name, const void *data, int64_t n, int64_t off) {
     const uint8_t *p = data;
     while (n > 0) {
-        ssize_t r = pwrite(w->fd, p, (size_t)n, (off_t)off);
+        ssize_t r = pwrite(fd, p, (size_t)n, (off_t)off);
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return kiln_fail(KILN_ERR_IO, "%s: cannot write (%s): %s", w->path, w->tmp, r < 0 ? strerror(errno) : "no space");
+        if (r <= 0) return kiln_fail(KILN_ERR_IO, "%s: cannot write: %s", name, r < 0 ? strerror(errno) : "no space");
         p += r, n -= r, off += r;
     }
     return KILN_OK;
 }
+
+static kiln_status put(kiln_shard_writer *w, const void *data, int64_t n, int64_t off) { return kiln_pwrite_all(w->fd, w->tmp, data, n, off); }
 
 kiln_status kiln_shard_writer_new(const char *path, int kind, int64_t count, kiln_shard_writer **out) {
     *out = NULL;
@@ -146,7 +147,8 @@ kiln_status kiln_shard_writer_new(const char *path, int kind, int64_t count, kil
     w->fd = -1;
     w->kind = kind;
     w->count = count;
-    layout(count, &w->labels_off, &w->index_off, &w->pos);
+    int64_t lo, io;
+    kiln_shard_layout(count, &lo, &io, &w->pos);
     w->fd = kiln_open_write(w->tmp, 0);
     if (w->fd < 0) {
         kiln_status st = kiln_fail(KILN_ERR_IO, "%s", kiln_last_error());
@@ -185,23 +187,22 @@ kiln_status kiln_shard_writer_add_pixels(kiln_shard_writer *w, int32_t label, co
     return add_parts(w, label, h, sizeof h, im->px, (int64_t)im->w * im->h * im->c);
 }
 
-/* header, labels and index, little-endian, in one buffer written at offset 0 */
-static kiln_status write_head(kiln_shard_writer *w) {
-    int64_t n = w->index_off + 8 * (w->count + 1);
+kiln_status kiln_shard_write_head(int fd, const char *name, int kind, int64_t count, const int32_t *labels, const int64_t *index) {
+    int64_t lo, io, n;
+    kiln_shard_layout(count, &lo, &io, &n);
     uint8_t *b = calloc(1, (size_t)n);
-    if (!b) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", w->path);
+    if (!b) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", name);
     memcpy(b, KILN_SHARD_MAGIC, 8);
     put32(b + 8, KILN_SHARD_VERSION);
-    put32(b + 12, (uint32_t)w->kind);
-    put64(b + 16, w->count);
-    put64(b + 24, w->labels_off);
-    put64(b + 32, w->index_off);
+    put32(b + 12, (uint32_t)kind);
+    put64(b + 16, count);
+    put64(b + 24, lo);
+    put64(b + 32, io);
     put64(b + 40, n);
-    put64(b + 48, w->pos);
-    w->index[w->count] = w->pos;
-    for (int64_t i = 0; i < w->count; i++) put32(b + w->labels_off + 4 * i, (uint32_t)w->labels[i]);
-    for (int64_t i = 0; i <= w->count; i++) put64(b + w->index_off + 8 * i, w->index[i]);
-    kiln_status st = put(w, b, n, 0);
+    put64(b + 48, index[count]);
+    for (int64_t i = 0; i < count; i++) put32(b + lo + 4 * i, (uint32_t)labels[i]);
+    for (int64_t i = 0; i <= count; i++) put64(b + io + 8 * i, index[i]);
+    kiln_status st = kiln_pwrite_all(fd, name, b, n, 0);
     free(b);
     return st;
 }
@@ -210,7 +211,8 @@ kiln_status kiln_shard_writer_finish(kiln_shard_writer *w) {
     kiln_status st = w->added == w->count ? KILN_OK
                                           : kiln_fail(KILN_ERR_INVALID_ARG, "%s: %lld of its %lld records written", w->path,
                                                       (long long)w->added, (long long)w->count);
-    if (st == KILN_OK) st = write_head(w);
+    w->index[w->count] = w->pos;
+    if (st == KILN_OK) st = kiln_shard_write_head(w->fd, w->tmp, w->kind, w->count, w->labels, w->index);
     if (st == KILN_OK && fsync(w->fd) != 0) st = kiln_fail(KILN_ERR_IO, "%s: cannot write: %s", w->tmp, strerror(errno));
     if (close(w->fd) != 0 && st == KILN_OK) st = kiln_fail(KILN_ERR_IO, "%s: cannot write: %s", w->tmp, strerror(errno));
     w->fd = -1;

@@ -49,6 +49,14 @@ kiln_status kiln_shard_pixels(const uint8_t *rec, int64_t n, const char *name, k
 /* A decoded record's 12-byte size header for im. */
 void kiln_shard_pixel_header(const kiln_image *im, uint8_t h[KILN_SHARD_PIXEL_HEADER]);
 
+/* where the parts of a shard of `count` records start */
+void kiln_shard_layout(int64_t count, int64_t *labels_off, int64_t *index_off, int64_t *records_off);
+/* The header, labels and index at offset 0 of fd, for a writer that placed the
+ * records itself (index[count]: the file's size); `name` for messages. */
+kiln_status kiln_shard_write_head(int fd, const char *name, int kind, int64_t count, const int32_t *labels, const int64_t *index);
+/* n bytes at off, or an error naming `name` */
+kiln_status kiln_pwrite_all(int fd, const char *name, const void *data, int64_t n, int64_t off);
+
 /* Writes a shard of `count` records into path.tmp.<pid>, renamed to path by
  * finish (fsync'd first): a failed or abandoned write leaves no `path`. */
 typedef struct kiln_shard_writer kiln_shard_writer;

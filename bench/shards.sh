@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Where loading time goes: `kiln bench loader` on the 64x64 RGB JPEG folder of
+# bench/loader.sh, on the same images packed as encoded shards (the JPEG
+# bytes, memory-mapped) and as decoded shards (pixels, no decoding), and with
+# --cache (two whole epochs from the JPEG folder: the first decodes and fills
+# the cache, the second reads it). Transforms as loader.sh: RandomResizedCrop
+# (56, scale 0.35-1), flip, Normalize(ImageNet), batch 64; workers 0 and 2.
+# Rounds interleave the sources so drift in machine load hits all alike; the
+# table gives medians. The issue's target: the cache's second epoch loads at
+# least 2x faster than its first. `make bench-shards` runs it.
+#
+#   REPEAT=N      rounds (default 3)
+#   BATCHES=N     timed batches per setting (default 200; the cache rows time whole epochs)
+#   KILN=PATH     the kiln program (default build/kiln)
+#   DATA_DIR=DIR  the JPEG folder (default ~/.cache/kiln/bench/fmnist-jpeg64, shared with loader.sh);
+#                 the shards are made once beside it (DIR-shards, DIR-shards-decoded)
+set -euo pipefail
+
+ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
+cd "$ROOT"
+PY=/usr/bin/python3
+KILN="${KILN:-build/kiln}"
+REPEAT="${REPEAT:-3}"
+BATCHES="${BATCHES:-200}"
+DATA_DIR="${DATA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/bench/fmnist-jpeg64}"
+
+die() { echo "shards: $*" >&2; exit 1; }
+[ -x "$KILN" ] || die "$KILN not found: run 'make' (or 'make bench-shards', which builds it first)"
+[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || die "REPEAT must be a positive integer (got '$REPEAT')"
+[[ "$BATCHES" =~ ^[1-9][0-9]*$ ]] || die "BATCHES must be a positive integer (got '$BATCHES')"
+
+# the folder and the shards, made once (a shard folder is complete when its index.json exists: it is written last)
+if [ ! -f "$DATA_DIR/.complete" ]; then
+    echo "shards: packing Fashion-MNIST as 64x64 RGB JPEGs into $DATA_DIR ..." >&2
+    rm -rf "$DATA_DIR"
+    mkdir -p "$(dirname "$DATA_DIR")"
+    "$KILN" pack --from fashion-mnist --to "$DATA_DIR" --format jpeg --size 64 --channels 3
+    touch "$DATA_DIR/.complete"
+fi
+ENC="$DATA_DIR-shards" DEC="$DATA_DIR-shards-decoded"
+[ -f "$ENC/index.json" ] || { rm -rf "$ENC"; "$KILN" pack --from "$DATA_DIR" --to "$ENC" --format shard; }
+[ -f "$DEC/index.json" ] || { rm -rf "$DEC"; "$KILN" pack --from "$DATA_DIR" --to "$DEC" --format shard --decoded; }
+
+TRANSFORMS=(--random-resized-crop 56,0.35,1 --hflip --normalize imagenet --channels 3)
+mkdir -p bench/results
+OUT="bench/results/shards-$(date +%Y%m%d-%H%M%S).jsonl"
+: > "$OUT"
+CACHE=$(mktemp -d)
+trap 'rm -rf "$CACHE"' EXIT
+
+# $1: the source's name in the table, then kiln bench loader's arguments
+run() {
+    local name=$1 lines
+    shift
+    lines=$("$KILN" bench loader --batch-size 64 --seed "$i" --json "${TRANSFORMS[@]}" "$@" 2>/dev/null) \
+        || die "kiln bench loader $* failed"
+    echo "$lines" | sed "s/^{/{\"source\": \"$name\", \"repeat\": $i, /" >> "$OUT"
+}
+
+echo "shards bench on $DATA_DIR: $REPEAT round(s), workers 0 and 2" >&2
+for i in $(seq 1 "$REPEAT"); do
+    echo "  round $i/$REPEAT" >&2
+    for w in 0 2; do
+        run "jpeg folder" --data "$DATA_DIR" --workers "$w" --batches "$BATCHES" --warmup 20
+        run "encoded shards" --data "$ENC" --workers "$w" --batches "$BATCHES" --warmup 20
+        run "decoded shards" --data "$DEC" --workers "$w" --batches "$BATCHES" --warmup 20
+        rm -rf "${CACHE:?}"/*
+        run "cache" --data "$DATA_DIR" --workers "$w" --epochs 2 --cache "$CACHE"
+    done
+done
+
+"$PY" - "$OUT" <<'PYEOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def med(src, w, epoch=None):
+    xs = [r["images_per_s"] for r in rows if r["source"] == src and r["workers"] == w and r.get("epoch") == epoch]
+    return statistics.median(xs) if xs else float("nan")
+print(f"{'source (images/s, medians)':<32} {'workers 0':>10} {'workers 2':>10}")
+for src in ("jpeg folder", "encoded shards", "decoded shards"):
+    print(f"{src:<32} {med(src, 0):>10.0f} {med(src, 2):>10.0f}")
+for e in (1, 2):
+    print(f"{'--cache, epoch %d (whole epoch)' % e:<32} {med('cache', 0, e):>10.0f} {med('cache', 2, e):>10.0f}")
+print("\ntarget: the cache's second epoch >= 2x its first")
+for w in (0, 2):
+    r = med("cache", w, 2) / med("cache", w, 1)
+    print(f"  workers {w}: {r:.2f}x   {'MET' if r >= 2 else 'NOT MET'}")
+PYEOF
+echo "raw JSON lines: $OUT" >&2
