@@ -9,7 +9,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 20
 
-.PHONY: all deps run test test-fast test-asan test-gpu fuzz fuzz-smoke fuzz-build bench bench-loader bench-train-data bench-gpu fixtures interop clean
+.PHONY: all deps run test test-fast test-asan test-gpu fuzz fuzz-smoke fuzz-build bench bench-loader bench-http bench-train-data bench-gpu fixtures interop clean
 
 all: $(BUILD)/kiln
 
@@ -88,6 +88,12 @@ bench-loader: deps
 bench-train-data: deps
 	@$(MAKE) --no-print-directory all
 	bash bench/train_data.sh
+
+# shards over HTTP (nginx on loopback) against the same shards on disk: kiln bench loader, medians
+bench-http: deps
+	@bash scripts/install-deps.sh --test
+	@$(MAKE) --no-print-directory all
+	bash bench/http.sh
 
 # where loading time goes: a JPEG folder against its encoded and decoded shards, and --cache's first and second epoch
 .PHONY: bench-shards

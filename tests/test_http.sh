@@ -25,80 +25,25 @@ harness_init test_http
 export KILN_CACHE_DIR=
 SRC_TEST=${HTTP_SOURCE_TEST:-$(dirname "$KILN")/test_http_source}
 
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-if [ ! -x "$NGINX" ]; then
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
     echo "test_http: skipped: nginx is not installed (scripts/install-deps.sh --test installs nginx-light)"
     exit 77
 fi
 
 # ---- nginx on loopback ----
-WWW="$T/www"
-NG="$T/nginx"
-mkdir -p "$WWW" "$NG/tmp"
-NGINX_PID=
-stop_nginx() {
-    if [ -n "$NGINX_PID" ]; then
-        kill "$NGINX_PID" 2>/dev/null
-        wait "$NGINX_PID" 2>/dev/null
-        NGINX_PID=
-    fi
-}
-trap 'stop_nginx; rm -rf "$T"' EXIT
-
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
 # /          the files, ranges honoured
 # /slow/     the same at 64 bytes/s (a stalled server)
 # /noranges/ the same, ranges ignored (200 with the whole file)
 # /onerange/ the same, one range per request (more: 200 with the whole file)
-start_nginx() {
-    local try
-    for try in 1 2 3; do
-        PORT=$(free_port)
-        cat >"$NG/nginx.conf" <<EOF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $NG/nginx.pid;
-error_log $NG/error.log;
-events { worker_connections 512; }
-http {
-    access_log off;
-    client_body_temp_path $NG/tmp/body;
-    proxy_temp_path $NG/tmp/proxy;
-    fastcgi_temp_path $NG/tmp/fastcgi;
-    uwsgi_temp_path $NG/tmp/uwsgi;
-    scgi_temp_path $NG/tmp/scgi;
-    default_type application/octet-stream;
-    keepalive_requests 1000000;
-    keepalive_timeout 60s;
-    server {
-        listen 127.0.0.1:$PORT;
-        root $WWW;
-        location /slow/ { alias $WWW/; limit_rate 64; }
+. "$(dirname "$0")/nginx.sh"
+WWW="$T/www"
+mkdir -p "$WWW"
+trap 'nginx_stop; rm -rf "$T"' EXIT
+free_port() { nginx_free_port; }
+nginx_start "$T/nginx" "$WWW" "location /slow/ { alias $WWW/; limit_rate 64; }
         location /noranges/ { alias $WWW/; max_ranges 0; }
-        location /onerange/ { alias $WWW/; max_ranges 1; }
-    }
-}
-EOF
-        "$NGINX" -p "$NG" -e "$NG/error.log" -c "$NG/nginx.conf" &
-        NGINX_PID=$!
-        local i
-        for i in $(seq 50); do
-            if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
-                URL="http://127.0.0.1:$PORT"
-                return 0
-            fi
-            kill -0 "$NGINX_PID" 2>/dev/null || break
-            sleep 0.1
-        done
-        stop_nginx
-    done
-    echo "test_http: FAIL: nginx did not start:" >&2
-    tail -n 5 "$NG/error.log" >&2
-    exit 1
-}
-start_nginx
+        location /onerange/ { alias $WWW/; max_ranges 1; }" || exit 1
+URL=$NGINX_URL
 
 # ---- byte ranges of a file ----
 head -c 300000 /dev/urandom >"$WWW/blob.bin"
@@ -164,7 +109,7 @@ expect 2 "no server on the port: the URL named" "http://127.0.0.1:$nobody/sh/ind
 train_pid=$!
 for i in $(seq 600); do [ -f "$T/run.safetensors" ] && break; sleep 0.1; done
 check "a checkpoint was saved while training over HTTP" test -f "$T/run.safetensors"
-stop_nginx
+nginx_stop
 for i in $(seq 600); do kill -0 $train_pid 2>/dev/null || break; sleep 0.1; done
 if kill -0 $train_pid 2>/dev/null; then
     bad "the server killed mid-epoch: training still runs after 60 s (a hang)"
