@@ -129,7 +129,8 @@ static void test_conv2d(const char *fxname) {
     if (!tx || !tw || !ty) goto out;
     kiln_conv_shape cs = {.n = tx->shape[0], .c = tx->shape[1], .h = tx->shape[2], .w = tx->shape[3],
                           .k = tw->shape[0], .r = tw->shape[2], .s = tw->shape[3],
-                          .stride = (int64_t)fx_meta(f, "stride"), .pad = (int64_t)fx_meta(f, "pad")};
+                          .stride = (int64_t)fx_meta(f, "stride"), .pad = (int64_t)fx_meta(f, "pad"),
+                          .dilation = (int64_t)fx_meta(f, "dilation"), .groups = (int64_t)fx_meta(f, "groups")};
     CHECK(kiln_conv_shape_infer(&cs) == 0);
     CHECK_MSG(cs.oh == ty->shape[2] && cs.ow == ty->shape[3], "%s: output %lldx%lld, PyTorch %lldx%lld", fxname,
               (long long)cs.oh, (long long)cs.ow, (long long)ty->shape[2], (long long)ty->shape[3]);
@@ -806,6 +807,8 @@ int main(void) {
     test_conv2d("op_conv2d_b.safetensors");
     test_conv2d("op_conv2d_c.safetensors");
     test_conv2d("op_conv2d_d.safetensors");
+    test_conv2d("op_conv2d_grouped.safetensors");
+    test_conv2d("op_conv2d_depthwise.safetensors");
     test_linear();
     test_unary("op_relu.safetensors", OP_RELU);
     test_unary("op_max_pool2d.safetensors", OP_POOL);

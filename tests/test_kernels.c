@@ -103,7 +103,7 @@ static void test_conv(void) {
     CHECK(hy[0] == 12.5 && hy[1] == 16.5 && hy[2] == 24.5 && hy[3] == 28.5);
 
     for (int draw = 0; draw < 8; draw++) {
-        conv_ctx C;
+        conv_ctx C = {0};
         kiln_conv_shape *cs = &C.cs;
         cs->n = tu_int(1, 2); cs->c = tu_int(1, 3); cs->h = tu_int(4, 7); cs->w = tu_int(4, 7);
         cs->k = tu_int(1, 3); cs->r = tu_int(1, 3); cs->s = tu_int(1, 3);

@@ -56,6 +56,15 @@ static int b_conv2d(hcase *h, int d) {
     return out1(h, kiln_conv2d(h->g, x, w, b, R(1, 2), R(0, 1)));
 }
 
+/* groups (draw 2: depthwise) and dilation */
+static int b_conv2d_grouped(hcase *h, int d) {
+    int64_t g = d == 2 ? R(2, 4) : R(1, 3), cg = d == 2 ? 1 : R(1, 2), kg = d == 2 ? 1 : R(1, 2), dil = R(1, 2);
+    int64_t r = R(1, 3), s = R(1, 3);
+    kiln_value x = P(h, "x", R(1, 2), g * cg, R(5, 8), R(5, 8)), w = P(h, "w", g * kg, cg, r, s);
+    kiln_value b = d % 2 ? P(h, "b", g * kg) : -1;
+    return out1(h, kiln_conv2d_ex(h->g, x, w, b, R(1, 2), R(0, 2), dil, g));
+}
+
 static int b_linear(hcase *h, int d) {
     int64_t n = R(1, 5), in = R(1, 7), o = R(1, 6);
     kiln_value x = P(h, "x", n, in), w = P(h, "w", o, in), b = d % 2 ? -1 : P(h, "b", o);
@@ -176,6 +185,7 @@ static const struct {
     int fill;
 } cases[] = {
     {"conv2d", b_conv2d, FILL_UNIFORM},
+    {"conv2d", b_conv2d_grouped, FILL_UNIFORM},
     {"linear", b_linear, FILL_UNIFORM},
     {"relu", b_relu, FILL_AWAY},
     {"max_pool2d", b_max_pool2d, FILL_DISTINCT},

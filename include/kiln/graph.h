@@ -58,6 +58,10 @@ kiln_value kiln_buffer(kiln_graph *g, const char *name, kiln_dtype dtype, int nd
 
 /* x [N,C,H,W], w [K,C,R,S], b [K] or -1 */
 kiln_value kiln_conv2d(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b, int64_t stride, int64_t pad);
+/* F.conv2d in full: w [K,C/groups,R,S]; dilation spaces the kernel taps; groups
+ * split C and K (groups == C: depthwise) */
+kiln_value kiln_conv2d_ex(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b, int64_t stride, int64_t pad,
+                          int64_t dilation, int64_t groups);
 /* x [N,I], w [O,I], b [O] or -1 */
 kiln_value kiln_linear(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b);
 kiln_value kiln_relu(kiln_graph *g, kiln_value x);

@@ -268,8 +268,13 @@ kiln_value kiln_buffer(kiln_graph *g, const char *name, kiln_dtype dtype, int nd
 /* ---- ops ---- */
 
 kiln_value kiln_conv2d(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b, int64_t stride, int64_t pad) {
+    return kiln_conv2d_ex(g, x, w, b, stride, pad, 1, 1);
+}
+
+kiln_value kiln_conv2d_ex(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b, int64_t stride, int64_t pad,
+                          int64_t dilation, int64_t groups) {
     kiln_value in[3] = {x, w, b};
-    kiln_attrs a = {.conv = {stride, pad}};
+    kiln_attrs a = {.conv = {stride, pad, dilation, groups}};
     return apply1(g, KILN_OP_CONV2D, in, b >= 0 ? 3 : 2, &a);
 }
 

@@ -176,12 +176,12 @@ def grads(y, dy, *inputs):
     return [t.grad.detach().clone() for t in inputs]
 
 
-def op_conv2d(folder, fname, seed, N, C, H, W, K, R, S, stride, pad, bias):
+def op_conv2d(folder, fname, seed, N, C, H, W, K, R, S, stride, pad, bias, dilation=1, groups=1):
     torch.manual_seed(seed)
     x = rnd(N, C, H, W).requires_grad_()
-    w = (rnd(K, C, R, S) * 0.5).requires_grad_()
+    w = (rnd(K, C // groups, R, S) * 0.5).requires_grad_()
     b = rnd(K).requires_grad_() if bias else None
-    y = F.conv2d(x, w, b, stride=stride, padding=pad)
+    y = F.conv2d(x, w, b, stride=stride, padding=pad, dilation=dilation, groups=groups)
     dy = rnd(*y.shape)
     g = grads(y, dy, *([x, w, b] if bias else [x, w]))
     t = [("x", x), ("w", w)] + ([("b", b)] if bias else []) + [("y", y), ("dy", dy), ("dx", g[0]),
@@ -189,7 +189,7 @@ def op_conv2d(folder, fname, seed, N, C, H, W, K, R, S, stride, pad, bias):
     if bias:
         t.append(("db", g[2]))
     return save(folder, fname, t, dict(op="conv2d", stride=stride, pad=pad, has_bias=int(bias),
-                                        dilation=1, groups=1))
+                                        dilation=dilation, groups=groups))
 
 
 def op_linear(folder):
@@ -439,6 +439,8 @@ def generate(folder):
     op_conv2d(folder, "op_conv2d_b.safetensors", 11, 2, 3, 8, 8, 5, 3, 3, 2, 1, True)
     op_conv2d(folder, "op_conv2d_c.safetensors", 12, 2, 4, 6, 6, 3, 5, 5, 1, 2, False)
     op_conv2d(folder, "op_conv2d_d.safetensors", 13, 2, 5, 4, 4, 3, 1, 1, 1, 0, False)
+    op_conv2d(folder, "op_conv2d_grouped.safetensors", 14, 2, 4, 9, 9, 6, 3, 3, 2, 2, True, 2, 2)
+    op_conv2d(folder, "op_conv2d_depthwise.safetensors", 15, 2, 5, 7, 7, 5, 3, 3, 1, 1, False, 1, 5)
     op_linear(folder)
     op_relu(folder)
     op_max_pool(folder, "op_max_pool2d.safetensors", 40, (2, 3, 6, 6), 2, 2)

@@ -11,7 +11,8 @@ kiln_status kiln_cpu_conv_prepare(kiln_step *s, kiln_prep *p) {
     kiln_conv_shape *cs = &s->sz.conv;
     const kiln_tdesc *x = &s->in[0], *w = &s->in[1];
     *cs = (kiln_conv_shape){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3], .k = w->shape[0],
-                            .r = w->shape[2], .s = w->shape[3], .stride = s->attr.conv.stride, .pad = s->attr.conv.pad};
+                            .r = w->shape[2], .s = w->shape[3], .stride = s->attr.conv.stride, .pad = s->attr.conv.pad,
+                                   .dilation = s->attr.conv.dilation, .groups = s->attr.conv.groups};
     kiln_conv_shape_infer(cs);
     kiln_dnnl_conv_opts co = {s->nin > 2, s->epilogue == KILN_EPI_RELU, (s->bwd_ops & BIT(KILN_OP_CONV2D_BWD_DATA)) != 0,
                               (s->bwd_ops & BIT(KILN_OP_CONV2D_BWD_WEIGHT)) != 0, p->o->autotune,

@@ -191,8 +191,13 @@ static kiln_status find_fwd(const kiln_step *s, conv_obj *c, int tune, void *ws,
 kiln_status kiln_cuda_conv_prepare(kiln_step *s, kiln_prep *p) {
     const kiln_tdesc *x = &s->in[0], *w = &s->in[1];
     s->sz.conv = (kiln_conv_shape){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3], .k = w->shape[0],
-                                   .r = w->shape[2], .s = w->shape[3], .stride = s->attr.conv.stride, .pad = s->attr.conv.pad};
+                                   .r = w->shape[2], .s = w->shape[3], .stride = s->attr.conv.stride, .pad = s->attr.conv.pad,
+                                   .dilation = s->attr.conv.dilation, .groups = s->attr.conv.groups};
     kiln_conv_shape_infer(&s->sz.conv);
+    /* cuDNN takes both, but kiln's CUDA path for them has never run on a GPU: refuse rather than guess */
+    if (s->sz.conv.dilation != 1 || s->sz.conv.groups != 1)
+        return kiln_fail(KILN_ERR_BACKEND, "%s: the cuda backend has no conv2d kernel for dilation %lld, groups %lld yet",
+                         s->name, (long long)s->sz.conv.dilation, (long long)s->sz.conv.groups);
     kiln_status st = get_handle();
     conv_obj *c = calloc(1, sizeof *c);
     if (!c) return kiln_fail(KILN_ERR_NOMEM, "out of memory");

@@ -21,7 +21,8 @@ static kiln_status conv_prepare(kiln_step *s, kiln_prep *p) {
     const kiln_tdesc *x = &s->in[0], *w = &s->in[1];
     s->sz.conv = (kiln_conv_shape){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
                                    .k = w->shape[0], .r = w->shape[2], .s = w->shape[3],
-                                   .stride = s->attr.conv.stride, .pad = s->attr.conv.pad};
+                                   .stride = s->attr.conv.stride, .pad = s->attr.conv.pad,
+                                   .dilation = s->attr.conv.dilation, .groups = s->attr.conv.groups};
     kiln_conv_shape_infer(&s->sz.conv);
     return KILN_OK;
 }

@@ -32,7 +32,7 @@ struct kiln_dnnl_conv {
     dnnl_primitive_desc_t fwd_hint;
     conv_dir d[NDIR];
     size_t ws;
-    char problem[96]; /* the autotune key */
+    char problem[160]; /* the autotune key */
     char desc[512];
 };
 
@@ -40,17 +40,33 @@ static void dims4(dnnl_dims_t d, int64_t a, int64_t b, int64_t c, int64_t e) {
     d[0] = a; d[1] = b; d[2] = c; d[3] = e;
 }
 
+/* kiln's weight [K, C/g, R, S] is oneDNN's grouped [g, K/g, C/g, R, S] with the same bytes */
+static int weight_dims(const kiln_conv_shape *cs, dnnl_dims_t wd) {
+    if (cs->groups == 1) {
+        dims4(wd, cs->k, cs->c, cs->r, cs->s);
+        return 4;
+    }
+    wd[0] = cs->groups;
+    wd[1] = cs->k / cs->groups;
+    wd[2] = cs->c / cs->groups;
+    wd[3] = cs->r;
+    wd[4] = cs->s;
+    return 5;
+}
+
 static dnnl_status_t make_pd(kiln_dnnl_conv *c, int dir, dnnl_alg_kind_t alg, dnnl_primitive_desc_t *pd) {
     const kiln_conv_shape *cs = &c->cs;
     dnnl_dims_t xd, wd, yd, strides = {cs->stride, cs->stride}, pad = {cs->pad, cs->pad};
+    dnnl_dims_t dil = {cs->dilation - 1, cs->dilation - 1}; /* oneDNN counts the gaps: 0 is dense */
     dims4(xd, cs->n, cs->c, cs->h, cs->w);
-    dims4(wd, cs->k, cs->c, cs->r, cs->s);
+    int wnd = weight_dims(cs, wd);
     dims4(yd, cs->n, cs->k, cs->oh, cs->ow);
     /* padding_r so that the output size matches floor semantics */
-    dnnl_dims_t pad_r = {(cs->oh - 1) * cs->stride + cs->r - cs->h - cs->pad, (cs->ow - 1) * cs->stride + cs->s - cs->w - cs->pad};
+    dnnl_dims_t pad_r = {(cs->oh - 1) * cs->stride + (cs->r - 1) * cs->dilation + 1 - cs->h - cs->pad,
+                         (cs->ow - 1) * cs->stride + (cs->s - 1) * cs->dilation + 1 - cs->w - cs->pad};
     dnnl_memory_desc_t xa, wa, ya, ba;
     dnnl_memory_desc_init_by_tag(&xa, 4, xd, dnnl_f32, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&wa, 4, wd, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wa, wnd, wd, dnnl_f32, dnnl_format_tag_any);
     dnnl_memory_desc_init_by_tag(&ya, 4, yd, dnnl_f32, dnnl_format_tag_any);
     dnnl_dims_t bd = {cs->k};
     dnnl_memory_desc_init_by_tag(&ba, 1, bd, dnnl_f32, dnnl_a);
@@ -60,8 +76,8 @@ static dnnl_status_t make_pd(kiln_dnnl_conv *c, int dir, dnnl_alg_kind_t alg, dn
     if (dir == DIR_FWD) {
         /* inference plans need no backward: oneDNN may then pick leaner kernels */
         dnnl_prop_kind_t prop = c->o.need_bwd_data || c->o.need_bwd_weight ? dnnl_forward_training : dnnl_forward_inference;
-        s = dnnl_convolution_forward_desc_init(&desc, prop, alg, &xa, &wa, c->o.has_bias ? &ba : NULL,
-                                               &ya, strides, pad, pad_r);
+        s = dnnl_dilated_convolution_forward_desc_init(&desc, prop, alg, &xa, &wa, c->o.has_bias ? &ba : NULL, &ya,
+                                                       strides, dil, pad, pad_r);
         if (s == dnnl_success && c->o.fuse_relu) {
             dnnl_post_ops_t po;
             dnnl_post_ops_create(&po);
@@ -71,10 +87,10 @@ static dnnl_status_t make_pd(kiln_dnnl_conv *c, int dir, dnnl_alg_kind_t alg, dn
             dnnl_post_ops_destroy(po);
         }
     } else if (dir == DIR_BWD_DATA) {
-        s = dnnl_convolution_backward_data_desc_init(&desc, alg, &xa, &wa, &ya, strides, pad, pad_r);
+        s = dnnl_dilated_convolution_backward_data_desc_init(&desc, alg, &xa, &wa, &ya, strides, dil, pad, pad_r);
     } else {
-        s = dnnl_convolution_backward_weights_desc_init(&desc, alg, &xa, &wa, c->o.has_bias ? &ba : NULL, &ya, strides,
-                                                        pad, pad_r);
+        s = dnnl_dilated_convolution_backward_weights_desc_init(&desc, alg, &xa, &wa, c->o.has_bias ? &ba : NULL, &ya,
+                                                                strides, dil, pad, pad_r);
     }
     if (s == dnnl_success) s = dnnl_primitive_desc_create(pd, &desc, attr, kiln_dnnl_engine, dir == DIR_FWD ? NULL : c->fwd_hint);
     if (attr) dnnl_primitive_attr_destroy(attr);
@@ -199,14 +215,25 @@ kiln_status kiln_dnnl_conv_new(const kiln_conv_shape *cs, const kiln_dnnl_conv_o
     kiln_dnnl_conv *c = calloc(1, sizeof *c);
     if (!c) return kiln_fail(KILN_ERR_NOMEM, "conv2d: out of memory");
     c->cs = *cs;
+    if (c->cs.groups < 1) c->cs.groups = 1;
+    if (c->cs.dilation < 1) c->cs.dilation = 1;
+    cs = &c->cs;
     c->o = *o;
-    snprintf(c->problem, sizeof c->problem, "mb%ldic%ldih%ldiw%ldoc%ldkh%ldkw%ldsh%ldph%ld%s%s%s", (long)cs->n, (long)cs->c,
-             (long)cs->h, (long)cs->w, (long)cs->k, (long)cs->r, (long)cs->s, (long)cs->stride, (long)cs->pad,
-             o->fuse_relu ? "+relu" : "", o->x_blocked ? "/xb" : "", o->y_blocked ? "/yb" : "");
-    int64_t xd[4] = {cs->n, cs->c, cs->h, cs->w}, wd[4] = {cs->k, cs->c, cs->r, cs->s}, yd[4] = {cs->n, cs->k, cs->oh, cs->ow};
+    /* benchdnn's spelling: groups and dilation only when not 1 (dd counts gaps, as benchdnn) */
+    char gd[48] = "";
+    if (cs->groups != 1 || cs->dilation != 1)
+        snprintf(gd, sizeof gd, "%s%ld%s%ld", cs->groups != 1 ? "g" : "", cs->groups != 1 ? (long)cs->groups : 0L,
+                 cs->dilation != 1 ? "dh" : "", cs->dilation != 1 ? (long)cs->dilation - 1 : 0L);
+    snprintf(c->problem, sizeof c->problem, "%smb%ldic%ldih%ldiw%ldoc%ldkh%ldkw%ldsh%ldph%ld%s%s%s", gd, (long)cs->n,
+             (long)cs->c, (long)cs->h, (long)cs->w, (long)cs->k, (long)cs->r, (long)cs->s, (long)cs->stride,
+             (long)cs->pad, o->fuse_relu ? "+relu" : "", o->x_blocked ? "/xb" : "", o->y_blocked ? "/yb" : "");
+    int64_t xd[4] = {cs->n, cs->c, cs->h, cs->w}, yd[4] = {cs->n, cs->k, cs->oh, cs->ow};
     int64_t bd[1] = {cs->k};
+    dnnl_dims_t wdd;
+    int wnd = weight_dims(cs, wdd);
+    int64_t wd[5] = {wdd[0], wdd[1], wdd[2], wdd[3], wnd == 5 ? wdd[4] : 0};
     kiln_dn_md_plain(&c->x_md, 4, xd);
-    kiln_dn_md_plain(&c->w_md, 4, wd);
+    kiln_dn_md_plain(&c->w_md, wnd, wd);
     kiln_dn_md_plain(&c->y_md, 4, yd);
     dnnl_dims_t dx = {xd[0], xd[1], xd[2], xd[3]}, dy = {yd[0], yd[1], yd[2], yd[3]};
     if (o->x_blocked) dnnl_memory_desc_init_by_tag(&c->x_md, 4, dx, dnnl_f32, dnnl_nChw16c);
@@ -227,7 +254,7 @@ kiln_status kiln_dnnl_conv_new(const kiln_conv_shape *cs, const kiln_dnnl_conv_o
         undecided |= !kiln_autotune_lookup(c->problem, dir_names[dir], &a);
     }
     if (o->autotune && undecided) {
-        size_t nx = (size_t)(cs->n * cs->c * cs->h * cs->w), nw = (size_t)(cs->k * cs->c * cs->r * cs->s);
+        size_t nx = (size_t)(cs->n * cs->c * cs->h * cs->w), nw = (size_t)(cs->k * (cs->c / cs->groups) * cs->r * cs->s);
         size_t ny = (size_t)(cs->n * cs->k * cs->oh * cs->ow);
         /* each direction passes its own tensors through these four slots (x or dy, w or dy, bias, y or dx
          * or dw): every slot holds the largest of them */
@@ -330,7 +357,7 @@ kiln_status kiln_dnnl_conv_bwd_data(kiln_dnnl_conv *c, const float *dy, const fl
 kiln_status kiln_dnnl_conv_bwd_weight(kiln_dnnl_conv *c, const float *x, const float *dy, float *dw, float *db,
                                       int acc_w, int acc_b, void *ws) {
     if (!c->d[DIR_BWD_WEIGHT].prim) return kiln_fail(KILN_ERR_INVALID_ARG, "conv2d: made without backward-weights");
-    int64_t nw = c->cs.k * c->cs.c * c->cs.r * c->cs.s;
+    int64_t nw = c->cs.k * (c->cs.c / c->cs.groups) * c->cs.r * c->cs.s;
     if (!acc_w && !acc_b) return run_dir(c, DIR_BWD_WEIGHT, (float *)x, (float *)dy, db, dw, ws);
     float *tw = (float *)((char *)ws + c->d[DIR_BWD_WEIGHT].acc_off);
     float *tb = tw + ((nw + 15) & ~(int64_t)15);

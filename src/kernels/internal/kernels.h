@@ -18,11 +18,14 @@
 
 typedef struct kiln_conv_shape {
     int64_t n, c, h, w;   /* input  [n, c, h, w] */
-    int64_t k, r, s;      /* weight [k, c, r, s] */
+    int64_t k, r, s;      /* weight [k, c / groups, r, s] */
     int64_t stride, pad;  /* same in both spatial dims */
+    int64_t dilation;     /* 1: dense kernel (0 is taken as 1) */
+    int64_t groups;       /* c and k split into groups (c == groups: depthwise); 0 is taken as 1 */
     int64_t oh, ow;       /* output [n, k, oh, ow] */
 } kiln_conv_shape;
-/* fills oh, ow; returns 0, or -1 when the output would be empty */
+/* fills oh, ow (and dilation, groups when 0); returns 0, or -1 when the output
+ * would be empty or the groups do not divide c and k */
 int kiln_conv_shape_infer(kiln_conv_shape *cs);
 
 typedef struct kiln_pool_shape {

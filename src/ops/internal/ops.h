@@ -54,7 +54,7 @@ typedef enum kiln_op {
 #define KILN_OP_MAX_OUT 4
 
 /* ---- typed attributes: one struct per op family, one union for the node ---- */
-typedef struct { int64_t stride, pad; } kiln_conv_attrs;
+typedef struct { int64_t stride, pad, dilation, groups; } kiln_conv_attrs;
 typedef struct { int64_t kernel, stride; } kiln_pool_attrs;
 typedef struct { float p; } kiln_dropout_attrs;
 typedef struct { int ndim; int64_t shape[KILN_MAX_DIMS]; } kiln_reshape_attrs; /* shape[0] may be KILN_BATCH */
