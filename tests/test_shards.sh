@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packed shards and --cache through the kiln program: `kiln pack --format
-# shard` from IDX data and from an image folder (encoded and --decoded);
+# shard` from IDX data and from an image folder (encoded and --decoded), and
+# --format png from an image folder;
 # training, evaluation and `kiln bench loader` on them; bench's --epochs 2
 # with --cache (a rate per epoch, the cache file written once); bad input
 # exits 2 naming the file or flag: truncated, corrupt and mismatched shards,
@@ -40,6 +41,11 @@ expect 0 "pack the IDX data as a JPEG folder" -- "$KILN" pack --from "$T/idx" --
 expect 0 "pack the JPEG folder as encoded shards" -- "$KILN" pack --from "$T/jpg" --to "$T/enc" --format shard
 expect 0 "pack the JPEG folder as decoded shards, 28x28 grey" -- \
     "$KILN" pack --from "$T/jpg" --to "$T/dec" --format shard --decoded --size 28 --channels 1
+expect 0 "pack the JPEG folder as a folder of 16x16 grey PNGs" -- \
+    "$KILN" pack --from "$T/jpg" --to "$T/png16" --format png --size 16 --channels 1
+check "400 PNGs in the source's class folders" test "$(find "$T/png16" -name '*.png' | wc -l):$(ls "$T/png16/test" | tr -d '\n')" = "400:0123456789"
+check "a packed PNG is 16x16 grey" test "$(od -An -tx1 -j16 -N10 "$(find "$T/png16/train/5" -name '*.png' | head -n 1)" | tr -d ' \n')" = "00000010000000100800"
+expect 0 "train on the repacked PNGs" -- "$KILN" train "${Q[@]}" --data "$T/png16" --resize 28 --max-steps 2 --workers 2
 check "encoded shards hold the JPEG files' bytes" test "$(cat "$T"/enc/*.kshard | wc -c)" -lt $(($(cat "$T"/jpg/*/*/*.jpg | wc -c) + 20000))
 check "decoded shards: 28x28 bytes per sample and a header" test "$(cat "$T"/dec/train-*.kshard | wc -c)" -gt $((300 * 784))
 
@@ -151,5 +157,7 @@ head -c 300 "$T/jpg/train/3/$V" >"$T/cut.jpg" && cp "$T/cut.jpg" "$T/jpg/train/3
 expect 2 "pack --decoded from a folder with a corrupt JPEG" "$T/jpg/train/3/$V" -- \
     "$KILN" pack --from "$T/jpg" --to "$T/part" --format shard --decoded --shard-size 64
 check "a failed pack leaves no manifest and no shard" test -z "$(ls "$T/part" 2>/dev/null)"
+expect 2 "pack --format png from a folder with a corrupt JPEG" "$T/jpg/train/3/$V" -- \
+    "$KILN" pack --from "$T/jpg" --to "$T/part2" --format png
 
 harness_finish

@@ -25,7 +25,7 @@ static const char *main_help =
     "commands:\n"
     "  train   train a model from the zoo on a dataset, optionally save a checkpoint\n"
     "  eval    measure a saved model's test loss and accuracy\n"
-    "  pack    write Fashion-MNIST (or an IDX folder) as an image folder of JPEG or PNG files\n"
+    "  pack    write Fashion-MNIST, an IDX folder or an image folder as JPEG or PNG files, or as shards\n"
     "  bench   bench loader: the loader's images/s per worker count, without training\n"
     "\n"
     "  kiln <command> --help   describes each command's options\n"
@@ -304,19 +304,20 @@ static int cmd_eval(int argc, char **argv) {
 
 /* ---------------------------------------------------------------- pack */
 
-static const char *pack_usage = "usage: kiln pack --from fashion-mnist --to OUT [--format jpeg|png] [--size N]\n"
+static const char *pack_usage = "usage: kiln pack --from fashion-mnist|DIR --to OUT [--format jpeg|png] [--size N]\n"
                                 "       kiln pack --from fashion-mnist|DIR --to OUT --format shard [--decoded] [--shard-size N]\n\n"
                                 "Writes OUT/train/<label>/<index>.jpg and OUT/test/... (torchvision's ImageFolder layout),\n"
                                 "or shards OUT/train-00000.kshard ... and their manifest OUT/index.json (--data OUT reads them).\n\n";
 
 static const cli_opt pack_opts[] = {
-    {"from", "NAME|DIR", "fashion-mnist, mnist or a folder of IDX files", "fashion-mnist"},
+    {"from", "NAME|DIR", "fashion-mnist, mnist, a folder of IDX files or an image folder (DIR/train/<class>/..., or DIR/<class>/...)",
+     "fashion-mnist"},
     {"to", "DIR", "the image folder to write (its train/ must not exist yet)", NULL},
     {"format", "jpeg|png|shard", "jpeg (quality 90), png, or shard: packed shards (an image folder's files kept as they are; "
                                  "IDX images as PNG)", "jpeg"},
     {"size", "N", "resize every image to N x N (bilinear, antialiased); 0: as the data", "0"},
-    {"channels", "1|3", "1: grey; 3: RGB (grey copied to every channel, as PIL's convert('RGB')); default 1, 3 for decoded "
-                        "shards of an image folder", NULL},
+    {"channels", "1|3", "1: grey; 3: RGB (grey copied to every channel, as PIL's convert('RGB')); default 1 for IDX data, "
+                        "3 for an image folder", NULL},
     {"decoded", NULL, "shard: records are decoded 8-bit pixels (no decoding when training; larger files)", NULL},
     {"shard-size", "N", "shard: samples per shard file", "4096"},
 };

@@ -22,28 +22,14 @@
 #define DEFAULT_SHARD_SIZE 4096
 
 typedef struct {
-    kiln_dataset *ds;      /* IDX data, or NULL */
-    kiln_idx_images idx;
-    kiln_records *r;       /* an image folder's split, or NULL */
-    kiln_tf tf;            /* the resampler, for --size */
-    int64_t len;
-    int decoded, size, channels, side;
-    const char *what;      /* for messages */
+    kiln_pack_src src;
+    int decoded;
 } pack_src;
 
 typedef struct {
     uint8_t *data;
     int64_t n;
 } packed;
-
-typedef struct {
-    kiln_image_ctx *ctx;
-    kiln_tf_scratch scratch;
-    uint8_t *buf;
-    char name[KILN_RECORD_NAME];
-} pack_thread;
-
-static int32_t label_of(const pack_src *p, int64_t i) { return p->ds ? p->idx.labels[i] : p->r->labels[i]; }
 
 /* a copy of the bytes (and a decoded record's size header first) */
 static kiln_status keep(const kiln_image *im, const uint8_t *bytes, size_t n, packed *out) {
@@ -56,26 +42,23 @@ static kiln_status keep(const kiln_image *im, const uint8_t *bytes, size_t n, pa
     return KILN_OK;
 }
 
-static kiln_status idx_record(const pack_src *p, int64_t i, pack_thread *t, packed *out) {
+/* record i: a folder's file as it is, IDX data's image as PNG, or (decoded) the pixels */
+static kiln_status make_record(const pack_src *p, int64_t i, kiln_pack_thread *t, packed *out) {
     kiln_image im;
+    kiln_record rec;
     const uint8_t *data;
     size_t n;
-    kiln_status st = kiln_idx_image(&p->idx, i, &t->scratch, t->buf, &im);
-    if (st != KILN_OK || p->decoded) return st == KILN_OK ? keep(&im, NULL, 0, out) : st;
+    int fmt, w, h;
+    kiln_status st;
+    if (p->src.r && !p->decoded) {
+        st = p->src.r->read(p->src.r, i, t->ctx, t->name, &rec);
+        if (st == KILN_OK) st = kiln_image_info(t->ctx, rec.data, rec.n, t->name, &fmt, &w, &h); /* an image, of sane size */
+        return st == KILN_OK ? keep(NULL, rec.data, rec.n, out) : st;
+    }
+    if ((st = kiln_pack_src_image(&p->src, i, t, &im)) != KILN_OK) return st;
+    if (p->decoded) return keep(&im, NULL, 0, out);
     st = kiln_image_encode(t->ctx, &im, KILN_IMAGE_PNG, 0, &data, &n);
     return st == KILN_OK ? keep(NULL, data, n, out) : st;
-}
-
-static kiln_status folder_record(const pack_src *p, int64_t i, pack_thread *t, packed *out) {
-    kiln_record rec;
-    kiln_image im;
-    int fmt, w, h;
-    kiln_status st = p->r->read(p->r, i, t->ctx, t->name, &rec);
-    if (st == KILN_OK && !p->decoded) st = kiln_image_info(t->ctx, rec.data, rec.n, t->name, &fmt, &w, &h);
-    if (st != KILN_OK || !p->decoded) return st == KILN_OK ? keep(NULL, rec.data, rec.n, out) : st;
-    st = kiln_image_decode(t->ctx, rec.data, rec.n, t->name, p->channels, 1.0, &im);
-    if (st == KILN_OK && p->size) st = kiln_pack_resize(&im, p->size, &p->tf, &t->scratch, t->buf, &im);
-    return st == KILN_OK ? keep(&im, NULL, 0, out) : st;
 }
 
 /* records [a, b) on every core; the first error wins */
@@ -84,11 +67,11 @@ static kiln_status make_records(const pack_src *p, int64_t a, int64_t b, packed 
     char msg[1024] = "";
 #pragma omp parallel
     {
-        pack_thread t = {kiln_image_ctx_new(), {0}, malloc((size_t)p->side * p->side * 4), ""};
-        kiln_status st = t.ctx && t.buf ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "kiln pack: out of memory");
+        kiln_pack_thread t;
+        kiln_status st = kiln_pack_thread_init(&t, &p->src);
 #pragma omp for schedule(dynamic, 64)
         for (int64_t i = a; i < b; i++)
-            if (st == KILN_OK) st = p->ds ? idx_record(p, i, &t, &recs[i - a]) : folder_record(p, i, &t, &recs[i - a]);
+            if (st == KILN_OK) st = make_record(p, i, &t, &recs[i - a]);
         if (st != KILN_OK) {
 #pragma omp critical
             if (first == KILN_OK) {
@@ -96,9 +79,7 @@ static kiln_status make_records(const pack_src *p, int64_t a, int64_t b, packed 
                 snprintf(msg, sizeof msg, "%s", kiln_last_error());
             }
         }
-        kiln_image_ctx_free(t.ctx);
-        kiln_tf_scratch_free(&t.scratch);
-        free(t.buf);
+        kiln_pack_thread_free(&t);
     }
     return first == KILN_OK ? KILN_OK : kiln_fail(first, "%s", msg);
 }
@@ -111,7 +92,7 @@ static kiln_status write_shard(const pack_src *p, const char *to, const char *fi
     kiln_shard_writer *w = NULL;
     kiln_status st = make_records(p, a, b, recs);
     if (st == KILN_OK) st = kiln_shard_writer_new(path, p->decoded ? KILN_SHARD_DECODED : KILN_SHARD_ENCODED, b - a, &w);
-    for (int64_t i = a; st == KILN_OK && i < b; i++) st = kiln_shard_writer_add(w, label_of(p, i), recs[i - a].data, recs[i - a].n);
+    for (int64_t i = a; st == KILN_OK && i < b; i++) st = kiln_shard_writer_add(w, kiln_pack_src_label(&p->src, i), recs[i - a].data, recs[i - a].n);
     if (st == KILN_OK) st = kiln_shard_writer_finish(w);
     else kiln_shard_writer_abort(w);
     for (int64_t i = 0; i < b - a; i++) free(recs[i].data);
@@ -121,8 +102,8 @@ static kiln_status write_shard(const pack_src *p, const char *to, const char *fi
 
 static kiln_status pack_split(const pack_src *p, const char *to, int train, int64_t shard_size, kiln_manifest *m) {
     kiln_status st = KILN_OK;
-    for (int64_t a = 0, k = 0; st == KILN_OK && a < p->len; a += shard_size, k++) {
-        int64_t b = a + shard_size < p->len ? a + shard_size : p->len;
+    for (int64_t a = 0, k = 0; st == KILN_OK && a < p->src.len; a += shard_size, k++) {
+        int64_t b = a + shard_size < p->src.len ? a + shard_size : p->src.len;
         char file[64];
         snprintf(file, sizeof file, "%s-%05lld.kshard", train ? "train" : "test", (long long)k);
         st = write_shard(p, to, file, a, b);
@@ -131,51 +112,18 @@ static kiln_status pack_split(const pack_src *p, const char *to, int train, int6
     return st;
 }
 
-static kiln_status set_classes(kiln_manifest *m, int n, char *const *names) {
+/* the manifest's class names, from the first split */
+static kiln_status set_classes(kiln_manifest *m, const kiln_pack_src *p) {
     if (m->classes) return KILN_OK;
-    m->classes = calloc((size_t)n, sizeof *m->classes);
-    for (int i = 0; m->classes && i < n; i++) {
+    if (!(m->classes = calloc((size_t)p->num_classes, sizeof *m->classes))) return kiln_fail(KILN_ERR_NOMEM, "kiln pack: out of memory");
+    for (int i = 0; i < p->num_classes; i++) {
         char num[16];
-        snprintf(num, sizeof num, "%d", i);
-        if (!(m->classes[m->num_classes++] = strdup(names ? names[i] : num))) break;
+        if (!(m->classes[m->num_classes++] = strdup(kiln_pack_src_class(p, i, num, sizeof num))))
+            return kiln_fail(KILN_ERR_NOMEM, "kiln pack: out of memory");
     }
-    return m->classes && m->num_classes == n && m->classes[n - 1] ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "kiln pack: out of memory");
+    return KILN_OK;
 }
 
-static int is_dir_at(const char *a, const char *b) {
-    char p[PATH_MAX];
-    struct stat sb;
-    return snprintf(p, sizeof p, "%s/%s", a, b) < (int)sizeof p && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-/* one split of `from` (IDX data or an image folder) as a source of records; 0 in *len: the split is absent */
-static kiln_status open_src(const char *from, int folder, int train, pack_src *p, kiln_manifest *m) {
-    kiln_data_config dc = kiln_data_defaults();
-    if (!folder) {
-        kiln_status st = kiln_dataset_open(from, train, &p->ds);
-        if (st != KILN_OK) return st;
-        if ((st = kiln_idx_images_init(&p->idx, p->ds, from, p->size, p->channels)) != KILN_OK) return st;
-        p->side = kiln_idx_images_side(&p->idx);
-        p->len = p->ds->len;
-        return set_classes(m, 10, NULL);
-    }
-    if (!train && !(is_dir_at(from, "train") && is_dir_at(from, "test"))) return KILN_OK; /* DIR/<class>/...: train only */
-    kiln_status st = kiln_imagefolder_records(from, train, &dc, &p->r);
-    if (st != KILN_OK) return st;
-    kiln_tf_init(&p->tf, &dc, 0);
-    p->side = p->size ? p->size : 1;
-    p->len = p->r->len;
-    return set_classes(m, p->r->num_classes, p->r->classes);
-}
-
-static void close_src(pack_src *p) {
-    kiln_dataset_free(p->ds);
-    if (p->r) p->r->destroy(p->r);
-    p->ds = NULL;
-    p->r = NULL;
-}
-
-/* the arguments; OUT is created when missing (*made) */
 static kiln_status check(const char *to, int folder, int decoded, int64_t shard_size, int size, int channels, int *made) {
     if (shard_size < 1 || shard_size > KILN_SHARD_MAX_COUNT)
         return kiln_fail(KILN_ERR_INVALID_ARG, "--shard-size is %lld; use 1..%lld", (long long)shard_size, (long long)KILN_SHARD_MAX_COUNT);
@@ -206,8 +154,7 @@ static void remove_shards(const char *to, const kiln_manifest *m) {
 kiln_status kiln_pack_shards(const char *from, const char *to, int decoded, int64_t shard_size, int size, int channels,
                              int64_t *written) {
     *written = 0;
-    int named = !strcmp(from, "fashion-mnist") || !strcmp(from, "mnist");
-    int folder = !named && kiln_imagefolder_detect(from);
+    int folder = kiln_pack_is_folder(from);
     if (!shard_size) shard_size = DEFAULT_SHARD_SIZE;
     int made = 0;
     kiln_status st = check(to, folder, decoded, shard_size, size, channels, &made);
@@ -216,11 +163,12 @@ kiln_status kiln_pack_shards(const char *from, const char *to, int decoded, int6
     memset(&m, 0, sizeof m);
     m.decoded = decoded;
     for (int train = 1; st == KILN_OK && train >= 0; train--) {
-        pack_src p = {.decoded = decoded, .size = size, .channels = channels ? channels : folder ? 3 : 1};
-        st = open_src(from, folder, train, &p, &m);
-        if (st == KILN_OK && p.len) st = pack_split(&p, to, train, shard_size, &m);
-        if (st == KILN_OK) *written += p.len;
-        close_src(&p);
+        pack_src p = {.decoded = decoded};
+        st = kiln_pack_src_open(from, train, size, channels, &p.src);
+        if (st == KILN_OK && p.src.len) st = set_classes(&m, &p.src);
+        if (st == KILN_OK && p.src.len) st = pack_split(&p, to, train, shard_size, &m);
+        if (st == KILN_OK) *written += p.src.len;
+        kiln_pack_src_close(&p.src);
     }
     if (st == KILN_OK) st = kiln_manifest_write(to, &m);
     if (st != KILN_OK) remove_shards(to, &m);

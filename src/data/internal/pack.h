@@ -1,26 +1,48 @@
 /* What kiln pack's writers share (pack.c: image folders, pack_shard.c:
- * shards): an IDX dataset's images made ready to write, and the resize to
- * size x size. Private to src/data. */
+ * shards): a split of the data to pack, IDX data or an image folder, as
+ * images ready to write (pack_source.c). Private to src/data. */
 #ifndef KILN_DATA_PACK_H
 #define KILN_DATA_PACK_H
 
 #include <stdint.h>
+#include "data/internal/records.h"
 #include "data/internal/transform.h"
 
-typedef struct kiln_idx_images {
-    kiln_tf tf; /* only its resampling: 8-bit output */
-    const uint8_t *pixels, *labels;
-    int rows, cols, size, channels;
-} kiln_idx_images;
+typedef struct kiln_pack_src {
+    kiln_dataset *ds;       /* IDX data, or NULL */
+    const uint8_t *pixels;  /* its images [len, rows, cols] and labels */
+    const uint8_t *labels8;
+    int rows, cols;
+    kiln_records *r;        /* an image folder's split, or NULL */
+    kiln_tf tf;             /* the resampler, for size */
+    int64_t len;            /* 0: the split is absent (DIR/<class>/... has no test split) */
+    int size, channels;     /* size > 0: every image resized to size x size */
+    int side;               /* buffers of side * side * 4 bytes hold any image made */
+    int num_classes;
+    char **classes;         /* NULL for IDX data: the classes are "0".."9" */
+} kiln_pack_src;
 
-/* an error (naming `from`) when ds is not IDX data */
-kiln_status kiln_idx_images_init(kiln_idx_images *s, const kiln_dataset *ds, const char *from, int size, int channels);
-/* the largest side an image can have, for buffers of side * side * 4 bytes */
-int kiln_idx_images_side(const kiln_idx_images *s);
-/* image i, resized to size x size when size > 0 and copied to RGB for 3
- * channels (every channel the grey value, as PIL's convert('RGB')), in buf */
-kiln_status kiln_idx_image(const kiln_idx_images *s, int64_t i, kiln_tf_scratch *scratch, uint8_t *buf, kiln_image *out);
-/* src resized to size x size (bilinear, antialiased, as Resize((size, size))) into buf */
-kiln_status kiln_pack_resize(const kiln_image *src, int size, const kiln_tf *tf, kiln_tf_scratch *s, uint8_t *buf, kiln_image *out);
+/* 1 when `from` is an image folder (not fashion-mnist, mnist or an IDX folder) */
+int kiln_pack_is_folder(const char *from);
+/* one split of `from`; channels 0: 1 for IDX data, 3 for an image folder. Anything
+ * but IDX data or an image folder is an error naming `from`. */
+kiln_status kiln_pack_src_open(const char *from, int train, int size, int channels, kiln_pack_src *p);
+void kiln_pack_src_close(kiln_pack_src *p);
+int32_t kiln_pack_src_label(const kiln_pack_src *p, int64_t i);
+/* class k's name into buf (16 bytes at least for IDX data) */
+const char *kiln_pack_src_class(const kiln_pack_src *p, int k, char *buf, size_t len);
+
+/* A thread's scratch for making images. */
+typedef struct kiln_pack_thread {
+    kiln_image_ctx *ctx;
+    kiln_tf_scratch scratch;
+    uint8_t *buf;
+    char name[KILN_RECORD_NAME];
+} kiln_pack_thread;
+kiln_status kiln_pack_thread_init(kiln_pack_thread *t, const kiln_pack_src *p);
+void kiln_pack_thread_free(kiln_pack_thread *t);
+/* image i with the source's channels, resized to size x size when size > 0
+ * (grey IDX images copied to every channel for 3, as PIL's convert('RGB')) */
+kiln_status kiln_pack_src_image(const kiln_pack_src *p, int64_t i, kiln_pack_thread *t, kiln_image *out);
 
 #endif
