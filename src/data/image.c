@@ -1,4 +1,5 @@
-/* JPEG and PNG decoding and encoding. The libraries do the codec work; kiln
+/* JPEG and PNG decoding and encoding. The libraries do the codec work
+ * (libjpeg's API for decoding, jpeg.c; TurboJPEG for encoding; libspng); kiln
  * adds the checks that make a hostile file harmless (size limits before any
  * allocation, warnings treated as errors so a truncated JPEG is not silently
  * grey at the bottom) and PIL's colour conversions. */
@@ -11,9 +12,11 @@
 #include <unistd.h>
 #include "base/internal/file.h"
 #include "data/internal/image.h"
+#include "data/internal/jpeg.h"
 
 struct kiln_image_ctx {
-    tjhandle dec, enc;
+    kiln_jpeg *dec;
+    tjhandle enc;
     uint8_t *file;
     size_t file_cap;
     uint8_t *px;
@@ -27,7 +30,7 @@ kiln_image_ctx *kiln_image_ctx_new(void) { return calloc(1, sizeof(kiln_image_ct
 
 void kiln_image_ctx_free(kiln_image_ctx *x) {
     if (!x) return;
-    if (x->dec) tjDestroy(x->dec);
+    kiln_jpeg_free(x->dec);
     if (x->enc) tjDestroy(x->enc);
     if (x->jpeg) tjFree(x->jpeg);
     free(x->png);
@@ -79,8 +82,8 @@ static kiln_status check_dims(const char *name, const char *format, int64_t w, i
     return KILN_OK;
 }
 
-static kiln_status tj_ready(tjhandle *h, int compress, const char *name) {
-    if (!*h) *h = compress ? tjInitCompress() : tjInitDecompress();
+static kiln_status tj_ready(tjhandle *h, const char *name) {
+    if (!*h) *h = tjInitCompress();
     if (!*h) return kiln_fail(KILN_ERR_NOMEM, "%s: cannot start libjpeg-turbo: %s", name, tjGetErrorStr2(NULL));
     return KILN_OK;
 }
@@ -96,39 +99,29 @@ kiln_status kiln_image_info(kiln_image_ctx *x, const uint8_t *data, size_t n, co
     }
     if (!is_jpeg(data, n)) return kiln_fail(KILN_ERR_FORMAT, "%s: not a JPEG or PNG file", name);
     *format = KILN_IMAGE_JPEG;
-    kiln_status st = tj_ready(&x->dec, 0, name);
-    if (st != KILN_OK) return st;
-    int sub = 0, cs = 0;
-    if (tjDecompressHeader3(x->dec, data, (unsigned long)n, w, h, &sub, &cs) != 0)
-        return kiln_fail(KILN_ERR_FORMAT, "%s: corrupt JPEG: %s", name, tjGetErrorStr2(x->dec));
-    return check_dims(name, "JPEG", *w, *h);
+    if (!x->dec && !(x->dec = kiln_jpeg_new())) return kiln_fail(KILN_ERR_NOMEM, "%s: cannot start libjpeg", name);
+    kiln_status st = kiln_jpeg_info(x->dec, data, n, name, w, h);
+    return st == KILN_OK ? check_dims(name, "JPEG", *w, *h) : st;
 }
 
-/* the smallest of libjpeg-turbo's DCT scale factors (1/8, 2/8, ... 1) that is >= min_scale */
-static tjscalingfactor pick_scale(double min_scale) {
-    int nsf = 0;
-    tjscalingfactor *sf = tjGetScalingFactors(&nsf), best = {1, 1};
-    for (int i = 0; sf && i < nsf; i++) {
-        double v = (double)sf[i].num / sf[i].denom, b = (double)best.num / best.denom;
-        if (v <= 1.0 && v >= min_scale && v < b) best = sf[i];
-    }
-    return best;
+/* the smallest of libjpeg's DCT scale factors (1/8, 2/8, ... 1) that is >= min_scale, as its numerator */
+static int pick_scale(double min_scale) {
+    int num = 1;
+    while (num < 8 && num < min_scale * 8) num++;
+    return num;
+}
+
+void kiln_image_scaled_size(int format, int w, int h, double min_scale, int *sw, int *sh) {
+    int num = format == KILN_IMAGE_JPEG ? pick_scale(min_scale) : 8;
+    *sw = (int)(((int64_t)w * num + 7) / 8), *sh = (int)(((int64_t)h * num + 7) / 8); /* libjpeg rounds up */
 }
 
 static kiln_status decode_jpeg(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels,
-                               double min_scale, kiln_image *out) {
+                               double min_scale, const int *region, kiln_image *out, int *ox, int *oy) {
     int fmt, w, h;
     kiln_status st = kiln_image_info(x, data, n, name, &fmt, &w, &h);
     if (st != KILN_OK) return st;
-    tjscalingfactor f = pick_scale(min_scale);
-    int sw = TJSCALED(w, f), sh = TJSCALED(h, f);
-    if ((st = reserve(&x->px, &x->px_cap, (size_t)sw * (size_t)sh * (size_t)channels, name)) != KILN_OK) return st;
-    /* TurboJPEG converts colour to grey by the luma it stored (Y), and grey to RGB by copying */
-    int pf = channels == 1 ? TJPF_GRAY : TJPF_RGB;
-    if (tjDecompress2(x->dec, data, (unsigned long)n, x->px, sw, 0, sh, pf, TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) != 0)
-        return kiln_fail(KILN_ERR_FORMAT, "%s: corrupt or truncated JPEG: %s", name, tjGetErrorStr2(x->dec));
-    *out = (kiln_image){x->px, sw, sh, channels};
-    return KILN_OK;
+    return kiln_jpeg_decode(x->dec, data, n, name, channels, pick_scale(min_scale), region, &x->px, &x->px_cap, out, ox, oy);
 }
 
 /* PIL's convert('L'): ITU-R 601-2 luma in 16-bit fixed point, rounded (dst may be src) */
@@ -192,8 +185,17 @@ kiln_status kiln_image_decode(kiln_image_ctx *x, const uint8_t *data, size_t n, 
                               double min_scale, kiln_image *out) {
     if (channels != 1 && channels != 3) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: channels must be 1 or 3", name);
     if (is_png(data, n)) return decode_png(x, data, n, name, channels, out);
-    if (is_jpeg(data, n)) return decode_jpeg(x, data, n, name, channels, min_scale, out);
+    int ox, oy;
+    if (is_jpeg(data, n)) return decode_jpeg(x, data, n, name, channels, min_scale, NULL, out, &ox, &oy);
     return kiln_fail(KILN_ERR_FORMAT, "%s: not a JPEG or PNG file", name);
+}
+
+kiln_status kiln_image_decode_region(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels,
+                                     double min_scale, const int region[4], kiln_image *out, int *ox, int *oy) {
+    if (channels != 1 && channels != 3) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: channels must be 1 or 3", name);
+    *ox = *oy = 0;
+    if (is_jpeg(data, n)) return decode_jpeg(x, data, n, name, channels, min_scale, region, out, ox, oy);
+    return kiln_image_decode(x, data, n, name, channels, min_scale, out);
 }
 
 static kiln_status encode_png(kiln_image_ctx *x, const kiln_image *im, const uint8_t **data, size_t *n) {
@@ -216,7 +218,7 @@ static kiln_status encode_png(kiln_image_ctx *x, const kiln_image *im, const uin
 kiln_status kiln_image_encode(kiln_image_ctx *x, const kiln_image *im, int format, int quality, const uint8_t **data,
                               size_t *n) {
     if (format == KILN_IMAGE_PNG) return encode_png(x, im, data, n);
-    kiln_status st = tj_ready(&x->enc, 1, "JPEG encoder");
+    kiln_status st = tj_ready(&x->enc, "JPEG encoder");
     if (st != KILN_OK) return st;
     if (tjCompress2(x->enc, im->px, im->w, 0, im->h, im->c == 1 ? TJPF_GRAY : TJPF_RGB, &x->jpeg, &x->jpeg_len,
                     im->c == 1 ? TJSAMP_GRAY : TJSAMP_420, quality, 0) != 0) /* 4:2:0: PIL's default */

@@ -99,7 +99,8 @@ static kiln_status from_image(const imageset *d, worker_state *w, const kiln_tf 
     return st == KILN_OK ? kiln_tf_apply(im, &b, t, &w->scratch, x, x_u8) : st;
 }
 
-/* transform t of an image file: planned first, so a JPEG is decoded at the smallest DCT scale the box allows */
+/* transform t of an image file: planned first, so a JPEG is decoded at the smallest DCT scale the box
+ * allows, and only the part of it the box reads */
 static kiln_status from_file(const imageset *d, worker_state *w, const kiln_tf *t, const kiln_record *rec, uint64_t key,
                              float *x, uint8_t *x_u8) {
     int fmt, iw, ih;
@@ -109,9 +110,7 @@ static kiln_status from_file(const imageset *d, worker_state *w, const kiln_tf *
     if (st == KILN_OK) st = kiln_tf_plan(t, iw, ih, key, w->name, &b);
     if (st == KILN_OK) st = mixed(d, w->name, iw, ih, &b);
     if (st != KILN_OK) return st;
-    double need = b.x.s > b.y.s ? 1.0 / b.y.s : 1.0 / b.x.s; /* decoded pixels per output pixel stay >= 1 */
-    if ((st = kiln_image_decode(w->img, rec->data, rec->n, w->name, t->channels, need, &im)) != KILN_OK) return st;
-    if (im.w != iw || im.h != ih) kiln_tf_rescale(&b, iw, ih, im.w, im.h);
+    if ((st = kiln_tf_decode(w->img, rec->data, rec->n, w->name, t->channels, fmt, iw, ih, &b, &im)) != KILN_OK) return st;
     return kiln_tf_apply(&im, &b, t, &w->scratch, x, x_u8);
 }
 

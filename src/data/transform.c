@@ -194,24 +194,36 @@ void kiln_tf_scratch_free(kiln_tf_scratch *s) {
     s->cap = 0;
 }
 
-/* PIL's precompute_coeffs for the bilinear filter: for each output pixel the
- * first source pixel, the count, and `k` normalised weights */
-static void axis_weights(const kiln_tf_axis *a, int size, int k, int *first, int *count, float *w) {
-    double fs = a->s < 1.0 ? 1.0 : a->s, support = fs, inv = 1.0 / fs;
+/* output pixel i's taps: its centre, first source pixel and count (PIL's bilinear
+ * support, widened by the scale when shrinking, clipped to the box and the image) */
+static inline double taps(const kiln_tf_axis *a, int size, int k, int i, int *first, int *count) {
+    double support = a->s < 1.0 ? 1.0 : a->s;
     int lo = (int)floor(a->lo), hi = (int)ceil(a->hi);
     if (lo < 0) lo = 0;
     if (hi > size) hi = size;
+    double center = a->x0 + (i + a->off + 0.5) * a->s;
+    int xmin = (int)(center - support + 0.5), xmax = (int)(center + support + 0.5);
+    if (xmin < lo) xmin = lo;
+    if (xmax > hi) xmax = hi;
+    int n = xmax - xmin > k ? k : xmax - xmin;
+    if (n < 1) { /* a degenerate box: take the nearest pixel */
+        xmin = center < lo ? lo : (center >= hi ? hi - 1 : (int)center);
+        n = 1;
+    }
+    *first = xmin;
+    *count = n;
+    return center;
+}
+
+static int taps_max(const kiln_tf_axis *a) { return 2 * (int)ceil(a->s < 1 ? 1 : a->s) + 1; }
+
+/* PIL's precompute_coeffs for the bilinear filter: for each output pixel the
+ * first source pixel, the count, and `k` normalised weights */
+static void axis_weights(const kiln_tf_axis *a, int size, int k, int *first, int *count, float *w) {
+    double inv = 1.0 / (a->s < 1.0 ? 1.0 : a->s);
     for (int i = 0; i < a->out; i++) {
-        double center = a->x0 + (i + a->off + 0.5) * a->s;
-        int xmin = (int)(center - support + 0.5), xmax = (int)(center + support + 0.5);
-        if (xmin < lo) xmin = lo;
-        if (xmax > hi) xmax = hi;
-        int n = xmax - xmin > k ? k : xmax - xmin;
-        if (n < 1) { /* a degenerate box: take the nearest pixel */
-            xmin = center < lo ? lo : (center >= hi ? hi - 1 : (int)center);
-            n = 1;
-        }
-        double ww = 0, tmp[k];
+        int xmin, n;
+        double center = taps(a, size, k, i, &xmin, &n), ww = 0, tmp[k];
         for (int j = 0; j < n; j++) {
             double x = fabs((j + xmin - center + 0.5) * inv);
             tmp[j] = x < 1.0 ? 1.0 - x : 0.0;
@@ -221,6 +233,33 @@ static void axis_weights(const kiln_tf_axis *a, int size, int k, int *first, int
         first[i] = xmin;
         count[i] = n;
     }
+}
+
+/* the source pixels [from, to) an axis reads (taps move monotonically with i), one more each side for rounding */
+static void axis_span(const kiln_tf_axis *a, int size, int *from, int *to) {
+    int k = taps_max(a), f0, n0, f1, n1;
+    taps(a, size, k, 0, &f0, &n0);
+    taps(a, size, k, a->out - 1, &f1, &n1);
+    *from = f0 - 1 < 0 ? 0 : f0 - 1;
+    *to = f1 + n1 + 1 > size ? size : f1 + n1 + 1;
+}
+
+void kiln_tf_shift(kiln_tf_box *b, double dx, double dy) {
+    b->x.x0 += dx, b->x.lo += dx, b->x.hi += dx;
+    b->y.x0 += dy, b->y.lo += dy, b->y.hi += dy;
+}
+
+kiln_status kiln_tf_decode(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels, int format,
+                           int w, int h, kiln_tf_box *b, kiln_image *out) {
+    double need = b->x.s > b->y.s ? 1.0 / b->y.s : 1.0 / b->x.s; /* decoded pixels per output pixel stay >= 1 */
+    int sw, sh, region[4], ox, oy;
+    kiln_image_scaled_size(format, w, h, need, &sw, &sh);
+    if (sw != w || sh != h) kiln_tf_rescale(b, w, h, sw, sh);
+    axis_span(&b->x, sw, &region[0], &region[2]);
+    axis_span(&b->y, sh, &region[1], &region[3]);
+    kiln_status st = kiln_image_decode_region(x, data, n, name, channels, need, region, out, &ox, &oy);
+    if (st == KILN_OK && (ox || oy)) kiln_tf_shift(b, -ox, -oy);
+    return st;
 }
 
 /* branch-free, so the loops that use it vectorise */
@@ -259,7 +298,7 @@ static void write_row(const uint8_t *row, int ow, int C, int flip, const kiln_tf
 kiln_status kiln_tf_apply(const kiln_image *im, const kiln_tf_box *b, const kiln_tf *t, kiln_tf_scratch *s, float *dst,
                           uint8_t *dst_u8) {
     int C = im->c, ow = b->x.out, oh = b->y.out;
-    int kx = 2 * (int)ceil(b->x.s < 1 ? 1 : b->x.s) + 1, ky = 2 * (int)ceil(b->y.s < 1 ? 1 : b->y.s) + 1;
+    int kx = taps_max(&b->x), ky = taps_max(&b->y);
     /* weights, a row of float sums, first pixels and counts, the horizontally resampled rows, one output row */
     size_t need = (size_t)ow * kx * 4 + (size_t)oh * ky * 4 + (size_t)ow * C * 4 + (size_t)(ow + oh) * 8 + (size_t)im->h * ow * C +
                   (size_t)ow * C;

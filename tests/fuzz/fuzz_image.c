@@ -3,7 +3,9 @@
  *
  * The input: one flags byte, then the file's bytes. Flags bit 0 picks 1 or 3
  * channels; bits 1-2 the smallest DCT scale allowed (1, 1/2, 1/4, 1/8); bit 3
- * a RandomResizedCrop(13) with a flip instead of Resize(16) + CenterCrop(16).
+ * a RandomResizedCrop(13) with a flip instead of Resize(16) + CenterCrop(16);
+ * bit 4 decodes only what the transform needs (kiln_tf_decode: libjpeg's
+ * cropped decoding) and checks its pixels against a full decode's.
  * An accepted image must decode to the size it claims (or its DCT-scaled
  * size) and resample to finite values; a refused one must say why. */
 #include <math.h>
@@ -42,11 +44,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kiln_tf_init(&t, &dc, 1);
     kiln_tf_box b;
     if (kiln_tf_plan(&t, w, h, (uint64_t)size * 2654435761u, "fuzz", &b) != KILN_OK) return 0; /* e.g. a crop larger than the image */
-    if (im.w != w || im.h != h) kiln_tf_rescale(&b, w, h, im.w, im.h);
-    static float x[3 * 16 * 16];
-    st = kiln_tf_apply(&im, &b, &t, &g_scratch, x, NULL);
+    kiln_tf_box whole = b;
+    if (im.w != w || im.h != h) kiln_tf_rescale(&whole, w, h, im.w, im.h);
+    static float x[3 * 16 * 16], xc[3 * 16 * 16];
+    st = kiln_tf_apply(&im, &whole, &t, &g_scratch, x, NULL);
     fuzz_check_error(st);
     for (int i = 0; st == KILN_OK && i < channels * b.x.out * b.y.out; i++)
         if (!isfinite(x[i]) || x[i] < 0 || x[i] > 1) abort();
+    if (st != KILN_OK || !(flags & 16)) return 0;
+    /* an image the full decode accepts at the scale the box picks: the cropped decode must accept it and agree */
+    double need = b.x.s > b.y.s ? 1.0 / b.y.s : 1.0 / b.x.s;
+    whole = b;
+    if (kiln_image_decode(g_ctx, data, size, "fuzz", channels, need, &im) != KILN_OK) return 0;
+    if (im.w != w || im.h != h) kiln_tf_rescale(&whole, w, h, im.w, im.h);
+    if (kiln_tf_apply(&im, &whole, &t, &g_scratch, x, NULL) != KILN_OK) abort();
+    if (kiln_tf_decode(g_ctx, data, size, "fuzz", channels, fmt, w, h, &b, &im) != KILN_OK ||
+        kiln_tf_apply(&im, &b, &t, &g_scratch, xc, NULL) != KILN_OK)
+        abort();
+    for (int i = 0; i < channels * b.x.out * b.y.out; i++) /* one level: the box's shift may round a weight differently */
+        if (!(fabsf(xc[i] - x[i]) <= 1.0f / 255 + 1e-6f)) abort();
     return 0;
 }

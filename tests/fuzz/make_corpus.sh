@@ -13,7 +13,7 @@
 #                plain and gzip (one member, two members), other sizes
 #   options      command lines ("name=value" lines) and saved settings (JSON)
 #   image        the JPEG and PNG fixtures of tests/ref/fixtures/images (PIL's),
-#                each behind a flags byte (channels, DCT scale, crop)
+#                each behind a flags byte (channels, DCT scale, crop, cropped decoding)
 #   http         header blocks of answers to ranged GETs (206, 200, 404, 416,
 #                a redirect, wrong and short ranges, a multipart body of
 #                three ranges) behind the range asked for
@@ -188,7 +188,7 @@ mkdir -p corpus/image
 find corpus/image -type f ! -name 'regress-*' -delete
 for f in ../ref/fixtures/images/*.jpg ../ref/fixtures/images/*.png; do
     b=$(basename "$f" | tr . -)
-    for flags in 00 03 0d; do printf "\\x$flags" | cat - "$f" >"corpus/image/$b-$flags.bin"; done
+    for flags in 00 03 0d 13 1b; do printf "\\x$flags" | cat - "$f" >"corpus/image/$b-$flags.bin"; done
     { printf '\x01'; head -c $(($(stat -c %s "$f") / 2)) "$f"; } >"corpus/image/$b-cut.bin"
 done
 printf '%s\n' '# libFuzzer dictionary for fuzz_image (made by make_corpus.sh)' '"\xff\xd8\xff"' '"\xff\xc0"' '"\xff\xc2"' \

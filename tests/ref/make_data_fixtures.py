@@ -15,6 +15,9 @@ makes of the same arrays. Writes tests/ref/fixtures/formats/:
           resize     Resize(20), CenterCrop(16), ToTensor (antialiased shrink; test split)
   tokens.bin   llm.c's token file: 256 int32 (magic 20240520, version 1, count), uint16 tokens
   tokens.txt   the same tokens as text, one line (the test's independent copy)
+  jpeg/*.jpg   JPEGs PIL encoded (quality 90) from seeded smooth-plus-noise arrays, for
+               tests/test_jpeg_crop.c: RGB at 4:2:0, 4:2:2 and 4:4:4, grey, a progressive
+               4:2:0, odd sizes (not multiples of an iMCU)
 
 Regenerate (CI uses the committed files):  /usr/bin/python3 tests/ref/make_data_fixtures.py
 """
@@ -80,11 +83,27 @@ def tokens(rng):
         f.write(" ".join(str(int(t)) for t in toks) + "\n")
 
 
+def jpegs(rng):
+    os.makedirs(os.path.join(OUT, "jpeg"), exist_ok=True)
+
+    def pattern(h, w, c):
+        y, x = np.mgrid[0:h, 0:w]
+        chans = [60 + 120 * np.sin(x / (5.0 + 3 * k)) * np.cos(y / 7.0) + rng.integers(0, 60, (h, w)) for k in range(c)]
+        return np.clip(np.stack(chans, -1) + 60, 0, 255).astype(np.uint8)
+
+    for name, (h, w), sub in [("rgb420", (83, 117), 2), ("rgb422", (61, 90), 1), ("rgb444", (77, 71), 0)]:
+        Image.fromarray(pattern(h, w, 3), "RGB").save(os.path.join(OUT, "jpeg", name + ".jpg"), quality=90, subsampling=sub)
+    Image.fromarray(pattern(70, 99, 1)[:, :, 0], "L").save(os.path.join(OUT, "jpeg", "grey.jpg"), quality=90)
+    Image.fromarray(pattern(66, 100, 3), "RGB").save(os.path.join(OUT, "jpeg", "prog420.jpg"), quality=90, subsampling=2,
+                                                     progressive=True)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     rng = np.random.default_rng(20240520)
     cifar(rng)
     tokens(rng)
+    jpegs(rng)
     print(f"wrote {OUT}")
 
 

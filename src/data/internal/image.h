@@ -1,5 +1,6 @@
-/* Image files: JPEG (libjpeg-turbo's TurboJPEG API) and PNG (libspng) to
- * 8-bit pixels, and back (for kiln pack). Private to src/data. */
+/* Image files: JPEG (libjpeg-turbo: libjpeg's API to decode, jpeg.c;
+ * TurboJPEG to encode) and PNG (libspng) to 8-bit pixels, and back (for
+ * kiln pack). Private to src/data. */
 #ifndef KILN_DATA_IMAGE_H
 #define KILN_DATA_IMAGE_H
 
@@ -36,6 +37,14 @@ kiln_status kiln_image_info(kiln_image_ctx *x, const uint8_t *data, size_t n, co
  * always at full size. The pixels live in the context until the next decode. */
 kiln_status kiln_image_decode(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels,
                               double min_scale, kiln_image *out);
+/* The size kiln_image_decode gives a w x h image of `format` for min_scale
+ * (JPEG: DCT-scaled, rounded up as libjpeg; PNG: w x h). */
+void kiln_image_scaled_size(int format, int w, int h, double min_scale, int *sw, int *sh);
+/* Only what covers region {x0, y0, x1, y1} of that scaled image: a JPEG by
+ * libjpeg's cropped decoding (little more than the region; its pixels equal
+ * a full decode's), a PNG whole. (*ox, *oy): out's top-left in the scaled image. */
+kiln_status kiln_image_decode_region(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels,
+                                     double min_scale, const int region[4], kiln_image *out, int *ox, int *oy);
 /* A buffer of at least `need` bytes owned by the context (the one
  * kiln_image_read fills), for bytes read from elsewhere (a shard over HTTP). */
 uint8_t *kiln_image_buffer(kiln_image_ctx *x, size_t need);

@@ -38,6 +38,15 @@ void kiln_tf_crop_box(const int box[4], int size, kiln_tf_box *b);
 /* The box for a source decoded at sw x sh instead of w x h (JPEG DCT scaling). */
 void kiln_tf_rescale(kiln_tf_box *b, int w, int h, int sw, int sh);
 
+/* The box moved by (dx, dy): onto pixels decoded from a part of the image. */
+void kiln_tf_shift(kiln_tf_box *b, double dx, double dy);
+/* Decodes what box b of a w x h image (`format`, from kiln_image_info)
+ * needs: a JPEG at the smallest DCT scale that keeps a decoded pixel per
+ * output pixel, and only the columns and rows the resampler reads (libjpeg's
+ * cropped decoding); b is moved onto the decoded pixels. */
+kiln_status kiln_tf_decode(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels, int format,
+                           int w, int h, kiln_tf_box *b, kiln_image *out);
+
 /* draws of RandomResizedCrop: what 0 the area fraction in [lo, hi), 1 the log
  * aspect ratio in [lo, hi), 2 an integer in [lo, hi) */
 typedef double (*kiln_tf_draw)(void *ctx, int what, double lo, double hi);
