@@ -326,8 +326,31 @@ static void test_cache(const char *mixed, const char *pngs) {
     expect_cache_same(pngs, random_crops(), cache, "PNG folder, cache rebuilt");
     CHECK_MSG(has(g_warning, cache) && has(g_warning, "rebuilding"), "warning: '%s'", g_warning);
     expect_cache_is_decode(cache, pngs);
-    /* an unwritable place, and IDX data */
+    /* a corrupt file is remembered: the cache completes, and both epochs fail that sample naming the file */
+    char bad[256], cache3[256];
+    snprintf(bad, sizeof bad, "%s/bad", g_tmp);
+    snprintf(cache3, sizeof cache3, "%s/cache3", g_tmp);
+    make_folder(bad, 3, 0);
+    snprintf(p, sizeof p, "%s/train/dog/01.png", bad);
+    size_t n = 0;
+    uint8_t *b = slurp(p, &n);
+    if (b) spit(p, b, n / 2);
+    free(b);
+    dc = random_crops();
+    dc.cache = cache3;
     kiln_dataset *ds = NULL;
+    CHECK_OK(kiln_dataset_open_config(bad, 1, &dc, &ds));
+    for (int pass = 0; ds && pass < 2; pass++) {
+        int failed = 0, named = 0;
+        float x[3 * 16 * 16];
+        int32_t y;
+        for (int64_t i = 0; i < ds->len; i++)
+            if (ds->get(ds, i, (uint64_t)i, x, &y) != KILN_OK) failed++, named += has(kiln_last_error(), p) && has(kiln_last_error(), "PNG");
+        CHECK_MSG(failed == 1 && named == 1 && count_files(cache3) == 1, "pass %d: %d failed, %d named %s, %d cache files", pass,
+                  failed, named, p, count_files(cache3));
+    }
+    kiln_dataset_free(ds);
+    /* an unwritable place, and IDX data */
     dc = random_crops();
     snprintf(p, sizeof p, "%s/dec/index.json/sub", g_tmp);
     dc.cache = p;

@@ -55,8 +55,11 @@ static kiln_status load(kiln_cache *c) {
         st = kiln_fail(KILN_ERR_FORMAT, "%s: its labels differ from the data's", c->path);
     free(lab);
     kiln_image im;
-    for (int64_t i = 0; st == KILN_OK && i < c->len; i++)
-        st = kiln_shard_pixels(c->src->map + c->sh.index[i], c->sh.index[i + 1] - c->sh.index[i], c->path, &im);
+    for (int64_t i = 0; st == KILN_OK && i < c->len; i++) {
+        const uint8_t *rec = c->src->map + c->sh.index[i];
+        int64_t n = c->sh.index[i + 1] - c->sh.index[i];
+        if (!kiln_shard_failed_record(rec, n)) st = kiln_shard_pixels(rec, n, c->path, &im);
+    }
     if (st != KILN_OK) {
         kiln_shard_close(&c->sh);
         kiln_source_close(c->src);
@@ -188,9 +191,10 @@ static void complete(kiln_cache *c) {
     atomic_store_explicit(&c->ready, 1, memory_order_release);
 }
 
-void kiln_cache_put(kiln_cache *c, int64_t i, const kiln_image *im) {
+/* sample i's record: the 12-byte header h, then n - 12 bytes of body */
+static void put_record(kiln_cache *c, int64_t i, const uint8_t *h, const void *body, int64_t n) {
     if (kiln_cache_ready(c) || atomic_load(&c->failed) || atomic_exchange(&c->taken[i], 1)) return;
-    int64_t n = (int64_t)im->w * im->h * im->c + KILN_SHARD_PIXEL_HEADER, slot = 0;
+    int64_t slot = 0;
     atomic_compare_exchange_strong(&c->slot, &slot, n); /* the first put fixes the slot size */
     slot = atomic_load(&c->slot);
     int64_t off = c->records_off + i * slot;
@@ -198,10 +202,8 @@ void kiln_cache_put(kiln_cache *c, int64_t i, const kiln_image *im) {
         atomic_store(&c->overflow, 1);
         off = c->records_off + c->len * slot + atomic_fetch_add(&c->extra, n);
     }
-    uint8_t h[KILN_SHARD_PIXEL_HEADER];
-    kiln_shard_pixel_header(im, h);
     kiln_status st = kiln_pwrite_all(c->spill, c->path, h, KILN_SHARD_PIXEL_HEADER, off);
-    if (st == KILN_OK) st = kiln_pwrite_all(c->spill, c->path, im->px, n - KILN_SHARD_PIXEL_HEADER, off + KILN_SHARD_PIXEL_HEADER);
+    if (st == KILN_OK) st = kiln_pwrite_all(c->spill, c->path, body, n - KILN_SHARD_PIXEL_HEADER, off + KILN_SHARD_PIXEL_HEADER);
     if (st != KILN_OK) {
         give_up(c, kiln_last_error());
         return;
@@ -209,6 +211,18 @@ void kiln_cache_put(kiln_cache *c, int64_t i, const kiln_image *im) {
     c->off[i] = off;
     c->size[i] = n;
     if (atomic_fetch_add(&c->stored, 1) + 1 == c->len) complete(c);
+}
+
+void kiln_cache_put(kiln_cache *c, int64_t i, const kiln_image *im) {
+    uint8_t h[KILN_SHARD_PIXEL_HEADER];
+    kiln_shard_pixel_header(im, h);
+    put_record(c, i, h, im->px, KILN_SHARD_PIXEL_HEADER + (int64_t)im->w * im->h * im->c);
+}
+
+void kiln_cache_put_failure(kiln_cache *c, int64_t i, const char *message) {
+    const uint8_t h[KILN_SHARD_PIXEL_HEADER] = {0};
+    size_t n = strnlen(message, KILN_SHARD_MAX_MESSAGE);
+    put_record(c, i, h, message, KILN_SHARD_PIXEL_HEADER + (int64_t)n);
 }
 
 void kiln_cache_free(kiln_cache *c) {

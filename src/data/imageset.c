@@ -149,9 +149,11 @@ static kiln_status get_sample(const imageset *d, worker_state *w, int64_t i, uin
         return st == KILN_OK ? from_image(d, w, &d->rest, &im, key, name, x, NULL) : st;
     }
     kiln_record rec;
-    if ((st = d->r->read(d->r, i, w->img, w->name, &rec)) != KILN_OK) return st;
-    if (!d->cache) return fresh(d, w, &rec, key, x);
-    if ((st = deterministic(d, w, &rec, &im)) != KILN_OK) return st;
+    if ((st = d->r->read(d->r, i, w->img, w->name, &rec)) != KILN_OK && st != KILN_ERR_FORMAT) return st;
+    if (!d->cache) return st == KILN_OK ? fresh(d, w, &rec, key, x) : st;
+    if (st == KILN_OK) st = deterministic(d, w, &rec, &im);
+    if (st == KILN_ERR_FORMAT) kiln_cache_put_failure(d->cache, i, kiln_last_error()); /* corrupt for good, until the file changes */
+    if (st != KILN_OK) return st;
     kiln_cache_put(d->cache, i, &im);
     return from_image(d, w, &d->rest, &im, key, w->name, x, NULL);
 }

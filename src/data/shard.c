@@ -94,9 +94,17 @@ void kiln_shard_close(kiln_shard *sh) {
     sh->index = NULL;
 }
 
+int kiln_shard_failed_record(const uint8_t *rec, int64_t n) {
+    return n >= KILN_SHARD_PIXEL_HEADER && n <= KILN_SHARD_PIXEL_HEADER + KILN_SHARD_MAX_MESSAGE && !le32(rec) && !le32(rec + 4) &&
+           !le32(rec + 8);
+}
+
 kiln_status kiln_shard_pixels(const uint8_t *rec, int64_t n, const char *name, kiln_image *im) {
     if (n < KILN_SHARD_PIXEL_HEADER)
         return kiln_fail(KILN_ERR_FORMAT, "%s: %lld bytes, too short for decoded pixels", name, (long long)n);
+    if (kiln_shard_failed_record(rec, n)) /* the message, printable bytes only */
+        return kiln_fail(KILN_ERR_FORMAT, "%.*s (remembered by %s)", (int)strnlen((const char *)rec + KILN_SHARD_PIXEL_HEADER,
+                         (size_t)(n - KILN_SHARD_PIXEL_HEADER)), (const char *)rec + KILN_SHARD_PIXEL_HEADER, name);
     int64_t h = le32(rec), w = le32(rec + 4), c = le32(rec + 8);
     if (h < 1 || w < 1 || h > KILN_IMAGE_MAX_SIDE || w > KILN_IMAGE_MAX_SIDE || h * w > KILN_IMAGE_MAX_PIXELS || (c != 1 && c != 3) ||
         h * w * c != n - KILN_SHARD_PIXEL_HEADER)

@@ -23,6 +23,10 @@ kiln_status kiln_cache_get(const kiln_cache *c, int64_t i, kiln_image *im, const
 /* Keeps sample i's pixels (the first put of i counts). A write that fails
  * logs one warning and the run goes on without the cache. */
 void kiln_cache_put(kiln_cache *c, int64_t i, const kiln_image *im);
+/* Keeps that sample i is corrupt (its FORMAT error's message): later epochs
+ * fail it again with the same message (--bad-samples skip then skips it),
+ * and the cache still completes. */
+void kiln_cache_put_failure(kiln_cache *c, int64_t i, const char *message);
 void kiln_cache_free(kiln_cache *c);
 
 #endif

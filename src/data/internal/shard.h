@@ -43,8 +43,13 @@ kiln_status kiln_shard_read_labels(const kiln_shard *sh, int num_classes, int32_
 kiln_status kiln_shard_read_index(kiln_shard *sh);
 void kiln_shard_close(kiln_shard *sh); /* frees the index; the source stays open */
 
-/* A decoded record's pixels: its size header checked against its length and the image limits. */
+/* A decoded record's pixels: its size header checked against its length and the image limits.
+ * A record of size 0 x 0 x 0 is a sample that failed when a cache was made:
+ * the bytes after the header are its message, returned as a FORMAT error. */
 kiln_status kiln_shard_pixels(const uint8_t *rec, int64_t n, const char *name, kiln_image *im);
+#define KILN_SHARD_MAX_MESSAGE 1024
+/* 1 when rec is such a failed sample's record */
+int kiln_shard_failed_record(const uint8_t *rec, int64_t n);
 
 /* A decoded record's 12-byte size header for im. */
 void kiln_shard_pixel_header(const kiln_image *im, uint8_t h[KILN_SHARD_PIXEL_HEADER]);
