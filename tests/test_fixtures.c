@@ -121,6 +121,91 @@ static double err_f(const float *got, const double *ref, int64_t n) {
 
 /* ---------- ops ---------- */
 
+/* y = build(x) through the op table: the graph gets parameters x and dy and the
+ * loss sum(y * dy), so dL/dx is PyTorch's dx; the ref plan (double) and the cpu
+ * plan (float) against the fixture */
+typedef kiln_value (*one_input_fn)(kiln_graph *g, kiln_value x, kiln_st_file *f);
+
+static void run_plan(const char *fxname, kiln_st_file *f, kiln_graph *g, kiln_value loss, kiln_value y, const char *backend) {
+    const kiln_tensor *tx = fx_get(f, "x", KILN_F64), *ty = fx_get(f, "y", KILN_F64), *tdy = fx_get(f, "dy", KILN_F64);
+    const double *dx = fx_d(f, "dx");
+    kiln_params *P = NULL;
+    kiln_plan *pl = NULL;
+    CHECK_OK(kiln_params_new_on(g, backend, &P));
+    if (!P || !tx || !ty || !tdy || !dx) goto out;
+    int ref = !strcmp(backend, "ref");
+    int64_t nx = kiln_tensor_numel(tx), ny = kiln_tensor_numel(ty), total = kiln_params_total(P);
+    int ix = kiln_params_find(P, "x"), idy = kiln_params_find(P, "dy");
+    double *pd = calloc((size_t)total + 1, sizeof *pd);
+    memcpy(pd + kiln_params_offset(P, ix), tx->data, (size_t)nx * 8);
+    memcpy(pd + kiln_params_offset(P, idy), tdy->data, (size_t)ny * 8);
+    float *pf = fcopy(pd, total + 1);
+    if (ref) memcpy(kiln_params_data(P), pd, (size_t)total * 8); /* exact double values */
+    else CHECK_OK(kiln_params_write(P, pf));
+    kiln_compile_opts o = kiln_compile_defaults();
+    o.training = 1;
+    o.max_batch = tx->shape[0];
+    o.backend = backend;
+    o.autotune = 0;
+    kiln_value outs[2] = {loss, y};
+    CHECK_OK(kiln_compile(g, P, outs, 2, &o, &pl));
+    if (!pl) goto done;
+    CHECK_OK(kiln_plan_run(pl, tx->shape[0]));
+    float *gy = fbuf(ny), *gg = fbuf(total + 1);
+    CHECK_OK(kiln_plan_read(pl, y, gy, ny));
+    CMP_F(ref ? "ref y" : "cpu y", gy, ty->data, ny);
+    if (ref) {
+        CMP_D("dx", (const double *)kiln_params_grad(P) + kiln_params_offset(P, ix), dx, nx);
+    } else {
+        CHECK_OK(kiln_params_grad_read(P, gg));
+        CMP_F("dx", gg + kiln_params_offset(P, ix), dx, nx);
+    }
+    kiln_free(gy), kiln_free(gg);
+done:
+    free(pd);
+    kiln_free(pf);
+out:
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+}
+
+static void test_one_input(const char *fxname, one_input_fn build) {
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const kiln_tensor *tx = fx_get(f, "x", KILN_F64);
+    if (!tx) goto out;
+    for (int b = 0; b < 2; b++) {
+        kiln_graph *g = kiln_graph_new();
+        kiln_value x = kiln_param(g, "x", tx->ndim, tx->shape, 1);
+        kiln_value y = build(g, x, f);
+        int64_t ys[KILN_MAX_DIMS];
+        int nd = kiln_value_shape(g, y, ys);
+        kiln_value loss = kiln_sum(g, kiln_mul(g, y, kiln_param(g, "dy", nd < 0 ? 0 : nd, ys, 1)));
+        CHECK_MSG(kiln_graph_status(g) == KILN_OK, "%s: %s", fxname, kiln_last_error());
+        if (kiln_graph_status(g) == KILN_OK) run_plan(fxname, f, g, loss, y, b ? "cpu" : "ref");
+        kiln_graph_free(g);
+    }
+out:
+    kiln_st_close(f);
+}
+
+static kiln_value build_avg_pool(kiln_graph *g, kiln_value x, kiln_st_file *f) {
+    return kiln_avg_pool2d(g, x, (int64_t)fx_meta(f, "kernel"), (int64_t)fx_meta(f, "stride"), (int64_t)fx_meta(f, "pad"),
+                           (int)fx_meta(f, "count_include_pad"));
+}
+
+static kiln_value build_adaptive(kiln_graph *g, kiln_value x, kiln_st_file *f) {
+    return kiln_adaptive_avg_pool2d(g, x, (int64_t)fx_meta(f, "out_h"), (int64_t)fx_meta(f, "out_w"));
+}
+
+/* F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, pad // 2, pad - pad // 2)) */
+static kiln_value build_shortcut(kiln_graph *g, kiln_value x, kiln_st_file *f) {
+    int64_t s[4], pad = (int64_t)fx_meta(f, "pad");
+    kiln_value_shape(g, x, s);
+    kiln_value v = kiln_slice_step(g, kiln_slice_step(g, x, 2, 0, s[2], 2), 3, 0, s[3], 2);
+    return kiln_pad(g, v, 1, pad / 2, pad - pad / 2);
+}
+
 static void test_conv2d(const char *fxname) {
     kiln_st_file *f = fx_open(fxname);
     if (!f) return;
@@ -810,6 +895,11 @@ int main(void) {
     test_conv2d("op_conv2d_grouped.safetensors");
     test_conv2d("op_conv2d_depthwise.safetensors");
     test_linear();
+    test_one_input("op_avg_pool2d.safetensors", build_avg_pool);
+    test_one_input("op_avg_pool2d_exclude_pad.safetensors", build_avg_pool);
+    test_one_input("op_adaptive_avg_pool2d.safetensors", build_adaptive);
+    test_one_input("op_adaptive_avg_pool2d_global.safetensors", build_adaptive);
+    test_one_input("op_shortcut_a.safetensors", build_shortcut);
     test_unary("op_relu.safetensors", OP_RELU);
     test_unary("op_max_pool2d.safetensors", OP_POOL);
     test_unary("op_max_pool2d_k3s2.safetensors", OP_POOL);

@@ -82,6 +82,43 @@ static int b_max_pool2d(hcase *h, int d) {
     return out1(h, kiln_max_pool2d(h->g, P(h, "x", R(1, 2), R(1, 3), R(k, 7), R(k, 7)), k, st));
 }
 
+static int b_avg_pool2d(hcase *h, int d) {
+    int64_t k = R(1, 4), st = R(1, 3), pad = R(0, k / 2);
+    kiln_value x = P(h, "x", R(1, 2), R(1, 3), R(k, 8), R(k, 8));
+    return out1(h, kiln_avg_pool2d(h->g, x, k, st, pad, d != 1));
+}
+
+/* draw 0: global; others: bins that overlap and do not divide the input */
+static int b_adaptive_avg_pool2d(hcase *h, int d) {
+    kiln_value x = P(h, "x", R(1, 2), R(1, 3), R(1, 9), R(1, 9));
+    return out1(h, d == 0 ? kiln_adaptive_avg_pool2d(h->g, x, 1, 1) : kiln_adaptive_avg_pool2d(h->g, x, R(1, 5), R(1, 5)));
+}
+
+/* x[:, a:b:step] and then along another dim */
+static int b_slice_step(hcase *h, int d) {
+    int64_t s2 = R(2, 7), s3 = R(2, 7), st = R(2, 3);
+    kiln_value x = P(h, "x", R(1, 2), R(1, 3), s2, s3);
+    x = kiln_slice_step(h->g, x, 2, d == 2 ? 1 : 0, s2, st);
+    return out1(h, kiln_slice_step(h->g, x, 3, 0, s3, d == 0 ? 1 : st));
+}
+
+static int b_pad(hcase *h, int d) {
+    kiln_value x = P(h, "x", R(1, 2), R(1, 3), R(1, 4), R(1, 4));
+    return out1(h, kiln_pad(h->g, x, 1 + d % 3, R(0, 3), R(0, 3)));
+}
+
+/* ResNet-20's stage change with 16 -> 32 channels: conv stride 2 beside the
+ * option-A shortcut (x[:, :, ::2, ::2], channels zero-padded 8 + 8), added,
+ * then the global average pool, so the blocked layout meets the new ops */
+static int b_resnet_shortcut(hcase *h, int d) {
+    (void)d;
+    kiln_value x = P(h, "x", R(1, 2), 16, 6, 6);
+    kiln_value y = kiln_conv2d(h->g, x, P(h, "c.weight", 32, 16, 3, 3), -1, 2, 1);
+    kiln_value sc = kiln_slice_step(h->g, kiln_slice_step(h->g, x, 2, 0, 6, 2), 3, 0, 6, 2);
+    y = kiln_relu(h->g, kiln_add(h->g, y, kiln_pad(h->g, sc, 1, 8, 8)));
+    return out1(h, kiln_adaptive_avg_pool2d(h->g, y, 1, 1));
+}
+
 static int b_dropout(hcase *h, int d) {
     (void)d;
     return out1(h, kiln_dropout(h->g, P(h, "x", R(1, 3), R(1, 300)), 0.3f));
@@ -189,6 +226,11 @@ static const struct {
     {"linear", b_linear, FILL_UNIFORM},
     {"relu", b_relu, FILL_AWAY},
     {"max_pool2d", b_max_pool2d, FILL_DISTINCT},
+    {"avg_pool2d", b_avg_pool2d, FILL_UNIFORM},
+    {"adaptive_avg_pool2d", b_adaptive_avg_pool2d, FILL_UNIFORM},
+    {"slice", b_slice_step, FILL_UNIFORM},
+    {"pad", b_pad, FILL_UNIFORM},
+    {"conv2d slice pad add relu adaptive_avg_pool2d", b_resnet_shortcut, FILL_UNIFORM},
     {"dropout", b_dropout, FILL_UNIFORM},
     {"log_softmax", b_log_softmax, FILL_UNIFORM},
     {"nll_loss", b_nll_loss, FILL_UNIFORM},

@@ -66,6 +66,11 @@ kiln_value kiln_conv2d_ex(kiln_graph *g, kiln_value x, kiln_value w, kiln_value 
 kiln_value kiln_linear(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b);
 kiln_value kiln_relu(kiln_graph *g, kiln_value x);
 kiln_value kiln_max_pool2d(kiln_graph *g, kiln_value x, int64_t kernel, int64_t stride);
+/* F.avg_pool2d(x, kernel, stride, pad, count_include_pad=...) (floor mode, pad <= kernel / 2) */
+kiln_value kiln_avg_pool2d(kiln_graph *g, kiln_value x, int64_t kernel, int64_t stride, int64_t pad,
+                           int count_include_pad);
+/* F.adaptive_avg_pool2d(x, (out_h, out_w)); (1, 1) is the global average pool */
+kiln_value kiln_adaptive_avg_pool2d(kiln_graph *g, kiln_value x, int64_t out_h, int64_t out_w);
 /* identity when the plan is compiled for inference */
 kiln_value kiln_dropout(kiln_graph *g, kiln_value x, float p);
 kiln_value kiln_flatten(kiln_graph *g, kiln_value x, int start_dim);
@@ -82,6 +87,11 @@ kiln_value kiln_sum(kiln_graph *g, kiln_value x);                 /* all element
  * rows gets a copy (kiln_contiguous) inserted in front of it automatically. */
 kiln_value kiln_transpose(kiln_graph *g, kiln_value x, int dim0, int dim1);
 kiln_value kiln_slice(kiln_graph *g, kiln_value x, int dim, int64_t start, int64_t end);
+/* x[start:end:step] along dim (step >= 1): x[:, :, ::2] is (2, 0, H, 2) */
+kiln_value kiln_slice_step(kiln_graph *g, kiln_value x, int dim, int64_t start, int64_t end, int64_t step);
+/* zeros before and after x along dim (the batch dim excepted): F.pad of one dim,
+ * e.g. the channel padding of a ResNet's option-A shortcut */
+kiln_value kiln_pad(kiln_graph *g, kiln_value x, int dim, int64_t before, int64_t after);
 kiln_value kiln_contiguous(kiln_graph *g, kiln_value x);
 /* PyTorch's BatchNorm2d over x [N,C,H,W]: weight, bias [C] parameters; running_mean,
  * running_var [C] f32 buffers and num_batches_tracked [] i64 buffer. Training plans

@@ -134,6 +134,33 @@ kiln_status kiln_backend_run(const kiln_backend *b, const kiln_step *steps, int 
 
 /* ---- sizes the kernels of every backend work out alike at prepare ---- */
 
+kiln_status kiln_prepare_avg_pool(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    const kiln_avg_pool_attrs *a = &s->attr.avg_pool;
+    int bwd = s->op == KILN_OP_AVG_POOL2D_BWD;
+    const kiln_tdesc *x = bwd ? &s->out[0] : &s->in[0], *y = bwd ? &s->in[0] : &s->out[0];
+    s->sz.avg_pool = (kiln_avg_pool_shape){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
+                                           .k = a->kernel, .stride = a->stride, .pad = a->pad,
+                                           .include_pad = a->count_include_pad, .adaptive = a->adaptive,
+                                           .oh = y->shape[2], .ow = y->shape[3]};
+    if (kiln_avg_pool_shape_infer(&s->sz.avg_pool) || s->sz.avg_pool.oh != y->shape[2] || s->sz.avg_pool.ow != y->shape[3])
+        return kiln_fail(KILN_ERR_SHAPE, "%s: average pooling of %lldx%lld to %lldx%lld does not fit", s->name,
+                         (long long)x->shape[2], (long long)x->shape[3], (long long)y->shape[2], (long long)y->shape[3]);
+    return KILN_OK;
+}
+
+kiln_status kiln_prepare_pad(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    const kiln_tdesc *y = &s->out[0];
+    int d = s->attr.pad.dim;
+    s->sz.slice.outer = 1;
+    s->sz.slice.inner = 1;
+    for (int i = 0; i < d; i++) s->sz.slice.outer *= y->shape[i];
+    for (int i = d + 1; i < y->ndim; i++) s->sz.slice.inner *= y->shape[i];
+    s->sz.slice.dim = y->shape[d];
+    return KILN_OK;
+}
+
 kiln_status kiln_prepare_pool(kiln_step *s, kiln_prep *p) {
     (void)p;
     const kiln_tdesc *x = &s->in[0];

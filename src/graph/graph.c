@@ -325,8 +325,28 @@ kiln_value kiln_transpose(kiln_graph *g, kiln_value x, int dim0, int dim1) {
 }
 
 kiln_value kiln_slice(kiln_graph *g, kiln_value x, int dim, int64_t start, int64_t end) {
-    kiln_attrs a = {.slice = {dim, start, end}};
+    return kiln_slice_step(g, x, dim, start, end, 1);
+}
+
+kiln_value kiln_slice_step(kiln_graph *g, kiln_value x, int dim, int64_t start, int64_t end, int64_t step) {
+    kiln_attrs a = {.slice = {dim, start, end, step}};
     return apply1(g, KILN_OP_SLICE, &x, 1, &a);
+}
+
+kiln_value kiln_pad(kiln_graph *g, kiln_value x, int dim, int64_t before, int64_t after) {
+    kiln_attrs a = {.pad = {dim, before, after}};
+    return apply1(g, KILN_OP_PAD, &x, 1, &a);
+}
+
+kiln_value kiln_avg_pool2d(kiln_graph *g, kiln_value x, int64_t kernel, int64_t stride, int64_t pad,
+                           int count_include_pad) {
+    kiln_attrs a = {.avg_pool = {.kernel = kernel, .stride = stride, .pad = pad, .count_include_pad = count_include_pad}};
+    return apply1(g, KILN_OP_AVG_POOL2D, &x, 1, &a);
+}
+
+kiln_value kiln_adaptive_avg_pool2d(kiln_graph *g, kiln_value x, int64_t out_h, int64_t out_w) {
+    kiln_attrs a = {.avg_pool = {.out_h = out_h, .out_w = out_w, .adaptive = 1}};
+    return apply1(g, KILN_OP_ADAPTIVE_AVG_POOL2D, &x, 1, &a);
 }
 
 kiln_value kiln_contiguous(kiln_graph *g, kiln_value x) { return apply1(g, KILN_OP_CONTIGUOUS, &x, 1, NULL); }

@@ -1,5 +1,8 @@
 /* max_pool2d: square window, no padding, floor mode; ties go to the first
- * element of the window in row-major order, as PyTorch. Backward reads x. */
+ * element of the window in row-major order, as PyTorch. Backward reads x.
+ * avg_pool2d (square window, zero padding up to half the window,
+ * count_include_pad) and adaptive_avg_pool2d (out_h x out_w bins; 1x1 is the
+ * global average pool), floor mode: one backward op, reading only dy. */
 #include "graph/internal/graph.h"
 
 static int pool_infer(kiln_infer *ix) {
@@ -38,3 +41,51 @@ const kiln_op_def kiln_op_max_pool2d = {
 const kiln_op_def kiln_op_max_pool2d_bwd = {
     .name = "max_pool2d_bwd", .min_in = 2, .max_in = 2, .epilogues = KILN_EPI_RELU_BWD_MASK, .attrs = pool_attrs,
 };
+
+static int avg_infer(kiln_infer *ix) {
+    const kiln_val *X = ix->in[0];
+    const kiln_avg_pool_attrs *a = &ix->attr->avg_pool;
+    char s[96];
+    int ok = X->ndim == 4 && X->dtype == KILN_F32;
+    if (a->adaptive) ok = ok && a->out_h >= 1 && a->out_w >= 1;
+    else ok = ok && a->kernel >= 1 && a->stride >= 1 && a->pad >= 0 && 2 * a->pad <= a->kernel &&
+              X->shape[2] + 2 * a->pad >= a->kernel && X->shape[3] + 2 * a->pad >= a->kernel;
+    if (!ok && a->adaptive)
+        return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s (want [N,C,H,W] f32), output %lldx%lld", kiln_infer_shape(X, s),
+                               (long long)a->out_h, (long long)a->out_w);
+    if (!ok)
+        return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s (want [N,C,H,W] f32), kernel %lld, stride %lld, pad %lld (at most half the kernel)",
+                               kiln_infer_shape(X, s), (long long)a->kernel, (long long)a->stride, (long long)a->pad);
+    kiln_out_spec *y = &ix->out[0];
+    y->dtype = KILN_F32;
+    y->ndim = 4;
+    y->batched = X->batched;
+    y->shape[0] = X->shape[0];
+    y->shape[1] = X->shape[1];
+    y->shape[2] = a->adaptive ? a->out_h : (X->shape[2] + 2 * a->pad - a->kernel) / a->stride + 1;
+    y->shape[3] = a->adaptive ? a->out_w : (X->shape[3] + 2 * a->pad - a->kernel) / a->stride + 1;
+    return 0;
+}
+
+static int avg_backward(kiln_ad *ad, const kiln_node *f) {
+    kiln_value x = f->in[0], dy = kiln_ad_dout(ad, 0);
+    if (!kiln_ad_needs(ad, x)) return 0;
+    return kiln_ad_emit(ad, KILN_OP_AVG_POOL2D_BWD, &dy, 1, &x, 1) < 0 ? -1 : 0;
+}
+
+static const kiln_attr_spec avg_attrs[] = {KILN_ATTR("kernel", KILN_ATTR_I64, avg_pool.kernel),
+                                           KILN_ATTR("stride", KILN_ATTR_I64, avg_pool.stride),
+                                           KILN_ATTR("pad", KILN_ATTR_I64, avg_pool.pad),
+                                           KILN_ATTR("count_include_pad", KILN_ATTR_INT, avg_pool.count_include_pad), {0}};
+static const kiln_attr_spec adaptive_attrs[] = {KILN_ATTR("out_h", KILN_ATTR_I64, avg_pool.out_h),
+                                                KILN_ATTR("out_w", KILN_ATTR_I64, avg_pool.out_w), {0}};
+
+const kiln_op_def kiln_op_avg_pool2d = {
+    .name = "avg_pool2d", .min_in = 1, .max_in = 1, .nout = 1, .attrs = avg_attrs, .infer = avg_infer,
+    .backward = avg_backward,
+};
+const kiln_op_def kiln_op_adaptive_avg_pool2d = {
+    .name = "adaptive_avg_pool2d", .min_in = 1, .max_in = 1, .nout = 1, .attrs = adaptive_attrs, .infer = avg_infer,
+    .backward = avg_backward,
+};
+const kiln_op_def kiln_op_avg_pool2d_bwd = {.name = "avg_pool2d_bwd", .min_in = 1, .max_in = 1, .attrs = avg_attrs};

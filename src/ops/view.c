@@ -1,5 +1,5 @@
 /* Views share their input's storage: reshape (contiguous input), transpose
- * and slice (strided views), and contiguous, the copy that materialises a
+ * and slice (strided views, with a step), and contiguous, the copy that materialises a
  * strided view for ops that need packed rows. The builder inserts that copy
  * itself in front of any input slot that does not take strided views. The
  * batch dimension stays outermost in every view, so no stride depends on the
@@ -69,14 +69,43 @@ static int slice_infer(kiln_infer *ix) {
     if (a->dim < 0 || a->dim >= X->ndim || (X->batched && a->dim == 0))
         return kiln_infer_fail(ix, KILN_ERR_INVALID_ARG, "dim %d of %s (the batch dimension cannot be sliced)", a->dim,
                                kiln_infer_shape(X, s));
-    if (a->start < 0 || a->end <= a->start || a->end > X->shape[a->dim])
-        return kiln_infer_fail(ix, KILN_ERR_INVALID_ARG, "[%lld, %lld) outside dim %d of %s", (long long)a->start,
-                               (long long)a->end, a->dim, kiln_infer_shape(X, s));
+    if (a->start < 0 || a->end <= a->start || a->end > X->shape[a->dim] || a->step < 1)
+        return kiln_infer_fail(ix, KILN_ERR_INVALID_ARG, "[%lld:%lld:%lld] outside dim %d of %s", (long long)a->start,
+                               (long long)a->end, (long long)a->step, a->dim, kiln_infer_shape(X, s));
     kiln_out_spec *y = &ix->out[0];
     view_of(y, X);
-    y->shape[a->dim] = a->end - a->start;
+    y->shape[a->dim] = (a->end - a->start + a->step - 1) / a->step;
     y->offset = X->offset + a->start * X->stride[a->dim];
+    y->stride[a->dim] = X->stride[a->dim] * a->step;
     return 0;
+}
+
+/* pad: a copy with zeros around it along one dim; its backward is a slice view of dy */
+static int pad_infer(kiln_infer *ix) {
+    const kiln_val *X = ix->in[0];
+    const kiln_pad_attrs *a = &ix->attr->pad;
+    char s[96];
+    if (a->dim < 0 || a->dim >= X->ndim || (X->batched && a->dim == 0) || a->before < 0 || a->after < 0 ||
+        X->dtype != KILN_F32)
+        return kiln_infer_fail(ix, KILN_ERR_INVALID_ARG, "dim %d (%lld before, %lld after) of %s (f32, not the batch dim)",
+                               a->dim, (long long)a->before, (long long)a->after, kiln_infer_shape(X, s));
+    kiln_out_spec *y = &ix->out[0];
+    y->dtype = X->dtype;
+    y->ndim = X->ndim;
+    y->batched = X->batched;
+    for (int d = 0; d < X->ndim; d++) y->shape[d] = X->shape[d];
+    y->shape[a->dim] += a->before + a->after;
+    return 0;
+}
+
+static int pad_backward(kiln_ad *ad, const kiln_node *f) {
+    kiln_value x = f->in[0];
+    if (!kiln_ad_needs(ad, x)) return 0;
+    const kiln_pad_attrs *p = &f->attr.pad;
+    const kiln_val *X = kiln_ad_value(ad, x);
+    kiln_attrs a = {.slice = {p->dim, p->before, p->before + X->shape[p->dim], 1}};
+    kiln_value v = kiln_ad_view(ad, KILN_OP_SLICE, kiln_ad_dout(ad, 0), &a);
+    return v < 0 ? -1 : kiln_ad_flow(ad, v, x);
 }
 
 static int contiguous_infer(kiln_infer *ix) {
@@ -123,7 +152,11 @@ static const kiln_attr_spec transpose_attrs[] = {KILN_ATTR("dim0", KILN_ATTR_INT
                                                  KILN_ATTR("dim1", KILN_ATTR_INT, transpose.dim1), {0}};
 static const kiln_attr_spec slice_attrs[] = {KILN_ATTR("dim", KILN_ATTR_INT, slice.dim),
                                              KILN_ATTR("start", KILN_ATTR_I64, slice.start),
-                                             KILN_ATTR("end", KILN_ATTR_I64, slice.end), {0}};
+                                             KILN_ATTR("end", KILN_ATTR_I64, slice.end),
+                                             KILN_ATTR("step", KILN_ATTR_I64, slice.step), {0}};
+static const kiln_attr_spec pad_attrs[] = {KILN_ATTR("dim", KILN_ATTR_INT, pad.dim),
+                                           KILN_ATTR("before", KILN_ATTR_I64, pad.before),
+                                           KILN_ATTR("after", KILN_ATTR_I64, pad.after), {0}};
 
 const kiln_op_def kiln_op_reshape = {
     .name = "reshape", .min_in = 1, .max_in = 1, .nout = 1, .flags = KILN_OPF_VIEW, .infer = reshape_infer,
@@ -141,4 +174,7 @@ const kiln_op_def kiln_op_slice_bwd = {.name = "slice_bwd", .min_in = 1, .max_in
 const kiln_op_def kiln_op_contiguous = {
     .name = "contiguous", .min_in = 1, .max_in = 1, .nout = 1, .strided_in = 1, .infer = contiguous_infer,
     .backward = contiguous_backward,
+};
+const kiln_op_def kiln_op_pad = {
+    .name = "pad", .min_in = 1, .max_in = 1, .nout = 1, .attrs = pad_attrs, .infer = pad_infer, .backward = pad_backward,
 };

@@ -223,6 +223,21 @@ def op_max_pool(folder, fname, seed, shape, k, s):
                 dict(op="max_pool2d", kernel=k, stride=s, pad=0, dilation=1, ceil_mode=0))
 
 
+def op_pool_like(folder, fname, seed, shape, fn, meta):
+    """an op of one input x, through the op table: y = fn(x), dx for upstream dy"""
+    torch.manual_seed(seed)
+    x = rnd(*shape).requires_grad_()
+    y = fn(x)
+    dy = rnd(*y.shape)
+    (dx,) = grads(y, dy, x)
+    return save(folder, fname, [("x", x), ("y", y), ("dy", dy), ("dx", dx)], meta)
+
+
+def shortcut_a(x, pad):
+    """ResNet-20's option-A shortcut: subsample 2, zero-pad the channels"""
+    return F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, pad // 2, pad - pad // 2))
+
+
 def op_log_softmax(folder):
     torch.manual_seed(50)
     x = (rnd(4, 7) * 2).requires_grad_()
@@ -445,6 +460,18 @@ def generate(folder):
     op_relu(folder)
     op_max_pool(folder, "op_max_pool2d.safetensors", 40, (2, 3, 6, 6), 2, 2)
     op_max_pool(folder, "op_max_pool2d_k3s2.safetensors", 41, (2, 3, 7, 7), 3, 2)
+    op_pool_like(folder, "op_avg_pool2d.safetensors", 42, (2, 3, 7, 7),
+                 lambda x: F.avg_pool2d(x, 3, 2, 1),
+                 dict(op="avg_pool2d", kernel=3, stride=2, pad=1, count_include_pad=1))
+    op_pool_like(folder, "op_avg_pool2d_exclude_pad.safetensors", 43, (2, 2, 6, 5),
+                 lambda x: F.avg_pool2d(x, 2, 1, 1, count_include_pad=False),
+                 dict(op="avg_pool2d", kernel=2, stride=1, pad=1, count_include_pad=0))
+    op_pool_like(folder, "op_adaptive_avg_pool2d.safetensors", 44, (2, 3, 7, 5),
+                 lambda x: F.adaptive_avg_pool2d(x, (3, 2)), dict(op="adaptive_avg_pool2d", out_h=3, out_w=2))
+    op_pool_like(folder, "op_adaptive_avg_pool2d_global.safetensors", 45, (2, 4, 6, 6),
+                 lambda x: F.adaptive_avg_pool2d(x, 1), dict(op="adaptive_avg_pool2d", out_h=1, out_w=1))
+    op_pool_like(folder, "op_shortcut_a.safetensors", 46, (2, 4, 7, 6), lambda x: shortcut_a(x, 4),
+                 dict(op="shortcut_a", pad=4))
     op_log_softmax(folder)
     op_nll_loss(folder, "op_nll_loss.safetensors", 60, False)
     op_nll_loss(folder, "op_nll_loss_dloss.safetensors", 61, True)

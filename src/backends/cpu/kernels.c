@@ -133,8 +133,30 @@ static kiln_status contiguous(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 static kiln_status slice_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_cpu_slice_bwd(s->sz.slice.outer, s->sz.slice.dim, s->sz.slice.inner, s->attr.slice.start,
-                       s->attr.slice.end - s->attr.slice.start, F(s->in[0]), F(s->out[0]), ACC(0));
+    const kiln_slice_attrs *a = &s->attr.slice;
+    kiln_cpu_slice_bwd(s->sz.slice.outer, s->sz.slice.dim, s->sz.slice.inner, a->start,
+                       (a->end - a->start + a->step - 1) / a->step, a->step, F(s->in[0]), F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+/* pad's forward is slice's backward from the other side: the input lands at `before`, zeros around */
+static kiln_status pad(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_cpu_slice_bwd(s->sz.slice.outer, s->sz.slice.dim, s->sz.slice.inner, s->attr.pad.before,
+                       s->in[0].shape[s->attr.pad.dim], 1, F(s->in[0]), F(s->out[0]), 0);
+    return KILN_OK;
+}
+
+/* ---- average pooling: x (and dx) NCHW or nChw16c ---- */
+
+static kiln_status avg_pool(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_cpu_avg_pool2d_fwd(&s->sz.avg_pool, s->in[0].layout, F(s->in[0]), F(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status avg_pool_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_avg_pool2d_bwd(&s->sz.avg_pool, s->out[0].layout, F(s->in[0]), F(s->out[0]), ACC(0));
     return KILN_OK;
 }
 
@@ -242,6 +264,10 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_GRAD_COPY] = {grad_copy, NULL, NULL, 0, 0},
     [KILN_OP_CONTIGUOUS] = {contiguous, NULL, NULL, 0, 0},
     [KILN_OP_SLICE_BWD] = {slice_bwd, kiln_prepare_slice, NULL, 0, 0},
+    [KILN_OP_PAD] = {pad, kiln_prepare_pad, NULL, 0, 0},
+    [KILN_OP_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool, NULL, 1, 0},
+    [KILN_OP_ADAPTIVE_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool, NULL, 1, 0},
+    [KILN_OP_AVG_POOL2D_BWD] = {avg_pool_bwd, kiln_prepare_avg_pool, NULL, 0, 1},
     [KILN_OP_SUM] = {sum, NULL, NULL, 0, 0},
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL, NULL, 0, 0},
     [KILN_OP_BATCH_NORM2D] = {bn, kiln_prepare_nchw, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},

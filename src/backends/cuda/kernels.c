@@ -112,6 +112,14 @@ static kiln_status contiguous(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_cuda_copy_strided(ST, x->ndim, x->shape, x->stride, F(*x), F(s->out[0]), 0);
     DONE("contiguous");
 }
+/* the GPU kernel knows unit steps only: a strided slice's backward is refused by name */
+static kiln_status slice_prepare(kiln_step *s, kiln_prep *p) {
+    if (s->attr.slice.step != 1)
+        return kiln_fail(KILN_ERR_BACKEND, "%s: the cuda backend has no slice_bwd kernel for step %lld yet", s->name,
+                         (long long)s->attr.slice.step);
+    return kiln_prepare_slice(s, p);
+}
+
 static kiln_status slice_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_cuda_slice_bwd(ST, s->sz.slice.outer, s->sz.slice.dim, s->sz.slice.inner, s->attr.slice.start,
                         s->attr.slice.end - s->attr.slice.start, F(s->in[0]), F(s->out[0]), ACC(0));
@@ -210,7 +218,7 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_ONES] = {ones, NULL},
     [KILN_OP_GRAD_COPY] = {grad_copy, NULL},
     [KILN_OP_CONTIGUOUS] = {contiguous, NULL},
-    [KILN_OP_SLICE_BWD] = {slice_bwd, kiln_prepare_slice},
+    [KILN_OP_SLICE_BWD] = {slice_bwd, slice_prepare},
     [KILN_OP_SUM] = {sum, NULL},
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL},
     [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare},

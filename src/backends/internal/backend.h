@@ -70,6 +70,7 @@ struct kiln_step {
     union {                           /* sizes the kernel needs, worked out at prepare */
         kiln_conv_shape conv;
         kiln_pool_shape pool;
+        kiln_avg_pool_shape avg_pool;
         struct { int64_t rows, cols; } rc;
         struct { int64_t n, c, hw; } nchw;
         struct { int64_t outer, dim, inner; } slice;
@@ -175,6 +176,8 @@ void kiln_decision_file_save(kiln_decision_file *f);  /* atomically, when someth
 void kiln_decision_file_reset(kiln_decision_file *f); /* tests: read the file again next time */
 
 /* prepare functions every backend's table shares: the sizes a kernel needs */
+kiln_status kiln_prepare_avg_pool(kiln_step *s, kiln_prep *p);    /* sz.avg_pool from x (forward) or dx (backward) */
+kiln_status kiln_prepare_pad(kiln_step *s, kiln_prep *p);         /* sz.slice of pad's output along its dim */
 kiln_status kiln_prepare_pool(kiln_step *s, kiln_prep *p);        /* sz.pool from x and the attributes */
 kiln_status kiln_prepare_rows_of_out(kiln_step *s, kiln_prep *p); /* sz.rc: rows x last dim of out[0] */
 kiln_status kiln_prepare_rows_of_in(kiln_step *s, kiln_prep *p);  /* sz.rc of in[0] */

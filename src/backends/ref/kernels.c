@@ -165,8 +165,28 @@ static kiln_status slice_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     int64_t outer = 1, inner = 1;
     for (int i = 0; i < d; i++) outer *= x->shape[i];
     for (int i = d + 1; i < x->ndim; i++) inner *= x->shape[i];
-    kiln_ref_slice_bwd(outer, x->shape[d], inner, s->attr.slice.start, s->attr.slice.end - s->attr.slice.start,
+    const kiln_slice_attrs *a = &s->attr.slice;
+    kiln_ref_slice_bwd(outer, x->shape[d], inner, a->start, (a->end - a->start + a->step - 1) / a->step, a->step,
                        D(s->in[0]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+/* pad's forward is slice's backward from the other side: the input lands at `before`, zeros around */
+static kiln_status pad(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_ref_slice_bwd(s->sz.slice.outer, s->sz.slice.dim, s->sz.slice.inner, s->attr.pad.before,
+                       s->in[0].shape[s->attr.pad.dim], 1, D(s->in[0]), D(s->out[0]), 0);
+    return KILN_OK;
+}
+
+static kiln_status avg_pool(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_ref_avg_pool2d_fwd(&s->sz.avg_pool, D(s->in[0]), D(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status avg_pool_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_ref_avg_pool2d_bwd(&s->sz.avg_pool, D(s->in[0]), D(s->out[0]), ACC(0));
     return KILN_OK;
 }
 
@@ -334,6 +354,10 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_GRAD_COPY] = {grad_copy},
     [KILN_OP_CONTIGUOUS] = {contiguous},
     [KILN_OP_SLICE_BWD] = {slice_bwd},
+    [KILN_OP_PAD] = {pad, kiln_prepare_pad},
+    [KILN_OP_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool},
+    [KILN_OP_ADAPTIVE_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool},
+    [KILN_OP_AVG_POOL2D_BWD] = {avg_pool_bwd, kiln_prepare_avg_pool},
     [KILN_OP_SUM] = {sum},
     [KILN_OP_SUM_BWD] = {sum_bwd},
     [KILN_OP_BATCH_NORM2D] = {bn},

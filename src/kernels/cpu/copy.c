@@ -27,8 +27,30 @@ void kiln_cpu_copy_strided(int ndim, const int64_t *shape, const float *src, con
     }
 }
 
-void kiln_cpu_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, const float *dy,
-                        float *dx, int acc) {
+/* a strided slice (step > 1): row j of dim gets dy's row (j - start) / step or zero */
+static void slice_bwd_step(int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, int64_t step,
+                           const float *dy, float *dx, int acc) {
+#pragma omp parallel for schedule(static) if (outer * dim * inner >= KILN_CPU_PAR_MIN)
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < dim; j++) {
+            float *d = dx + (o * dim + j) * inner;
+            int in = j >= start && j < start + step * len && (j - start) % step == 0;
+            const float *g = dy + (o * len + (j - start) / step) * inner;
+            if (in && acc)
+                for (int64_t i = 0; i < inner; i++) d[i] += g[i];
+            else if (in)
+                for (int64_t i = 0; i < inner; i++) d[i] = g[i];
+            else if (!acc)
+                for (int64_t i = 0; i < inner; i++) d[i] = 0;
+        }
+}
+
+void kiln_cpu_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, int64_t step,
+                        const float *dy, float *dx, int acc) {
+    if (step != 1) {
+        slice_bwd_step(outer, dim, inner, start, len, step, dy, dx, acc);
+        return;
+    }
 #pragma omp parallel for schedule(static) if (outer * dim * inner >= KILN_CPU_PAR_MIN)
     for (int64_t o = 0; o < outer; o++) {
         float *d = dx + o * dim * inner;

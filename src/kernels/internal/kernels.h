@@ -35,6 +35,34 @@ typedef struct kiln_pool_shape {
 } kiln_pool_shape;
 int kiln_pool_shape_infer(kiln_pool_shape *ps);
 
+/* Average pooling, PyTorch's floor mode: avg_pool2d (square window k, stride,
+ * zero padding; count_include_pad divides by the window including padding, as
+ * PyTorch's default) or adaptive_avg_pool2d (bins [floor(i*h/oh), ceil((i+1)*h/oh))). */
+typedef struct kiln_avg_pool_shape {
+    int64_t n, c, h, w;   /* input  [n, c, h, w] */
+    int64_t k, stride, pad;
+    int include_pad, adaptive;
+    int64_t oh, ow;       /* given when adaptive, else filled by infer */
+} kiln_avg_pool_shape;
+int kiln_avg_pool_shape_infer(kiln_avg_pool_shape *ps);
+/* the window of output row (or column) o over an input dim of `in` and an
+ * output dim of `out`: input [*lo, *hi), and the count it divides by */
+static inline void kiln_avg_pool_window(const kiln_avg_pool_shape *ps, int64_t o, int64_t in, int64_t out, int64_t *lo,
+                                        int64_t *hi, int64_t *count) {
+    if (ps->adaptive) {
+        *lo = o * in / out;
+        *hi = ((o + 1) * in + out - 1) / out;
+        *count = *hi - *lo;
+        return;
+    }
+    int64_t start = o * ps->stride - ps->pad, end = start + ps->k;
+    if (end > in + ps->pad) end = in + ps->pad;
+    *count = end - start;
+    *lo = start < 0 ? 0 : start;
+    *hi = end > in ? in : end;
+    if (!ps->include_pad) *count = *hi - *lo;
+}
+
 /* ---- reference kernels, double ---- */
 void kiln_ref_conv2d_fwd(const kiln_conv_shape *cs, const double *x, const double *w, const double *b, double *y);
 void kiln_ref_conv2d_bwd_data(const kiln_conv_shape *cs, const double *dy, const double *w, double *dx, int acc);
@@ -52,6 +80,9 @@ void kiln_ref_relu_bwd(int64_t n, const double *y, const double *dy, double *dx,
 /* max over each window; ties go to the first element in row-major window order (as PyTorch) */
 void kiln_ref_max_pool2d_fwd(const kiln_pool_shape *ps, const double *x, double *y);
 void kiln_ref_max_pool2d_bwd(const kiln_pool_shape *ps, const double *x, const double *dy, double *dx, int acc);
+
+void kiln_ref_avg_pool2d_fwd(const kiln_avg_pool_shape *ps, const double *x, double *y);
+void kiln_ref_avg_pool2d_bwd(const kiln_avg_pool_shape *ps, const double *dy, double *dx, int acc);
 
 /* the fused max-pool + relu backward: max_pool2d_bwd, then relu_bwd with y = x */
 void kiln_ref_max_pool2d_relu_bwd(const kiln_pool_shape *ps, const double *x, const double *dy, double *dx, int acc);
@@ -80,10 +111,11 @@ void kiln_ref_mul_bwd(int64_t n, const double *dy, const double *b, double *da, 
 
 /* views: dst (packed, `shape`) (=|+=) src read through `stride` (elements) */
 void kiln_ref_copy_strided(int ndim, const int64_t *shape, const double *src, const int64_t *stride, double *dst, int acc);
-/* slice's backward: dx[outer, dim, inner] gets dy[outer, len, inner] at [start, start + len) along dim,
- * and zero elsewhere when writing (acc = 0); acc = 1 adds inside the slice only */
-void kiln_ref_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, const double *dy,
-                        double *dx, int acc);
+/* slice's backward: dx[outer, dim, inner] gets dy[outer, len, inner] at start, start + step, ...
+ * (len of them) along dim, and zero elsewhere when writing (acc = 0); acc = 1 adds inside the
+ * slice only. With step 1 and acc 0 it is also pad's forward. */
+void kiln_ref_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, int64_t step,
+                        const double *dy, double *dx, int acc);
 /* sum of all elements; its backward fills dx with the scalar gradient */
 double kiln_ref_sum(int64_t n, const double *x);
 void kiln_ref_fill(int64_t n, double v, double *dx, int acc);
@@ -126,6 +158,9 @@ void kiln_cpu_max_pool2d_bwd(const kiln_pool_shape *ps, const float *x, const fl
 void kiln_cpu_max_pool2d_fwd_layout(const kiln_pool_shape *ps, int blocked, const float *x, float *y);
 void kiln_cpu_max_pool2d_bwd_layout(const kiln_pool_shape *ps, int blocked, int relu_mask, const float *x,
                                     const float *dy, float *dx, int acc);
+/* x and dx plain NCHW (blocked = 0) or nChw16c (blocked = 16); y and dy NCHW */
+void kiln_cpu_avg_pool2d_fwd(const kiln_avg_pool_shape *ps, int blocked, const float *x, float *y);
+void kiln_cpu_avg_pool2d_bwd(const kiln_avg_pool_shape *ps, int blocked, const float *dy, float *dx, int acc);
 void kiln_cpu_dropout_fwd(int64_t n, float p, uint64_t key, uint64_t counter, const float *x, float *y);
 void kiln_cpu_dropout_bwd(int64_t n, float p, uint64_t key, uint64_t counter, const float *dy, float *dx, int acc);
 void kiln_cpu_log_softmax_fwd(int64_t rows, int64_t cols, const float *x, float *y);
@@ -144,8 +179,8 @@ void kiln_cpu_bias_grad_rows(int64_t rows, int64_t cols, const float *dy, float 
 void kiln_cpu_bias_grad_nchw(int64_t n, int64_t c, int64_t hw, const float *dy, float *db, int acc);
 
 void kiln_cpu_copy_strided(int ndim, const int64_t *shape, const float *src, const int64_t *stride, float *dst, int acc);
-void kiln_cpu_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, const float *dy,
-                        float *dx, int acc);
+void kiln_cpu_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, int64_t step,
+                        const float *dy, float *dx, int acc);
 /* fixed-order chunks summed in double: the same bits for any thread count */
 double kiln_cpu_sum(int64_t n, const float *x);
 void kiln_cpu_fill(int64_t n, float v, float *dx, int acc);

@@ -13,13 +13,14 @@ void kiln_ref_copy_strided(int ndim, const int64_t *shape, const double *src, co
     }
 }
 
-void kiln_ref_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, const double *dy,
-                        double *dx, int acc) {
+void kiln_ref_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, int64_t step,
+                        const double *dy, double *dx, int acc) {
     for (int64_t o = 0; o < outer; o++)
         for (int64_t j = 0; j < dim; j++)
             for (int64_t i = 0; i < inner; i++) {
                 double *d = &dx[(o * dim + j) * inner + i];
-                double g = j >= start && j < start + len ? dy[(o * len + j - start) * inner + i] : 0.0;
+                int in = j >= start && j < start + step * len && (j - start) % step == 0;
+                double g = in ? dy[(o * len + (j - start) / step) * inner + i] : 0.0;
                 *d = acc ? *d + g : g;
             }
 }

@@ -24,6 +24,7 @@ typedef enum kiln_op {
     KILN_OP_CONV2D, KILN_OP_LINEAR, KILN_OP_RELU, KILN_OP_MAX_POOL2D, KILN_OP_DROPOUT,
     KILN_OP_RESHAPE, KILN_OP_LOG_SOFTMAX, KILN_OP_NLL_LOSS, KILN_OP_CROSS_ENTROPY, KILN_OP_ADD, KILN_OP_MUL,
     KILN_OP_TRANSPOSE, KILN_OP_SLICE, KILN_OP_CONTIGUOUS, KILN_OP_SUM, KILN_OP_BATCH_NORM2D,
+    KILN_OP_AVG_POOL2D, KILN_OP_ADAPTIVE_AVG_POOL2D, KILN_OP_PAD,
     /* added by autodiff */
     KILN_OP_ONES,              /* out = loss scale (the seed d(loss)) */
     KILN_OP_CONV2D_BWD_DATA,   /* in: dy, w            out: dx */
@@ -37,9 +38,10 @@ typedef enum kiln_op {
     KILN_OP_CROSS_ENTROPY_BWD, /* in: logits, target, dloss */
     KILN_OP_GRAD_COPY,         /* in: dy (may be a strided view)  out: dx (dx =|+= dy), same shape */
     KILN_OP_MUL_BWD,           /* in: dy, other        out: da */
-    KILN_OP_SLICE_BWD,         /* in: dy               out: dx (zero outside the slice) */
+    KILN_OP_SLICE_BWD,         /* in: dy               out: dx (zero outside the slice; pad's forward too) */
     KILN_OP_SUM_BWD,           /* in: dy (scalar)      out: dx (dy everywhere) */
     KILN_OP_BATCH_NORM2D_BWD,  /* in: x, dy, w, mean, invstd   out: dx?, dw?, db? */
+    KILN_OP_AVG_POOL2D_BWD,    /* in: dy               out: dx (both average poolings) */
     /* steps outside the graph: the loss read-out, clipping, optimizer updates */
     KILN_OP_READOUT,           /* in: a scalar         out: a host f64 */
     KILN_OP_SUMSQ,             /* in: a gradient run   out: f64 accumulator (acc adds) */
@@ -56,10 +58,14 @@ typedef enum kiln_op {
 /* ---- typed attributes: one struct per op family, one union for the node ---- */
 typedef struct { int64_t stride, pad, dilation, groups; } kiln_conv_attrs;
 typedef struct { int64_t kernel, stride; } kiln_pool_attrs;
+/* both average poolings: kernel/stride/pad/count_include_pad (avg_pool2d) or out_h/out_w (adaptive) */
+typedef struct { int64_t kernel, stride, pad, out_h, out_w; int count_include_pad, adaptive; } kiln_avg_pool_attrs;
+/* zeros `before` and `after` the input along dim (F.pad of one dim) */
+typedef struct { int dim; int64_t before, after; } kiln_pad_attrs;
 typedef struct { float p; } kiln_dropout_attrs;
 typedef struct { int ndim; int64_t shape[KILN_MAX_DIMS]; } kiln_reshape_attrs; /* shape[0] may be KILN_BATCH */
 typedef struct { int dim0, dim1; } kiln_transpose_attrs;
-typedef struct { int dim; int64_t start, end; } kiln_slice_attrs;
+typedef struct { int dim; int64_t start, end, step; } kiln_slice_attrs; /* x[start:end:step] along dim */
 /* momentum 0.1 and eps 1e-5 are PyTorch's; training is set at compile */
 typedef struct { float momentum, eps; int training; } kiln_bn_attrs;
 typedef struct { double max_norm; } kiln_clip_attrs;
@@ -69,6 +75,8 @@ typedef struct { float rho, eps, weight_decay; } kiln_adadelta_attrs;
 typedef union kiln_attrs {
     kiln_conv_attrs conv;
     kiln_pool_attrs pool;
+    kiln_avg_pool_attrs avg_pool;
+    kiln_pad_attrs pad;
     kiln_dropout_attrs dropout;
     kiln_reshape_attrs reshape;
     kiln_transpose_attrs transpose;
@@ -184,6 +192,7 @@ void kiln_op_format_attrs(kiln_op op, const kiln_attrs *a, char *buf, size_t len
 extern const kiln_op_def kiln_op_conv2d, kiln_op_conv2d_bwd_data, kiln_op_conv2d_bwd_weight;
 extern const kiln_op_def kiln_op_linear, kiln_op_linear_bwd_data, kiln_op_linear_bwd_weight;
 extern const kiln_op_def kiln_op_max_pool2d, kiln_op_max_pool2d_bwd;
+extern const kiln_op_def kiln_op_avg_pool2d, kiln_op_adaptive_avg_pool2d, kiln_op_avg_pool2d_bwd, kiln_op_pad;
 extern const kiln_op_def kiln_op_relu, kiln_op_relu_bwd, kiln_op_add, kiln_op_mul, kiln_op_mul_bwd, kiln_op_grad_copy,
     kiln_op_ones, kiln_op_dropout, kiln_op_dropout_bwd, kiln_op_sum, kiln_op_sum_bwd;
 extern const kiln_op_def kiln_op_log_softmax, kiln_op_log_softmax_bwd, kiln_op_nll_loss, kiln_op_nll_loss_bwd,
