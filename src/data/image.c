@@ -74,7 +74,7 @@ static int is_jpeg(const uint8_t *d, size_t n) { return n >= 3 && d[0] == 0xff &
 static int is_png(const uint8_t *d, size_t n) { return n >= 8 && memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0; }
 static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
 
-static kiln_status check_dims(const char *name, const char *format, int64_t w, int64_t h) {
+kiln_status kiln_image_check_dims(const char *name, const char *format, int64_t w, int64_t h) {
     if (w < 1 || h < 1 || w > KILN_IMAGE_MAX_SIDE || h > KILN_IMAGE_MAX_SIDE || w * h > KILN_IMAGE_MAX_PIXELS)
         return kiln_fail(KILN_ERR_FORMAT, "%s: implausible image size %lldx%lld in its %s header (at most %d per side and %lld "
                          "pixels): corrupt?", name, (long long)w, (long long)h, format, KILN_IMAGE_MAX_SIDE,
@@ -95,13 +95,13 @@ kiln_status kiln_image_info(kiln_image_ctx *x, const uint8_t *data, size_t n, co
             return kiln_fail(KILN_ERR_FORMAT, "%s: truncated or corrupt PNG (no IHDR chunk first)", name);
         *w = (int)(be32(data + 16) > KILN_IMAGE_MAX_SIDE ? -1 : (int)be32(data + 16));
         *h = (int)(be32(data + 20) > KILN_IMAGE_MAX_SIDE ? -1 : (int)be32(data + 20));
-        return check_dims(name, "PNG", *w, *h);
+        return kiln_image_check_dims(name, "PNG", *w, *h);
     }
     if (!is_jpeg(data, n)) return kiln_fail(KILN_ERR_FORMAT, "%s: not a JPEG or PNG file", name);
     *format = KILN_IMAGE_JPEG;
     if (!x->dec && !(x->dec = kiln_jpeg_new())) return kiln_fail(KILN_ERR_NOMEM, "%s: cannot start libjpeg", name);
     kiln_status st = kiln_jpeg_info(x->dec, data, n, name, w, h);
-    return st == KILN_OK ? check_dims(name, "JPEG", *w, *h) : st;
+    return st == KILN_OK ? kiln_image_check_dims(name, "JPEG", *w, *h) : st;
 }
 
 /* the smallest of libjpeg's DCT scale factors (1/8, 2/8, ... 1) that is >= min_scale, as its numerator */
@@ -118,9 +118,7 @@ void kiln_image_scaled_size(int format, int w, int h, double min_scale, int *sw,
 
 static kiln_status decode_jpeg(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels,
                                double min_scale, const int *region, kiln_image *out, int *ox, int *oy) {
-    int fmt, w, h;
-    kiln_status st = kiln_image_info(x, data, n, name, &fmt, &w, &h);
-    if (st != KILN_OK) return st;
+    if (!x->dec && !(x->dec = kiln_jpeg_new())) return kiln_fail(KILN_ERR_NOMEM, "%s: cannot start libjpeg", name);
     return kiln_jpeg_decode(x->dec, data, n, name, channels, pick_scale(min_scale), region, &x->px, &x->px_cap, out, ox, oy);
 }
 
@@ -162,7 +160,7 @@ static kiln_status decode_png(kiln_image_ctx *x, const uint8_t *data, size_t n, 
     spng_set_chunk_limits(ctx, 1u << 24, 1u << 26); /* text and metadata chunks cannot eat memory */
     int e = spng_set_png_buffer(ctx, data, n);
     if (!e) e = spng_get_ihdr(ctx, &ihdr);
-    if (!e && (st = check_dims(name, "PNG", ihdr.width, ihdr.height)) != KILN_OK) goto done;
+    if (!e && (st = kiln_image_check_dims(name, "PNG", ihdr.width, ihdr.height)) != KILN_OK) goto done;
     /* grey stays grey for one channel; everything else (palette, alpha, 16 bits) becomes RGB8, alpha dropped as PIL does */
     int fmt = channels == 1 && !e && ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE && ihdr.bit_depth <= 8 ? SPNG_FMT_G8
                                                                                                     : SPNG_FMT_RGB8;

@@ -120,6 +120,10 @@ kiln_status kiln_jpeg_decode(kiln_jpeg *j, const uint8_t *data, size_t n, const 
     struct jpeg_decompress_struct *d = &j->d;
     jpeg_mem_src(d, data, (unsigned long)n);
     jpeg_read_header(d, TRUE);
+    if (kiln_image_check_dims(name, "JPEG", d->image_width, d->image_height) != KILN_OK) { /* before any allocation */
+        jpeg_abort_decompress(d);
+        return KILN_ERR_FORMAT;
+    }
     d->scale_num = (unsigned)num;
     d->scale_denom = 8;
     d->out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB; /* grey: the stored luma, as TurboJPEG */

@@ -28,6 +28,8 @@ typedef struct kiln_image_ctx kiln_image_ctx;
 kiln_image_ctx *kiln_image_ctx_new(void);
 void kiln_image_ctx_free(kiln_image_ctx *x);
 
+/* FORMAT naming the file when w x h is beyond the limits above */
+kiln_status kiln_image_check_dims(const char *name, const char *format, int64_t w, int64_t h);
 /* The whole file into the context's buffer (valid until the next read). */
 kiln_status kiln_image_read(kiln_image_ctx *x, const char *path, const uint8_t **data, size_t *n);
 /* The format (by magic bytes, not the name), width and height, within the limits above. */
