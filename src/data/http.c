@@ -26,6 +26,7 @@
 #define GROUP_BYTES ((int64_t)4 << 20)     /* and their bytes */
 #define CACHE_ENTRIES 512                  /* ranges queued, in flight or fetched and not yet read */
 #define CACHE_BYTES ((int64_t)64 << 20)
+#define BUCKETS 1024                       /* the cache's hash of (source, offset): 2 x CACHE_ENTRIES */
 #define TRIES 4                            /* one request and three retries */
 
 typedef struct http_config {
@@ -39,7 +40,9 @@ typedef struct http_source http_source;
 typedef enum { E_QUEUED, E_FLIGHT, E_DONE, E_FAILED } entry_state;
 typedef struct entry {
     struct entry *prev, *next;
+    struct entry *hnext;                   /* in its hash bucket */
     http_source *src;                      /* NULL: its source was closed (freed when its transfer ends) */
+    const void *key;                       /* the source it was hinted for, for the hash (never dereferenced) */
     int64_t off, len, size;
     uint8_t *buf;
     entry_state state;
@@ -73,6 +76,7 @@ struct kiln_http_client {
     CURL **idle;                           /* easy handles for reads, each with its kept-alive connection */
     int n_idle, cap_idle;
     entry *head, *tail;
+    entry *bucket[BUCKETS];
     int n_entries, n_flight;
     int64_t cached_bytes;
     CURLM *multi;                          /* the pump's (its own connections) */
@@ -285,14 +289,24 @@ static kiln_status transfer(kiln_http_client *c, const char *url, int64_t off, i
 
 /* ---------- the read-ahead: a cache of hinted ranges, fetched by the pump ---------- */
 
-/* the entry of `hs` holding [off, off + len), any state; under c->mu */
+static unsigned bucket_of(const void *key, int64_t off) {
+    uint64_t h = ((uint64_t)(uintptr_t)key ^ (uint64_t)off) * 0x9E3779B97F4A7C15ull;
+    return (unsigned)(h >> 40) & (BUCKETS - 1);
+}
+
+/* the entry of `hs` hinted at `off` that holds [off, off + len), any state;
+ * under c->mu (a read starting inside a hinted range is not looked for:
+ * the shard reader reads whole records) */
 static entry *find(kiln_http_client *c, const http_source *hs, int64_t off, int64_t len) {
-    for (entry *e = c->head; e; e = e->next)
-        if (e->src == hs && e->off <= off && off + len <= e->off + e->len) return e;
+    for (entry *e = c->bucket[bucket_of(hs, off)]; e; e = e->hnext)
+        if (e->src == hs && e->off == off && len <= e->len) return e;
     return NULL;
 }
 
 static void unlink_free(kiln_http_client *c, entry *e) {
+    entry **p = &c->bucket[bucket_of(e->key, e->off)];
+    while (*p != e) p = &(*p)->hnext;
+    *p = e->hnext;
     if (e->prev) e->prev->next = e->next;
     else c->head = e->next;
     if (e->next) e->next->prev = e->prev;
@@ -316,11 +330,10 @@ static int make_room(kiln_http_client *c, int64_t len) {
 }
 
 /* e and the queued ranges of its source after it (up to MAX_PARTS and
- * GROUP_BYTES) into one request on a free pump slot: "Range: bytes=a-b,c-d"
- * is answered with a multipart/byteranges body; under c->mu */
-static void start(kiln_http_client *c, entry *e) {
-    int slot = c->pump_free[--c->n_pump_free];
-    struct request *r = &c->req[slot];
+ * GROUP_BYTES) into request r, marked in flight: "Range: bytes=a-b,c-d" is
+ * answered with a multipart/byteranges body. 0 when out of memory (e is
+ * then FAILED: its reader fetches it alone). Under c->mu. */
+static int gather(entry *e, int slot, struct request *r, char *range, size_t room) {
     int64_t bytes = 0;
     r->n = 0;
     for (entry *f = e; f && r->n < (e->src->single ? 1 : MAX_PARTS); f = f->next) {
@@ -329,29 +342,39 @@ static void start(kiln_http_client *c, entry *e) {
         r->e[r->n++] = f;
         bytes += f->len;
     }
-    char range[MAX_PARTS * 42];
     size_t at = 0;
     for (int k = 0; k < r->n; k++)
-        at += (size_t)snprintf(range + at, sizeof range - at, "%s%lld-%lld", k ? "," : "", (long long)r->e[k]->off,
+        at += (size_t)snprintf(range + at, room - at, "%s%lld-%lld", k ? "," : "", (long long)r->e[k]->off,
                                (long long)(r->e[k]->off + r->e[k]->len - 1));
     /* a part's headers are ~100 bytes (boundary, type, range) */
     int64_t cap = r->n == 1 ? e->len : bytes + 512 * (int64_t)r->n + 1024;
     r->body = r->n > 1 ? malloc((size_t)cap) : NULL;
-    if (r->n == 0 || (r->n > 1 && !r->body)) { /* no memory: the readers fetch for themselves */
+    if (r->n == 0 || (r->n > 1 && !r->body)) {
         for (int k = 0; k < r->n; k++) free(r->e[k]->buf), r->e[k]->buf = NULL;
         e->state = E_FAILED;
-        c->pump_free[c->n_pump_free++] = slot;
-        return;
+        return 0;
     }
     xfer_reset(&r->x);
     r->x.dst = r->n > 1 ? r->body : e->buf;
     r->x.cap = cap;
-    setup(c->pump_easy[slot], c, e->src->url, range, &r->x);
-    curl_easy_setopt(c->pump_easy[slot], CURLOPT_PRIVATE, (char *)r);
     for (int k = 0; k < r->n; k++) {
         r->e[k]->slot = slot;
         r->e[k]->state = E_FLIGHT;
     }
+    return 1;
+}
+
+/* e's group onto a free pump slot; under c->mu */
+static void start(kiln_http_client *c, entry *e) {
+    int slot = c->pump_free[--c->n_pump_free];
+    struct request *r = &c->req[slot];
+    char range[MAX_PARTS * 42];
+    if (!gather(e, slot, r, range, sizeof range)) {
+        c->pump_free[c->n_pump_free++] = slot;
+        return;
+    }
+    setup(c->pump_easy[slot], c, e->src->url, range, &r->x);
+    curl_easy_setopt(c->pump_easy[slot], CURLOPT_PRIVATE, (char *)r);
     curl_multi_add_handle(c->multi, c->pump_easy[slot]);
 }
 
@@ -365,9 +388,9 @@ static int from_parts(entry *e, const kiln_http_part *p, int np) {
     return 0;
 }
 
-/* a pump transfer ended; under c->mu. A range it did not bring is left to
- * its reader, which fetches it itself with retries (and names the error). */
-static void finish(kiln_http_client *c, struct request *r, CURLcode rc) {
+/* a request's transfer ended; under c->mu. A range it did not bring is left
+ * to its reader, which fetches it alone with retries (and names the error). */
+static void settle(kiln_http_client *c, struct request *r, CURLcode rc) {
     xfer *x = &r->x;
     char msg[320];
     kiln_http_part parts[MAX_PARTS];
@@ -393,8 +416,12 @@ static void finish(kiln_http_client *c, struct request *r, CURLcode rc) {
         if (!r->e[k]->src) unlink_free(c, r->e[k]);
     free(r->body);
     r->body = NULL;
-    c->pump_free[c->n_pump_free++] = (int)(r - c->req);
     pthread_cond_broadcast(&c->done);
+}
+
+static void finish(kiln_http_client *c, struct request *r, CURLcode rc) {
+    settle(c, r, rc);
+    c->pump_free[c->n_pump_free++] = (int)(r - c->req);
 }
 
 static void *pump(void *arg) {
@@ -426,20 +453,46 @@ static void *pump(void *arg) {
     return NULL;
 }
 
+/* A reader met its range still queued (the pump's requests are all in
+ * flight): it fetches it now, with the queued ranges of the same source
+ * after it, in one request on its own handle. Under c->mu (released while
+ * the transfer runs; e is held by the caller's readers count). */
+static void fetch_group(kiln_http_client *c, entry *e) {
+    struct request *r = calloc(1, sizeof *r); /* zeroed: no whole-object mode (that is the probe's) */
+    char range[MAX_PARTS * 42];
+    if (!r || !gather(e, -1, r, range, sizeof range)) {
+        e->state = E_FAILED;
+        free(r);
+        return;
+    }
+    const char *url = e->src->url; /* the source stays open while it is read */
+    pthread_mutex_unlock(&c->mu);
+    CURL *easy = take_easy(c);
+    CURLcode rc = CURLE_OUT_OF_MEMORY;
+    if (easy) {
+        setup(easy, c, url, range, &r->x);
+        rc = curl_easy_perform(easy);
+    }
+    pthread_mutex_lock(&c->mu);
+    r->x.easy = easy;
+    settle(c, r, rc);
+    pthread_mutex_unlock(&c->mu);
+    if (easy) give_easy(c, easy);
+    pthread_mutex_lock(&c->mu);
+    free(r);
+}
+
 /* [off, off + len) from the read-ahead: 1 when it was there (waiting while
- * it is in flight), 0 when the caller must fetch it (a queued range is taken
- * off the queue: fetching it now is sooner) */
+ * it is in flight, fetching it with its neighbours while it is queued), 0
+ * when the caller must fetch it alone */
 static int take_cached(http_source *hs, int64_t off, int64_t len, void *dst) {
     kiln_http_client *c = hs->c;
     int got = 0;
     pthread_mutex_lock(&c->mu);
     entry *e = find(c, hs, off, len);
-    if (e && e->state == E_QUEUED) {
-        unlink_free(c, e);
-        e = NULL;
-    }
     if (e) {
         e->readers++;
+        if (e->state == E_QUEUED) fetch_group(c, e);
         while (e->state == E_FLIGHT) pthread_cond_wait(&c->done, &c->mu);
         if (e->state == E_DONE) {
             memcpy(dst, e->buf + (off - e->off), (size_t)len);
@@ -481,7 +534,11 @@ static void http_will_need(kiln_source *s, int n, const int64_t *off, const int6
         if (!make_room(c, len[i])) break;
         entry *e = calloc(1, sizeof *e);
         if (!e) break;
-        *e = (entry){.prev = c->tail, .src = hs, .off = off[i], .len = len[i], .size = s->size, .state = E_QUEUED};
+        *e = (entry){.prev = c->tail, .src = hs, .key = hs, .off = off[i], .len = len[i], .size = s->size,
+                     .state = E_QUEUED};
+        unsigned b = bucket_of(hs, off[i]);
+        e->hnext = c->bucket[b];
+        c->bucket[b] = e;
         if (c->tail) c->tail->next = e;
         else c->head = e;
         c->tail = e;
