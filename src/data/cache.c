@@ -194,9 +194,9 @@ static void complete(kiln_cache *c) {
 /* sample i's record: the 12-byte header h, then n - 12 bytes of body */
 static void put_record(kiln_cache *c, int64_t i, const uint8_t *h, const void *body, int64_t n) {
     if (kiln_cache_ready(c) || atomic_load(&c->failed) || atomic_exchange(&c->taken[i], 1)) return;
-    int64_t slot = 0;
-    atomic_compare_exchange_strong(&c->slot, &slot, n); /* the first put fixes the slot size */
-    slot = atomic_load(&c->slot);
+    long long first = 0;
+    atomic_compare_exchange_strong(&c->slot, &first, n); /* the first put fixes the slot size */
+    int64_t slot = atomic_load(&c->slot);
     int64_t off = c->records_off + i * slot;
     if (n != slot) {
         atomic_store(&c->overflow, 1);
