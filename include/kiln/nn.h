@@ -21,14 +21,15 @@ typedef struct kiln_model {
     const char *name;
     kiln_value x;     /* input images */
     kiln_value y;     /* int32 class labels */
-    kiln_value out;   /* log-probabilities [B, classes] */
-    kiln_value loss;  /* mean negative log-likelihood */
+    kiln_value out;   /* log-probabilities (mnist models) or logits (ResNets) [B, classes]: argmax predicts */
+    kiln_value loss;  /* mean negative log-likelihood (of the log-probabilities, or cross-entropy of the logits) */
     int num_classes;
 } kiln_model;
 
 /* "mnist-cnn": PyTorch's examples/mnist network; "mnist-cnn-bn": the same with
  * batch norm after each conv (and no conv bias: it would be cancelled);
- * "mlp": 784-256-128-10 with ReLU and dropout */
+ * "mlp": 784-256-128-10 with ReLU and dropout; "resnet20": the CIFAR ResNet-20
+ * (3x32x32, option-A shortcuts, 10 classes, docs/models.md) */
 kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out);
 /* NULL-terminated list of model names */
 const char *const *kiln_model_names(void);

@@ -2,11 +2,19 @@
  *   conv1 1->32 3x3, relu, conv2 32->64 3x3, relu, max_pool 2, dropout 0.25,
  *   flatten, fc1 9216->128, relu, dropout 0.5, fc2 128->10, log_softmax.
  * mnist-cnn-bn puts BatchNorm2d after each conv and drops the conv biases
- * (the guide's "disable bias before batch norm": the norm subtracts it again). */
+ * (the guide's "disable bias before batch norm": the norm subtracts it again).
+ * resnet20 is the CIFAR ResNet of He et al. (2016) with option-A shortcuts,
+ * exactly the peer benchmark's model (../shared/bench/peers/conv_bench.py):
+ *   conv1 3->16 3x3, bn1, relu; layers.0-8: BasicBlocks of 16, 32, 64 channels
+ *   (3 each, the first of stages 2 and 3 with stride 2); global average pool,
+ *   fc 64->10; input 3x32x32, logits out, cross-entropy loss.
+ * The option-A shortcut has no parameters: x[:, :, ::2, ::2] with the new
+ * channels zero-padded half before, half after. */
+#include <stdio.h>
 #include <string.h>
 #include "kiln/nn.h"
 
-static const char *const names[] = {"mnist-cnn", "mnist-cnn-bn", "mlp", NULL};
+static const char *const names[] = {"mnist-cnn", "mnist-cnn-bn", "mlp", "resnet20", NULL};
 
 const char *const *kiln_model_names(void) { return names; }
 
@@ -49,14 +57,70 @@ static void mlp(kiln_graph *g, kiln_model *m) {
     m->loss = kiln_nll_loss(g, m->out, m->y);
 }
 
+static void image_io(kiln_graph *g, kiln_model *m, int64_t c, int64_t h, int64_t w, int classes) {
+    int64_t xs[4] = {KILN_BATCH, c, h, w}, ys[1] = {KILN_BATCH};
+    m->x = kiln_input(g, "x", KILN_F32, 4, xs);
+    m->y = kiln_input(g, "y", KILN_I32, 1, ys);
+    m->num_classes = classes;
+}
+
+static kiln_value conv_bn(kiln_graph *g, const char *prefix, const char *conv, const char *bn, kiln_value x, int64_t cin,
+                          int64_t cout, int64_t k, int64_t stride, int64_t pad) {
+    char cn[96], bnn[96];
+    snprintf(cn, sizeof cn, "%s%s", prefix, conv);
+    snprintf(bnn, sizeof bnn, "%s%s", prefix, bn);
+    return kiln_nn_batch_norm2d(g, bnn, kiln_nn_conv2d(g, cn, x, cin, cout, k, stride, pad, 0), cout);
+}
+
+/* He et al.'s option A: subsample by the stride, zero-pad the new channels */
+static kiln_value shortcut_a(kiln_graph *g, kiln_value x, int64_t cin, int64_t cout, int64_t stride) {
+    int64_t s[4];
+    if (kiln_value_shape(g, x, s) != 4) return -1;
+    if (stride > 1) x = kiln_slice_step(g, kiln_slice_step(g, x, 2, 0, s[2], stride), 3, 0, s[3], stride);
+    return cout == cin ? x : kiln_pad(g, x, 1, (cout - cin) / 2, cout - cin - (cout - cin) / 2);
+}
+
+/* torchvision's BasicBlock: conv-bn-relu-conv-bn, plus the shortcut, relu.
+ * down: 'a' for option A, 'b' for a 1x1 conv + bn ("downsample.0/1"), 0 for the identity */
+static kiln_value basic_block(kiln_graph *g, const char *prefix, kiln_value x, int64_t cin, int64_t cout, int64_t stride,
+                              char down) {
+    kiln_value h = kiln_relu(g, conv_bn(g, prefix, "conv1", "bn1", x, cin, cout, 3, stride, 1));
+    h = conv_bn(g, prefix, "conv2", "bn2", h, cout, cout, 3, 1, 1);
+    kiln_value sc = x;
+    if (down == 'a') sc = shortcut_a(g, x, cin, cout, stride);
+    if (down == 'b') sc = conv_bn(g, prefix, "downsample.0", "downsample.1", x, cin, cout, 1, stride, 0);
+    return kiln_relu(g, kiln_add(g, h, sc));
+}
+
+static void classifier(kiln_graph *g, kiln_model *m, kiln_value h, int64_t features) {
+    h = kiln_flatten(g, kiln_adaptive_avg_pool2d(g, h, 1, 1), 1);
+    m->out = kiln_nn_linear(g, "fc", h, features, m->num_classes, 1);
+    m->loss = kiln_cross_entropy(g, m->out, m->y);
+}
+
+static void resnet20(kiln_graph *g, kiln_model *m) {
+    image_io(g, m, 3, 32, 32, 10);
+    kiln_value h = kiln_relu(g, conv_bn(g, "", "conv1", "bn1", m->x, 3, 16, 3, 1, 1)); /* [B,16,32,32] */
+    int64_t cin = 16, i = 0;
+    for (int64_t cout = 16; cout <= 64; cout *= 2)
+        for (int b = 0; b < 3; b++, i++) {
+            char prefix[32];
+            snprintf(prefix, sizeof prefix, "layers.%lld.", (long long)i);
+            int64_t stride = b == 0 && cout > 16 ? 2 : 1;
+            h = basic_block(g, prefix, h, cin, cout, stride, stride != 1 || cin != cout ? 'a' : 0);
+            cin = cout;
+        }
+    classifier(g, m, h, 64); /* [B,64,8,8] -> [B,10] */
+}
+
 kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out) {
     memset(out, 0, sizeof *out);
     if (!g) return kiln_fail(KILN_ERR_INVALID_ARG, "model: graph is NULL");
     if (!name) name = "";
-    static void (*const build[])(kiln_graph *, kiln_model *) = {mnist_cnn, mnist_cnn_bn, mlp};
+    static void (*const build[])(kiln_graph *, kiln_model *) = {mnist_cnn, mnist_cnn_bn, mlp, resnet20};
     int i = 0;
     while (names[i] && strcmp(names[i], name) != 0) i++;
-    if (!names[i]) return kiln_fail(KILN_ERR_INVALID_ARG, "unknown model '%s' (known: mnist-cnn, mnist-cnn-bn, mlp)", name);
+    if (!names[i]) return kiln_fail(KILN_ERR_INVALID_ARG, "unknown model '%s' (known: mnist-cnn, mnist-cnn-bn, mlp, resnet20)", name);
     build[i](g, out);
     out->name = names[i];
     return kiln_graph_status(g);

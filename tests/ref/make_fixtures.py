@@ -445,6 +445,80 @@ def state_dict_pt(folder):
 
 
 # ---------------------------------------------------------------------------
+class BasicBlock(nn.Module):
+    """the CIFAR ResNet's block, exactly ../shared/bench/peers/conv_bench.py's"""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.stride, self.pad = stride, cout - cin
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        sc = x
+        if self.stride != 1 or self.pad:  # option A: subsample, zero-pad channels
+            sc = F.pad(x[:, :, ::self.stride, ::self.stride],
+                       (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
+        return F.relu(out + sc)
+
+
+class ResNet20(nn.Module):
+    def __init__(self, num_classes=10, n=3):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        layers, cin = [], 16
+        for cout, stride in ((16, 1), (32, 2), (64, 2)):
+            for i in range(n):
+                layers.append(BasicBlock(cin, cout, stride if i == 0 else 1))
+                cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(64, num_classes)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.layers(x)
+        x = F.adaptive_avg_pool2d(x, 1).flatten(1)
+        return self.fc(x)
+
+
+def resnet20_golden(folder):
+    """PyTorch's initial resnet20 (f32, seed 0), a batch of 4, and in float64
+    from those weights: the loss and every parameter's gradient (stored f32),
+    then 3 SGD steps (lr 0.1, momentum 0.9, weight decay 5e-4) on the batch:
+    their losses and the batch norms' running statistics after them."""
+    B, STEPS = 4, 3
+    torch.manual_seed(0)
+    model = ResNet20()
+    init = [(k, v.detach().clone()) for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")
+            and not k.endswith("running_mean") and not k.endswith("running_var")]
+    x = torch.randn(B, 3, 32, 32)
+    y = torch.randint(0, 10, (B,))
+    model = model.double().train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    losses, grads0 = [], None
+    for _ in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x.double()), y)
+        losses.append(loss.item())
+        loss.backward()
+        if grads0 is None:
+            grads0 = [("grad." + n, p.grad.detach().float().clone()) for n, p in model.named_parameters()]
+        opt.step()
+    stats = [("after." + k, v.detach().clone() if v.dtype == torch.int64 else v.detach().float().clone())
+             for k, v in model.state_dict().items()
+             if k.endswith("running_mean") or k.endswith("running_var") or k.endswith("num_batches_tracked")]
+    t = ([("x", x), ("y", y.to(torch.int32)), ("losses", torch.tensor(losses, dtype=torch.float64))] +
+         [("w." + k, v) for k, v in init] + grads0 + stats)
+    save(folder, "resnet20_golden.safetensors", t,
+         dict(model="resnet20", batch=B, steps=STEPS, lr=fl(0.1), momentum=fl(0.9), weight_decay=fl(5e-4),
+              precision="weights f32, loss, gradients and steps computed in float64"))
+
+
 def generate(folder):
     os.makedirs(folder, exist_ok=True)
     torch.set_num_threads(1)
@@ -497,6 +571,7 @@ def generate(folder):
     losses = mnist_golden(folder)
     print("  golden losses: " + " ".join(repr(v) for v in losses))
     state_dict_pt(folder)
+    resnet20_golden(folder)
     for fname in sorted(os.listdir(folder)):
         if fname.endswith(".safetensors") and fname not in WRITTEN:
             os.remove(os.path.join(folder, fname))

@@ -1,0 +1,196 @@
+/* The ResNets of the zoo against PyTorch (tests/ref/fixtures/resnet20_golden,
+ * made by tests/ref/make_fixtures.py with torch 1.13): resnet20 from PyTorch's
+ * initial weights on a batch of 4 gives PyTorch's loss and every parameter's
+ * gradient, and after 3 SGD steps the same losses and batch norm running
+ * statistics, on the ref backend (double) and the cpu backend (float, within
+ * 1e-4 relative). The parameter names and shapes are PyTorch's state_dict's. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kiln/graph.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
+#include "kiln/safetensors.h"
+#include "kiln/tensor.h"
+#include "testutil.h"
+
+#define FIXTURE "ref/fixtures/resnet20_golden.safetensors"
+
+/* max |got - ref| over max |ref| */
+static double rel_err(const double *got, const float *ref, int64_t n) {
+    double num = 0, den = 1e-12;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - ref[i]);
+        if (!(e <= num)) num = isnan(e) ? INFINITY : e;
+        den = fmax(den, fabs((double)ref[i]));
+    }
+    return num / den;
+}
+
+/* parameters (f32 in the fixture) into P: double on ref, float on cpu */
+static void load_weights(kiln_st_file *f, kiln_params *P, int ref) {
+    int64_t total = kiln_params_total(P);
+    float *q = calloc((size_t)total + 1, sizeof *q);
+    for (int i = 0; i < kiln_params_count(P); i++) {
+        char name[128];
+        snprintf(name, sizeof name, "w.%s", kiln_params_name(P, i));
+        const kiln_tensor *t = kiln_st_find(f, name);
+        CHECK_MSG(t && t->dtype == KILN_F32 && kiln_tensor_numel(t) == kiln_params_numel(P, i),
+                  "%s: missing or not shaped as kiln's", name);
+        if (t && kiln_tensor_numel(t) == kiln_params_numel(P, i))
+            memcpy(q + kiln_params_offset(P, i), t->data, (size_t)kiln_params_numel(P, i) * 4);
+    }
+    if (ref)
+        for (int64_t i = 0; i < total; i++) ((double *)kiln_params_data(P))[i] = q[i];
+    else
+        CHECK_OK(kiln_params_write(P, q));
+    free(q);
+}
+
+/* the gradients (host doubles) of P */
+static double *grads_of(kiln_params *P, int ref) {
+    int64_t total = kiln_params_total(P);
+    double *g = malloc((size_t)(total + 1) * sizeof *g);
+    if (ref) {
+        memcpy(g, kiln_params_grad(P), (size_t)total * sizeof *g);
+        return g;
+    }
+    float *q = malloc((size_t)(total + 1) * sizeof *q);
+    CHECK_OK(kiln_params_grad_read(P, q));
+    for (int64_t i = 0; i < total; i++) g[i] = q[i];
+    free(q);
+    return g;
+}
+
+static void check_stats(kiln_st_file *f, kiln_params *P, const char *backend, double tol) {
+    int checked = 0;
+    for (int i = 0; i < kiln_params_buffer_count(P); i++) {
+        char name[128];
+        snprintf(name, sizeof name, "after.%s", kiln_params_buffer_name(P, i));
+        const kiln_tensor *t = kiln_st_find(f, name);
+        int64_t n = kiln_params_buffer_numel(P, i);
+        CHECK_MSG(t && kiln_tensor_numel(t) == n, "%s: missing", name);
+        if (!t || kiln_tensor_numel(t) != n) continue;
+        double *got = malloc((size_t)n * 8 + 8);
+        if (kiln_params_buffer_dtype(P, i) == KILN_F64) memcpy(got, kiln_params_buffer_data(P, i), (size_t)n * 8);
+        else CHECK_OK(kiln_params_buffer_read(P, i, got)); /* reads the f32 or i64 values */
+        if (kiln_params_buffer_dtype(P, i) == KILN_I64) {
+            CHECK_MSG(*(int64_t *)got == *(const int64_t *)t->data, "%s on %s: %lld batches, PyTorch %lld", name, backend,
+                      (long long)*(int64_t *)got, (long long)*(const int64_t *)t->data);
+        } else {
+            double *d = malloc((size_t)n * 8);
+            for (int64_t k = 0; k < n; k++) d[k] = kiln_params_buffer_dtype(P, i) == KILN_F64 ? got[k] : ((float *)got)[k];
+            double e = rel_err(d, t->data, n);
+            CHECK_MSG(e <= tol, "%s on %s after 3 steps: off by %.3g (%g, PyTorch %g)", name, backend, e, d[0], (double)((const float *)t->data)[0]);
+            free(d);
+        }
+        free(got);
+        checked++;
+    }
+    CHECK_MSG(checked == 19 * 3, "%d running statistics checked (want 19 batch norms x 3)", checked);
+}
+
+static void run_backend(kiln_st_file *f, const char *backend) {
+    int ref = !strcmp(backend, "ref");
+    double tol = ref ? 1e-6 : 1e-4; /* ref: the f32 storage of PyTorch's float64 gradients */
+    const kiln_tensor *tx = kiln_st_find(f, "x"), *ty = kiln_st_find(f, "y"), *tl = kiln_st_find(f, "losses");
+    if (!tx || !ty || !tl) {
+        CHECK_MSG(0, "%s: x, y or losses missing", FIXTURE);
+        return;
+    }
+    const double *losses = tl->data;
+    int64_t B = tx->shape[0];
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_params *P = NULL;
+    kiln_plan *pl = NULL;
+    kiln_optim *o = NULL;
+    CHECK_OK(kiln_model_build(g, "resnet20", &m));
+    CHECK_OK(kiln_params_new_on(g, backend, &P));
+    if (!P) goto out;
+    int64_t count = 0;
+    for (int i = 0; i < kiln_params_count(P); i++) count += kiln_params_numel(P, i);
+    CHECK_MSG(count == 269722, "resnet20 has %lld parameters, PyTorch 269722", (long long)count);
+    kiln_params_init(P, 1); /* the buffers' initial values (running_var 1) */
+    load_weights(f, P, ref);
+    kiln_compile_opts co = kiln_compile_defaults();
+    co.training = 1;
+    co.max_batch = B;
+    co.backend = backend;
+    co.autotune = 0;
+    kiln_value outs[2] = {m.loss, m.out};
+    CHECK_OK(kiln_compile(g, P, outs, 2, &co, &pl));
+    if (!pl) goto out;
+    CHECK_OK(kiln_plan_bind(pl, m.x, tx->data));
+    CHECK_OK(kiln_plan_bind(pl, m.y, ty->data));
+    kiln_optim_config oc = kiln_optim_defaults(KILN_OPT_SGD);
+    oc.lr = 0.1f;
+    oc.momentum = 0.9f;
+    oc.weight_decay = 5e-4f;
+    CHECK_OK(kiln_optim_new(&oc, P, &o));
+    for (int step = 0; o && step < 3; step++) {
+        kiln_plan_set_step(pl, (uint64_t)step);
+        CHECK_OK(kiln_plan_run(pl, B));
+        double l = kiln_plan_loss(pl), e = fabs(l - losses[step]) / fabs(losses[step]);
+        /* after step 1 the ref plan differs by the f32 hyperparameters (lr 0.1f) */
+        CHECK_MSG(e <= (ref ? (step ? 1e-6 : 1e-9) : 1e-4), "%s step %d: loss %.10g, PyTorch %.10g", backend, step + 1, l, losses[step]);
+        if (step == 0) {
+            double *gr = grads_of(P, ref), worst = 0;
+            for (int i = 0; i < kiln_params_count(P); i++) {
+                char name[128];
+                snprintf(name, sizeof name, "grad.%s", kiln_params_name(P, i));
+                const kiln_tensor *t = kiln_st_find(f, name);
+                CHECK_MSG(t != NULL, "%s missing", name);
+                if (!t) continue;
+                double err = rel_err(gr + kiln_params_offset(P, i), t->data, kiln_params_numel(P, i));
+                CHECK_MSG(err <= tol, "%s: gradient of %s off by %.3g", backend, kiln_params_name(P, i), err);
+                worst = fmax(worst, err);
+            }
+            printf("resnet20 on %s: loss %.8f (PyTorch %.8f), worst gradient error %.3g\n", backend, l, losses[0], worst);
+            free(gr);
+        }
+        CHECK_OK(kiln_optim_step(o));
+    }
+    check_stats(f, P, backend, ref ? 1e-6 : 1e-4);
+out:
+    kiln_optim_free(o);
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+}
+
+/* every parameter and buffer of PyTorch's ResNet20 state_dict, by name */
+static void test_names(kiln_st_file *f) {
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_params *P = NULL;
+    CHECK_OK(kiln_model_build(g, "resnet20", &m));
+    CHECK_OK(kiln_params_new_on(g, "cpu", &P));
+    if (P) {
+        CHECK(kiln_params_find(P, "layers.8.bn2.weight") >= 0 && kiln_params_find(P, "fc.bias") >= 0);
+        CHECK(kiln_params_find(P, "layers.3.conv1.bias") < 0); /* convolutions before batch norm have no bias */
+        CHECK(kiln_params_buffer_find(P, "layers.5.bn1.running_var") >= 0);
+        int n = 0;
+        for (int i = 0; i < kiln_params_count(P); i++) {
+            char name[128];
+            snprintf(name, sizeof name, "w.%s", kiln_params_name(P, i));
+            n += kiln_st_find(f, name) != NULL;
+        }
+        CHECK_MSG(n == kiln_params_count(P) && n == 59, "%d of %d parameters named as PyTorch's (want 59)", n,
+                  kiln_params_count(P));
+    }
+    kiln_params_free(P);
+    kiln_graph_free(g);
+}
+
+int main(void) {
+    kiln_st_file *f = NULL;
+    CHECK_OK(kiln_st_open(FIXTURE, &f));
+    if (f) {
+        test_names(f);
+        run_backend(f, "cpu");
+        run_backend(f, "ref");
+        kiln_st_close(f);
+    }
+    return tu_finish("test_models");
+}
