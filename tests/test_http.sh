@@ -14,7 +14,9 @@
 # out with a clear error instead of hanging; a server that ignores ranges
 # (max_ranges 0) is read whole with a warning, or refused when the object is
 # larger than KILN_HTTP_WHOLE_MAX_MB; the server killed during `kiln train
-# --save-every`: exit 2 naming the URL, the last checkpoint loads.
+# --save-every`: exit 2 naming the URL, the last checkpoint loads; over https
+# (a self-signed certificate trusted through KILN_HTTP_CA_FILE) ranges and an
+# epoch read the same, and an untrusted certificate is refused.
 #
 # Needs $KILN_BIN (ctest sets it) and nginx (install-deps --test installs
 # nginx-light); skipped (exit 77) without nginx.
@@ -40,7 +42,15 @@ WWW="$T/www"
 mkdir -p "$WWW"
 trap 'nginx_stop; rm -rf "$T"' EXIT
 free_port() { nginx_free_port; }
-nginx_start "$T/nginx" "$WWW" "location /slow/ { alias $WWW/; limit_rate 64; }
+# https on a second port, with a self-signed certificate for 127.0.0.1 (when openssl is there)
+TLS=""
+if command -v openssl >/dev/null && openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/key.pem" -out "$T/cert.pem" \
+    -days 2 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1; then
+    TLS_PORT=$(free_port)
+    TLS="listen 127.0.0.1:$TLS_PORT ssl; ssl_certificate $T/cert.pem; ssl_certificate_key $T/key.pem;"
+fi
+nginx_start "$T/nginx" "$WWW" "$TLS
+        location /slow/ { alias $WWW/; limit_rate 64; }
         location /noranges/ { alias $WWW/; max_ranges 0; }
         location /onerange/ { alias $WWW/; max_ranges 1; }" || exit 1
 URL=$NGINX_URL
@@ -58,6 +68,15 @@ expect 1 "ranges ignored and the file over KILN_HTTP_WHOLE_MAX_MB: refused" "$UR
 EXPECT_TIMEOUT=60 expect 1 "a slow server times out, naming the URL" "$URL/slow/blob.bin" "too slow" -- \
     env KILN_HTTP_TIMEOUT=1 "$SRC_TEST" --ranges "$URL/slow/blob.bin" "$WWW/blob.bin" "$SEED"
 expect 1 "a wrong path: 404, named" "$URL/nothing.bin" "404" -- "$SRC_TEST" --ranges "$URL/nothing.bin" "$WWW/blob.bin" 1
+if [ -n "$TLS" ]; then
+    TLS_URL="https://127.0.0.1:$TLS_PORT"
+    expect 0 "https: random ranges equal the file (KILN_HTTP_CA_FILE trusts the certificate)" -- \
+        env KILN_HTTP_CA_FILE="$T/cert.pem" "$SRC_TEST" --ranges "$TLS_URL/blob.bin" "$WWW/blob.bin" "$SEED"
+    expect 1 "https: a certificate nobody vouches for is refused, naming the URL" "$TLS_URL/blob.bin" "certificate" -- \
+        "$SRC_TEST" --ranges "$TLS_URL/blob.bin" "$WWW/blob.bin" "$SEED"
+else
+    echo "test_http: note: openssl absent; the https checks skipped"
+fi
 
 if [ ! -d "$DATA" ]; then
     echo "test_http: note: $DATA absent (apt-get install dataset-fashion-mnist); the shard checks skipped"
@@ -79,6 +98,10 @@ for w in 0 2; do
     done
 done
 check "the whole epoch was checked (63 batches)" test "${want%% *}" = 63
+if [ -n "$TLS" ]; then
+    expect 0 "an epoch over https, 2 workers" -- env KILN_HTTP_CA_FILE="$T/cert.pem" "$SRC_TEST" --epoch "$TLS_URL/sh/" 2
+    check "the epoch over https has the batches of the one on disk" test "$(cat "$T/out")" = "$want"
+fi
 Q=(--quiet --json --model mnist-cnn --batch-size 32 --threads 2 --channels 1 --resize 28 --workers 2 --seed 3)
 expect 0 "train on the shards on disk" -- "$KILN" train "${Q[@]}" --data "$WWW/sh" --max-steps 40
 loss=$(field final_loss)

@@ -32,6 +32,7 @@
 typedef struct http_config {
     long connect_s, low_speed_s, low_speed_bytes;
     int64_t whole_max;                     /* largest object read whole from a server that ignores ranges */
+    char *ca_file;                         /* certificates to trust for https (NULL: the system's) */
 } http_config;
 
 typedef struct http_source http_source;
@@ -180,6 +181,7 @@ static void setup(CURL *e, kiln_http_client *c, const char *url, const char *ran
     curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_USERAGENT, "kiln");
+    if (c->cfg.ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, c->cfg.ca_file);
     x->easy = e;
 }
 
@@ -667,6 +669,11 @@ kiln_status kiln_http_client_new(kiln_http_client **out) {
     long t = env_long("KILN_HTTP_TIMEOUT", 0, 1, 3600);
     c->cfg = (http_config){.connect_s = t ? t : 10, .low_speed_s = t ? t : 30, .low_speed_bytes = 1024,
                            .whole_max = (int64_t)env_long("KILN_HTTP_WHOLE_MAX_MB", 256, 0, 1 << 20) << 20};
+    const char *ca = getenv("KILN_HTTP_CA_FILE"); /* a private CA or a self-signed server */
+    if (ca && *ca && !(c->cfg.ca_file = strdup(ca))) {
+        free(c);
+        return kiln_fail(KILN_ERR_NOMEM, "no memory for an HTTP client");
+    }
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_init(&c->share_mu[i], NULL);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->done, NULL);
@@ -713,5 +720,6 @@ void kiln_http_client_free(kiln_http_client *c) {
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_destroy(&c->share_mu[i]);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->done);
+    free(c->cfg.ca_file);
     free(c);
 }
