@@ -177,6 +177,11 @@ static void complete(kiln_cache *c) {
     int64_t slot = atomic_load(&c->slot), total = c->records_off + c->len * slot + atomic_load(&c->extra);
     int fast = c->tmpfile && !atomic_load(&c->overflow);
     kiln_status st = fast ? in_place(c, slot) : copied(c, total);
+    if (fast && st != KILN_OK) { /* e.g. no /proc to link the file in: the records are still where the copy reads them */
+        kiln_log(KILN_LOG_DEBUG, "cache: %s; copying instead", kiln_last_error());
+        fast = 0;
+        st = copied(c, total);
+    }
     if (st == KILN_OK) st = load(c);
     if (st != KILN_OK) {
         give_up(c, kiln_last_error());
