@@ -56,7 +56,8 @@ static kiln_status write_file(const char *path, const uint8_t *data, size_t n) {
 }
 
 /* one image: made, encoded, written */
-static kiln_status pack_one(const pack_job *j, int64_t i, kiln_pack_thread *t) {
+static kiln_status pack_one(void *ctx, int64_t i, kiln_pack_thread *t) {
+    const pack_job *j = ctx;
     kiln_image im;
     const uint8_t *data;
     size_t n;
@@ -67,29 +68,6 @@ static kiln_status pack_one(const pack_job *j, int64_t i, kiln_pack_thread *t) {
     snprintf(path, sizeof path, "%s/%s/%lld.%s", j->dir, cls, (long long)i, j->ext);
     if (st == KILN_OK) st = write_file(path, data, n);
     return st;
-}
-
-/* every image of one split, split across the OpenMP team; the first error wins */
-static kiln_status pack_split(const pack_job *j) {
-    kiln_status first = KILN_OK;
-    char msg[1024] = "";
-#pragma omp parallel
-    {
-        kiln_pack_thread t;
-        kiln_status st = kiln_pack_thread_init(&t, &j->src);
-#pragma omp for schedule(dynamic, 256)
-        for (int64_t i = 0; i < j->src.len; i++)
-            if (st == KILN_OK) st = pack_one(j, i, &t);
-        if (st != KILN_OK) {
-#pragma omp critical
-            if (first == KILN_OK) {
-                first = st;
-                snprintf(msg, sizeof msg, "%s", kiln_last_error());
-            }
-        }
-        kiln_pack_thread_free(&t);
-    }
-    return first == KILN_OK ? KILN_OK : kiln_fail(first, "%s", msg);
 }
 
 static kiln_status check_args(const char *to, const char *format, int size, int channels, int *fmt) {
@@ -116,7 +94,7 @@ kiln_status kiln_pack_images(const char *from, const char *to, const char *forma
         j.dir = dir;
         st = kiln_pack_src_open(from, train, size, channels, &j.src);
         if (st == KILN_OK && j.src.len) st = make_dirs(to, &j);
-        if (st == KILN_OK) st = pack_split(&j);
+        if (st == KILN_OK) st = kiln_pack_each(&j.src, 0, j.src.len, pack_one, &j);
         if (st == KILN_OK) *written += j.src.len;
         kiln_pack_src_close(&j.src);
     }

@@ -61,27 +61,15 @@ static kiln_status make_record(const pack_src *p, int64_t i, kiln_pack_thread *t
     return st == KILN_OK ? keep(NULL, data, n, out) : st;
 }
 
-/* records [a, b) on every core; the first error wins */
-static kiln_status make_records(const pack_src *p, int64_t a, int64_t b, packed *recs) {
-    kiln_status first = KILN_OK;
-    char msg[1024] = "";
-#pragma omp parallel
-    {
-        kiln_pack_thread t;
-        kiln_status st = kiln_pack_thread_init(&t, &p->src);
-#pragma omp for schedule(dynamic, 64)
-        for (int64_t i = a; i < b; i++)
-            if (st == KILN_OK) st = make_record(p, i, &t, &recs[i - a]);
-        if (st != KILN_OK) {
-#pragma omp critical
-            if (first == KILN_OK) {
-                first = st;
-                snprintf(msg, sizeof msg, "%s", kiln_last_error());
-            }
-        }
-        kiln_pack_thread_free(&t);
-    }
-    return first == KILN_OK ? KILN_OK : kiln_fail(first, "%s", msg);
+typedef struct {
+    const pack_src *p;
+    packed *recs;
+    int64_t a;
+} record_job;
+
+static kiln_status record_one(void *ctx, int64_t i, kiln_pack_thread *t) {
+    record_job *j = ctx;
+    return make_record(j->p, i, t, &j->recs[i - j->a]);
 }
 
 static kiln_status write_shard(const pack_src *p, const char *to, const char *file, int64_t a, int64_t b) {
@@ -90,7 +78,8 @@ static kiln_status write_shard(const pack_src *p, const char *to, const char *fi
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", to, file);
     kiln_shard_writer *w = NULL;
-    kiln_status st = make_records(p, a, b, recs);
+    record_job job = {p, recs, a};
+    kiln_status st = kiln_pack_each(&p->src, a, b, record_one, &job); /* records made on every core, written in order */
     if (st == KILN_OK) st = kiln_shard_writer_new(path, p->decoded ? KILN_SHARD_DECODED : KILN_SHARD_ENCODED, b - a, &w);
     for (int64_t i = a; st == KILN_OK && i < b; i++) st = kiln_shard_writer_add(w, kiln_pack_src_label(&p->src, i), recs[i - a].data, recs[i - a].n);
     if (st == KILN_OK) st = kiln_shard_writer_finish(w);

@@ -87,6 +87,28 @@ static kiln_status resize(const kiln_pack_src *p, const kiln_image *src, kiln_pa
     return kiln_tf_apply(src, &b, &p->tf, &t->scratch, NULL, buf);
 }
 
+kiln_status kiln_pack_each(const kiln_pack_src *p, int64_t a, int64_t b, kiln_pack_fn one, void *ctx) {
+    kiln_status first = KILN_OK;
+    char msg[1024] = "";
+#pragma omp parallel
+    {
+        kiln_pack_thread t;
+        kiln_status st = kiln_pack_thread_init(&t, p);
+#pragma omp for schedule(dynamic, 64)
+        for (int64_t i = a; i < b; i++)
+            if (st == KILN_OK) st = one(ctx, i, &t);
+        if (st != KILN_OK) {
+#pragma omp critical
+            if (first == KILN_OK) {
+                first = st;
+                snprintf(msg, sizeof msg, "%s", kiln_last_error());
+            }
+        }
+        kiln_pack_thread_free(&t);
+    }
+    return first == KILN_OK ? KILN_OK : kiln_fail(first, "%s", msg);
+}
+
 kiln_status kiln_pack_src_image(const kiln_pack_src *p, int64_t i, kiln_pack_thread *t, kiln_image *out) {
     kiln_status st = KILN_OK;
     if (p->r) {

@@ -41,6 +41,10 @@ typedef struct kiln_pack_thread {
 } kiln_pack_thread;
 kiln_status kiln_pack_thread_init(kiln_pack_thread *t, const kiln_pack_src *p);
 void kiln_pack_thread_free(kiln_pack_thread *t);
+/* one(ctx, i, t) for every i in [a, b), on every core, each thread with its own
+ * kiln_pack_thread; the first error wins (its message is kept) */
+typedef kiln_status (*kiln_pack_fn)(void *ctx, int64_t i, kiln_pack_thread *t);
+kiln_status kiln_pack_each(const kiln_pack_src *p, int64_t a, int64_t b, kiln_pack_fn one, void *ctx);
 /* image i with the source's channels, resized to size x size when size > 0
  * (grey IDX images copied to every channel for 3, as PIL's convert('RGB')) */
 kiln_status kiln_pack_src_image(const kiln_pack_src *p, int64_t i, kiln_pack_thread *t, kiln_image *out);
