@@ -49,6 +49,10 @@ expect 0 "train on the repacked PNGs" -- "$KILN" train "${Q[@]}" --data "$T/png1
 check "encoded shards hold the JPEG files' bytes" test "$(cat "$T"/enc/*.kshard | wc -c)" -lt $(($(cat "$T"/jpg/*/*/*.jpg | wc -c) + 20000))
 check "decoded shards: 28x28 bytes per sample and a header" test "$(cat "$T"/dec/train-*.kshard | wc -c)" -gt $((300 * 784))
 
+expect 0 "pack a DIR/<class>/... folder as shards (a train split only)" -- "$KILN" pack --from "$T/jpg/train" --to "$T/flat" --format shard
+expect 2 "its missing test split" "no test split" "--no-test" -- "$KILN" train "${Q[@]}" --data "$T/flat" --resize 28 --max-steps 2
+expect 0 "its train split with --no-test" -- "$KILN" train "${Q[@]}" --data "$T/flat" --resize 28 --max-steps 2 --no-test
+
 # ---- training, evaluation, the loader benchmark ----
 expect 0 "train on encoded shards (random crops, 2 workers)" -- \
     "$KILN" train "${Q[@]}" --data "$T/enc" --random-resized-crop 28,0.5,1 --hflip --max-steps 4 --workers 2 --save "$T/run.safetensors"
