@@ -194,6 +194,10 @@ static kiln_value build_avg_pool(kiln_graph *g, kiln_value x, kiln_st_file *f) {
                            (int)fx_meta(f, "count_include_pad"));
 }
 
+static kiln_value build_max_pool(kiln_graph *g, kiln_value x, kiln_st_file *f) {
+    return kiln_max_pool2d_ex(g, x, (int64_t)fx_meta(f, "kernel"), (int64_t)fx_meta(f, "stride"), (int64_t)fx_meta(f, "pad"));
+}
+
 static kiln_value build_adaptive(kiln_graph *g, kiln_value x, kiln_st_file *f) {
     return kiln_adaptive_avg_pool2d(g, x, (int64_t)fx_meta(f, "out_h"), (int64_t)fx_meta(f, "out_w"));
 }
@@ -313,7 +317,8 @@ static void test_unary(const char *fxname, int op) {
     kiln_pool_shape ps = {0};
     if (op == OP_POOL) {
         ps = (kiln_pool_shape){.n = tx->shape[0], .c = tx->shape[1], .h = tx->shape[2], .w = tx->shape[3],
-                               .k = (int64_t)fx_meta(f, "kernel"), .stride = (int64_t)fx_meta(f, "stride")};
+                               .k = (int64_t)fx_meta(f, "kernel"), .stride = (int64_t)fx_meta(f, "stride"),
+                               .pad = (int64_t)fx_meta(f, "pad")};
         CHECK(kiln_pool_shape_infer(&ps) == 0);
         CHECK_MSG(ps.oh == ty->shape[2] && ps.ow == ty->shape[3], "%s: pool output %lldx%lld", fxname,
                   (long long)ps.oh, (long long)ps.ow);
@@ -903,6 +908,8 @@ int main(void) {
     test_unary("op_relu.safetensors", OP_RELU);
     test_unary("op_max_pool2d.safetensors", OP_POOL);
     test_unary("op_max_pool2d_k3s2.safetensors", OP_POOL);
+    test_unary("op_max_pool2d_k3s2p1.safetensors", OP_POOL);
+    test_one_input("op_max_pool2d_k3s2p1.safetensors", build_max_pool);
     test_unary("op_log_softmax.safetensors", OP_LOGSOFTMAX);
     test_loss("op_nll_loss.safetensors", 0);
     test_loss("op_nll_loss_dloss.safetensors", 0);

@@ -253,7 +253,7 @@ static void test_pool(void) {
 
     /* cpu vs ref: the main model's shape, odd sizes, general windows */
     for (int draw = 0; draw < 8; draw++) {
-        kiln_pool_shape ps;
+        kiln_pool_shape ps = {0};
         if (draw == 0) ps = (kiln_pool_shape){.n = 64, .c = 64, .h = 24, .w = 24, .k = 2, .stride = 2};
         else {
             ps.n = tu_int(1, 4); ps.c = tu_int(1, 40); ps.h = tu_int(2, 33); ps.w = tu_int(2, 33);
@@ -683,7 +683,7 @@ static void test_pool_layout(int aligned) {
     /* 2x2/2 on even and odd sizes, and a 3x3/2 window; plain and blocked; relu mask on and off */
     const int64_t cfg[3][4] = {{3, 32, 12, 12}, {2, 16, 9, 7}, {2, 32, 7, 7}};
     for (int t = 0; t < 3; t++) {
-        kiln_pool_shape ps = {cfg[t][0], cfg[t][1], cfg[t][2], cfg[t][3], t == 2 ? 3 : 2, 2, 0, 0};
+        kiln_pool_shape ps = {cfg[t][0], cfg[t][1], cfg[t][2], cfg[t][3], t == 2 ? 3 : 2, 2, 0, 0, 0};
         CHECK(kiln_pool_shape_infer(&ps) == 0);
         int64_t nx = ps.n * ps.c * ps.h * ps.w, ny = ps.n * ps.c * ps.oh * ps.ow, hw = ps.h * ps.w;
         double *xd = dalloc(nx), *dyd = drand_(ny, -1, 1), *yref = dalloc(ny), *dxref = dalloc(nx);

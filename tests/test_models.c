@@ -183,6 +183,103 @@ static void test_names(kiln_st_file *f) {
     kiln_graph_free(g);
 }
 
+/* every name and shape of torchvision's resnet18 state_dict, and no other */
+static void test_resnet18_names(void) {
+    kiln_st_file *f = NULL;
+    CHECK_OK(kiln_st_open("ref/fixtures/resnet18_names.safetensors", &f));
+    const char *sd = f ? kiln_st_meta(f, "state_dict") : NULL;
+    const kiln_tensor *np = f ? kiln_st_find(f, "nparams") : NULL;
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_params *P = NULL;
+    CHECK_OK(kiln_model_build(g, "resnet18", &m));
+    CHECK_OK(kiln_params_new_on(g, "cpu", &P));
+    if (!sd || !np || !P) goto out;
+    char *text = strdup(sd), *save = NULL;
+    int seen = 0;
+    for (char *tok = strtok_r(text, " ", &save); tok; tok = strtok_r(NULL, " ", &save), seen++) {
+        char *colon = strchr(tok, ':');
+        if (!colon) continue;
+        *colon = 0;
+        int64_t want[8], got[8];
+        int nd = 0, gd = -1;
+        for (char *d = colon + 1; *d && nd < 8; d += strcspn(d, "x") + (d[strcspn(d, "x")] != 0)) want[nd++] = strtoll(d, NULL, 10);
+        int pi = kiln_params_find(P, tok), bi = kiln_params_buffer_find(P, tok);
+        if (pi >= 0) gd = kiln_params_shape(P, pi, got);
+        else if (bi >= 0) gd = kiln_params_buffer_shape(P, bi, got);
+        int same = gd == nd;
+        for (int d = 0; same && d < nd; d++) same = got[d] == want[d];
+        CHECK_MSG(same, "resnet18: %s missing or shaped otherwise than torchvision's", tok);
+    }
+    free(text);
+    int64_t count = 0;
+    for (int i = 0; i < kiln_params_count(P); i++) count += kiln_params_numel(P, i);
+    CHECK_MSG(seen == kiln_params_count(P) + kiln_params_buffer_count(P), "torchvision has %d entries, kiln %d", seen,
+              kiln_params_count(P) + kiln_params_buffer_count(P));
+    CHECK_MSG(count == *(const int64_t *)np->data, "resnet18: %lld parameters, torchvision %lld", (long long)count,
+              (long long)*(const int64_t *)np->data);
+out:
+    kiln_params_free(P);
+    kiln_graph_free(g);
+    if (f) kiln_st_close(f);
+}
+
+/* resnet18 at 32x32 (any size works), batch 2: the cpu plan against the ref plan, loss and gradients */
+static void test_resnet18_small(void) {
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_model_opts mo = {.num_classes = 7, .height = 32, .width = 40};
+    kiln_params *P[2] = {NULL, NULL};
+    kiln_plan *pl[2] = {NULL, NULL};
+    CHECK_OK(kiln_model_build_ex(g, "resnet18", &mo, &m));
+    float x[2 * 3 * 32 * 40];
+    int32_t y[2] = {3, 6};
+    tu_seed(18);
+    tu_fill(x, 2 * 3 * 32 * 40, -2, 2);
+    const char *be[2] = {"ref", "cpu"};
+    for (int b = 1; b >= 0; b--) {
+        CHECK_OK(kiln_params_new_on(g, be[b], &P[b]));
+        if (!P[b]) goto out;
+        kiln_params_init(P[b], 5);
+        if (b == 0) /* the cpu's initial weights, view by view (views are padded differently) */
+            for (int i = 0; i < kiln_params_count(P[1]); i++)
+                for (int64_t k = 0; k < kiln_params_numel(P[1], i); k++)
+                    ((double *)kiln_params_data(P[0]))[kiln_params_offset(P[0], i) + k] =
+                        ((const float *)kiln_params_data(P[1]))[kiln_params_offset(P[1], i) + k];
+        kiln_compile_opts co = kiln_compile_defaults();
+        co.training = 1;
+        co.max_batch = 2;
+        co.backend = be[b];
+        co.autotune = 0;
+        kiln_value outs[2] = {m.loss, m.out};
+        CHECK_OK(kiln_compile(g, P[b], outs, 2, &co, &pl[b]));
+        if (!pl[b]) goto out;
+        CHECK_OK(kiln_plan_bind(pl[b], m.x, x));
+        CHECK_OK(kiln_plan_bind(pl[b], m.y, y));
+        CHECK_OK(kiln_plan_run(pl[b], 2));
+    }
+    double lr = kiln_plan_loss(pl[0]), lc = kiln_plan_loss(pl[1]);
+    CHECK_MSG(fabs(lr - lc) <= 1e-4 * fabs(lr), "resnet18 32x40: loss %.8g on cpu, %.8g on ref", lc, lr);
+    double *gr = grads_of(P[0], 1), *gc = grads_of(P[1], 0), worst = 0;
+    for (int i = 0; i < kiln_params_count(P[1]); i++) {
+        int64_t n = kiln_params_numel(P[1], i);
+        float *r = malloc((size_t)n * 4);
+        for (int64_t k = 0; k < n; k++) r[k] = (float)gr[kiln_params_offset(P[0], i) + k];
+        double e = rel_err(gc + kiln_params_offset(P[1], i), r, n);
+        CHECK_MSG(e <= 1e-3, "resnet18 32x40: gradient of %s off by %.3g", kiln_params_name(P[1], i), e);
+        worst = fmax(worst, e);
+        free(r);
+    }
+    printf("resnet18 at 32x40 on cpu vs ref: loss %.8f vs %.8f, worst gradient error %.3g\n", lc, lr, worst);
+    free(gr), free(gc);
+out:
+    for (int b = 0; b < 2; b++) {
+        kiln_plan_free(pl[b]);
+        kiln_params_free(P[b]);
+    }
+    kiln_graph_free(g);
+}
+
 int main(void) {
     kiln_st_file *f = NULL;
     CHECK_OK(kiln_st_open(FIXTURE, &f));
@@ -192,5 +289,7 @@ int main(void) {
         run_backend(f, "ref");
         kiln_st_close(f);
     }
+    test_resnet18_names();
+    test_resnet18_small();
     return tu_finish("test_models");
 }

@@ -77,9 +77,8 @@ static int b_relu(hcase *h, int d) {
 }
 
 static int b_max_pool2d(hcase *h, int d) {
-    int64_t k = R(1, 3), st = R(1, 3);
-    (void)d;
-    return out1(h, kiln_max_pool2d(h->g, P(h, "x", R(1, 2), R(1, 3), R(k, 7), R(k, 7)), k, st));
+    int64_t k = R(1, 3), st = R(1, 3), pad = d == 0 ? 0 : R(0, k / 2);
+    return out1(h, kiln_max_pool2d_ex(h->g, P(h, "x", R(1, 2), R(1, 3), R(k, 7), R(k, 7)), k, st, pad));
 }
 
 static int b_avg_pool2d(hcase *h, int d) {
@@ -216,6 +215,14 @@ static int b_conv_bn_conv(hcase *h, int d) {
     return out1(h, kiln_conv2d(h->g, y, P(h, "c2.weight", 16, 16, 3, 3), P(h, "c2.bias", 16), 1, 0));
 }
 
+/* resnet18's stem on 16 channels: conv, batch norm, relu, 3x3 stride-2 max-pool padded by 1 (blocked layout) */
+static int b_stem_pool(hcase *h, int d) {
+    (void)d;
+    kiln_value x = P(h, "x", R(1, 2), 3, 8, 8);
+    kiln_value y = kiln_relu(h->g, bn(h, "bn", kiln_conv2d(h->g, x, P(h, "c.weight", 16, 3, 3, 3), -1, 2, 1), 16));
+    return out1(h, kiln_max_pool2d_ex(h->g, y, 3, 2, 1));
+}
+
 static const struct {
     const char *ops; /* the forward ops it covers, space-separated */
     build_fn build;
@@ -245,6 +252,7 @@ static const struct {
     {"batch_norm2d", b_batch_norm2d, FILL_UNIFORM},
     {"conv2d relu max_pool2d", b_conv_relu_pool, FILL_UNIFORM},
     {"conv2d batch_norm2d relu", b_conv_bn_conv, FILL_UNIFORM},
+    {"conv2d batch_norm2d relu max_pool2d", b_stem_pool, FILL_UNIFORM},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

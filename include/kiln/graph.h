@@ -66,6 +66,8 @@ kiln_value kiln_conv2d_ex(kiln_graph *g, kiln_value x, kiln_value w, kiln_value 
 kiln_value kiln_linear(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b);
 kiln_value kiln_relu(kiln_graph *g, kiln_value x);
 kiln_value kiln_max_pool2d(kiln_graph *g, kiln_value x, int64_t kernel, int64_t stride);
+/* F.max_pool2d(x, kernel, stride, pad): padding never wins (pad <= kernel / 2) */
+kiln_value kiln_max_pool2d_ex(kiln_graph *g, kiln_value x, int64_t kernel, int64_t stride, int64_t pad);
 /* F.avg_pool2d(x, kernel, stride, pad, count_include_pad=...) (floor mode, pad <= kernel / 2) */
 kiln_value kiln_avg_pool2d(kiln_graph *g, kiln_value x, int64_t kernel, int64_t stride, int64_t pad,
                            int count_include_pad);

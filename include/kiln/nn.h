@@ -29,8 +29,15 @@ typedef struct kiln_model {
 /* "mnist-cnn": PyTorch's examples/mnist network; "mnist-cnn-bn": the same with
  * batch norm after each conv (and no conv bias: it would be cancelled);
  * "mlp": 784-256-128-10 with ReLU and dropout; "resnet20": the CIFAR ResNet-20
- * (3x32x32, option-A shortcuts, 10 classes, docs/models.md) */
+ * (3x32x32, option-A shortcuts, 10 classes); "resnet18": torchvision's resnet18
+ * (3x112x112 by default, 10 classes); see docs/models.md */
 kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out);
+/* the ResNets' options (0: the model's default); the mnist models ignore them */
+typedef struct kiln_model_opts {
+    int num_classes;        /* resnet18/resnet20: 10 */
+    int64_t height, width;  /* input size: resnet18 112x112, resnet20 32x32 */
+} kiln_model_opts;
+kiln_status kiln_model_build_ex(kiln_graph *g, const char *name, const kiln_model_opts *o, kiln_model *out);
 /* NULL-terminated list of model names */
 const char *const *kiln_model_names(void);
 

@@ -165,7 +165,7 @@ kiln_status kiln_prepare_pool(kiln_step *s, kiln_prep *p) {
     (void)p;
     const kiln_tdesc *x = &s->in[0];
     s->sz.pool = (kiln_pool_shape){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
-                                   .k = s->attr.pool.kernel, .stride = s->attr.pool.stride};
+                                   .k = s->attr.pool.kernel, .stride = s->attr.pool.stride, .pad = s->attr.pool.pad};
     kiln_pool_shape_infer(&s->sz.pool);
     return KILN_OK;
 }

@@ -293,7 +293,11 @@ kiln_value kiln_dropout(kiln_graph *g, kiln_value x, float p) {
 kiln_value kiln_log_softmax(kiln_graph *g, kiln_value x) { return apply1(g, KILN_OP_LOG_SOFTMAX, &x, 1, NULL); }
 
 kiln_value kiln_max_pool2d(kiln_graph *g, kiln_value x, int64_t kernel, int64_t stride) {
-    kiln_attrs a = {.pool = {kernel, stride}};
+    return kiln_max_pool2d_ex(g, x, kernel, stride, 0);
+}
+
+kiln_value kiln_max_pool2d_ex(kiln_graph *g, kiln_value x, int64_t kernel, int64_t stride, int64_t pad) {
+    kiln_attrs a = {.pool = {kernel, stride, pad}};
     return apply1(g, KILN_OP_MAX_POOL2D, &x, 1, &a);
 }
 

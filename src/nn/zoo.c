@@ -9,12 +9,19 @@
  *   (3 each, the first of stages 2 and 3 with stride 2); global average pool,
  *   fc 64->10; input 3x32x32, logits out, cross-entropy loss.
  * The option-A shortcut has no parameters: x[:, :, ::2, ::2] with the new
- * channels zero-padded half before, half after. */
+ * channels zero-padded half before, half after.
+ * resnet18 is torchvision.models.resnet18 (its structure and state_dict
+ * names, so its weights saved as safetensors load with --load): conv1 7x7/2,
+ * bn1, relu, max-pool 3x3/2 padded by 1, layer1-4 of two BasicBlocks each
+ * (64, 128, 256, 512 channels; the first block of layers 2-4 strides 2 and
+ * projects its shortcut with downsample.0 (1x1 conv) and downsample.1 (bn)),
+ * global average pool, fc 512 -> classes. Any input size of 32 or more works;
+ * the default is 3x112x112 and 10 classes (kiln_model_build_ex for others). */
 #include <stdio.h>
 #include <string.h>
 #include "kiln/nn.h"
 
-static const char *const names[] = {"mnist-cnn", "mnist-cnn-bn", "mlp", "resnet20", NULL};
+static const char *const names[] = {"mnist-cnn", "mnist-cnn-bn", "mlp", "resnet20", "resnet18", NULL};
 
 const char *const *kiln_model_names(void) { return names; }
 
@@ -98,8 +105,8 @@ static void classifier(kiln_graph *g, kiln_model *m, kiln_value h, int64_t featu
     m->loss = kiln_cross_entropy(g, m->out, m->y);
 }
 
-static void resnet20(kiln_graph *g, kiln_model *m) {
-    image_io(g, m, 3, 32, 32, 10);
+static void resnet20(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
+    image_io(g, m, 3, o->height ? o->height : 32, o->width ? o->width : 32, o->num_classes ? o->num_classes : 10);
     kiln_value h = kiln_relu(g, conv_bn(g, "", "conv1", "bn1", m->x, 3, 16, 3, 1, 1)); /* [B,16,32,32] */
     int64_t cin = 16, i = 0;
     for (int64_t cout = 16; cout <= 64; cout *= 2)
@@ -113,15 +120,48 @@ static void resnet20(kiln_graph *g, kiln_model *m) {
     classifier(g, m, h, 64); /* [B,64,8,8] -> [B,10] */
 }
 
+static void resnet18(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
+    image_io(g, m, 3, o->height ? o->height : 112, o->width ? o->width : 112, o->num_classes ? o->num_classes : 10);
+    kiln_value h = kiln_relu(g, conv_bn(g, "", "conv1", "bn1", m->x, 3, 64, 7, 2, 3));
+    h = kiln_max_pool2d_ex(g, h, 3, 2, 1); /* [B,64,H/4,W/4] */
+    int64_t cin = 64;
+    for (int layer = 1; layer <= 4; layer++) {
+        int64_t cout = 64 << (layer - 1);
+        for (int b = 0; b < 2; b++) {
+            char prefix[32];
+            snprintf(prefix, sizeof prefix, "layer%d.%d.", layer, b);
+            int64_t stride = b == 0 && layer > 1 ? 2 : 1;
+            h = basic_block(g, prefix, h, cin, cout, stride, stride != 1 || cin != cout ? 'b' : 0);
+            cin = cout;
+        }
+    }
+    classifier(g, m, h, 512);
+}
+
+/* the mnist models take no options */
+static void mnist_cnn_o(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) { (void)o; mnist_cnn(g, m); }
+static void mnist_cnn_bn_o(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) { (void)o; mnist_cnn_bn(g, m); }
+static void mlp_o(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) { (void)o; mlp(g, m); }
+
 kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out) {
+    kiln_model_opts o = {0};
+    return kiln_model_build_ex(g, name, &o, out);
+}
+
+kiln_status kiln_model_build_ex(kiln_graph *g, const char *name, const kiln_model_opts *o, kiln_model *out) {
     memset(out, 0, sizeof *out);
     if (!g) return kiln_fail(KILN_ERR_INVALID_ARG, "model: graph is NULL");
     if (!name) name = "";
-    static void (*const build[])(kiln_graph *, kiln_model *) = {mnist_cnn, mnist_cnn_bn, mlp, resnet20};
+    static void (*const build[])(kiln_graph *, kiln_model *, const kiln_model_opts *) = {
+        mnist_cnn_o, mnist_cnn_bn_o, mlp_o, resnet20, resnet18};
     int i = 0;
     while (names[i] && strcmp(names[i], name) != 0) i++;
-    if (!names[i]) return kiln_fail(KILN_ERR_INVALID_ARG, "unknown model '%s' (known: mnist-cnn, mnist-cnn-bn, mlp, resnet20)", name);
-    build[i](g, out);
+    if (!names[i])
+        return kiln_fail(KILN_ERR_INVALID_ARG, "unknown model '%s' (known: mnist-cnn, mnist-cnn-bn, mlp, resnet20, resnet18)", name);
+    if (o->num_classes < 0 || o->height < 0 || o->width < 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "model %s: %d classes, input %lldx%lld", name, o->num_classes,
+                         (long long)o->height, (long long)o->width);
+    build[i](g, out, o);
     out->name = names[i];
     return kiln_graph_status(g);
 }

@@ -1,4 +1,4 @@
-/* max_pool2d: square window, no padding, floor mode; ties go to the first
+/* max_pool2d: square window, -inf padding up to half the window, floor mode; ties go to the first
  * element of the window in row-major order, as PyTorch. Backward reads x.
  * avg_pool2d (square window, zero padding up to half the window,
  * count_include_pad) and adaptive_avg_pool2d (out_h x out_w bins; 1x1 is the
@@ -9,18 +9,18 @@ static int pool_infer(kiln_infer *ix) {
     const kiln_val *X = ix->in[0];
     const kiln_pool_attrs *a = &ix->attr->pool;
     char s[96];
-    if (X->ndim != 4 || X->dtype != KILN_F32 || a->kernel < 1 || a->stride < 1 || X->shape[2] < a->kernel ||
-        X->shape[3] < a->kernel)
-        return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s, kernel %lld, stride %lld", kiln_infer_shape(X, s),
-                               (long long)a->kernel, (long long)a->stride);
+    if (X->ndim != 4 || X->dtype != KILN_F32 || a->kernel < 1 || a->stride < 1 || a->pad < 0 || 2 * a->pad > a->kernel ||
+        X->shape[2] + 2 * a->pad < a->kernel || X->shape[3] + 2 * a->pad < a->kernel)
+        return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s, kernel %lld, stride %lld, pad %lld (at most half the kernel)",
+                               kiln_infer_shape(X, s), (long long)a->kernel, (long long)a->stride, (long long)a->pad);
     kiln_out_spec *y = &ix->out[0];
     y->dtype = KILN_F32;
     y->ndim = 4;
     y->batched = X->batched;
     y->shape[0] = X->shape[0];
     y->shape[1] = X->shape[1];
-    y->shape[2] = (X->shape[2] - a->kernel) / a->stride + 1;
-    y->shape[3] = (X->shape[3] - a->kernel) / a->stride + 1;
+    y->shape[2] = (X->shape[2] + 2 * a->pad - a->kernel) / a->stride + 1;
+    y->shape[3] = (X->shape[3] + 2 * a->pad - a->kernel) / a->stride + 1;
     return 0;
 }
 
@@ -32,7 +32,8 @@ static int pool_backward(kiln_ad *ad, const kiln_node *f) {
 }
 
 static const kiln_attr_spec pool_attrs[] = {KILN_ATTR("kernel", KILN_ATTR_I64, pool.kernel),
-                                            KILN_ATTR("stride", KILN_ATTR_I64, pool.stride), {0}};
+                                            KILN_ATTR("stride", KILN_ATTR_I64, pool.stride),
+                                            KILN_ATTR("pad", KILN_ATTR_I64, pool.pad), {0}};
 
 const kiln_op_def kiln_op_max_pool2d = {
     .name = "max_pool2d", .min_in = 1, .max_in = 1, .nout = 1, .attrs = pool_attrs,

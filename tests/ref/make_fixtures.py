@@ -213,14 +213,14 @@ def op_relu(folder):
                 dict(op="relu"))
 
 
-def op_max_pool(folder, fname, seed, shape, k, s):
+def op_max_pool(folder, fname, seed, shape, k, s, pad=0):
     torch.manual_seed(seed)
     x = distinct(shape).requires_grad_()
-    y = F.max_pool2d(x, k, s)
+    y = F.max_pool2d(x, k, s, pad)
     dy = rnd(*y.shape)
     (dx,) = grads(y, dy, x)
     return save(folder, fname, [("x", x), ("y", y), ("dy", dy), ("dx", dx)],
-                dict(op="max_pool2d", kernel=k, stride=s, pad=0, dilation=1, ceil_mode=0))
+                dict(op="max_pool2d", kernel=k, stride=s, pad=pad, dilation=1, ceil_mode=0))
 
 
 def op_pool_like(folder, fname, seed, shape, fn, meta):
@@ -519,6 +519,20 @@ def resnet20_golden(folder):
               precision="weights f32, loss, gradients and steps computed in float64"))
 
 
+def resnet18_names(folder):
+    """torchvision's resnet18(num_classes=10) state_dict: every name and shape
+    (metadata "state_dict": "name:d0xd1x... " in order), its parameter count,
+    (the weights, 45 MB, are not shipped)."""
+    import torchvision
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    sd = model.state_dict()
+    text = " ".join(k + ":" + "x".join(str(d) for d in v.shape) for k, v in sd.items())
+    nparams = sum(p.numel() for p in model.parameters())
+    save(folder, "resnet18_names.safetensors", [("nparams", torch.tensor([nparams], dtype=torch.int64))],
+         dict(model="torchvision.models.resnet18(num_classes=10)", state_dict=text))
+
+
 def generate(folder):
     os.makedirs(folder, exist_ok=True)
     torch.set_num_threads(1)
@@ -534,6 +548,7 @@ def generate(folder):
     op_relu(folder)
     op_max_pool(folder, "op_max_pool2d.safetensors", 40, (2, 3, 6, 6), 2, 2)
     op_max_pool(folder, "op_max_pool2d_k3s2.safetensors", 41, (2, 3, 7, 7), 3, 2)
+    op_max_pool(folder, "op_max_pool2d_k3s2p1.safetensors", 47, (2, 3, 8, 7), 3, 2, 1)  # resnet18's
     op_pool_like(folder, "op_avg_pool2d.safetensors", 42, (2, 3, 7, 7),
                  lambda x: F.avg_pool2d(x, 3, 2, 1),
                  dict(op="avg_pool2d", kernel=3, stride=2, pad=1, count_include_pad=1))
@@ -572,6 +587,7 @@ def generate(folder):
     print("  golden losses: " + " ".join(repr(v) for v in losses))
     state_dict_pt(folder)
     resnet20_golden(folder)
+    resnet18_names(folder)
     for fname in sorted(os.listdir(folder)):
         if fname.endswith(".safetensors") and fname not in WRITTEN:
             os.remove(os.path.join(folder, fname))

@@ -20,6 +20,12 @@ static kiln_status relu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 /* ---- max-pool ---- */
+/* the GPU kernel knows unpadded windows only: padding is refused by name */
+static kiln_status pool_prepare(kiln_step *s, kiln_prep *p) {
+    if (s->attr.pool.pad != 0)
+        return kiln_fail(KILN_ERR_BACKEND, "%s: the cuda backend has no max_pool2d kernel with padding yet", s->name);
+    return kiln_prepare_pool(s, p);
+}
 static kiln_status pool(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
     const kiln_pool_shape *p = &s->sz.pool;
@@ -202,8 +208,8 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_LINEAR_BWD_WEIGHT] = {kiln_cuda_linear_bwd_weight, kiln_cuda_linear_prepare, kiln_cuda_linear_release},
     [KILN_OP_RELU] = {relu, NULL},
     [KILN_OP_RELU_BWD] = {relu_bwd, NULL},
-    [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool},
-    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, kiln_prepare_pool},
+    [KILN_OP_MAX_POOL2D] = {pool, pool_prepare},
+    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, pool_prepare},
     [KILN_OP_DROPOUT] = {dropout, NULL},
     [KILN_OP_DROPOUT_BWD] = {dropout_bwd, NULL},
     [KILN_OP_LOG_SOFTMAX] = {log_softmax, kiln_prepare_rows_of_out},

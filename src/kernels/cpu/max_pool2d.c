@@ -52,20 +52,23 @@ static void pool2_bwd_plane(int64_t h, int64_t w, int64_t oh, int64_t ow, const 
 }
 
 static int64_t argmax(const kiln_pool_shape *ps, const float *plane, int64_t oh, int64_t ow) {
-    int64_t best = oh * ps->stride * ps->w + ow * ps->stride;
+    int64_t h0, h1, w0, w1;
+    kiln_pool_window(ps, oh, ps->h, &h0, &h1);
+    kiln_pool_window(ps, ow, ps->w, &w0, &w1);
+    int64_t best = h0 * ps->w + w0;
     float m = plane[best];
-    for (int64_t r = 0; r < ps->k; r++) {
-        const float *row = plane + (oh * ps->stride + r) * ps->w + ow * ps->stride;
-        for (int64_t q = 0; q < ps->k; q++)
+    for (int64_t r = h0; r < h1; r++) {
+        const float *row = plane + r * ps->w;
+        for (int64_t q = w0; q < w1; q++)
             if (row[q] > m) {
                 m = row[q];
-                best = (oh * ps->stride + r) * ps->w + ow * ps->stride + q;
+                best = r * ps->w + q;
             }
     }
     return best;
 }
 
-static int is_pool2(const kiln_pool_shape *ps) { return ps->k == 2 && ps->stride == 2; }
+static int is_pool2(const kiln_pool_shape *ps) { return ps->k == 2 && ps->stride == 2 && ps->pad == 0; }
 
 void kiln_cpu_max_pool2d_fwd(const kiln_pool_shape *ps, const float *x, float *y) {
     int64_t planes = ps->n * ps->c, hw = ps->h * ps->w, ohw = ps->oh * ps->ow;

@@ -16,11 +16,14 @@ static inline int64_t at(const kiln_pool_shape *ps, int blocked, int64_t n, int6
 
 static int64_t window_argmax(const kiln_pool_shape *ps, int blocked, const float *x, int64_t n, int64_t c, int64_t i,
                              int64_t j) {
-    int64_t best = at(ps, blocked, n, c, i * ps->stride, j * ps->stride);
+    int64_t h0, h1, w0, w1;
+    kiln_pool_window(ps, i, ps->h, &h0, &h1);
+    kiln_pool_window(ps, j, ps->w, &w0, &w1);
+    int64_t best = at(ps, blocked, n, c, h0, w0);
     float m = x[best];
-    for (int64_t r = 0; r < ps->k; r++)
-        for (int64_t q = 0; q < ps->k; q++) {
-            int64_t o = at(ps, blocked, n, c, i * ps->stride + r, j * ps->stride + q);
+    for (int64_t r = h0; r < h1; r++)
+        for (int64_t q = w0; q < w1; q++) {
+            int64_t o = at(ps, blocked, n, c, r, q);
             if (x[o] > m) {
                 m = x[o];
                 best = o;
@@ -83,7 +86,7 @@ void kiln_cpu_max_pool2d_fwd_layout(const kiln_pool_shape *ps, int blocked, cons
         return;
     }
     int64_t cb = ps->c / 16, ohw = ps->oh * ps->ow, blk = ps->h * ps->w * 16;
-    int fast = ps->k == 2 && ps->stride == 2, avx512 = kiln_cpu_has_avx512() && ((uintptr_t)x & 63) == 0;
+    int fast = ps->k == 2 && ps->stride == 2 && ps->pad == 0, avx512 = kiln_cpu_has_avx512() && ((uintptr_t)x & 63) == 0;
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < ps->n * cb; p++) {
         int64_t n = p / cb, c0 = (p % cb) * 16;
@@ -106,7 +109,7 @@ void kiln_cpu_max_pool2d_bwd_layout(const kiln_pool_shape *ps, int blocked, int 
         return;
     }
     int64_t ohw = ps->oh * ps->ow;
-    if (blocked && ps->k == 2 && ps->stride == 2) {
+    if (blocked && ps->k == 2 && ps->stride == 2 && ps->pad == 0) {
         int64_t cb = ps->c / 16, blk = ps->h * ps->w * 16;
         int avx512 = kiln_cpu_has_avx512() && (((uintptr_t)x | (uintptr_t)dx) & 63) == 0;
 #pragma omp parallel for schedule(static)

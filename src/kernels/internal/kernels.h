@@ -30,9 +30,16 @@ int kiln_conv_shape_infer(kiln_conv_shape *cs);
 
 typedef struct kiln_pool_shape {
     int64_t n, c, h, w;   /* input  [n, c, h, w] */
-    int64_t k, stride;    /* square window, no padding (floor mode) */
+    int64_t k, stride;    /* square window (floor mode) */
     int64_t oh, ow;
+    int64_t pad;          /* implicit -inf padding, at most k / 2 (last: positional initialisers stay valid) */
 } kiln_pool_shape;
+/* the valid rows (or columns) [*lo, *hi) of window o: padding never wins */
+static inline void kiln_pool_window(const kiln_pool_shape *ps, int64_t o, int64_t in, int64_t *lo, int64_t *hi) {
+    int64_t s = o * ps->stride - ps->pad, e = s + ps->k;
+    *lo = s < 0 ? 0 : s;
+    *hi = e > in ? in : e;
+}
 int kiln_pool_shape_infer(kiln_pool_shape *ps);
 
 /* Average pooling, PyTorch's floor mode: avg_pool2d (square window k, stride,

@@ -1,22 +1,25 @@
-/* Reference max pooling (square window, no padding, floor mode), double. */
+/* Reference max pooling (square window, -inf padding, floor mode), double. */
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/internal/kernels.h"
 
 int kiln_pool_shape_infer(kiln_pool_shape *ps) {
     if (ps->n <= 0 || ps->c <= 0 || ps->h <= 0 || ps->w <= 0 || ps->k <= 0 || ps->stride <= 0) return -1;
-    if (ps->h < ps->k || ps->w < ps->k) return -1;
-    ps->oh = (ps->h - ps->k) / ps->stride + 1;
-    ps->ow = (ps->w - ps->k) / ps->stride + 1;
+    if (ps->pad < 0 || 2 * ps->pad > ps->k || ps->h + 2 * ps->pad < ps->k || ps->w + 2 * ps->pad < ps->k) return -1;
+    ps->oh = (ps->h + 2 * ps->pad - ps->k) / ps->stride + 1;
+    ps->ow = (ps->w + 2 * ps->pad - ps->k) / ps->stride + 1;
     return 0;
 }
 
 /* offset within the plane of the window's max; strict > keeps the first of ties */
 static int64_t argmax(const kiln_pool_shape *ps, const double *plane, int64_t oh, int64_t ow) {
-    int64_t best = oh * ps->stride * ps->w + ow * ps->stride;
-    for (int64_t r = 0; r < ps->k; r++)
-        for (int64_t q = 0; q < ps->k; q++) {
-            int64_t at = (oh * ps->stride + r) * ps->w + ow * ps->stride + q;
+    int64_t h0, h1, w0, w1;
+    kiln_pool_window(ps, oh, ps->h, &h0, &h1);
+    kiln_pool_window(ps, ow, ps->w, &w0, &w1);
+    int64_t best = h0 * ps->w + w0;
+    for (int64_t r = h0; r < h1; r++)
+        for (int64_t q = w0; q < w1; q++) {
+            int64_t at = r * ps->w + q;
             if (plane[at] > plane[best]) best = at;
         }
     return best;

@@ -57,7 +57,7 @@ typedef enum kiln_op {
 
 /* ---- typed attributes: one struct per op family, one union for the node ---- */
 typedef struct { int64_t stride, pad, dilation, groups; } kiln_conv_attrs;
-typedef struct { int64_t kernel, stride; } kiln_pool_attrs;
+typedef struct { int64_t kernel, stride, pad; } kiln_pool_attrs;
 /* both average poolings: kernel/stride/pad/count_include_pad (avg_pool2d) or out_h/out_w (adaptive) */
 typedef struct { int64_t kernel, stride, pad, out_h, out_w; int count_include_pad, adaptive; } kiln_avg_pool_attrs;
 /* zeros `before` and `after` the input along dim (F.pad of one dim) */
