@@ -1,7 +1,9 @@
 /* URL sources (internal/source.h) over libcurl: one ranged GET per read, a
  * pool of easy handles that each keep their connection alive, and a small
- * read-ahead: will_need queues ranges that a background thread fetches with
- * curl_multi (MAX_FLIGHT at once) into a bounded cache that reads take from.
+ * read-ahead: will_need queues ranges that a background thread (the pump)
+ * fetches with curl_multi (MAX_FLIGHT requests at once, each asking for up to
+ * MAX_PARTS ranges of one object: a multipart/byteranges answer) into a
+ * bounded cache that reads take from.
  *
  * Connections: libcurl documents a shared connection cache (CURLSH with
  * CURL_LOCK_DATA_CONNECT) as unsupported between concurrent threads, so each
@@ -78,7 +80,7 @@ struct kiln_http_client {
     int n_idle, cap_idle;
     entry *head, *tail;
     entry *bucket[BUCKETS];
-    int n_entries, n_flight;
+    int n_entries;
     int64_t cached_bytes;
     CURLM *multi;                          /* the pump's (its own connections) */
     CURL *pump_easy[MAX_FLIGHT];
