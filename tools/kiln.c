@@ -26,7 +26,8 @@ static const char *main_help =
     "  train   train a model from the zoo on a dataset, optionally save a checkpoint\n"
     "  eval    measure a saved model's test loss and accuracy\n"
     "  pack    write Fashion-MNIST, an IDX folder or an image folder as JPEG or PNG files, or as shards\n"
-    "  bench   bench loader: the loader's images/s per worker count, without training\n"
+    "  bench   bench loader: the loader's images/s per worker count, without training;\n"
+    "          bench step: a model's median step time on synthetic data\n"
     "\n"
     "  kiln <command> --help   describes each command's options\n"
     "  kiln --version          prints the version\n"
@@ -488,11 +489,12 @@ static int cmd_bench_loader(int argc, char **argv) {
 
 static int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "loader")) return cmd_bench_loader(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "step")) return cli_bench_step(argc - 1, argv + 1);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         fputs(bench_usage, stdout);
         return 0;
     }
-    fprintf(stderr, "kiln bench: which benchmark? the one there is: kiln bench loader --data DIR\n");
+    fprintf(stderr, "kiln bench: which benchmark? kiln bench loader --data DIR, or kiln bench step --model NAME\n");
     return EXIT_USAGE;
 }
 

@@ -1,0 +1,135 @@
+/* kiln bench step: compile a zoo model for one batch size, bind synthetic data
+ * once, warm up, then time each step alone and report the median (robust to
+ * the odd slow step on a shared machine). FLOPs are counted from the graph,
+ * as the peer benchmark counts them from PyTorch's modules. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "graph/internal/graph.h"
+#include "kiln/alloc.h"
+#include "kiln/bench.h"
+#include "kiln/optim.h"
+#include "ops/internal/ops.h"
+
+kiln_bench_step_config kiln_bench_step_defaults(void) {
+    kiln_bench_step_config c = {.model = "resnet20", .batch = 64, .warmup = 3, .steps = 20, .autotune = 1, .seed = 1};
+    return c;
+}
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
+}
+
+static int64_t dim(const kiln_val *v, int d, int64_t batch) { return v->batched && d == 0 ? batch : v->shape[d]; }
+
+/* 2 x multiply-adds of every conv2d and linear node: forward, and in training
+ * backward-weights plus backward-data where the layer's input is not a graph input */
+static double count_flops(const kiln_graph *g, int64_t batch, int training) {
+    double total = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->op != KILN_OP_CONV2D && n->op != KILN_OP_LINEAR) continue;
+        const kiln_val *X = &g->vals[n->in[0]], *W = &g->vals[n->in[1]], *Y = &g->vals[n->out[0]];
+        double out = 1, per = 1;
+        for (int d = 0; d < Y->ndim; d++) out *= (double)dim(Y, d, batch);
+        for (int d = 1; d < W->ndim; d++) per *= (double)W->shape[d]; /* C/groups x R x S, or in */
+        double f = 2 * out * per;
+        total += f;
+        if (training) total += f + (X->kind == KILN_VAL_INPUT ? 0 : f);
+    }
+    return total;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* synthetic inputs of the model's shapes: images uniform in [-1, 1], labels in [0, classes) */
+static kiln_status bind_synthetic(kiln_plan *pl, const kiln_graph *g, const kiln_model *m, int64_t batch, uint64_t seed,
+                                  float **x, int32_t **y) {
+    const kiln_val *X = &g->vals[m->x];
+    int64_t nx = batch;
+    for (int d = 1; d < X->ndim; d++) nx *= X->shape[d];
+    *x = kiln_alloc((size_t)nx * sizeof **x);
+    *y = kiln_alloc((size_t)batch * sizeof **y);
+    if (!*x || !*y) return kiln_fail(KILN_ERR_NOMEM, "bench step: %lld input values", (long long)nx);
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < nx; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        (*x)[i] = (float)((double)(s >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+    }
+    for (int64_t i = 0; i < batch; i++) (*y)[i] = (int32_t)(i * 7 % m->num_classes);
+    kiln_status st = kiln_plan_bind(pl, m->x, *x);
+    if (st == KILN_OK) st = kiln_plan_bind(pl, m->y, *y);
+    return st;
+}
+
+static kiln_status time_steps(const kiln_bench_step_config *c, kiln_plan *pl, kiln_optim *o, double *t) {
+    for (int i = 0; i < c->warmup + c->steps; i++) {
+        double t0 = now_ms();
+        kiln_plan_set_step(pl, (uint64_t)i);
+        kiln_status st = kiln_plan_run(pl, c->batch);
+        if (st == KILN_OK && o) st = kiln_optim_step(o);
+        if (st == KILN_OK) (void)kiln_plan_loss(pl); /* waits for a device backend */
+        if (st != KILN_OK) return st;
+        if (i >= c->warmup) t[i - c->warmup] = now_ms() - t0;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_result *r) {
+    memset(r, 0, sizeof *r);
+    if (c->batch < 1 || c->steps < 1 || c->warmup < 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "bench step: batch %lld, %d steps, %d warm-up", (long long)c->batch,
+                         c->steps, c->warmup);
+    kiln_graph *g = kiln_graph_new();
+    kiln_params *P = NULL;
+    kiln_plan *pl = NULL;
+    kiln_optim *o = NULL;
+    float *x = NULL;
+    int32_t *y = NULL;
+    double *t = calloc((size_t)c->steps, sizeof *t);
+    kiln_model m;
+    kiln_status st = t ? kiln_model_build_ex(g, c->model, &c->model_opts, &m) : kiln_fail(KILN_ERR_NOMEM, "bench step");
+    if (st == KILN_OK) st = kiln_params_new_on(g, c->backend ? c->backend : "cpu", &P);
+    if (st != KILN_OK) goto out;
+    kiln_params_init(P, c->seed);
+    kiln_compile_opts co = kiln_compile_defaults();
+    co.training = !c->eval;
+    co.max_batch = c->batch;
+    co.backend = c->backend;
+    co.autotune = c->autotune;
+    co.seed = c->seed;
+    kiln_value outs[2] = {m.loss, m.out};
+    if ((st = kiln_compile(g, P, outs, 2, &co, &pl)) != KILN_OK) goto out;
+    if ((st = bind_synthetic(pl, g, &m, c->batch, c->seed, &x, &y)) != KILN_OK) goto out;
+    if (!c->eval) {
+        kiln_optim_config oc = kiln_optim_defaults(KILN_OPT_SGD);
+        oc.lr = 0.1f;
+        oc.momentum = 0.9f;
+        oc.weight_decay = 5e-4f;
+        if ((st = kiln_optim_new(&oc, P, &o)) != KILN_OK) goto out;
+    }
+    if ((st = time_steps(c, pl, o, t)) != KILN_OK) goto out;
+    qsort(t, (size_t)c->steps, sizeof *t, cmp_double);
+    r->ms = c->steps % 2 ? t[c->steps / 2] : 0.5 * (t[c->steps / 2 - 1] + t[c->steps / 2]);
+    r->ms_min = t[0];
+    r->ms_max = t[c->steps - 1];
+    r->images_per_s = (double)c->batch / (r->ms * 1e-3);
+    r->flops = count_flops(g, c->batch, !c->eval);
+    r->gflops = r->flops / (r->ms * 1e-3) * 1e-9;
+    r->arena_mb = (double)kiln_plan_arena_bytes(pl) / (1024.0 * 1024.0);
+    for (int i = 0; i < kiln_params_count(P); i++) r->params += kiln_params_numel(P, i);
+out:
+    kiln_optim_free(o);
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+    kiln_free(x);
+    kiln_free(y);
+    free(t);
+    return st == KILN_OK ? st : kiln_fail_context(st, "bench step %s", c->model ? c->model : "?");
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# kiln bench step: one JSON object with the median step time of a zoo model
+# on synthetic data (training and --eval), its FLOPs as counted from the graph
+# (resnet20: 81.1 MFLOP per image forward, as the peer counts them with
+# module hooks), and exit 2 naming the bad option or model.
+#
+# Needs $KILN_BIN (ctest sets it) and python3.
+set -u
+
+. "$(dirname "$0")/harness.sh"
+harness_init test_bench_step
+export KILN_CACHE_DIR=
+
+# the JSON object's field, or "" when absent
+field() { "$PY" -c "import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]).get(sys.argv[2], ''))" "$T/out" "$1" 2>/dev/null; }
+
+S=(bench step --model resnet20 --batch-size 4 --steps 3 --warmup 1 --autotune off --json)
+expect 0 "resnet20 training step" -- "$KILN_BIN" "${S[@]}"
+check "train: mode, batch, params" test "$(field mode) $(field batch) $(field params)" = "train 4 269722"
+# forward conv+linear FLOPs per image, from PyTorch's module hooks: 81,102,080
+check "train FLOPs: 3 x forward, no backward-data for the first conv" \
+    "$PY" -c "import sys; f=float(sys.argv[1]); fwd=4*81102080; first=4*2*32*32*16*27; assert f == 3*fwd-first, f" "$(field flops)"
+check "train: ms, images/s, GFLOP/s and arena positive" \
+    "$PY" -c "import sys; assert all(float(v) > 0 for v in sys.argv[1:])" "$(field ms)" "$(field images_per_s)" "$(field gflops)" "$(field arena_mb)"
+cp "$T/out" "$T/train.json"
+expect 0 "resnet20 inference step" -- "$KILN_BIN" "${S[@]}" --eval
+check "eval: forward FLOPs only" "$PY" -c "import sys; assert sys.argv[1] == 'eval' and float(sys.argv[2]) == 4 * 81102080" "$(field mode)" "$(field flops)"
+check "eval's arena is smaller than training's" \
+    "$PY" -c "import json,sys; t=json.load(open(sys.argv[1])); assert float(sys.argv[2]) < t['arena_mb']" "$T/train.json" "$(field arena_mb)"
+expect 0 "resnet18 at 64x64" -- "$KILN_BIN" bench step --model resnet18 --batch-size 2 --size 64 --steps 1 --warmup 0 --autotune off --json
+check "resnet18: its parameters" test "$(field params)" = "11181642"
+
+expect 2 "an unknown model" "unknown model 'resnet9000'" -- "$KILN_BIN" bench step --model resnet9000
+expect 2 "batch 0" "--batch-size" -- "$KILN_BIN" bench step --batch-size 0
+expect 2 "bad --autotune" "--autotune" -- "$KILN_BIN" bench step --autotune maybe
+expect 2 "an unknown option" "--bogus" -- "$KILN_BIN" bench step --bogus
+harness_finish

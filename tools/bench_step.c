@@ -1,0 +1,88 @@
+/* kiln bench step: the step-time benchmark of a zoo model on synthetic data
+ * (kiln_bench_step in src/train/bench_step.c), printed as one line or as one
+ * JSON object. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "kiln/bench.h"
+
+static const char *usage =
+    "usage: kiln bench step --model NAME [--batch-size N] [--eval] [--steps N] [--warmup N] [--json]\n\n"
+    "The step benchmark: synthetic data of the model's input shape, compile, warm-up,\n"
+    "then each step timed alone; prints the median step time, images/s, the conv and\n"
+    "linear GFLOP/s and the plan's arena. Training steps include backward and the SGD\n"
+    "update (lr 0.1, momentum 0.9, weight decay 5e-4); --eval times an inference plan.\n\n";
+
+static const cli_opt opts[] = {
+    {"model", "NAME", "a zoo model (resnet20, resnet18, mnist-cnn, ...)", "resnet20"},
+    {"batch-size", "N", "samples per step", "128"},
+    {"eval", NULL, "an inference plan (no backward, no update), forward only", NULL},
+    {"steps", "N", "timed steps (the median is reported)", "20"},
+    {"warmup", "N", "untimed steps first", "3"},
+    {"size", "N", "the input's height and width (resnet18: 112, resnet20: 32)", NULL},
+    {"autotune", "on|off", "time each convolution's algorithms on its real shape", "on"},
+    {"json", NULL, "one JSON object: model, batch, mode, ms, ms_min, ms_max, images_per_s, gflops, flops, arena_mb, params", NULL},
+};
+enum { S_MODEL, S_BATCH, S_EVAL, S_STEPS, S_WARMUP, S_SIZE, S_AUTOTUNE, S_JSON, S_N };
+
+static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static void print_result(const kiln_bench_step_config *c, const kiln_bench_step_result *r, int json) {
+    if (!json) {
+        printf("%s batch %lld %s: %.2f ms per step (min %.2f, max %.2f), %.0f images/s, %.1f GFLOP/s, arena %.1f MiB\n",
+               c->model, (long long)c->batch, c->eval ? "eval" : "train", r->ms, r->ms_min, r->ms_max, r->images_per_s,
+               r->gflops, r->arena_mb);
+        return;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "model", json_string(c->model));
+    json_object_set_new(o, "batch", json_integer(c->batch));
+    json_object_set_new(o, "mode", json_string(c->eval ? "eval" : "train"));
+    json_object_set_new(o, "ms", num(r->ms));
+    json_object_set_new(o, "ms_min", num(r->ms_min));
+    json_object_set_new(o, "ms_max", num(r->ms_max));
+    json_object_set_new(o, "images_per_s", num(r->images_per_s));
+    json_object_set_new(o, "gflops", num(r->gflops));
+    json_object_set_new(o, "flops", num(r->flops));
+    json_object_set_new(o, "arena_mb", num(r->arena_mb));
+    json_object_set_new(o, "params", json_integer(r->params));
+    char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+    if (s) puts(s);
+    free(s);
+    json_decref(o);
+}
+
+int cli_bench_step(int argc, char **argv) {
+    const char *vals[S_N];
+    int given[S_N];
+    int rc = cli_parse("bench step", usage, opts, S_N, argc, argv, vals, given);
+    if (rc) return rc > 0 ? 0 : EXIT_USAGE;
+    kiln_bench_step_config c = kiln_bench_step_defaults();
+    int64_t batch, steps, warmup, size = 0;
+    if (cli_int("bench step", opts, S_BATCH, vals, 1, 1 << 20, &batch) ||
+        cli_int("bench step", opts, S_STEPS, vals, 1, 100000, &steps) ||
+        cli_int("bench step", opts, S_WARMUP, vals, 0, 100000, &warmup) ||
+        (given[S_SIZE] && cli_int("bench step", opts, S_SIZE, vals, 1, 1 << 14, &size)))
+        return EXIT_USAGE;
+    const char *at = vals[S_AUTOTUNE] ? vals[S_AUTOTUNE] : "on";
+    if (strcmp(at, "on") && strcmp(at, "off"))
+        return cli_usage_error("bench step", "--autotune: on or off (got '%s')", at);
+    c.model = vals[S_MODEL] ? vals[S_MODEL] : opts[S_MODEL].def;
+    c.batch = batch;
+    c.steps = (int)steps;
+    c.warmup = (int)warmup;
+    c.eval = given[S_EVAL];
+    c.autotune = !strcmp(at, "on");
+    c.model_opts.height = c.model_opts.width = size;
+    kiln_bench_step_result r;
+    kiln_status st = kiln_bench_step(&c, &r);
+    if (st != KILN_OK) {
+        fprintf(stderr, "kiln bench step: %s\n", kiln_last_error());
+        return st == KILN_ERR_INVALID_ARG ? EXIT_USAGE : 1;
+    }
+    print_result(&c, &r, given[S_JSON]);
+    return 0;
+}
