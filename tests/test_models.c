@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backends/cpu/internal/cpu.h"
 #include "kiln/graph.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
@@ -280,6 +281,38 @@ out:
     kiln_graph_free(g);
 }
 
+/* A backend without a kernel for one of the ResNet ops (as the cuda backend's
+ * table has none for pad yet) refuses the plan at compile, naming the op and
+ * itself: "nopad" is the cpu backend with pad's kernel taken out. */
+static kiln_backend nopad;
+static kiln_kernel nopad_kernels[KILN_OP_COUNT];
+
+static void test_missing_kernel(void) {
+    memcpy(nopad_kernels, kiln_cpu_kernels, sizeof nopad_kernels);
+    nopad_kernels[KILN_OP_PAD] = (kiln_kernel){0};
+    nopad = kiln_backend_cpu;
+    nopad.name = "nopad";
+    nopad.kernels = nopad_kernels;
+    CHECK_OK(kiln_backend_register(&nopad));
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_params *P = NULL;
+    kiln_plan *pl = NULL;
+    CHECK_OK(kiln_model_build(g, "resnet20", &m));
+    CHECK_OK(kiln_params_new_on(g, "nopad", &P));
+    kiln_compile_opts co = kiln_compile_defaults();
+    co.training = 1;
+    co.max_batch = 2;
+    co.autotune = 0;
+    kiln_status st = P ? kiln_compile(g, P, &m.loss, 1, &co, &pl) : KILN_ERR_INVALID_ARG;
+    const char *msg = kiln_last_error();
+    CHECK_MSG(st == KILN_ERR_BACKEND && !pl, "compiling resnet20 on nopad: status %d", (int)st);
+    CHECK_MSG(strstr(msg, "nopad backend has no kernel for op pad") != NULL, "the message names op and backend: %s", msg);
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+}
+
 int main(void) {
     kiln_st_file *f = NULL;
     CHECK_OK(kiln_st_open(FIXTURE, &f));
@@ -289,6 +322,7 @@ int main(void) {
         run_backend(f, "ref");
         kiln_st_close(f);
     }
+    test_missing_kernel();
     test_resnet18_names();
     test_resnet18_small();
     return tu_finish("test_models");

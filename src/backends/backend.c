@@ -103,6 +103,9 @@ int kiln_backend_supports(const kiln_backend *b, const kiln_step *s) {
 }
 
 kiln_status kiln_backend_prepare(const kiln_backend *b, kiln_step *s, kiln_prep *p) {
+    if (!b->kernels[s->op].run)
+        return kiln_fail(KILN_ERR_BACKEND, "%s: the %s backend has no kernel for op %s%s", s->name, b->name,
+                         kiln_op_name(s->op), kiln_cpu_kernels[s->op].run ? " (the cpu backend has one: --device cpu)" : "");
     if (!kiln_backend_supports(b, s))
         return kiln_fail(KILN_ERR_BACKEND, "%s: the %s backend has no kernel for op %s with these layouts", s->name, b->name,
                          kiln_op_name(s->op));
