@@ -115,7 +115,7 @@ import json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
 names = {e["name"] for e in ev if e["ph"] == "X"}
 threads = {e["args"]["name"] for e in ev if e["ph"] == "M"}
-ok = {"forward", "backward", "optimizer", "data-wait", "sample"} <= names and "train" in threads
+ok = {"forward", "backward", "optimizer", "data-wait", "sample", "read", "decode", "augment"} <= names and "train" in threads
 ok = ok and any(t.startswith("loader worker") for t in threads)
 ok = ok and all(e["dur"] >= 0 and e["ts"] >= 0 for e in ev if e["ph"] == "X")
 steps = sum(1 for e in ev if e["name"] == "optimizer")

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/internal/trace.h"
 #include "data/internal/cache.h"
 #include "data/internal/records.h"
 #include "data/internal/shard.h"
@@ -90,13 +91,23 @@ static kiln_status pixels(const imageset *d, worker_state *w, const kiln_record 
     return st == KILN_OK ? kiln_image_convert(w->img, &raw, d->tf.channels, w->name, im) : st;
 }
 
+/* --trace spans of a worker's sample: read, decode, augment (0 when not tracing) */
+static double span_start(void) { return kiln_trace_on() ? kiln_trace_now() : 0; }
+static void span_end(const char *name, double t0) {
+    if (t0 > 0) kiln_trace_span(name, "loader", t0, kiln_trace_now());
+}
+
 /* transform t of decoded pixels, into x (float CHW) or x_u8 (u8 HWC) */
 static kiln_status from_image(const imageset *d, worker_state *w, const kiln_tf *t, const kiln_image *im, uint64_t key,
                               const char *name, float *x, uint8_t *x_u8) {
     kiln_tf_box b;
     kiln_status st = kiln_tf_plan(t, im->w, im->h, key, name, &b);
     if (st == KILN_OK) st = mixed(d, name, im->w, im->h, &b);
-    return st == KILN_OK ? kiln_tf_apply(im, &b, t, &w->scratch, x, x_u8) : st;
+    if (st != KILN_OK) return st;
+    double t0 = span_start();
+    st = kiln_tf_apply(im, &b, t, &w->scratch, x, x_u8);
+    span_end("augment", t0);
+    return st;
 }
 
 /* transform t of an image file: planned first, so a JPEG is decoded at the smallest DCT scale the box
@@ -106,12 +117,18 @@ static kiln_status from_file(const imageset *d, worker_state *w, const kiln_tf *
     int fmt, iw, ih;
     kiln_tf_box b;
     kiln_image im;
+    double t0 = span_start();
     kiln_status st = kiln_image_info(w->img, rec->data, rec->n, w->name, &fmt, &iw, &ih);
     if (st == KILN_OK) st = kiln_tf_plan(t, iw, ih, key, w->name, &b);
     if (st == KILN_OK) st = mixed(d, w->name, iw, ih, &b);
     if (st != KILN_OK) return st;
-    if ((st = kiln_tf_decode(w->img, rec->data, rec->n, w->name, t->channels, fmt, iw, ih, &b, &im)) != KILN_OK) return st;
-    return kiln_tf_apply(&im, &b, t, &w->scratch, x, x_u8);
+    st = kiln_tf_decode(w->img, rec->data, rec->n, w->name, t->channels, fmt, iw, ih, &b, &im);
+    span_end("decode", t0);
+    if (st != KILN_OK) return st;
+    t0 = span_start();
+    st = kiln_tf_apply(&im, &b, t, &w->scratch, x, x_u8);
+    span_end("augment", t0);
+    return st;
 }
 
 static kiln_status fresh(const imageset *d, worker_state *w, const kiln_record *rec, uint64_t key, float *x) {
@@ -144,12 +161,16 @@ static kiln_status get_sample(const imageset *d, worker_state *w, int64_t i, uin
     kiln_image im;
     const char *name;
     kiln_status st;
+    double t0 = span_start();
     if (d->cache && kiln_cache_ready(d->cache)) {
         st = kiln_cache_get(d->cache, i, &im, &name);
+        span_end("read", t0);
         return st == KILN_OK ? from_image(d, w, &d->rest, &im, key, name, x, NULL) : st;
     }
     kiln_record rec;
-    if ((st = d->r->read(d->r, i, w->img, w->name, &rec)) != KILN_OK && st != KILN_ERR_FORMAT) return st;
+    st = d->r->read(d->r, i, w->img, w->name, &rec);
+    span_end("read", t0);
+    if (st != KILN_OK && st != KILN_ERR_FORMAT) return st;
     if (!d->cache) return st == KILN_OK ? fresh(d, w, &rec, key, x) : st;
     if (st == KILN_OK) st = deterministic(d, w, &rec, &im);
     if (st == KILN_ERR_FORMAT) kiln_cache_put_failure(d->cache, i, kiln_last_error()); /* corrupt for good, until the file changes */

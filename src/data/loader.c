@@ -88,6 +88,7 @@ struct kiln_loader {
     int started;          /* start_epoch was called */
     uint64_t gen;
     int64_t a_epoch, a_batch; /* the next batch to get a slot */
+    int64_t hint_epoch, hint_next; /* the next batch to name to will_need */
     slot *a_slot;         /* the batch samples are being claimed from (NULL: none) */
     int64_t d_epoch, d_batch; /* the next batch for the consumer */
     int busy;             /* samples being loaded now */
@@ -174,16 +175,40 @@ typedef struct claim {
     slot *s;
     int64_t i, index;
     uint64_t key;
-    int first; /* the batch's first sample: tell the dataset what comes */
+    int64_t hint_epoch, hint_from, hint_to; /* batches to name to the dataset's will_need (from < to) */
 } claim;
+
+/* Read-ahead: when a batch is opened, the dataset hears of every batch up to
+ * the one after it not yet named (the first batch of an epoch and its next
+ * at once), so a remote dataset fetches a batch while the one before it is
+ * loaded. The caller holds the lock; the hints go out after it is dropped. */
+static void plan_hints(kiln_loader *L, claim *c) {
+    const slot *s = L->a_slot;
+    if (!L->ds->will_need) return;
+    if (L->hint_epoch != s->epoch || L->hint_next < s->batch) {
+        L->hint_epoch = s->epoch;
+        L->hint_next = s->batch;
+    }
+    int64_t to = s->batch + 2 < L->nbatches ? s->batch + 2 : L->nbatches;
+    c->hint_epoch = s->epoch;
+    c->hint_from = L->hint_next;
+    c->hint_to = to > L->hint_next ? to : L->hint_next;
+    L->hint_next = c->hint_to;
+}
+
+/* the hints take(...) planned; no lock needed (the orders of the two epochs in flight stay put) */
+static void send_hints(kiln_loader *L, const claim *c) {
+    for (int64_t b = c->hint_from; b < c->hint_to; b++)
+        L->ds->will_need(L->ds, L->order[c->hint_epoch & 1] + b * L->cfg.batch_size, batch_n(L, b));
+}
 
 static int take(kiln_loader *L, claim *c) {
     if (!L->active) return 0;
-    c->first = 0;
+    c->hint_from = c->hint_to = 0;
     if (!L->a_slot || L->a_slot->claimed == L->a_slot->n) {
         L->a_slot = NULL;
         if (!open_batch(L)) return 0;
-        c->first = 1;
+        plan_hints(L, c);
     }
     slot *s = L->a_slot;
     int64_t pos = s->batch * L->cfg.batch_size + s->claimed;
@@ -193,14 +218,6 @@ static int take(kiln_loader *L, claim *c) {
     c->key = kiln_rng_key(L->cfg.seed, (uint64_t)s->epoch, (uint64_t)pos);
     L->busy++;
     return 1;
-}
-
-/* the dataset's will_need for the samples of a batch just opened; no lock held */
-static void hint(kiln_loader *L, const slot *s, int64_t epoch, int64_t batch) {
-    if (!L->ds->will_need) return;
-    (void)s;
-    const int64_t *o = L->order[epoch & 1] + batch * L->cfg.batch_size;
-    L->ds->will_need(L->ds, o, batch_n(L, batch));
 }
 
 static kiln_status get(kiln_loader *L, int64_t index, const claim *c) {
@@ -271,9 +288,8 @@ static void *worker_main(void *arg) {
             pthread_cond_wait(&L->work, &L->mu); /* parked, the ring is full, or no epoch */
             continue;
         }
-        int64_t epoch = c.s->epoch, batch = c.s->batch;
         pthread_mutex_unlock(&L->mu);
-        if (c.first) hint(L, c.s, epoch, batch);
+        send_hints(L, &c);
         kiln_status st = load(L, &c);
         pthread_mutex_lock(&L->mu);
         finish(L, &c, st, st == KILN_OK ? "" : kiln_last_error());
@@ -400,6 +416,7 @@ kiln_status kiln_loader_new(kiln_dataset *ds, const kiln_loader_config *cfg, kil
     if (L->nslots < 2) L->nslots = 2;
     L->want = cfg->workers;
     L->order_epoch[0] = L->order_epoch[1] = -1;
+    L->hint_epoch = -1;
     size_t on = (size_t)(ds->len > L->epoch_len ? ds->len : L->epoch_len) + 1;
     L->order[0] = malloc(sizeof(int64_t) * on);
     L->order[1] = malloc(sizeof(int64_t) * on);
@@ -442,6 +459,7 @@ static void cancel(kiln_loader *L) {
     L->active = 0;
     L->gen++;
     L->a_slot = NULL;
+    L->hint_epoch = -1; /* a new position: name its batches again */
     while (L->busy > 0) pthread_cond_wait(&L->idle, &L->mu);
     for (int i = 0; i < L->nslots; i++)
         if (L->slots[i].state == SLOT_READY || L->slots[i].state == SLOT_FILLING) L->slots[i].state = SLOT_FREE;
@@ -482,16 +500,17 @@ static int fill_here(kiln_loader *L, slot **out) {
     L->a_epoch = L->d_epoch;
     L->a_batch = L->d_batch;
     L->active = 1;
-    if (!open_batch(L)) return 0;
-    slot *s = L->a_slot;
     claim c;
-    while (s->claimed < s->n && take(L, &c)) {
+    slot *s = NULL;
+    while ((!s || s->claimed < s->n) && take(L, &c)) {
+        s = c.s;
+        send_hints(L, &c); /* the lock is held, but no worker competes here */
         kiln_status st = load(L, &c);
         finish(L, &c, st, st == KILN_OK ? "" : kiln_last_error());
     }
     L->a_slot = NULL;
     *out = s;
-    return 1;
+    return s != NULL;
 }
 
 /* the slot of the batch the consumer waits for, once READY; NULL on an error
