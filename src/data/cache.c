@@ -7,11 +7,13 @@
  * in its slot and the spill is an unnamed O_TMPFILE, by writing the header,
  * labels and index in front of them and linking the file in (a temporary
  * name, then rename: atomic); otherwise by copying the records in order
- * through the shard writer. The result is opened and checked as any cache
+ * through the shard writer. Finishing runs in a thread of its own, so no
+ * loader waits for the fsync; the result is opened and checked as any cache
  * file, then published; until then every get misses. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +38,8 @@ struct kiln_cache {
     atomic_llong slot, extra;   /* the slot size (0: not yet), the bytes past the slots */
     atomic_int overflow;        /* a record went past the slots */
     atomic_llong stored;
+    pthread_t finisher;         /* finishes the file in the background once every sample is in */
+    int finishing;
     atomic_uchar *taken;        /* per sample: its first put is under way or done */
     int64_t *off, *size;        /* per sample: its record in the spill file */
 };
@@ -196,6 +200,11 @@ static void complete(kiln_cache *c) {
     atomic_store_explicit(&c->ready, 1, memory_order_release);
 }
 
+static void *finish(void *c) {
+    complete(c);
+    return NULL;
+}
+
 /* sample i's record: the 12-byte header h, then n - 12 bytes of body */
 static void put_record(kiln_cache *c, int64_t i, const uint8_t *h, const void *body, int64_t n) {
     if (kiln_cache_ready(c) || atomic_load(&c->failed) || atomic_exchange(&c->taken[i], 1)) return;
@@ -215,7 +224,10 @@ static void put_record(kiln_cache *c, int64_t i, const uint8_t *h, const void *b
     }
     c->off[i] = off;
     c->size[i] = n;
-    if (atomic_fetch_add(&c->stored, 1) + 1 == c->len) complete(c);
+    if (atomic_fetch_add(&c->stored, 1) + 1 != c->len) return;
+    /* the fsync and checks take a while: off the loader's path; gets miss until the file is ready */
+    if (pthread_create(&c->finisher, NULL, finish, c) == 0) c->finishing = 1;
+    else complete(c);
 }
 
 void kiln_cache_put(kiln_cache *c, int64_t i, const kiln_image *im) {
@@ -232,6 +244,7 @@ void kiln_cache_put_failure(kiln_cache *c, int64_t i, const char *message) {
 
 void kiln_cache_free(kiln_cache *c) {
     if (!c) return;
+    if (c->finishing) pthread_join(c->finisher, NULL);
     if (c->src) {
         kiln_shard_close(&c->sh);
         kiln_source_close(c->src);
