@@ -236,7 +236,7 @@ static void test_pool(void) {
     }
 
     for (int draw = 0; draw < 6; draw++) {
-        pool_ctx P;
+        pool_ctx P = {0};
         P.ps.n = tu_int(1, 2); P.ps.c = tu_int(1, 3); P.ps.h = tu_int(3, 7); P.ps.w = tu_int(3, 7);
         P.ps.k = tu_int(1, 3); P.ps.stride = tu_int(1, 3);
         if (draw < 2) P.ps.k = P.ps.stride = 2;
