@@ -67,6 +67,7 @@ typedef struct kiln_data_config {
     float val_split;          /* DIR/<class>/... without train/ and test/: this share is the test split */
     const char *cache;        /* image folders and shards: keep decoded samples in this folder (NULL: none) */
     int block;                /* token files: tokens per sample (x: block tokens, labels: the next block) */
+    int skip_bad;             /* --bad-samples skip: a corrupt file met at open (the shape probe) is passed over too */
 } kiln_data_config;
 kiln_data_config kiln_data_defaults(void);
 /* "N" or "N,lo,hi" into random_resized_crop and scale */

@@ -36,6 +36,7 @@ typedef struct imageset {
     kiln_records *r;
     kiln_tf tf, det, rest;
     kiln_cache *cache;
+    int skip_bad;
     pthread_mutex_t mu;
     worker_state *pool[POOL_MAX];
     int npool;
@@ -233,6 +234,12 @@ static kiln_status probe(imageset *d, worker_state *w) {
         kiln_tf_box b;
         st = r->read(r, i, w->img, w->name, &rec);
         if (st == KILN_OK) st = dims(w, r, &rec, &iw, &ih);
+        if (st == KILN_ERR_FORMAT && d->skip_bad) { /* the class's next file tells its size instead */
+            kiln_log(KILN_LOG_WARN, "--bad-samples skip: %s", kiln_last_error());
+            seen[k] = 0, nseen--;
+            st = KILN_OK;
+            continue;
+        }
         if (st == KILN_OK) st = kiln_tf_plan(&fixed, iw, ih, 0, w->name, &b);
         if (st != KILN_OK) break;
         if (d->tf.random) b.x.out = b.y.out = d->tf.rrc;
@@ -274,6 +281,7 @@ kiln_status kiln_imageset_open(kiln_records *r, const char *name, int train, con
     d->ds = (kiln_dataset){.name = d->name, .len = r->len, .num_classes = r->num_classes, .get = set_get,
                            .destroy = set_destroy, .will_need = set_will_need, .impl = d};
     kiln_tf_init(&d->tf, dc, train);
+    d->skip_bad = dc->skip_bad;
     d->det = d->tf;
     d->det.hflip = 0;
     d->rest = d->tf;
