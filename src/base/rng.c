@@ -39,3 +39,19 @@ float kiln_rng_uniform(uint64_t key, uint64_t stream, uint64_t i, float lo, floa
     kiln_philox_out o = kiln_philox4x32(key, stream, i >> 2);
     return lo + (hi - lo) * kiln_u32_to_unit(o.v[i & 3]);
 }
+
+/* Uniform integer in [0, range) for draw `i` of stream `key`: Lemire's
+ * multiply-shift on 64-bit words with rejection, so it is exactly unbiased; a
+ * rejected word moves to the next word of the same counter, then to the next
+ * counter (ctr_hi = attempt), all still a pure function of (key, i). */
+uint64_t kiln_rng_bounded(uint64_t key, uint64_t i, uint64_t range) {
+    uint64_t threshold = (0 - range) % range; /* 2^64 mod range */
+    for (uint64_t attempt = 0;; attempt++) {
+        kiln_philox_out o = kiln_philox4x32(key, attempt, i);
+        for (int w = 0; w < 4; w += 2) {
+            uint64_t r = (uint64_t)o.v[w] << 32 | o.v[w + 1];
+            unsigned __int128 m = (unsigned __int128)r * range;
+            if ((uint64_t)m >= threshold) return (uint64_t)(m >> 64);
+        }
+    }
+}

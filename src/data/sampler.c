@@ -6,28 +6,12 @@
 #include "base/internal/rng.h"
 #include "kiln/data.h"
 
-/* Uniform integer in [0, range) for draw `i` of stream `key`: Lemire's
- * multiply-shift on 64-bit words with rejection, so it is exactly unbiased; a
- * rejected word moves to the next word of the same counter, then to the next
- * counter (ctr_hi = attempt), all still a pure function of (key, i). */
-static uint64_t bounded(uint64_t key, uint64_t i, uint64_t range) {
-    uint64_t threshold = (0 - range) % range; /* 2^64 mod range */
-    for (uint64_t attempt = 0;; attempt++) {
-        kiln_philox_out o = kiln_philox4x32(key, attempt, i);
-        for (int w = 0; w < 4; w += 2) {
-            uint64_t r = (uint64_t)o.v[w] << 32 | o.v[w + 1];
-            unsigned __int128 m = (unsigned __int128)r * range;
-            if ((uint64_t)m >= threshold) return (uint64_t)(m >> 64);
-        }
-    }
-}
-
 void kiln_shuffle_indices(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch) {
     for (int64_t i = 0; i < n; i++) perm[i] = i;
     /* "shuf" keeps this stream apart from other users of (seed, epoch) */
     uint64_t key = kiln_rng_key(seed ^ 0x73687566ull, (uint64_t)epoch, 0x5045524dull);
     for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)bounded(key, (uint64_t)i, (uint64_t)i + 1);
+        int64_t j = (int64_t)kiln_rng_bounded(key, (uint64_t)i, (uint64_t)i + 1);
         int64_t t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;

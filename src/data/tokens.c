@@ -39,26 +39,12 @@ static inline int32_t le32(const uint8_t *p) {
     return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
 }
 
-/* Uniform integer in [0, range) from the sample's key: Lemire's multiply-shift
- * with rejection (exactly unbiased), a pure function of the key */
-static uint64_t draw_below(uint64_t key, uint64_t range) {
-    uint64_t threshold = (0 - range) % range;
-    for (uint64_t attempt = 0;; attempt++) {
-        kiln_philox_out o = kiln_philox4x32(key, 0x746f6b6eull /* "tokn" */, attempt);
-        for (int w = 0; w < 4; w += 2) {
-            uint64_t r = (uint64_t)o.v[w] << 32 | o.v[w + 1];
-            unsigned __int128 m = (unsigned __int128)r * range;
-            if ((uint64_t)m >= threshold) return (uint64_t)(m >> 64);
-        }
-    }
-}
-
 static kiln_status tokens_get(const kiln_dataset *ds, int64_t index, uint64_t key, float *x, int32_t *y) {
     const tokens *d = ds->impl;
     if (index < 0 || index >= ds->len)
         return kiln_fail(KILN_ERR_INVALID_ARG, "%s: sample %lld is out of range (0..%lld)", d->name, (long long)index,
                          (long long)ds->len - 1);
-    int64_t start = d->train ? (int64_t)draw_below(key, (uint64_t)(d->count - d->block)) : index * (d->block + 1);
+    int64_t start = d->train ? (int64_t)kiln_rng_bounded(key, 0x746f6b6eull /* "tokn" */, (uint64_t)(d->count - d->block)) : index * (d->block + 1);
     const uint8_t *p = d->tok + 2 * start;
     for (int i = 0; i < d->block; i++) {
         x[i] = (float)le16(p + 2 * i);

@@ -14,6 +14,8 @@ kiln_philox_out kiln_philox4x32(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo);
 uint64_t kiln_rng_key(uint64_t seed, uint64_t a, uint64_t b);
 /* Uniform float in [0, 1) from a 32-bit word (24 bits of mantissa). */
 static inline float kiln_u32_to_unit(uint32_t u) { return (float)(u >> 8) * (1.0f / 16777216.0f); }
+/* Uniform integer in [0, range) for draw i of stream key, exactly unbiased (range >= 1). */
+uint64_t kiln_rng_bounded(uint64_t key, uint64_t i, uint64_t range);
 /* Uniform in [lo, hi) for element i of stream (key, stream). */
 float kiln_rng_uniform(uint64_t key, uint64_t stream, uint64_t i, float lo, float hi);
 
