@@ -101,6 +101,14 @@ bench-shards: deps
 	@$(MAKE) --no-print-directory all
 	bash bench/shards.sh
 
+# resnet20 (batch 128) and resnet18 (batch 32, 112x112) training and inference steps beside PyTorch
+# (needs python3-torch, torchvision and ../shared/bench/peers/conv_bench.py)
+.PHONY: bench-resnet
+bench-resnet: deps
+	@bash scripts/install-deps.sh --bench
+	@$(MAKE) --no-print-directory all
+	bash bench/resnet.sh
+
 # regenerate the PyTorch fixtures (needs python3-torch; CI uses the committed ones)
 fixtures:
 	@bash scripts/install-deps.sh --oracle
