@@ -24,9 +24,10 @@ static const cli_opt opts[] = {
     {"warmup", "N", "untimed steps first", "3"},
     {"size", "N", "the input's height and width (resnet18: 112, resnet20: 32)", NULL},
     {"autotune", "on|off", "time each convolution's algorithms on its real shape", "on"},
+    {"profile", NULL, "also time every kernel and print the per-step breakdown (steps then run one kernel at a time)", NULL},
     {"json", NULL, "one JSON object: model, batch, mode, ms, ms_min, ms_max, images_per_s, gflops, flops, arena_mb, params", NULL},
 };
-enum { S_MODEL, S_BATCH, S_EVAL, S_STEPS, S_WARMUP, S_SIZE, S_AUTOTUNE, S_JSON, S_N };
+enum { S_MODEL, S_BATCH, S_EVAL, S_STEPS, S_WARMUP, S_SIZE, S_AUTOTUNE, S_PROFILE, S_JSON, S_N };
 
 static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
@@ -77,12 +78,18 @@ int cli_bench_step(int argc, char **argv) {
     c.eval = given[S_EVAL];
     c.autotune = !strcmp(at, "on");
     c.model_opts.height = c.model_opts.width = size;
+    static char report[1 << 16];
+    if (given[S_PROFILE]) {
+        c.profile = report;
+        c.profile_len = sizeof report;
+    }
     kiln_bench_step_result r;
     kiln_status st = kiln_bench_step(&c, &r);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln bench step: %s\n", kiln_last_error());
         return st == KILN_ERR_INVALID_ARG ? EXIT_USAGE : 1;
     }
+    if (given[S_PROFILE]) fputs(report, given[S_JSON] ? stderr : stdout);
     print_result(&c, &r, given[S_JSON]);
     return 0;
 }

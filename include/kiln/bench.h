@@ -29,6 +29,8 @@ typedef struct kiln_bench_step_config {
     const char *backend;      /* NULL: cpu */
     int autotune;             /* as kiln_compile_opts.autotune */
     uint64_t seed;
+    char *profile;            /* non-NULL: after the timed steps, the per-kernel report (profile_len bytes) */
+    size_t profile_len;
 } kiln_bench_step_config;
 kiln_bench_step_config kiln_bench_step_defaults(void); /* batch 64, 3 warm-up, 20 timed, autotune on */
 

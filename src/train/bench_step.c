@@ -103,6 +103,7 @@ kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_res
     co.backend = c->backend;
     co.autotune = c->autotune;
     co.seed = c->seed;
+    co.profile = c->profile != NULL;
     kiln_value outs[2] = {m.loss, m.out};
     if ((st = kiln_compile(g, P, outs, 2, &co, &pl)) != KILN_OK) goto out;
     if ((st = bind_synthetic(pl, g, &m, c->batch, c->seed, &x, &y)) != KILN_OK) goto out;
@@ -114,6 +115,7 @@ kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_res
         if ((st = kiln_optim_new(&oc, P, &o)) != KILN_OK) goto out;
     }
     if ((st = time_steps(c, pl, o, t)) != KILN_OK) goto out;
+    if (c->profile) kiln_plan_profile_report(pl, c->profile, c->profile_len);
     qsort(t, (size_t)c->steps, sizeof *t, cmp_double);
     r->ms = c->steps % 2 ? t[c->steps / 2] : 0.5 * (t[c->steps / 2 - 1] + t[c->steps / 2]);
     r->ms_min = t[0];
