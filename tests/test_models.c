@@ -13,6 +13,7 @@
 #include "kiln/optim.h"
 #include "kiln/safetensors.h"
 #include "kiln/tensor.h"
+#include "kiln/train.h"
 #include "testutil.h"
 
 #define FIXTURE "ref/fixtures/resnet20_golden.safetensors"
@@ -313,6 +314,55 @@ static void test_missing_kernel(void) {
     kiln_graph_free(g);
 }
 
+/* With KILN_TORCHVISION_DIR (make interop: tests/ref/torchvision_resnet18.py
+ * writes it), a torchvision resnet18 state_dict with random running statistics
+ * loads into kiln's resnet18 and gives PyTorch's evaluation logits. */
+static void test_torchvision_weights(void) {
+    const char *dir = getenv("KILN_TORCHVISION_DIR");
+    if (!dir || !*dir) {
+        printf("test_models: KILN_TORCHVISION_DIR unset: torchvision weights not checked (make interop does)\n");
+        return;
+    }
+    char wpath[512], iopath[512];
+    snprintf(wpath, sizeof wpath, "%s/resnet18.safetensors", dir);
+    snprintf(iopath, sizeof iopath, "%s/resnet18_io.safetensors", dir);
+    kiln_st_file *io = NULL;
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_params *P = NULL;
+    kiln_plan *pl = NULL;
+    CHECK_OK(kiln_st_open(iopath, &io));
+    CHECK_OK(kiln_model_build(g, "resnet18", &m));
+    CHECK_OK(kiln_params_new_on(g, "cpu", &P));
+    const kiln_tensor *tx = io ? kiln_st_find(io, "x") : NULL, *tl = io ? kiln_st_find(io, "logits") : NULL;
+    if (!P || !tx || !tl || tx->shape[0] > 64) goto out;
+    CHECK_OK(kiln_checkpoint_load_params(P, wpath));
+    kiln_compile_opts co = kiln_compile_defaults();
+    co.training = 0;
+    co.max_batch = tx->shape[0];
+    kiln_value outs[1] = {m.out};
+    CHECK_OK(kiln_compile(g, P, outs, 1, &co, &pl));
+    if (!pl) goto out;
+    int32_t labels[64] = {0}; /* the plan takes every input of the graph; only the logits are read */
+    CHECK_OK(kiln_plan_bind(pl, m.x, tx->data));
+    CHECK_OK(kiln_plan_bind(pl, m.y, labels));
+    CHECK_OK(kiln_plan_run(pl, tx->shape[0]));
+    int64_t n = kiln_tensor_numel(tl);
+    float *got = malloc((size_t)n * 4);
+    double *gd = malloc((size_t)n * 8);
+    CHECK_OK(kiln_plan_read(pl, m.out, got, n));
+    for (int64_t i = 0; i < n; i++) gd[i] = got[i];
+    double e = rel_err(gd, tl->data, n);
+    CHECK_MSG(e <= 1e-4, "torchvision resnet18: logits off by %.3g", e);
+    printf("torchvision resnet18 loaded: logits within %.3g of PyTorch's (relative to the largest)\n", e);
+    free(got), free(gd);
+out:
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+    if (io) kiln_st_close(io);
+}
+
 int main(void) {
     kiln_st_file *f = NULL;
     CHECK_OK(kiln_st_open(FIXTURE, &f));
@@ -325,5 +375,6 @@ int main(void) {
     test_missing_kernel();
     test_resnet18_names();
     test_resnet18_small();
+    test_torchvision_weights();
     return tu_finish("test_models");
 }

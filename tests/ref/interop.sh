@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make interop`: kiln checkpoints load in PyTorch and score the same there.
+# `make interop`: kiln checkpoints load in PyTorch and score the same there,
+# and torchvision's resnet18 weights load in kiln and give PyTorch's logits.
 # Trains mnist-cnn and mnist-cnn-bn for 200 steps, measures kiln's test
 # accuracy, loads each checkpoint into the PyTorch module (Debian's
 # python3-torch; the mnist-cnn module comes from ../shared/bench) and checks
@@ -24,3 +25,9 @@ for model in mnist-cnn mnist-cnn-bn; do
     KILN_SHARED="$SHARED" "$PY" tests/ref/load_in_pytorch.py --model "$model" "$T/$model.safetensors" "$acc"
 done
 echo "interop: both checkpoints score the same in PyTorch"
+# the other way: torchvision's resnet18 state_dict (random weights and running statistics) in kiln
+[ -x build/test_models ] || die "build/test_models not found: run 'make' first"
+"$PY" -c 'import torchvision' 2>/dev/null || die "python3-torchvision is missing"
+"$PY" tests/ref/torchvision_resnet18.py "$T/tv"
+(cd tests && KILN_TORCHVISION_DIR="$T/tv" ../build/test_models)
+echo "interop: torchvision's resnet18 gives PyTorch's logits in kiln"
