@@ -4,7 +4,9 @@
 # bytes, memory-mapped) and as decoded shards (pixels, no decoding), and with
 # --cache (two whole epochs from the JPEG folder: the first decodes and fills
 # the cache, the second reads it). Transforms as loader.sh: RandomResizedCrop
-# (56, scale 0.35-1), flip, Normalize(ImageNet), batch 64; workers 0 and 2.
+# (56, scale 0.35-1), flip, Normalize(ImageNet), batch 64; workers 0 and 2;
+# the cache also with deterministic transforms (Resize 32, CenterCrop 28,
+# flip), where it keeps the cropped pixels.
 # Rounds interleave the sources so drift in machine load hits all alike; the
 # table gives medians; an uncached whole epoch shows what filling the cache
 # costs. The target: the cache's second epoch loads at
@@ -42,7 +44,9 @@ ENC="$DATA_DIR-shards" DEC="$DATA_DIR-shards-decoded"
 [ -f "$ENC/index.json" ] || { rm -rf "$ENC"; "$KILN" pack --from "$DATA_DIR" --to "$ENC" --format shard; }
 [ -f "$DEC/index.json" ] || { rm -rf "$DEC"; "$KILN" pack --from "$DATA_DIR" --to "$DEC" --format shard --decoded; }
 
-TRANSFORMS=(--random-resized-crop 56,0.35,1 --hflip --normalize imagenet --channels 3)
+RANDOM_CROPS=(--random-resized-crop 56,0.35,1 --hflip --normalize imagenet --channels 3)
+FIXED=(--resize 32 --center-crop 28 --hflip --normalize imagenet --channels 3)
+TRANSFORMS=("${RANDOM_CROPS[@]}")
 mkdir -p bench/results
 OUT="bench/results/shards-$(date +%Y%m%d-%H%M%S).jsonl"
 : > "$OUT"
@@ -68,6 +72,10 @@ for i in $(seq 1 "$REPEAT"); do
         run "no cache" --data "$DATA_DIR" --workers "$w" --epochs 1
         rm -rf "${CACHE:?}"/*
         run "cache" --data "$DATA_DIR" --workers "$w" --epochs 2 --cache "$CACHE"
+        rm -rf "${CACHE:?}"/*
+        TRANSFORMS=("${FIXED[@]}")
+        run "cache, fixed" --data "$DATA_DIR" --workers "$w" --epochs 2 --cache "$CACHE"
+        TRANSFORMS=("${RANDOM_CROPS[@]}")
     done
 done
 
@@ -83,9 +91,12 @@ for src in ("jpeg folder", "encoded shards", "decoded shards"):
 print(f"{'jpeg folder, a whole epoch':<32} {med('no cache', 0, 1):>10.0f} {med('no cache', 2, 1):>10.0f}")
 for e in (1, 2):
     print(f"{'--cache, epoch %d (whole epoch)' % e:<32} {med('cache', 0, e):>10.0f} {med('cache', 2, e):>10.0f}")
+for e in (1, 2):
+    print(f"{'--cache, Resize+CenterCrop, ep. %d' % e:<32} {med('cache, fixed', 0, e):>10.0f} {med('cache, fixed', 2, e):>10.0f}")
 print("\ntarget: the cache's second epoch >= 2x its first")
-for w in (0, 2):
-    r = med("cache", w, 2) / med("cache", w, 1)
-    print(f"  workers {w}: {r:.2f}x   {'MET' if r >= 2 else 'NOT MET'}")
+for src, what in (("cache", "random crops"), ("cache, fixed", "Resize 32 + CenterCrop 28")):
+    for w in (0, 2):
+        r = med(src, w, 2) / med(src, w, 1)
+        print(f"  {what}, workers {w}: {r:.2f}x   {'MET' if r >= 2 else 'NOT MET'}")
 PYEOF
 echo "raw JSON lines: $OUT" >&2
