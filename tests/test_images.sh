@@ -105,6 +105,15 @@ for w in 2 0; do
 done
 expect 2 "--bad-samples maybe" "--bad-samples" "fail or skip" -- "$KILN" train "${Q[@]}" --data "$T/jpg" --bad-samples maybe
 
+# ---- --cache while training: the first epoch fills it, the second reads it ----
+expect 0 "train two epochs with --cache" -- "$KILN" train "${Q[@]}" --data "$T/jpg" --resize 28 --channels 1 --epochs 2 \
+    --no-test --bad-samples skip --cache "$T/cache"
+check "the cache holds a complete shard of the training split" test -n "$(find "$T/cache" -name 'train-*.kshard' -size +100k)"
+loss_cached=$(field final_loss)
+expect 0 "the same run without the cache" -- "$KILN" train "${Q[@]}" --data "$T/jpg" --resize 28 --channels 1 --epochs 2 \
+    --no-test --bad-samples skip
+check "cached and uncached runs train alike (same final loss)" test "$loss_cached" = "$(field final_loss)"
+
 # ---- --workers auto and --trace ----
 expect 0 "train with --workers auto and --trace" "--workers auto" -- "$KILN" train --json --model mnist-cnn --batch-size 16 \
     --threads 2 --data "$T/jpg" --resize 28 --channels 1 --epochs 1 --no-test --bad-samples skip --trace "$T/trace.json"

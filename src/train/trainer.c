@@ -885,6 +885,7 @@ kiln_status kiln_train_data_config(const kiln_train_config *c, kiln_data_config 
     dc->channels = c->channels;
     dc->val_split = c->val_split;
     dc->skip_bad = c->skip_bad;
+    dc->cache = c->cache;
     kiln_status st = KILN_OK;
     if (c->random_resized_crop && c->random_resized_crop[0]) st = kiln_data_parse_rrc(c->random_resized_crop, dc);
     if (st == KILN_OK && c->normalize && c->normalize[0]) st = kiln_data_parse_normalize(c->normalize, dc);
