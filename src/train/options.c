@@ -29,7 +29,7 @@ typedef struct {
 
 /* in the order they are applied: the optimizer before its hyperparameters */
 static const field fields[] = {
-    OPT("model", "NAME", 0, T_STR, model, "model from the zoo: mnist-cnn (PyTorch's examples/mnist network), mnist-cnn-bn, mlp"),
+    OPT("model", "NAME", 0, T_STR, model, "model from the zoo: mnist-cnn (PyTorch's examples/mnist network), mnist-cnn-bn, mlp, resnet20 (CIFAR, 3x32x32), resnet18 (torchvision's, 3x112x112)"),
     OPT("data", "NAME|DIR", 0, T_STR, data, "fashion-mnist (Debian's dataset-fashion-mnist), a folder holding "
                                             "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz], or an image folder "
                                             "(DIR/train/<class>/*.jpg|png and DIR/test/..., or DIR/<class>/... with --val-split)"),
