@@ -12,6 +12,7 @@
 #include "base/internal/trace.h"
 #include "kiln/data.h"
 #include "kiln/trace.h"
+#include "train/internal/auto_workers.h"
 #include "testutil.h"
 
 #define N 157
@@ -328,6 +329,63 @@ static void test_trace(void) {
     CHECK(kiln_trace_start("/nonexistent-dir/x.json") == KILN_ERR_IO && strstr(kiln_last_error(), "/nonexistent-dir/x.json"));
 }
 
+/* --workers auto's decisions on made-up measurements: (wait, step) seconds so far */
+static void test_auto_workers(void) {
+    kiln_loader_config c = kiln_loader_defaults();
+    c.batch_size = BS;
+    char why[256];
+    kiln_auto_workers a;
+    kiln_auto_workers_begin(&a, 4, why, sizeof why, &c);
+    CHECK(c.workers == 1 && c.max_workers == 4);
+    kiln_loader *L = NULL;
+    CHECK_OK(kiln_loader_new(&g_syn, &c, &L));
+    if (!L) return;
+    double w = 0, s = 0;
+    int64_t b = 0;
+    /* feeds batches until the next check, each with `wait` seconds of waiting per second of steps */
+#define FEED(wait) for (int64_t end = a.next_check; b <= end; b++) { w += (wait) * 0.01; s += 0.01; kiln_auto_workers_step(&a, L, b, w, s); }
+    FEED(0.5);  /* start-up: nothing decided */
+    CHECK(kiln_loader_workers(L) == 1);
+    FEED(0.25); /* 20% waiting: one more */
+    CHECK_MSG(kiln_loader_workers(L) == 2, "%d: %s", kiln_loader_workers(L), why);
+    FEED(0.05); /* better: 4.8%, still high: one more */
+    CHECK_MSG(kiln_loader_workers(L) == 3, "%d: %s", kiln_loader_workers(L), why);
+    FEED(0.049); /* no better: taken back, and no more tried */
+    CHECK_MSG(kiln_loader_workers(L) == 2 && a.gave_up && strstr(why, "taken back"), "%d: %s", kiln_loader_workers(L), why);
+    FEED(0.3);
+    CHECK(kiln_loader_workers(L) == 2 && a.decided && strstr(why, "kept"));
+    kiln_loader_free(L);
+
+    /* low from the start: one worker; the watch goes on and adds one when the wait rises later */
+    c = kiln_loader_defaults();
+    c.batch_size = BS;
+    kiln_auto_workers_begin(&a, 2, why, sizeof why, &c);
+    CHECK_OK(kiln_loader_new(&g_syn, &c, &L));
+    if (!L) return;
+    w = s = 0;
+    b = 0;
+    FEED(0.001);
+    FEED(0.001);
+    CHECK_MSG(kiln_loader_workers(L) == 1 && a.decided && strstr(why, "0.1% with 1: low enough"), "%s", why);
+    FEED(0.1);
+    CHECK_MSG(kiln_loader_workers(L) == 2, "the watch did not add a worker: %s", why);
+    FEED(0.03); /* it helped (2.9%, from 9.1%) but is still high: at the most already (2 cores) */
+    CHECK_MSG(kiln_loader_workers(L) == 2, "%s", why);
+    kiln_loader_free(L);
+#undef FEED
+    /* the reasons never overrun their buffer */
+    char tiny[8];
+    c = kiln_loader_defaults();
+    kiln_auto_workers_begin(&a, 2, tiny, sizeof tiny, &c);
+    CHECK_OK(kiln_loader_new(&g_syn, &c, &L));
+    if (L) {
+        for (int64_t k = 0; k < 400; k++) kiln_auto_workers_step(&a, L, k, (double)k, (double)k);
+        kiln_auto_workers_end(&a, L);
+        CHECK(strlen(tiny) < sizeof tiny);
+        kiln_loader_free(L);
+    }
+}
+
 int main(void) {
     FILE *r = fopen("/dev/urandom", "rb");
     if (!r || fread(&g_salt, sizeof g_salt, 1, r) != 1) g_salt = (uint64_t)getpid();
@@ -339,6 +397,7 @@ int main(void) {
     test_distributed();
     test_skip_bad();
     test_will_need();
+    test_auto_workers();
     test_trace();
     return tu_finish("test_loader");
 }

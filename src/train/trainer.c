@@ -17,6 +17,7 @@
 #include "base/internal/trace.h"
 #include "kiln/trace.h"
 #include "kiln/train.h"
+#include "train/internal/auto_workers.h"
 #include "train/internal/checkpoint.h"
 #include "train/internal/metrics.h"
 
@@ -303,13 +304,8 @@ typedef struct {
     int64_t evaluated_at;       /* step of the last evaluation, -1: none */
     eval_result last_eval;
     int stop;
-    struct auto_workers {       /* --workers auto */
-        int on, settled, max;
-        int64_t next_check;     /* R->runs that ends the window */
-        double wait0, step0;    /* the window's start */
-        double last_frac;       /* the previous count's data-wait share (-1: none) */
-        size_t why_len;
-    } aw;
+    int auto_on;                /* --workers auto */
+    kiln_auto_workers aw;
 } run;
 
 static double elapsed(const run *R) { return now_s() - R->t0; }
@@ -411,62 +407,6 @@ static kiln_status check_position(run *R) {
     return KILN_OK;
 }
 
-/* --workers auto: start with one worker (the ring sized for every core), then
- * measure the training thread's data-wait over windows of AUTO_WINDOW batches
- * and add a worker while it is above AUTO_TARGET; a worker that did not cut
- * the wait by a fifth is taken back (the cores are busy computing), and the
- * count stays. Measured against the step's own time (runs and updates), so
- * evaluations between epochs do not dilute it. */
-#define AUTO_SKIP 5
-#define AUTO_WINDOW 20
-#define AUTO_TARGET 0.02
-
-static void auto_begin(run *R, kiln_loader_config *lc) {
-    int cores = kiln_cores_available();
-    R->aw = (struct auto_workers){.on = 1, .max = cores < 2 ? 2 : (cores > 16 ? 16 : cores), .next_check = AUTO_SKIP,
-                                  .last_frac = -1};
-    lc->workers = 1;
-    lc->max_workers = R->aw.max;
-}
-
-static void auto_settle(run *R, int workers, const char *why) {
-    struct auto_workers *a = &R->aw;
-    char *w = R->r->workers_why;
-    a->settled = 1;
-    if (a->why_len < sizeof R->r->workers_why)
-        snprintf(w + a->why_len, sizeof R->r->workers_why - a->why_len, "; %s", why);
-    kiln_log(KILN_LOG_INFO, "--workers auto: %d (data-wait %s)", workers, w);
-}
-
-static void auto_step(run *R) {
-    struct auto_workers *a = &R->aw;
-    if (!a->on || a->settled || R->runs < a->next_check) return;
-    double wait = waited(R), step = R->step_s;
-    a->next_check = R->runs + AUTO_WINDOW;
-    if (a->next_check == AUTO_SKIP + AUTO_WINDOW) { /* the end of start-up: the first window begins */
-        a->wait0 = wait;
-        a->step0 = step;
-        return;
-    }
-    double dw = wait - a->wait0, frac = dw / (dw + step - a->step0 + 1e-12);
-    a->wait0 = wait;
-    a->step0 = step;
-    int n = kiln_loader_workers(R->L);
-    char *w = R->r->workers_why;
-    if (a->why_len < sizeof R->r->workers_why)
-        a->why_len += (size_t)snprintf(w + a->why_len, sizeof R->r->workers_why - a->why_len, "%s%.1f%% with %d",
-                                       a->why_len ? ", " : "", 100 * frac, n);
-    if (a->why_len >= sizeof R->r->workers_why) a->why_len = sizeof R->r->workers_why - 1;
-    if (frac <= AUTO_TARGET) return auto_settle(R, n, "low enough");
-    if (a->last_frac >= 0 && frac > 0.8 * a->last_frac) {
-        kiln_loader_set_workers(R->L, n - 1);
-        return auto_settle(R, n - 1, "one more worker did not help: the cores are busy computing");
-    }
-    if (n >= a->max) return auto_settle(R, n, "as many workers as cores");
-    a->last_frac = frac;
-    if (kiln_loader_set_workers(R->L, n + 1) != KILN_OK) return auto_settle(R, n, kiln_last_error());
-}
-
 /* the training plan (the full batch and the epoch's last one) and the loader */
 static kiln_status run_compile(run *R) {
     kiln_train_config *c = &R->c;
@@ -501,7 +441,8 @@ static kiln_status run_compile(run *R) {
     lc.prefetch = c->prefetch;
     lc.lock_memory = c->lock_memory;
     lc.skip_bad = c->skip_bad;
-    if (c->workers == KILN_WORKERS_AUTO) auto_begin(R, &lc);
+    R->auto_on = c->workers == KILN_WORKERS_AUTO;
+    if (R->auto_on) kiln_auto_workers_begin(&R->aw, kiln_cores_available(), R->r->workers_why, sizeof R->r->workers_why, &lc);
     kiln_params_host_allocator(R->P, &lc.host_alloc, &lc.host_free);
     if ((st = kiln_loader_new(R->train, &lc, &R->L)) != KILN_OK) return st;
     R->r->ring_slots = kiln_loader_ring_slots(R->L);
@@ -641,7 +582,7 @@ static kiln_status run_epoch(run *R) {
         st = run_batch(R, &b, micro, group_n, &group_loss);
         kiln_loader_release(R->L, &b);
         if (st != KILN_OK) return st;
-        auto_step(R);
+        if (R->auto_on) kiln_auto_workers_step(&R->aw, R->L, R->runs, waited(R), R->step_s);
         R->next = b.index + 1;
         if (++micro < R->accum && R->next < R->per_epoch) continue; /* the step's group is not complete */
         if ((st = run_update(R, group_loss)) != KILN_OK) return st;
@@ -768,7 +709,7 @@ static void fill_result(run *R) {
     r->final_loss = R->loss;
     r->workers = kiln_loader_workers(R->L);
     r->skipped = kiln_loader_skipped(R->L);
-    if (R->aw.on && !R->aw.settled && R->aw.why_len) auto_settle(R, r->workers, "the run ended first");
+    if (R->auto_on) kiln_auto_workers_end(&R->aw, R->L);
     r->batch_size = R->c.batch_size;
 }
 
