@@ -17,31 +17,16 @@
 #   KILN_SHARED   the shared folder holding bench/peers (default ../shared)
 set -euo pipefail
 
-ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-cd "$ROOT"
+NAME=loader REPEAT="${REPEAT:-3}" BATCHES="${BATCHES:-200}"
+. "$(dirname "$0")/common.sh"
+bench_init
 SHARED="${KILN_SHARED:-$ROOT/../shared}"
 PEER="$SHARED/bench/peers/load_bench.py"
-PY=/usr/bin/python3
-KILN="${KILN:-build/kiln}"
-REPEAT="${REPEAT:-3}"
-BATCHES="${BATCHES:-200}"
 DATA_DIR="${DATA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/bench/fmnist-jpeg64}"
-
-die() { echo "loader: $*" >&2; exit 1; }
-[ -x "$KILN" ] || die "$KILN not found: run 'make' (or 'make bench-loader', which builds it first)"
 [ -f "$PEER" ] || die "$PEER not found: set KILN_SHARED to the folder holding bench/peers"
 [ -x "$PY" ] || die "$PY not found (the peer needs Debian's python3-torch and python3-torchvision: scripts/install-deps.sh --bench)"
-[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || die "REPEAT must be a positive integer (got '$REPEAT')"
-[[ "$BATCHES" =~ ^[1-9][0-9]*$ ]] || die "BATCHES must be a positive integer (got '$BATCHES')"
 
-# the folder, made once: a half-written one (no marker) is made again
-if [ ! -f "$DATA_DIR/.complete" ]; then
-    echo "loader: packing Fashion-MNIST as 64x64 RGB JPEGs into $DATA_DIR ..." >&2
-    rm -rf "$DATA_DIR"
-    mkdir -p "$(dirname "$DATA_DIR")"
-    "$KILN" pack --from fashion-mnist --to "$DATA_DIR" --format jpeg --size 64 --channels 3
-    touch "$DATA_DIR/.complete"
-fi
+jpeg_folder "$DATA_DIR" 64 3
 
 TRANSFORMS=(--random-resized-crop 56,0.35,1 --hflip --normalize imagenet --channels 3)
 mkdir -p bench/results

@@ -19,27 +19,13 @@
 #                 the shards are made once beside it (DIR-shards, DIR-shards-decoded)
 set -euo pipefail
 
-ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-cd "$ROOT"
-PY=/usr/bin/python3
-KILN="${KILN:-build/kiln}"
-REPEAT="${REPEAT:-3}"
-BATCHES="${BATCHES:-200}"
+NAME=shards REPEAT="${REPEAT:-3}" BATCHES="${BATCHES:-200}"
+. "$(dirname "$0")/common.sh"
+bench_init
 DATA_DIR="${DATA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/bench/fmnist-jpeg64}"
 
-die() { echo "shards: $*" >&2; exit 1; }
-[ -x "$KILN" ] || die "$KILN not found: run 'make' (or 'make bench-shards', which builds it first)"
-[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || die "REPEAT must be a positive integer (got '$REPEAT')"
-[[ "$BATCHES" =~ ^[1-9][0-9]*$ ]] || die "BATCHES must be a positive integer (got '$BATCHES')"
-
 # the folder and the shards, made once (a shard folder is complete when its index.json exists: it is written last)
-if [ ! -f "$DATA_DIR/.complete" ]; then
-    echo "shards: packing Fashion-MNIST as 64x64 RGB JPEGs into $DATA_DIR ..." >&2
-    rm -rf "$DATA_DIR"
-    mkdir -p "$(dirname "$DATA_DIR")"
-    "$KILN" pack --from fashion-mnist --to "$DATA_DIR" --format jpeg --size 64 --channels 3
-    touch "$DATA_DIR/.complete"
-fi
+jpeg_folder "$DATA_DIR" 64 3
 ENC="$DATA_DIR-shards" DEC="$DATA_DIR-shards-decoded"
 [ -f "$ENC/index.json" ] || { rm -rf "$ENC"; "$KILN" pack --from "$DATA_DIR" --to "$ENC" --format shard; }
 [ -f "$DEC/index.json" ] || { rm -rf "$DEC"; "$KILN" pack --from "$DATA_DIR" --to "$DEC" --format shard --decoded; }

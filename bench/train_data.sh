@@ -15,24 +15,11 @@
 #   DATA_DIR=DIR  the JPEG folder (default ~/.cache/kiln/bench/fmnist-jpeg28)
 set -euo pipefail
 
-ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-cd "$ROOT"
-PY=/usr/bin/python3
-KILN="${KILN:-build/kiln}"
-REPEAT="${REPEAT:-3}"
+NAME=train-data REPEAT="${REPEAT:-3}"
+. "$(dirname "$0")/common.sh"
+bench_init
 DATA_DIR="${DATA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/bench/fmnist-jpeg28}"
-
-die() { echo "train_data: $*" >&2; exit 1; }
-[ -x "$KILN" ] || die "$KILN not found: run 'make' (or 'make bench-train-data', which builds it first)"
-[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || die "REPEAT must be a positive integer (got '$REPEAT')"
-
-if [ ! -f "$DATA_DIR/.complete" ]; then
-    echo "train_data: packing Fashion-MNIST as 28x28 grey JPEGs into $DATA_DIR ..." >&2
-    rm -rf "$DATA_DIR"
-    mkdir -p "$(dirname "$DATA_DIR")"
-    "$KILN" pack --from fashion-mnist --to "$DATA_DIR" --format jpeg --channels 1
-    touch "$DATA_DIR/.complete"
-fi
+jpeg_folder "$DATA_DIR" 0 1
 
 mkdir -p bench/results
 OUT="bench/results/train-data-$(date +%Y%m%d-%H%M%S).jsonl"
