@@ -20,12 +20,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fuzz_quiet();
         init = 1;
     }
-    if (size < 5) return 0;
-    int flags = data[0];
-    size_t L = (size_t)data[1] | (size_t)data[2] << 8 | (size_t)data[3] << 16 | (size_t)data[4] << 24;
-    data += 5;
-    size -= 5;
-    if (L > size) L = size;
+    int flags;
+    size_t L;
+    if (!fuzz_two_parts(&data, &size, &flags, &L)) return 0;
     const char *files[2] = {fuzz_file_put(&a, "batch1", data, L), fuzz_file_put(&b, "batch2", data + L, size - L)};
     kiln_data_config dc = kiln_data_defaults();
     dc.channels = flags & 2 ? 1 : 3;

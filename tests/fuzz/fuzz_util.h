@@ -58,4 +58,18 @@ static inline void fuzz_quiet(void) {
     setenv("KILN_CACHE_DIR", "", 1);
 }
 
+/* An input that feeds two files: byte 0 is flags, bytes 1..4 the first part's
+ * length (little-endian, cut to what is there), then the two parts. 0 when
+ * the input is too short to say. */
+static inline int fuzz_two_parts(const uint8_t **data, size_t *size, int *flags, size_t *first) {
+    if (*size < 5) return 0;
+    const uint8_t *d = *data;
+    *flags = d[0];
+    *first = (size_t)d[1] | (size_t)d[2] << 8 | (size_t)d[3] << 16 | (size_t)d[4] << 24;
+    *data += 5;
+    *size -= 5;
+    if (*first > *size) *first = *size;
+    return 1;
+}
+
 #endif
