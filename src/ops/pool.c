@@ -5,6 +5,19 @@
  * global average pool), floor mode: one backward op, reading only dy. */
 #include "graph/internal/graph.h"
 
+/* a pooling's output: X's batch and channels, h x w, f32 */
+static int pooled_out(kiln_infer *ix, const kiln_val *X, int64_t h, int64_t w) {
+    kiln_out_spec *y = &ix->out[0];
+    y->dtype = KILN_F32;
+    y->ndim = 4;
+    y->batched = X->batched;
+    y->shape[0] = X->shape[0];
+    y->shape[1] = X->shape[1];
+    y->shape[2] = h;
+    y->shape[3] = w;
+    return 0;
+}
+
 static int pool_infer(kiln_infer *ix) {
     const kiln_val *X = ix->in[0];
     const kiln_pool_attrs *a = &ix->attr->pool;
@@ -13,15 +26,8 @@ static int pool_infer(kiln_infer *ix) {
         X->shape[2] + 2 * a->pad < a->kernel || X->shape[3] + 2 * a->pad < a->kernel)
         return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s, kernel %lld, stride %lld, pad %lld (at most half the kernel)",
                                kiln_infer_shape(X, s), (long long)a->kernel, (long long)a->stride, (long long)a->pad);
-    kiln_out_spec *y = &ix->out[0];
-    y->dtype = KILN_F32;
-    y->ndim = 4;
-    y->batched = X->batched;
-    y->shape[0] = X->shape[0];
-    y->shape[1] = X->shape[1];
-    y->shape[2] = (X->shape[2] + 2 * a->pad - a->kernel) / a->stride + 1;
-    y->shape[3] = (X->shape[3] + 2 * a->pad - a->kernel) / a->stride + 1;
-    return 0;
+    return pooled_out(ix, X, (X->shape[2] + 2 * a->pad - a->kernel) / a->stride + 1,
+                      (X->shape[3] + 2 * a->pad - a->kernel) / a->stride + 1);
 }
 
 static int pool_backward(kiln_ad *ad, const kiln_node *f) {
@@ -57,15 +63,8 @@ static int avg_infer(kiln_infer *ix) {
     if (!ok)
         return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s (want [N,C,H,W] f32), kernel %lld, stride %lld, pad %lld (at most half the kernel)",
                                kiln_infer_shape(X, s), (long long)a->kernel, (long long)a->stride, (long long)a->pad);
-    kiln_out_spec *y = &ix->out[0];
-    y->dtype = KILN_F32;
-    y->ndim = 4;
-    y->batched = X->batched;
-    y->shape[0] = X->shape[0];
-    y->shape[1] = X->shape[1];
-    y->shape[2] = a->adaptive ? a->out_h : (X->shape[2] + 2 * a->pad - a->kernel) / a->stride + 1;
-    y->shape[3] = a->adaptive ? a->out_w : (X->shape[3] + 2 * a->pad - a->kernel) / a->stride + 1;
-    return 0;
+    return pooled_out(ix, X, a->adaptive ? a->out_h : (X->shape[2] + 2 * a->pad - a->kernel) / a->stride + 1,
+                      a->adaptive ? a->out_w : (X->shape[3] + 2 * a->pad - a->kernel) / a->stride + 1);
 }
 
 static int avg_backward(kiln_ad *ad, const kiln_node *f) {
