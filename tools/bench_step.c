@@ -29,8 +29,6 @@ static const cli_opt opts[] = {
 };
 enum { S_MODEL, S_BATCH, S_EVAL, S_STEPS, S_WARMUP, S_SIZE, S_AUTOTUNE, S_PROFILE, S_JSON, S_N };
 
-static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
-
 static void print_result(const kiln_bench_step_config *c, const kiln_bench_step_result *r, int json) {
     if (!json) {
         printf("%s batch %lld %s: %.2f ms per step (min %.2f, max %.2f), %.0f images/s, %.1f GFLOP/s, arena %.1f MiB\n",
@@ -42,18 +40,15 @@ static void print_result(const kiln_bench_step_config *c, const kiln_bench_step_
     json_object_set_new(o, "model", json_string(c->model));
     json_object_set_new(o, "batch", json_integer(c->batch));
     json_object_set_new(o, "mode", json_string(c->eval ? "eval" : "train"));
-    json_object_set_new(o, "ms", num(r->ms));
-    json_object_set_new(o, "ms_min", num(r->ms_min));
-    json_object_set_new(o, "ms_max", num(r->ms_max));
-    json_object_set_new(o, "images_per_s", num(r->images_per_s));
-    json_object_set_new(o, "gflops", num(r->gflops));
-    json_object_set_new(o, "flops", num(r->flops));
-    json_object_set_new(o, "arena_mb", num(r->arena_mb));
+    json_object_set_new(o, "ms", cli_json_num(r->ms));
+    json_object_set_new(o, "ms_min", cli_json_num(r->ms_min));
+    json_object_set_new(o, "ms_max", cli_json_num(r->ms_max));
+    json_object_set_new(o, "images_per_s", cli_json_num(r->images_per_s));
+    json_object_set_new(o, "gflops", cli_json_num(r->gflops));
+    json_object_set_new(o, "flops", cli_json_num(r->flops));
+    json_object_set_new(o, "arena_mb", cli_json_num(r->arena_mb));
     json_object_set_new(o, "params", json_integer(r->params));
-    char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
-    if (s) puts(s);
-    free(s);
-    json_decref(o);
+    cli_print_json(o);
 }
 
 int cli_bench_step(int argc, char **argv) {

@@ -3,6 +3,7 @@
  * --help, and an unknown option names the closest known one. */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,4 +140,13 @@ int cli_int(const char *cmd, const cli_opt *opts, int i, const char **vals, int6
                                v ? v : "");
     *out = x;
     return 0;
+}
+
+json_t *cli_json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+void cli_print_json(json_t *o) {
+    char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+    if (s) printf("%s\n", s);
+    free(s);
+    json_decref(o);
 }

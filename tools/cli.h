@@ -6,6 +6,7 @@
 #define KILN_TOOLS_CLI_H
 
 #include <stdint.h>
+#include <jansson.h>
 #include "kiln/train.h"
 
 #define EXIT_USAGE 2
@@ -43,5 +44,10 @@ void progress_on_step(const kiln_progress *p, void *user);
 void progress_log_sink(kiln_log_level level, const char *msg, void *user);
 /* erase the bar (before the final summary, or an error) */
 void progress_clear(progress_ui *ui);
+
+/* a number for --json output: null when not finite (JSON has no NaN) */
+json_t *cli_json_num(double v);
+/* one JSON object as the last line of stdout; takes the reference */
+void cli_print_json(json_t *o);
 
 #endif

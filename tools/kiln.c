@@ -52,16 +52,6 @@ static int exit_code(kiln_status s) {
     }
 }
 
-static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
-
-/* one JSON object as the last line of stdout */
-static void print_json(json_t *o) {
-    char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
-    if (s) printf("%s\n", s);
-    free(s);
-    json_decref(o);
-}
-
 /* Ctrl-C (or SIGTERM) asks the trainer to stop after the current step and
  * write its checkpoint; a second one kills the process as usual. */
 static volatile int g_stop;
@@ -179,28 +169,28 @@ static void print_train_json(const kiln_train_config *c, const kiln_train_result
     json_object_set_new(o, "epochs", json_integer(c->epochs));
     json_object_set_new(o, "steps", json_integer(r->steps));
     json_object_set_new(o, "batch_size", json_integer(r->batch_size));
-    json_object_set_new(o, "train_time_s", num(r->train_time_s));
-    json_object_set_new(o, "compile_time_s", num(r->compile_time_s));
-    json_object_set_new(o, "images_per_s", num(r->images_per_s));
-    json_object_set_new(o, "data_wait_frac", num(r->data_wait_frac));
-    json_object_set_new(o, "final_loss", num(r->final_loss));
-    json_object_set_new(o, "test_loss", r->test_accuracy >= 0 ? num(r->test_loss) : json_null());
-    json_object_set_new(o, "test_accuracy", r->test_accuracy >= 0 ? num(r->test_accuracy) : json_null());
-    json_object_set_new(o, "peak_rss_mb", num(r->peak_rss_mb));
+    json_object_set_new(o, "train_time_s", cli_json_num(r->train_time_s));
+    json_object_set_new(o, "compile_time_s", cli_json_num(r->compile_time_s));
+    json_object_set_new(o, "images_per_s", cli_json_num(r->images_per_s));
+    json_object_set_new(o, "data_wait_frac", cli_json_num(r->data_wait_frac));
+    json_object_set_new(o, "final_loss", cli_json_num(r->final_loss));
+    json_object_set_new(o, "test_loss", r->test_accuracy >= 0 ? cli_json_num(r->test_loss) : json_null());
+    json_object_set_new(o, "test_accuracy", r->test_accuracy >= 0 ? cli_json_num(r->test_accuracy) : json_null());
+    json_object_set_new(o, "peak_rss_mb", cli_json_num(r->peak_rss_mb));
     json_object_set_new(o, "threads", json_integer(r->threads));
     json_object_set_new(o, "workers", json_integer(r->workers));
     json_object_set_new(o, "workers_auto", c->workers == KILN_WORKERS_AUTO ? json_string(r->workers_why) : json_null());
     json_object_set_new(o, "skipped_samples", json_integer(r->skipped));
-    json_object_set_new(o, "ring_mb", num((double)r->ring_bytes / 1048576.0));
+    json_object_set_new(o, "ring_mb", cli_json_num((double)r->ring_bytes / 1048576.0));
     json_object_set_new(o, "optimizer", json_string(kiln_optim_name(c->optim.kind)));
-    json_object_set_new(o, "arena_mb", num(r->arena_bytes / 1048576.0));
+    json_object_set_new(o, "arena_mb", cli_json_num(r->arena_bytes / 1048576.0));
     if (c->profile) {
-        json_object_set_new(o, "step_ms", num(r->step_ms));
-        json_object_set_new(o, "kernel_ms", num(r->kernel_ms));
-        json_object_set_new(o, "overhead_ms", num(r->overhead_ms));
+        json_object_set_new(o, "step_ms", cli_json_num(r->step_ms));
+        json_object_set_new(o, "kernel_ms", cli_json_num(r->kernel_ms));
+        json_object_set_new(o, "overhead_ms", cli_json_num(r->overhead_ms));
     }
     json_object_set_new(o, "interrupted", json_boolean(r->interrupted));
-    print_json(o);
+    cli_print_json(o);
 }
 
 static int cmd_train(int argc, char **argv) {
@@ -296,9 +286,9 @@ static int cmd_eval(int argc, char **argv) {
         json_t *o = json_object();
         json_object_set_new(o, "model", json_string(model));
         json_object_set_new(o, "samples", json_integer(samples));
-        json_object_set_new(o, "test_loss", num(loss));
-        json_object_set_new(o, "test_accuracy", num(acc));
-        print_json(o);
+        json_object_set_new(o, "test_loss", cli_json_num(loss));
+        json_object_set_new(o, "test_accuracy", cli_json_num(acc));
+        cli_print_json(o);
     }
     return 0;
 }
@@ -431,9 +421,9 @@ static void bench_print(int workers, int pin, int64_t epoch, double rate, int64_
     json_object_set_new(o, "workers", json_integer(workers));
     json_object_set_new(o, "pin_memory", json_boolean(pin));
     if (epoch) json_object_set_new(o, "epoch", json_integer(epoch));
-    json_object_set_new(o, "images_per_s", num(rate));
+    json_object_set_new(o, "images_per_s", cli_json_num(rate));
     json_object_set_new(o, "batches", json_integer(batches));
-    print_json(o);
+    cli_print_json(o);
     fflush(stdout);
 }
 
