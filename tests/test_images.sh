@@ -36,6 +36,9 @@ check "pack: class folders 0..9" test "$(ls "$T/jpg/train" | tr '\n' ' ')" = "0 
 expect 0 "pack png, 32x32, RGB" -- "$KILN" pack --from "$T/idx" --to "$T/png" --format png --size 32 --channels 3
 check "pack wrote 840 PNGs" test "$(find "$T/png" -name '*.png' | wc -l)" -eq 840
 check "a packed PNG is 32x32 RGB" test "$(od -An -tx1 -j16 -N10 "$(find "$T/png/train/0" -name '*.png' | head -n 1)" | tr -d ' \n')" = "00000020000000200802"
+# resized images are the data, not blank: blank ones would all be the same file
+check "pack --size: the 840 resized PNGs are 840 different images" \
+    test "$(find "$T/png" -name '*.png' -exec md5sum {} + | cut -d' ' -f1 | sort -u | wc -l)" -eq 840
 expect 2 "pack: --decoded without --format shard" "--decoded" "--format shard" -- "$KILN" pack --from "$T/idx" --to "$T/sh" --decoded
 expect 2 "pack over an existing folder" "$T/jpg/train" "already exists" -- "$KILN" pack --from "$T/idx" --to "$T/jpg"
 expect 2 "pack: unknown format" "'gif'" -- "$KILN" pack --from "$T/idx" --to "$T/gif" --format gif

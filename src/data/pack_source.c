@@ -83,8 +83,10 @@ static kiln_status resize(const kiln_pack_src *p, const kiln_image *src, kiln_pa
     kiln_tf_box b = {0}; /* the whole image, resized */
     b.x = (kiln_tf_axis){0, (double)src->w / p->size, 0, src->w, 0, p->size};
     b.y = (kiln_tf_axis){0, (double)src->h / p->size, 0, src->h, 0, p->size};
-    *out = (kiln_image){buf, p->size, p->size, src->c};
-    return kiln_tf_apply(src, &b, &p->tf, &t->scratch, NULL, buf);
+    kiln_image resized = {buf, p->size, p->size, src->c}; /* out may be src: set it after reading src */
+    kiln_status st = kiln_tf_apply(src, &b, &p->tf, &t->scratch, NULL, buf);
+    *out = resized;
+    return st;
 }
 
 kiln_status kiln_pack_each(const kiln_pack_src *p, int64_t a, int64_t b, kiln_pack_fn one, void *ctx) {
