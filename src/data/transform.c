@@ -271,36 +271,72 @@ static inline uint8_t round_u8(float v) {
     return (uint8_t)(int)v;
 }
 
-/* One source row through the column weights into an output row of u8. The
- * row's pixels are made float once, in a vectorised loop, so the taps are
- * plain multiply-adds; C is a constant at each call, so the channel loop
- * unrolls. (Vectorising across output pixels needs a gather per tap, which
- * measured no faster on AVX-512.) */
-static inline void pass_row(const uint8_t *src, float *srcf, int from, int to, uint8_t *dst, int out, int k, int C,
-                            const int *first, const int *count, const float *w) {
-    const uint8_t *s = src + (size_t)from * C;
-    const float *f = srcf - (size_t)from * C; /* f[x * C + c] for x in [from, to) */
-    int n = (to - from) * C;
-#pragma omp simd
-    for (int i = 0; i < n; i++) srcf[i] = (float)s[i];
+/* The horizontal pass works on blocks of 16 output columns: each block reads a
+ * band of source columns, and every source pixel of the band is one multiply-add
+ * into 16 lanes through a dense [band][16] weight matrix (zeros where an output
+ * does not read that pixel). Per output pixel the taps are few and scattered, so
+ * vectorising across outputs this way beats a gather per tap, or scalar taps,
+ * several times; rows leave it channel-planar ([c][ow]), which the vertical pass
+ * does not mind and the write to the CHW slot prefers. */
+#define LANES 16
+typedef float lanes_f32 __attribute__((vector_size(LANES * 4)));
+
+static int n_blocks(int out) { return (out + LANES - 1) / LANES; }
+
+/* each block's first source column and band width, and the widest band */
+static int block_bands(int out, const int *first, const int *count, int *bx, int *bn) {
+    int band = 1;
+    for (int b = 0; b < n_blocks(out); b++) {
+        int i1 = (b + 1) * LANES < out ? (b + 1) * LANES : out, lo = first[b * LANES], hi = lo;
+        for (int i = b * LANES; i < i1; i++) {
+            if (first[i] < lo) lo = first[i];
+            if (first[i] + count[i] > hi) hi = first[i] + count[i];
+        }
+        bx[b] = lo;
+        bn[b] = hi - lo;
+        if (bn[b] > band) band = bn[b];
+    }
+    return band;
+}
+
+static void block_weights(int out, int k, const int *first, const int *count, const float *w, const int *bx, int band,
+                          float *bw) {
+    memset(bw, 0, (size_t)n_blocks(out) * band * LANES * sizeof *bw);
     for (int i = 0; i < out; i++) {
-        const float *p = f + (size_t)first[i] * C, *wi = w + (size_t)i * k;
-        float acc[3] = {0, 0, 0};
-        for (int j = 0; j < count[i]; j++)
-            for (int c = 0; c < C; c++) acc[c] += wi[j] * p[j * C + c];
-        for (int c = 0; c < C; c++) dst[i * C + c] = round_u8(acc[c]);
+        float *m = bw + ((size_t)(i / LANES) * band - bx[i / LANES]) * LANES + i % LANES;
+        for (int j = 0; j < count[i]; j++) m[(size_t)(first[i] + j) * LANES] = w[i * k + j];
     }
 }
 
-/* ToTensor + Normalize (and the flip) as the row is written into the CHW sample */
+/* one source row (u8, C interleaved) into a planar u8 row [C][out] */
+static inline void pass_row(const uint8_t *src, int out, int C, const int *bx, const int *bn, const float *bw, int band,
+                            uint8_t *dst) {
+    for (int c = 0; c < C; c++)
+        for (int b = 0; b < n_blocks(out); b++) {
+            const lanes_f32 *m = (const lanes_f32 *)bw + (size_t)b * band;
+            const uint8_t *p = src + (size_t)bx[b] * C + c;
+            lanes_f32 acc = {0};
+            for (int x = 0; x < bn[b]; x++) acc += m[x] * (float)p[(size_t)x * C];
+            float v[LANES];
+            uint8_t u[LANES];
+            memcpy(v, &acc, sizeof v);
+#pragma omp simd
+            for (int l = 0; l < LANES; l++) u[l] = round_u8(v[l]);
+            int n = out - b * LANES < LANES ? out - b * LANES : LANES;
+            memcpy(dst + (size_t)c * out + b * LANES, u, (size_t)n);
+        }
+}
+
+/* ToTensor + Normalize (and the flip) as the planar row is written into the CHW sample */
 static void write_row(const uint8_t *row, int ow, int C, int flip, const kiln_tf *t, float *dst, size_t plane) {
     for (int c = 0; c < C; c++) {
         const float *lut = t->lut[c];
         float *d = dst + (size_t)c * plane;
+        const uint8_t *r = row + (size_t)c * ow;
         if (flip)
-            for (int i = 0; i < ow; i++) d[ow - 1 - i] = lut[row[i * C + c]];
+            for (int i = 0; i < ow; i++) d[ow - 1 - i] = lut[r[i]];
         else
-            for (int i = 0; i < ow; i++) d[i] = lut[row[i * C + c]];
+            for (int i = 0; i < ow; i++) d[i] = lut[r[i]];
     }
 }
 
@@ -312,37 +348,39 @@ __attribute__((target_clones("arch=x86-64-v4", "default")))
 #endif
 kiln_status kiln_tf_apply(const kiln_image *im, const kiln_tf_box *b, const kiln_tf *t, kiln_tf_scratch *s, float *dst,
                           uint8_t *dst_u8) {
-    int C = im->c, ow = b->x.out, oh = b->y.out;
+    int C = im->c, ow = b->x.out, oh = b->y.out, nb = n_blocks(ow);
     int kx = taps_max(&b->x), ky = taps_max(&b->y);
-    /* weights, a row of float sums, first pixels and counts, the horizontally resampled rows, one output row */
-    size_t need = (size_t)ow * kx * 4 + (size_t)oh * ky * 4 + (size_t)ow * C * 4 + (size_t)(ow + oh) * 8 + (size_t)im->h * ow * C +
-                  (size_t)ow * C + (size_t)im->w * C * 4 + 64;
+    /* block weights (a band is at most the image's width), weights, a row of float sums, first pixels and counts,
+     * the blocks' bands, the horizontally resampled rows, one output row */
+    size_t bw_bytes = (size_t)nb * im->w * LANES * 4;
+    size_t need = 64 + bw_bytes + (size_t)ow * kx * 4 + (size_t)oh * ky * 4 + (size_t)ow * C * 4 + (size_t)(ow + oh + nb) * 8 +
+                  (size_t)im->h * ow * C + (size_t)ow * C;
     if (need > s->cap) {
         void *p = realloc(s->buf, need);
         if (!p) return kiln_fail(KILN_ERR_NOMEM, "resampling: cannot allocate %zu bytes", need);
         s->buf = p;
         s->cap = need;
     }
-    char *m = s->buf;
-    float *wx = (float *)m, *wy = wx + (size_t)ow * kx, *acc = wy + (size_t)oh * ky;
-    int *fx = (int *)(acc + (size_t)ow * C), *nx = fx + ow, *fy = nx + ow, *ny = fy + oh;
-    uint8_t *tmp = (uint8_t *)(ny + oh), *row = tmp + (size_t)im->h * ow * C;
-    float *srcf = (float *)(((uintptr_t)(row + (size_t)ow * C) + 63) & ~(uintptr_t)63); /* a source row as float */
+    float *bw = (float *)(((uintptr_t)s->buf + 63) & ~(uintptr_t)63); /* 64-byte aligned: read as 16-lane vectors */
+    float *wx = bw + bw_bytes / 4, *wy = wx + (size_t)ow * kx, *acc = wy + (size_t)oh * ky;
+    int *fx = (int *)(acc + (size_t)ow * C), *nx = fx + ow, *fy = nx + ow, *ny = fy + oh, *bx = ny + oh, *bn = bx + nb;
+    uint8_t *tmp = (uint8_t *)(bn + nb), *row = tmp + (size_t)im->h * ow * C;
     axis_weights(&b->x, im->w, kx, fx, nx, wx);
     axis_weights(&b->y, im->h, ky, fy, ny, wy);
-    int x0 = fx[0], x1 = fx[ow - 1] + nx[ow - 1]; /* the source columns any output column needs */
+    int band = block_bands(ow, fx, nx, bx, bn);
+    block_weights(ow, kx, fx, nx, wx, bx, band, bw);
     int y0 = fy[0], y1 = fy[oh - 1] + ny[oh - 1]; /* the source rows any output row needs */
     for (int y = y0; y < y1; y++) {
         const uint8_t *src = im->px + (size_t)y * im->w * C;
         uint8_t *d = tmp + (size_t)(y - y0) * ow * C;
-        if (C == 1) pass_row(src, srcf, x0, x1, d, ow, kx, 1, fx, nx, wx);
-        else pass_row(src, srcf, x0, x1, d, ow, kx, 3, fx, nx, wx);
+        if (C == 1) pass_row(src, ow, 1, bx, bn, bw, band, d);
+        else pass_row(src, ow, 3, bx, bn, bw, band, d);
     }
     size_t plane = (size_t)ow * oh, n = (size_t)ow * C;
     for (int y = 0; y < oh; y++) {
         const uint8_t *r = tmp + (size_t)(fy[y] - y0) * n;
         const float *wr = wy + (size_t)y * ky;
-        uint8_t *out = dst_u8 ? dst_u8 + (size_t)y * n : row;
+        uint8_t *out = row;
         /* the rows' weighted sum in simple loops over the row (omp simd: vectorised even at -O2) */
         for (size_t i = 0; i < n; i++) acc[i] = 0;
         for (int j = 0; j < ny[y]; j++) {
@@ -354,6 +392,9 @@ kiln_status kiln_tf_apply(const kiln_image *im, const kiln_tf_box *b, const kiln
 #pragma omp simd
         for (size_t i = 0; i < n; i++) out[i] = round_u8(acc[i]);
         if (dst) write_row(out, ow, C, b->flip, t, dst + (size_t)y * ow, plane);
+        if (dst_u8) /* HWC, interleaved again */
+            for (int c = 0; c < C; c++)
+                for (int i = 0; i < ow; i++) dst_u8[(size_t)y * n + (size_t)i * C + c] = out[(size_t)c * ow + i];
     }
     return KILN_OK;
 }
