@@ -29,9 +29,13 @@ check "eval's arena is smaller than training's" \
     "$PY" -c "import json,sys; t=json.load(open(sys.argv[1])); assert float(sys.argv[2]) < t['arena_mb']" "$T/train.json" "$(field arena_mb)"
 expect 0 "resnet18 at 64x64" -- "$KILN_BIN" bench step --model resnet18 --batch-size 2 --size 64 --steps 1 --warmup 0 --autotune off --json
 check "resnet18: its parameters" test "$(field params)" = "11181642"
+expect 0 "resnet18 with 100 classes" -- "$KILN_BIN" bench step --model resnet18 --batch-size 2 --size 32 --num-classes 100 --steps 1 --warmup 0 --autotune off --json
+check "resnet18, 100 classes: fc 512x100 + 100" test "$(field params)" = "$((11181642 + 90 * 513))"
 
 expect 2 "an unknown model" "unknown model 'resnet9000'" -- "$KILN_BIN" bench step --model resnet9000
 expect 2 "batch 0" "--batch-size" -- "$KILN_BIN" bench step --batch-size 0
 expect 2 "bad --autotune" "--autotune" -- "$KILN_BIN" bench step --autotune maybe
 expect 2 "an unknown option" "--bogus" -- "$KILN_BIN" bench step --bogus
+expect 2 "--num-classes 0" "--num-classes" -- "$KILN_BIN" bench step --num-classes 0
+expect 2 "--num-classes for mnist-cnn" "--num-classes 3" -- "$KILN_BIN" bench step --model mnist-cnn --num-classes 3
 harness_finish

@@ -111,6 +111,9 @@ expect 2 "unknown optimizer" "rmsprop" -- "$KILN" train --optimizer rmsprop
 expect 2 "eval without --load" "--load" -- "$KILN" eval
 expect 2 "eval unknown option" "--frobnicate" -- "$KILN" eval --frobnicate
 expect 2 "eval non-integer" "--batch-size" "many" -- "$KILN" eval --batch-size many --load x
+expect 2 "--num-classes -1" "--num-classes" -- "$KILN" train --model resnet20 --num-classes -1 "${Q[@]}"
+expect 2 "--num-classes for a 10-class model" "--num-classes 7" "mnist-cnn" -- "$KILN" train --num-classes 7 "${Q[@]}"
+expect 2 "eval --num-classes not a number" "--num-classes" "ten" -- "$KILN" eval --num-classes ten --load x
 
 # ---------- the option table: --flag=value, did-you-mean, --version ----------
 expect 0 "--flag=value" -- "$KILN" train --model=mlp --max-steps=2 --log-every=1 --no-test "${Q[@]}"

@@ -17,17 +17,18 @@ static const char *usage =
     "update (lr 0.1, momentum 0.9, weight decay 5e-4); --eval times an inference plan.\n\n";
 
 static const cli_opt opts[] = {
-    {"model", "NAME", "a zoo model (resnet20, resnet18, mnist-cnn, ...)", "resnet20"},
+    {"model", "NAME", "a zoo model (resnet20, resnet18, resnet34, resnet50, mnist-cnn, ...)", "resnet20"},
     {"batch-size", "N", "samples per step", "128"},
     {"eval", NULL, "an inference plan (no backward, no update), forward only", NULL},
     {"steps", "N", "timed steps (the median is reported)", "20"},
     {"warmup", "N", "untimed steps first", "3"},
     {"size", "N", "the input's height and width (resnet18: 112, resnet20: 32)", NULL},
+    {"num-classes", "N", "the ResNets: the classifier's outputs (default 10)", NULL},
     {"autotune", "on|off", "time each convolution's algorithms on its real shape", "on"},
     {"profile", NULL, "also time every kernel and print the per-step breakdown (steps then run one kernel at a time)", NULL},
     {"json", NULL, "one JSON object: model, batch, mode, ms, ms_min, ms_max, images_per_s, gflops, flops, arena_mb, params", NULL},
 };
-enum { S_MODEL, S_BATCH, S_EVAL, S_STEPS, S_WARMUP, S_SIZE, S_AUTOTUNE, S_PROFILE, S_JSON, S_N };
+enum { S_MODEL, S_BATCH, S_EVAL, S_STEPS, S_WARMUP, S_SIZE, S_CLASSES, S_AUTOTUNE, S_PROFILE, S_JSON, S_N };
 
 static void print_result(const kiln_bench_step_config *c, const kiln_bench_step_result *r, int json) {
     if (!json) {
@@ -57,11 +58,12 @@ int cli_bench_step(int argc, char **argv) {
     int rc = cli_parse("bench step", usage, opts, S_N, argc, argv, vals, given);
     if (rc) return rc > 0 ? 0 : EXIT_USAGE;
     kiln_bench_step_config c = kiln_bench_step_defaults();
-    int64_t batch, steps, warmup, size = 0;
+    int64_t batch, steps, warmup, size = 0, classes = 0;
     if (cli_int("bench step", opts, S_BATCH, vals, 1, 1 << 20, &batch) ||
         cli_int("bench step", opts, S_STEPS, vals, 1, 100000, &steps) ||
         cli_int("bench step", opts, S_WARMUP, vals, 0, 100000, &warmup) ||
-        (given[S_SIZE] && cli_int("bench step", opts, S_SIZE, vals, 1, 1 << 14, &size)))
+        (given[S_SIZE] && cli_int("bench step", opts, S_SIZE, vals, 1, 1 << 14, &size)) ||
+        (given[S_CLASSES] && cli_int("bench step", opts, S_CLASSES, vals, 1, KILN_MAX_CLASSES, &classes)))
         return EXIT_USAGE;
     const char *at = vals[S_AUTOTUNE] ? vals[S_AUTOTUNE] : "on";
     if (strcmp(at, "on") && strcmp(at, "off"))
@@ -73,6 +75,7 @@ int cli_bench_step(int argc, char **argv) {
     c.eval = given[S_EVAL];
     c.autotune = !strcmp(at, "on");
     c.model_opts.height = c.model_opts.width = size;
+    c.model_opts.num_classes = (int)classes;
     static char report[1 << 16];
     if (given[S_PROFILE]) {
         c.profile = report;

@@ -250,9 +250,11 @@ static const cli_opt eval_opts[] = {
     {"normalize", "M/S|imagenet", "Normalize(mean, std), as the run was trained with", NULL},
     {"channels", "1|3", "image folders: 1 (grey) or 3 (RGB)", NULL},
     {"val-split", "X", "DIR/<class>/... folders: the share of the images that is the test split", NULL},
+    {"num-classes", "N", "the ResNets: the classifier's outputs, as the run was trained with", NULL},
     {"json", NULL, "print one JSON object as the last line of stdout", NULL},
 };
-enum { E_MODEL, E_DATA, E_LOAD, E_BATCH, E_WORKERS, E_THREADS, E_DEVICE, E_RESIZE, E_VAL_SPLIT = E_RESIZE + 5, E_JSON, E_N };
+enum { E_MODEL, E_DATA, E_LOAD, E_BATCH, E_WORKERS, E_THREADS, E_DEVICE, E_RESIZE, E_VAL_SPLIT = E_RESIZE + 5, E_NUM_CLASSES,
+       E_JSON, E_N };
 
 static int cmd_eval(int argc, char **argv) {
     const char *vals[E_N];
@@ -264,7 +266,7 @@ static int cmd_eval(int argc, char **argv) {
     /* --workers and --threads parse as train's do; the library checks every value the same way for both */
     /* so do the transforms: they must be the test split's of the run */
     kiln_train_config c = kiln_train_defaults();
-    for (int i = E_WORKERS; i <= E_VAL_SPLIT; i++)
+    for (int i = E_WORKERS; i <= E_NUM_CLASSES; i++)
         if (i != E_DEVICE && vals[i] && kiln_train_option_set(&c, eval_opts[i].name, vals[i]) != KILN_OK)
             return cli_usage_error("eval", "%s", kiln_last_error());
     c.workers = vals[E_WORKERS] ? c.workers : 1;

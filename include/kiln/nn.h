@@ -32,9 +32,11 @@ typedef struct kiln_model {
  * (3x32x32, option-A shortcuts, 10 classes); "resnet18": torchvision's resnet18
  * (3x112x112 by default, 10 classes); see docs/models.md */
 kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out);
-/* the ResNets' options (0: the model's default); the mnist models ignore them */
+/* the ResNets' options (0: the model's default); the mnist models have 10
+ * classes and take no other count (an error naming --num-classes) */
+#define KILN_MAX_CLASSES (1 << 20)
 typedef struct kiln_model_opts {
-    int num_classes;        /* resnet18/resnet20: 10 */
+    int num_classes;        /* the ResNets: 10 by default, up to KILN_MAX_CLASSES */
     int64_t height, width;  /* input size: resnet18 112x112, resnet20 32x32 */
 } kiln_model_opts;
 kiln_status kiln_model_build_ex(kiln_graph *g, const char *name, const kiln_model_opts *o, kiln_model *out);

@@ -45,6 +45,7 @@ typedef void (*kiln_progress_fn)(const kiln_progress *p, void *user);
 
 typedef struct kiln_train_config {
     const char *model;          /* "mnist-cnn", "mnist-cnn-bn", "mlp" */
+    int num_classes;            /* the ResNets' outputs (kiln_model_opts); 0: the model's own */
     const char *data;           /* "fashion-mnist" or a folder of IDX files */
     int64_t epochs;
     int64_t batch_size, test_batch_size;

@@ -16,12 +16,16 @@
  * (64, 128, 256, 512 channels; the first block of layers 2-4 strides 2 and
  * projects its shortcut with downsample.0 (1x1 conv) and downsample.1 (bn)),
  * global average pool, fc 512 -> classes. Any input size of 32 or more works;
- * the default is 3x112x112 and 10 classes (kiln_model_build_ex for others). */
+ * the default is 3x112x112 and 10 classes (kiln_model_build_ex for others).
+ * resnet34 is the same with 3, 4, 6, 3 BasicBlocks; resnet50 has 3, 4, 6, 3
+ * Bottlenecks (torchvision's v1.5: conv1 1x1, conv2 3x3 carrying the stride,
+ * conv3 1x1 to 4x the width, each with its bn; the first block of every layer
+ * projects its shortcut, layer1's without striding) and fc 2048 -> classes. */
 #include <stdio.h>
 #include <string.h>
 #include "kiln/nn.h"
 
-static const char *const names[] = {"mnist-cnn", "mnist-cnn-bn", "mlp", "resnet20", "resnet18", NULL};
+static const char *const names[] = {"mnist-cnn", "mnist-cnn-bn", "mlp", "resnet20", "resnet18", "resnet34", "resnet50", NULL};
 
 const char *const *kiln_model_names(void) { return names; }
 
@@ -120,22 +124,45 @@ static void resnet20(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
     classifier(g, m, h, 64); /* [B,64,8,8] -> [B,10] */
 }
 
-static void resnet18(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
+/* torchvision's Bottleneck (v1.5): 1x1 down to `width`, 3x3 with the stride, 1x1 up to 4 x width */
+static kiln_value bottleneck(kiln_graph *g, const char *prefix, kiln_value x, int64_t cin, int64_t width, int64_t stride) {
+    int64_t cout = 4 * width;
+    kiln_value h = kiln_relu(g, conv_bn(g, prefix, "conv1", "bn1", x, cin, width, 1, 1, 0));
+    h = kiln_relu(g, conv_bn(g, prefix, "conv2", "bn2", h, width, width, 3, stride, 1));
+    h = conv_bn(g, prefix, "conv3", "bn3", h, width, cout, 1, 1, 0);
+    kiln_value sc = x;
+    if (stride != 1 || cin != cout) sc = conv_bn(g, prefix, "downsample.0", "downsample.1", x, cin, cout, 1, stride, 0);
+    return kiln_relu(g, kiln_add(g, h, sc));
+}
+
+/* torchvision's ResNet: the stem, layer1-4 of blocks[k] blocks (Bottlenecks when bottle), the classifier */
+static void torchvision_resnet(kiln_graph *g, kiln_model *m, const kiln_model_opts *o, const int blocks[4], int bottle) {
     image_io(g, m, 3, o->height ? o->height : 112, o->width ? o->width : 112, o->num_classes ? o->num_classes : 10);
     kiln_value h = kiln_relu(g, conv_bn(g, "", "conv1", "bn1", m->x, 3, 64, 7, 2, 3));
     h = kiln_max_pool2d_ex(g, h, 3, 2, 1); /* [B,64,H/4,W/4] */
     int64_t cin = 64;
     for (int layer = 1; layer <= 4; layer++) {
-        int64_t cout = 64 << (layer - 1);
-        for (int b = 0; b < 2; b++) {
+        int64_t width = 64 << (layer - 1), cout = bottle ? 4 * width : width;
+        for (int b = 0; b < blocks[layer - 1]; b++) {
             char prefix[32];
             snprintf(prefix, sizeof prefix, "layer%d.%d.", layer, b);
             int64_t stride = b == 0 && layer > 1 ? 2 : 1;
-            h = basic_block(g, prefix, h, cin, cout, stride, stride != 1 || cin != cout ? 'b' : 0);
+            h = bottle ? bottleneck(g, prefix, h, cin, width, stride)
+                       : basic_block(g, prefix, h, cin, cout, stride, stride != 1 || cin != cout ? 'b' : 0);
             cin = cout;
         }
     }
-    classifier(g, m, h, 512);
+    classifier(g, m, h, cin);
+}
+
+static void resnet18(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
+    torchvision_resnet(g, m, o, (const int[4]){2, 2, 2, 2}, 0);
+}
+static void resnet34(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
+    torchvision_resnet(g, m, o, (const int[4]){3, 4, 6, 3}, 0);
+}
+static void resnet50(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
+    torchvision_resnet(g, m, o, (const int[4]){3, 4, 6, 3}, 1);
 }
 
 /* the mnist models take no options */
@@ -148,20 +175,35 @@ kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out) {
     return kiln_model_build_ex(g, name, &o, out);
 }
 
+/* the builders, in the order of names[]; the first FIXED_MODELS have 10 classes and no options */
+typedef void (*model_fn)(kiln_graph *, kiln_model *, const kiln_model_opts *);
+static const model_fn builders[] = {mnist_cnn_o, mnist_cnn_bn_o, mlp_o, resnet20, resnet18, resnet34, resnet50};
+enum { FIXED_MODELS = 3 };
+_Static_assert(sizeof builders / sizeof builders[0] == sizeof names / sizeof names[0] - 1, "a builder per model name");
+
+static kiln_status unknown(const char *name) {
+    char known[256] = "";
+    size_t o = 0;
+    for (int i = 0; names[i] && o < sizeof known; i++) o += (size_t)snprintf(known + o, sizeof known - o, "%s%s", i ? ", " : "", names[i]);
+    return kiln_fail(KILN_ERR_INVALID_ARG, "unknown model '%s' (known: %s)", name, known);
+}
+
 kiln_status kiln_model_build_ex(kiln_graph *g, const char *name, const kiln_model_opts *o, kiln_model *out) {
     memset(out, 0, sizeof *out);
     if (!g) return kiln_fail(KILN_ERR_INVALID_ARG, "model: graph is NULL");
     if (!name) name = "";
-    static void (*const build[])(kiln_graph *, kiln_model *, const kiln_model_opts *) = {
-        mnist_cnn_o, mnist_cnn_bn_o, mlp_o, resnet20, resnet18};
     int i = 0;
     while (names[i] && strcmp(names[i], name) != 0) i++;
-    if (!names[i])
-        return kiln_fail(KILN_ERR_INVALID_ARG, "unknown model '%s' (known: mnist-cnn, mnist-cnn-bn, mlp, resnet20, resnet18)", name);
-    if (o->num_classes < 0 || o->height < 0 || o->width < 0)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "model %s: %d classes, input %lldx%lld", name, o->num_classes,
-                         (long long)o->height, (long long)o->width);
-    build[i](g, out, o);
+    if (!names[i]) return unknown(name);
+    if (o->num_classes < 0 || o->num_classes > KILN_MAX_CLASSES)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "model %s: --num-classes %d; use 1..%d (0: the model's own)", name,
+                         o->num_classes, KILN_MAX_CLASSES);
+    if (i < FIXED_MODELS && o->num_classes && o->num_classes != 10)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "model %s has 10 classes: --num-classes %d applies to the ResNets", name,
+                         o->num_classes);
+    if (o->height < 0 || o->width < 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "model %s: input %lldx%lld", name, (long long)o->height, (long long)o->width);
+    builders[i](g, out, o);
     out->name = names[i];
     return kiln_graph_status(g);
 }

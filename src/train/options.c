@@ -29,7 +29,8 @@ typedef struct {
 
 /* in the order they are applied: the optimizer before its hyperparameters */
 static const field fields[] = {
-    OPT("model", "NAME", 0, T_STR, model, "model from the zoo: mnist-cnn (PyTorch's examples/mnist network), mnist-cnn-bn, mlp, resnet20 (CIFAR, 3x32x32), resnet18 (torchvision's, 3x112x112)"),
+    OPT("model", "NAME", 0, T_STR, model, "model from the zoo: mnist-cnn (PyTorch's examples/mnist network), mnist-cnn-bn, mlp, resnet20 (CIFAR, 3x32x32), resnet18, resnet34, resnet50 (torchvision's, 3x112x112)"),
+    OPT("num-classes", "N", 0, T_INT, num_classes, "the ResNets: outputs of the classifier (fc); 0: the model's own (10)"),
     OPT("data", "NAME|DIR", 0, T_STR, data, "fashion-mnist (Debian's dataset-fashion-mnist), a folder holding "
                                             "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz], or an image folder "
                                             "(DIR/train/<class>/*.jpg|png and DIR/test/..., or DIR/<class>/... with --val-split)"),

@@ -224,6 +224,8 @@ static kiln_status check_config(const kiln_train_config *c) {
     if (st != KILN_OK) return st;
 #define RANGE(cond, ...) \
     if (!(cond)) return kiln_fail(KILN_ERR_INVALID_ARG, __VA_ARGS__)
+    RANGE(c->num_classes >= 0 && c->num_classes <= KILN_MAX_CLASSES, "--num-classes is %d; use 1..%d (0: the model's own)",
+          c->num_classes, KILN_MAX_CLASSES);
     RANGE(c->epochs >= 1 && c->epochs <= (int64_t)1 << 40, "--epochs is %lld; it must be at least 1", (long long)c->epochs);
     RANGE(c->prefetch >= 1 && c->prefetch <= 64, "--prefetch is %d; use 1..64", c->prefetch);
     RANGE(c->lr_step_size >= 1, "--lr-step-size is %lld; it must be at least 1", (long long)c->lr_step_size);
@@ -247,13 +249,20 @@ static kiln_status check_config(const kiln_train_config *c) {
     return check_save_path(c->save);
 }
 
-kiln_status kiln_find_batch_size(const char *model, double budget, int64_t limit, int64_t *batch, size_t *arena_bytes) {
+/* the model a config names, with its --num-classes */
+static kiln_status build_model(kiln_graph *g, const kiln_train_config *c, kiln_model *m) {
+    kiln_model_opts mo = {.num_classes = c->num_classes};
+    return kiln_model_build_ex(g, c->model, &mo, m);
+}
+
+static kiln_status find_batch_size(const kiln_train_config *c, double budget, int64_t limit, int64_t *batch,
+                                   size_t *arena_bytes) {
     *batch = 0;
     if (!(budget > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "batch-size finder: the memory budget must be > 0");
     kiln_graph *g = kiln_graph_new();
     kiln_params *P = NULL;
     kiln_model m;
-    kiln_status st = kiln_model_build(g, model, &m);
+    kiln_status st = build_model(g, c, &m);
     if (st == KILN_OK) st = kiln_params_new(g, KILN_F32, &P);
     /* arena size grows with the batch: double until the budget refuses */
     for (int64_t b = 1; st == KILN_OK && b <= limit; b *= 2) {
@@ -278,6 +287,12 @@ kiln_status kiln_find_batch_size(const char *model, double budget, int64_t limit
     if (st == KILN_OK && *batch == 0)
         st = kiln_fail(KILN_ERR_NOMEM, "batch-size finder: not even a batch of 1 fits in %.1f MiB", budget / 1048576.0);
     return st;
+}
+
+kiln_status kiln_find_batch_size(const char *model, double budget, int64_t limit, int64_t *batch, size_t *arena_bytes) {
+    kiln_train_config c = kiln_train_defaults();
+    c.model = model;
+    return find_batch_size(&c, budget, limit, batch, arena_bytes);
 }
 
 /* ---------------------------------------------------------------- a run */
@@ -372,7 +387,7 @@ static kiln_status run_open(run *R) {
     if (c->test && (st = kiln_dataset_open_config(c->data, 0, &dc, &R->test)) != KILN_OK) return st;
 
     R->g = kiln_graph_new();
-    if ((st = kiln_model_build(R->g, c->model, &R->m)) != KILN_OK) return st;
+    if ((st = build_model(R->g, c, &R->m)) != KILN_OK) return st;
     if ((st = check_data(R)) != KILN_OK) return st;
     if ((st = new_params(c->device, R->g, &R->P)) != KILN_OK) return st;
     if (strcmp(kiln_params_backend(R->P), "cpu") != 0) kiln_log(KILN_LOG_INFO, "device: %s", kiln_params_backend(R->P));
@@ -754,7 +769,7 @@ static kiln_status resolve_batch(run *R) {
     kiln_train_config *c = &R->c;
     if (!c->find_batch_size) return KILN_OK;
     size_t arena = 0;
-    kiln_status st = kiln_find_batch_size(c->model, c->memory_budget, 60000, &c->batch_size, &arena);
+    kiln_status st = find_batch_size(c, c->memory_budget, 60000, &c->batch_size, &arena);
     if (st != KILN_OK) return st;
     c->find_batch_size = 0;
     kiln_log(KILN_LOG_INFO, "batch-size finder: %lld, the largest power of two whose activations and gradients fit in "
@@ -860,7 +875,7 @@ kiln_status kiln_evaluate_config(const kiln_train_config *c, const char *load, i
     kiln_dataset *test = NULL;
     kiln_model m;
     eval_result er = {0};
-    st = kiln_model_build(g, model, &m);
+    st = build_model(g, c, &m);
     if (st == KILN_OK) st = kiln_dataset_open_config(data, 0, &dc, &test);
     if (st == KILN_OK) st = check_samples(g, &m, test, model);
     if (st == KILN_OK) st = new_params(device, g, &P);
