@@ -185,16 +185,18 @@ static void test_names(kiln_st_file *f) {
     kiln_graph_free(g);
 }
 
-/* every name and shape of torchvision's resnet18 state_dict, and no other */
-static void test_resnet18_names(void) {
+/* every name and shape of torchvision's resnetNN state_dict, and no other, and its parameter count */
+static void test_resnet_names(const char *model) {
+    char path[96];
+    snprintf(path, sizeof path, "ref/fixtures/%s_names.safetensors", model);
     kiln_st_file *f = NULL;
-    CHECK_OK(kiln_st_open("ref/fixtures/resnet18_names.safetensors", &f));
+    CHECK_OK(kiln_st_open(path, &f));
     const char *sd = f ? kiln_st_meta(f, "state_dict") : NULL;
     const kiln_tensor *np = f ? kiln_st_find(f, "nparams") : NULL;
     kiln_graph *g = kiln_graph_new();
     kiln_model m;
     kiln_params *P = NULL;
-    CHECK_OK(kiln_model_build(g, "resnet18", &m));
+    CHECK_OK(kiln_model_build(g, model, &m));
     CHECK_OK(kiln_params_new_on(g, "cpu", &P));
     if (!sd || !np || !P) goto out;
     char *text = strdup(sd), *save = NULL;
@@ -211,14 +213,14 @@ static void test_resnet18_names(void) {
         else if (bi >= 0) gd = kiln_params_buffer_shape(P, bi, got);
         int same = gd == nd;
         for (int d = 0; same && d < nd; d++) same = got[d] == want[d];
-        CHECK_MSG(same, "resnet18: %s missing or shaped otherwise than torchvision's", tok);
+        CHECK_MSG(same, "%s: %s missing or shaped otherwise than torchvision's", model, tok);
     }
     free(text);
     int64_t count = 0;
     for (int i = 0; i < kiln_params_count(P); i++) count += kiln_params_numel(P, i);
     CHECK_MSG(seen == kiln_params_count(P) + kiln_params_buffer_count(P), "torchvision has %d entries, kiln %d", seen,
               kiln_params_count(P) + kiln_params_buffer_count(P));
-    CHECK_MSG(count == *(const int64_t *)np->data, "resnet18: %lld parameters, torchvision %lld", (long long)count,
+    CHECK_MSG(count == *(const int64_t *)np->data, "%s: %lld parameters, torchvision %lld", model, (long long)count,
               (long long)*(const int64_t *)np->data);
 out:
     kiln_params_free(P);
@@ -373,7 +375,9 @@ int main(void) {
         kiln_st_close(f);
     }
     test_missing_kernel();
-    test_resnet18_names();
+    test_resnet_names("resnet18");
+    test_resnet_names("resnet34");
+    test_resnet_names("resnet50");
     test_resnet18_small();
     test_torchvision_weights();
     return tu_finish("test_models");

@@ -519,18 +519,18 @@ def resnet20_golden(folder):
               precision="weights f32, loss, gradients and steps computed in float64"))
 
 
-def resnet18_names(folder):
-    """torchvision's resnet18(num_classes=10) state_dict: every name and shape
+def resnet_names(folder, name):
+    """torchvision's resnetNN(num_classes=10) state_dict: every name and shape
     (metadata "state_dict": "name:d0xd1x... " in order), its parameter count,
-    (the weights, 45 MB, are not shipped)."""
+    (the weights, 45 MB and more, are not shipped)."""
     import torchvision
     torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=10)
+    model = getattr(torchvision.models, name)(num_classes=10)
     sd = model.state_dict()
     text = " ".join(k + ":" + "x".join(str(d) for d in v.shape) for k, v in sd.items())
     nparams = sum(p.numel() for p in model.parameters())
-    save(folder, "resnet18_names.safetensors", [("nparams", torch.tensor([nparams], dtype=torch.int64))],
-         dict(model="torchvision.models.resnet18(num_classes=10)", state_dict=text))
+    save(folder, name + "_names.safetensors", [("nparams", torch.tensor([nparams], dtype=torch.int64))],
+         dict(model=f"torchvision.models.{name}(num_classes=10)", state_dict=text))
 
 
 def generate(folder):
@@ -587,7 +587,8 @@ def generate(folder):
     print("  golden losses: " + " ".join(repr(v) for v in losses))
     state_dict_pt(folder)
     resnet20_golden(folder)
-    resnet18_names(folder)
+    for name in ("resnet18", "resnet34", "resnet50"):
+        resnet_names(folder, name)
     for fname in sorted(os.listdir(folder)):
         if fname.endswith(".safetensors") and fname not in WRITTEN:
             os.remove(os.path.join(folder, fname))
