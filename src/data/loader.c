@@ -48,6 +48,9 @@
 #define SKIP_WARNINGS 10
 /* bad samples in a row that skip_bad replaces before it gives up */
 #define SKIP_RUN 64
+/* read-ahead: when batch b opens, batches up to b + HINT_AHEAD - 1 are named to will_need
+ * (over HTTP on loopback at 0 workers, 4 loaded 20,000 images/s where 2 loaded 15,500) */
+#define HINT_AHEAD 4
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 
@@ -179,8 +182,8 @@ typedef struct claim {
 } claim;
 
 /* Read-ahead: when a batch is opened, the dataset hears of every batch up to
- * the one after it not yet named (the first batch of an epoch and its next
- * at once), so a remote dataset fetches a batch while the one before it is
+ * HINT_AHEAD - 1 after it not yet named (the first batches of an epoch at
+ * once), so a remote dataset fetches batches while the one before is
  * loaded. The caller holds the lock; the hints go out after it is dropped. */
 static void plan_hints(kiln_loader *L, claim *c) {
     const slot *s = L->a_slot;
@@ -189,7 +192,7 @@ static void plan_hints(kiln_loader *L, claim *c) {
         L->hint_epoch = s->epoch;
         L->hint_next = s->batch;
     }
-    int64_t to = s->batch + 2 < L->nbatches ? s->batch + 2 : L->nbatches;
+    int64_t to = s->batch + HINT_AHEAD < L->nbatches ? s->batch + HINT_AHEAD : L->nbatches;
     c->hint_epoch = s->epoch;
     c->hint_from = L->hint_next;
     c->hint_to = to > L->hint_next ? to : L->hint_next;
