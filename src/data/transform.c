@@ -5,9 +5,8 @@
  * and Normalize. The resampler is PIL's: bilinear weights over a support
  * widened by the scale when shrinking (antialiasing), a horizontal pass whose
  * rows are rounded to 8 bits, then a vertical pass; weights are computed once
- * per column and per row, not per pixel. Its last write goes through a
- * 256-entry table per channel (ToTensor + Normalize in float32, as
- * torchvision computes them) straight into the sample's CHW slot. */
+ * per column and per row, not per pixel. Its last write computes ToTensor +
+ * Normalize in float32, as torchvision does, straight into the sample's CHW slot. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -92,9 +91,11 @@ void kiln_tf_init(kiln_tf *t, const kiln_data_config *dc, int random) {
     t->ratio[1] = 4.0 / 3.0;
     t->hflip = random && dc->hflip;
     t->channels = dc->channels ? dc->channels : 3;
-    for (int c = 0; c < 3; c++)
-        for (int p = 0; p < 256; p++)
-            t->lut[c][p] = dc->normalize ? ((float)p / 255.0f - dc->mean[c]) / dc->std[c] : (float)p / 255.0f;
+    for (int c = 0; c < 3; c++) {
+        t->mean[c] = dc->normalize ? dc->mean[c] : 0.0f;
+        t->std[c] = dc->normalize ? dc->std[c] : 1.0f;
+        for (int p = 0; p < 256; p++) t->lut[c][p] = ((float)p / 255.0f - t->mean[c]) / t->std[c];
+    }
 }
 
 void kiln_rrc_box(int w, int h, const double scale[2], const double ratio[2], kiln_tf_draw draw, void *ctx, int box[4]) {
@@ -263,12 +264,12 @@ kiln_status kiln_tf_decode(kiln_image_ctx *x, const uint8_t *data, size_t n, con
     return st;
 }
 
-/* branch-free (minss/maxss, also in scalar code), so the loops that use it vectorise */
+/* rounded half up and clamped in integers (the sums stay within [-256, 512]), so the
+ * loops that use it vectorise to a convert and two integer clamps */
 static inline uint8_t round_u8(float v) {
-    v += 0.5f;
-    v = v > 0.0f ? v : 0.0f;
-    v = v < 255.0f ? v : 255.0f;
-    return (uint8_t)(int)v;
+    int i = (int)(v + 0.5f);
+    i = i < 0 ? 0 : i;
+    return (uint8_t)(i > 255 ? 255 : i);
 }
 
 /* The horizontal pass works on blocks of 16 output columns: each block reads a
@@ -308,35 +309,53 @@ static void block_weights(int out, int k, const int *first, const int *count, co
     }
 }
 
-/* one source row (u8, C interleaved) into a planar u8 row [C][out] */
-static inline void pass_row(const uint8_t *src, int out, int C, const int *bx, const int *bn, const float *bw, int band,
-                            uint8_t *dst) {
-    for (int c = 0; c < C; c++)
-        for (int b = 0; b < n_blocks(out); b++) {
-            const lanes_f32 *m = (const lanes_f32 *)bw + (size_t)b * band;
-            const uint8_t *p = src + (size_t)bx[b] * C + c;
-            lanes_f32 acc = {0};
-            for (int x = 0; x < bn[b]; x++) acc += m[x] * (float)p[(size_t)x * C];
+/* one source row (u8, C interleaved) into a planar u8 row [C][out]; the row's
+ * pixels [from, to) are made float once (srcf), so each tap is a broadcast load */
+__attribute__((always_inline)) static inline void pass_row(const uint8_t *src, float *srcf, int from, int to, int out, int C, const int *bx, const int *bn,
+                            const float *bw, int band, uint8_t *dst) {
+    const uint8_t *s = src + (size_t)from * C;
+    int n = (to - from) * C;
+#pragma omp simd
+    for (int i = 0; i < n; i++) srcf[i] = (float)s[i];
+    for (int b = 0; b < n_blocks(out); b++) {
+        const lanes_f32 *m = (const lanes_f32 *)bw + (size_t)b * band;
+        const float *p = srcf + (size_t)(bx[b] - from) * C;
+        lanes_f32 a0 = {0}, a1 = {0}, a2 = {0}; /* the channels' sums, in registers: independent chains of adds */
+        if (C == 3)
+            for (int x = 0; x < bn[b]; x++) {
+                a0 += m[x] * p[3 * x];
+                a1 += m[x] * p[3 * x + 1];
+                a2 += m[x] * p[3 * x + 2];
+            }
+        else
+            for (int x = 0; x < bn[b]; x++) a0 += m[x] * p[x];
+        lanes_f32 acc[3] = {a0, a1, a2};
+        int n = out - b * LANES < LANES ? out - b * LANES : LANES;
+        for (int c = 0; c < C; c++) {
             float v[LANES];
             uint8_t u[LANES];
-            memcpy(v, &acc, sizeof v);
+            memcpy(v, &acc[c], sizeof v);
 #pragma omp simd
             for (int l = 0; l < LANES; l++) u[l] = round_u8(v[l]);
-            int n = out - b * LANES < LANES ? out - b * LANES : LANES;
             memcpy(dst + (size_t)c * out + b * LANES, u, (size_t)n);
         }
+    }
 }
 
-/* ToTensor + Normalize (and the flip) as the planar row is written into the CHW sample */
-static void write_row(const uint8_t *row, int ow, int C, int flip, const kiln_tf *t, float *dst, size_t plane) {
+/* ToTensor + Normalize (and the flip) as the planar row is written into the CHW sample:
+ * torchvision's float32 operations in its order (x / 255 - mean) / std, vectorised (a
+ * table lookup per pixel cost more), so the values equal kiln_tf.lut's bit for bit */
+__attribute__((always_inline)) static inline void write_row(const uint8_t *row, int ow, int C, int flip, const kiln_tf *t, float *dst, size_t plane) {
     for (int c = 0; c < C; c++) {
-        const float *lut = t->lut[c];
+        float m = t->mean[c], sd = t->std[c];
         float *d = dst + (size_t)c * plane;
         const uint8_t *r = row + (size_t)c * ow;
         if (flip)
-            for (int i = 0; i < ow; i++) d[ow - 1 - i] = lut[r[i]];
+#pragma omp simd
+            for (int i = 0; i < ow; i++) d[ow - 1 - i] = ((float)r[i] / 255.0f - m) / sd;
         else
-            for (int i = 0; i < ow; i++) d[i] = lut[r[i]];
+#pragma omp simd
+            for (int i = 0; i < ow; i++) d[i] = ((float)r[i] / 255.0f - m) / sd;
     }
 }
 
@@ -353,8 +372,8 @@ kiln_status kiln_tf_apply(const kiln_image *im, const kiln_tf_box *b, const kiln
     /* block weights (a band is at most the image's width), weights, a row of float sums, first pixels and counts,
      * the blocks' bands, the horizontally resampled rows, one output row */
     size_t bw_bytes = (size_t)nb * im->w * LANES * 4;
-    size_t need = 64 + bw_bytes + (size_t)ow * kx * 4 + (size_t)oh * ky * 4 + (size_t)ow * C * 4 + (size_t)(ow + oh + nb) * 8 +
-                  (size_t)im->h * ow * C + (size_t)ow * C;
+    size_t need = 64 + bw_bytes + (size_t)im->w * C * 4 + (size_t)ow * kx * 4 + (size_t)oh * ky * 4 + (size_t)ow * C * 4 +
+                  (size_t)(ow + oh + nb) * 8 + (size_t)im->h * ow * C + (size_t)ow * C;
     if (need > s->cap) {
         void *p = realloc(s->buf, need);
         if (!p) return kiln_fail(KILN_ERR_NOMEM, "resampling: cannot allocate %zu bytes", need);
@@ -362,19 +381,20 @@ kiln_status kiln_tf_apply(const kiln_image *im, const kiln_tf_box *b, const kiln
         s->cap = need;
     }
     float *bw = (float *)(((uintptr_t)s->buf + 63) & ~(uintptr_t)63); /* 64-byte aligned: read as 16-lane vectors */
-    float *wx = bw + bw_bytes / 4, *wy = wx + (size_t)ow * kx, *acc = wy + (size_t)oh * ky;
+    float *srcf = bw + bw_bytes / 4, *wx = srcf + (size_t)im->w * C, *wy = wx + (size_t)ow * kx, *acc = wy + (size_t)oh * ky;
     int *fx = (int *)(acc + (size_t)ow * C), *nx = fx + ow, *fy = nx + ow, *ny = fy + oh, *bx = ny + oh, *bn = bx + nb;
     uint8_t *tmp = (uint8_t *)(bn + nb), *row = tmp + (size_t)im->h * ow * C;
     axis_weights(&b->x, im->w, kx, fx, nx, wx);
     axis_weights(&b->y, im->h, ky, fy, ny, wy);
     int band = block_bands(ow, fx, nx, bx, bn);
     block_weights(ow, kx, fx, nx, wx, bx, band, bw);
+    int x0 = bx[0], x1 = bx[nb - 1] + bn[nb - 1];   /* the source columns any output column needs */
     int y0 = fy[0], y1 = fy[oh - 1] + ny[oh - 1]; /* the source rows any output row needs */
     for (int y = y0; y < y1; y++) {
         const uint8_t *src = im->px + (size_t)y * im->w * C;
         uint8_t *d = tmp + (size_t)(y - y0) * ow * C;
-        if (C == 1) pass_row(src, ow, 1, bx, bn, bw, band, d);
-        else pass_row(src, ow, 3, bx, bn, bw, band, d);
+        if (C == 1) pass_row(src, srcf, x0, x1, ow, 1, bx, bn, bw, band, d);
+        else pass_row(src, srcf, x0, x1, ow, 3, bx, bn, bw, band, d);
     }
     size_t plane = (size_t)ow * oh, n = (size_t)ow * C;
     for (int y = 0; y < oh; y++) {

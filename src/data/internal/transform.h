@@ -16,6 +16,7 @@ typedef struct kiln_tf {
     double scale[2], ratio[2];
     int hflip, channels;
     float lut[3][256];    /* ToTensor + Normalize of each 8-bit value, per channel */
+    float mean[3], std[3]; /* Normalize's (0 and 1 without it) */
 } kiln_tf;
 
 /* Where output pixel i (of `out`) samples the source: centre x0 + (i + off + 0.5) * s,
