@@ -85,7 +85,7 @@ int cli_bench_step(int argc, char **argv) {
     kiln_status st = kiln_bench_step(&c, &r);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln bench step: %s\n", kiln_last_error());
-        return st == KILN_ERR_INVALID_ARG ? EXIT_USAGE : 1;
+        return cli_exit_code(st);
     }
     if (given[S_PROFILE]) fputs(report, given[S_JSON] ? stderr : stdout);
     print_result(&c, &r, given[S_JSON]);

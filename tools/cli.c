@@ -142,6 +142,19 @@ int cli_int(const char *cmd, const cli_opt *opts, int i, const char **vals, int6
     return 0;
 }
 
+int cli_exit_code(kiln_status s) {
+    switch (s) {
+    case KILN_OK: return 0;
+    case KILN_ERR_INVALID_ARG:
+    case KILN_ERR_IO:
+    case KILN_ERR_FORMAT:
+    case KILN_ERR_SHAPE:
+    case KILN_ERR_NOMEM: /* a plan too big for the machine: the batch size asked for it */
+        return EXIT_USAGE;
+    default: return 1;
+    }
+}
+
 json_t *cli_json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 void cli_print_json(json_t *o) {

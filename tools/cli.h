@@ -28,8 +28,14 @@ void cli_help(const char *usage, const cli_opt *opts, int nopts);
 /* opts[i]'s value (or its default) as an integer in lo..hi; 0, or -1 after a usage error naming the flag */
 int cli_int(const char *cmd, const cli_opt *opts, int i, const char **vals, int64_t lo, int64_t hi, int64_t *out);
 
+/* the exit code of a library failure: 2 for bad input or usage (a file, an
+ * argument, a shape, a batch too large for the memory), 1 for anything else */
+int cli_exit_code(kiln_status s);
+
 /* bench_step.c: kiln bench step */
 int cli_bench_step(int argc, char **argv);
+/* predict.c: kiln predict */
+int cli_predict(int argc, char **argv);
 
 /* progress.c */
 typedef struct progress_ui {

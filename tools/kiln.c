@@ -28,6 +28,7 @@ static const char *main_help =
     "  pack    write Fashion-MNIST, an IDX folder or an image folder as JPEG or PNG files, or as shards\n"
     "  bench   bench loader: the loader's images/s per worker count, without training;\n"
     "          bench step: a model's median step time on synthetic data\n"
+    "  predict a model's top-5 classes and logits for every image under a folder, as JSON lines\n"
     "\n"
     "  kiln <command> --help   describes each command's options\n"
     "  kiln --version          prints the version\n"
@@ -36,21 +37,9 @@ static const char *main_help =
     "  kiln train --model mnist-cnn --data fashion-mnist --epochs 1 --save run.safetensors\n"
     "  kiln train --resume run.safetensors --epochs 3      # continue that run, with its settings\n"
     "  kiln eval --model mnist-cnn --data fashion-mnist --load run.safetensors --json\n"
+    "  kiln predict --model resnet18 --load weights.safetensors --data photos --out preds.jsonl\n"
     "  kiln pack --from fashion-mnist --to fmnist-jpeg --format jpeg --size 64\n"
     "  kiln bench loader --data fmnist-jpeg --workers 0,2 --random-resized-crop 56 --hflip --normalize imagenet\n";
-
-static int exit_code(kiln_status s) {
-    switch (s) {
-    case KILN_OK: return 0;
-    case KILN_ERR_INVALID_ARG:
-    case KILN_ERR_IO:
-    case KILN_ERR_FORMAT:
-    case KILN_ERR_SHAPE:
-    case KILN_ERR_NOMEM: /* a plan too big for the machine: the batch size asked for it */
-        return EXIT_USAGE;
-    default: return 1;
-    }
-}
 
 /* Ctrl-C (or SIGTERM) asks the trainer to stop after the current step and
  * write its checkpoint; a second one kills the process as usual. */
@@ -224,7 +213,7 @@ static int cmd_train(int argc, char **argv) {
     if (st != KILN_OK) {
         fprintf(stderr, "kiln train: %s\n", kiln_last_error());
         json_decref(stored);
-        return exit_code(st);
+        return cli_exit_code(st);
     }
     if (!quiet) print_summary(&c, &r);
     if (json) print_train_json(&c, &r);
@@ -281,7 +270,7 @@ static int cmd_eval(int argc, char **argv) {
     kiln_status st = kiln_evaluate_config(&c, vals[E_LOAD], batch, &loss, &acc, &samples);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln eval: %s\n", kiln_last_error());
-        return exit_code(st);
+        return cli_exit_code(st);
     }
     fprintf(stderr, "kiln: test loss %.4f, test accuracy %.2f%% on %lld samples\n", loss, 100 * acc, (long long)samples);
     if (given[E_JSON]) {
@@ -339,7 +328,7 @@ static int cmd_pack(int argc, char **argv) {
                            : kiln_pack_images(from, vals[P_TO], format, (int)size, (int)channels, &n);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln pack: %s\n", kiln_last_error());
-        return exit_code(st);
+        return cli_exit_code(st);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -439,7 +428,7 @@ static int bench_run(kiln_dataset *ds, kiln_loader_config *lc, const int *worker
                                 : kiln_loader_bench(ds, lc, warmup, batches, rate, done);
         if (st != KILN_OK) {
             fprintf(stderr, "kiln bench: %s\n", kiln_last_error());
-            return exit_code(st);
+            return cli_exit_code(st);
         }
         for (int64_t e = 0; e < (epochs ? epochs : 1); e++) bench_print(workers[i], lc->lock_memory, epochs ? e + 1 : 0, rate[e], done[e], json);
     }
@@ -467,7 +456,7 @@ static int cmd_bench_loader(int argc, char **argv) {
     kiln_status st = kiln_dataset_open_config(vals[B_DATA], 1, &dc, &ds);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln bench: %s\n", kiln_last_error());
-        return exit_code(st);
+        return cli_exit_code(st);
     }
     kiln_loader_config lc = kiln_loader_defaults();
     lc.batch_size = batch;
@@ -512,6 +501,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "pack")) return cmd_pack(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "predict")) return cli_predict(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command '%s'\n\n%s", cmd, main_help);
     return EXIT_USAGE;
 }

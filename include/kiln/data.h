@@ -91,6 +91,18 @@ kiln_status kiln_dataset_open(const char *name_or_folder, int train, kiln_datase
 kiln_status kiln_dataset_open_config(const char *name_or_folder, int train, const kiln_data_config *dc, kiln_dataset **out);
 void kiln_dataset_free(kiln_dataset *ds);
 
+/* Every .jpg/.jpeg/.png file under `dir`, sub-folders too (names starting with
+ * '.' skipped), sorted by path in byte order: *paths (malloc'd; free with
+ * kiln_image_files_free) and *n. A folder without images is an error naming it. */
+kiln_status kiln_image_files(const char *dir, char ***paths, int64_t *n);
+void kiln_image_files_free(char **paths, int64_t n);
+/* Those files as a dataset (every label 0, `name` in messages) with the test
+ * split's transforms of dc: Resize, CenterCrop, Normalize, channels. The sample
+ * shape is the first file's after them; a later file giving another size is
+ * an error naming it, as is a file that cannot be read or decoded. */
+kiln_status kiln_dataset_open_files(const char *const *paths, int64_t n, const char *name, const kiln_data_config *dc,
+                                    kiln_dataset **out);
+
 /* llm.c's token files: a header of 256 little-endian int32 (magic 20240520,
  * version 1, token count), then the tokens as uint16. `--data tokens:FILE`
  * (with dc->block) serves windows of block + 1 tokens: x the first block (as

@@ -285,6 +285,76 @@ kiln_status kiln_imagefolder_records(const char *folder, int train, const kiln_d
     return KILN_OK;
 }
 
+/* ---- a folder's images, without classes (kiln predict) ---- */
+
+static int by_path(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+void kiln_image_files_free(char **paths, int64_t n) {
+    for (int64_t i = 0; paths && i < n; i++) free(paths[i]);
+    free(paths);
+}
+
+kiln_status kiln_image_files(const char *dir, char ***paths, int64_t *n) {
+    *paths = NULL;
+    *n = 0;
+    char root[PATH_MAX];
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') len--; /* "DIR/" names files DIR/a.png, not DIR//a.png */
+    if (len >= sizeof root) return kiln_fail(KILN_ERR_IO, "%s: path too long", dir);
+    memcpy(root, dir, len);
+    root[len] = 0;
+    struct stat sb;
+    if (stat(root, &sb) != 0) return kiln_fail(KILN_ERR_IO, "%s: cannot open: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return kiln_fail(KILN_ERR_IO, "%s: not a folder", dir);
+    file_list f = {0};
+    kiln_status st = walk(&f, root, 0, 0);
+    if (st == KILN_OK && f.n == 0) st = kiln_fail(KILN_ERR_FORMAT, "%s: no .jpg, .jpeg or .png files in it or its sub-folders", dir);
+    char **p = st == KILN_OK ? calloc((size_t)f.n, sizeof *p) : NULL;
+    if (st == KILN_OK && !p) st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", dir);
+    for (int64_t i = 0; st == KILN_OK && i < f.n; i++)
+        if (!(p[i] = strdup(f.text + f.off[i]))) st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", dir);
+    free(f.text);
+    free(f.off);
+    free(f.label);
+    if (st != KILN_OK) {
+        kiln_image_files_free(p, f.n);
+        return st;
+    }
+    qsort(p, (size_t)f.n, sizeof *p, by_path); /* walk lists a folder's files before its sub-folders' */
+    *paths = p;
+    *n = f.n;
+    return KILN_OK;
+}
+
+kiln_status kiln_dataset_open_files(const char *const *paths, int64_t n, const char *name, const kiln_data_config *dc,
+                                    kiln_dataset **out) {
+    *out = NULL;
+    if (n < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: no image files", name);
+    folder_records *f = calloc(1, sizeof *f);
+    char **cls = calloc(1, sizeof *cls);
+    if (!f || !cls || !(cls[0] = strdup("images"))) {
+        free(f);
+        if (cls) free(cls[0]);
+        free(cls);
+        return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", name);
+    }
+    f->r = (kiln_records){.read = folder_read, .fingerprint = folder_fingerprint, .destroy = folder_destroy};
+    f->classes = (class_list){cls, 1};
+    kiln_status st = KILN_OK;
+    for (int64_t i = 0; st == KILN_OK && i < n; i++) st = add_file(&f->files, paths[i], 0);
+    f->r.len = f->files.n;
+    f->r.labels = f->files.label;
+    f->r.num_classes = 1;
+    f->r.classes = f->classes.names;
+    if (st != KILN_OK) {
+        folder_destroy(&f->r);
+        return st;
+    }
+    kiln_data_config d = *dc;
+    d.cache = NULL; /* one pass */
+    return kiln_imageset_open(&f->r, name, 0, &d, out);
+}
+
 kiln_status kiln_imagefolder_open(const char *folder, int train, const kiln_data_config *dc, kiln_dataset **out) {
     kiln_records *r = NULL;
     kiln_status st = kiln_imagefolder_records(folder, train, dc, &r);
