@@ -171,6 +171,45 @@ static void case_crop(const char *line) {
     free(out);
 }
 
+/* A crop at scale 1 takes kiln_tf_apply's copy path: pixels one for one, in u8 and
+ * through ToTensor + Normalize (flipped too), and a crop one pixel wider resamples */
+static void test_copy_crop(void) {
+    enum { W = 37, H = 29, C = 3, S = 20 };
+    uint8_t px[W * H * C], out[S * S * C];
+    float x[C * S * S];
+    uint32_t r = 12345;
+    for (int i = 0; i < W * H * C; i++) px[i] = (uint8_t)((r = r * 1103515245u + 12345u) >> 24);
+    kiln_image im = {.px = px, .w = W, .h = H, .c = C};
+    kiln_data_config dc = kiln_data_defaults();
+    CHECK_OK(kiln_data_parse_normalize("imagenet", &dc));
+    kiln_tf t;
+    kiln_tf_init(&t, &dc, 0);
+    kiln_tf_scratch s = {0};
+    for (int flip = 0; flip < 2; flip++) {
+        int box[4] = {4, 11, S, S}, bad = 0; /* top, left, height, width */
+        kiln_tf_box b;
+        kiln_tf_crop_box(box, S, &b);
+        b.flip = flip;
+        CHECK_OK(kiln_tf_apply(&im, &b, &t, &s, x, out));
+        for (int y = 0; y < S; y++)
+            for (int i = 0; i < S; i++)
+                for (int c = 0; c < C; c++) {
+                    uint8_t v = px[((box[0] + y) * W + box[1] + i) * C + c];
+                    int xi = flip ? S - 1 - i : i;
+                    bad += out[(y * S + i) * C + c] != v || x[(c * S + y) * S + xi] != t.lut[c][v];
+                }
+        CHECK_MSG(bad == 0, "a scale-1 crop (flip %d): %d values are not the source's pixels", flip, bad);
+    }
+    int box[4] = {4, 11, S + 1, S + 1}, same = 1;
+    kiln_tf_box b;
+    kiln_tf_crop_box(box, S, &b);
+    CHECK_OK(kiln_tf_apply(&im, &b, &t, &s, NULL, out));
+    for (int y = 0; y < S && same; y++)
+        same = memcmp(out + y * S * C, px + ((box[0] + y) * W + box[1]) * C, S * C) == 0;
+    CHECK_MSG(!same, "a %dx%d crop resized to %d copied pixels instead of resampling", S + 1, S + 1, S);
+    kiln_tf_scratch_free(&s);
+}
+
 static void test_fixtures(void) {
     FILE *f = fopen(FIX "manifest.txt", "r");
     CHECK_MSG(f != NULL, "missing %smanifest.txt (tests/ref/make_image_fixtures.py)", FIX);
@@ -439,6 +478,7 @@ int main(void) {
     }
     g_ctx = kiln_image_ctx_new();
     test_fixtures();
+    test_copy_crop();
     test_bad_files();
     char dir[256];
     snprintf(dir, sizeof dir, "%s/folder", g_tmp);

@@ -359,6 +359,30 @@ __attribute__((always_inline)) static inline void write_row(const uint8_t *row, 
     }
 }
 
+/* the first source pixel of an axis that copies pixels one for one (scale 1, pixel
+ * centres on pixel centres, inside the image and the box), else -1 */
+static int axis_copy(const kiln_tf_axis *a, int size) {
+    double k = a->x0 + a->off;
+    int first = (int)k;
+    if (a->s != 1.0 || k != (double)first || first < 0 || first + a->out > size) return -1;
+    return first >= a->lo && first + a->out <= a->hi ? first : -1;
+}
+
+/* kiln_tf_apply where both axes copy: a crop, no resampling (e.g. a cache's
+ * first epoch keeping an image at its own size) */
+static void apply_copy(const kiln_image *im, const kiln_tf_box *b, const kiln_tf *t, int x0, int y0, uint8_t *row, float *dst,
+                       uint8_t *dst_u8) {
+    int C = im->c, ow = b->x.out, oh = b->y.out;
+    for (int y = 0; y < oh; y++) {
+        const uint8_t *src = im->px + ((size_t)(y0 + y) * im->w + x0) * C;
+        if (dst_u8) memcpy(dst_u8 + (size_t)y * ow * C, src, (size_t)ow * C);
+        if (!dst) continue;
+        for (int c = 0; c < C; c++)
+            for (int i = 0; i < ow; i++) row[(size_t)c * ow + i] = src[(size_t)i * C + c];
+        write_row(row, ow, C, b->flip, t, dst + (size_t)y * ow, (size_t)ow * oh);
+    }
+}
+
 /* Built twice, for AVX-512 machines and for any x86-64, and chosen when the
  * program starts (GCC's target_clones): the resampler's loops are written to
  * vectorise, and at -O2 for plain x86-64 they get 4-wide SSE only. */
@@ -381,6 +405,11 @@ kiln_status kiln_tf_apply(const kiln_image *im, const kiln_tf_box *b, const kiln
         s->cap = need;
     }
     float *bw = (float *)(((uintptr_t)s->buf + 63) & ~(uintptr_t)63); /* 64-byte aligned: read as 16-lane vectors */
+    int cx = axis_copy(&b->x, im->w), cy = axis_copy(&b->y, im->h);
+    if (cx >= 0 && cy >= 0) {
+        apply_copy(im, b, t, cx, cy, (uint8_t *)bw, dst, dst_u8);
+        return KILN_OK;
+    }
     float *srcf = bw + bw_bytes / 4, *wx = srcf + (size_t)im->w * C, *wy = wx + (size_t)ow * kx, *acc = wy + (size_t)oh * ky;
     int *fx = (int *)(acc + (size_t)ow * C), *nx = fx + ow, *fy = nx + ow, *ny = fy + oh, *bx = ny + oh, *bn = bx + nb;
     uint8_t *tmp = (uint8_t *)(bn + nb), *row = tmp + (size_t)im->h * ow * C;
