@@ -2,7 +2,8 @@
  * algorithms, the GPU's cuDNN algorithms): read before the first tuning of
  * the process, written back atomically when something new was decided. A
  * missing or unreadable file only costs re-timing; a FIFO or folder in its
- * place is ignored without waiting on it. */
+ * place is ignored without waiting on it; a corrupt one is ignored with a
+ * warning naming it and rewritten. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,10 +35,14 @@ void kiln_decision_file_load(kiln_decision_file *f) {
         ssize_t n = read(fd, text, sizeof text - 1);
         close(fd);
         text[n > 0 ? n : 0] = 0;
-        /* decisions already made in this process (e.g. from a resumed checkpoint) win */
-        if (f->import_keep(text, p) != KILN_OK)
-            kiln_log(KILN_LOG_WARN, "ignoring the autotune cache: %s (delete it to re-tune)", kiln_last_error());
-        f->export_all(f->saved, sizeof f->saved);
+        /* decisions already made in this process (e.g. from a resumed checkpoint) win; a corrupt file
+         * adds nothing (the importer checks every line first) and is rewritten at the next save */
+        if (n >= (ssize_t)sizeof text - 1)
+            kiln_log(KILN_LOG_WARN, "ignoring the autotune cache %s: over %d bytes; it is rewritten", p, KILN_DECISIONS_MAX - 1);
+        else if (f->import_keep(text, p) != KILN_OK)
+            kiln_log(KILN_LOG_WARN, "ignoring the autotune cache: %s; it is rewritten", kiln_last_error());
+        else f->export_all(f->saved, sizeof f->saved);
+        f->stale = f->saved[0] == 0;
     }
     pthread_mutex_unlock(&f->lock);
 }
@@ -59,7 +64,7 @@ void kiln_decision_file_save(kiln_decision_file *f) {
     char path[1024], dir[1024], tmp[1100];
     size_t n = f->export_all(now, sizeof now);
     const char *p = kiln_cache_path(f->name, path, sizeof path);
-    if (n >= sizeof now || strcmp(now, f->saved) == 0 || !p[0]) {
+    if (n >= sizeof now || (!f->stale && strcmp(now, f->saved) == 0) || !p[0]) {
         pthread_mutex_unlock(&f->lock);
         return;
     }
@@ -70,7 +75,10 @@ void kiln_decision_file_save(kiln_decision_file *f) {
     FILE *out = (!slash || make_dirs(dir) == 0) ? fopen(tmp, "w") : NULL;
     int ok = out && fwrite(now, 1, n, out) == n;
     if (out) ok = fclose(out) == 0 && ok;
-    if (ok && rename(tmp, p) == 0) memcpy(f->saved, now, n + 1);
+    if (ok && rename(tmp, p) == 0) {
+        memcpy(f->saved, now, n + 1);
+        f->stale = 0;
+    }
     else {
         unlink(tmp);
         kiln_log(KILN_LOG_DEBUG, "could not write the autotune cache %s", p);
@@ -81,6 +89,7 @@ void kiln_decision_file_save(kiln_decision_file *f) {
 void kiln_decision_file_reset(kiln_decision_file *f) {
     pthread_mutex_lock(&f->lock);
     f->loaded = 0;
+    f->stale = 0;
     f->saved[0] = 0;
     pthread_mutex_unlock(&f->lock);
 }

@@ -160,13 +160,14 @@ double kiln_host_now(void);
 
 /* decision_file.c: a backend's autotune decisions on disk (KILN_CACHE_DIR,
  * else $XDG_CACHE_HOME/kiln or ~/.cache/kiln; KILN_CACHE_DIR= : none) */
-#define KILN_DECISIONS_MAX 65536
+#define KILN_DECISIONS_MAX (1 << 18)
 typedef struct kiln_decision_file {
-    const char *name;                                  /* "autotune-v1.txt" */
+    const char *name;                                  /* "autotune-v2.txt" */
     size_t (*export_all)(char *buf, size_t len);
     kiln_status (*import_keep)(const char *text, const char *source); /* decisions already made win */
     pthread_mutex_t lock;
     int loaded;
+    int stale;                                         /* the file holds something else (corrupt): rewrite it */
     char saved[KILN_DECISIONS_MAX];                    /* what the file holds */
 } kiln_decision_file;
 #define KILN_DECISION_FILE(nm, ex, im) {.name = nm, .export_all = ex, .import_keep = im, .lock = PTHREAD_MUTEX_INITIALIZER}

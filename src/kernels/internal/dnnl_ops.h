@@ -19,7 +19,7 @@ typedef struct kiln_dnnl_conv_opts {
     int fuse_relu;      /* y = relu(conv(x)) in one pass */
     int need_bwd_data;
     int need_bwd_weight;
-    int autotune;       /* time every algorithm (winograd, direct) on the real shape and keep the fastest */
+    int autotune;       /* time every implementation oneDNN offers on the real shape and keep the fastest */
     int x_blocked;      /* x and dx are in nChw16c (layout pass), else NCHW */
     int y_blocked;      /* y and dy likewise */
 } kiln_dnnl_conv_opts;
@@ -31,7 +31,7 @@ kiln_status kiln_dnnl_conv_bwd_data(kiln_dnnl_conv *c, const float *dy, const fl
 /* db may be NULL when the layer has no bias */
 kiln_status kiln_dnnl_conv_bwd_weight(kiln_dnnl_conv *c, const float *x, const float *dy, float *dw, float *db,
                                       int acc_w, int acc_b, void *ws);
-/* "fwd:winograd bwd_data:direct ..." and implementation names, for logs */
+/* the problem and each direction's decision, for logs */
 const char *kiln_dnnl_conv_describe(const kiln_dnnl_conv *c);
 
 typedef struct kiln_dnnl_linear kiln_dnnl_linear;
@@ -43,19 +43,59 @@ kiln_status kiln_dnnl_linear_bwd_data(kiln_dnnl_linear *l, const float *dy, cons
 kiln_status kiln_dnnl_linear_bwd_weight(kiln_dnnl_linear *l, const float *x, const float *dy, float *dw, float *db,
                                         int acc_w, int acc_b);
 
-/* Autotune decisions (autotune_cache.c): which algorithm each convolution
- * problem uses in each direction, keyed by a benchdnn-like problem string
- * ("mb64ic32ih26iw26oc64kh3kw3sh1ph0+relu/xb/yb"). Decisions are kept for the
- * process, written to an on-disk cache, and stored in checkpoints, so runs on
- * one machine (and a resumed run anywhere) use the same algorithms: the same
- * numbers, bit for bit. Algorithms are 'w' (Winograd) or 'd' (direct). */
-int kiln_autotune_lookup(const char *problem, const char *dir, char *alg);
-void kiln_autotune_store(const char *problem, const char *dir, char alg);
-/* "problem dir alg\n" lines; returns the full length (excluding NUL), writing at most len bytes (buf may be NULL) */
+/* Autotune decisions (autotune_cache.c): which implementation each
+ * convolution problem uses in each direction ("fwd", "fwd_inf" for an
+ * inference plan's forward, "bwd_data", "bwd_weight"), keyed by a
+ * benchdnn-like problem string ("mb64ic32ih26iw26oc64kh3kw3sh1ph0+relu/xb/yb")
+ * and the machine (kiln_autotune_machine: threads, CPU model, oneDNN
+ * version), so a decision from another machine or library is never used.
+ * A decision is "algorithm/layout/implementation", e.g.
+ * "direct/nhwc/brgconv:avx512_core", with the time it measured. Decisions are
+ * kept for the process, in an on-disk cache and in checkpoints, so runs on one
+ * machine (and a resumed run) use the same implementations: the same numbers,
+ * bit for bit. */
+#define KILN_AUTOTUNE_PROBLEM_MAX 160
+#define KILN_AUTOTUNE_DECISION_MAX 96
+/* "t2,AMD_EPYC,onednn-2.6.3": the compute threads now, the CPU's model name and oneDNN's version */
+const char *kiln_autotune_machine(void);
+/* this machine's decision for (problem, dir): 1 and decision (len bytes) and its microseconds, or 0 */
+int kiln_autotune_lookup(const char *problem, const char *dir, char *decision, size_t len, double *us);
+void kiln_autotune_store(const char *problem, const char *dir, const char *decision, double us);
+/* "problem machine dir decision us" lines after a header comment; returns the full length (excluding NUL),
+ * writing at most len bytes (buf may be NULL) */
 size_t kiln_autotune_export(char *buf, size_t len);
-/* adds the decisions in text (replacing known ones when `replace`); malformed lines are an error naming `source` */
+/* adds the decisions in text (replacing known ones when `replace`); a malformed line is an error naming
+ * `source` and its line, and then nothing is added; lines of the older "problem dir w|d" form are skipped */
 kiln_status kiln_autotune_import(const char *text, const char *source, int replace);
-/* the on-disk cache: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; "" disables */
-void kiln_autotune_forget(void); /* tests: drop every decision */
+void kiln_autotune_forget(void); /* tests: drop every decision, the choices and the counters */
+
+/* What the tuner did (conv_tune.c), for tests, logs and `kiln bench conv`. */
+typedef struct kiln_autotune_stats {
+    int64_t candidates;  /* implementations timed (each at least one call) */
+    int64_t runs;        /* timed calls */
+    int64_t tuned;       /* directions decided by timing now */
+    int64_t remembered;  /* directions made from a remembered decision (no timing) */
+    int64_t over_budget; /* directions left untimed or cut short by the time budget */
+    double seconds;      /* wall time spent choosing */
+} kiln_autotune_stats;
+void kiln_autotune_stats_get(kiln_autotune_stats *s);
+void kiln_autotune_stats_reset(void); /* the counters and the list of choices */
+/* Each (problem, direction) decided since the last reset, once, in order. */
+typedef struct kiln_autotune_choice {
+    char problem[KILN_AUTOTUNE_PROBLEM_MAX];
+    char dir[16];
+    char decision[KILN_AUTOTUNE_DECISION_MAX];
+    double us;      /* the best measured time per call (reorders included); 0 when not timed */
+    int remembered; /* 1: from a decision made before (this process, the cache, a checkpoint) */
+    int candidates; /* implementations timed for it now */
+} kiln_autotune_choice;
+int kiln_autotune_choices(kiln_autotune_choice *out, int max); /* returns how many there are */
+/* the tuning budget in seconds: per direction of one conv, and for the whole process (0: the defaults) */
+void kiln_autotune_set_budget(double per_direction_s, double process_s);
+/* every candidate a direction of this conv could use, as decisions (tests); returns how many */
+int kiln_dnnl_conv_candidates(const kiln_conv_shape *cs, const kiln_dnnl_conv_opts *o, const char *dir,
+                              char (*out)[KILN_AUTOTUNE_DECISION_MAX], int max);
+/* the decision a direction of this object runs ("" when it lacks the direction) */
+const char *kiln_dnnl_conv_decision(const kiln_dnnl_conv *c, const char *dir);
 
 #endif
