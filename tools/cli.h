@@ -36,6 +36,10 @@ int cli_exit_code(kiln_status s);
 int cli_bench_step(int argc, char **argv);
 /* predict.c: kiln predict */
 int cli_predict(int argc, char **argv);
+/* inspect.c: kiln inspect */
+int cli_inspect(int argc, char **argv);
+/* tune.c: kiln tune */
+int cli_tune(int argc, char **argv);
 
 /* progress.c */
 typedef struct progress_ui {

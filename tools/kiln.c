@@ -29,6 +29,8 @@ static const char *main_help =
     "  bench   bench loader: the loader's images/s per worker count, without training;\n"
     "          bench step: a model's median step time on synthetic data\n"
     "  predict a model's top-5 classes and logits for every image under a folder, as JSON lines\n"
+    "  inspect a model's compiled plan: steps, kernels and layouts chosen, reorders, arena, FLOPs\n"
+    "  tune    time every convolution of a model ahead of a run and keep the fastest in the autotune cache\n"
     "\n"
     "  kiln <command> --help   describes each command's options\n"
     "  kiln --version          prints the version\n"
@@ -38,6 +40,8 @@ static const char *main_help =
     "  kiln train --resume run.safetensors --epochs 3      # continue that run, with its settings\n"
     "  kiln eval --model mnist-cnn --data fashion-mnist --load run.safetensors --json\n"
     "  kiln predict --model resnet18 --load weights.safetensors --data photos --out preds.jsonl\n"
+    "  kiln tune --model resnet18 --batch-size 32        # then kiln train ... --batch-size 32 tunes nothing\n"
+    "  kiln inspect --model resnet18 --batch-size 32 --eval\n"
     "  kiln pack --from fashion-mnist --to fmnist-jpeg --format jpeg --size 64\n"
     "  kiln bench loader --data fmnist-jpeg --workers 0,2 --random-resized-crop 56 --hflip --normalize imagenet\n";
 
@@ -502,6 +506,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "pack")) return cmd_pack(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "predict")) return cli_predict(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tune")) return cli_tune(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command '%s'\n\n%s", cmd, main_help);
     return EXIT_USAGE;
 }

@@ -210,6 +210,30 @@ size_t kiln_plan_arena_bytes(const kiln_plan *plan);
 size_t kiln_plan_arena_bytes_no_reuse(const kiln_plan *plan);
 /* A readable listing of the compiled steps (one line per kernel call). */
 void kiln_plan_describe(const kiln_plan *plan, char *buf, size_t len);
+/* What one step of the plan's max_batch list runs, on what (kiln inspect). */
+#define KILN_STEP_MAX_ARGS 8
+typedef struct kiln_step_arg {
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];    /* the batch resolved */
+    char layout[16];                 /* "plain" (row-major), or the backend's: "nChw16c" */
+} kiln_step_arg;
+typedef struct kiln_step_info {
+    const char *name;                /* the node: "layer1.0.conv1", "layer1.0.conv1:bwd_data" */
+    const char *op;                  /* "conv2d", "conv2d_bwd_data", "batch_norm2d", ... */
+    const char *phase;               /* "forward", "backward" (made by autodiff) or "other" (the loss read-out) */
+    int nin, nout;
+    kiln_step_arg in[KILN_STEP_MAX_ARGS], out[KILN_STEP_MAX_ARGS];
+    char attrs[128];                 /* "stride=2 pad=1 dilation=1 groups=1" */
+    const char *epilogue;            /* "" or the op folded in: "relu", "relu_bwd_mask" */
+    char kernel[128];                /* the backend's choice when it has several ("direct/nChw16c/jit:avx512_core"); "" */
+    int reorders;                    /* activations its kernel converts to or from its own layout on every run */
+    int weight_reorders;             /* weights (or their gradients) likewise */
+    double flops;                    /* 2 x multiply-adds: conv2d, linear and their backward steps; else 0 */
+} kiln_step_info;
+int kiln_plan_step_count(const kiln_plan *plan);
+kiln_status kiln_plan_step_info(const kiln_plan *plan, int i, kiln_step_info *out);
+/* the sum of the steps' flops: the conv and linear work of one run */
+double kiln_plan_flops(const kiln_plan *plan);
 /* Per-step timing of every run (off unless compiled with profile = 1, or
  * switched on here for a while: on starts afresh, off stops and keeps the
  * figures), and a readable report of it. */

@@ -1,6 +1,6 @@
 /* The backward rule shared by the weighted layers y = f(x, w) (+ b), conv2d
  * and linear: a backward-data node for dL/dx when x needs it, and one
- * backward-weight node writing dL/dw and dL/db together. */
+ * backward-weight node writing dL/dw and dL/db together; and their cost. */
 #include "graph/internal/graph.h"
 
 int kiln_ops_weighted_backward(kiln_ad *ad, const kiln_node *f, kiln_op bwd_data, kiln_op bwd_weight) {
@@ -14,4 +14,13 @@ int kiln_ops_weighted_backward(kiln_ad *ad, const kiln_node *f, kiln_op bwd_data
         if (kiln_ad_emit(ad, bwd_weight, in, 2, t, b >= 0 ? 2 : 1) < 0) return -1;
     }
     return 0;
+}
+
+/* y's every element is the dot product of one filter (w's numel / w.shape[0]
+ * multiply-adds, whatever the groups); backward-data and backward-weights do
+ * the same products in another order */
+double kiln_ops_weighted_flops(const kiln_graph *g, const kiln_node *n, int64_t batch) {
+    const kiln_node *f = n->fwd >= 0 ? &g->nodes[n->fwd] : n;
+    const kiln_val *y = &g->vals[f->out[0]], *w = &g->vals[f->in[1]];
+    return 2.0 * (double)kiln_val_numel(y, batch) * (double)(kiln_val_numel(w, batch) / w->shape[0]);
 }

@@ -1,7 +1,8 @@
 /* kiln bench step: compile a zoo model for one batch size, bind synthetic data
  * once, warm up, then time each step alone and report the median (robust to
- * the odd slow step on a shared machine). FLOPs are counted from the graph,
- * as the peer benchmark counts them from PyTorch's modules. */
+ * the odd slow step on a shared machine). FLOPs are the plan's steps' (the
+ * op table's count of conv and linear work), as the peer benchmark counts
+ * them from PyTorch's modules. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -9,7 +10,6 @@
 #include "kiln/alloc.h"
 #include "kiln/bench.h"
 #include "kiln/optim.h"
-#include "ops/internal/ops.h"
 
 kiln_bench_step_config kiln_bench_step_defaults(void) {
     kiln_bench_step_config c = {.model = "resnet20", .batch = 64, .warmup = 3, .steps = 20, .autotune = 1, .seed = 1};
@@ -20,26 +20,6 @@ static double now_ms(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
-}
-
-static int64_t dim(const kiln_val *v, int d, int64_t batch) { return v->batched && d == 0 ? batch : v->shape[d]; }
-
-/* 2 x multiply-adds of every conv2d and linear node: forward, and in training
- * backward-weights plus backward-data where the layer's input is not a graph input */
-static double count_flops(const kiln_graph *g, int64_t batch, int training) {
-    double total = 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        const kiln_node *n = &g->nodes[i];
-        if (n->op != KILN_OP_CONV2D && n->op != KILN_OP_LINEAR) continue;
-        const kiln_val *X = &g->vals[n->in[0]], *W = &g->vals[n->in[1]], *Y = &g->vals[n->out[0]];
-        double out = 1, per = 1;
-        for (int d = 0; d < Y->ndim; d++) out *= (double)dim(Y, d, batch);
-        for (int d = 1; d < W->ndim; d++) per *= (double)W->shape[d]; /* C/groups x R x S, or in */
-        double f = 2 * out * per;
-        total += f;
-        if (training) total += f + (X->kind == KILN_VAL_INPUT ? 0 : f);
-    }
-    return total;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -121,7 +101,7 @@ kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_res
     r->ms_min = t[0];
     r->ms_max = t[c->steps - 1];
     r->images_per_s = (double)c->batch / (r->ms * 1e-3);
-    r->flops = count_flops(g, c->batch, !c->eval);
+    r->flops = kiln_plan_flops(pl);
     r->gflops = r->flops / (r->ms * 1e-3) * 1e-9;
     r->arena_mb = (double)kiln_plan_arena_bytes(pl) / (1024.0 * 1024.0);
     for (int i = 0; i < kiln_params_count(P); i++) r->params += kiln_params_numel(P, i);

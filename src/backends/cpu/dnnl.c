@@ -1,6 +1,7 @@
 /* conv2d and linear steps on oneDNN (src/kernels/dnnl/): the forward step
  * makes the layer's kernel object for its batch size at compile (autotuned,
  * with the directions backward needs); the backward steps share it. */
+#include <stdio.h>
 #include "backends/cpu/internal/cpu.h"
 #include "kernels/internal/dnnl_ops.h"
 
@@ -84,4 +85,30 @@ kiln_status kiln_cpu_linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *r
     int bias = s->nout > 1 && s->out[1].data;
     return kiln_dnnl_linear_bwd_weight(s->kobj, F(s->in[0]), F(s->in[1]), F(s->out[0]), bias ? F(s->out[1]) : NULL,
                                        kiln_step_acc(s, rc, 0), bias ? kiln_step_acc(s, rc, 1) : 0);
+}
+
+/* a direction's decision and reorders, for kiln inspect */
+static int conv_describe(const kiln_step *s, int dir, char *buf, size_t len, int *weights) {
+    int acts = 0;
+    *weights = 0;
+    snprintf(buf, len, "%s", s->kobj ? kiln_dnnl_conv_dir_info(s->kobj, dir, &acts, weights) : "");
+    return acts;
+}
+
+int kiln_cpu_conv_describe_fwd(const kiln_step *s, char *buf, size_t len, int *weights) {
+    return conv_describe(s, 0, buf, len, weights);
+}
+int kiln_cpu_conv_describe_bwd_data(const kiln_step *s, char *buf, size_t len, int *weights) {
+    return conv_describe(s, 1, buf, len, weights);
+}
+int kiln_cpu_conv_describe_bwd_weight(const kiln_step *s, char *buf, size_t len, int *weights) {
+    return conv_describe(s, 2, buf, len, weights);
+}
+
+/* linear layers are oneDNN matmuls on kiln's row-major tensors (weights read transposed through strides): no reorder */
+int kiln_cpu_linear_describe(const kiln_step *s, char *buf, size_t len, int *weights) {
+    (void)s;
+    snprintf(buf, len, "onednn matmul");
+    *weights = 0;
+    return 0;
 }

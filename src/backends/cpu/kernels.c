@@ -239,12 +239,14 @@ static kiln_status adadelta(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
-    [KILN_OP_CONV2D] = {kiln_cpu_conv_fwd, kiln_cpu_conv_prepare, kiln_cpu_conv_release, 1, 1},
-    [KILN_OP_CONV2D_BWD_DATA] = {kiln_cpu_conv_bwd_data, kiln_cpu_conv_bwd_prepare, NULL, 1, 1},
-    [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cpu_conv_bwd_weight, kiln_cpu_conv_bwd_prepare, NULL, 3, 0},
-    [KILN_OP_LINEAR] = {kiln_cpu_linear_fwd, kiln_cpu_linear_prepare, kiln_cpu_linear_release, 0, 0},
-    [KILN_OP_LINEAR_BWD_DATA] = {kiln_cpu_linear_bwd_data, kiln_cpu_linear_bwd_prepare, NULL, 0, 0},
-    [KILN_OP_LINEAR_BWD_WEIGHT] = {kiln_cpu_linear_bwd_weight, kiln_cpu_linear_bwd_prepare, NULL, 0, 0},
+    [KILN_OP_CONV2D] = {kiln_cpu_conv_fwd, kiln_cpu_conv_prepare, kiln_cpu_conv_release, 1, 1, 0, kiln_cpu_conv_describe_fwd},
+    [KILN_OP_CONV2D_BWD_DATA] = {kiln_cpu_conv_bwd_data, kiln_cpu_conv_bwd_prepare, NULL, 1, 1, 0, kiln_cpu_conv_describe_bwd_data},
+    [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cpu_conv_bwd_weight, kiln_cpu_conv_bwd_prepare, NULL, 3, 0, 0,
+                                   kiln_cpu_conv_describe_bwd_weight},
+    [KILN_OP_LINEAR] = {kiln_cpu_linear_fwd, kiln_cpu_linear_prepare, kiln_cpu_linear_release, 0, 0, 0, kiln_cpu_linear_describe},
+    [KILN_OP_LINEAR_BWD_DATA] = {kiln_cpu_linear_bwd_data, kiln_cpu_linear_bwd_prepare, NULL, 0, 0, 0, kiln_cpu_linear_describe},
+    [KILN_OP_LINEAR_BWD_WEIGHT] = {kiln_cpu_linear_bwd_weight, kiln_cpu_linear_bwd_prepare, NULL, 0, 0, 0,
+                                   kiln_cpu_linear_describe},
     [KILN_OP_RELU] = {relu, NULL, NULL, 0, 0},
     [KILN_OP_RELU_BWD] = {relu_bwd, NULL, NULL, 0, 0},
     [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool, NULL, 1, 0},

@@ -98,6 +98,10 @@ typedef struct kiln_kernel {
     void (*release)(kiln_step *s);    /* frees what prepare made (owned kernel objects) */
     unsigned blocked_in, blocked_out; /* slots that take the backend's blocked layout */
     unsigned tied;                    /* slots that must share one layout (inputs bit k, outputs KILN_TIE_OUT(k)) */
+    /* optional (kiln inspect): the implementation the step runs when the backend
+     * chooses among several, into buf; returns how many activations its kernel
+     * converts to or from its own layout on every run, *weights the weights */
+    int (*describe)(const kiln_step *s, char *buf, size_t len, int *weights);
 } kiln_kernel;
 #define KILN_TIE_OUT(k) (1u << (8 + (k)))
 

@@ -97,5 +97,8 @@ int kiln_dnnl_conv_candidates(const kiln_conv_shape *cs, const kiln_dnnl_conv_op
                               char (*out)[KILN_AUTOTUNE_DECISION_MAX], int max);
 /* the decision a direction of this object runs ("" when it lacks the direction) */
 const char *kiln_dnnl_conv_decision(const kiln_dnnl_conv *c, const char *dir);
+/* direction dir (0 forward, 1 backward-data, 2 backward-weights): its decision ("" when the object lacks it),
+ * and how many activations and weights it reorders on every call (conv_info.c) */
+const char *kiln_dnnl_conv_dir_info(const kiln_dnnl_conv *c, int dir, int *acts, int *weights);
 
 #endif

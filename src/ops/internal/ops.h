@@ -160,6 +160,8 @@ kiln_value kiln_ad_dout(const kiln_ad *ad, int k);
 int kiln_ad_emit(kiln_ad *ad, kiln_op op, const kiln_value *in, int nin, const kiln_value *targets, int ntargets);
 /* conv2d's and linear's rule: backward-data for x, backward-weight for w and b (weighted.c) */
 int kiln_ops_weighted_backward(kiln_ad *ad, const struct kiln_node *f, kiln_op bwd_data, kiln_op bwd_weight);
+/* their flops: each output element is one filter's dot product; each backward node costs its forward's */
+double kiln_ops_weighted_flops(const kiln_graph *g, const struct kiln_node *n, int64_t batch);
 /* View op `op` (reshape, transpose, ...) applied to v, e.g. to an incoming
  * gradient: for view ops' backward rules. Returns the view or -1. */
 kiln_value kiln_ad_view(kiln_ad *ad, kiln_op op, kiln_value v, const kiln_attrs *attr);
@@ -181,6 +183,9 @@ typedef struct kiln_op_def {
     int (*backward)(kiln_ad *ad, const struct kiln_node *f);
     /* training or evaluation: e.g. dropout becomes a view, batch norm uses running statistics */
     void (*specialize)(kiln_graph *g, int node, int training, int dropout_off);
+    /* the arithmetic of one call of node n at this batch, as 2 x multiply-adds (kiln inspect, bench step);
+     * NULL: not counted (only conv2d, linear and their backward ops are) */
+    double (*flops)(const kiln_graph *g, const struct kiln_node *n, int64_t batch);
 } kiln_op_def;
 
 const kiln_op_def *kiln_op_get(kiln_op op);

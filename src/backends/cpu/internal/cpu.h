@@ -33,5 +33,10 @@ void kiln_cpu_linear_release(kiln_step *s);
 kiln_status kiln_cpu_linear_fwd(const kiln_step *s, const kiln_run_ctx *rc);
 kiln_status kiln_cpu_linear_bwd_data(const kiln_step *s, const kiln_run_ctx *rc);
 kiln_status kiln_cpu_linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc);
+/* the kernel table's describe entries (kiln inspect): each direction's implementation and its reorders */
+int kiln_cpu_conv_describe_fwd(const kiln_step *s, char *buf, size_t len, int *weights);
+int kiln_cpu_conv_describe_bwd_data(const kiln_step *s, char *buf, size_t len, int *weights);
+int kiln_cpu_conv_describe_bwd_weight(const kiln_step *s, char *buf, size_t len, int *weights);
+int kiln_cpu_linear_describe(const kiln_step *s, char *buf, size_t len, int *weights);
 
 #endif

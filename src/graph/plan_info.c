@@ -1,0 +1,60 @@
+/* What a compiled plan runs, step by step, for `kiln inspect` and the FLOP
+ * counts of `kiln bench step`: each step of the max_batch list with its op,
+ * tensors (shapes with the batch resolved, layouts), attributes and epilogue;
+ * what the backend's kernel table says about it (the implementation chosen,
+ * the reorders it makes on every run); and its arithmetic from the op table. */
+#include <stdio.h>
+#include <string.h>
+#include "graph/internal/plan.h"
+
+_Static_assert(KILN_STEP_MAX_ARGS >= KILN_OP_MAX_IN && KILN_STEP_MAX_ARGS >= KILN_OP_MAX_OUT, "kiln_step_info holds every argument");
+
+static const kiln_steplist *first_list(const kiln_plan *pl) { return pl && pl->nlists ? &pl->lists[0] : NULL; }
+
+int kiln_plan_step_count(const kiln_plan *pl) {
+    const kiln_steplist *L = first_list(pl);
+    return L ? L->nsteps : 0;
+}
+
+/* a layout tag is the channel block of oneDNN's nChw<b>c (the cpu backend's 16) */
+static void arg(const kiln_tdesc *t, kiln_step_arg *a) {
+    a->ndim = t->ndim;
+    memcpy(a->shape, t->shape, sizeof a->shape);
+    if (t->layout) snprintf(a->layout, sizeof a->layout, "nChw%dc", t->layout);
+    else snprintf(a->layout, sizeof a->layout, "plain");
+}
+
+static double step_flops(const kiln_plan *pl, const kiln_step *s, int64_t batch) {
+    const kiln_op_def *d = kiln_op_get(s->op);
+    if (s->node < 0 || !d || !d->flops) return 0;
+    return d->flops(pl->g, &pl->g->nodes[s->node], batch);
+}
+
+kiln_status kiln_plan_step_info(const kiln_plan *pl, int i, kiln_step_info *out) {
+    memset(out, 0, sizeof *out);
+    const kiln_steplist *L = first_list(pl);
+    if (!L || i < 0 || i >= L->nsteps)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "plan: no step %d (it has %d)", i, L ? L->nsteps : 0);
+    const kiln_step *s = &L->steps[i];
+    out->name = s->name;
+    out->op = kiln_op_name(s->op);
+    /* autodiff appends its nodes after the forward ones */
+    out->phase = s->node < 0 ? "other" : pl->o.training && s->node >= pl->nfwd ? "backward" : "forward";
+    out->nin = s->nin;
+    out->nout = s->nout;
+    for (int k = 0; k < s->nin; k++) arg(&s->in[k], &out->in[k]);
+    for (int k = 0; k < s->nout; k++) arg(&s->out[k], &out->out[k]);
+    kiln_op_format_attrs(s->op, &s->attr, out->attrs, sizeof out->attrs);
+    out->epilogue = s->epilogue == KILN_EPI_RELU ? "relu" : s->epilogue == KILN_EPI_RELU_BWD_MASK ? "relu_bwd_mask" : "";
+    const kiln_kernel *k = &pl->be->kernels[s->op];
+    if (k->describe) out->reorders = k->describe(s, out->kernel, sizeof out->kernel, &out->weight_reorders);
+    out->flops = step_flops(pl, s, L->batch);
+    return KILN_OK;
+}
+
+double kiln_plan_flops(const kiln_plan *pl) {
+    const kiln_steplist *L = first_list(pl);
+    double total = 0;
+    for (int i = 0; L && i < L->nsteps; i++) total += step_flops(pl, &L->steps[i], L->batch);
+    return total;
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# kiln tune: with an empty autotune cache it times every direction of every
+# convolution of the training and inference plans and keeps the decisions on
+# disk; a second run tunes nothing (no candidate timed: counted by the tuner,
+# not judged by wall time) and reports the same choices as remembered; --eval
+# tunes the inference plan alone; bad options exit 2 naming them.
+#
+# Needs $KILN_BIN (ctest sets it) and python3.
+set -u
+
+. "$(dirname "$0")/harness.sh"
+harness_init test_tune
+export KILN_CACHE_DIR="$T/cache"
+
+# the JSON object's field
+field() { "$PY" -c "import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])" "$2" "$1"; }
+
+expect 0 "first run: an empty cache" -- "$KILN_BIN" tune --model mnist-cnn --batch-size 4 --json
+cp "$T/out" "$T/first.json"
+check "first run: timed candidates for every direction" "$PY" - "$T/first.json" <<'PYEOF'
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+dirs = sorted(c["dir"] for c in d["choices"])
+# conv1 reads the image (no backward-data), conv2 all three; the inference plan's forwards are their own problems
+assert dirs == sorted(["fwd", "bwd_weight", "fwd", "bwd_data", "bwd_weight", "fwd_inf", "fwd_inf"]), dirs
+assert d["tuned"] == 7 and d["candidates"] >= 7 and d["remembered"] == 0, d
+assert all(c["candidates"] >= 1 and not c["remembered"] and c["decision"] for c in d["choices"])
+assert d["cache"], d  # over_budget may be non-zero on a loaded machine: the decision is kept all the same
+PYEOF
+check "the cache folder holds the decisions" test -n "$(ls "$T/cache")"
+
+expect 0 "second run: the same cache" -- "$KILN_BIN" tune --model mnist-cnn --batch-size 4 --json
+check "second run: nothing tuned, no candidate timed, the same choices remembered" "$PY" - "$T/first.json" "$T/out" <<'PYEOF'
+import json, sys
+a, b = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:3])
+assert b["tuned"] == 0 and b["candidates"] == 0, b
+assert b["remembered"] == a["tuned"] + a["remembered"], (a["remembered"], b["remembered"])
+key = lambda c: (c["problem"], c["dir"], c["decision"])
+assert sorted(map(key, a["choices"])) == sorted(map(key, b["choices"]))
+assert all(c["remembered"] and c["candidates"] == 0 for c in b["choices"])
+PYEOF
+
+export KILN_CACHE_DIR="$T/cache2"
+expect 0 "--eval: the inference plan alone" -- "$KILN_BIN" tune --model mnist-cnn --batch-size 4 --eval --json
+check "--eval: two forward directions" test "$("$PY" -c "import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print(sorted(c['dir'] for c in d['choices']), d['tuned'])" "$T/out")" = "['fwd_inf', 'fwd_inf'] 2"
+expect 0 "the table" -- "$KILN_BIN" tune --model mnist-cnn --batch-size 4 --eval
+check "the table: a line per direction and the totals" grep -qE "0 directions tuned \(0 candidates timed\).*2 remembered" "$T/out"
+check "the table names the cache" grep -qF "$T/cache2" "$T/out"
+
+expect 2 "batch 0" "--batch-size" -- "$KILN_BIN" tune --batch-size 0
+expect 2 "an unknown model" "resnet9000" -- "$KILN_BIN" tune --model resnet9000
+expect 2 "--num-classes for mnist-cnn" "--num-classes" -- "$KILN_BIN" tune --model mnist-cnn --num-classes 3
+expect 2 "an unknown option" "--bogus" -- "$KILN_BIN" tune --bogus
+expect 0 "--help" -- "$KILN_BIN" tune --help
+harness_finish
