@@ -890,6 +890,86 @@ out:
     kiln_st_close(f);
 }
 
+/* bn_fold against PyTorch's fuse_conv_bn_weights: both kernels (with the
+ * conv's bias and without), then conv -> batch norm in evaluation compiled
+ * with the fold pass on ref and cpu plans against PyTorch's unfolded output */
+static void fold_plan(kiln_st_file *f, const char *fxname, int bias, const char *backend) {
+    const kiln_tensor *tx = fx_get(f, "x", KILN_F64), *tw = fx_get(f, "w", KILN_F64);
+    const double *y = fx_d(f, bias ? "y" : "y_nobias");
+    if (!tx || !tw || !y) return;
+    int64_t k = tw->shape[0];
+    kiln_graph *g = kiln_graph_new();
+    kiln_value x = kiln_param(g, "x", 4, tx->shape, 1); /* a parameter: the ref plan gets it in double */
+    kiln_value out = kiln_nn_batch_norm2d(g, "bn", kiln_nn_conv2d(g, "conv", x, tx->shape[1], k, 3, 1, 1, bias), k);
+    kiln_params *P = NULL;
+    CHECK_OK(kiln_params_new_on(g, backend, &P));
+    if (!P) {
+        kiln_graph_free(g);
+        return;
+    }
+    static const char *names[7] = {"x", "conv.weight", "conv.bias", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"};
+    static const char *keys[7] = {"x", "w", "b", "weight", "bias", "running_mean", "running_var"};
+    int ref = strcmp(backend, "ref") == 0;
+    for (int i = 0; i < 7; i++) {
+        int p = kiln_params_find(P, names[i]), bi = kiln_params_buffer_find(P, names[i]);
+        const double *v = fx_d(f, keys[i]);
+        int64_t n = p >= 0 ? kiln_params_numel(P, p) : bi >= 0 ? kiln_params_buffer_numel(P, bi) : 0;
+        char *dst = p >= 0 ? (char *)kiln_params_data(P) + kiln_params_offset(P, p) * (ref ? 8 : 4)
+                           : bi >= 0 ? kiln_params_buffer_data(P, bi) : NULL;
+        for (int64_t j = 0; dst && v && j < n; j++) {
+            if (ref) ((double *)dst)[j] = v[j];
+            else ((float *)dst)[j] = (float)v[j];
+        }
+    }
+    kiln_compile_opts o = kiln_compile_defaults();
+    o.autotune = 0;
+    kiln_plan *pl = NULL;
+    CHECK_OK(kiln_compile(g, P, &out, 1, &o, &pl));
+    int64_t n = fx_numel(f, bias ? "y" : "y_nobias");
+    char desc[2048];
+    if (pl) {
+        kiln_plan_describe(pl, desc, sizeof desc);
+        CHECK_MSG(strstr(desc, "bn_fold") && !strstr(desc, "batch_norm2d"), "%s: not folded:\n%s", fxname, desc);
+        CHECK_OK(kiln_plan_run(pl, o.max_batch));
+        const void *got = kiln_plan_value(pl, out);
+        if (ref) CMP_D(bias ? "folded plan" : "folded plan (no conv bias)", (const double *)got, y, n);
+        else CMP_F(bias ? "folded plan" : "folded plan (no conv bias)", (const float *)got, y, n);
+    }
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+}
+
+static void test_bn_fold(void) {
+    const char *fxname = "op_bn_fold.safetensors";
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const kiln_tensor *tw = fx_get(f, "w", KILN_F64);
+    const double *w = fx_d(f, "w"), *b = fx_d(f, "b"), *gamma = fx_d(f, "weight"), *beta = fx_d(f, "bias");
+    const double *mean = fx_d(f, "running_mean"), *var = fx_d(f, "running_var"), *wf = fx_d(f, "w_fold");
+    const double *bf = fx_d(f, "b_fold"), *bf0 = fx_d(f, "b_fold_nobias");
+    double eps = fx_meta(f, "eps");
+    if (!tw || !w || !b || !gamma || !beta || !mean || !var || !wf || !bf || !bf0) goto out;
+    int64_t k = tw->shape[0], nw = kiln_tensor_numel(tw), per = nw / k;
+    for (int bias = 1; bias >= 0; bias--) {
+        double *rw = dbuf(nw), *rb = dbuf(k);
+        kiln_ref_bn_fold(k, per, w, bias ? b : NULL, gamma, beta, mean, var, eps, rw, rb);
+        CMP_D("folded weight", rw, wf, nw);
+        CMP_D(bias ? "folded bias" : "folded bias (no conv bias)", rb, bias ? bf : bf0, k);
+        float *fw = fcopy(w, nw), *fb = fcopy(b, k), *fg = fcopy(gamma, k), *fbe = fcopy(beta, k), *fm = fcopy(mean, k);
+        float *fv = fcopy(var, k), *ow = fbuf(nw), *ob = fbuf(k);
+        kiln_cpu_bn_fold(k, per, fw, bias ? fb : NULL, fg, fbe, fm, fv, (float)eps, ow, ob);
+        CMP_F("folded weight", ow, wf, nw);
+        CMP_F(bias ? "folded bias" : "folded bias (no conv bias)", ob, bias ? bf : bf0, k);
+        free(rw), free(rb);
+        kiln_free(fw), kiln_free(fb), kiln_free(fg), kiln_free(fbe), kiln_free(fm), kiln_free(fv), kiln_free(ow), kiln_free(ob);
+        fold_plan(f, fxname, bias, "ref");
+        fold_plan(f, fxname, bias, "cpu");
+    }
+out:
+    kiln_st_close(f);
+}
+
 int main(void) {
     test_clip("op_clip_grad_norm.safetensors");
     test_clip("op_clip_grad_norm_noop.safetensors");
@@ -917,6 +997,7 @@ int main(void) {
     test_binary("op_add.safetensors", 0);
     test_binary("op_mul.safetensors", 1);
     test_batch_norm2d();
+    test_bn_fold();
     test_optimizer("op_sgd.safetensors", KILN_OPT_SGD);
     test_optimizer("op_adamw.safetensors", KILN_OPT_ADAMW);
     test_optimizer("op_adadelta.safetensors", KILN_OPT_ADADELTA);

@@ -9,6 +9,10 @@
  *   - the ref backend's gradients must match central finite differences of L;
  *   - a second variant adds sum(p * d_p) for every parameter p, so every
  *     backward kernel also runs its accumulate (acc = 1) path.
+ * Inference cases (ops only inference plans have: bn_fold) compile without
+ * backward, with random running statistics, and compare outputs only; the
+ * fast backend with its passes (fusion, layout, batch norm folding) on
+ * against the ref backend with them on, and off against on.
  * Adding an op is one entry in `cases` below (with its builder); the harness
  * fails when a forward op of the table has no case. */
 #include "backends/internal/backend.h"
@@ -16,7 +20,7 @@
 #include "kiln/graph.h"
 #include "testutil.h"
 
-enum { FILL_UNIFORM, FILL_AWAY, FILL_DISTINCT };
+enum { FILL_UNIFORM, FILL_AWAY, FILL_DISTINCT, FILL_MASK = 3, INFERENCE = 4 /* a case's flag: see below */ };
 
 typedef struct {
     kiln_graph *g;
@@ -25,6 +29,7 @@ typedef struct {
     int nint;
     kiln_value ints[2];  /* i32 inputs (class targets) */
     int classes[2];
+    int inference;       /* compiled without backward; fuse also switches batch norm folding */
 } hcase;
 
 typedef int (*build_fn)(hcase *h, int draw);
@@ -215,6 +220,17 @@ static int b_conv_bn_conv(hcase *h, int d) {
     return out1(h, kiln_conv2d(h->g, y, P(h, "c2.weight", 16, 16, 3, 3), P(h, "c2.bias", 16), 1, 0));
 }
 
+/* conv (with a bias on odd draws) -> batch norm -> relu -> conv, 16 channels:
+ * an inference case, where the norm folds into the first conv (bn_fold), relu
+ * fuses into it and the middle stays blocked */
+static int b_conv_bn_eval(hcase *h, int d) {
+    kiln_value x = P(h, "x", R(1, 2), R(1, 3), R(3, 6), R(3, 6));
+    int64_t c = x >= 0 ? h->g->vals[x].shape[1] : 1;
+    kiln_value y = kiln_conv2d(h->g, x, P(h, "c1.weight", 16, c, 3, 3), d % 2 ? P(h, "c1.bias", 16) : -1, 1, 1);
+    y = kiln_relu(h->g, bn(h, "bn", y, 16));
+    return out1(h, kiln_conv2d(h->g, y, P(h, "c2.weight", 8, 16, 3, 3), -1, 1, 0));
+}
+
 /* resnet18's stem on 16 channels: conv, batch norm, relu, 3x3 stride-2 max-pool padded by 1 (blocked layout) */
 static int b_stem_pool(hcase *h, int d) {
     (void)d;
@@ -226,7 +242,7 @@ static int b_stem_pool(hcase *h, int d) {
 static const struct {
     const char *ops; /* the forward ops it covers, space-separated */
     build_fn build;
-    int fill;
+    int fill;            /* FILL_*, | INFERENCE for an inference case */
 } cases[] = {
     {"conv2d", b_conv2d, FILL_UNIFORM},
     {"conv2d", b_conv2d_grouped, FILL_UNIFORM},
@@ -253,6 +269,7 @@ static const struct {
     {"conv2d relu max_pool2d", b_conv_relu_pool, FILL_UNIFORM},
     {"conv2d batch_norm2d relu", b_conv_bn_conv, FILL_UNIFORM},
     {"conv2d batch_norm2d relu max_pool2d", b_stem_pool, FILL_UNIFORM},
+    {"conv2d batch_norm2d bn_fold relu", b_conv_bn_eval, FILL_UNIFORM | INFERENCE},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -286,6 +303,21 @@ static void fill_params(kiln_params *P64, kiln_params *P32, int mode) {
     free(perm);
 }
 
+/* random running statistics (variances in [0.5, 2]) in both backends: the
+ * initial 0 and 1 would let a wrong fold of the mean or variance pass */
+static void fill_statistics(kiln_params *P64, kiln_params *P32) {
+    for (int i = 0; i < kiln_params_buffer_count(P64); i++) {
+        if (kiln_params_buffer_dtype(P32, i) != KILN_F32) continue;
+        int64_t n = kiln_params_buffer_numel(P32, i);
+        int var = strstr(kiln_params_buffer_name(P32, i), "running_var") != NULL;
+        float *b = malloc((size_t)n * 4);
+        double *d = kiln_params_buffer_data(P64, i);
+        for (int64_t j = 0; j < n; j++) d[j] = b[j] = (float)(var ? tu_uniform(0.5, 2) : tu_uniform(-1, 1));
+        CHECK_OK(kiln_params_buffer_write(P32, i, b));
+        free(b);
+    }
+}
+
 typedef struct {
     kiln_plan *pl;
     float **c;           /* the random weights of each loss term */
@@ -295,10 +327,11 @@ typedef struct {
 static kiln_status compile_run(hcase *h, kiln_params *P, kiln_value loss, const char *backend, int fuse, int layout,
                                bound *b, int nc, kiln_value *cvals) {
     kiln_compile_opts o = kiln_compile_defaults();
-    o.training = 1;
+    o.training = !h->inference;
     o.max_batch = 1;
     o.backend = backend;
     o.fuse = fuse;
+    o.fold_bn = fuse;
     o.layout = layout;
     o.autotune = 0;
     kiln_value outs[5] = {loss};
@@ -388,7 +421,7 @@ static void compare_backends(const char *what, hcase *h, bound *ref, bound *fast
 static void run_case(const char *backend, int ci, int draw, int acc_variant) {
     char what[96];
     snprintf(what, sizeof what, "%s on %s (draw %d%s)", cases[ci].ops, backend, draw, acc_variant ? ", accumulating" : "");
-    hcase h = {.g = kiln_graph_new()};
+    hcase h = {.g = kiln_graph_new(), .inference = (cases[ci].fill & INFERENCE) != 0};
     CHECK_MSG(cases[ci].build(&h, draw) == 0 && kiln_graph_status(h.g) == KILN_OK, "%s: build failed: %s", what, kiln_last_error());
     if (kiln_graph_status(h.g) != KILN_OK) {
         kiln_graph_free(h.g);
@@ -429,7 +462,8 @@ static void run_case(const char *backend, int ci, int draw, int acc_variant) {
         for (int v = 0; v < 2; v++) {
             kiln_params_init(P64, 1); /* buffers to their initial values */
             kiln_params_init(P32, 1);
-            fill_params(P64, P32, cases[ci].fill);
+            fill_params(P64, P32, cases[ci].fill & FILL_MASK);
+            if (h.inference) fill_statistics(P64, P32);
             kiln_plan_free(ref.pl);
             ref.pl = NULL;
             CHECK_OK(compile_run(&h, P64, loss, "ref", 1, 1, &ref, nc, cvals));
@@ -438,7 +472,7 @@ static void run_case(const char *backend, int ci, int draw, int acc_variant) {
             snprintf(w2, sizeof w2, "%s, fuse+layout %s", what, v == 0 ? "on" : "off");
             if (ref.pl && fast[v].pl) compare_backends(w2, &h, &ref, &fast[v], P64, P32);
         }
-        if (ref.pl) {
+        if (ref.pl && !h.inference) { /* inference plans have no gradients */
             int64_t total = kiln_params_total(P64);
             double *an = malloc((size_t)total * 8);
             memcpy(an, kiln_params_grad(P64), (size_t)total * 8);
@@ -485,7 +519,7 @@ int main(void) {
         }
         for (int c = 0; c < NCASES; c++)
             for (int draw = 0; draw < 3; draw++)
-                for (int acc = 0; acc < 2; acc++) run_case(be->name, c, draw, acc);
+                for (int acc = 0; acc < ((cases[c].fill & INFERENCE) ? 1 : 2); acc++) run_case(be->name, c, draw, acc);
     }
     return tu_finish("test_ops");
 }

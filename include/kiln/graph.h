@@ -102,6 +102,17 @@ kiln_value kiln_contiguous(kiln_graph *g, kiln_value x);
 kiln_value kiln_batch_norm2d(kiln_graph *g, kiln_value x, kiln_value weight, kiln_value bias, kiln_value running_mean,
                              kiln_value running_var, kiln_value num_batches_tracked, float momentum, float eps);
 
+/* The guide's "disable bias for convolutions directly followed by a batch
+ * norm": removes the bias of every conv2d or linear whose output only a batch
+ * norm over the same channels reads (directly, or through a view that keeps
+ * [N, C] in front). The norm subtracts any per-channel constant, so results do
+ * not change beyond rounding, and the bias stops being a parameter: no
+ * gradient, no optimizer state, no checkpoint entry. Call it after building
+ * and before kiln_params_new. Returns how many were removed, or -1; their
+ * names ("conv1.bias,conv2.bias", malloc'd, or NULL when none) in *removed if
+ * given. Training compiles warn about each such bias that is left. */
+int kiln_graph_fix_bias(kiln_graph *g, char **removed);
+
 /* shape of a value (shape[0] == KILN_BATCH when batched); returns ndim or -1 */
 int kiln_value_shape(const kiln_graph *g, kiln_value v, int64_t *shape);
 const char *kiln_value_name(const kiln_graph *g, kiln_value v);
@@ -173,6 +184,8 @@ typedef struct kiln_compile_opts {
     int fuse;           /* 1 (default): the fusion pass folds relu into conv2d/linear */
     int autotune;       /* 1 (default): time each conv algorithm on its real shape, keep the fastest */
     int layout;         /* 1 (default): the layout pass keeps conv chains in oneDNN's blocked layout */
+    int fold_bn;        /* 1 (default): inference plans fold each batch norm into the conv2d before it (a small
+                           step recomputes the conv's weights and bias every run; the norm's pass is gone) */
     int dropout_off;    /* 1: dropout is the identity even in training (golden tests) */
     uint64_t seed;      /* dropout key */
     double memory_budget; /* bytes the arena may take; 0: 90 % of the machine's memory */

@@ -60,6 +60,20 @@ int kiln_val_contiguous(const kiln_val *v) {
     return 1;
 }
 
+int *kiln_graph_readers(const kiln_graph *g, int *last) {
+    int *count = calloc((size_t)(g->nvals ? g->nvals : 1), sizeof *count);
+    if (!count) return NULL;
+    for (int v = 0; last && v < g->nvals; v++) last[v] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i].dead) continue;
+        for (int k = 0; k < g->nodes[i].nin; k++) {
+            count[g->nodes[i].in[k]]++;
+            if (last) last[g->nodes[i].in[k]] = i;
+        }
+    }
+    return count;
+}
+
 kiln_value kiln_val_root(const kiln_graph *g, kiln_value v) {
     while (g->vals[v].alias_of >= 0) v = g->vals[v].alias_of;
     return v;

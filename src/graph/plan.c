@@ -15,6 +15,7 @@ kiln_compile_opts kiln_compile_defaults(void) {
     o.fuse = 1;
     o.autotune = 1;
     o.layout = 1;
+    o.fold_bn = 1;
     o.seed = 1;
     return o;
 }
@@ -58,15 +59,21 @@ static kiln_status check_args(const kiln_graph *g0, kiln_params *P, const kiln_v
     return KILN_OK;
 }
 
-/* the graph passes, in order: specialise, autodiff, fusion, the backend's own */
+/* the graph passes, in order: specialise, the bias check and autodiff (training) or batch norm
+ * folding (inference), fusion, the backend's own */
 static kiln_status transform(kiln_plan *pl, kiln_value loss) {
     kiln_graph *g = pl->g;
     const kiln_compile_opts *o = &pl->o;
     kiln_pass_specialize(g, o->training, o->dropout_off);
+    if (o->training && !o->plan_only) kiln_pass_warn_bias_before_norm(g);
     if (o->training) {
         kiln_status st = kiln_autodiff(g, loss);
         if (st != KILN_OK) return st;
     }
+    /* a backend without the fold kernel runs the norms as they are */
+    if (!o->training && o->fold_bn && pl->be->kernels[KILN_OP_BN_FOLD].run &&
+        kiln_pass_fold_bn(g, pl->outputs, pl->nout) < 0)
+        return kiln_graph_status(g);
     if (o->fuse && (kiln_pass_fuse_epilogues(g, pl->nfwd) < 0 || kiln_pass_fuse_pool_relu_bwd(g) < 0))
         return kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
     if (pl->be->passes) return pl->be->passes(g, o);

@@ -45,7 +45,8 @@ static const kiln_attr_spec conv_attrs[] = {KILN_ATTR("stride", KILN_ATTR_I64, c
                                             KILN_ATTR("groups", KILN_ATTR_I64, conv.groups), {0}};
 
 const kiln_op_def kiln_op_conv2d = {
-    .name = "conv2d", .min_in = 2, .max_in = 3, .nout = 1, .flags = KILN_OPF_LAYER, .epilogues = KILN_EPI_RELU,
+    .name = "conv2d", .min_in = 2, .max_in = 3, .nout = 1, .flags = KILN_OPF_LAYER | KILN_OPF_CHANNEL_BIAS,
+    .epilogues = KILN_EPI_RELU,
     .attrs = conv_attrs, .infer = conv_infer, .backward = conv_backward, .flops = kiln_ops_weighted_flops,
 };
 const kiln_op_def kiln_op_conv2d_bwd_data = {.name = "conv2d_bwd_data", .min_in = 2, .max_in = 2, .attrs = conv_attrs,

@@ -25,7 +25,8 @@ static int linear_backward(kiln_ad *ad, const kiln_node *f) {
 }
 
 const kiln_op_def kiln_op_linear = {
-    .name = "linear", .min_in = 2, .max_in = 3, .nout = 1, .flags = KILN_OPF_LAYER, .epilogues = KILN_EPI_RELU,
+    .name = "linear", .min_in = 2, .max_in = 3, .nout = 1, .flags = KILN_OPF_LAYER | KILN_OPF_CHANNEL_BIAS,
+    .epilogues = KILN_EPI_RELU,
     .infer = linear_infer, .backward = linear_backward, .flops = kiln_ops_weighted_flops,
 };
 const kiln_op_def kiln_op_linear_bwd_data = {.name = "linear_bwd_data", .min_in = 2, .max_in = 2, .flops = kiln_ops_weighted_flops};

@@ -63,7 +63,41 @@ static const kiln_attr_spec bn_attrs[] = {KILN_ATTR("momentum", KILN_ATTR_F32, b
                                           KILN_ATTR("training", KILN_ATTR_INT, bn.training), {0}};
 
 const kiln_op_def kiln_op_batch_norm2d = {
-    .name = "batch_norm2d", .min_in = 6, .max_in = 6, .nout = 3, .flags = KILN_OPF_LAYER, .attrs = bn_attrs,
+    .name = "batch_norm2d", .min_in = 6, .max_in = 6, .nout = 3, .flags = KILN_OPF_LAYER | KILN_OPF_CHANNEL_NORM,
+    .attrs = bn_attrs,
     .infer = bn_infer, .backward = bn_backward, .specialize = bn_specialize,
 };
 const kiln_op_def kiln_op_batch_norm2d_bwd = {.name = "batch_norm2d_bwd", .min_in = 5, .max_in = 5, .attrs = bn_attrs};
+
+/* bn_fold, for inference plans (src/graph/pass_fold_bn.c): batch norm in
+ * evaluation folded into the weighted layer before it,
+ *     s[k] = gamma[k] / sqrt(var[k] + eps),
+ *     w'[k, ...] = w[k, ...] * s[k],   b'[k] = (b[k] - mean[k]) * s[k] + beta[k]   (b = 0 when absent),
+ * so that layer(x, w', b') = bn(layer(x, w, b)). Inputs w [K, ...], gamma,
+ * beta, running_mean, running_var [K] and optionally b [K]; outputs w', b'.
+ * Recomputed every run: the parameters change between evaluations. */
+static int fold_infer(kiln_infer *ix) {
+    const kiln_val *W = ix->in[0];
+    char s1[96], s2[96];
+    if (W->ndim < 1 || W->batched || W->dtype != KILN_F32)
+        return kiln_infer_fail(ix, KILN_ERR_SHAPE, "weight %s (want [K, ...] f32)", kiln_infer_shape(W, s1));
+    for (int k = 1; k < ix->nin; k++) {
+        const kiln_val *V = ix->in[k];
+        if (V->ndim != 1 || V->shape[0] != W->shape[0] || V->dtype != KILN_F32)
+            return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %d '%s' %s does not match weight %s (want [%lld] f32)", k,
+                                   V->name, kiln_infer_shape(V, s1), kiln_infer_shape(W, s2), (long long)W->shape[0]);
+    }
+    if (!(ix->attr->bn.eps > 0)) return kiln_infer_fail(ix, KILN_ERR_INVALID_ARG, "eps %g", (double)ix->attr->bn.eps);
+    ix->out[0].dtype = ix->out[1].dtype = KILN_F32;
+    ix->out[0].ndim = W->ndim;
+    for (int d = 0; d < W->ndim; d++) ix->out[0].shape[d] = W->shape[d];
+    ix->out[1].ndim = 1;
+    ix->out[1].shape[0] = W->shape[0];
+    return 0;
+}
+
+static const kiln_attr_spec fold_attrs[] = {KILN_ATTR("eps", KILN_ATTR_F32, bn.eps), {0}};
+
+const kiln_op_def kiln_op_bn_fold = {
+    .name = "bn_fold", .min_in = 5, .max_in = 6, .nout = 2, .attrs = fold_attrs, .infer = fold_infer,
+};

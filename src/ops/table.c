@@ -26,6 +26,7 @@ static const kiln_op_def *const table[] = {
     [KILN_OP_AVG_POOL2D] = &kiln_op_avg_pool2d,
     [KILN_OP_ADAPTIVE_AVG_POOL2D] = &kiln_op_adaptive_avg_pool2d,
     [KILN_OP_PAD] = &kiln_op_pad,
+    [KILN_OP_BN_FOLD] = &kiln_op_bn_fold,
     [KILN_OP_ONES] = &kiln_op_ones,
     [KILN_OP_CONV2D_BWD_DATA] = &kiln_op_conv2d_bwd_data,
     [KILN_OP_CONV2D_BWD_WEIGHT] = &kiln_op_conv2d_bwd_weight,

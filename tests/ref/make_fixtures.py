@@ -317,6 +317,32 @@ def op_batch_norm2d(folder):
                      num_batches_tracked=str(int(bn.num_batches_tracked))))
 
 
+def op_bn_fold(folder):
+    """conv2d then BatchNorm2d in evaluation (random running statistics, not 0
+    and 1), and the conv's weight and bias with the norm folded in, by
+    PyTorch's own torch.nn.utils.fusion.fuse_conv_bn_weights: with the conv's
+    bias and without it. The outside oracle for kiln's bn_fold kernels and its
+    fold pass."""
+    from torch.nn.utils.fusion import fuse_conv_bn_weights
+    torch.manual_seed(110)
+    N, C, H, W, K = 2, 3, 6, 5, 8
+    x, w, b = rnd(N, C, H, W), rnd(K, C, 3, 3) * 0.5, rnd(K)
+    bn = nn.BatchNorm2d(K).double().eval()
+    with torch.no_grad():
+        bn.weight.copy_(rnd(K))
+        bn.bias.copy_(rnd(K))
+        bn.running_mean.copy_(rnd(K) * 0.5)
+        bn.running_var.copy_(torch.rand(K, dtype=D) * 1.5 + 0.5)
+        y = bn(F.conv2d(x, w, b, padding=1))
+        y_nobias = bn(F.conv2d(x, w, None, padding=1))
+        w_fold, b_fold = fuse_conv_bn_weights(w, b, bn.running_mean, bn.running_var, bn.eps, bn.weight, bn.bias)
+        _, b_fold_nobias = fuse_conv_bn_weights(w, None, bn.running_mean, bn.running_var, bn.eps, bn.weight, bn.bias)
+    t = [("x", x), ("w", w), ("b", b), ("weight", bn.weight), ("bias", bn.bias), ("running_mean", bn.running_mean),
+         ("running_var", bn.running_var), ("y", y), ("y_nobias", y_nobias), ("w_fold", w_fold.detach()),
+         ("b_fold", b_fold.detach()), ("b_fold_nobias", b_fold_nobias.detach())]
+    return save(folder, "op_bn_fold.safetensors", t, dict(op="bn_fold", eps=fl(bn.eps), pad=1))
+
+
 def op_optim(folder, fname, seed, make, meta):
     torch.manual_seed(seed)
     n, steps = 50, 3
@@ -568,6 +594,7 @@ def generate(folder):
     op_binary(folder, "add", 80, lambda a, b: a + b)
     op_binary(folder, "mul", 81, lambda a, b: a * b)
     op_batch_norm2d(folder)
+    op_bn_fold(folder)
     op_optim(folder, "op_adadelta.safetensors", 90,
              lambda ps: torch.optim.Adadelta(ps, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0),
              dict(optimizer="adadelta", lr=fl(1.0), rho=fl(0.9), eps=fl(1e-6), weight_decay=fl(0)))

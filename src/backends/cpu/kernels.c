@@ -193,6 +193,15 @@ static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* batch norm folded into the layer before it: in w, gamma, beta, mean, var, b?; out w', b' */
+static kiln_status bn_fold(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    int64_t k = s->out[1].numel;
+    kiln_cpu_bn_fold(k, s->out[0].numel / k, F(s->in[0]), s->nin > 5 ? F(s->in[5]) : NULL, F(s->in[1]), F(s->in[2]),
+                     F(s->in[3]), F(s->in[4]), s->attr.bn.eps, F(s->out[0]), F(s->out[1]));
+    return KILN_OK;
+}
+
 /* ---- steps outside the graph ---- */
 
 static kiln_status readout(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -274,6 +283,7 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL, NULL, 0, 0},
     [KILN_OP_BATCH_NORM2D] = {bn, kiln_prepare_nchw, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
     [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, kiln_prepare_nchw, NULL, 3, 1, 3 | KILN_TIE_OUT(0)},
+    [KILN_OP_BN_FOLD] = {bn_fold, NULL, NULL, 0, 0},
     [KILN_OP_READOUT] = {readout, NULL, NULL, 0, 0},
     [KILN_OP_SUMSQ] = {sumsq, NULL, NULL, 0, 0},
     [KILN_OP_CLIP_SCALE] = {clip_scale, NULL, NULL, 0, 0},

@@ -283,6 +283,15 @@ static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* batch norm folded into the layer before it: in w, gamma, beta, mean, var, b?; out w', b' */
+static kiln_status bn_fold(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    int64_t k = s->out[1].numel;
+    kiln_ref_bn_fold(k, s->out[0].numel / k, D(s->in[0]), s->nin > 5 ? D(s->in[5]) : NULL, D(s->in[1]), D(s->in[2]),
+                     D(s->in[3]), D(s->in[4]), s->attr.bn.eps, D(s->out[0]), D(s->out[1]));
+    return KILN_OK;
+}
+
 /* ---- steps outside the graph ---- */
 
 static kiln_status readout(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -362,6 +371,7 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SUM_BWD] = {sum_bwd},
     [KILN_OP_BATCH_NORM2D] = {bn},
     [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd},
+    [KILN_OP_BN_FOLD] = {bn_fold},
     [KILN_OP_READOUT] = {readout},
     [KILN_OP_SUMSQ] = {sumsq},
     [KILN_OP_CLIP_SCALE] = {clip_scale},

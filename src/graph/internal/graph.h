@@ -86,6 +86,10 @@ void kiln_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
 /* the value whose storage v shares (v itself when it is a root) */
 kiln_value kiln_val_root(const kiln_graph *g, kiln_value v);
 
+/* how many live nodes read each value (a node reading it twice counts twice);
+ * last[v], when given, is the last of them (-1: none). NULL when out of memory. */
+int *kiln_graph_readers(const kiln_graph *g, int *last);
+
 /* autodiff: appends backward nodes to g for d(loss)/d(every param), following
  * each op's backward rule in the table */
 kiln_status kiln_autodiff(kiln_graph *g, kiln_value loss);
@@ -109,5 +113,12 @@ int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g);
 /* compile-time specialisation for training or evaluation (dropout becomes a
  * view, batch norm uses its running statistics), via each op's `specialize` */
 void kiln_pass_specialize(kiln_graph *g, int training, int dropout_off);
+
+/* pass_bias_norm.c: warns about each conv2d/linear bias a following batch norm cancels */
+void kiln_pass_warn_bias_before_norm(kiln_graph *g);
+/* pass_fold_bn.c: folds each evaluation batch norm into the conv2d (or linear)
+ * that alone feeds it, through a bn_fold node that recomputes the layer's
+ * weight and bias every run; the number folded, or -1 (the graph's error set) */
+int kiln_pass_fold_bn(kiln_graph *g, const kiln_value *outputs, int noutputs);
 
 #endif

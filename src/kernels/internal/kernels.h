@@ -140,6 +140,12 @@ void kiln_ref_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, const double *x, 
                              const double *mean, const double *invstd, double *dx, double *dw, double *db, int acc_dx,
                              int acc_dw, int acc_db);
 
+/* batch norm in evaluation folded into the layer before it (per output channel k
+ * of w [k, per]): s = gamma / sqrt(var + eps), w_out = w * s, b_out = (b - mean) * s
+ * + beta; b may be NULL (zero) */
+void kiln_ref_bn_fold(int64_t k, int64_t per, const double *w, const double *b, const double *gamma, const double *beta,
+                      const double *mean, const double *var, double eps, double *w_out, double *b_out);
+
 /* optimizers over a flat buffer (PyTorch 1.13 semantics; `step` counts from 1) */
 void kiln_ref_sgd(int64_t n, double *p, const double *g, double *mom, double lr, double momentum,
                   double dampening, double weight_decay, int nesterov, int first_step);
@@ -198,6 +204,9 @@ int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const
 void kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
                              const float *w, const float *mean, const float *invstd, float *dx, float *dw, float *db,
                              int acc_dx, int acc_dw, int acc_db);
+/* kiln_ref_bn_fold in float, each channel's scale in double */
+void kiln_cpu_bn_fold(int64_t k, int64_t per, const float *w, const float *b, const float *gamma, const float *beta,
+                      const float *mean, const float *var, float eps, float *w_out, float *b_out);
 
 /* accumulated in double over a fixed partition: the same bits for any thread count */
 double kiln_cpu_sumsq(int64_t n, const float *x);

@@ -25,6 +25,8 @@ typedef enum kiln_op {
     KILN_OP_RESHAPE, KILN_OP_LOG_SOFTMAX, KILN_OP_NLL_LOSS, KILN_OP_CROSS_ENTROPY, KILN_OP_ADD, KILN_OP_MUL,
     KILN_OP_TRANSPOSE, KILN_OP_SLICE, KILN_OP_CONTIGUOUS, KILN_OP_SUM, KILN_OP_BATCH_NORM2D,
     KILN_OP_AVG_POOL2D, KILN_OP_ADAPTIVE_AVG_POOL2D, KILN_OP_PAD,
+    /* added by the fold pass (inference plans) */
+    KILN_OP_BN_FOLD,           /* in: w, gamma, beta, mean, var, b?   out: w', b' (batch norm folded into w, b) */
     /* added by autodiff */
     KILN_OP_ONES,              /* out = loss scale (the seed d(loss)) */
     KILN_OP_CONV2D_BWD_DATA,   /* in: dy, w            out: dx */
@@ -112,6 +114,14 @@ enum {
     KILN_OPF_RANDOM = 1 << 4,      /* draws from the counter-based RNG (its step gets a key) */
     KILN_OPF_LOSS = 1 << 5,        /* checks integer targets against the class count */
     KILN_OPF_LAYER = 1 << 6,       /* named after its weight: input 1 'conv2.weight' names the node 'conv2' */
+    /* input 2 (optional) is a bias added to each channel (dim 1) of output 0, and
+     * input 1 (the weight) is a stack of per-channel filters along its dim 0:
+     * scaling filter k scales channel k (conv2d, linear) */
+    KILN_OPF_CHANNEL_BIAS = 1 << 7,
+    /* batch norm's contract: normalises input 0 per channel (dim 1) with inputs
+     * weight, bias, running_mean, running_var (1-4) and attr.bn; in training the
+     * batch's mean takes away any per-channel constant added to input 0 */
+    KILN_OPF_CHANNEL_NORM = 1 << 8,
 };
 
 /* shape inference: reads in[] and attr, fills the output specs */
@@ -203,7 +213,7 @@ extern const kiln_op_def kiln_op_relu, kiln_op_relu_bwd, kiln_op_add, kiln_op_mu
 extern const kiln_op_def kiln_op_log_softmax, kiln_op_log_softmax_bwd, kiln_op_nll_loss, kiln_op_nll_loss_bwd,
     kiln_op_cross_entropy, kiln_op_cross_entropy_bwd;
 extern const kiln_op_def kiln_op_reshape, kiln_op_transpose, kiln_op_slice, kiln_op_slice_bwd, kiln_op_contiguous;
-extern const kiln_op_def kiln_op_batch_norm2d, kiln_op_batch_norm2d_bwd;
+extern const kiln_op_def kiln_op_batch_norm2d, kiln_op_batch_norm2d_bwd, kiln_op_bn_fold;
 extern const kiln_op_def kiln_op_readout, kiln_op_sumsq, kiln_op_clip_scale, kiln_op_sgd_update,
     kiln_op_adamw_update, kiln_op_adadelta_update;
 
