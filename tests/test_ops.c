@@ -199,8 +199,17 @@ static kiln_value bn(hcase *h, const char *name, kiln_value x, int64_t c) {
 
 static int b_batch_norm2d(hcase *h, int d) {
     (void)d;
-    int64_t c = R(1, 5);
-    return out1(h, bn(h, "bn", P(h, "x", R(1, 3), c, R(1, 4), R(2, 5)), c));
+    int64_t c = R(1, 12); /* fewer than 8 channels: images summed in chunks; more: one channel per thread */
+    return out1(h, bn(h, "bn", P(h, "x", R(1, 3), c, R(1, 7), R(2, 9)), c));
+}
+
+/* batch norm on 128 blocked channels (8 blocks of 16: each block's images summed whole) */
+static int b_conv_bn_wide(hcase *h, int d) {
+    (void)d;
+    kiln_value x = P(h, "x", R(1, 3), 2, 3, R(2, 4));
+    kiln_value y = kiln_conv2d(h->g, x, P(h, "c1.weight", 128, 2, 1, 1), -1, 1, 0);
+    y = kiln_relu(h->g, bn(h, "bn", y, 128));
+    return out1(h, kiln_conv2d(h->g, y, P(h, "c2.weight", 16, 128, 1, 1), P(h, "c2.bias", 16), 1, 0));
 }
 
 /* conv -> relu -> max-pool with 16 channels: relu folded into conv, relu's
@@ -268,6 +277,7 @@ static const struct {
     {"batch_norm2d", b_batch_norm2d, FILL_UNIFORM},
     {"conv2d relu max_pool2d", b_conv_relu_pool, FILL_UNIFORM},
     {"conv2d batch_norm2d relu", b_conv_bn_conv, FILL_UNIFORM},
+    {"conv2d batch_norm2d relu", b_conv_bn_wide, FILL_UNIFORM},
     {"conv2d batch_norm2d relu max_pool2d", b_stem_pool, FILL_UNIFORM},
     {"conv2d batch_norm2d bn_fold relu", b_conv_bn_eval, FILL_UNIFORM | INFERENCE},
 };

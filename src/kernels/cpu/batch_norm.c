@@ -1,125 +1,330 @@
 /* Batch normalisation, float, over x[n, c, hw] in plain NCHW (blocked = 0) or
  * oneDNN's nChw16c (blocked = 16: [n, c/16, hw, 16]), so a conv chain kept
- * blocked by the layout pass needs no reorder around its norms. Statistics
- * are summed in double, two passes (mean, then squared deviations), per
- * channel in a fixed order: the same bits for any thread count. Channels
- * (plain) or blocks of 16 channels (blocked, 16 lanes at once) are split
- * across the team. */
+ * blocked by the layout pass needs no reorder around its norms.
+ *
+ * A group is what one set of 16 lanes covers: a block of 16 channels (blocked),
+ * or one channel (plain, whose contiguous pixels are spread over 16 lanes of
+ * partial sums, folded at the end). The data of a group in one image is one
+ * contiguous run. Statistics are summed in double, two passes (mean, then
+ * squared deviations), in an order fixed by the shape alone: with fewer than
+ * 8 groups (ResNet-20's 16 channels are one) the images are cut into up to 8
+ * chunks summed apart and added in chunk order, so both cores work and the
+ * bits are the same for any thread count. */
 #include <math.h>
+#include <stddef.h>
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/internal/kernels.h"
 
 #define L 16
+#define MAX_CHUNKS 8
 
-/* the channels [ch, ch + lanes) as `lanes` interleaved streams: plain NCHW is
- * one channel (lanes 1, stride 1), a 16-channel block is 16 lanes */
 typedef struct {
-    int64_t n, hw, lanes;
-    int64_t img; /* elements between images for this channel group */
-    int64_t base;
-} group;
+    int64_t n, c, hw, ngroups, nchunks;
+    int blocked;
+} bn_shape;
 
-static group group_of(int64_t n, int64_t c, int64_t hw, int blocked, int64_t g) {
-    group G = {n, hw, blocked ? L : 1, c * hw, blocked ? g * hw * L : g * hw};
-    return G;
+static bn_shape shape_of(int64_t n, int64_t c, int64_t hw, int blocked) {
+    bn_shape S = {n, c, hw, blocked ? c / L : c, 1, blocked};
+    if (S.ngroups < MAX_CHUNKS) S.nchunks = n < MAX_CHUNKS ? n : MAX_CHUNKS;
+    return S;
 }
 
-static void group_stats(const group *G, const float *x, double *mean, double *var) {
-    double s[L] = {0}, q[L] = {0}, m = (double)(G->n * G->hw);
-    for (int64_t i = 0; i < G->n; i++) {
-        const float *p = x + G->base + i * G->img;
-        for (int64_t j = 0; j < G->hw; j++)
-            for (int64_t l = 0; l < G->lanes; l++) s[l] += p[j * G->lanes + l];
-    }
-    for (int64_t l = 0; l < G->lanes; l++) mean[l] = s[l] / m;
-    for (int64_t i = 0; i < G->n; i++) {
-        const float *p = x + G->base + i * G->img;
-        for (int64_t j = 0; j < G->hw; j++)
-            for (int64_t l = 0; l < G->lanes; l++) {
-                double d = p[j * G->lanes + l] - mean[l];
-                q[l] += d * d;
+/* group g's run in image i, and its length */
+static int64_t run_at(const bn_shape *S, int64_t g, int64_t i, int64_t *len) {
+    *len = S->blocked ? S->hw * L : S->hw;
+    return i * S->c * S->hw + g * *len;
+}
+
+/* images [i0, i1) of chunk k */
+static void chunk_images(const bn_shape *S, int64_t k, int64_t *i0, int64_t *i1) {
+    *i0 = S->n * k / S->nchunks;
+    *i1 = S->n * (k + 1) / S->nchunks;
+}
+
+/* the loops below are built for AVX-512 machines and for any x86-64, chosen when
+ * the program starts (GCC's target_clones), as the resampler's are */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HOT __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define HOT
+#endif
+
+/* s[l] += sum of (p[j] - mu[l])^sq over j = l mod 16 (sq 0: plain sum, mu unused);
+ * two interleaved sets of accumulators keep two add chains in flight */
+HOT static void add_run(const float *p, int64_t len, const double *mu, int sq, double *s) {
+    double a[L] = {0}, b[L] = {0};
+    int64_t j = 0;
+    if (sq) {
+        for (; j + 2 * L <= len; j += 2 * L)
+            for (int l = 0; l < L; l++) {
+                double d = p[j + l] - mu[l], e = p[j + L + l] - mu[l];
+                a[l] += d * d;
+                b[l] += e * e;
             }
+        for (int l = 0; j + l < len && l < L; l++) a[l] += (p[j + l] - mu[l]) * (p[j + l] - mu[l]);
+        for (int l = 0; j + L + l < len; l++) b[l] += (p[j + L + l] - mu[l]) * (p[j + L + l] - mu[l]);
+    } else {
+        for (; j + 2 * L <= len; j += 2 * L)
+            for (int l = 0; l < L; l++) {
+                a[l] += p[j + l];
+                b[l] += p[j + L + l];
+            }
+        for (int l = 0; j + l < len && l < L; l++) a[l] += p[j + l];
+        for (int l = 0; j + L + l < len; l++) b[l] += p[j + L + l];
     }
-    for (int64_t l = 0; l < G->lanes; l++) var[l] = q[l] / m;
+    for (int l = 0; l < L; l++) s[l] += a[l] + b[l];
+}
+
+/* the sums of group g over images [i0, i1) */
+static void group_sums(const bn_shape *S, const float *x, int64_t g, int64_t i0, int64_t i1, const double *mu, int sq,
+                       double *s) {
+    for (int l = 0; l < L; l++) s[l] = 0;
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t len, o = run_at(S, g, i, &len);
+        add_run(x + o, len, mu, sq, s);
+    }
+}
+
+/* plain: the 16 partial sums of the one channel, folded in lane order, in every lane */
+static void fold(const bn_shape *S, double *s) {
+    if (S->blocked) return;
+    double t = 0;
+    for (int l = 0; l < L; l++) t += s[l];
+    for (int l = 0; l < L; l++) s[l] = t;
+}
+
+/* every (group, chunk) of the shape, in parallel; body sees g, k (the chunk), i0, i1 */
+#define FOR_WORK(S, ...)                                                                                              \
+    do {                                                                                                               \
+        int64_t nw_ = (S)->ngroups * (S)->nchunks;                                                                     \
+        _Pragma("omp parallel for schedule(static)") for (int64_t w_ = 0; w_ < nw_; w_++) {                            \
+            int64_t g = w_ / (S)->nchunks, k = w_ % (S)->nchunks, i0, i1;                                              \
+            chunk_images((S), k, &i0, &i1);                                                                            \
+            (void)k;                                                                                                   \
+            __VA_ARGS__                                                                                                \
+        }                                                                                                              \
+    } while (0)
+
+/* a group's 16 lanes of per-channel values: the 16 channels of a block, or the one channel */
+static void lanes_of(const bn_shape *S, const float *v, int64_t g, float *out) {
+    for (int l = 0; l < L; l++) out[l] = v[S->blocked ? g * L + l : g];
+}
+
+/* y = x * scale + shift per lane over a run (relu: max(0, y)) */
+HOT static void affine_run(const float *x, float *y, int64_t len, const float *scale, const float *shift, int relu) {
+    int64_t j = 0;
+    for (; j + L <= len; j += L)
+        for (int l = 0; l < L; l++) {
+            float v = x[j + l] * scale[l] + shift[l];
+            y[j + l] = relu && !(v > 0.0f) ? 0.0f : v;
+        }
+    for (int l = 0; j + l < len; l++) {
+        float v = x[j + l] * scale[l] + shift[l];
+        y[j + l] = relu && !(v > 0.0f) ? 0.0f : v;
+    }
+}
+
+typedef struct {
+    const float *w, *b;
+    float *rmean, *rvar, *save_mean, *save_invstd;
+    float momentum, eps;
+    int training;
+} bn_fwd_args;
+
+/* group g's scale and shift lanes from its mean and variance lanes (sums / m; evaluation: the
+ * running statistics), the running statistics moved and mean and invstd saved for backward */
+static void fwd_coef(const bn_shape *S, const bn_fwd_args *A, int64_t g, const double *mean, const double *var, float *sc,
+                     float *sh) {
+    int64_t m = S->n * S->hw, nch = S->blocked ? L : 1;
+    for (int64_t l = 0; l < nch; l++) {
+        int64_t ch = S->blocked ? g * L + l : g;
+        double mu = A->training ? mean[l] : A->rmean[ch], v = A->training ? var[l] : A->rvar[ch];
+        if (A->training) {
+            A->rmean[ch] = (float)((1.0 - A->momentum) * A->rmean[ch] + A->momentum * mu);
+            A->rvar[ch] = (float)((1.0 - A->momentum) * A->rvar[ch] + A->momentum * v * (double)m / (double)(m - 1));
+        }
+        double invstd = 1.0 / sqrt(v + A->eps);
+        if (A->save_mean) A->save_mean[ch] = (float)mu;
+        if (A->save_invstd) A->save_invstd[ch] = (float)invstd;
+        sc[l] = (float)(invstd * A->w[ch]);
+        sh[l] = (float)(A->b[ch] - mu * invstd * A->w[ch]);
+    }
+    for (int64_t l = nch; l < L; l++) sc[l] = sc[0], sh[l] = sh[0]; /* plain: one channel in every lane */
+}
+
+/* the chunks' sums of each group, added in chunk order and folded (mu: per group lanes) */
+static void chunk_stats(const bn_shape *S, const float *x, const double *mu, int sq, double *out) {
+    double part[MAX_CHUNKS * MAX_CHUNKS * L];
+    FOR_WORK(S, { group_sums(S, x, g, i0, i1, sq ? mu + g * L : NULL, sq, part + w_ * L); });
+    for (int64_t g = 0; g < S->ngroups; g++) {
+        double *s = out + g * L;
+        for (int l = 0; l < L; l++) s[l] = 0;
+        for (int64_t k = 0; k < S->nchunks; k++)
+            for (int l = 0; l < L; l++) s[l] += part[(g * S->nchunks + k) * L + l];
+        fold(S, s);
+    }
 }
 
 int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *w, const float *b,
                             float *rmean, float *rvar, float momentum, float eps, int training, float *y,
                             float *save_mean, float *save_invstd) {
-    int64_t m = n * hw, ngroups = blocked ? c / L : c;
-    if (training && m < 2) return -1;
+    return kiln_cpu_batch_norm_fwd_ex(n, c, hw, blocked, x, w, b, rmean, rvar, momentum, eps, training, 0, y, save_mean,
+                                      save_invstd);
+}
+
+int kiln_cpu_batch_norm_fwd_ex(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *w,
+                               const float *b, float *rmean, float *rvar, float momentum, float eps, int training, int relu,
+                               float *y, float *save_mean, float *save_invstd) {
+    bn_shape S = shape_of(n, c, hw, blocked);
+    if (training && n * hw < 2) return -1;
+    bn_fwd_args A = {w, b, rmean, rvar, save_mean, save_invstd, momentum, eps, training};
+    double m = (double)(n * hw);
+    if (S.nchunks == 1) { /* enough groups: each group whole on one thread */
 #pragma omp parallel for schedule(static)
-    for (int64_t g = 0; g < ngroups; g++) {
-        group G = group_of(n, c, hw, blocked, g);
-        int64_t c0 = g * G.lanes;
-        double mean[L], var[L];
-        float scale[L], shift[L];
-        if (training) group_stats(&G, x, mean, var);
-        for (int64_t l = 0; l < G.lanes; l++) {
-            int64_t ch = c0 + l;
+        for (int64_t g = 0; g < S.ngroups; g++) {
+            double mean[L], var[L];
+            float sc[L], sh[L];
             if (training) {
-                rmean[ch] = (float)((1.0 - momentum) * rmean[ch] + momentum * mean[l]);
-                rvar[ch] = (float)((1.0 - momentum) * rvar[ch] + momentum * var[l] * (double)m / (double)(m - 1));
-            } else {
-                mean[l] = rmean[ch];
-                var[l] = rvar[ch];
+                group_sums(&S, x, g, 0, n, NULL, 0, mean);
+                fold(&S, mean);
+                for (int l = 0; l < L; l++) mean[l] /= m;
+                group_sums(&S, x, g, 0, n, mean, 1, var);
+                fold(&S, var);
+                for (int l = 0; l < L; l++) var[l] /= m;
             }
-            double invstd = 1.0 / sqrt(var[l] + eps);
-            if (save_mean) save_mean[ch] = (float)mean[l];
-            if (save_invstd) save_invstd[ch] = (float)invstd;
-            scale[l] = (float)(invstd * w[ch]);
-            shift[l] = (float)(b[ch] - mean[l] * invstd * w[ch]);
+            fwd_coef(&S, &A, g, mean, var, sc, sh);
+            for (int64_t i = 0; i < n; i++) {
+                int64_t len, o = run_at(&S, g, i, &len);
+                affine_run(x + o, y + o, len, sc, sh, relu);
+            }
         }
-        for (int64_t i = 0; i < n; i++) {
-            const float *p = x + G.base + i * G.img;
-            float *q = y + G.base + i * G.img;
-            for (int64_t j = 0; j < hw; j++)
-                for (int64_t l = 0; l < G.lanes; l++) q[j * G.lanes + l] = p[j * G.lanes + l] * scale[l] + shift[l];
+        return 0;
+    }
+    double mean[MAX_CHUNKS * L], var[MAX_CHUNKS * L];
+    float sc[MAX_CHUNKS * L], sh[MAX_CHUNKS * L];
+    if (training) {
+        chunk_stats(&S, x, NULL, 0, mean);
+        for (int64_t i = 0; i < S.ngroups * L; i++) mean[i] /= m;
+        chunk_stats(&S, x, mean, 1, var);
+        for (int64_t i = 0; i < S.ngroups * L; i++) var[i] /= m;
+    }
+    for (int64_t g = 0; g < S.ngroups; g++) fwd_coef(&S, &A, g, mean + g * L, var + g * L, sc + g * L, sh + g * L);
+    FOR_WORK(&S, {
+        for (int64_t i = i0; i < i1; i++) {
+            int64_t len, o = run_at(&S, g, i, &len);
+            affine_run(x + o, y + o, len, sc + g * L, sh + g * L, relu);
+        }
+    });
+    return 0;
+}
+
+/* backward's two sums per lane over images [i0, i1): dy and dy * xhat (two sets of
+ * accumulators, as add_run) */
+HOT static void bwd_sums(const bn_shape *S, const float *x, const float *dy, int64_t g, int64_t i0, int64_t i1,
+                         const float *mu, const float *is, double *sdy, double *sdyx) {
+    double a[L] = {0}, b[L] = {0}, a2[L] = {0}, b2[L] = {0};
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t len, o = run_at(S, g, i, &len), j = 0;
+        const float *px = x + o, *pd = dy + o;
+        for (; j + 2 * L <= len; j += 2 * L)
+            for (int l = 0; l < L; l++) {
+                double d = pd[j + l], e = pd[j + L + l];
+                a[l] += d;
+                b[l] += d * ((px[j + l] - mu[l]) * is[l]);
+                a2[l] += e;
+                b2[l] += e * ((px[j + L + l] - mu[l]) * is[l]);
+            }
+        for (int l = 0; j + l < len && l < 2 * L; l++) { /* the rest, lane by lane */
+            int k = l % L;
+            double d = pd[j + l];
+            a[k] += d;
+            b[k] += d * ((px[j + l] - mu[k]) * is[k]);
         }
     }
-    return 0;
+    for (int l = 0; l < L; l++) sdy[l] = a[l] + a2[l], sdyx[l] = b[l] + b2[l];
+}
+
+typedef struct {
+    const float *x, *dy, *w, *mean, *invstd;
+    float *dx, *dw, *db;
+    int acc_dx, acc_dw, acc_db;
+} bn_bwd_args;
+
+/* group g's parameter gradients from its (folded) sums, and dx's coefficients:
+ * dx = k (m dy - sum dy - xhat sum dy xhat), k = w invstd / m, as a dy + bx x + cc */
+static void bwd_coef(const bn_shape *S, const bn_bwd_args *A, int64_t g, const double *sdy, const double *sdyx, float *a,
+                     float *bx, float *cc) {
+    double m = (double)(S->n * S->hw);
+    int64_t nch = S->blocked ? L : 1;
+    for (int64_t l = 0; l < nch; l++) {
+        int64_t ch = S->blocked ? g * L + l : g;
+        if (A->dw) A->dw[ch] = A->acc_dw ? A->dw[ch] + (float)sdyx[l] : (float)sdyx[l];
+        if (A->db) A->db[ch] = A->acc_db ? A->db[ch] + (float)sdy[l] : (float)sdy[l];
+        double k = A->w[ch] * (double)A->invstd[ch] / m, is = A->invstd[ch];
+        a[l] = (float)(k * m);
+        bx[l] = (float)(-k * sdyx[l] * is);
+        cc[l] = (float)(k * (sdyx[l] * is * A->mean[ch] - sdy[l]));
+    }
+    for (int64_t l = nch; l < L; l++) a[l] = a[0], bx[l] = bx[0], cc[l] = cc[0];
+}
+
+HOT static void bwd_dx(const bn_shape *S, const bn_bwd_args *A, int64_t g, int64_t i0, int64_t i1, const float *a,
+                       const float *bx, const float *cc) {
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t len, o = run_at(S, g, i, &len), j = 0;
+        const float *pd = A->dy + o, *px = A->x + o;
+        float *po = A->dx + o;
+        if (A->acc_dx)
+            for (; j + L <= len; j += L)
+                for (int l = 0; l < L; l++) po[j + l] += a[l] * pd[j + l] + bx[l] * px[j + l] + cc[l];
+        else
+            for (; j + L <= len; j += L)
+                for (int l = 0; l < L; l++) po[j + l] = a[l] * pd[j + l] + bx[l] * px[j + l] + cc[l];
+        for (int l = 0; j + l < len; l++) {
+            float v = a[l] * pd[j + l] + bx[l] * px[j + l] + cc[l];
+            po[j + l] = A->acc_dx ? po[j + l] + v : v;
+        }
+    }
 }
 
 void kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
                              const float *w, const float *mean, const float *invstd, float *dx, float *dw, float *db,
                              int acc_dx, int acc_dw, int acc_db) {
-    double m = (double)(n * hw);
-    int64_t ngroups = blocked ? c / L : c;
+    bn_shape S = shape_of(n, c, hw, blocked);
+    bn_bwd_args A = {x, dy, w, mean, invstd, dx, dw, db, acc_dx, acc_dw, acc_db};
+    if (S.nchunks == 1) {
 #pragma omp parallel for schedule(static)
-    for (int64_t g = 0; g < ngroups; g++) {
-        group G = group_of(n, c, hw, blocked, g);
-        int64_t c0 = g * G.lanes;
-        double sdy[L] = {0}, sdyx[L] = {0};
-        for (int64_t i = 0; i < n; i++) {
-            const float *px = x + G.base + i * G.img, *pd = dy + G.base + i * G.img;
-            for (int64_t j = 0; j < hw; j++)
-                for (int64_t l = 0; l < G.lanes; l++) {
-                    double d = pd[j * G.lanes + l];
-                    sdy[l] += d;
-                    sdyx[l] += d * ((px[j * G.lanes + l] - mean[c0 + l]) * invstd[c0 + l]);
-                }
+        for (int64_t g = 0; g < S.ngroups; g++) {
+            float mu[L], is[L], a[L], bx[L], cc[L];
+            double sdy[L], sdyx[L];
+            lanes_of(&S, mean, g, mu);
+            lanes_of(&S, invstd, g, is);
+            bwd_sums(&S, x, dy, g, 0, n, mu, is, sdy, sdyx);
+            fold(&S, sdy);
+            fold(&S, sdyx);
+            bwd_coef(&S, &A, g, sdy, sdyx, a, bx, cc);
+            if (dx) bwd_dx(&S, &A, g, 0, n, a, bx, cc);
         }
-        /* dx = k (m dy - sum dy - xhat sum dy xhat), k = w invstd / m, as a dy + bx x + cc */
-        float a[L], bx[L], cc[L];
-        for (int64_t l = 0; l < G.lanes; l++) {
-            int64_t ch = c0 + l;
-            if (dw) dw[ch] = acc_dw ? dw[ch] + (float)sdyx[l] : (float)sdyx[l];
-            if (db) db[ch] = acc_db ? db[ch] + (float)sdy[l] : (float)sdy[l];
-            double k = w[ch] * (double)invstd[ch] / m, is = invstd[ch];
-            a[l] = (float)(k * m);
-            bx[l] = (float)(-k * sdyx[l] * is);
-            cc[l] = (float)(k * (sdyx[l] * is * mean[ch] - sdy[l]));
-        }
-        if (!dx) continue;
-        for (int64_t i = 0; i < n; i++) {
-            const float *px = x + G.base + i * G.img, *pd = dy + G.base + i * G.img;
-            float *po = dx + G.base + i * G.img;
-            for (int64_t j = 0; j < hw; j++)
-                for (int64_t l = 0; l < G.lanes; l++) {
-                    int64_t o = j * G.lanes + l;
-                    float v = a[l] * pd[o] + bx[l] * px[o] + cc[l];
-                    po[o] = acc_dx ? po[o] + v : v;
-                }
-        }
+        return;
     }
+    double part[MAX_CHUNKS * MAX_CHUNKS * 2 * L];
+    float a[MAX_CHUNKS * L], bx[MAX_CHUNKS * L], cc[MAX_CHUNKS * L];
+    FOR_WORK(&S, {
+        float mu[L], is[L];
+        lanes_of(&S, mean, g, mu);
+        lanes_of(&S, invstd, g, is);
+        bwd_sums(&S, x, dy, g, i0, i1, mu, is, part + w_ * 2 * L, part + w_ * 2 * L + L);
+    });
+    for (int64_t g = 0; g < S.ngroups; g++) {
+        double sdy[L] = {0}, sdyx[L] = {0};
+        for (int64_t k = 0; k < S.nchunks; k++)
+            for (int l = 0; l < L; l++) {
+                sdy[l] += part[(g * S.nchunks + k) * 2 * L + l];
+                sdyx[l] += part[(g * S.nchunks + k) * 2 * L + L + l];
+            }
+        fold(&S, sdy);
+        fold(&S, sdyx);
+        bwd_coef(&S, &A, g, sdy, sdyx, a + g * L, bx + g * L, cc + g * L);
+    }
+    if (dx) FOR_WORK(&S, { bwd_dx(&S, &A, g, i0, i1, a + g * L, bx + g * L, cc + g * L); });
 }

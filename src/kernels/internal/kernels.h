@@ -201,6 +201,10 @@ void kiln_cpu_fill(int64_t n, float v, float *dx, int acc);
 int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *w, const float *b,
                             float *rmean, float *rvar, float momentum, float eps, int training, float *y,
                             float *save_mean, float *save_invstd);
+/* the same with relu applied to y (relu = 1: the fusion pass's epilogue) */
+int kiln_cpu_batch_norm_fwd_ex(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *w,
+                               const float *b, float *rmean, float *rvar, float momentum, float eps, int training, int relu,
+                               float *y, float *save_mean, float *save_invstd);
 void kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
                              const float *w, const float *mean, const float *invstd, float *dx, float *dw, float *db,
                              int acc_dx, int acc_dw, int acc_db);
