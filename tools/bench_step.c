@@ -5,7 +5,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include "cli.h"
 #include "kiln/bench.h"
 
@@ -58,24 +57,20 @@ int cli_bench_step(int argc, char **argv) {
     int rc = cli_parse("bench step", usage, opts, S_N, argc, argv, vals, given);
     if (rc) return rc > 0 ? 0 : EXIT_USAGE;
     kiln_bench_step_config c = kiln_bench_step_defaults();
-    int64_t batch, steps, warmup, size = 0, classes = 0;
+    int64_t batch, steps, warmup;
+    int autotune;
     if (cli_int("bench step", opts, S_BATCH, vals, 1, 1 << 20, &batch) ||
         cli_int("bench step", opts, S_STEPS, vals, 1, 100000, &steps) ||
         cli_int("bench step", opts, S_WARMUP, vals, 0, 100000, &warmup) ||
-        (given[S_SIZE] && cli_int("bench step", opts, S_SIZE, vals, 1, 1 << 14, &size)) ||
-        (given[S_CLASSES] && cli_int("bench step", opts, S_CLASSES, vals, 1, KILN_MAX_CLASSES, &classes)))
+        cli_model_opts("bench step", opts, S_SIZE, S_CLASSES, vals, &c.model_opts) ||
+        (autotune = cli_on_off("bench step", opts, S_AUTOTUNE, vals)) < 0)
         return EXIT_USAGE;
-    const char *at = vals[S_AUTOTUNE] ? vals[S_AUTOTUNE] : "on";
-    if (strcmp(at, "on") && strcmp(at, "off"))
-        return cli_usage_error("bench step", "--autotune: on or off (got '%s')", at);
     c.model = vals[S_MODEL] ? vals[S_MODEL] : opts[S_MODEL].def;
     c.batch = batch;
     c.steps = (int)steps;
     c.warmup = (int)warmup;
     c.eval = given[S_EVAL];
-    c.autotune = !strcmp(at, "on");
-    c.model_opts.height = c.model_opts.width = size;
-    c.model_opts.num_classes = (int)classes;
+    c.autotune = autotune;
     static char report[1 << 16];
     if (given[S_PROFILE]) {
         c.profile = report;

@@ -163,3 +163,21 @@ void cli_print_json(json_t *o) {
     free(s);
     json_decref(o);
 }
+
+int cli_model_opts(const char *cmd, const cli_opt *opts, int i_size, int i_classes, const char **vals, kiln_model_opts *mo) {
+    int64_t size = 0, classes = 0;
+    if ((i_size >= 0 && vals[i_size] && cli_int(cmd, opts, i_size, vals, 1, 1 << 14, &size)) ||
+        (i_classes >= 0 && vals[i_classes] && cli_int(cmd, opts, i_classes, vals, 1, KILN_MAX_CLASSES, &classes)))
+        return -1;
+    mo->height = mo->width = size;
+    mo->num_classes = (int)classes;
+    return 0;
+}
+
+int cli_on_off(const char *cmd, const cli_opt *opts, int i, const char **vals) {
+    const char *v = vals[i] ? vals[i] : opts[i].def;
+    if (v && !strcmp(v, "on")) return 1;
+    if (v && !strcmp(v, "off")) return 0;
+    cli_usage_error(cmd, "--%s: on or off (got '%s')", opts[i].name, v ? v : "");
+    return -1;
+}

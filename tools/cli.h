@@ -60,4 +60,10 @@ json_t *cli_json_num(double v);
 /* one JSON object as the last line of stdout; takes the reference */
 void cli_print_json(json_t *o);
 
+/* the ResNets' --size N and --num-classes N (opts[i_size], opts[i_classes]; -1: the command has none), when
+ * given, into *mo; 0, or -1 after a usage error naming the option */
+int cli_model_opts(const char *cmd, const cli_opt *opts, int i_size, int i_classes, const char **vals, kiln_model_opts *mo);
+/* opts[i]'s on|off value (or its default): 1 or 0, or -1 after a usage error naming it */
+int cli_on_off(const char *cmd, const cli_opt *opts, int i, const char **vals);
+
 #endif

@@ -74,19 +74,14 @@ int cli_inspect(int argc, char **argv) {
     int rc = cli_parse("inspect", usage, opts, I_N, argc, argv, vals, given);
     if (rc) return rc > 0 ? 0 : EXIT_USAGE;
     kiln_inspect_config c = kiln_inspect_defaults();
-    int64_t batch, size = 0, classes = 0;
+    int64_t batch;
     if (cli_int("inspect", opts, I_BATCH, vals, 1, KILN_MAX_BATCH, &batch) ||
-        (given[I_SIZE] && cli_int("inspect", opts, I_SIZE, vals, 1, 1 << 14, &size)) ||
-        (given[I_CLASSES] && cli_int("inspect", opts, I_CLASSES, vals, 1, KILN_MAX_CLASSES, &classes)))
+        cli_model_opts("inspect", opts, I_SIZE, I_CLASSES, vals, &c.model_opts) ||
+        (c.autotune = cli_on_off("inspect", opts, I_AUTOTUNE, vals)) < 0)
         return EXIT_USAGE;
-    const char *at = vals[I_AUTOTUNE] ? vals[I_AUTOTUNE] : opts[I_AUTOTUNE].def;
-    if (strcmp(at, "on") && strcmp(at, "off")) return cli_usage_error("inspect", "--autotune: on or off (got '%s')", at);
     c.model = vals[I_MODEL] ? vals[I_MODEL] : opts[I_MODEL].def;
     c.batch = batch;
     c.eval = given[I_EVAL];
-    c.autotune = !strcmp(at, "on");
-    c.model_opts.height = c.model_opts.width = size;
-    c.model_opts.num_classes = (int)classes;
     char *text = NULL;
     kiln_status st = kiln_inspect(&c, &text);
     if (st != KILN_OK) {

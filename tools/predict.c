@@ -1,7 +1,6 @@
 /* kiln predict: a model's predictions for every image under a folder, as JSON
  * lines (kiln_predict in src/train/predict.c). */
 #include <stdio.h>
-#include <string.h>
 #include "cli.h"
 #include "kiln/predict.h"
 
@@ -43,24 +42,21 @@ static int transforms(const char **vals, kiln_data_config *dc) {
 }
 
 static int settings(const char **vals, kiln_predict_config *c) {
-    int64_t classes = 0, batch, workers, threads;
+    int64_t batch, workers, threads;
     if (cli_int("predict", opts, P_BATCH, vals, 1, KILN_MAX_BATCH, &batch) ||
         cli_int("predict", opts, P_WORKERS, vals, 0, 64, &workers) || cli_int("predict", opts, P_THREADS, vals, 0, 1024, &threads) ||
-        (vals[P_CLASSES] && cli_int("predict", opts, P_CLASSES, vals, 1, KILN_MAX_CLASSES, &classes)))
+        cli_model_opts("predict", opts, -1, P_CLASSES, vals, &c->model_opts) ||
+        (c->autotune = cli_on_off("predict", opts, P_AUTOTUNE, vals)) < 0)
         return EXIT_USAGE;
     for (int i = P_MODEL; i <= P_OUT; i++)
         if (!vals[i]) return cli_usage_error("predict", "--%s %s is required", opts[i].name, opts[i].metavar);
-    const char *at = vals[P_AUTOTUNE] ? vals[P_AUTOTUNE] : opts[P_AUTOTUNE].def;
-    if (strcmp(at, "on") && strcmp(at, "off")) return cli_usage_error("predict", "--autotune: on or off (got '%s')", at);
     c->model = vals[P_MODEL];
     c->load = vals[P_LOAD];
     c->data = vals[P_DATA];
     c->out = vals[P_OUT];
-    c->model_opts.num_classes = (int)classes;
     c->batch_size = batch;
     c->workers = (int)workers;
     c->threads = (int)threads;
-    c->autotune = !strcmp(at, "on");
     return transforms(vals, &c->data_config);
 }
 

@@ -3,7 +3,6 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include "cli.h"
 #include "kiln/tune.h"
 
@@ -75,16 +74,13 @@ int cli_tune(int argc, char **argv) {
     int rc = cli_parse("tune", usage, opts, U_N, argc, argv, vals, given);
     if (rc) return rc > 0 ? 0 : EXIT_USAGE;
     kiln_tune_config c = kiln_tune_defaults();
-    int64_t batch, size = 0, classes = 0;
+    int64_t batch;
     if (cli_int("tune", opts, U_BATCH, vals, 1, KILN_MAX_BATCH, &batch) ||
-        (given[U_SIZE] && cli_int("tune", opts, U_SIZE, vals, 1, 1 << 14, &size)) ||
-        (given[U_CLASSES] && cli_int("tune", opts, U_CLASSES, vals, 1, KILN_MAX_CLASSES, &classes)))
+        cli_model_opts("tune", opts, U_SIZE, U_CLASSES, vals, &c.model_opts))
         return EXIT_USAGE;
     c.model = vals[U_MODEL] ? vals[U_MODEL] : opts[U_MODEL].def;
     c.batch = batch;
     c.eval_only = given[U_EVAL];
-    c.model_opts.height = c.model_opts.width = size;
-    c.model_opts.num_classes = (int)classes;
     /* the table below says what the tuner's log lines would (KILN_LOG=debug shows them too) */
     if (!getenv("KILN_LOG")) kiln_log_set_level(KILN_LOG_WARN);
     kiln_tune_result r;

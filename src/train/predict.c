@@ -19,6 +19,7 @@
 #include "kiln/alloc.h"
 #include "kiln/predict.h"
 #include "kiln/train.h"
+#include "train/internal/input_shape.h"
 
 #define TOP 5
 
@@ -54,17 +55,8 @@ static kiln_status build(kiln_graph *g, const kiln_predict_config *c, const kiln
     if (!mo.height) mo.height = ds->sample_shape[1];
     if (!mo.width) mo.width = ds->sample_shape[2];
     kiln_status st = kiln_model_build_ex(g, c->model, &mo, m);
-    if (st != KILN_OK) return st;
-    int64_t shape[KILN_MAX_DIMS];
-    int nd = kiln_value_shape(g, m->x, shape);
-    int same = nd == ds->sample_ndim + 1;
-    for (int d = 1; same && d < nd; d++) same = shape[d] == ds->sample_shape[d - 1];
-    char a[96], b[96];
-    if (!same)
-        return kiln_fail(KILN_ERR_SHAPE, "%s: images of shape %s after the transforms, model %s wants %s (--resize, "
-                         "--center-crop, --channels)", c->data, kiln_shape_str(ds->sample_ndim, ds->sample_shape, a, sizeof a),
-                         c->model, kiln_shape_str(nd - 1, shape + 1, b, sizeof b));
-    return KILN_OK;
+    return st == KILN_OK ? kiln_check_input_shape(g, m, ds, c->model, " (after the transforms: --resize, --center-crop, --channels)")
+                         : st;
 }
 
 /* one line: the file, the best TOP classes (ties: the lower index first), every logit */

@@ -19,6 +19,7 @@
 #include "kiln/train.h"
 #include "train/internal/auto_workers.h"
 #include "train/internal/checkpoint.h"
+#include "train/internal/input_shape.h"
 #include "train/internal/metrics.h"
 
 kiln_train_config kiln_train_defaults(void) {
@@ -328,15 +329,8 @@ static double waited(const run *R) { return kiln_loader_wait_seconds(R->L); }
 
 /* the data's samples must be what the model's input takes */
 static kiln_status check_samples(kiln_graph *g, const kiln_model *m, const kiln_dataset *ds, const char *model) {
-    int64_t shape[KILN_MAX_DIMS];
-    int nd = kiln_value_shape(g, m->x, shape);
-    int same = nd == ds->sample_ndim + 1;
-    for (int d = 1; same && d < nd; d++) same = shape[d] == ds->sample_shape[d - 1];
-    char a[96], b[96];
-    if (!same)
-        return kiln_fail(KILN_ERR_SHAPE, "%s: samples of shape %s, model %s wants %s", ds->name,
-                         kiln_shape_str(ds->sample_ndim, ds->sample_shape, a, sizeof a), model,
-                         kiln_shape_str(nd - 1, shape + 1, b, sizeof b));
+    kiln_status st = kiln_check_input_shape(g, m, ds, model, "");
+    if (st != KILN_OK) return st;
     if (ds->num_classes > m->num_classes)
         return kiln_fail(KILN_ERR_SHAPE, "%s: %d classes, model %s has %d outputs", ds->name, ds->num_classes, model,
                          m->num_classes);
