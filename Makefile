@@ -109,6 +109,14 @@ bench-resnet: deps
 	@$(MAKE) --no-print-directory all
 	bash bench/resnet.sh
 
+# the guide's conv table: nn.Conv2d 64 3x3 filters on 32x64x64x64, forward and forward+backward, kiln with
+# autotune off and on beside PyTorch default and channels_last (needs python3-torch and ../shared/bench/peers/w2_conv.py)
+.PHONY: bench-conv
+bench-conv: deps
+	@bash scripts/install-deps.sh --bench
+	@$(MAKE) --no-print-directory all
+	bash bench/conv.sh
+
 # regenerate the PyTorch fixtures (needs python3-torch; CI uses the committed ones)
 fixtures:
 	@bash scripts/install-deps.sh --oracle

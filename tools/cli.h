@@ -34,6 +34,8 @@ int cli_exit_code(kiln_status s);
 
 /* bench_step.c: kiln bench step */
 int cli_bench_step(int argc, char **argv);
+/* bench_conv.c: kiln bench conv */
+int cli_bench_conv(int argc, char **argv);
 /* predict.c: kiln predict */
 int cli_predict(int argc, char **argv);
 /* inspect.c: kiln inspect */

@@ -27,7 +27,8 @@ static const char *main_help =
     "  eval    measure a saved model's test loss and accuracy\n"
     "  pack    write Fashion-MNIST, an IDX folder or an image folder as JPEG or PNG files, or as shards\n"
     "  bench   bench loader: the loader's images/s per worker count, without training;\n"
-    "          bench step: a model's median step time on synthetic data\n"
+    "          bench step: a model's median step time on synthetic data;\n"
+    "          bench conv: one convolution's forward and forward+backward, autotuned or not\n"
     "  predict a model's top-5 classes and logits for every image under a folder, as JSON lines\n"
     "  inspect a model's compiled plan: steps, kernels and layouts chosen, reorders, arena, FLOPs\n"
     "  tune    time every convolution of a model ahead of a run and keep the fastest in the autotune cache\n"
@@ -475,11 +476,12 @@ static int cmd_bench_loader(int argc, char **argv) {
 static int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "loader")) return cmd_bench_loader(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "step")) return cli_bench_step(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "conv")) return cli_bench_conv(argc - 1, argv + 1);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         fputs(bench_usage, stdout);
         return 0;
     }
-    fprintf(stderr, "kiln bench: which benchmark? kiln bench loader --data DIR, or kiln bench step --model NAME\n");
+    fprintf(stderr, "kiln bench: which benchmark? kiln bench loader --data DIR, kiln bench step --model NAME, or kiln bench conv --shape NxCxHxW\n");
     return EXIT_USAGE;
 }
 

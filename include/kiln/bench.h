@@ -1,4 +1,5 @@
-/* kiln/bench.h — the training-step benchmark (`kiln bench step`).
+/* kiln/bench.h — the training-step benchmark (`kiln bench step`) and the
+ * convolution benchmark (`kiln bench conv`, at the end).
  *
  *     kiln_bench_step_config c = kiln_bench_step_defaults();
  *     c.model = "resnet20"; c.batch = 128;
@@ -45,6 +46,39 @@ typedef struct kiln_bench_step_result {
     int64_t params;           /* trainable parameters */
 } kiln_bench_step_result;
 kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_result *r);
+
+/* The convolution benchmark (`kiln bench conv`, the guide's nn.Conv2d table):
+ * x [n, c, h, w] through a k-filter kernel x kernel convolution. `fwd` is an
+ * inference plan (PyTorch under no_grad); `fwdbwd` a training plan with x
+ * requiring its gradient: conv, sum to a scalar, the seed, backward-data and
+ * backward-weights (bias included), as y.sum().backward() in PyTorch.
+ * Each call is timed alone; medians. */
+typedef struct kiln_bench_conv_config {
+    int64_t n, c, h, w;       /* the input */
+    int64_t k, kernel, stride, pad;
+    int bias;                 /* 1 (default): nn.Conv2d's default */
+    int autotune;             /* as kiln_compile_opts.autotune */
+    int warmup, steps;
+    uint64_t seed;
+    char *profile;            /* non-NULL: the training plan's per-kernel report (profile_len bytes) */
+    size_t profile_len;
+} kiln_bench_conv_config;
+kiln_bench_conv_config kiln_bench_conv_defaults(void); /* the guide's 32x64x64x64, 64 3x3 filters, padding 1 */
+
+typedef struct kiln_bench_conv_result {
+    double fwd_us, fwd_us_min;       /* median and fastest call of the forward plan */
+    double fwdbwd_us, fwdbwd_us_min; /* of the training plan */
+    double fwd_gflops, fwdbwd_gflops; /* 2 x multiply-adds (x 3 with backward) per median call */
+    char problem[160];                /* the autotuner's key of the training plan's conv */
+    char choice[4][96];               /* implementations: the forward plan's, then the training plan's fwd, bwd_data,
+                                         bwd_weight ("algorithm/layout/implementation") */
+    double choice_us[4];              /* the tuner's best time per call of each (reorders included), 0: not timed */
+    double alone_fwd_us;              /* choice_us[0]: the fastest oneDNN implementation measured alone */
+    double alone_fwdbwd_us;           /* choice_us[1..3] summed; 0 when one was not timed */
+    int64_t candidates;               /* implementations timed while compiling both plans (0: all remembered) */
+    double tune_s;                    /* seconds that took */
+} kiln_bench_conv_result;
+kiln_status kiln_bench_conv(const kiln_bench_conv_config *c, kiln_bench_conv_result *r);
 
 #ifdef __cplusplus
 }
