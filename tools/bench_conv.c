@@ -132,7 +132,7 @@ int cli_bench_conv(int argc, char **argv) {
     kiln_status st = kiln_bench_conv(&c, &r);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln bench conv: %s\n", kiln_last_error());
-        return st == KILN_ERR_INVALID_ARG ? EXIT_USAGE : 1;
+        return cli_exit_code(st);
     }
     if (given[C_PROFILE]) fputs(report, given[C_JSON] ? stderr : stdout);
     if (given[C_JSON]) cli_print_json(result_json(&c, &r));

@@ -13,26 +13,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "kernels/internal/dnnl_ops.h"
 #include "kiln/alloc.h"
 #include "kiln/bench.h"
+#include "train/internal/bench_util.h"
 
 kiln_bench_conv_config kiln_bench_conv_defaults(void) {
     kiln_bench_conv_config c = {.n = 32, .c = 64, .h = 64, .w = 64, .k = 64, .kernel = 3, .stride = 1, .pad = 1,
                                 .bias = 1, .autotune = 1, .warmup = 3, .steps = 20, .seed = 1};
     return c;
-}
-
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return 1e6 * (double)t.tv_sec + 1e-3 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* median and minimum of `steps` runs after `warmup` */
@@ -41,12 +30,11 @@ static kiln_status time_runs(kiln_plan *pl, int64_t batch, int warmup, int steps
     if (!t) return kiln_fail(KILN_ERR_NOMEM, "bench conv");
     kiln_status st = KILN_OK;
     for (int i = 0; i < warmup + steps && st == KILN_OK; i++) {
-        double t0 = now_us();
+        double t0 = kiln_bench_now_ms();
         st = kiln_plan_run(pl, batch);
-        if (i >= warmup) t[i - warmup] = now_us() - t0;
+        if (i >= warmup) t[i - warmup] = 1e3 * (kiln_bench_now_ms() - t0);
     }
-    qsort(t, (size_t)steps, sizeof *t, cmp_double);
-    *median = steps % 2 ? t[steps / 2] : 0.5 * (t[steps / 2 - 1] + t[steps / 2]);
+    *median = kiln_bench_median(t, steps);
     *min = t[0];
     free(t);
     return st;
@@ -107,11 +95,7 @@ static kiln_status build(const kiln_bench_conv_config *c, int training, bench_pl
     if ((st = kiln_compile(g, b->P, &out, 1, &o, &b->pl)) != KILN_OK || training) return st;
     size_t nx = (size_t)(c->n * c->c * c->h * c->w);
     if (!(b->x = kiln_alloc(nx * sizeof *b->x))) return kiln_fail(KILN_ERR_NOMEM, "bench conv: input");
-    uint64_t s = c->seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < nx; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        b->x[i] = (float)((double)(s >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-    }
+    kiln_bench_fill_uniform(b->x, (int64_t)nx, c->seed);
     return kiln_plan_bind(b->pl, x, b->x);
 }
 

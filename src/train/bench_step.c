@@ -5,26 +5,15 @@
  * them from PyTorch's modules. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "graph/internal/graph.h"
 #include "kiln/alloc.h"
 #include "kiln/bench.h"
 #include "kiln/optim.h"
+#include "train/internal/bench_util.h"
 
 kiln_bench_step_config kiln_bench_step_defaults(void) {
     kiln_bench_step_config c = {.model = "resnet20", .batch = 64, .warmup = 3, .steps = 20, .autotune = 1, .seed = 1};
     return c;
-}
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* synthetic inputs of the model's shapes: images uniform in [-1, 1], labels in [0, classes) */
@@ -36,11 +25,7 @@ static kiln_status bind_synthetic(kiln_plan *pl, const kiln_graph *g, const kiln
     *x = kiln_alloc((size_t)nx * sizeof **x);
     *y = kiln_alloc((size_t)batch * sizeof **y);
     if (!*x || !*y) return kiln_fail(KILN_ERR_NOMEM, "bench step: %lld input values", (long long)nx);
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (int64_t i = 0; i < nx; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        (*x)[i] = (float)((double)(s >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-    }
+    kiln_bench_fill_uniform(*x, nx, seed);
     for (int64_t i = 0; i < batch; i++) (*y)[i] = (int32_t)(i * 7 % m->num_classes);
     kiln_status st = kiln_plan_bind(pl, m->x, *x);
     if (st == KILN_OK) st = kiln_plan_bind(pl, m->y, *y);
@@ -49,13 +34,13 @@ static kiln_status bind_synthetic(kiln_plan *pl, const kiln_graph *g, const kiln
 
 static kiln_status time_steps(const kiln_bench_step_config *c, kiln_plan *pl, kiln_optim *o, double *t) {
     for (int i = 0; i < c->warmup + c->steps; i++) {
-        double t0 = now_ms();
+        double t0 = kiln_bench_now_ms();
         kiln_plan_set_step(pl, (uint64_t)i);
         kiln_status st = kiln_plan_run(pl, c->batch);
         if (st == KILN_OK && o) st = kiln_optim_step(o);
         if (st == KILN_OK) (void)kiln_plan_loss(pl); /* waits for a device backend */
         if (st != KILN_OK) return st;
-        if (i >= c->warmup) t[i - c->warmup] = now_ms() - t0;
+        if (i >= c->warmup) t[i - c->warmup] = kiln_bench_now_ms() - t0;
     }
     return KILN_OK;
 }
@@ -96,8 +81,7 @@ kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_res
     }
     if ((st = time_steps(c, pl, o, t)) != KILN_OK) goto out;
     if (c->profile) kiln_plan_profile_report(pl, c->profile, c->profile_len);
-    qsort(t, (size_t)c->steps, sizeof *t, cmp_double);
-    r->ms = c->steps % 2 ? t[c->steps / 2] : 0.5 * (t[c->steps / 2 - 1] + t[c->steps / 2]);
+    r->ms = kiln_bench_median(t, c->steps);
     r->ms_min = t[0];
     r->ms_max = t[c->steps - 1];
     r->images_per_s = (double)c->batch / (r->ms * 1e-3);
