@@ -64,7 +64,7 @@ static const kiln_attr_spec bn_attrs[] = {KILN_ATTR("momentum", KILN_ATTR_F32, b
 
 const kiln_op_def kiln_op_batch_norm2d = {
     .name = "batch_norm2d", .min_in = 6, .max_in = 6, .nout = 3, .flags = KILN_OPF_LAYER | KILN_OPF_CHANNEL_NORM,
-    .attrs = bn_attrs,
+    .attrs = bn_attrs, .epilogues = KILN_EPI_RELU, /* a relu after it is applied as y is written */
     .infer = bn_infer, .backward = bn_backward, .specialize = bn_specialize,
 };
 const kiln_op_def kiln_op_batch_norm2d_bwd = {.name = "batch_norm2d_bwd", .min_in = 5, .max_in = 5, .attrs = bn_attrs};

@@ -158,6 +158,8 @@ static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_cuda_batch_norm(ST, NCHW, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]), a->momentum, a->eps,
                          a->training, F(s->out[0]), s->nout > 1 ? F(s->out[1]) : NULL, s->nout > 2 ? F(s->out[2]) : NULL,
                          (int64_t *)s->in[5].data);
+    if (s->epilogue == KILN_EPI_RELU) /* the fused relu, as a second kernel on the output */
+        kiln_cuda_relu(ST, s->out[0].numel, F(s->out[0]), F(s->out[0]));
     DONE("batch norm");
 }
 static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {

@@ -273,6 +273,7 @@ static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
                                 s->nout > 1 ? D(s->out[1]) : NULL, s->nout > 2 ? D(s->out[2]) : NULL))
         return kiln_fail(KILN_ERR_INVALID_ARG, "training needs more than one value per channel");
     if (a->training) (*(int64_t *)s->in[5].data)++;
+    epilogue_relu(s);
     return KILN_OK;
 }
 
