@@ -37,7 +37,7 @@ static void print_text(const kiln_tune_config *c, const kiln_tune_result *r) {
     printf("kiln tune: %s batch %lld: %lld directions tuned (%lld candidates timed) in %.2f s, %lld remembered%s; %.2f s in "
            "all; ",
            c->model, (long long)c->batch, (long long)r->tuned, (long long)r->candidates, r->tune_seconds,
-           (long long)r->remembered, r->over_budget ? " (the time budget cut some short: run kiln tune again)" : "", r->seconds);
+           (long long)r->remembered, r->over_budget ? " (the time budget left some candidates untimed)" : "", r->seconds);
     if (r->cache[0]) printf("decisions kept in %s\n", r->cache);
     else printf("no on-disk cache (KILN_CACHE_DIR is empty): nothing is kept\n");
 }
