@@ -245,10 +245,11 @@ static const cli_opt eval_opts[] = {
     {"channels", "1|3", "image folders: 1 (grey) or 3 (RGB)", NULL},
     {"val-split", "X", "DIR/<class>/... folders: the share of the images that is the test split", NULL},
     {"num-classes", "N", "the ResNets: the classifier's outputs, as the run was trained with", NULL},
+    {"fix-bias", NULL, "the model without the biases its batch norms cancel, as trained with --fix-bias", NULL},
     {"json", NULL, "print one JSON object as the last line of stdout", NULL},
 };
 enum { E_MODEL, E_DATA, E_LOAD, E_BATCH, E_WORKERS, E_THREADS, E_DEVICE, E_RESIZE, E_VAL_SPLIT = E_RESIZE + 5, E_NUM_CLASSES,
-       E_JSON, E_N };
+       E_FIX_BIAS, E_JSON, E_N };
 
 static int cmd_eval(int argc, char **argv) {
     const char *vals[E_N];
@@ -265,6 +266,7 @@ static int cmd_eval(int argc, char **argv) {
             return cli_usage_error("eval", "%s", kiln_last_error());
     c.workers = vals[E_WORKERS] ? c.workers : 1;
     c.threads = vals[E_THREADS] ? c.threads : 0;
+    c.fix_bias = given[E_FIX_BIAS];
     if (!vals[E_LOAD]) return cli_usage_error("eval", "%s", "--load FILE is required");
     const char *model = vals[E_MODEL] ? vals[E_MODEL] : eval_opts[E_MODEL].def;
     c.model = model;

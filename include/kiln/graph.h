@@ -154,6 +154,12 @@ void *kiln_params_data(kiln_params *P);  /* flat values, in the backend's memory
 void *kiln_params_grad(kiln_params *P);  /* flat gradients, written by backward, in the backend's memory */
 /* per parameter: 1 if the last compiled training plan produces its gradient (the optimizer skips the others) */
 const uint8_t *kiln_params_has_grad(const kiln_params *P);
+/* 1 when parameter i is a bias a batch norm cancels (one kiln_graph_fix_bias would remove): a
+ * checkpoint saved without it (a --fix-bias run) loads it as zero, which changes no result */
+int kiln_params_cancelled(const kiln_params *P, int i);
+/* "a.bias,b.bias": the biases kiln_graph_fix_bias removed from the graph these parameters were
+ * made from ("" when none); loading a checkpoint that holds one of them is refused */
+const char *kiln_params_removed(const kiln_params *P);
 /* changes whenever has_grad is rewritten (a training plan was compiled) */
 uint64_t kiln_params_has_grad_version(const kiln_params *P);
 /* The contiguous runs of parameters that have a gradient (usually one run:

@@ -28,6 +28,7 @@ typedef struct kiln_model {
 
 /* "mnist-cnn": PyTorch's examples/mnist network; "mnist-cnn-bn": the same with
  * batch norm after each conv (and no conv bias: it would be cancelled);
+ * "mnist-cnn-bn-bias": with those biases, as often written (for fix_bias);
  * "mlp": 784-256-128-10 with ReLU and dropout; "resnet20": the CIFAR ResNet-20
  * (3x32x32, option-A shortcuts, 10 classes); "resnet18": torchvision's resnet18
  * (3x112x112 by default, 10 classes); see docs/models.md */
@@ -38,6 +39,7 @@ kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out);
 typedef struct kiln_model_opts {
     int num_classes;        /* the ResNets: 10 by default, up to KILN_MAX_CLASSES */
     int64_t height, width;  /* input size: resnet18 112x112, resnet20 32x32 */
+    int fix_bias;           /* 1: without the conv/linear biases a batch norm cancels (kiln_graph_fix_bias) */
 } kiln_model_opts;
 kiln_status kiln_model_build_ex(kiln_graph *g, const char *name, const kiln_model_opts *o, kiln_model *out);
 /* NULL-terminated list of model names */

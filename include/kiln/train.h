@@ -71,6 +71,7 @@ typedef struct kiln_train_config {
     const char *metrics;        /* JSONL file: a line per log_every steps and per epoch (NULL: none) */
     int64_t log_every;          /* steps between metrics lines (and the CLI's progress lines) */
     int fuse, autotune, dropout_off;
+    int fix_bias;               /* --fix-bias: the model without the conv/linear biases its batch norms cancel */
     int profile;                /* 1: time every kernel and log the breakdown at the end */
     double memory_budget;       /* bytes a plan's arena may take; 0: 90 % of the machine's memory */
     const char *device;         /* "cpu" (default), "cuda" or "auto" (cuda when a GPU is here) */

@@ -16,6 +16,7 @@ void kiln_graph_free(kiln_graph *g) {
     free(g->nodes);
     free(g->param_vals);
     free(g->buffer_vals);
+    free(g->fixed_biases);
     free(g);
 }
 
@@ -138,9 +139,10 @@ kiln_graph *kiln_graph_clone(const kiln_graph *g) {
     c->nodes = dup_array(g->nodes, g->nnodes, sizeof *g->nodes);
     c->param_vals = dup_array(g->param_vals, g->nparams, sizeof *g->param_vals);
     c->buffer_vals = dup_array(g->buffer_vals, g->nbuffers, sizeof *g->buffer_vals);
+    c->fixed_biases = g->fixed_biases ? strdup(g->fixed_biases) : NULL;
     c->cap_vals = g->nvals;
     c->cap_nodes = g->nnodes;
-    if (!c->vals || !c->nodes || !c->param_vals || !c->buffer_vals) {
+    if (!c->vals || !c->nodes || !c->param_vals || !c->buffer_vals || (g->fixed_biases && !c->fixed_biases)) {
         kiln_graph_free(c);
         return NULL;
     }

@@ -33,6 +33,8 @@ struct kiln_params {
     void *data, *grad;
     uint8_t *has_grad;
     uint64_t has_grad_version;
+    uint8_t *cancelled; /* per parameter: a bias a batch norm cancels (a checkpoint may lack it) */
+    char *removed;      /* what kiln_graph_fix_bias took out of the graph ("" if nothing) */
 };
 
 static void view_of(state_view *sv, const kiln_val *v) {
@@ -62,6 +64,18 @@ static void *zeroed(const kiln_backend *be, size_t bytes) {
     return p;
 }
 
+/* the biases a batch norm cancels: loading a checkpoint without them gives them zero */
+static int mark_cancelled(const kiln_graph *g, kiln_params *P) {
+    uint8_t *marks = calloc((size_t)(g->nvals ? g->nvals : 1), 1);
+    if (!marks || kiln_pass_mark_cancelled_biases(g, marks) < 0) {
+        free(marks);
+        return -1;
+    }
+    for (int i = 0; i < g->nparams; i++) P->cancelled[i] = marks[g->param_vals[i]];
+    free(marks);
+    return 0;
+}
+
 kiln_status kiln_params_new_on(const kiln_graph *g, const char *backend, kiln_params **out) {
     *out = NULL;
     if (kiln_graph_status(g) != KILN_OK) return kiln_graph_status(g);
@@ -79,7 +93,9 @@ kiln_status kiln_params_new_on(const kiln_graph *g, const char *backend, kiln_pa
     P->views = calloc((size_t)(g->nparams ? g->nparams : 1), sizeof *P->views);
     P->bufs = calloc((size_t)(g->nbuffers ? g->nbuffers : 1), sizeof *P->bufs);
     P->has_grad = calloc((size_t)(g->nparams ? g->nparams : 1), 1);
-    if (!P->views || !P->bufs || !P->has_grad) goto oom;
+    P->cancelled = calloc((size_t)(g->nparams ? g->nparams : 1), 1);
+    P->removed = strdup(g->fixed_biases ? g->fixed_biases : "");
+    if (!P->views || !P->bufs || !P->has_grad || !P->cancelled || !P->removed || mark_cancelled(g, P)) goto oom;
     size_t es = kiln_dtype_size(P->dtype);
     for (int i = 0; i < g->nparams; i++) {
         state_view *pv = &P->views[i];
@@ -123,6 +139,8 @@ void kiln_params_free(kiln_params *P) {
     free(P->views);
     free(P->bufs);
     free(P->has_grad);
+    free(P->cancelled);
+    free(P->removed);
     free(P);
 }
 
@@ -197,6 +215,8 @@ kiln_dtype kiln_params_dtype(const kiln_params *P) { return P->dtype; }
 void *kiln_params_data(kiln_params *P) { return P->data; }
 void *kiln_params_grad(kiln_params *P) { return P->grad; }
 const uint8_t *kiln_params_has_grad(const kiln_params *P) { return P->has_grad; }
+int kiln_params_cancelled(const kiln_params *P, int i) { return P->cancelled[i]; }
+const char *kiln_params_removed(const kiln_params *P) { return P->removed; }
 uint64_t kiln_params_has_grad_version(const kiln_params *P) { return P->has_grad_version; }
 uint8_t *kiln_params_has_grad_mut(kiln_params *P) {
     P->has_grad_version++;

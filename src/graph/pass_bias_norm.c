@@ -44,6 +44,28 @@ static kiln_value cancelled_bias(const kiln_graph *g, const int *count, const in
     return *norm >= 0 ? b : -1;
 }
 
+/* every cancelled bias: its value, its layer node and its norm node; the count, or -1 */
+typedef struct {
+    kiln_value bias;
+    int layer, norm;
+} cancelled;
+
+static int find_cancelled(const kiln_graph *g, cancelled **out) {
+    int *last = malloc((size_t)(g->nvals ? g->nvals : 1) * sizeof *last);
+    int *count = last ? kiln_graph_readers(g, last) : NULL;
+    cancelled *c = count ? malloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof *c) : NULL;
+    int n = 0;
+    for (int i = 0; c && i < g->nnodes; i++) {
+        int norm = -1;
+        kiln_value b = cancelled_bias(g, count, last, i, &norm);
+        if (b >= 0) c[n++] = (cancelled){b, i, norm};
+    }
+    free(count);
+    free(last);
+    *out = c;
+    return c ? n : -1;
+}
+
 /* parameter b leaves the graph's parameters: later ones move up one place */
 static void drop_param(kiln_graph *g, kiln_value b) {
     int p = g->vals[b].param;
@@ -54,7 +76,7 @@ static void drop_param(kiln_graph *g, kiln_value b) {
     g->vals[b].param = -1;
 }
 
-/* appends ", name" to a growing malloc'd list; 0 or -1 */
+/* appends ",name" to a growing malloc'd list; 0 or -1 */
 static int list_add(char **list, const char *name) {
     size_t had = *list ? strlen(*list) : 0, n = strlen(name);
     char *s = realloc(*list, had + n + 2);
@@ -65,50 +87,47 @@ static int list_add(char **list, const char *name) {
     return 0;
 }
 
-/* finds the cancelled biases: warns (fix = 0) or removes them (fix = 1); the count or -1 */
-static int bias_before_norm(kiln_graph *g, int fix, char **removed) {
-    int *last = malloc((size_t)(g->nvals ? g->nvals : 1) * sizeof *last);
-    int *count = last ? kiln_graph_readers(g, last) : NULL;
-    if (!count) {
-        free(last);
-        return kiln_graph_fail(g, KILN_ERR_NOMEM, "out of memory");
-    }
-    int found = 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        int norm = -1;
-        kiln_value b = cancelled_bias(g, count, last, i, &norm);
-        if (b < 0) continue;
-        found++;
-        if (!fix) {
-            kiln_log(KILN_LOG_WARN, "%s: its bias '%s' does nothing: batch norm '%s' follows and subtracts every per-channel "
-                     "constant; drop it from the model, or --fix-bias (kiln_graph_fix_bias) removes it",
-                     g->nodes[i].name, g->vals[b].name, g->nodes[norm].name);
-            continue;
-        }
-        kiln_log(KILN_LOG_INFO, "%s: removed its bias '%s' (batch norm '%s' follows and cancels it)", g->nodes[i].name,
-                 g->vals[b].name, g->nodes[norm].name);
-        if (removed && list_add(removed, g->vals[b].name)) {
-            found = kiln_graph_fail(g, KILN_ERR_NOMEM, "out of memory");
-            break;
-        }
-        g->nodes[i].nin = 2;
-        g->nodes[i].in[2] = -1;
-        drop_param(g, b);
-    }
-    free(count);
-    free(last);
-    return found;
+void kiln_pass_warn_bias_before_norm(const kiln_graph *g) {
+    cancelled *c;
+    int n = find_cancelled(g, &c);
+    for (int k = 0; k < n; k++)
+        kiln_log(KILN_LOG_WARN, "%s: its bias '%s' does nothing: batch norm '%s' follows and subtracts every per-channel "
+                 "constant; drop it from the model, or --fix-bias (kiln_graph_fix_bias) removes it",
+                 g->nodes[c[k].layer].name, g->vals[c[k].bias].name, g->nodes[c[k].norm].name);
+    free(c);
 }
 
-void kiln_pass_warn_bias_before_norm(kiln_graph *g) { bias_before_norm(g, 0, NULL); }
+int kiln_pass_mark_cancelled_biases(const kiln_graph *g, uint8_t *marks) {
+    cancelled *c;
+    int n = find_cancelled(g, &c);
+    for (int k = 0; k < n; k++) marks[c[k].bias] = 1;
+    free(c);
+    return n;
+}
 
 int kiln_graph_fix_bias(kiln_graph *g, char **removed) {
     if (removed) *removed = NULL;
     if (kiln_graph_status(g) != KILN_OK) return -1;
-    int n = bias_before_norm(g, 1, removed);
-    if (n < 0 && removed) {
-        free(*removed);
-        *removed = NULL;
+    cancelled *c;
+    int n = find_cancelled(g, &c);
+    if (n < 0) return kiln_graph_fail(g, KILN_ERR_NOMEM, "out of memory");
+    char *names = NULL;
+    for (int k = 0; k < n; k++)
+        if (list_add(&names, g->vals[c[k].bias].name) || list_add(&g->fixed_biases, g->vals[c[k].bias].name)) {
+            free(c);
+            free(names);
+            return kiln_graph_fail(g, KILN_ERR_NOMEM, "out of memory");
+        }
+    for (int k = 0; k < n; k++) {
+        kiln_node *l = &g->nodes[c[k].layer];
+        kiln_log(KILN_LOG_INFO, "%s: removed its bias '%s' (batch norm '%s' follows and cancels it)", l->name,
+                 g->vals[c[k].bias].name, g->nodes[c[k].norm].name);
+        l->nin = 2;
+        l->in[2] = -1;
+        drop_param(g, c[k].bias);
     }
+    free(c);
+    if (removed) *removed = names;
+    else free(names);
     return n;
 }

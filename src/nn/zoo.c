@@ -2,7 +2,9 @@
  *   conv1 1->32 3x3, relu, conv2 32->64 3x3, relu, max_pool 2, dropout 0.25,
  *   flatten, fc1 9216->128, relu, dropout 0.5, fc2 128->10, log_softmax.
  * mnist-cnn-bn puts BatchNorm2d after each conv and drops the conv biases
- * (the guide's "disable bias before batch norm": the norm subtracts it again).
+ * (the guide's "disable bias before batch norm": the norm subtracts it again);
+ * mnist-cnn-bn-bias keeps them, as models are often written, for --fix-bias
+ * (which makes it mnist-cnn-bn, parameter for parameter).
  * resnet20 is the CIFAR ResNet of He et al. (2016) with option-A shortcuts,
  * exactly the peer benchmark's model (../shared/bench/peers/conv_bench.py):
  *   conv1 3->16 3x3, bn1, relu; layers.0-8: BasicBlocks of 16, 32, 64 channels
@@ -25,7 +27,7 @@
 #include <string.h>
 #include "kiln/nn.h"
 
-static const char *const names[] = {"mnist-cnn", "mnist-cnn-bn", "mlp", "resnet20", "resnet18", "resnet34", "resnet50", NULL};
+static const char *const names[] = {"mnist-cnn", "mnist-cnn-bn", "mlp", "mnist-cnn-bn-bias", "resnet20", "resnet18", "resnet34", "resnet50", NULL};
 
 const char *const *kiln_model_names(void) { return names; }
 
@@ -47,11 +49,11 @@ static void mnist_cnn(kiln_graph *g, kiln_model *m) {
     m->loss = kiln_nll_loss(g, m->out, m->y);
 }
 
-static void mnist_cnn_bn(kiln_graph *g, kiln_model *m) {
+static void mnist_cnn_bn(kiln_graph *g, kiln_model *m, int conv_bias) {
     mnist_io(g, m);
-    kiln_value h = kiln_nn_conv2d(g, "conv1", m->x, 1, 32, 3, 1, 0, 0);
+    kiln_value h = kiln_nn_conv2d(g, "conv1", m->x, 1, 32, 3, 1, 0, conv_bias);
     h = kiln_relu(g, kiln_nn_batch_norm2d(g, "bn1", h, 32));                           /* [B,32,26,26] */
-    h = kiln_relu(g, kiln_nn_batch_norm2d(g, "bn2", kiln_nn_conv2d(g, "conv2", h, 32, 64, 3, 1, 0, 0), 64));
+    h = kiln_relu(g, kiln_nn_batch_norm2d(g, "bn2", kiln_nn_conv2d(g, "conv2", h, 32, 64, 3, 1, 0, conv_bias), 64));
     h = kiln_dropout(g, kiln_max_pool2d(g, h, 2, 2), 0.25f);                            /* [B,64,12,12] */
     h = kiln_flatten(g, h, 1);
     h = kiln_dropout(g, kiln_relu(g, kiln_nn_linear(g, "fc1", h, 9216, 128, 1)), 0.5f);
@@ -167,7 +169,8 @@ static void resnet50(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
 
 /* the mnist models take no options */
 static void mnist_cnn_o(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) { (void)o; mnist_cnn(g, m); }
-static void mnist_cnn_bn_o(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) { (void)o; mnist_cnn_bn(g, m); }
+static void mnist_cnn_bn_o(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) { (void)o; mnist_cnn_bn(g, m, 0); }
+static void mnist_cnn_bn_bias_o(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) { (void)o; mnist_cnn_bn(g, m, 1); }
 static void mlp_o(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) { (void)o; mlp(g, m); }
 
 kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out) {
@@ -177,8 +180,9 @@ kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out) {
 
 /* the builders, in the order of names[]; the first FIXED_MODELS have 10 classes and no options */
 typedef void (*model_fn)(kiln_graph *, kiln_model *, const kiln_model_opts *);
-static const model_fn builders[] = {mnist_cnn_o, mnist_cnn_bn_o, mlp_o, resnet20, resnet18, resnet34, resnet50};
-enum { FIXED_MODELS = 3 };
+static const model_fn builders[] = {mnist_cnn_o, mnist_cnn_bn_o, mlp_o, mnist_cnn_bn_bias_o,
+                                    resnet20,    resnet18,       resnet34, resnet50};
+enum { FIXED_MODELS = 4 };
 _Static_assert(sizeof builders / sizeof builders[0] == sizeof names / sizeof names[0] - 1, "a builder per model name");
 
 static kiln_status unknown(const char *name) {
@@ -205,5 +209,6 @@ kiln_status kiln_model_build_ex(kiln_graph *g, const char *name, const kiln_mode
         return kiln_fail(KILN_ERR_INVALID_ARG, "model %s: input %lldx%lld", name, (long long)o->height, (long long)o->width);
     builders[i](g, out, o);
     out->name = names[i];
+    if (o->fix_bias && kiln_graph_status(g) == KILN_OK) kiln_graph_fix_bias(g, NULL);
     return kiln_graph_status(g);
 }

@@ -203,16 +203,41 @@ static kiln_status finish_buffers(kiln_params *P, void **stage, int commit) {
     return st;
 }
 
+/* A model whose biases --fix-bias removed cannot take a file that has them: its
+ * batch norms' running means were learned with the bias added, and would be
+ * off by it without. */
+static kiln_status check_removed(const kiln_st_file *f, kiln_params *P, const char *path) {
+    const char *r = kiln_params_removed(P);
+    while (*r) {
+        size_t n = strcspn(r, ",");
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), r);
+        if (kiln_st_find(f, name))
+            return kiln_fail(KILN_ERR_INVALID_ARG, "%s holds '%s', a bias --fix-bias removes from this model: the running "
+                             "mean of the batch norm after it was learned with the bias, so dropping it would change "
+                             "the results; load this file without --fix-bias", path, name);
+        r += n + (r[n] == ',');
+    }
+    return KILN_OK;
+}
+
 static kiln_status load_params_from(const kiln_st_file *f, kiln_params *P, const char *path) {
     if (kiln_params_dtype(P) != KILN_F32) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: loading needs f32 parameters", path);
+    kiln_status st = check_removed(f, P, path);
+    if (st != KILN_OK) return st;
     /* check every tensor before touching the parameters: a bad file changes nothing */
     float *stage = kiln_calloc((size_t)kiln_params_total(P) * 4 + 64); /* zero padding between views */
     if (!stage) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
-    kiln_status st = KILN_OK;
     for (int i = 0; i < kiln_params_count(P) && st == KILN_OK; i++) {
         int64_t shape[KILN_MAX_DIMS];
         int nd = kiln_params_shape(P, i, shape);
-        st = load_into(f, kiln_params_name(P, i), stage + kiln_params_offset(P, i), nd, shape, path);
+        const char *name = kiln_params_name(P, i);
+        if (kiln_params_cancelled(P, i) && !kiln_st_find(f, name)) { /* saved by a --fix-bias run: zero is the same model */
+            kiln_log(KILN_LOG_INFO, "%s has no '%s' (saved with --fix-bias?): it is zero, which the batch norm after it "
+                     "makes the same model", path, name);
+            continue;
+        }
+        st = load_into(f, name, stage + kiln_params_offset(P, i), nd, shape, path);
     }
     void **bufs = st == KILN_OK ? stage_buffers(f, P, path, &st) : NULL;
     if (st == KILN_OK) st = kiln_params_write(P, stage);

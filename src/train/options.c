@@ -29,7 +29,7 @@ typedef struct {
 
 /* in the order they are applied: the optimizer before its hyperparameters */
 static const field fields[] = {
-    OPT("model", "NAME", 0, T_STR, model, "model from the zoo: mnist-cnn (PyTorch's examples/mnist network), mnist-cnn-bn, mlp, resnet20 (CIFAR, 3x32x32), resnet18, resnet34, resnet50 (torchvision's, 3x112x112)"),
+    OPT("model", "NAME", 0, T_STR, model, "model from the zoo: mnist-cnn (PyTorch's examples/mnist network), mnist-cnn-bn, mnist-cnn-bn-bias (with the conv biases its norms cancel, for --fix-bias), mlp, resnet20 (CIFAR, 3x32x32), resnet18, resnet34, resnet50 (torchvision's, 3x112x112)"),
     OPT("num-classes", "N", 0, T_INT, num_classes, "the ResNets: outputs of the classifier (fc); 0: the model's own (10)"),
     OPT("data", "NAME|DIR", 0, T_STR, data, "fashion-mnist (Debian's dataset-fashion-mnist), a folder holding "
                                             "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz], or an image folder "
@@ -61,6 +61,9 @@ static const field fields[] = {
     OPT("clip-grad-norm", "X", 0, T_POS_OR_OFF, clip_grad_norm, "clip the global L2 norm of the gradients to X (> 0) before each update"),
     OPT("seed", "N", 0, T_I64, seed, "seeds initial weights, shuffling and dropout"),
     OPT("dropout-off", NULL, 0, T_FLAG, dropout_off, "train with dropout disabled"),
+    OPT("fix-bias", NULL, 0, T_FLAG, fix_bias, "remove every conv/linear bias a following batch norm cancels (the guide's "
+                                               "\"disable bias before batch norm\"): same results, fewer parameters; the "
+                                               "checkpoint then has no such biases (without the flag each is warned about)"),
     OPT("no-fuse", NULL, 0, T_NOFLAG, fuse, "disable the fusion passes (relu folded into conv/linear and max-pool's backward)"),
     OPT("no-autotune", NULL, 0, T_NOFLAG, autotune, "use oneDNN's direct convolutions instead of timing every algorithm"),
     OPT("max-steps", "N", 1, T_I64, max_steps, "stop when the run reaches global step N, counting resumed steps (0: no limit)"),

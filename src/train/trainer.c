@@ -250,9 +250,9 @@ static kiln_status check_config(const kiln_train_config *c) {
     return check_save_path(c->save);
 }
 
-/* the model a config names, with its --num-classes */
+/* the model a config names, with its --num-classes and --fix-bias */
 static kiln_status build_model(kiln_graph *g, const kiln_train_config *c, kiln_model *m) {
-    kiln_model_opts mo = {.num_classes = c->num_classes};
+    kiln_model_opts mo = {.num_classes = c->num_classes, .fix_bias = c->fix_bias};
     return kiln_model_build_ex(g, c->model, &mo, m);
 }
 

@@ -62,6 +62,7 @@ struct kiln_graph {
     kiln_value *param_vals;       /* value id of each parameter */
     int nbuffers;
     kiln_value *buffer_vals;      /* value id of each buffer */
+    char *fixed_biases;           /* "a.bias,b.bias": what kiln_graph_fix_bias removed (NULL: nothing) */
     kiln_status status;
     char error[512];
 };
@@ -114,8 +115,10 @@ int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g);
  * view, batch norm uses its running statistics), via each op's `specialize` */
 void kiln_pass_specialize(kiln_graph *g, int training, int dropout_off);
 
-/* pass_bias_norm.c: warns about each conv2d/linear bias a following batch norm cancels */
-void kiln_pass_warn_bias_before_norm(kiln_graph *g);
+/* pass_bias_norm.c: warns about each conv2d/linear bias a following batch norm
+ * cancels; marks[v] = 1 for each such bias value (the count, or -1) */
+void kiln_pass_warn_bias_before_norm(const kiln_graph *g);
+int kiln_pass_mark_cancelled_biases(const kiln_graph *g, uint8_t *marks);
 /* pass_fold_bn.c: folds each evaluation batch norm into the conv2d (or linear)
  * that alone feeds it, through a bn_fold node that recomputes the layer's
  * weight and bias every run; the number folded, or -1 (the graph's error set) */
