@@ -125,6 +125,16 @@ int kiln_graph_add_node(kiln_graph *g, kiln_op op, const kiln_value *in, int nin
     return g->nnodes++;
 }
 
+int kiln_graph_move_node(kiln_graph *g, int node, int at) {
+    if (node != g->nnodes - 1 || at < 0 || at > node) return -1;
+    kiln_node n = g->nodes[node];
+    memmove(&g->nodes[at + 1], &g->nodes[at], (size_t)(node - at) * sizeof n);
+    g->nodes[at] = n;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].fwd >= at) g->nodes[i].fwd++;
+    return at;
+}
+
 static void *dup_array(const void *p, int n, size_t size) {
     void *c = malloc((size_t)(n > 0 ? n : 1) * size);
     if (c && n > 0) memcpy(c, p, (size_t)n * size);

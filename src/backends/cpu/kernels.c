@@ -118,8 +118,17 @@ static kiln_status ones(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 /* a strided input (a transposed gradient) is gathered; packed rows are a plain copy */
+/* a copy between the plain and blocked layouts of one [N, C, H, W] tensor (the layout pass's reorders) */
+static int reorder(const kiln_step *s, int acc) {
+    const kiln_tdesc *x = &s->in[0], *y = &s->out[0];
+    if (x->layout == y->layout) return 0;
+    kiln_cpu_reorder_nchw(x->shape[0], x->shape[1], x->shape[2] * x->shape[3], x->layout != 0, F(*x), F(*y), acc);
+    return 1;
+}
+
 static kiln_status grad_copy(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_tdesc *x = &s->in[0];
+    if (reorder(s, ACC(0))) return KILN_OK;
     if (x->contiguous) kiln_cpu_grad_copy(s->out[0].numel, F(*x), F(s->out[0]), ACC(0));
     else kiln_cpu_copy_strided(x->ndim, x->shape, F(*x), x->stride, F(s->out[0]), ACC(0));
     return KILN_OK;
@@ -128,7 +137,9 @@ static kiln_status grad_copy(const kiln_step *s, const kiln_run_ctx *rc) {
 static kiln_status contiguous(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
     const kiln_tdesc *x = &s->in[0];
-    kiln_cpu_copy_strided(x->ndim, x->shape, F(*x), x->stride, F(s->out[0]), 0);
+    if (reorder(s, 0)) return KILN_OK;
+    if (x->layout) kiln_cpu_grad_copy(s->out[0].numel, F(*x), F(s->out[0]), 0); /* blocked to blocked: whole */
+    else kiln_cpu_copy_strided(x->ndim, x->shape, F(*x), x->stride, F(s->out[0]), 0);
     return KILN_OK;
 }
 
@@ -248,10 +259,12 @@ static kiln_status adadelta(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
-    [KILN_OP_CONV2D] = {kiln_cpu_conv_fwd, kiln_cpu_conv_prepare, kiln_cpu_conv_release, 1, 1, 0, kiln_cpu_conv_describe_fwd},
-    [KILN_OP_CONV2D_BWD_DATA] = {kiln_cpu_conv_bwd_data, kiln_cpu_conv_bwd_prepare, NULL, 1, 1, 0, kiln_cpu_conv_describe_bwd_data},
+    [KILN_OP_CONV2D] = {kiln_cpu_conv_fwd, kiln_cpu_conv_prepare, kiln_cpu_conv_release, 1, 1, 0, kiln_cpu_conv_describe_fwd,
+                        1 | KILN_TIE_OUT(0)},
+    [KILN_OP_CONV2D_BWD_DATA] = {kiln_cpu_conv_bwd_data, kiln_cpu_conv_bwd_prepare, NULL, 1, 1, 0,
+                                 kiln_cpu_conv_describe_bwd_data, 1 | KILN_TIE_OUT(0)},
     [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cpu_conv_bwd_weight, kiln_cpu_conv_bwd_prepare, NULL, 3, 0, 0,
-                                   kiln_cpu_conv_describe_bwd_weight},
+                                   kiln_cpu_conv_describe_bwd_weight, 3},
     [KILN_OP_LINEAR] = {kiln_cpu_linear_fwd, kiln_cpu_linear_prepare, kiln_cpu_linear_release, 0, 0, 0, kiln_cpu_linear_describe},
     [KILN_OP_LINEAR_BWD_DATA] = {kiln_cpu_linear_bwd_data, kiln_cpu_linear_bwd_prepare, NULL, 0, 0, 0, kiln_cpu_linear_describe},
     [KILN_OP_LINEAR_BWD_WEIGHT] = {kiln_cpu_linear_bwd_weight, kiln_cpu_linear_bwd_prepare, NULL, 0, 0, 0,
@@ -272,8 +285,8 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_MUL] = {mul, NULL, NULL, 0, 0},
     [KILN_OP_MUL_BWD] = {mul_bwd, NULL, NULL, 0, 0},
     [KILN_OP_ONES] = {ones, NULL, NULL, 0, 0},
-    [KILN_OP_GRAD_COPY] = {grad_copy, NULL, NULL, 0, 0},
-    [KILN_OP_CONTIGUOUS] = {contiguous, NULL, NULL, 0, 0},
+    [KILN_OP_GRAD_COPY] = {grad_copy, NULL, NULL, 1, 1},   /* also a reorder: layouts in and out may differ */
+    [KILN_OP_CONTIGUOUS] = {contiguous, NULL, NULL, 1, 1},
     [KILN_OP_SLICE_BWD] = {slice_bwd, kiln_prepare_slice, NULL, 0, 0},
     [KILN_OP_PAD] = {pad, kiln_prepare_pad, NULL, 0, 0},
     [KILN_OP_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool, NULL, 1, 0},

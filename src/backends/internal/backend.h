@@ -102,6 +102,10 @@ typedef struct kiln_kernel {
      * chooses among several, into buf; returns how many activations its kernel
      * converts to or from its own layout on every run, *weights the weights */
     int (*describe)(const kiln_step *s, char *buf, size_t len, int *weights);
+    /* slots (as `tied`) where a plain tensor costs the kernel a reorder of its own on
+     * every run (a convolution's activations): the layout pass weighs these against
+     * the reorders it would add to keep a family blocked */
+    unsigned reorders_plain;
 } kiln_kernel;
 #define KILN_TIE_OUT(k) (1u << (8 + (k)))
 

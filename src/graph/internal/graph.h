@@ -71,6 +71,10 @@ struct kiln_graph {
 kiln_value kiln_graph_add_value(kiln_graph *g, const char *name, kiln_dtype dtype, int ndim,
                                 const int64_t *shape, int batched, kiln_val_kind kind);
 int kiln_graph_add_node(kiln_graph *g, kiln_op op, const kiln_value *in, int nin, const kiln_value *out, int nout);
+/* Moves the node just added (the last) to index `at`, shifting the nodes from
+ * `at` on (and the forward-node indices that name them) by one: a pass that
+ * runs after autodiff places a new node where it must run. Returns at, or -1. */
+int kiln_graph_move_node(kiln_graph *g, int node, int at);
 /* Applies op to inputs: checks arity, runs the op's shape inference, makes the
  * output values (views share their input's storage) and the node. Returns the
  * node id, or -1 with the graph's sticky error set. */

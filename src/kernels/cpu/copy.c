@@ -27,6 +27,24 @@ void kiln_cpu_copy_strided(int ndim, const int64_t *shape, const float *src, con
     }
 }
 
+/* [n, c, hw] between plain NCHW and nChw16c (c a multiple of 16), either way,
+ * written or (acc) added: blocks of 16 channels by images split across the team */
+void kiln_cpu_reorder_nchw(int64_t n, int64_t c, int64_t hw, int from_blocked, const float *src, float *dst, int acc) {
+    int64_t nb = c / 16;
+#pragma omp parallel for schedule(static) if (n * c * hw >= KILN_CPU_PAR_MIN)
+    for (int64_t t = 0; t < n * nb; t++) { /* block t: [hw][16] blocked, 16 planes [16][hw] plain */
+        const float *s = src + t * 16 * hw;
+        float *d = dst + t * 16 * hw;
+        for (int64_t j = 0; j < hw; j++)
+            for (int l = 0; l < 16; l++) {
+                int64_t b = j * 16 + l, p = l * hw + j;
+                float v = from_blocked ? s[b] : s[p];
+                float *o = from_blocked ? &d[p] : &d[b];
+                *o = acc ? *o + v : v;
+            }
+    }
+}
+
 /* a strided slice (step > 1): row j of dim gets dy's row (j - start) / step or zero */
 static void slice_bwd_step(int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, int64_t step,
                            const float *dy, float *dx, int acc) {

@@ -192,6 +192,7 @@ void kiln_cpu_bias_grad_rows(int64_t rows, int64_t cols, const float *dy, float 
 void kiln_cpu_bias_grad_nchw(int64_t n, int64_t c, int64_t hw, const float *dy, float *db, int acc);
 
 void kiln_cpu_copy_strided(int ndim, const int64_t *shape, const float *src, const int64_t *stride, float *dst, int acc);
+void kiln_cpu_reorder_nchw(int64_t n, int64_t c, int64_t hw, int from_blocked, const float *src, float *dst, int acc);
 void kiln_cpu_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, int64_t step,
                         const float *dy, float *dx, int acc);
 /* fixed-order chunks summed in double: the same bits for any thread count */
