@@ -33,6 +33,12 @@ die() { echo "resnet: $*" >&2; exit 1; }
 
 mkdir -p bench/results
 OUT="bench/results/resnet-$(date +%Y%m%d-%H%M%S).jsonl"
+# the machine's FP32 peak, measured here (bench/fp32_peak.c): the share of it kiln's GFLOP/s are
+PEAK_BIN=$(mktemp /tmp/kiln_fp32_peak.XXXXXX)
+trap 'rm -f "$PEAK_BIN"' EXIT
+gcc -O2 -march=native -ffp-contract=fast -fopenmp bench/fp32_peak.c -o "$PEAK_BIN" || die "cannot build bench/fp32_peak.c"
+PEAK=$("$PEAK_BIN")
+echo "{\"side\": \"machine\", \"fp32_peak_gflops\": $PEAK, \"threads\": $OMP_NUM_THREADS}" >>"$OUT"
 batch() { [ "$1" = resnet20 ] && echo 128 || echo 32; }
 
 for r in $(seq 1 "$REPEAT"); do
@@ -51,11 +57,15 @@ done
 python3 - "$OUT" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+peak = [r["fp32_peak_gflops"] for r in rows if r["side"] == "machine"][0]
+rows = [r for r in rows if r["side"] != "machine"]
 def med(xs): return statistics.median(xs) if xs else float("nan")
-print(f"{'model':9s} {'mode':5s} {'kiln ms':>9s} {'torch ms':>9s} {'(format)':>14s} {'ratio':>6s}  target")
+print(f"FP32 peak of this machine, measured (bench/fp32_peak.c, OMP_NUM_THREADS=2): {peak:.0f} GFLOP/s")
+print(f"{'model':9s} {'mode':5s} {'kiln ms':>9s} {'torch ms':>9s} {'(format)':>14s} {'ratio':>6s}  {'target':22s} kiln GFLOP/s (of peak)")
 for m in sorted({r["result"]["model"] for r in rows}):
     for mode, pmode in (("train", "train"), ("eval", "infer")):
         k = med([r["result"]["ms"] for r in rows if r["side"] == "kiln" and r["result"]["model"] == m and r["result"]["mode"] == mode])
+        gf = med([r["result"]["gflops"] for r in rows if r["side"] == "kiln" and r["result"]["model"] == m and r["result"]["mode"] == mode])
         best, fmt = float("inf"), "-"
         for f in ("default", "channels_last"):
             t = med([r["result"]["ms_median"] for r in rows if r["side"] == "pytorch" and r["result"].get("model") == m
@@ -64,6 +74,7 @@ for m in sorted({r["result"]["model"] for r in rows}):
         ratio = k / best
         goal = 0.6 if mode == "train" else 0.5
         verdict = "MET" if ratio <= goal else "NOT MET"
-        print(f"{m:9s} {mode:5s} {k:9.1f} {best:9.1f} {fmt:>14s} {ratio:6.2f}  <= {goal} ({verdict})")
+        target = f"<= {goal} ({verdict})"
+        print(f"{m:9s} {mode:5s} {k:9.1f} {best:9.1f} {fmt:>14s} {ratio:6.2f}  {target:22s} {gf:6.0f} ({100 * gf / peak:.0f}%)")
 print(f"(medians over rounds; raw lines in {sys.argv[1]}; load average now {open('/proc/loadavg').read().split()[0]})")
 PY
