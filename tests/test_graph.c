@@ -278,6 +278,41 @@ static void test_builder_errors(void) {
     kiln_graph_free(g);
 }
 
+/* A plan output the layout pass could block (a 16-channel relu nothing else reads)
+ * stays plain: kiln_plan_read gives the same rows with the layout pass on and off */
+static void test_output_stays_plain(void) {
+    enum { B = 2, N = B * 16 * 6 * 6 };
+    kiln_graph *g = kiln_graph_new();
+    kiln_value x = kiln_input(g, "x", KILN_F32, 4, (int64_t[]){KILN_BATCH, 3, 6, 6});
+    kiln_value w = kiln_param(g, "c.weight", 4, (int64_t[]){16, 3, 3, 3}, 27);
+    kiln_value y = kiln_relu(g, kiln_conv2d(g, x, w, -1, 1, 1));
+    kiln_params *P = NULL;
+    CHECK_OK(kiln_params_new(g, KILN_F32, &P));
+    if (!P) return;
+    kiln_params_init(P, 5);
+    float xs[B * 3 * 36], out[2][N];
+    for (int i = 0; i < B * 3 * 36; i++) xs[i] = (float)tu_uniform(-1, 1);
+    for (int layout = 0; layout < 2; layout++) {
+        kiln_compile_opts o = kiln_compile_defaults();
+        o.max_batch = B;
+        o.layout = layout;
+        o.autotune = 0;
+        kiln_plan *pl = NULL;
+        CHECK_OK(kiln_compile(g, P, &y, 1, &o, &pl));
+        if (!pl) break;
+        kiln_plan_bind(pl, x, xs);
+        CHECK_OK(kiln_plan_run(pl, B));
+        CHECK_OK(kiln_plan_read(pl, y, out[layout], N));
+        kiln_plan_free(pl);
+    }
+    int bad = 0, nonzero = 0;
+    for (int i = 0; i < N; i++) bad += fabsf(out[0][i] - out[1][i]) > 1e-5f, nonzero += out[0][i] != 0;
+    CHECK_MSG(bad == 0 && nonzero > N / 4, "a 16-channel output with the layout pass: %d of %d values differ (%d nonzero)", bad, N,
+              nonzero);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+}
+
 int main(void) {
     tu_seed(42);
     test_builder_errors();
@@ -291,5 +326,6 @@ int main(void) {
     test_passes_do_not_change_results();
     test_accumulate();
     test_gradcheck_graphs();
+    test_output_stays_plain();
     return tu_finish("test_graph");
 }

@@ -182,6 +182,7 @@ kiln_status kiln_compile(kiln_graph *g0, kiln_params *P, const kiln_value *outpu
         goto fail;
     }
     memcpy(pl->outputs, outputs, (size_t)n_outputs * sizeof *outputs);
+    for (int i = 0; i < n_outputs; i++) pl->g->vals[outputs[i]].output = 1;
     pl->nfwd = pl->g->nnodes;
     if ((st = transform(pl, outputs[0])) != KILN_OK) goto fail;
     mark_has_grad(pl);

@@ -39,7 +39,7 @@ static void unite(int *up, int a, int b) {
 /* a value that could live blocked on its own: a 4-d f32 activation root-shaped */
 static int blockable(const kiln_graph *g, kiln_value v) {
     const kiln_val *V = &g->vals[v];
-    if (V->kind != KILN_VAL_ACT || V->ndim != 4 || V->dtype != KILN_F32 || V->shape[1] % 16) return 0;
+    if (V->kind != KILN_VAL_ACT || V->output || V->ndim != 4 || V->dtype != KILN_F32 || V->shape[1] % 16) return 0;
     if (V->alias_of < 0) return 1;
     const kiln_val *R = &g->vals[kiln_val_root(g, v)];
     int same = R->ndim == 4 && V->offset == R->offset;

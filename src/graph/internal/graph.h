@@ -38,6 +38,7 @@ typedef struct kiln_val {
     int64_t fan_in;               /* KILN_INIT_UNIFORM_FAN_IN: bound 1/sqrt(fan_in) */
     kiln_value grad_of;           /* gradients: the value this is d(loss)/d(...) of, else -1 */
     int layout;                   /* a backend's layout tag for the storage; 0: plain row-major */
+    int output;                   /* a plan output: the caller reads it row-major, so it stays plain */
 } kiln_val;
 
 typedef struct kiln_node {
