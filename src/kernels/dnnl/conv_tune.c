@@ -9,14 +9,16 @@
  * layouts) and oneDNN's reference implementations (ref:*, orders of magnitude
  * slower). A candidate whose layout differs from the plan's pays reorders in
  * and out on every call; they are part of what is timed, exactly as the plan
- * would run it. Timing: one warm-up call, then the best of three timed
- * calls; a candidate that cannot win is dropped after its warm-up (over 2x
- * the best so far) or its first timed call (over 1.3x), and the (at most 4)
- * finalists take their other two calls in turns, so that a burst of load from
- * elsewhere on the machine does not decide alone. Budget: at most 5 s per direction (the
- * first candidate, oneDNN's own choice, is always timed; the guide's
- * 32x64x64x64 conv, ~0.1 s a call on 2 cores, needs about 2.5 s) and 60 s per
- * process; past it a direction takes oneDNN's own choice and is not
+ * would run it.
+ *
+ * Timing: one warm-up call, then the best of three timed calls. A candidate
+ * that cannot win is dropped after its warm-up (over 5x the best so far: a
+ * first call may pay one-time costs, such as the pages of Winograd's
+ * scratchpad) or after its first timed call (over 1.3x); the finalists (at
+ * most 4) take their other two calls in turns, so that a burst of load from
+ * elsewhere on the machine does not decide alone. Budget: at most 5 s per
+ * direction (the first candidate, oneDNN's own choice, is always timed) and
+ * 60 s per process; past it a direction takes oneDNN's own choice and is not
  * remembered, so a later run tunes it. */
 #include <pthread.h>
 #include <stdio.h>
@@ -27,7 +29,7 @@
 #include "kiln/alloc.h"
 
 #define MAX_CANDIDATES 64
-#define WARMUP_REJECT 2.0
+#define WARMUP_REJECT 5.0
 #define TIMED_REJECT 1.3
 #define MAX_FINALISTS 4
 #define DIR_BUDGET_S 5.0
