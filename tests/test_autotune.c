@@ -301,25 +301,40 @@ static kiln_autotune_stats compile_stats(void) {
     return s;
 }
 
-static char warnings[4096];
+static char warnings[8192];
+static kiln_log_level kept_from = KILN_LOG_WARN;
 static void keep_warnings(kiln_log_level level, const char *msg, void *user) {
     (void)user;
     size_t o = strlen(warnings);
-    if (level >= KILN_LOG_WARN && o + strlen(msg) + 2 < sizeof warnings) snprintf(warnings + o, sizeof warnings - o, "%s\n", msg);
+    if (level >= kept_from && o + strlen(msg) + 2 < sizeof warnings) snprintf(warnings + o, sizeof warnings - o, "%s\n", msg);
 }
 
 static void test_warm_cache(void) {
     kiln_cpu_autotune_reset();
     unlink(cache);
+    warnings[0] = 0;
+    kept_from = KILN_LOG_INFO;
+    kiln_log_set_level(KILN_LOG_INFO);
+    kiln_log_set_sink(keep_warnings, NULL);
     kiln_autotune_stats s = compile_stats();
+    kiln_log_set_sink(NULL, NULL);
+    kiln_log_set_level(KILN_LOG_WARN);
+    kept_from = KILN_LOG_WARN;
     CHECK_MSG(s.candidates > 5 && s.tuned == 5 && s.remembered == 0, "cold: %lld candidates, %lld tuned",
               (long long)s.candidates, (long long)s.tuned);
     kiln_autotune_choice ch[8];
     int nch = kiln_autotune_choices(ch, 8);
     CHECK_MSG(nch == 5, "%d choices", nch);
-    for (int i = 0; i < nch && i < 8; i++)
+    for (int i = 0; i < nch && i < 8; i++) {
         CHECK_MSG(strchr(ch[i].decision, '/') && ch[i].us > 0 && ch[i].candidates >= 1 && !ch[i].remembered, "%s %s %s",
                   ch[i].problem, ch[i].dir, ch[i].decision);
+        /* the log names each conv's choice per direction, and what tuning took */
+        char named[256];
+        snprintf(named, sizeof named, " %s %s (", ch[i].dir, ch[i].decision);
+        CHECK_MSG(strstr(warnings, ch[i].problem) && strstr(warnings, named), "the log lacks %s%s: %s", ch[i].problem, named,
+                  warnings);
+    }
+    CHECK_MSG(strstr(warnings, "candidates timed in") && strstr(warnings, "conv autotune: 5 directions tuned"), "%s", warnings);
     /* the process remembers: nothing timed */
     s = compile_stats();
     CHECK_MSG(s.candidates == 0 && s.runs == 0 && s.remembered == 5, "warm process: %lld candidates timed",
