@@ -23,10 +23,14 @@ void kiln_cpu_autotune_end(void) {
     kiln_autotune_stats now;
     kiln_autotune_stats_get(&now);
     int64_t tuned = now.tuned - at_begin.tuned, remembered = now.remembered - at_begin.remembered;
+    double per_dir, process;
+    kiln_autotune_get_budget(&per_dir, &process);
     if (tuned > 0)
-        kiln_log(KILN_LOG_INFO, "conv autotune: %lld directions tuned (%lld candidates timed) in %.2f s, %lld remembered",
+        kiln_log(KILN_LOG_INFO,
+                 "conv autotune: %lld directions tuned (%lld candidates timed) in %.2f s, %lld remembered (budget %.0f s a "
+                 "direction, %.0f s a process)",
                  (long long)tuned, (long long)(now.candidates - at_begin.candidates), now.seconds - at_begin.seconds,
-                 (long long)remembered);
+                 (long long)remembered, per_dir, process);
     kiln_decision_file_save(&file);
 }
 

@@ -69,6 +69,13 @@ void kiln_autotune_set_budget(double per_direction_s, double process_s) {
     pthread_mutex_unlock(&lock);
 }
 
+void kiln_autotune_get_budget(double *per_direction_s, double *process_s) {
+    pthread_mutex_lock(&lock);
+    *per_direction_s = dir_budget_s;
+    *process_s = process_budget_s;
+    pthread_mutex_unlock(&lock);
+}
+
 void kiln_autotune_stats_get(kiln_autotune_stats *s) {
     pthread_mutex_lock(&lock);
     *s = stats;

@@ -92,6 +92,7 @@ typedef struct kiln_autotune_choice {
 int kiln_autotune_choices(kiln_autotune_choice *out, int max); /* returns how many there are */
 /* the tuning budget in seconds: per direction of one conv, and for the whole process (0: the defaults) */
 void kiln_autotune_set_budget(double per_direction_s, double process_s);
+void kiln_autotune_get_budget(double *per_direction_s, double *process_s);
 /* every candidate a direction of this conv could use, as decisions (tests); returns how many */
 int kiln_dnnl_conv_candidates(const kiln_conv_shape *cs, const kiln_dnnl_conv_opts *o, const char *dir,
                               char (*out)[KILN_AUTOTUNE_DECISION_MAX], int max);
