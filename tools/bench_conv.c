@@ -115,11 +115,9 @@ int cli_bench_conv(int argc, char **argv) {
     if (parse_shape(vals[C_SHAPE] ? vals[C_SHAPE] : opts[C_SHAPE].def, &c) ||
         cli_int("bench conv", opts, C_K, vals, 1, 1 << 20, &c.k) || cli_int("bench conv", opts, C_KERNEL, vals, 1, 1 << 10, &c.kernel) ||
         cli_int("bench conv", opts, C_PAD, vals, 0, 1 << 10, &c.pad) || cli_int("bench conv", opts, C_STRIDE, vals, 1, 1 << 10, &c.stride) ||
-        cli_int("bench conv", opts, C_STEPS, vals, 1, 100000, &steps) || cli_int("bench conv", opts, C_WARMUP, vals, 0, 100000, &warmup))
+        cli_int("bench conv", opts, C_STEPS, vals, 1, 100000, &steps) || cli_int("bench conv", opts, C_WARMUP, vals, 0, 100000, &warmup) ||
+        (c.autotune = cli_on_off("bench conv", opts, C_AUTOTUNE, vals)) < 0)
         return EXIT_USAGE;
-    const char *at = vals[C_AUTOTUNE] ? vals[C_AUTOTUNE] : "on";
-    if (strcmp(at, "on") && strcmp(at, "off")) return cli_usage_error("bench conv", "--autotune: on or off (got '%s')", at);
-    c.autotune = !strcmp(at, "on");
     c.bias = !given[C_NOBIAS];
     c.steps = (int)steps;
     c.warmup = (int)warmup;
