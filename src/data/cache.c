@@ -45,8 +45,8 @@ struct kiln_cache {
 };
 
 /* a complete cache file of exactly these samples, every record's size header checked */
-static kiln_status load(kiln_cache *c) {
-    kiln_status st = kiln_source_open_file(c->path, &c->src);
+static kiln_status load(kiln_cache *c, const char *file) {
+    kiln_status st = kiln_source_open_file(file, &c->src);
     if (st == KILN_OK) st = kiln_shard_open(c->src, &c->sh);
     if (st == KILN_OK && (c->sh.kind != KILN_SHARD_DECODED || c->sh.count != c->len))
         st = kiln_fail(KILN_ERR_FORMAT, "%s: holds %lld %s records, not the %lld decoded samples of this data", c->path,
@@ -111,7 +111,7 @@ kiln_status kiln_cache_open(const char *dir, const char *split, uint64_t key, in
     struct stat sb;
     kiln_status st = KILN_OK;
     if (stat(c->path, &sb) == 0) {
-        if (load(c) == KILN_OK) {
+        if (load(c, c->path) == KILN_OK) {
             atomic_store(&c->ready, 1);
             kiln_log(KILN_LOG_INFO, "cache: reading decoded samples from %s", c->path);
             *out = c;
@@ -141,16 +141,21 @@ static void give_up(kiln_cache *c, const char *why) {
     if (atomic_exchange(&c->failed, 1) == 0) kiln_log(KILN_LOG_WARN, "cache: %s; going on without the cache", why);
 }
 
-/* every record in its slot: the head in front of them, then the unnamed file linked in as the cache file */
+/* every record in its slot: the head in front of them */
 static kiln_status in_place(kiln_cache *c, int64_t slot) {
     int64_t *index = malloc((size_t)(c->len + 1) * sizeof *index);
     if (!index) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", c->path);
     for (int64_t i = 0; i <= c->len; i++) index[i] = c->records_off + i * slot;
     kiln_status st = kiln_shard_write_head(c->spill, c->path, KILN_SHARD_DECODED, c->len, c->labels, index);
     free(index);
-    if (st == KILN_OK && fsync(c->spill) != 0) st = kiln_fail(KILN_ERR_IO, "%s: cannot write: %s", c->path, strerror(errno));
-    char proc[64], tmp[PATH_MAX + 32];
-    snprintf(proc, sizeof proc, "/proc/self/fd/%d", c->spill);
+    return st;
+}
+
+/* the complete unnamed file, made durable, then linked in as the cache file for later runs */
+static kiln_status link_in(kiln_cache *c, const char *proc) {
+    kiln_status st = KILN_OK;
+    if (fsync(c->spill) != 0) st = kiln_fail(KILN_ERR_IO, "%s: cannot write: %s", c->path, strerror(errno));
+    char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", c->path, (long)getpid());
     unlink(tmp);
     if (st == KILN_OK && linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0)
@@ -180,13 +185,22 @@ static void complete(kiln_cache *c) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int64_t slot = atomic_load(&c->slot), total = c->records_off + c->len * slot + atomic_load(&c->extra);
     int fast = c->tmpfile && !atomic_load(&c->overflow);
-    kiln_status st = fast ? in_place(c, slot) : copied(c, total);
-    if (fast && st != KILN_OK) { /* e.g. no /proc to link the file in: the records are still where the copy reads them */
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", c->spill);
+    /* in place: the unnamed file is read at once (through /proc), and made durable and
+     * named while the next epoch already reads it (the fsync of 700 MB took 0.55 s,
+     * in which every sample missed the cache and was decoded again) */
+    kiln_status st = fast ? in_place(c, slot) : KILN_OK;
+    if (fast && st == KILN_OK && (st = load(c, proc)) == KILN_OK) {
+        atomic_store_explicit(&c->ready, 1, memory_order_release);
+        if ((st = link_in(c, proc)) != KILN_OK)
+            kiln_log(KILN_LOG_WARN, "cache: %s; this run reads it, later runs will build it again", kiln_last_error());
+        st = KILN_OK;
+    } else if (fast) { /* e.g. no /proc: the records are still where the copy reads them */
         kiln_log(KILN_LOG_DEBUG, "cache: %s; copying instead", kiln_last_error());
         fast = 0;
-        st = copied(c, total);
     }
-    if (st == KILN_OK) st = load(c);
+    if (!fast && (st = copied(c, total)) == KILN_OK) st = load(c, c->path);
     if (st != KILN_OK) {
         give_up(c, kiln_last_error());
         return;
