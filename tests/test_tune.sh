@@ -40,6 +40,25 @@ assert sorted(map(key, a["choices"])) == sorted(map(key, b["choices"]))
 assert all(c["remembered"] and c["candidates"] == 0 for c in b["choices"])
 PYEOF
 
+# --retune: remembered decisions are timed again and replaced (a cache filled on a busy
+# machine); here every remembered time is made up, and none may survive
+"$PY" - "$T/cache" <<'PYEOF'
+import glob, re, sys
+for f in glob.glob(sys.argv[1] + "/autotune-*.txt"):
+    text = open(f).read()
+    open(f, "w").write(re.sub(r" [0-9.]+$", " 987654.5", text, flags=re.M))
+PYEOF
+check "the planted times are in the cache" grep -q " 987654.5$" "$T"/cache/autotune-*.txt
+expect 0 "--retune" -- "$KILN_BIN" tune --model mnist-cnn --batch-size 4 --retune --json
+check "--retune: every direction timed again, none remembered" "$PY" - "$T/out" <<'PYEOF'
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert d["tuned"] == 7 and d["remembered"] == 0 and d["candidates"] >= 7, d
+PYEOF
+check "--retune: the planted times are replaced on disk" sh -c "! grep -q ' 987654.5$' $T/cache/autotune-*.txt"
+expect 0 "after --retune: nothing to tune" -- "$KILN_BIN" tune --model mnist-cnn --batch-size 4 --json
+check "after --retune: 0 tuned" test "$(field tuned "$T/out")" = 0
+
 export KILN_CACHE_DIR="$T/cache2"
 expect 0 "--eval: the inference plan alone" -- "$KILN_BIN" tune --model mnist-cnn --batch-size 4 --eval --json
 check "--eval: two forward directions" test "$("$PY" -c "import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print(sorted(c['dir'] for c in d['choices']), d['tuned'])" "$T/out")" = "['fwd_inf', 'fwd_inf'] 2"

@@ -7,7 +7,7 @@
 #include "kiln/tune.h"
 
 static const char *usage =
-    "usage: kiln tune --model NAME [--batch-size N] [--eval] [--json]\n\n"
+    "usage: kiln tune --model NAME [--batch-size N] [--eval] [--retune] [--json]\n\n"
     "Compiles the model's training plan and its inference plan with autotuning on,\n"
     "as kiln train, eval, predict and bench step compile them at this batch size:\n"
     "every direction of every convolution that was not decided before is timed\n"
@@ -20,11 +20,13 @@ static const cli_opt opts[] = {
     {"model", "NAME", "a zoo model (resnet20, resnet18, resnet34, resnet50, mnist-cnn, ...)", "resnet20"},
     {"batch-size", "N", "the batch the plans are compiled for (the run's --batch-size)", "32"},
     {"eval", NULL, "the inference plan only", NULL},
+    {"retune", NULL, "time every direction again and replace what the cache remembers (a cache filled while the machine was "
+                     "busy keeps slow choices)", NULL},
     {"size", "N", "the ResNets: the input's height and width (resnet18: 112, resnet20: 32)", NULL},
     {"num-classes", "N", "the ResNets: the classifier's outputs", "10"},
     {"json", NULL, "one JSON object: the counts, the time and every choice", NULL},
 };
-enum { U_MODEL, U_BATCH, U_EVAL, U_SIZE, U_CLASSES, U_JSON, U_N };
+enum { U_MODEL, U_BATCH, U_EVAL, U_RETUNE, U_SIZE, U_CLASSES, U_JSON, U_N };
 
 static void print_text(const kiln_tune_config *c, const kiln_tune_result *r) {
     for (int i = 0; i < r->nchoices; i++) {
@@ -81,6 +83,7 @@ int cli_tune(int argc, char **argv) {
     c.model = vals[U_MODEL] ? vals[U_MODEL] : opts[U_MODEL].def;
     c.batch = batch;
     c.eval_only = given[U_EVAL];
+    c.retune = given[U_RETUNE];
     /* the table below says what the tuner's log lines would (KILN_LOG=debug shows them too) */
     if (!getenv("KILN_LOG")) kiln_log_set_level(KILN_LOG_WARN);
     kiln_tune_result r;

@@ -27,6 +27,8 @@ typedef struct kiln_tune_config {
     kiln_model_opts model_opts;
     int64_t batch;
     int eval_only;              /* 1: the inference plan alone */
+    int retune;                 /* 1: time every direction again, replacing what the cache remembers
+                                   (e.g. decisions made while the machine was busy) */
 } kiln_tune_config;
 kiln_tune_config kiln_tune_defaults(void); /* batch 32, both plans */
 

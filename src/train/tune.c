@@ -89,7 +89,9 @@ kiln_status kiln_tune(const kiln_tune_config *c, kiln_tune_result *r) {
         return kiln_fail(KILN_ERR_INVALID_ARG, "--batch-size is %lld; use 1..%lld", (long long)c->batch, (long long)KILN_MAX_BATCH);
     double t0 = now_s();
     kiln_autotune_stats_reset(); /* the counters and choices of this command alone */
+    kiln_autotune_set_retune(c->retune);
     kiln_status st = compile_plans(c);
+    kiln_autotune_set_retune(0);
     if (st == KILN_OK) st = collect(r);
     r->seconds = now_s() - t0;
     kiln_cache_path("", r->cache, sizeof r->cache);

@@ -22,11 +22,19 @@ typedef struct {
     char dir[16];
     char decision[KILN_AUTOTUNE_DECISION_MAX];
     double us;
+    int fresh; /* timed in this process (not imported from a file or checkpoint) */
 } decision;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static decision *table;
 static int count, cap;
+static int retune; /* 1: only this process's own timings count as decided */
+
+void kiln_autotune_set_retune(int on) {
+    pthread_mutex_lock(&lock);
+    retune = on;
+    pthread_mutex_unlock(&lock);
+}
 
 /* the CPU's model name with anything but [A-Za-z0-9._-] made '_' (one token in a line) */
 static void cpu_model(char *out, size_t len) {
@@ -71,13 +79,14 @@ int kiln_autotune_lookup(const char *problem, const char *dir, char *out, size_t
     const char *machine = kiln_autotune_machine();
     pthread_mutex_lock(&lock);
     decision *d = find(problem, machine, dir);
+    if (d && retune && !d->fresh) d = NULL;
     if (d && out) snprintf(out, len, "%s", d->decision);
     if (d && us) *us = d->us;
     pthread_mutex_unlock(&lock);
     return d != NULL;
 }
 
-static void store_locked(const char *problem, const char *machine, const char *dir, const char *dec, double us) {
+static void store_locked(const char *problem, const char *machine, const char *dir, const char *dec, double us, int fresh) {
     decision *d = find(problem, machine, dir);
     if (!d && count == cap) {
         int nc = cap ? cap * 2 : 16;
@@ -96,6 +105,7 @@ static void store_locked(const char *problem, const char *machine, const char *d
     if (!d) return;
     snprintf(d->decision, sizeof d->decision, "%s", dec);
     d->us = us;
+    d->fresh = fresh;
 }
 
 void kiln_autotune_store(const char *problem, const char *dir, const char *dec, double us) {
@@ -104,7 +114,7 @@ void kiln_autotune_store(const char *problem, const char *dir, const char *dec, 
         return;
     const char *machine = kiln_autotune_machine();
     pthread_mutex_lock(&lock);
-    store_locked(problem, machine, dir, dec, us);
+    store_locked(problem, machine, dir, dec, us, 1);
     pthread_mutex_unlock(&lock);
 }
 
@@ -176,7 +186,7 @@ kiln_status kiln_autotune_import(const char *text, const char *source, int repla
         pthread_mutex_lock(&lock);
         for (int i = 0; i < n; i++)
             if (replace || !find(rows[i].problem, rows[i].machine, rows[i].dir))
-                store_locked(rows[i].problem, rows[i].machine, rows[i].dir, rows[i].decision, rows[i].us);
+                store_locked(rows[i].problem, rows[i].machine, rows[i].dir, rows[i].decision, rows[i].us, 0);
         pthread_mutex_unlock(&lock);
         if (old) kiln_log(KILN_LOG_INFO, "%s: %d autotune decisions of an older kiln are not used", source, old);
     }

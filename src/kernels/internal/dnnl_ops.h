@@ -67,6 +67,9 @@ size_t kiln_autotune_export(char *buf, size_t len);
 /* adds the decisions in text (replacing known ones when `replace`); a malformed line is an error naming
  * `source` and its line, and then nothing is added; lines of the older "problem dir w|d" form are skipped */
 kiln_status kiln_autotune_import(const char *text, const char *source, int replace);
+/* 1: decisions from files and checkpoints are timed again (kiln tune --retune: a cache
+ * tuned while the machine was busy); what is timed replaces them, and is saved */
+void kiln_autotune_set_retune(int on);
 void kiln_autotune_forget(void); /* tests: drop every decision, the choices and the counters */
 
 /* What the tuner did (conv_tune.c), for tests, logs and `kiln bench conv`. */
