@@ -304,8 +304,9 @@ static void block_weights(int out, int k, const int *first, const int *count, co
                           float *bw) {
     memset(bw, 0, (size_t)n_blocks(out) * band * LANES * sizeof *bw);
     for (int i = 0; i < out; i++) {
-        float *m = bw + ((size_t)(i / LANES) * band - bx[i / LANES]) * LANES + i % LANES;
-        for (int j = 0; j < count[i]; j++) m[(size_t)(first[i] + j) * LANES] = w[i * k + j];
+        int b = i / LANES;
+        float *m = bw + (size_t)b * band * LANES + i % LANES; /* row x of the band: source column bx[b] + x */
+        for (int j = 0; j < count[i]; j++) m[(size_t)(first[i] + j - bx[b]) * LANES] = w[i * k + j];
     }
 }
 
