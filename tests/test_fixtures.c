@@ -868,7 +868,7 @@ static void test_batch_norm2d(void) {
         float *frm = fcopy(rm0, c), *frv = fcopy(rv0, c), *fy = fbuf(nx), *fm = fbuf(c), *fi = fbuf(c), *out = fbuf(nx);
         float *fdx = fbuf(nx), *fdw = fbuf(c), *fdb = fbuf(c);
         const float *in = blocked ? xb : fx_, *g = blocked ? dyb : fdy;
-        CHECK(kiln_cpu_batch_norm_fwd(n, c, hw, blocked, in, fw, fb, frm, frv, (float)momentum, (float)eps, 1, fy, fm, fi) == 0);
+        CHECK(kiln_cpu_batch_norm_fwd(n, c, hw, blocked, in, fw, fb, frm, frv, (float)momentum, (float)eps, 1, 0, fy, fm, fi) == 0);
         if (blocked) to_blocked(fy, out, n, c, hw, 1);
         CMP_F(blocked ? "y (blocked)" : "y", blocked ? out : fy, y, nx);
         CMP_F("running_mean", frm, rm1, c);
@@ -878,7 +878,7 @@ static void test_batch_norm2d(void) {
         CMP_F(blocked ? "dx (blocked)" : "dx", blocked ? out : fdx, dx, nx);
         CMP_F("dweight", fdw, dw, c);
         CMP_F("dbias", fdb, db, c);
-        CHECK(kiln_cpu_batch_norm_fwd(n, c, hw, blocked, in, fw, fb, frm, frv, (float)momentum, (float)eps, 0, fy, NULL, NULL) == 0);
+        CHECK(kiln_cpu_batch_norm_fwd(n, c, hw, blocked, in, fw, fb, frm, frv, (float)momentum, (float)eps, 0, 0, fy, NULL, NULL) == 0);
         if (blocked) to_blocked(fy, out, n, c, hw, 1);
         CMP_F(blocked ? "y eval (blocked)" : "y eval", blocked ? out : fy, ye, nx);
         kiln_free(frm), kiln_free(frv), kiln_free(fy), kiln_free(fm), kiln_free(fi), kiln_free(out);

@@ -188,9 +188,9 @@ static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
     const kiln_bn_attrs *a = &s->attr.bn;
     float *save_mean = s->nout > 1 ? F(s->out[1]) : NULL, *save_invstd = s->nout > 2 ? F(s->out[2]) : NULL;
-    if (kiln_cpu_batch_norm_fwd_ex(s->sz.nchw.n, s->sz.nchw.c, s->sz.nchw.hw, s->in[0].layout, F(s->in[0]), F(s->in[1]),
-                                   F(s->in[2]), F(s->in[3]), F(s->in[4]), a->momentum, a->eps, a->training,
-                                   s->epilogue == KILN_EPI_RELU, F(s->out[0]), save_mean, save_invstd))
+    if (kiln_cpu_batch_norm_fwd(s->sz.nchw.n, s->sz.nchw.c, s->sz.nchw.hw, s->in[0].layout, F(s->in[0]), F(s->in[1]),
+                                F(s->in[2]), F(s->in[3]), F(s->in[4]), a->momentum, a->eps, a->training,
+                                s->epilogue == KILN_EPI_RELU, F(s->out[0]), save_mean, save_invstd))
         return kiln_fail(KILN_ERR_INVALID_ARG, "training needs more than one value per channel (batch %lld of %lldx%lld images)",
                          (long long)s->sz.nchw.n, (long long)s->in[0].shape[2], (long long)s->in[0].shape[3]);
     if (a->training) (*(int64_t *)s->in[5].data)++;

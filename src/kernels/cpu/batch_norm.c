@@ -166,15 +166,8 @@ static void chunk_stats(const bn_shape *S, const float *x, const double *mu, int
 }
 
 int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *w, const float *b,
-                            float *rmean, float *rvar, float momentum, float eps, int training, float *y,
+                            float *rmean, float *rvar, float momentum, float eps, int training, int relu, float *y,
                             float *save_mean, float *save_invstd) {
-    return kiln_cpu_batch_norm_fwd_ex(n, c, hw, blocked, x, w, b, rmean, rvar, momentum, eps, training, 0, y, save_mean,
-                                      save_invstd);
-}
-
-int kiln_cpu_batch_norm_fwd_ex(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *w,
-                               const float *b, float *rmean, float *rvar, float momentum, float eps, int training, int relu,
-                               float *y, float *save_mean, float *save_invstd) {
     bn_shape S = shape_of(n, c, hw, blocked);
     if (training && n * hw < 2) return -1;
     bn_fwd_args A = {w, b, rmean, rvar, save_mean, save_invstd, momentum, eps, training};

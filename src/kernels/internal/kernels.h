@@ -198,14 +198,11 @@ void kiln_cpu_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start
 /* fixed-order chunks summed in double: the same bits for any thread count */
 double kiln_cpu_sum(int64_t n, const float *x);
 void kiln_cpu_fill(int64_t n, float v, float *dx, int acc);
-/* batch norm in plain NCHW (blocked = 0) or nChw16c (blocked = 16, c % 16 == 0) */
+/* batch norm in plain NCHW (blocked = 0) or nChw16c (blocked = 16, c % 16 == 0);
+ * relu = 1: relu applied to y as it is written (the fusion pass's epilogue) */
 int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *w, const float *b,
-                            float *rmean, float *rvar, float momentum, float eps, int training, float *y,
+                            float *rmean, float *rvar, float momentum, float eps, int training, int relu, float *y,
                             float *save_mean, float *save_invstd);
-/* the same with relu applied to y (relu = 1: the fusion pass's epilogue) */
-int kiln_cpu_batch_norm_fwd_ex(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *w,
-                               const float *b, float *rmean, float *rvar, float momentum, float eps, int training, int relu,
-                               float *y, float *save_mean, float *save_invstd);
 void kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
                              const float *w, const float *mean, const float *invstd, float *dx, float *dw, float *db,
                              int acc_dx, int acc_dw, int acc_db);
