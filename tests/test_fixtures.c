@@ -264,20 +264,30 @@ out:
     kiln_st_close(f);
 }
 
-static void test_linear(void) {
-    const char *fxname = "op_linear.safetensors";
+/* linear (w [O,I]) or matmul (w [I,O], HF Conv1D) over x [..., I] */
+static void test_linear(const char *fxname, int w_kn) {
     kiln_st_file *f = fx_open(fxname);
     if (!f) return;
     const kiln_tensor *tx = fx_get(f, "x", KILN_F64), *tw = fx_get(f, "w", KILN_F64);
     const double *b = fx_d(f, "b"), *y = fx_d(f, "y"), *dy = fx_d(f, "dy"), *dx = fx_d(f, "dx"), *dw = fx_d(f, "dw"),
                  *db = fx_d(f, "db");
     if (!tx || !tw || !b || !y || !dy || !dx || !dw || !db) goto out;
-    int64_t n = tx->shape[0], in = tx->shape[1], outn = tw->shape[0];
+    int64_t in = tx->shape[tx->ndim - 1], n = kiln_tensor_numel(tx) / in, outn = tw->shape[w_kn ? 1 : 0];
     const double *x = tx->data, *w = tw->data;
     double *ry = dbuf(n * outn), *rdx = dbuf(n * in), *rdw = dbuf(outn * in), *rdb = dbuf(outn);
-    kiln_ref_linear_fwd(n, in, outn, x, w, b, ry);
-    kiln_ref_linear_bwd_data(n, in, outn, dy, w, rdx, 0);
-    kiln_ref_linear_bwd_weight(n, in, outn, x, dy, rdw, rdb, 0);
+    if (w_kn) {
+        kiln_ref_matmul_fwd(n, in, outn, x, w, b, ry);
+        kiln_ref_matmul_bwd_data(n, in, outn, dy, w, rdx, 0);
+        kiln_ref_matmul_bwd_weight(n, in, outn, x, dy, rdw, 0);
+        for (int64_t o = 0; o < outn; o++) { /* the bias gradient: dy's column sums */
+            rdb[o] = 0;
+            for (int64_t i = 0; i < n; i++) rdb[o] += dy[i * outn + o];
+        }
+    } else {
+        kiln_ref_linear_fwd(n, in, outn, x, w, b, ry);
+        kiln_ref_linear_bwd_data(n, in, outn, dy, w, rdx, 0);
+        kiln_ref_linear_bwd_weight(n, in, outn, x, dy, rdw, rdb, 0);
+    }
     CMP_D("y", ry, y, n * outn);
     CMP_D("dx", rdx, dx, n * in);
     CMP_D("dw", rdw, dw, outn * in);
@@ -287,7 +297,7 @@ static void test_linear(void) {
     float *fx = fcopy(x, n * in), *fw = fcopy(w, outn * in), *fb = fcopy(b, outn), *fdy = fcopy(dy, n * outn);
     float *gy = fbuf(n * outn), *gdx = fbuf(n * in), *gdw = fbuf(outn * in), *gdb = fbuf(outn);
     kiln_dnnl_linear *l = NULL;
-    CHECK_OK(kiln_dnnl_linear_new(n, in, outn, 1, 0, 1, 1, &l));
+    CHECK_OK(kiln_dnnl_linear_new(n, in, outn, w_kn, 1, 0, 1, 1, &l));
     if (l) {
         CHECK_OK(kiln_dnnl_linear_fwd(l, fx, fw, fb, gy));
         CHECK_OK(kiln_dnnl_linear_bwd_data(l, fdy, fw, gdx, 0));
@@ -979,7 +989,8 @@ int main(void) {
     test_conv2d("op_conv2d_d.safetensors");
     test_conv2d("op_conv2d_grouped.safetensors");
     test_conv2d("op_conv2d_depthwise.safetensors");
-    test_linear();
+    test_linear("op_linear.safetensors", 0);
+    test_linear("op_matmul.safetensors", 1);
     test_one_input("op_avg_pool2d.safetensors", build_avg_pool);
     test_one_input("op_avg_pool2d_exclude_pad.safetensors", build_avg_pool);
     test_one_input("op_adaptive_avg_pool2d.safetensors", build_adaptive);

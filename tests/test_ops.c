@@ -45,12 +45,15 @@ static int out1(hcase *h, kiln_value y) {
     return y < 0 ? -1 : 0;
 }
 
-static kiln_value targets(hcase *h, int64_t n, int classes) {
-    kiln_value t = kiln_input(h->g, h->nint ? "t1" : "t0", KILN_I32, 1, (int64_t[]){n});
+/* integer class targets of shape [n] or [n, m] (m > 0: one per token) */
+static kiln_value targets2(hcase *h, int64_t n, int64_t m, int classes) {
+    kiln_value t = kiln_input(h->g, h->nint ? "t1" : "t0", KILN_I32, m ? 2 : 1, (int64_t[]){n, m});
     h->classes[h->nint] = classes;
     h->ints[h->nint++] = t;
     return t;
 }
+
+static kiln_value targets(hcase *h, int64_t n, int classes) { return targets2(h, n, 0, classes); }
 
 /* ---- one builder per forward op (or chain) ---- */
 
@@ -74,6 +77,32 @@ static int b_linear(hcase *h, int d) {
     int64_t n = R(1, 5), in = R(1, 7), o = R(1, 6);
     kiln_value x = P(h, "x", n, in), w = P(h, "w", o, in), b = d % 2 ? -1 : P(h, "b", o);
     return out1(h, kiln_linear(h->g, x, w, b));
+}
+
+/* draw 0: 2-D, others [n, t, in] (a transformer's [B, T, C]) */
+static int b_linear_3d(hcase *h, int d) {
+    int64_t n = R(1, 3), t = R(1, 4), in = R(1, 7), o = R(1, 6);
+    kiln_value x = d == 0 ? P(h, "x", n, in) : P(h, "x", n, t, in), w = P(h, "w", o, in);
+    return out1(h, kiln_linear(h->g, x, w, d == 1 ? -1 : P(h, "b", o)));
+}
+
+/* HF Conv1D: w [in, out]; draw 0 on [n, in], others on [n, t, in] */
+static int b_matmul(hcase *h, int d) {
+    int64_t n = R(1, 3), t = R(1, 4), in = R(1, 7), o = R(1, 6);
+    kiln_value x = d == 0 ? P(h, "x", n, in) : P(h, "x", n, t, in), w = P(h, "w", in, o);
+    return out1(h, kiln_matmul(h->g, x, w, d == 1 ? -1 : P(h, "b", o)));
+}
+
+/* logits [n, t, V] and targets [n, t]: the GPT's loss */
+static int b_cross_entropy_3d(hcase *h, int d) {
+    (void)d;
+    int64_t n = R(1, 3), t = R(1, 4), c = R(2, 9);
+    return out1(h, kiln_cross_entropy(h->g, P(h, "x", n, t, c), targets2(h, n, t, (int)c)));
+}
+
+static int b_log_softmax_3d(hcase *h, int d) {
+    (void)d;
+    return out1(h, kiln_log_softmax(h->g, P(h, "x", R(1, 3), R(1, 4), R(2, 9))));
 }
 
 static int b_relu(hcase *h, int d) {
@@ -269,6 +298,8 @@ static const struct {
     {"conv2d", b_conv2d, FILL_UNIFORM},
     {"conv2d", b_conv2d_grouped, FILL_UNIFORM},
     {"linear", b_linear, FILL_UNIFORM},
+    {"linear", b_linear_3d, FILL_UNIFORM},
+    {"matmul", b_matmul, FILL_UNIFORM},
     {"relu", b_relu, FILL_AWAY},
     {"max_pool2d", b_max_pool2d, FILL_DISTINCT},
     {"avg_pool2d", b_avg_pool2d, FILL_UNIFORM},
@@ -281,6 +312,8 @@ static const struct {
     {"log_softmax", b_log_softmax, FILL_UNIFORM},
     {"nll_loss", b_nll_loss, FILL_UNIFORM},
     {"cross_entropy", b_cross_entropy, FILL_UNIFORM},
+    {"cross_entropy", b_cross_entropy_3d, FILL_UNIFORM},
+    {"log_softmax", b_log_softmax_3d, FILL_UNIFORM},
     {"add", b_add, FILL_UNIFORM},
     {"mul", b_mul, FILL_UNIFORM},
     {"sum", b_sum, FILL_UNIFORM},

@@ -63,7 +63,10 @@ kiln_value kiln_conv2d(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b, 
 kiln_value kiln_conv2d_ex(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b, int64_t stride, int64_t pad,
                           int64_t dilation, int64_t groups);
 /* x [N,I], w [O,I], b [O] or -1 */
+/* x [..., I] (leading dims kept) . w[O, I]^T (+ b[O]): nn.Linear */
 kiln_value kiln_linear(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b);
+/* x [..., K] . w[K, N] (+ b[N]): HF GPT-2's Conv1D (weights stored [in, out]) */
+kiln_value kiln_matmul(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b);
 kiln_value kiln_relu(kiln_graph *g, kiln_value x);
 kiln_value kiln_max_pool2d(kiln_graph *g, kiln_value x, int64_t kernel, int64_t stride);
 /* F.max_pool2d(x, kernel, stride, pad): padding never wins (pad <= kernel / 2) */

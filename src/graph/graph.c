@@ -309,6 +309,11 @@ kiln_value kiln_linear(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b) 
     return apply1(g, KILN_OP_LINEAR, in, b >= 0 ? 3 : 2, NULL);
 }
 
+kiln_value kiln_matmul(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b) {
+    kiln_value in[3] = {x, w, b};
+    return apply1(g, KILN_OP_MATMUL, in, b >= 0 ? 3 : 2, NULL);
+}
+
 kiln_value kiln_relu(kiln_graph *g, kiln_value x) { return apply1(g, KILN_OP_RELU, &x, 1, NULL); }
 
 kiln_value kiln_dropout(kiln_graph *g, kiln_value x, float p) {

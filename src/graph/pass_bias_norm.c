@@ -38,6 +38,10 @@ static int sole_norm_reader(const kiln_graph *g, const int *count, const int *la
 static kiln_value cancelled_bias(const kiln_graph *g, const int *count, const int *last, int i, int *norm) {
     const kiln_node *n = &g->nodes[i];
     if (n->dead || !(kiln_op_get(n->op)->flags & KILN_OPF_CHANNEL_BIAS) || n->nin < 3) return -1;
+    const kiln_val *y = &g->vals[n->out[0]];
+    /* the bias runs along dim 1 when the weight has y's rank (conv2d, 2-D linear); a
+     * linear over [B, T, I] adds it along the last dim, which a norm over dim 1 keeps */
+    if (g->vals[n->in[1]].ndim != y->ndim) return -1;
     kiln_value b = n->in[2];
     if (g->vals[b].kind != KILN_VAL_PARAM || count[b] != 1) return -1; /* a shared bias serves others too */
     *norm = sole_norm_reader(g, count, last, n->out[0]);

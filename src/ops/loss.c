@@ -1,28 +1,31 @@
 /* Row-wise ops over the last dimension: log_softmax, and the mean-reduced
- * losses nll_loss and cross_entropy (PyTorch's defaults) with int32 targets. */
+ * losses nll_loss and cross_entropy (PyTorch's defaults) with int32 targets,
+ * one per row (rows: every leading dim, e.g. [B, T] tokens of [B, T, V]). */
 #include "graph/internal/graph.h"
 
+/* rows are every dim but the last (PyTorch's [B, T, V] logits with [B, T] targets) */
 static int log_softmax_infer(kiln_infer *ix) {
     const kiln_val *X = ix->in[0];
     char s[96];
-    if (X->ndim != 2) return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s (want [N,C])", kiln_infer_shape(X, s));
+    if (X->ndim < 2) return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s (want [...,C])", kiln_infer_shape(X, s));
     if (X->dtype != KILN_F32)
         return kiln_infer_fail(ix, KILN_ERR_INVALID_ARG, "input '%s' is %s, not f32", X->name, kiln_dtype_name(X->dtype));
     kiln_out_spec *y = &ix->out[0];
     y->dtype = KILN_F32;
-    y->ndim = 2;
+    y->ndim = X->ndim;
     y->batched = X->batched;
-    y->shape[0] = X->shape[0];
-    y->shape[1] = X->shape[1];
+    for (int d = 0; d < X->ndim; d++) y->shape[d] = X->shape[d];
     return 0;
 }
 
 static int loss_infer(kiln_infer *ix) {
     const kiln_val *X = ix->in[0], *T = ix->in[1];
     char s1[96], s2[96];
-    if (X->ndim != 2 || X->dtype != KILN_F32 || T->ndim != 1 || T->dtype != KILN_I32 || X->batched != T->batched ||
-        (!X->batched && X->shape[0] != T->shape[0]))
-        return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s and target %s (want [N,C] f32 and [N] i32)",
+    int ok = X->ndim >= 2 && X->dtype == KILN_F32 && T->ndim == X->ndim - 1 && T->dtype == KILN_I32 &&
+             X->batched == T->batched;
+    for (int d = X->batched; ok && d < T->ndim; d++) ok = X->shape[d] == T->shape[d];
+    if (!ok)
+        return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s and target %s (want [...,C] f32 and [...] i32)",
                                kiln_infer_shape(X, s1), kiln_infer_shape(T, s2));
     ix->out[0].dtype = KILN_F32; /* a scalar */
     return 0;

@@ -203,6 +203,18 @@ def op_linear(folder):
                 dict(op="linear", has_bias=1))
 
 
+def op_matmul(folder):
+    """HF GPT-2's Conv1D on [B, T, K]: y = x @ w + b with w [K, N]"""
+    torch.manual_seed(21)
+    x, w, b = rnd(2, 3, 5).requires_grad_(), rnd(5, 4).requires_grad_(), rnd(4).requires_grad_()
+    y = torch.addmm(b, x.view(-1, 5), w).view(2, 3, 4)
+    dy = rnd(*y.shape)
+    dx, dw, db = grads(y, dy, x, w, b)
+    return save(folder, "op_matmul.safetensors",
+                [("x", x), ("w", w), ("b", b), ("y", y), ("dy", dy), ("dx", dx), ("dw", dw), ("db", db)],
+                dict(op="matmul", has_bias=1))
+
+
 def op_relu(folder):
     torch.manual_seed(30)
     x = distinct((4, 6)).requires_grad_()
@@ -571,6 +583,7 @@ def generate(folder):
     op_conv2d(folder, "op_conv2d_grouped.safetensors", 14, 2, 4, 9, 9, 6, 3, 3, 2, 2, True, 2, 2)
     op_conv2d(folder, "op_conv2d_depthwise.safetensors", 15, 2, 5, 7, 7, 5, 3, 3, 1, 1, False, 1, 5)
     op_linear(folder)
+    op_matmul(folder)
     op_relu(folder)
     op_max_pool(folder, "op_max_pool2d.safetensors", 40, (2, 3, 6, 6), 2, 2)
     op_max_pool(folder, "op_max_pool2d_k3s2.safetensors", 41, (2, 3, 7, 7), 3, 2)

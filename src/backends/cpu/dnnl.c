@@ -1,4 +1,4 @@
-/* conv2d and linear steps on oneDNN (src/kernels/dnnl/): the forward step
+/* conv2d, linear and matmul steps on oneDNN (src/kernels/dnnl/): the forward step
  * makes the layer's kernel object for its batch size at compile (autotuned,
  * with the directions backward needs); the backward steps share it. */
 #include <stdio.h>
@@ -56,17 +56,27 @@ kiln_status kiln_cpu_conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc)
                                      kiln_step_acc(s, rc, 0), bias ? kiln_step_acc(s, rc, 1) : 0, rc->workspace);
 }
 
-kiln_status kiln_cpu_linear_prepare(kiln_step *s, kiln_prep *p) {
-    (void)p;
+/* linear (w [O,I]) and matmul (w [I,O]) over x [..., I]: rows are all leading dims */
+static kiln_status weighted_prepare(kiln_step *s, int w_kn, kiln_op bwd_data, kiln_op bwd_weight) {
     const kiln_tdesc *x = &s->in[0], *w = &s->in[1];
+    int64_t in = w->shape[w_kn ? 0 : 1], out = w->shape[w_kn ? 1 : 0];
     kiln_dnnl_linear *l;
-    kiln_status st = kiln_dnnl_linear_new(x->shape[0], w->shape[1], w->shape[0], s->nin > 2, s->epilogue == KILN_EPI_RELU,
-                                          (s->bwd_ops & BIT(KILN_OP_LINEAR_BWD_DATA)) != 0,
-                                          (s->bwd_ops & BIT(KILN_OP_LINEAR_BWD_WEIGHT)) != 0, &l);
+    kiln_status st = kiln_dnnl_linear_new(x->numel / in, in, out, w_kn, s->nin > 2, s->epilogue == KILN_EPI_RELU,
+                                          (s->bwd_ops & BIT(bwd_data)) != 0, (s->bwd_ops & BIT(bwd_weight)) != 0, &l);
     if (st != KILN_OK) return st;
     s->kobj = l;
     s->owns_kobj = 1;
     return KILN_OK;
+}
+
+kiln_status kiln_cpu_linear_prepare(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    return weighted_prepare(s, 0, KILN_OP_LINEAR_BWD_DATA, KILN_OP_LINEAR_BWD_WEIGHT);
+}
+
+kiln_status kiln_cpu_matmul_prepare(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    return weighted_prepare(s, 1, KILN_OP_MATMUL_BWD_DATA, KILN_OP_MATMUL_BWD_WEIGHT);
 }
 
 kiln_status kiln_cpu_linear_bwd_prepare(kiln_step *s, kiln_prep *p) { return share_fwd(s, p); }

@@ -87,14 +87,15 @@ void kiln_cuda_linear_release(kiln_step *s) {
 
 /* rows, in, out of the step, by op: forward (x, w), backward-data (dy, w), backward-weight (x, dy) */
 static void dims(const kiln_step *s, int64_t *rows, int64_t *in, int64_t *out) {
-    *rows = s->in[0].shape[0];
+    const kiln_tdesc *a = &s->in[0];
     if (s->op == KILN_OP_LINEAR_BWD_WEIGHT) {
-        *in = s->in[0].shape[1];
-        *out = s->in[1].shape[1];
+        *in = a->shape[a->ndim - 1];
+        *out = s->in[1].shape[s->in[1].ndim - 1];
     } else {
         *in = s->in[1].shape[1];
         *out = s->in[1].shape[0];
     }
+    *rows = a->numel / a->shape[a->ndim - 1]; /* x [..., I] or dy [..., O]: every leading dim */
 }
 
 kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p) {

@@ -60,30 +60,60 @@ static kiln_status conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* linear (w [O,I]) and matmul (w [I,O]) over x [..., I]: rows are all leading dims */
 static kiln_status linear(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
     const kiln_tdesc *x = &s->in[0], *w = &s->in[1];
-    kiln_ref_linear_fwd(x->shape[0], w->shape[1], w->shape[0], D(*x), D(*w), s->nin > 2 ? D(s->in[2]) : NULL, D(s->out[0]));
+    int64_t in = w->shape[1];
+    kiln_ref_linear_fwd(x->numel / in, in, w->shape[0], D(*x), D(*w), s->nin > 2 ? D(s->in[2]) : NULL, D(s->out[0]));
+    epilogue_relu(s);
+    return KILN_OK;
+}
+
+static kiln_status matmul(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    const kiln_tdesc *x = &s->in[0], *w = &s->in[1];
+    int64_t in = w->shape[0];
+    kiln_ref_matmul_fwd(x->numel / in, in, w->shape[1], D(*x), D(*w), s->nin > 2 ? D(s->in[2]) : NULL, D(s->out[0]));
     epilogue_relu(s);
     return KILN_OK;
 }
 
 static kiln_status linear_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_tdesc *dy = &s->in[0], *w = &s->in[1];
-    kiln_ref_linear_bwd_data(dy->shape[0], w->shape[1], w->shape[0], D(*dy), D(*w), D(s->out[0]), ACC(0));
+    kiln_ref_linear_bwd_data(dy->numel / w->shape[0], w->shape[1], w->shape[0], D(*dy), D(*w), D(s->out[0]), ACC(0));
     return KILN_OK;
+}
+
+static kiln_status matmul_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_tdesc *dy = &s->in[0], *w = &s->in[1];
+    kiln_ref_matmul_bwd_data(dy->numel / w->shape[1], w->shape[0], w->shape[1], D(*dy), D(*w), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+/* the bias gradient: column sums of dy [rows, out] */
+static void bias_grad(const kiln_step *s, const kiln_run_ctx *rc, int64_t rows, int64_t out) {
+    double *db = s->nout > 1 ? D(s->out[1]) : NULL;
+    for (int64_t o = 0; db && o < out; o++) {
+        double sum = 0;
+        for (int64_t r = 0; r < rows; r++) sum += D(s->in[1])[r * out + o];
+        db[o] = ACC(1) ? db[o] + sum : sum;
+    }
 }
 
 static kiln_status linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_tdesc *x = &s->in[0], *dy = &s->in[1];
-    int64_t rows = x->shape[0], in = x->shape[1], out = dy->shape[1];
+    int64_t in = x->shape[x->ndim - 1], out = dy->shape[dy->ndim - 1], rows = x->numel / in;
     kiln_ref_linear_bwd_weight(rows, in, out, D(*x), D(*dy), D(s->out[0]), NULL, ACC(0));
-    double *db = s->nout > 1 ? D(s->out[1]) : NULL;
-    for (int64_t o = 0; db && o < out; o++) { /* column sums of dy */
-        double sum = 0;
-        for (int64_t r = 0; r < rows; r++) sum += D(*dy)[r * out + o];
-        db[o] = ACC(1) ? db[o] + sum : sum;
-    }
+    bias_grad(s, rc, rows, out);
+    return KILN_OK;
+}
+
+static kiln_status matmul_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_tdesc *x = &s->in[0], *dy = &s->in[1];
+    int64_t in = x->shape[x->ndim - 1], out = dy->shape[dy->ndim - 1], rows = x->numel / in;
+    kiln_ref_matmul_bwd_weight(rows, in, out, D(*x), D(*dy), D(s->out[0]), ACC(0));
+    bias_grad(s, rc, rows, out);
     return KILN_OK;
 }
 
@@ -345,6 +375,9 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_LINEAR] = {linear},
     [KILN_OP_LINEAR_BWD_DATA] = {linear_bwd_data},
     [KILN_OP_LINEAR_BWD_WEIGHT] = {linear_bwd_weight},
+    [KILN_OP_MATMUL] = {matmul},
+    [KILN_OP_MATMUL_BWD_DATA] = {matmul_bwd_data},
+    [KILN_OP_MATMUL_BWD_WEIGHT] = {matmul_bwd_weight},
     [KILN_OP_RELU] = {relu},
     [KILN_OP_RELU_BWD] = {relu_bwd},
     [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool},

@@ -1,8 +1,14 @@
-/* linear on oneDNN matmul. Weights stay in PyTorch's [out, in] layout and are
- * read transposed through strides, so no reorder ever runs:
+/* linear and matmul on oneDNN matmul. Weights stay in their own layout,
+ * [out, in] for linear (PyTorch's) and [in, out] for matmul (HF GPT-2's
+ * Conv1D), and are read transposed through strides where needed, so no
+ * reorder ever runs. For linear:
  *   forward      y[n,o]  = x[n,i] . w^T   (w seen as [i,o] with strides {1,i})
  *   bwd data     dx[n,i] = dy[n,o] . w[o,i]
  *   bwd weight   dw[o,i] = dy^T[o,n] . x[n,i]  (dy seen as [o,n] with strides {1,o})
+ * and for matmul (w_kn):
+ *   forward      y[n,o]  = x[n,i] . w[i,o]
+ *   bwd data     dx[n,i] = dy[n,o] . w^T  (w seen as [o,i] with strides {1,o})
+ *   bwd weight   dw[i,o] = x^T[i,n] . dy[n,o]  (x seen as [i,n] with strides {1,i})
  * Accumulation (grad = None rule, later contributions) is a sum post-op. The
  * bias gradient is a column sum done by kiln's own kernel. */
 #include <stdlib.h>
@@ -14,7 +20,7 @@ enum { L_FWD, L_BD, L_BD_ACC, L_BW, L_BW_ACC, L_N };
 
 struct kiln_dnnl_linear {
     int64_t n, in, out;
-    int has_bias;
+    int has_bias, w_kn;
     dnnl_primitive_t p[L_N];
     dnnl_memory_t m[L_N][4]; /* src, weights, bias, dst per primitive */
 };
@@ -51,8 +57,8 @@ static kiln_status make(kiln_dnnl_linear *l, int which, const dnnl_memory_desc_t
     return KILN_OK;
 }
 
-kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int has_bias, int fuse_relu, int need_bwd_data,
-                                 int need_bwd_weight, kiln_dnnl_linear **res) {
+kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int w_kn, int has_bias, int fuse_relu,
+                                 int need_bwd_data, int need_bwd_weight, kiln_dnnl_linear **res) {
     *res = NULL;
     kiln_status st = kiln_dnnl_init();
     if (st != KILN_OK) return st;
@@ -62,18 +68,29 @@ kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int has_bia
     l->in = in;
     l->out = out;
     l->has_bias = has_bias;
-    dnnl_memory_desc_t x, wT, b, y, dyT, w;
+    dnnl_memory_desc_t x, b, y, w_io, w_oi, bw_src, bw_wei, bw_dst;
     md2(&x, n, in, in, 1);
-    md2(&wT, in, out, 1, in);
     md2(&b, 1, out, out, 1);
     md2(&y, n, out, out, 1);
-    md2(&w, out, in, in, 1);
-    md2(&dyT, out, n, 1, out);
-    st = make(l, L_FWD, &x, &wT, has_bias ? &b : NULL, &y, 0, fuse_relu);
-    if (st == KILN_OK && need_bwd_data) st = make(l, L_BD, &y, &w, NULL, &x, 0, 0);
-    if (st == KILN_OK && need_bwd_data) st = make(l, L_BD_ACC, &y, &w, NULL, &x, 1, 0);
-    if (st == KILN_OK && need_bwd_weight) st = make(l, L_BW, &dyT, &x, NULL, &w, 0, 0);
-    if (st == KILN_OK && need_bwd_weight) st = make(l, L_BW_ACC, &dyT, &x, NULL, &w, 1, 0);
+    if (w_kn) {
+        md2(&w_io, in, out, out, 1);
+        md2(&w_oi, out, in, 1, out);
+        md2(&bw_src, in, n, 1, in); /* x^T */
+        bw_wei = y;                 /* dy */
+        bw_dst = w_io;
+    } else {
+        md2(&w_io, in, out, 1, in);
+        md2(&w_oi, out, in, in, 1);
+        md2(&bw_src, out, n, 1, out); /* dy^T */
+        bw_wei = x;
+        bw_dst = w_oi;
+    }
+    l->w_kn = w_kn;
+    st = make(l, L_FWD, &x, &w_io, has_bias ? &b : NULL, &y, 0, fuse_relu);
+    if (st == KILN_OK && need_bwd_data) st = make(l, L_BD, &y, &w_oi, NULL, &x, 0, 0);
+    if (st == KILN_OK && need_bwd_data) st = make(l, L_BD_ACC, &y, &w_oi, NULL, &x, 1, 0);
+    if (st == KILN_OK && need_bwd_weight) st = make(l, L_BW, &bw_src, &bw_wei, NULL, &bw_dst, 0, 0);
+    if (st == KILN_OK && need_bwd_weight) st = make(l, L_BW_ACC, &bw_src, &bw_wei, NULL, &bw_dst, 1, 0);
     if (st != KILN_OK) {
         kiln_dnnl_linear_free(l);
         return kiln_fail_context(st, "linear [%lld, %lld] -> %lld", (long long)n, (long long)in, (long long)out);
@@ -118,7 +135,8 @@ kiln_status kiln_dnnl_linear_bwd_data(kiln_dnnl_linear *l, const float *dy, cons
 kiln_status kiln_dnnl_linear_bwd_weight(kiln_dnnl_linear *l, const float *x, const float *dy, float *dw, float *db,
                                         int acc_w, int acc_b) {
     if (!l->p[L_BW]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-weights");
-    kiln_status st = exec(l, acc_w ? L_BW_ACC : L_BW, dy, x, NULL, dw, "linear backward weights");
+    kiln_status st = l->w_kn ? exec(l, acc_w ? L_BW_ACC : L_BW, x, dy, NULL, dw, "matmul backward weights")
+                             : exec(l, acc_w ? L_BW_ACC : L_BW, dy, x, NULL, dw, "linear backward weights");
     if (st == KILN_OK && db) kiln_cpu_bias_grad_rows(l->n, l->out, dy, db, acc_b);
     return st;
 }

@@ -35,8 +35,9 @@ kiln_status kiln_dnnl_conv_bwd_weight(kiln_dnnl_conv *c, const float *x, const f
 const char *kiln_dnnl_conv_describe(const kiln_dnnl_conv *c);
 
 typedef struct kiln_dnnl_linear kiln_dnnl_linear;
-kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int has_bias, int fuse_relu, int need_bwd_data,
-                                 int need_bwd_weight, kiln_dnnl_linear **res);
+/* w_kn: the weight is [in, out] (matmul) rather than [out, in] (linear) */
+kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int w_kn, int has_bias, int fuse_relu,
+                                 int need_bwd_data, int need_bwd_weight, kiln_dnnl_linear **res);
 void kiln_dnnl_linear_free(kiln_dnnl_linear *l);
 kiln_status kiln_dnnl_linear_fwd(kiln_dnnl_linear *l, const float *x, const float *w, const float *b, float *y);
 kiln_status kiln_dnnl_linear_bwd_data(kiln_dnnl_linear *l, const float *dy, const float *w, float *dx, int acc);

@@ -80,6 +80,9 @@ void kiln_ref_conv2d_bwd_weight(const kiln_conv_shape *cs, const double *x, cons
 void kiln_ref_linear_fwd(int64_t n, int64_t in, int64_t out, const double *x, const double *w, const double *b, double *y);
 void kiln_ref_linear_bwd_data(int64_t n, int64_t in, int64_t out, const double *dy, const double *w, double *dx, int acc);
 void kiln_ref_linear_bwd_weight(int64_t n, int64_t in, int64_t out, const double *x, const double *dy, double *dw, double *db, int acc);
+void kiln_ref_matmul_fwd(int64_t n, int64_t in, int64_t out, const double *x, const double *w, const double *b, double *y);
+void kiln_ref_matmul_bwd_data(int64_t n, int64_t in, int64_t out, const double *dy, const double *w, double *dx, int acc);
+void kiln_ref_matmul_bwd_weight(int64_t n, int64_t in, int64_t out, const double *x, const double *dy, double *dw, int acc);
 
 void kiln_ref_relu_fwd(int64_t n, const double *x, double *y);
 void kiln_ref_relu_bwd(int64_t n, const double *y, const double *dy, double *dx, int acc);

@@ -25,6 +25,7 @@ typedef enum kiln_op {
     KILN_OP_RESHAPE, KILN_OP_LOG_SOFTMAX, KILN_OP_NLL_LOSS, KILN_OP_CROSS_ENTROPY, KILN_OP_ADD, KILN_OP_MUL,
     KILN_OP_TRANSPOSE, KILN_OP_SLICE, KILN_OP_CONTIGUOUS, KILN_OP_SUM, KILN_OP_BATCH_NORM2D,
     KILN_OP_AVG_POOL2D, KILN_OP_ADAPTIVE_AVG_POOL2D, KILN_OP_PAD,
+    KILN_OP_MATMUL,            /* x[...,K] @ w[K,N] (+ b) */
     /* added by the fold pass (inference plans) */
     KILN_OP_BN_FOLD,           /* in: w, gamma, beta, mean, var, b?   out: w', b' (batch norm folded into w, b) */
     /* added by autodiff */
@@ -32,6 +33,7 @@ typedef enum kiln_op {
     KILN_OP_CONV2D_BWD_DATA,   /* in: dy, w            out: dx */
     KILN_OP_CONV2D_BWD_WEIGHT, /* in: x, dy            out: dw, db? */
     KILN_OP_LINEAR_BWD_DATA, KILN_OP_LINEAR_BWD_WEIGHT,
+    KILN_OP_MATMUL_BWD_DATA, KILN_OP_MATMUL_BWD_WEIGHT,
     KILN_OP_RELU_BWD,          /* in: y, dy */
     KILN_OP_MAX_POOL2D_BWD,    /* in: x, dy */
     KILN_OP_DROPOUT_BWD,       /* in: dy */
@@ -206,6 +208,7 @@ void kiln_op_format_attrs(kiln_op op, const kiln_attrs *a, char *buf, size_t len
 /* the family files' entries, gathered by table.c */
 extern const kiln_op_def kiln_op_conv2d, kiln_op_conv2d_bwd_data, kiln_op_conv2d_bwd_weight;
 extern const kiln_op_def kiln_op_linear, kiln_op_linear_bwd_data, kiln_op_linear_bwd_weight;
+extern const kiln_op_def kiln_op_matmul, kiln_op_matmul_bwd_data, kiln_op_matmul_bwd_weight;
 extern const kiln_op_def kiln_op_max_pool2d, kiln_op_max_pool2d_bwd;
 extern const kiln_op_def kiln_op_avg_pool2d, kiln_op_adaptive_avg_pool2d, kiln_op_avg_pool2d_bwd, kiln_op_pad;
 extern const kiln_op_def kiln_op_relu, kiln_op_relu_bwd, kiln_op_add, kiln_op_mul, kiln_op_mul_bwd, kiln_op_grad_copy,
