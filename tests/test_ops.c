@@ -290,6 +290,30 @@ static int b_stem_pool(hcase *h, int d) {
     return out1(h, kiln_max_pool2d_ex(h->g, y, 3, 2, 1));
 }
 
+/* draw 0: a [n, M, K] @ b [n, K, N]; 1: 4-d with b a transposed view; 2: plain matrices */
+static int b_bmm(hcase *h, int d) {
+    int64_t n0 = R(1, 3), n1 = R(1, 3), m = R(1, 6), k = R(1, 7), n = R(1, 6);
+    if (d == 0) return out1(h, kiln_bmm(h->g, P(h, "a", n0, m, k), P(h, "b", n0, k, n)));
+    if (d == 2) return out1(h, kiln_bmm(h->g, P(h, "a", m, k), P(h, "b", k, n)));
+    kiln_value bt = P(h, "bt", n0, n1, n, k);
+    return out1(h, kiln_bmm(h->g, P(h, "a", n0, n1, m, k), kiln_transpose(h->g, bt, 2, 3)));
+}
+
+/* draw 0: q, k, v apart; 1: the column slices of one [B,T,3C] (strided, read in place);
+ * 2: q = k = v one value (one gradient buffer). T crosses the kernel's 32-row tiles
+ * and D is rarely a multiple of the 16-float vector */
+static int b_causal_attention(hcase *h, int d) {
+    int64_t b = R(1, 2), t = R(1, 70), heads = R(1, 3), c = heads * R(1, 20);
+    if (d == 0) return out1(h, kiln_causal_attention(h->g, P(h, "q", b, t, c), P(h, "k", b, t, c), P(h, "v", b, t, c), (int)heads));
+    if (d == 2) {
+        kiln_value x = P(h, "x", b, t, c);
+        return out1(h, kiln_causal_attention(h->g, x, x, x, (int)heads));
+    }
+    kiln_value qkv = P(h, "qkv", b, t, 3 * c);
+    kiln_value q = kiln_slice(h->g, qkv, 2, 0, c), k = kiln_slice(h->g, qkv, 2, c, 2 * c);
+    return out1(h, kiln_causal_attention(h->g, q, k, kiln_slice(h->g, qkv, 2, 2 * c, 3 * c), (int)heads));
+}
+
 static const struct {
     const char *ops; /* the forward ops it covers, space-separated */
     build_fn build;
@@ -327,6 +351,8 @@ static const struct {
     {"conv2d batch_norm2d", b_conv_bn_wide, FILL_UNIFORM},
     {"conv2d batch_norm2d relu max_pool2d", b_stem_pool, FILL_UNIFORM},
     {"conv2d batch_norm2d bn_fold relu", b_conv_bn_eval, FILL_UNIFORM | INFERENCE},
+    {"bmm transpose", b_bmm, FILL_UNIFORM},
+    {"causal_attention slice", b_causal_attention, FILL_UNIFORM},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

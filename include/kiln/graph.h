@@ -105,6 +105,15 @@ kiln_value kiln_contiguous(kiln_graph *g, kiln_value x);
 kiln_value kiln_batch_norm2d(kiln_graph *g, kiln_value x, kiln_value weight, kiln_value bias, kiln_value running_mean,
                              kiln_value running_var, kiln_value num_batches_tracked, float momentum, float eps);
 
+/* torch.matmul of tensors of equal rank: a [...,M,K] @ b [...,K,N] over the same leading
+ * dims (the batch among them); a and b may be strided views (k transposed) */
+kiln_value kiln_bmm(kiln_graph *g, kiln_value a, kiln_value b);
+/* Causal multi-head self-attention, nanoGPT's: q, k, v [B,T,C], heads divides C, head h
+ * in columns h*D..(h+1)*D (D = C/heads); per head y = softmax(q k^T / sqrt(D), causal) v,
+ * y [B,T,C] laid out as q. q, k and v may be column slices of one [B,T,3C] tensor (read
+ * in place). The T x T scores are never held (FlashAttention's blocking: docs/attention.md). */
+kiln_value kiln_causal_attention(kiln_graph *g, kiln_value q, kiln_value k, kiln_value v, int heads);
+
 /* The guide's "disable bias for convolutions directly followed by a batch
  * norm": removes the bias of every conv2d or linear whose output only a batch
  * norm over the same channels reads (directly, or through a view that keeps

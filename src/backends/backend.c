@@ -209,6 +209,35 @@ kiln_status kiln_prepare_nchw(kiln_step *s, kiln_prep *p) {
     return KILN_OK;
 }
 
+kiln_status kiln_prepare_bmm(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    const kiln_tdesc *a = &s->in[0], *b = &s->in[1];
+    kiln_bmm_shape *z = &s->sz.bmm;
+    z->nbatch = a->ndim - 2;
+    for (int d = 0; d < a->ndim; d++) {
+        if (d < z->nbatch) z->batch[d] = a->shape[d];
+        z->a_stride[d] = a->stride[d];
+        z->b_stride[d] = b->stride[d];
+    }
+    z->m = a->shape[a->ndim - 2];
+    z->k = a->shape[a->ndim - 1];
+    z->n = b->shape[b->ndim - 1];
+    return KILN_OK;
+}
+
+kiln_status kiln_prepare_attention(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    const kiln_tdesc *q = &s->in[0];
+    kiln_attn_shape *z = &s->sz.attn.shape;
+    *z = (kiln_attn_shape){.b = q->shape[0], .t = q->shape[1], .c = q->shape[2], .heads = s->attr.attn.heads};
+    for (int i = 0; i < 2; i++) {
+        z->q_stride[i] = s->in[0].stride[i];
+        z->k_stride[i] = s->in[1].stride[i];
+        z->v_stride[i] = s->in[2].stride[i];
+    }
+    return KILN_OK;
+}
+
 kiln_tdesc kiln_tdesc_flat(void *data, kiln_dtype dtype, int64_t n) {
     kiln_tdesc t = {.data = data, .dtype = dtype, .ndim = 1, .numel = n, .contiguous = 1};
     t.shape[0] = n;

@@ -414,6 +414,21 @@ kiln_value kiln_batch_norm2d(kiln_graph *g, kiln_value x, kiln_value weight, kil
     return apply1(g, KILN_OP_BATCH_NORM2D, in, 6, &a);
 }
 
+kiln_value kiln_bmm(kiln_graph *g, kiln_value a, kiln_value b) {
+    kiln_value in[2] = {a, b};
+    return apply1(g, KILN_OP_BMM, in, 2, NULL);
+}
+
+kiln_value kiln_causal_attention(kiln_graph *g, kiln_value q, kiln_value k, kiln_value v, int heads) {
+    kiln_value in[3] = {q, k, v};
+    for (int i = 0; i < 3 && g && g->status == KILN_OK; i++) { /* strided rows are fine, strided columns get a copy */
+        const kiln_val *V = in[i] >= 0 && in[i] < g->nvals ? &g->vals[in[i]] : NULL;
+        if (V && V->ndim == 3 && V->shape[2] > 1 && V->stride[2] != 1) in[i] = kiln_contiguous(g, in[i]);
+    }
+    kiln_attrs a = {.attn = {heads}};
+    return apply1(g, KILN_OP_CAUSAL_ATTENTION, in, 3, &a);
+}
+
 int kiln_value_shape(const kiln_graph *g, kiln_value v, int64_t *shape) {
     if (!g || v < 0 || v >= g->nvals) return -1;
     for (int i = 0; i < g->vals[v].ndim; i++) shape[i] = g->vals[v].shape[i];

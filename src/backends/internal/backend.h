@@ -74,6 +74,8 @@ struct kiln_step {
         struct { int64_t rows, cols; } rc;
         struct { int64_t n, c, hw; } nchw;
         struct { int64_t outer, dim, inner; } slice;
+        kiln_bmm_shape bmm;
+        struct { kiln_attn_shape shape; int slots; } attn; /* slots: threads the workspace has room for (cpu) */
     } sz;
 };
 _Static_assert(KILN_OP_COUNT <= 64, "kiln_step.bwd_ops is a 64-bit mask");
@@ -192,6 +194,8 @@ kiln_status kiln_prepare_rows_of_out(kiln_step *s, kiln_prep *p); /* sz.rc: rows
 kiln_status kiln_prepare_rows_of_in(kiln_step *s, kiln_prep *p);  /* sz.rc of in[0] */
 kiln_status kiln_prepare_slice(kiln_step *s, kiln_prep *p);       /* sz.slice around the sliced dim of out[0] */
 kiln_status kiln_prepare_nchw(kiln_step *s, kiln_prep *p);        /* sz.nchw of x [N, C, H, W] */
+kiln_status kiln_prepare_bmm(kiln_step *s, kiln_prep *p);         /* sz.bmm from a and b (forward and backward) */
+kiln_status kiln_prepare_attention(kiln_step *s, kiln_prep *p);   /* sz.attn.shape from q, k, v (both directions) */
 
 /* a 1-d tensor of n elements at data, for steps over flat buffers */
 kiln_tdesc kiln_tdesc_flat(void *data, kiln_dtype dtype, int64_t n);

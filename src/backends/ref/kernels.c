@@ -117,6 +117,32 @@ static kiln_status matmul_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc)
     return KILN_OK;
 }
 
+/* ---- bmm and causal attention (strided operands read in place) ---- */
+
+static kiln_status bmm(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_ref_bmm_fwd(&s->sz.bmm, D(s->in[0]), D(s->in[1]), D(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status bmm_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_ref_bmm_bwd(&s->sz.bmm, D(s->in[0]), D(s->in[1]), D(s->in[2]), D(s->out[0]), D(s->out[1]), ACC(0), ACC(1));
+    return KILN_OK;
+}
+
+static kiln_status attention(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_ref_causal_attention_fwd(&s->sz.attn.shape, D(s->in[0]), D(s->in[1]), D(s->in[2]), D(s->out[0]), D(s->out[1]));
+    return KILN_OK;
+}
+
+/* in: q, k, v, y (unused: D_i from its definition), lse, dy */
+static kiln_status attention_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_ref_causal_attention_bwd(&s->sz.attn.shape, D(s->in[0]), D(s->in[1]), D(s->in[2]), D(s->in[4]), D(s->in[5]),
+                                  D(s->out[0]), D(s->out[1]), D(s->out[2]), ACC(0), ACC(1), ACC(2));
+    return KILN_OK;
+}
+
 /* ---- pointwise, pooling, dropout ---- */
 
 static kiln_status relu(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -406,6 +432,10 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_BATCH_NORM2D] = {bn},
     [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd},
     [KILN_OP_BN_FOLD] = {bn_fold},
+    [KILN_OP_BMM] = {bmm, kiln_prepare_bmm},
+    [KILN_OP_BMM_BWD] = {bmm_bwd, kiln_prepare_bmm},
+    [KILN_OP_CAUSAL_ATTENTION] = {attention, kiln_prepare_attention},
+    [KILN_OP_CAUSAL_ATTENTION_BWD] = {attention_bwd, kiln_prepare_attention},
     [KILN_OP_READOUT] = {readout},
     [KILN_OP_SUMSQ] = {sumsq},
     [KILN_OP_CLIP_SCALE] = {clip_scale},

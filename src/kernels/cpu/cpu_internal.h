@@ -34,4 +34,23 @@ void kiln_cpu_pool2_blocked_fwd_avx512(int64_t w, int64_t oh, int64_t ow, const 
 void kiln_cpu_pool2_blocked_bwd_avx512(int64_t w, int64_t oh, int64_t ow, int relu_mask, const float *xb,
                                        const float *dy0, float *db, int acc);
 
+/* Causal attention's tiles (attention.c): KILN_ATTN_BLK x KILN_ATTN_BLK scores, row r
+ * the query i0 + r, column c the key j0 + c; with di = i0 - j0, c is one of row r's keys
+ * iff c <= di + r. Operands are packed, zero-padded and 64-byte aligned. */
+#define KILN_ATTN_BLK 32
+/* s[r][c] = sum_x<d a[r*lda + x] * bt[x*ldb + c] (a tile of q k^T or dy v^T) */
+void kiln_cpu_attn_scores_avx512(const float *a, int64_t lda, const float *bt, int64_t ldb, int64_t d, float *s);
+/* c[r][0:cols] = cscale[r] * c[r][0:cols] + sum_x p[r*prs + x*pxs] * b[x*ldb + 0:cols]
+ * (cscale NULL: 1; p transposed when prs = 1, pxs = KILN_ATTN_BLK); cols % 16 == 0 */
+void kiln_cpu_attn_accumulate_avx512(float *c, int64_t ldc, const float *cscale, const float *p, int64_t prs,
+                                     int64_t pxs, const float *b, int64_t ldb, int64_t cols);
+/* forward's online softmax over one tile of scores: row maxima m and sums l move on,
+ * alpha[r] = exp(m_old - m_new) rescales the row's output, s becomes exp(s - m_new) */
+void kiln_cpu_attn_softmax_avx512(float *s, int64_t di, float *m, float *l, float *alpha);
+/* backward's tile: s (scores) becomes P = exp(s - lse[r]) and dp becomes dS = P (dp - dvec[r]),
+ * zero outside the mask and below row `rows` */
+void kiln_cpu_attn_bwd_tile_avx512(float *s, float *dp, const float *lse, const float *dvec, int64_t di, int64_t rows);
+/* tests: 1 runs attention's portable loops even where AVX-512 is */
+void kiln_cpu_attention_force_portable(int on);
+
 #endif

@@ -44,6 +44,17 @@ kiln_status kiln_dnnl_linear_bwd_data(kiln_dnnl_linear *l, const float *dy, cons
 kiln_status kiln_dnnl_linear_bwd_weight(kiln_dnnl_linear *l, const float *x, const float *dy, float *dw, float *db,
                                         int acc_w, int acc_b);
 
+/* bmm on oneDNN matmul (kernels/dnnl/bmm.c): the directions asked for, each
+ * reading a and b through their strides; backward's outputs write or add (acc) */
+typedef struct kiln_dnnl_bmm kiln_dnnl_bmm;
+kiln_status kiln_dnnl_bmm_new(const kiln_bmm_shape *s, int fwd, int bwd_a, int bwd_b, kiln_dnnl_bmm **res);
+void kiln_dnnl_bmm_free(kiln_dnnl_bmm *o);
+kiln_status kiln_dnnl_bmm_fwd(kiln_dnnl_bmm *o, const float *a, const float *b, float *y);
+/* da = dy b^T and db = a^T dy; either may be NULL */
+kiln_status kiln_dnnl_bmm_bwd(kiln_dnnl_bmm *o, const float *a, const float *b, const float *dy, float *da, float *db,
+                              int acc_a, int acc_b);
+const char *kiln_dnnl_bmm_impl(const kiln_dnnl_bmm *o); /* the first primitive's implementation ("brg:avx512_core") */
+
 /* Autotune decisions (autotune_cache.c): which implementation each
  * convolution problem uses in each direction ("fwd", "fwd_inf" for an
  * inference plan's forward, "bwd_data", "bwd_weight"), keyed by a

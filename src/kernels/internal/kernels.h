@@ -12,6 +12,7 @@
 #ifndef KILN_KERNELS_H
 #define KILN_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define KILN_KERNEL_MAX_DIMS 6 /* = KILN_MAX_DIMS */
@@ -70,6 +71,26 @@ static inline void kiln_avg_pool_window(const kiln_avg_pool_shape *ps, int64_t o
     if (!ps->include_pad) *count = *hi - *lo;
 }
 
+/* Batched matrix product y[..., m, n] = a[..., m, k] @ b[..., k, n] over `nbatch`
+ * leading dims; a and b are read through strides (elements, nbatch + 2 of them:
+ * views such as a transposed k), y, dy, da and db are contiguous. */
+typedef struct kiln_bmm_shape {
+    int nbatch;
+    int64_t batch[KILN_KERNEL_MAX_DIMS];
+    int64_t m, k, n;
+    int64_t a_stride[KILN_KERNEL_MAX_DIMS], b_stride[KILN_KERNEL_MAX_DIMS];
+} kiln_bmm_shape;
+
+/* Causal multi-head self-attention over q, k, v [b, t, c]: heads of d = c / heads
+ * columns (head h is columns h*d..(h+1)*d), scale 1/sqrt(d). Rows are contiguous and
+ * the strides of (batch, time) are given, so q, k and v may be column slices of one
+ * [b, t, 3c] tensor; y, dy, dq, dk, dv are contiguous [b, t, c]; lse [b, heads, t] is
+ * the logsumexp of each row of scaled, masked scores (forward saves it for backward). */
+typedef struct kiln_attn_shape {
+    int64_t b, t, c, heads;
+    int64_t q_stride[2], k_stride[2], v_stride[2];
+} kiln_attn_shape;
+
 /* ---- reference kernels, double ---- */
 void kiln_ref_conv2d_fwd(const kiln_conv_shape *cs, const double *x, const double *w, const double *b, double *y);
 void kiln_ref_conv2d_bwd_data(const kiln_conv_shape *cs, const double *dy, const double *w, double *dx, int acc);
@@ -83,6 +104,19 @@ void kiln_ref_linear_bwd_weight(int64_t n, int64_t in, int64_t out, const double
 void kiln_ref_matmul_fwd(int64_t n, int64_t in, int64_t out, const double *x, const double *w, const double *b, double *y);
 void kiln_ref_matmul_bwd_data(int64_t n, int64_t in, int64_t out, const double *dy, const double *w, double *dx, int acc);
 void kiln_ref_matmul_bwd_weight(int64_t n, int64_t in, int64_t out, const double *x, const double *dy, double *dw, int acc);
+
+void kiln_ref_bmm_fwd(const kiln_bmm_shape *s, const double *a, const double *b, double *y);
+/* da = dy @ b^T, db = a^T @ dy; either may be NULL (and they may be one buffer: da is done first) */
+void kiln_ref_bmm_bwd(const kiln_bmm_shape *s, const double *a, const double *b, const double *dy, double *da, double *db,
+                      int acc_a, int acc_b);
+
+/* the textbook formulas (the oracle); backward forms D_i = sum_j P_ij dP_ij from its
+ * definition; dq, dk, dv may each be NULL, or one buffer (q, k, v one value) */
+void kiln_ref_causal_attention_fwd(const kiln_attn_shape *s, const double *q, const double *k, const double *v,
+                                   double *y, double *lse);
+void kiln_ref_causal_attention_bwd(const kiln_attn_shape *s, const double *q, const double *k, const double *v,
+                                   const double *lse, const double *dy, double *dq, double *dk, double *dv, int acc_q,
+                                   int acc_k, int acc_v);
 
 void kiln_ref_relu_fwd(int64_t n, const double *x, double *y);
 void kiln_ref_relu_bwd(int64_t n, const double *y, const double *dy, double *dx, int acc);
@@ -212,6 +246,17 @@ void kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, cons
 /* kiln_ref_bn_fold in float, each channel's scale in double */
 void kiln_cpu_bn_fold(int64_t k, int64_t per, const float *w, const float *b, const float *gamma, const float *beta,
                       const float *mean, const float *var, float eps, float *w_out, float *b_out);
+
+/* FlashAttention-2 on the cpu (src/kernels/cpu/attention.c): blocked, online softmax,
+ * backward recomputing the scores from q, k and lse. `scratch` holds `slots` areas of
+ * kiln_cpu_attention_scratch bytes (64-byte aligned), one per thread: at most `slots`
+ * threads run. The same bits for any thread count. */
+size_t kiln_cpu_attention_scratch(const kiln_attn_shape *s);
+void kiln_cpu_causal_attention_fwd(const kiln_attn_shape *s, const float *q, const float *k, const float *v, float *y,
+                                   float *lse, void *scratch, int slots);
+void kiln_cpu_causal_attention_bwd(const kiln_attn_shape *s, const float *q, const float *k, const float *v,
+                                   const float *y, const float *lse, const float *dy, float *dq, float *dk, float *dv,
+                                   int acc_q, int acc_k, int acc_v, void *scratch, int slots);
 
 /* accumulated in double over a fixed partition: the same bits for any thread count */
 double kiln_cpu_sumsq(int64_t n, const float *x);

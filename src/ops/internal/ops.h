@@ -26,6 +26,8 @@ typedef enum kiln_op {
     KILN_OP_TRANSPOSE, KILN_OP_SLICE, KILN_OP_CONTIGUOUS, KILN_OP_SUM, KILN_OP_BATCH_NORM2D,
     KILN_OP_AVG_POOL2D, KILN_OP_ADAPTIVE_AVG_POOL2D, KILN_OP_PAD,
     KILN_OP_MATMUL,            /* x[...,K] @ w[K,N] (+ b) */
+    KILN_OP_BMM,               /* in: a [...,M,K], b [...,K,N] (strided views allowed)   out: y [...,M,N] */
+    KILN_OP_CAUSAL_ATTENTION,  /* in: q, k, v [B,T,C] (strided views allowed)   out: y [B,T,C], lse [B,heads,T] (saved) */
     /* added by the fold pass (inference plans) */
     KILN_OP_BN_FOLD,           /* in: w, gamma, beta, mean, var, b?   out: w', b' (batch norm folded into w, b) */
     /* added by autodiff */
@@ -46,6 +48,8 @@ typedef enum kiln_op {
     KILN_OP_SUM_BWD,           /* in: dy (scalar)      out: dx (dy everywhere) */
     KILN_OP_BATCH_NORM2D_BWD,  /* in: x, dy, w, mean, invstd   out: dx?, dw?, db? */
     KILN_OP_AVG_POOL2D_BWD,    /* in: dy               out: dx (both average poolings) */
+    KILN_OP_BMM_BWD,           /* in: a, b, dy         out: da?, db? */
+    KILN_OP_CAUSAL_ATTENTION_BWD, /* in: q, k, v, y, lse, dy   out: dq?, dk?, dv? (recomputed block by block) */
     /* steps outside the graph: the loss read-out, clipping, optimizer updates */
     KILN_OP_READOUT,           /* in: a scalar         out: a host f64 */
     KILN_OP_SUMSQ,             /* in: a gradient run   out: f64 accumulator (acc adds) */
@@ -73,6 +77,7 @@ typedef struct { int dim; int64_t start, end, step; } kiln_slice_attrs; /* x[sta
 /* momentum 0.1 and eps 1e-5 are PyTorch's; training is set at compile */
 typedef struct { float momentum, eps; int training; } kiln_bn_attrs;
 typedef struct { double max_norm; } kiln_clip_attrs;
+typedef struct { int64_t heads; } kiln_attn_attrs; /* causal self-attention: C split into heads of C/heads */
 typedef struct { float momentum, dampening, weight_decay; int nesterov; } kiln_sgd_attrs;
 typedef struct { float beta1, beta2, eps, weight_decay; } kiln_adamw_attrs;
 typedef struct { float rho, eps, weight_decay; } kiln_adadelta_attrs;
@@ -87,6 +92,7 @@ typedef union kiln_attrs {
     kiln_slice_attrs slice;
     kiln_bn_attrs bn;
     kiln_clip_attrs clip;
+    kiln_attn_attrs attn;
     kiln_sgd_attrs sgd;
     kiln_adamw_attrs adamw;
     kiln_adadelta_attrs adadelta;
@@ -217,6 +223,7 @@ extern const kiln_op_def kiln_op_log_softmax, kiln_op_log_softmax_bwd, kiln_op_n
     kiln_op_cross_entropy, kiln_op_cross_entropy_bwd;
 extern const kiln_op_def kiln_op_reshape, kiln_op_transpose, kiln_op_slice, kiln_op_slice_bwd, kiln_op_contiguous;
 extern const kiln_op_def kiln_op_batch_norm2d, kiln_op_batch_norm2d_bwd, kiln_op_bn_fold;
+extern const kiln_op_def kiln_op_bmm, kiln_op_bmm_bwd, kiln_op_causal_attention, kiln_op_causal_attention_bwd;
 extern const kiln_op_def kiln_op_readout, kiln_op_sumsq, kiln_op_clip_scale, kiln_op_sgd_update,
     kiln_op_adamw_update, kiln_op_adadelta_update;
 

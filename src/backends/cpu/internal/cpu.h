@@ -40,4 +40,15 @@ int kiln_cpu_conv_describe_bwd_data(const kiln_step *s, char *buf, size_t len, i
 int kiln_cpu_conv_describe_bwd_weight(const kiln_step *s, char *buf, size_t len, int *weights);
 int kiln_cpu_linear_describe(const kiln_step *s, char *buf, size_t len, int *weights);
 
+/* attention.c: bmm on oneDNN matmul, causal attention on kiln's FlashAttention kernel */
+kiln_status kiln_cpu_bmm_prepare(kiln_step *s, kiln_prep *p);
+kiln_status kiln_cpu_bmm_bwd_prepare(kiln_step *s, kiln_prep *p);
+void kiln_cpu_bmm_release(kiln_step *s);
+kiln_status kiln_cpu_bmm_fwd(const kiln_step *s, const kiln_run_ctx *rc);
+kiln_status kiln_cpu_bmm_bwd(const kiln_step *s, const kiln_run_ctx *rc);
+int kiln_cpu_bmm_describe(const kiln_step *s, char *buf, size_t len, int *weights);
+kiln_status kiln_cpu_attention_prepare(kiln_step *s, kiln_prep *p);
+kiln_status kiln_cpu_attention_fwd(const kiln_step *s, const kiln_run_ctx *rc);
+kiln_status kiln_cpu_attention_bwd(const kiln_step *s, const kiln_run_ctx *rc);
+
 #endif

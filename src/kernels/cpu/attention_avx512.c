@@ -1,0 +1,132 @@
+/* AVX-512 tiles of causal attention (the driver is attention.c). The two
+ * products are register-blocked so each loaded vector feeds several FMAs:
+ *   scores:     8 query rows x 32 keys (16 accumulators), one step per
+ *               column x of the head: 2 loads of k^T's row x, 8 broadcasts;
+ *   accumulate: 4 rows x 64 columns (16 accumulators), one step per key:
+ *               4 loads of the key's row, 4 broadcasts of the weights.
+ * exp is Cephes' expf polynomial (about 1 ulp) scaled by 2^n with vscalefps. */
+#include <immintrin.h>
+#include <math.h>
+#include "kernels/cpu/cpu_internal.h"
+
+#define BLK KILN_ATTN_BLK
+
+static inline __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-88.3762626647949f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* the keys of row r among columns [16h, 16h + 16) */
+static inline __mmask16 key_mask(int64_t di, int64_t r, int h) {
+    int64_t last = di + r - 16 * h; /* the last key's lane */
+    return last >= 15 ? (__mmask16)0xFFFF : last < 0 ? (__mmask16)0 : (__mmask16)((1u << (last + 1)) - 1);
+}
+
+void kiln_cpu_attn_scores_avx512(const float *a, int64_t lda, const float *bt, int64_t ldb, int64_t d, float *s) {
+    for (int r0 = 0; r0 < BLK; r0 += 8) {
+        __m512 c[8][2];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) c[r][0] = c[r][1] = _mm512_setzero_ps();
+        const float *ar = a + r0 * lda;
+        for (int64_t x = 0; x < d; x++) {
+            __m512 b0 = _mm512_loadu_ps(bt + x * ldb), b1 = _mm512_loadu_ps(bt + x * ldb + 16);
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                __m512 av = _mm512_set1_ps(ar[r * lda + x]);
+                c[r][0] = _mm512_fmadd_ps(av, b0, c[r][0]);
+                c[r][1] = _mm512_fmadd_ps(av, b1, c[r][1]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            _mm512_storeu_ps(s + (r0 + r) * BLK, c[r][0]);
+            _mm512_storeu_ps(s + (r0 + r) * BLK + 16, c[r][1]);
+        }
+    }
+}
+
+/* 4 rows x nv vectors of c; nv is a constant where it is inlined */
+static inline __attribute__((always_inline)) void acc_block(int nv, float *c, int64_t ldc, const float *cscale,
+                                                            const float *p, int64_t prs, int64_t pxs, const float *b,
+                                                            int64_t ldb) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        __m512 sc = _mm512_set1_ps(cscale ? cscale[r] : 1.0f);
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) acc[r][v] = _mm512_mul_ps(sc, _mm512_loadu_ps(c + r * ldc + 16 * v));
+    }
+    for (int64_t x = 0; x < BLK; x++) {
+        __m512 bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) bv[v] = _mm512_loadu_ps(b + x * ldb + 16 * v);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            __m512 pv = _mm512_set1_ps(p[r * prs + x * pxs]);
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++) acc[r][v] = _mm512_fmadd_ps(pv, bv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
+}
+
+void kiln_cpu_attn_accumulate_avx512(float *c, int64_t ldc, const float *cscale, const float *p, int64_t prs,
+                                     int64_t pxs, const float *b, int64_t ldb, int64_t cols) {
+    for (int r0 = 0; r0 < BLK; r0 += 4) {
+        float *cr = c + r0 * ldc;
+        const float *pr = p + r0 * prs, *sr = cscale ? cscale + r0 : NULL;
+        for (int64_t c0 = 0; c0 < cols; c0 += 64) {
+            switch ((cols - c0) / 16) {
+            case 1: acc_block(1, cr + c0, ldc, sr, pr, prs, pxs, b + c0, ldb); break;
+            case 2: acc_block(2, cr + c0, ldc, sr, pr, prs, pxs, b + c0, ldb); break;
+            case 3: acc_block(3, cr + c0, ldc, sr, pr, prs, pxs, b + c0, ldb); break;
+            default: acc_block(4, cr + c0, ldc, sr, pr, prs, pxs, b + c0, ldb); break;
+            }
+        }
+    }
+}
+
+void kiln_cpu_attn_softmax_avx512(float *s, int64_t di, float *m, float *l, float *alpha) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int r = 0; r < BLK; r++) {
+        __mmask16 k0 = key_mask(di, r, 0), k1 = key_mask(di, r, 1);
+        __m512 s0 = _mm512_loadu_ps(s + r * BLK), s1 = _mm512_loadu_ps(s + r * BLK + 16);
+        float mt = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_mask_mov_ps(ninf, k0, s0), _mm512_mask_mov_ps(ninf, k1, s1)));
+        float mnew = m[r] > mt ? m[r] : mt, a = expf(m[r] - mnew);
+        __m512 mv = _mm512_set1_ps(mnew);
+        __m512 p0 = _mm512_maskz_mov_ps(k0, exp512(_mm512_sub_ps(s0, mv)));
+        __m512 p1 = _mm512_maskz_mov_ps(k1, exp512(_mm512_sub_ps(s1, mv)));
+        l[r] = l[r] * a + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+        m[r] = mnew;
+        alpha[r] = a;
+        _mm512_storeu_ps(s + r * BLK, p0);
+        _mm512_storeu_ps(s + r * BLK + 16, p1);
+    }
+}
+
+void kiln_cpu_attn_bwd_tile_avx512(float *s, float *dp, const float *lse, const float *dvec, int64_t di, int64_t rows) {
+    for (int r = 0; r < BLK; r++) {
+        __m512 l = _mm512_set1_ps(r < rows ? lse[r] : 0.0f), dv = _mm512_set1_ps(r < rows ? dvec[r] : 0.0f);
+        for (int h = 0; h < 2; h++) {
+            __mmask16 k = r < rows ? key_mask(di, r, h) : 0;
+            float *sp = s + r * BLK + 16 * h, *dpp = dp + r * BLK + 16 * h;
+            __m512 p = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_loadu_ps(sp), l)));
+            _mm512_storeu_ps(sp, p);
+            _mm512_storeu_ps(dpp, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dpp), dv)));
+        }
+    }
+}
