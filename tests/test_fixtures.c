@@ -447,7 +447,7 @@ out:
 
 typedef struct {
     kiln_optim_kind kind;
-    double lr, wd, momentum, dampening, beta1, beta2, eps, rho;
+    double lr, wd, momentum, dampening, beta1, beta2, eps, rho, trust;
     int nesterov;
 } hyper;
 
@@ -499,6 +499,7 @@ static void test_optimizer(const char *fxname, kiln_optim_kind kind) {
             kiln_ref_adadelta(n, p, gi, s0, s1, h.lr, h.rho, h.eps, h.wd);
             kiln_cpu_adadelta(n, fp, fg, fs0, fs1, (float)h.lr, (float)h.rho, (float)h.eps, (float)h.wd);
             break;
+        default: break; /* the layer-wise ones: test_optimizer_multi */
         }
         kiln_free(fg);
         double e = err_d(p, pref + i * n, n), ef = err_f(fp, pref + i * n, n);
@@ -514,6 +515,7 @@ static void test_optimizer(const char *fxname, kiln_optim_kind kind) {
     kiln_param(gr, "p", 1, (int64_t[]){n}, n);
     CHECK_OK(kiln_graph_status(gr));
     kiln_optim_config oc = kiln_optim_defaults(kind);
+    oc.decay_all = 1; /* torch.optim with one group: the one 1-d parameter decays too */
     oc.lr = (float)h.lr;
     oc.weight_decay = (float)h.wd;
     oc.momentum = (float)h.momentum;
@@ -555,6 +557,195 @@ static void test_optimizer(const char *fxname, kiln_optim_kind kind) {
     }
     kiln_graph_free(gr);
 out:
+    kiln_st_close(f);
+}
+
+/* ---------- optimizers over several tensors: the decay filter, LAMB, LARS, NovoGrad ---------- */
+
+#define MULTI_MAX 8
+
+typedef struct {
+    int n;
+    char name[MULTI_MAX][16];
+    int ndim[MULTI_MAX];
+    int64_t shape[MULTI_MAX][KILN_MAX_DIMS], numel[MULTI_MAX], at[MULTI_MAX]; /* at: into the fixture's concatenation */
+    int decays[MULTI_MAX];
+} multi_shapes;
+
+/* "w:6x5,b:5,..." and "1,0,..." */
+static int parse_multi(const char *text, const char *decays, multi_shapes *m) {
+    memset(m, 0, sizeof *m);
+    int64_t at = 0;
+    for (const char *p = text; p && *p && m->n < MULTI_MAX; m->n++) {
+        int k = m->n, len = (int)strcspn(p, ":");
+        snprintf(m->name[k], sizeof m->name[k], "%.*s", len, p);
+        p += len + 1;
+        m->numel[k] = 1;
+        while (*p && *p != ',') {
+            m->shape[k][m->ndim[k]] = strtoll(p, (char **)&p, 10);
+            m->numel[k] *= m->shape[k][m->ndim[k]++];
+            if (*p == 'x') p++;
+        }
+        m->at[k] = at;
+        at += m->numel[k];
+        m->decays[k] = decays && decays[2 * k] == '1';
+        if (*p == ',') p++;
+    }
+    return (int)at;
+}
+
+static hyper read_hyper_multi(kiln_st_file *f, kiln_optim_kind kind) {
+    hyper h = {.kind = kind, .lr = fx_meta(f, "lr"), .wd = fx_meta(f, "weight_decay")};
+    if (kind == KILN_OPT_SGD || kind == KILN_OPT_LARS) h.momentum = fx_meta(f, "momentum");
+    if (kind == KILN_OPT_LARS) h.trust = fx_meta(f, "trust");
+    if (kind == KILN_OPT_ADAMW || kind == KILN_OPT_LAMB || kind == KILN_OPT_NOVOGRAD) {
+        h.beta1 = fx_meta(f, "beta1");
+        h.beta2 = fx_meta(f, "beta2");
+        h.eps = fx_meta(f, "eps");
+    }
+    return h;
+}
+
+/* the ref (double) and cpu (float) layer-wise kernels over the fixture's own
+ * concatenation: both phases per step, state as the optimizer keeps it */
+static void layerwise_kernels(const char *fxname, const hyper *h, const multi_shapes *m, int64_t n, int64_t steps,
+                              const double *p0, const double *g, const double *pref) {
+    int64_t seg[3 * MULTI_MAX];
+    for (int k = 0; k < m->n; k++) seg[3 * k] = m->at[k], seg[3 * k + 1] = m->numel[k], seg[3 * k + 2] = m->decays[k];
+    double *p = dbuf(n), *s0 = calloc((size_t)n, 8), *s1 = calloc((size_t)n, 8), rn[2 * MULTI_MAX], fn[2 * MULTI_MAX];
+    float *fp = fcopy(p0, n), *fs0 = kiln_calloc((size_t)n * 4), *fs1 = kiln_calloc((size_t)n * 4);
+    memcpy(p, p0, (size_t)n * 8);
+    for (int64_t i = 0; i < steps; i++) {
+        kiln_layerwise_args a = {m->n, seg, h->lr, h->beta1, h->beta2, h->eps, h->wd, h->momentum, h->trust, i + 1};
+        const double *gi = g + i * n;
+        float *fg = fcopy(gi, n);
+        for (int phase = 0; phase < 2; phase++) {
+            if (h->kind == KILN_OPT_LAMB) {
+                kiln_ref_lamb(&a, phase, p, gi, s0, s1, rn);
+                CHECK(kiln_cpu_lamb(&a, phase, fp, fg, fs0, fs1, fn) == 0);
+            } else if (h->kind == KILN_OPT_LARS) {
+                kiln_ref_lars(&a, phase, p, gi, s0, rn);
+                CHECK(kiln_cpu_lars(&a, phase, fp, fg, fs0, fn) == 0);
+            } else {
+                kiln_ref_novograd(&a, phase, p, gi, s0, s1, rn);
+                CHECK(kiln_cpu_novograd(&a, phase, fp, fg, fs0, fs1, fn) == 0);
+            }
+        }
+        kiln_free(fg);
+        double e = err_d(p, pref + i * n, n), ef = err_f(fp, pref + i * n, n);
+        CHECK_MSG(e <= 1e-12, "%s: ref step %lld off by %.3g", fxname, (long long)i + 1, e);
+        CHECK_MSG(ef <= TOL_F, "%s: cpu step %lld off by %.3g", fxname, (long long)i + 1, ef);
+    }
+    free(p), free(s0), free(s1);
+    kiln_free(fp), kiln_free(fs0), kiln_free(fs1);
+}
+
+/* the public API over a graph of the fixture's tensors (kiln's flat buffer pads
+ * each to a 64-byte line), f32 and f64; decay_all 1 must change the result */
+static void multi_api(const char *fxname, const hyper *h, const multi_shapes *m, int64_t n, int64_t steps,
+                      const double *p0, const double *g, const double *pref) {
+    kiln_graph *gr = kiln_graph_new();
+    for (int k = 0; k < m->n; k++) kiln_param(gr, m->name[k], m->ndim[k], m->shape[k], m->numel[k]);
+    CHECK_OK(kiln_graph_status(gr));
+    kiln_optim_config oc = kiln_optim_defaults(h->kind);
+    oc.lr = (float)h->lr, oc.weight_decay = (float)h->wd, oc.momentum = (float)h->momentum;
+    oc.beta1 = (float)h->beta1, oc.beta2 = (float)h->beta2, oc.eps = (float)h->eps, oc.trust = (float)h->trust;
+    double *got = dbuf(n);
+    for (int run = 0; run < 3; run++) { /* f32, f64, f64 with decay_all */
+        int f64 = run > 0;
+        oc.decay_all = run == 2;
+        kiln_params *P = NULL;
+        kiln_optim *o = NULL;
+        CHECK_OK(kiln_params_new(gr, f64 ? KILN_F64 : KILN_F32, &P));
+        if (P) CHECK_OK(kiln_optim_new(&oc, P, &o));
+        if (!o) {
+            kiln_params_free(P);
+            break;
+        }
+        for (int k = 0; k < m->n; k++) {
+            kiln_params_has_grad_mut(P)[k] = 1;
+            CHECK(kiln_optim_decays(o, k) == (run == 2 || m->decays[k]));
+        }
+#define PUT(buf, src)                                                                         \
+    for (int k = 0; k < m->n; k++)                                                            \
+        for (int64_t j = 0; j < m->numel[k]; j++) {                                           \
+            int64_t d = kiln_params_offset(P, k) + j;                                         \
+            if (f64) ((double *)(buf))[d] = (src)[m->at[k] + j];                              \
+            else ((float *)(buf))[d] = (float)(src)[m->at[k] + j];                            \
+        }
+        PUT(kiln_params_data(P), p0);
+        double worst = 0;
+        for (int64_t s = 0; s < steps; s++) {
+            PUT(kiln_params_grad(P), g + s * n);
+            CHECK_OK(kiln_optim_step(o));
+            for (int k = 0; k < m->n; k++)
+                for (int64_t j = 0; j < m->numel[k]; j++) {
+                    int64_t d = kiln_params_offset(P, k) + j;
+                    got[m->at[k] + j] = f64 ? ((double *)kiln_params_data(P))[d] : ((float *)kiln_params_data(P))[d];
+                }
+            double e = err_d(got, pref + s * n, n);
+            worst = e > worst ? e : worst;
+            if (run < 2)
+                CHECK_MSG(e <= (f64 ? 1e-6 : TOL_F), "%s: kiln_optim (%s) step %lld off by %.3g", fxname,
+                          f64 ? "f64" : "f32", (long long)s + 1, e);
+        }
+#undef PUT
+        if (run == 2) CHECK_MSG(worst > 1e-4, "%s: decay_all changed nothing (%.3g)", fxname, worst);
+        kiln_optim_free(o);
+        kiln_params_free(P);
+    }
+    free(got);
+    kiln_graph_free(gr);
+}
+
+static void test_optimizer_multi(const char *fxname, kiln_optim_kind kind) {
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const kiln_tensor *tp0 = fx_get(f, "p0", KILN_F64), *tg = fx_get(f, "g", KILN_F64), *tp = fx_get(f, "p", KILN_F64);
+    multi_shapes m;
+    int64_t n = parse_multi(kiln_st_meta(f, "shapes"), kiln_st_meta(f, "decays"), &m);
+    if (!tp0 || !tg || !tp || !n) goto out;
+    int64_t steps = tg->shape[0];
+    CHECK(tp0->shape[0] == n && tg->shape[1] == n && tp->shape[0] == steps && steps == 10);
+    hyper h = read_hyper_multi(f, kind);
+    if (kind == KILN_OPT_LAMB || kind == KILN_OPT_LARS || kind == KILN_OPT_NOVOGRAD)
+        layerwise_kernels(fxname, &h, &m, n, steps, tp0->data, tg->data, tp->data);
+    multi_api(fxname, &h, &m, n, steps, tp0->data, tg->data, tp->data);
+out:
+    kiln_st_close(f);
+}
+
+/* kiln_lr_at against the Python transcription (nanoGPT's get_lr, StepLR) */
+static void test_lr_schedule(void) {
+    kiln_st_file *f = fx_open("lr_schedule.safetensors");
+    if (!f) return;
+    const char *cases = kiln_st_meta(f, "cases");
+    CHECK(cases != NULL);
+    for (const char *c = cases; c && *c;) {
+        char decay[16] = "";
+        double lr, min_lr, gamma;
+        long long warmup, total, step_size, per_epoch;
+        int used = 0;
+        if (sscanf(c, "%15[a-z],%lf,%lf,%lld,%lld,%lf,%lld,%lld%n", decay, &lr, &min_lr, &warmup, &total, &gamma, &step_size,
+                   &per_epoch, &used) != 8) {
+            CHECK_MSG(0, "lr_schedule: cannot read case '%s'", c);
+            break;
+        }
+        kiln_lr_schedule s = {.lr = (float)lr, .min_lr = (float)min_lr, .warmup = warmup, .total = total,
+                              .gamma = (float)gamma, .step_size = step_size};
+        CHECK(kiln_lr_decay_parse(decay, &s.decay) == 0);
+        char name[32];
+        snprintf(name, sizeof name, "lr.%s", decay);
+        const kiln_tensor *t = fx_get(f, name, KILN_F64);
+        for (int64_t i = 0; t && i < total; i++) {
+            /* the config is float: relative 1e-6 */
+            double want = ((const double *)t->data)[i], got = kiln_lr_at(&s, i, i / per_epoch);
+            CHECK_MSG(fabs(got - want) <= 1e-6 * fabs(want) + 1e-12, "lr_schedule %s: step %lld gives %.9g, want %.9g",
+                      decay, (long long)i, got, want);
+        }
+        c += used;
+        while (*c == ' ') c++;
+    }
     kiln_st_close(f);
 }
 
@@ -1012,6 +1203,12 @@ int main(void) {
     test_optimizer("op_sgd.safetensors", KILN_OPT_SGD);
     test_optimizer("op_adamw.safetensors", KILN_OPT_ADAMW);
     test_optimizer("op_adadelta.safetensors", KILN_OPT_ADADELTA);
+    test_optimizer_multi("op_adamw_groups.safetensors", KILN_OPT_ADAMW);
+    test_optimizer_multi("op_sgd_groups.safetensors", KILN_OPT_SGD);
+    test_optimizer_multi("op_lamb.safetensors", KILN_OPT_LAMB);
+    test_optimizer_multi("op_lars.safetensors", KILN_OPT_LARS);
+    test_optimizer_multi("op_novograd.safetensors", KILN_OPT_NOVOGRAD);
+    test_lr_schedule();
     test_golden();
     test_mismatched_checkpoint();
     return tu_finish("test_fixtures");

@@ -129,6 +129,7 @@ static void run_backend(kiln_st_file *f, const char *backend) {
     oc.lr = 0.1f;
     oc.momentum = 0.9f;
     oc.weight_decay = 5e-4f;
+    oc.decay_all = 1; /* the fixture: torch.optim.SGD(model.parameters(), ...), one group, batch norms decay too */
     CHECK_OK(kiln_optim_new(&oc, P, &o));
     for (int step = 0; o && step < 3; step++) {
         kiln_plan_set_step(pl, (uint64_t)step);

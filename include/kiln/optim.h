@@ -7,9 +7,12 @@
  *     ... after each backward: kiln_optim_step(opt);
  *     ... after each epoch:    kiln_optim_set_lr(opt, kiln_lr_step_schedule(1.0f, 0.7f, 1, epoch + 1));
  *
- * Semantics are PyTorch 1.13's (torch.optim.SGD, AdamW, Adadelta). One pass
- * over the whole flat buffer when every parameter has a gradient; parameters
- * that got none in the last step are skipped (the grad = None rule).
+ * Semantics are PyTorch 1.13's (torch.optim.SGD, AdamW, Adadelta); LAMB, LARS
+ * and NovoGrad follow their papers (docs/optimizers.md). One pass over the
+ * whole flat buffer when every parameter has a gradient (the layer-wise ones:
+ * one pass for each tensor's norms, one to update); parameters that got none
+ * in the last step are skipped (the grad = None rule). Weight decay skips
+ * parameters of fewer than 2 dims (biases, norm weights) unless decay_all.
  */
 #ifndef KILN_OPTIM_H
 #define KILN_OPTIM_H
@@ -20,21 +23,24 @@
 extern "C" {
 #endif
 
-typedef enum { KILN_OPT_SGD, KILN_OPT_ADAMW, KILN_OPT_ADADELTA } kiln_optim_kind;
+typedef enum { KILN_OPT_SGD, KILN_OPT_ADAMW, KILN_OPT_ADADELTA, KILN_OPT_LAMB, KILN_OPT_LARS, KILN_OPT_NOVOGRAD } kiln_optim_kind;
 
 typedef struct kiln_optim_config {
     kiln_optim_kind kind;
     float lr;
     float weight_decay;
-    float momentum, dampening; /* SGD */
+    float momentum, dampening; /* SGD (momentum also LARS's) */
     int nesterov;              /* SGD */
-    float beta1, beta2, eps;   /* AdamW (eps also Adadelta's) */
+    float beta1, beta2, eps;   /* AdamW, LAMB, NovoGrad (eps also Adadelta's) */
     float rho;                 /* Adadelta */
+    float trust;               /* LARS: the trust coefficient eta */
+    int decay_all;             /* 1: weight decay on every parameter; 0: only on those of 2 or more dims */
 } kiln_optim_config;
 
-/* PyTorch's defaults for each optimizer */
+/* PyTorch's defaults for each optimizer (LAMB: APEX FusedLAMB's; LARS: eta 0.001,
+ * momentum 0.9; NovoGrad: NVIDIA NeMo's) */
 kiln_optim_config kiln_optim_defaults(kiln_optim_kind kind);
-/* "sgd", "adamw", "adadelta" -> kind; 0 on success */
+/* "sgd", "adamw", "adadelta", "lamb", "lars", "novograd" -> kind; 0 on success */
 int kiln_optim_parse(const char *name, kiln_optim_kind *out);
 const char *kiln_optim_name(kiln_optim_kind kind);
 
@@ -59,7 +65,12 @@ const char *kiln_optim_state_name(const kiln_optim *o, int i);
 void *kiln_optim_state(kiln_optim *o, int i); /* in the parameters' backend memory */
 /* 1 when state i can never be negative (an average of squares): checkpoints holding one are refused */
 int kiln_optim_state_nonnegative(const kiln_optim *o, int i);
-/* a state buffer (kiln_params_total elements) to or from the host */
+/* 1 when state i holds one value per parameter tensor (NovoGrad's exp_avg_sq), in
+ * parameter order, instead of one per element of the flat buffer */
+int kiln_optim_state_per_tensor(const kiln_optim *o, int i);
+/* 1 when parameter i takes weight decay (2 or more dims, or decay_all) */
+int kiln_optim_decays(const kiln_optim *o, int i);
+/* a state buffer (kiln_params_total elements, or kiln_params_count per tensor) to or from the host */
 kiln_status kiln_optim_state_read(const kiln_optim *o, int i, void *host);
 kiln_status kiln_optim_state_write(kiln_optim *o, int i, const void *host);
 
@@ -70,6 +81,28 @@ kiln_status kiln_clip_grad_norm(kiln_params *P, double max_norm, double *total_n
 
 /* StepLR: base * gamma^(epoch / step_size) */
 float kiln_lr_step_schedule(float base, float gamma, int64_t step_size, int64_t epoch);
+
+/* The learning rate of each optimizer step (docs/optimizers.md). Update s
+ * (0-based) of a run of `total` updates gets
+ *   s < warmup:  lr * (s + 1) / warmup                      (linear warmup from lr / warmup)
+ *   cosine:      min_lr + (lr - min_lr) * (1 + cos(pi * q)) / 2,  q = (s - warmup) / (total - warmup)
+ *   linear:      lr - (lr - min_lr) * q
+ *   step:        StepLR's lr * gamma^(epoch / step_size), per epoch (warmup scales it too)
+ *   none:        lr */
+typedef enum { KILN_LR_STEP, KILN_LR_NONE, KILN_LR_COSINE, KILN_LR_LINEAR } kiln_lr_decay;
+typedef struct kiln_lr_schedule {
+    kiln_lr_decay decay;
+    float lr, min_lr;
+    int64_t warmup, total;         /* optimizer steps */
+    float gamma;                   /* step */
+    int64_t step_size;             /* step: epochs */
+} kiln_lr_schedule;
+double kiln_lr_at(const kiln_lr_schedule *s, int64_t step, int64_t epoch);
+/* "step", "none", "cosine", "linear" -> decay; 0 on success */
+int kiln_lr_decay_parse(const char *name, kiln_lr_decay *out);
+const char *kiln_lr_decay_name(kiln_lr_decay d);
+/* one line stating the schedule, as the trainer logs it */
+void kiln_lr_describe(const kiln_lr_schedule *s, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -57,6 +57,9 @@ static const kiln_op_def *const table[] = {
     [KILN_OP_SGD_UPDATE] = &kiln_op_sgd_update,
     [KILN_OP_ADAMW_UPDATE] = &kiln_op_adamw_update,
     [KILN_OP_ADADELTA_UPDATE] = &kiln_op_adadelta_update,
+    [KILN_OP_LAMB_UPDATE] = &kiln_op_lamb_update,
+    [KILN_OP_LARS_UPDATE] = &kiln_op_lars_update,
+    [KILN_OP_NOVOGRAD_UPDATE] = &kiln_op_novograd_update,
 };
 _Static_assert(sizeof table / sizeof table[0] == KILN_OP_COUNT, "the op table needs one entry per kiln_op");
 

@@ -33,3 +33,17 @@ const kiln_op_def kiln_op_adamw_update = {
 const kiln_op_def kiln_op_adadelta_update = {
     .name = "adadelta", .min_in = 1, .max_in = 1, .flags = KILN_OPF_STEP_ONLY, .attrs = adadelta_attrs,
 };
+
+/* LAMB, LARS and NovoGrad: the same step twice per run, phase 0 computing each
+ * parameter tensor's norms, phase 1 the update that needs them */
+static const kiln_attr_spec layerwise_attrs[] = {KILN_ATTR("beta1", KILN_ATTR_F32, layerwise.beta1),
+                                                 KILN_ATTR("beta2", KILN_ATTR_F32, layerwise.beta2),
+                                                 KILN_ATTR("eps", KILN_ATTR_F32, layerwise.eps),
+                                                 KILN_ATTR("weight_decay", KILN_ATTR_F32, layerwise.weight_decay),
+                                                 KILN_ATTR("momentum", KILN_ATTR_F32, layerwise.momentum),
+                                                 KILN_ATTR("trust", KILN_ATTR_F32, layerwise.trust),
+                                                 KILN_ATTR("phase", KILN_ATTR_INT, layerwise.phase), {0}};
+#define LAYERWISE(nm) {.name = nm, .min_in = 2, .max_in = 2, .flags = KILN_OPF_STEP_ONLY, .attrs = layerwise_attrs}
+const kiln_op_def kiln_op_lamb_update = LAYERWISE("lamb");
+const kiln_op_def kiln_op_lars_update = LAYERWISE("lars");
+const kiln_op_def kiln_op_novograd_update = LAYERWISE("novograd");

@@ -14,6 +14,7 @@ sum(y * dy) for a random upstream gradient dy (i.e. autograd.backward(y, dy)).
 """
 import gzip
 import json
+import math
 import os
 import struct
 import sys
@@ -357,7 +358,7 @@ def op_bn_fold(folder):
 
 def op_optim(folder, fname, seed, make, meta):
     torch.manual_seed(seed)
-    n, steps = 50, 3
+    n, steps = 50, 10
     p0 = rnd(n)
     g = rnd(steps, n)
     p = p0.clone().requires_grad_()
@@ -381,6 +382,136 @@ def op_clip_grad_norm(folder, fname, seed, max_norm):
     return save(folder, fname, [("ga", ga), ("gb", gb), ("total_norm", total.detach().reshape(())),
                                 ("ga_clipped", a.grad.clone()), ("gb_clipped", b.grad.clone())],
                 dict(op="clip_grad_norm", max_norm=fl(max_norm), norm_type=fl(2.0)))
+
+
+# ---------------------------------------------------------------------------
+# optimizers over several parameter tensors: the decay filter (no weight decay
+# on tensors of fewer than 2 dims) and the layer-wise optimizers, whose updates
+# depend on each tensor's norms. LAMB, LARS and NovoGrad are plain float64
+# transcriptions of their papers' updates (torch.optim has none of them).
+# ---------------------------------------------------------------------------
+MULTI_SHAPES = [("w", (6, 5)), ("b", (5,)), ("z", (7,)), ("k", (3, 2, 4))]  # z starts at 0: ||w|| = 0
+
+
+def lamb_step(ps, gs, st, t, lr, b1, b2, eps, wd):
+    """You et al. 2019 (LAMB, with bias correction; APEX FusedLAMB, use_nvlamb=True):
+    Adam's moments, update u = m^/(sqrt(v^)+eps) + wd*w, w -= lr * ||w||/||u|| * u,
+    the ratio 1 when either norm is 0."""
+    for k, (p, g) in enumerate(zip(ps, gs)):
+        m, v = st.setdefault(("m", k), torch.zeros_like(p)), st.setdefault(("v", k), torch.zeros_like(p))
+        m.mul_(b1).add_((1 - b1) * g)
+        v.mul_(b2).add_((1 - b2) * g * g)
+        u = (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps) + (wd if p.dim() >= 2 else 0.0) * p
+        wn, un = p.norm().item(), u.norm().item()
+        ratio = wn / un if wn > 0 and un > 0 else 1.0
+        p.sub_(lr * ratio * u)
+
+
+def lars_step(ps, gs, st, t, lr, momentum, trust, wd):
+    """You et al. 2017 (LARS, Algorithm 1): local_lr = eta*||w|| / (||g|| + wd*||w||)
+    (1 when either norm is 0), v = momentum*v + lr*local_lr*(g + wd*w), w -= v."""
+    for k, (p, g) in enumerate(zip(ps, gs)):
+        buf = st.setdefault(("buf", k), torch.zeros_like(p))
+        d = wd if p.dim() >= 2 else 0.0
+        wn, gn = p.norm().item(), g.norm().item()
+        local = trust * wn / (gn + d * wn) if wn > 0 and gn > 0 else 1.0
+        buf.mul_(momentum).add_(lr * local * (g + d * p))
+        p.sub_(buf)
+
+
+def novograd_step(ps, gs, st, t, lr, b1, b2, eps, wd):
+    """Ginsburg et al. 2019 (NovoGrad, Algorithm 1; NVIDIA NeMo's Novograd):
+    per tensor v = ||g||^2 on the first step, then b2*v + (1-b2)*||g||^2;
+    m = b1*m + (g/(sqrt(v)+eps) + wd*w); w -= lr*m."""
+    for k, (p, g) in enumerate(zip(ps, gs)):
+        m = st.setdefault(("m", k), torch.zeros_like(p))
+        n2 = (g * g).sum().item()
+        v = st.get(("v", k), 0.0)
+        v = n2 if v == 0 else b2 * v + (1 - b2) * n2
+        st[("v", k)] = v
+        m.mul_(b1).add_(g / (v ** 0.5 + eps) + (wd if p.dim() >= 2 else 0.0) * p)
+        p.sub_(lr * m)
+
+
+def torch_groups_step(make):
+    """torch.optim over nanoGPT's two groups: weight decay for tensors of 2+ dims only"""
+    def step(ps, gs, st, t):
+        if "opt" not in st:
+            st["opt"] = make([{"params": [p for p in ps if p.dim() >= 2]},
+                              {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}])
+        for p, g in zip(ps, gs):
+            p.grad = g.clone()
+        st["opt"].step()
+    return step
+
+
+def op_optim_multi(folder, fname, seed, step, meta, steps=10):
+    """`steps` updates of the MULTI_SHAPES tensors (random, z at 0) by step(ps, gs, state, t)
+    on random gradients; flat concatenations p0 [N], g [steps, N], p [steps, N]."""
+    torch.manual_seed(seed)
+    ps = [rnd(*s) if n != "z" else torch.zeros(s, dtype=D) for n, s in MULTI_SHAPES]
+    p0 = torch.cat([p.flatten() for p in ps]).clone()
+    ps = [p.clone().requires_grad_(False) for p in ps]
+    st, gflat, pflat = {}, [], []
+    for t in range(1, steps + 1):
+        gs = [rnd(*s) for _, s in MULTI_SHAPES]
+        with torch.no_grad():
+            step(ps, gs, st, t)
+        gflat.append(torch.cat([g.flatten() for g in gs]))
+        pflat.append(torch.cat([p.detach().flatten() for p in ps]).clone())
+    shapes = ",".join(n + ":" + "x".join(str(d) for d in s) for n, s in MULTI_SHAPES)
+    meta = dict(meta, steps=steps, shapes=shapes, decays=",".join("1" if len(s) >= 2 else "0" for _, s in MULTI_SHAPES))
+    return save(folder, fname, [("p0", p0), ("g", torch.stack(gflat)), ("p", torch.stack(pflat))], meta)
+
+
+def optim_multi_fixtures(folder):
+    lamb = dict(lr=1e-2, b1=0.9, b2=0.999, eps=1e-6, wd=0.1)
+    op_optim_multi(folder, "op_lamb.safetensors", 100, lambda ps, gs, st, t: lamb_step(ps, gs, st, t, **lamb),
+                   dict(optimizer="lamb", lr=fl(1e-2), beta1=fl(0.9), beta2=fl(0.999), eps=fl(1e-6), weight_decay=fl(0.1)))
+    lars = dict(lr=1.0, momentum=0.9, trust=0.02, wd=0.1)
+    op_optim_multi(folder, "op_lars.safetensors", 101, lambda ps, gs, st, t: lars_step(ps, gs, st, t, **lars),
+                   dict(optimizer="lars", lr=fl(1.0), momentum=fl(0.9), trust=fl(0.02), weight_decay=fl(0.1)))
+    nov = dict(lr=1e-2, b1=0.95, b2=0.98, eps=1e-8, wd=0.1)
+    op_optim_multi(folder, "op_novograd.safetensors", 102, lambda ps, gs, st, t: novograd_step(ps, gs, st, t, **nov),
+                   dict(optimizer="novograd", lr=fl(1e-2), beta1=fl(0.95), beta2=fl(0.98), eps=fl(1e-8),
+                        weight_decay=fl(0.1)))
+    op_optim_multi(folder, "op_adamw_groups.safetensors", 103,
+                   torch_groups_step(lambda g: torch.optim.AdamW(g, lr=1e-2, betas=(0.9, 0.999), eps=1e-8,
+                                                                 weight_decay=0.1)),
+                   dict(optimizer="adamw", lr=fl(1e-2), beta1=fl(0.9), beta2=fl(0.999), eps=fl(1e-8),
+                        weight_decay=fl(0.1), groups="weight decay on tensors of 2+ dims only"))
+    op_optim_multi(folder, "op_sgd_groups.safetensors", 104,
+                   torch_groups_step(lambda g: torch.optim.SGD(g, lr=0.1, momentum=0.9, weight_decay=0.1)),
+                   dict(optimizer="sgd", lr=fl(0.1), momentum=fl(0.9), weight_decay=fl(0.1),
+                        groups="weight decay on tensors of 2+ dims only"))
+
+
+# (decay, lr, min_lr, warmup, total, gamma, step_size, batches per epoch): kiln_lr_at's cases
+LR_CASES = [("cosine", 1e-3, 1e-4, 5, 40, 0, 1, 40), ("linear", 0.1, 0.0, 0, 25, 0, 1, 25),
+            ("step", 1.0, 0.0, 3, 12, 0.7, 1, 4), ("none", 3e-4, 0.0, 10, 20, 0, 1, 20)]
+
+
+def lr_at(decay, lr, min_lr, warmup, total, gamma, step_size, s, epoch):
+    """nanoGPT's get_lr (lr_decay_iters = total) with warmup lr*(s+1)/warmup, or StepLR per epoch"""
+    if decay == "step":
+        lr = lr * gamma ** (epoch // step_size)
+    if s < warmup:
+        return lr * (s + 1) / warmup
+    q = min(1.0, max(0.0, (s - warmup) / (total - warmup))) if total > warmup else 1.0
+    if decay == "cosine":
+        return min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * q))
+    if decay == "linear":
+        return lr - (lr - min_lr) * q
+    return lr
+
+
+def lr_schedules(folder):
+    t = []
+    for c in LR_CASES:
+        t.append(("lr." + c[0], torch.tensor([lr_at(*c[:7], s, s // c[7]) for s in range(c[4])], dtype=D)))
+    return save(folder, "lr_schedule.safetensors", t,
+                dict(cases=" ".join(",".join(str(v) for v in c) for c in LR_CASES),
+                     fields="decay,lr,min_lr,warmup,total,gamma,step_size,batches_per_epoch"))
 
 
 # ---------------------------------------------------------------------------
@@ -623,6 +754,8 @@ def generate(folder):
                   weight_decay=fl(1e-2), amsgrad=0))
     op_clip_grad_norm(folder, "op_clip_grad_norm.safetensors", 95, 1.0)      # clips
     op_clip_grad_norm(folder, "op_clip_grad_norm_noop.safetensors", 96, 1e3)  # leaves the gradients
+    optim_multi_fixtures(folder)
+    lr_schedules(folder)
     losses = mnist_golden(folder)
     print("  golden losses: " + " ".join(repr(v) for v in losses))
     state_dict_pt(folder)

@@ -258,6 +258,32 @@ static kiln_status adadelta(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* layer-wise updates: in grad, tensors; out param, state..., norms */
+static kiln_layerwise_args layerwise_args(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_layerwise_attrs *a = &s->attr.layerwise;
+    return (kiln_layerwise_args){s->in[1].numel / 3, s->in[1].data, rc->lr, a->beta1, a->beta2, a->eps, a->weight_decay,
+                                 a->momentum, a->trust, rc->optim_step};
+}
+#define LAYERWISE(call)                                                                \
+    if ((call) != 0) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", s->name); \
+    return KILN_OK
+
+static kiln_status lamb(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_layerwise_args a = layerwise_args(s, rc);
+    LAYERWISE(kiln_cpu_lamb(&a, s->attr.layerwise.phase, F(s->out[0]), F(s->in[0]), F(s->out[1]), F(s->out[2]), s->out[3].data));
+}
+
+static kiln_status lars(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_layerwise_args a = layerwise_args(s, rc);
+    LAYERWISE(kiln_cpu_lars(&a, s->attr.layerwise.phase, F(s->out[0]), F(s->in[0]), F(s->out[1]), s->out[2].data));
+}
+
+static kiln_status novograd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_layerwise_args a = layerwise_args(s, rc);
+    LAYERWISE(kiln_cpu_novograd(&a, s->attr.layerwise.phase, F(s->out[0]), F(s->in[0]), F(s->out[1]), F(s->out[2]),
+                            s->out[3].data));
+}
+
 const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_CONV2D] = {kiln_cpu_conv_fwd, kiln_cpu_conv_prepare, kiln_cpu_conv_release, 1, 1, 0, kiln_cpu_conv_describe_fwd,
                         1 | KILN_TIE_OUT(0)},
@@ -311,4 +337,7 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SGD_UPDATE] = {sgd, NULL, NULL, 0, 0},
     [KILN_OP_ADAMW_UPDATE] = {adamw, NULL, NULL, 0, 0},
     [KILN_OP_ADADELTA_UPDATE] = {adadelta, NULL, NULL, 0, 0},
+    [KILN_OP_LAMB_UPDATE] = {lamb, NULL, NULL, 0, 0},
+    [KILN_OP_LARS_UPDATE] = {lars, NULL, NULL, 0, 0},
+    [KILN_OP_NOVOGRAD_UPDATE] = {novograd, NULL, NULL, 0, 0},
 };

@@ -394,6 +394,32 @@ static kiln_status adadelta(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* layer-wise updates: in grad, tensors; out param, state..., norms */
+static kiln_layerwise_args layerwise_args(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_layerwise_attrs *a = &s->attr.layerwise;
+    return (kiln_layerwise_args){s->in[1].numel / 3, s->in[1].data, rc->lr, a->beta1, a->beta2, a->eps, a->weight_decay,
+                                 a->momentum, a->trust, rc->optim_step};
+}
+#define LAYERWISE(call) \
+    call;               \
+    return KILN_OK
+
+static kiln_status lamb(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_layerwise_args a = layerwise_args(s, rc);
+    LAYERWISE(kiln_ref_lamb(&a, s->attr.layerwise.phase, D(s->out[0]), D(s->in[0]), D(s->out[1]), D(s->out[2]), s->out[3].data));
+}
+
+static kiln_status lars(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_layerwise_args a = layerwise_args(s, rc);
+    LAYERWISE(kiln_ref_lars(&a, s->attr.layerwise.phase, D(s->out[0]), D(s->in[0]), D(s->out[1]), s->out[2].data));
+}
+
+static kiln_status novograd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_layerwise_args a = layerwise_args(s, rc);
+    LAYERWISE(kiln_ref_novograd(&a, s->attr.layerwise.phase, D(s->out[0]), D(s->in[0]), D(s->out[1]), D(s->out[2]),
+                            s->out[3].data));
+}
+
 const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_CONV2D] = {conv, conv_prepare},
     [KILN_OP_CONV2D_BWD_DATA] = {conv_bwd_data, from_fwd},
@@ -442,4 +468,7 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SGD_UPDATE] = {sgd},
     [KILN_OP_ADAMW_UPDATE] = {adamw},
     [KILN_OP_ADADELTA_UPDATE] = {adadelta},
+    [KILN_OP_LAMB_UPDATE] = {lamb},
+    [KILN_OP_LARS_UPDATE] = {lars},
+    [KILN_OP_NOVOGRAD_UPDATE] = {novograd},
 };

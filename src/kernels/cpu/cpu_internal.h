@@ -28,6 +28,13 @@ void kiln_cpu_adadelta_avx512(int64_t n, float *p, const float *g, float *square
 void kiln_cpu_adamw_avx512(int64_t n, float *p, const float *g, float *m, float *v, float decay, float beta1,
                            float beta2, float eps, float step_size, float bc2_sqrt);
 
+/* segments.c: fn over the chunks of every tensor of a layer-wise optimizer's
+ * run (seg as in kiln_layerwise_args), in parallel; begin and end index the
+ * run's buffers. With sums, sums[2k], sums[2k+1] are tensor k's chunks' acc
+ * added in chunk order. 0, or -1 out of memory. */
+typedef void (*kiln_cpu_chunk_fn)(const void *ctx, int64_t seg, int64_t begin, int64_t end, double acc[2]);
+int kiln_cpu_for_segments(int64_t nseg, const int64_t *seg, kiln_cpu_chunk_fn fn, const void *ctx, double *sums);
+
 /* 2x2 stride-2 max-pool over one [h, w, 16] nChw16c block; y0/dy0 point at the
  * block's first NCHW plane. Blocks must be 64-byte aligned. */
 void kiln_cpu_pool2_blocked_fwd_avx512(int64_t w, int64_t oh, int64_t ow, const float *xb, float *y0);

@@ -191,6 +191,25 @@ void kiln_ref_adamw(int64_t n, double *p, const double *g, double *m, double *v,
 void kiln_ref_adadelta(int64_t n, double *p, const double *g, double *square_avg, double *acc_delta,
                        double lr, double rho, double eps, double weight_decay);
 
+/* Layer-wise optimizers over a run of parameter tensors: tensor k holds
+ * elements [seg[3k] - seg[0], + seg[3k+1]) of the run's buffers and takes weight
+ * decay when seg[3k+2] is 1. Phase 0 writes norms[2k], norms[2k+1] (sums of
+ * squares: LAMB ||p||, ||update||; LARS ||p||, ||g||; NovoGrad ||g||), phase 1
+ * updates with them. Hyperparameters as the kiln_layerwise_attrs of ops.h. */
+typedef struct kiln_layerwise_args {
+    int64_t nseg;
+    const int64_t *seg;
+    double lr, beta1, beta2, eps, weight_decay, momentum, trust;
+    int64_t step; /* updates done, this one included */
+} kiln_layerwise_args;
+/* LAMB (You et al. 2019; APEX FusedLAMB with adam_w_mode, bias correction, use_nvlamb) */
+void kiln_ref_lamb(const kiln_layerwise_args *a, int phase, double *p, const double *g, double *m, double *v, double *norms);
+/* LARS (You et al. 2017) with momentum: buf = momentum*buf + lr*local_lr*(g + wd*p); p -= buf */
+void kiln_ref_lars(const kiln_layerwise_args *a, int phase, double *p, const double *g, double *buf, double *norms);
+/* NovoGrad (Ginsburg et al. 2019): v (one per tensor) of ||g||^2, m of g/(sqrt(v)+eps) + wd*p */
+void kiln_ref_novograd(const kiln_layerwise_args *a, int phase, double *p, const double *g, double *m, double *v,
+                       double *norms);
+
 /* sum of squares (the squared L2 norm) and in-place scaling: gradient clipping */
 double kiln_ref_sumsq(int64_t n, const double *x);
 void kiln_ref_scale(int64_t n, double *x, double s);
@@ -268,5 +287,10 @@ void kiln_cpu_adamw(int64_t n, float *p, const float *g, float *m, float *v, flo
                     float eps, float weight_decay, int64_t step);
 void kiln_cpu_adadelta(int64_t n, float *p, const float *g, float *square_avg, float *acc_delta, float lr,
                        float rho, float eps, float weight_decay);
+/* the kiln_ref_ layer-wise optimizers in float, norms in double over a fixed
+ * partition (the same bits for any thread count); 0, or -1 out of memory */
+int kiln_cpu_lamb(const kiln_layerwise_args *a, int phase, float *p, const float *g, float *m, float *v, double *norms);
+int kiln_cpu_lars(const kiln_layerwise_args *a, int phase, float *p, const float *g, float *buf, double *norms);
+int kiln_cpu_novograd(const kiln_layerwise_args *a, int phase, float *p, const float *g, float *m, float *v, double *norms);
 
 #endif

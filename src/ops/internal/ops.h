@@ -57,6 +57,11 @@ typedef enum kiln_op {
     KILN_OP_SGD_UPDATE,        /* in: grad             out: param, momentum? (in place) */
     KILN_OP_ADAMW_UPDATE,      /* in: grad             out: param, exp_avg, exp_avg_sq */
     KILN_OP_ADADELTA_UPDATE,   /* in: grad             out: param, square_avg, acc_delta */
+    /* layer-wise updates, two steps per run (attr phase 0: the tensors' norms, 1: the update);
+     * in: grad, tensors (i64 triples: offset, numel, decays)   out: param, state..., f64 norms (2 per tensor) */
+    KILN_OP_LAMB_UPDATE,       /* out: param, exp_avg, exp_avg_sq, norms */
+    KILN_OP_LARS_UPDATE,       /* out: param, momentum_buffer, norms */
+    KILN_OP_NOVOGRAD_UPDATE,   /* out: param, exp_avg, exp_avg_sq (one per tensor), norms */
     KILN_OP_COUNT
 } kiln_op;
 
@@ -81,6 +86,8 @@ typedef struct { int64_t heads; } kiln_attn_attrs; /* causal self-attention: C s
 typedef struct { float momentum, dampening, weight_decay; int nesterov; } kiln_sgd_attrs;
 typedef struct { float beta1, beta2, eps, weight_decay; } kiln_adamw_attrs;
 typedef struct { float rho, eps, weight_decay; } kiln_adadelta_attrs;
+/* LAMB and NovoGrad use beta1, beta2, eps; LARS momentum and trust (its eta) */
+typedef struct { float beta1, beta2, eps, weight_decay, momentum, trust; int phase; } kiln_layerwise_attrs;
 typedef union kiln_attrs {
     kiln_conv_attrs conv;
     kiln_pool_attrs pool;
@@ -96,6 +103,7 @@ typedef union kiln_attrs {
     kiln_sgd_attrs sgd;
     kiln_adamw_attrs adamw;
     kiln_adadelta_attrs adadelta;
+    kiln_layerwise_attrs layerwise;
 } kiln_attrs;
 
 typedef enum { KILN_ATTR_I64, KILN_ATTR_INT, KILN_ATTR_F32, KILN_ATTR_F64 } kiln_attr_type;
@@ -226,5 +234,6 @@ extern const kiln_op_def kiln_op_batch_norm2d, kiln_op_batch_norm2d_bwd, kiln_op
 extern const kiln_op_def kiln_op_bmm, kiln_op_bmm_bwd, kiln_op_causal_attention, kiln_op_causal_attention_bwd;
 extern const kiln_op_def kiln_op_readout, kiln_op_sumsq, kiln_op_clip_scale, kiln_op_sgd_update,
     kiln_op_adamw_update, kiln_op_adadelta_update;
+extern const kiln_op_def kiln_op_lamb_update, kiln_op_lars_update, kiln_op_novograd_update;
 
 #endif
