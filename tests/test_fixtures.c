@@ -11,6 +11,7 @@
  * Runs with the working directory tests/. */
 #include <unistd.h>
 #include "graph/internal/graph.h" /* kiln_params_has_grad_mut: the optimizer test has no plan */
+#include "kernels/cpu/cpu_internal.h" /* kiln_cpu_attention_force_portable */
 #include "kernels/internal/dnnl_ops.h"
 #include "kernels/internal/kernels.h"
 #include "kiln/graph.h"
@@ -312,6 +313,137 @@ static void test_linear(const char *fxname, int w_kn) {
     kiln_free(gy), kiln_free(gdx), kiln_free(gdw), kiln_free(gdb);
 out:
     kiln_st_close(f);
+}
+
+/* a @ b over two leading dims with b a transposed view of bt: ref and oneDNN read it through strides */
+static void test_bmm(void) {
+    const char *fxname = "op_bmm.safetensors";
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const kiln_tensor *ta = fx_get(f, "a", KILN_F64), *tbt = fx_get(f, "bt", KILN_F64);
+    const double *y = fx_d(f, "y"), *dy = fx_d(f, "dy"), *da = fx_d(f, "da"), *dbt = fx_d(f, "dbt");
+    if (!ta || !tbt || !y || !dy || !da || !dbt) goto out;
+    int64_t m = ta->shape[2], k = ta->shape[3], n = tbt->shape[2], na = kiln_tensor_numel(ta), nb = kiln_tensor_numel(tbt);
+    int64_t ny = na / k * n;
+    kiln_bmm_shape s = {.nbatch = 2, .batch = {ta->shape[0], ta->shape[1]}, .m = m, .k = k, .n = n,
+                        .a_stride = {ta->shape[1] * m * k, m * k, k, 1}, .b_stride = {tbt->shape[1] * n * k, n * k, 1, k}};
+    double *ry = dbuf(ny), *rda = dbuf(na), *rdb = dbuf(nb);
+    kiln_ref_bmm_fwd(&s, ta->data, tbt->data, ry);
+    kiln_ref_bmm_bwd(&s, ta->data, tbt->data, dy, rda, rdb, 0, 0); /* db lands in bt's layout: b's strides say so */
+    CMP_D("y", ry, y, ny);
+    CMP_D("da", rda, da, na);
+    free(ry), free(rda);
+    /* the reference writes db [.., k, n] contiguous: read it back as bt [.., n, k] */
+    double *rdbt = dbuf(nb);
+    for (int64_t mat = 0; mat < nb / (k * n); mat++)
+        for (int64_t p = 0; p < k; p++)
+            for (int64_t j = 0; j < n; j++) rdbt[mat * n * k + j * k + p] = rdb[mat * k * n + p * n + j];
+    CMP_D("dbt", rdbt, dbt, nb);
+    free(rdb), free(rdbt);
+    float *fa = fcopy(ta->data, na), *fbt = fcopy(tbt->data, nb), *fdy = fcopy(dy, ny);
+    float *gy = fbuf(ny), *gda = fbuf(na), *gdb = fbuf(nb), *gdbt = fbuf(nb);
+    kiln_dnnl_bmm *o = NULL;
+    CHECK_OK(kiln_dnnl_bmm_new(&s, 1, 1, 1, &o));
+    if (o) {
+        CHECK_OK(kiln_dnnl_bmm_fwd(o, fa, fbt, gy));
+        CHECK_OK(kiln_dnnl_bmm_bwd(o, fa, fbt, fdy, gda, gdb, 0, 0));
+        for (int64_t mat = 0; mat < nb / (k * n); mat++)
+            for (int64_t p = 0; p < k; p++)
+                for (int64_t j = 0; j < n; j++) gdbt[mat * n * k + j * k + p] = gdb[mat * k * n + p * n + j];
+        CMP_F("y", gy, y, ny);
+        CMP_F("da", gda, da, na);
+        CMP_F("dbt", gdbt, dbt, nb);
+        kiln_dnnl_bmm_free(o);
+    }
+    kiln_free(fa), kiln_free(fbt), kiln_free(fdy), kiln_free(gy), kiln_free(gda), kiln_free(gdb), kiln_free(gdbt);
+out:
+    kiln_st_close(f);
+}
+
+/* the column thirds of x [B, T, 3C]: q, k, v */
+static kiln_value build_attention(kiln_graph *g, kiln_value x, kiln_st_file *f) {
+    int64_t s[3];
+    kiln_value_shape(g, x, s);
+    int64_t c = s[2] / 3;
+    return kiln_causal_attention(g, kiln_slice(g, x, 2, 0, c), kiln_slice(g, x, 2, c, 2 * c), kiln_slice(g, x, 2, 2 * c, 3 * c),
+                                 (int)fx_meta(f, "heads"));
+}
+
+/* dq, dk, dv [B, T, C] side by side as PyTorch's dx [B, T, 3C] */
+static void join_thirds(int64_t rows, int64_t c, const double *dq, const double *dk, const double *dv, double *dx) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < c; j++) {
+            dx[r * 3 * c + j] = dq[r * c + j];
+            dx[r * 3 * c + c + j] = dk[r * c + j];
+            dx[r * 3 * c + 2 * c + j] = dv[r * c + j];
+        }
+}
+
+/* the fast kernel (AVX-512 tiles or the portable loops) on the strided thirds of x;
+ * slots = 1 and 2 must give the same bits */
+static void attention_cpu(const char *fxname, const kiln_attn_shape *s, const double *x, const double *y,
+                          const double *lse, const double *dy, const double *dx, int portable) {
+    int64_t rows = s->b * s->t, c = s->c, nl = s->b * s->heads * s->t;
+    size_t ws = 2 * kiln_cpu_attention_scratch(s);
+    void *scratch = kiln_alloc(ws);
+    float *fx = fcopy(x, rows * 3 * c), *fdy = fcopy(dy, rows * c), *gy[2], *gl[2], *gd[2][3];
+    kiln_cpu_attention_force_portable(portable);
+    for (int t = 0; t < 2; t++) {
+        gy[t] = fbuf(rows * c), gl[t] = fbuf(nl);
+        for (int i = 0; i < 3; i++) gd[t][i] = fbuf(rows * c);
+        kiln_cpu_causal_attention_fwd(s, fx, fx + c, fx + 2 * c, gy[t], gl[t], scratch, t + 1);
+        kiln_cpu_causal_attention_bwd(s, fx, fx + c, fx + 2 * c, gy[t], gl[t], fdy, gd[t][0], gd[t][1], gd[t][2], 0, 0, 0,
+                                      scratch, t + 1);
+    }
+    kiln_cpu_attention_force_portable(0);
+    const char *what = portable ? "portable" : "cpu";
+    CHECK_MSG(!memcmp(gy[0], gy[1], (size_t)(rows * c) * 4) && !memcmp(gl[0], gl[1], (size_t)nl * 4), "%s: %s forward differs on 2 threads", fxname, what);
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(!memcmp(gd[0][i], gd[1][i], (size_t)(rows * c) * 4), "%s: %s gradient %d differs on 2 threads", fxname, what, i);
+    double *got = dbuf(rows * 3 * c), *d[3];
+    for (int i = 0; i < 3; i++) {
+        d[i] = dbuf(rows * c);
+        for (int64_t j = 0; j < rows * c; j++) d[i][j] = gd[1][i][j];
+    }
+    join_thirds(rows, c, d[0], d[1], d[2], got);
+    CMP_F(portable ? "portable y" : "y", gy[1], y, rows * c);
+    CMP_F(portable ? "portable lse" : "lse", gl[1], lse, nl);
+    CHECK_MSG(err_d(got, dx, rows * 3 * c) <= TOL_F, "%s: %s dq, dk, dv off by %.3g", fxname, what, err_d(got, dx, rows * 3 * c));
+    for (int t = 0; t < 2; t++) {
+        kiln_free(gy[t]), kiln_free(gl[t]);
+        for (int i = 0; i < 3; i++) kiln_free(gd[t][i]);
+    }
+    for (int i = 0; i < 3; i++) free(d[i]);
+    free(got);
+    kiln_free(fx), kiln_free(fdy), kiln_free(scratch);
+}
+
+/* nanoGPT's plain attention (materialised, float64) against the reference and the fast kernels */
+static void test_causal_attention(const char *fxname) {
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const kiln_tensor *tx = fx_get(f, "x", KILN_F64);
+    const double *y = fx_d(f, "y"), *lse = fx_d(f, "lse"), *dy = fx_d(f, "dy"), *dx = fx_d(f, "dx");
+    if (!tx || !y || !lse || !dy || !dx) goto out;
+    int64_t b = tx->shape[0], t = tx->shape[1], c = tx->shape[2] / 3, rows = b * t;
+    kiln_attn_shape s = {.b = b, .t = t, .c = c, .heads = (int64_t)fx_meta(f, "heads"), .q_stride = {t * 3 * c, 3 * c},
+                         .k_stride = {t * 3 * c, 3 * c}, .v_stride = {t * 3 * c, 3 * c}};
+    const double *x = tx->data;
+    double *ry = dbuf(rows * c), *rl = dbuf(b * s.heads * t), *d[3], *got = dbuf(rows * 3 * c);
+    kiln_ref_causal_attention_fwd(&s, x, x + c, x + 2 * c, ry, rl);
+    for (int i = 0; i < 3; i++) d[i] = dbuf(rows * c);
+    kiln_ref_causal_attention_bwd(&s, x, x + c, x + 2 * c, rl, dy, d[0], d[1], d[2], 0, 0, 0);
+    join_thirds(rows, c, d[0], d[1], d[2], got);
+    CMP_D("y", ry, y, rows * c);
+    CMP_D("lse", rl, lse, b * s.heads * t);
+    CMP_D("dq, dk, dv", got, dx, rows * 3 * c);
+    free(ry), free(rl), free(got);
+    for (int i = 0; i < 3; i++) free(d[i]);
+    attention_cpu(fxname, &s, x, y, lse, dy, dx, 0);
+    attention_cpu(fxname, &s, x, y, lse, dy, dx, 1);
+out:
+    kiln_st_close(f);
+    test_one_input(fxname, build_attention); /* through the graph: slices, autodiff, both backends */
 }
 
 /* relu, max_pool2d, log_softmax: x, y, dy, dx */
@@ -1187,6 +1319,9 @@ int main(void) {
     test_one_input("op_adaptive_avg_pool2d.safetensors", build_adaptive);
     test_one_input("op_adaptive_avg_pool2d_global.safetensors", build_adaptive);
     test_one_input("op_shortcut_a.safetensors", build_shortcut);
+    test_bmm();
+    test_causal_attention("op_causal_attention.safetensors");
+    test_causal_attention("op_causal_attention_d64.safetensors");
     test_unary("op_relu.safetensors", OP_RELU);
     test_unary("op_max_pool2d.safetensors", OP_POOL);
     test_unary("op_max_pool2d_k3s2.safetensors", OP_POOL);

@@ -702,6 +702,41 @@ def resnet_names(folder, name):
          dict(model=f"torchvision.models.{name}(num_classes=10)", state_dict=text))
 
 
+def nanogpt_attention(q, k, v, heads):
+    """nanoGPT's CausalSelfAttention between its projections: plain (materialised) attention.
+    Also returns each score row's logsumexp, which kiln saves for backward."""
+    B, T, C = q.shape
+    q, k, v = (t.view(B, T, heads, C // heads).transpose(1, 2) for t in (q, k, v))
+    att = (q @ k.transpose(-2, -1)) * (1.0 / (k.size(-1) ** 0.5))
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool)).view(1, 1, T, T)
+    att = att.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(att, dim=-1)
+    y = F.softmax(att, dim=-1) @ v
+    return y.transpose(1, 2).contiguous().view(B, T, C), lse
+
+
+def op_causal_attention(folder, fname, seed, B, T, C, heads):
+    """q, k, v: the column thirds of one [B, T, 3C] tensor x (c_attn's output); dx holds all three gradients"""
+    torch.manual_seed(seed)
+    qkv = rnd(B, T, 3 * C).requires_grad_()
+    y, lse = nanogpt_attention(*qkv.split(C, dim=2), heads)
+    dy = rnd(*y.shape)
+    (dqkv,) = grads(y, dy, qkv)
+    return save(folder, fname, [("x", qkv), ("y", y), ("lse", lse.detach()), ("dy", dy), ("dx", dqkv)],
+                dict(op="causal_attention", heads=heads))
+
+
+def op_bmm(folder):
+    """a @ b over two leading dims, b a transposed view of bt (q @ k^T's pattern)"""
+    torch.manual_seed(22)
+    a, bt = rnd(2, 3, 4, 5).requires_grad_(), rnd(2, 3, 6, 5).requires_grad_()
+    y = a @ bt.transpose(-2, -1)
+    dy = rnd(*y.shape)
+    da, dbt = grads(y, dy, a, bt)
+    return save(folder, "op_bmm.safetensors",
+                [("a", a), ("bt", bt), ("y", y), ("dy", dy), ("da", da), ("dbt", dbt)], dict(op="bmm"))
+
+
 def generate(folder):
     os.makedirs(folder, exist_ok=True)
     torch.set_num_threads(1)
@@ -739,6 +774,9 @@ def generate(folder):
     op_binary(folder, "mul", 81, lambda a, b: a * b)
     op_batch_norm2d(folder)
     op_bn_fold(folder)
+    op_bmm(folder)
+    op_causal_attention(folder, "op_causal_attention.safetensors", 23, 2, 37, 24, 3)      # D = 8, 2 tiles of rows
+    op_causal_attention(folder, "op_causal_attention_d64.safetensors", 24, 1, 34, 64, 1)  # GPT's D = 64
     op_optim(folder, "op_adadelta.safetensors", 90,
              lambda ps: torch.optim.Adadelta(ps, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0),
              dict(optimizer="adadelta", lr=fl(1.0), rho=fl(0.9), eps=fl(1e-6), weight_decay=fl(0)))
