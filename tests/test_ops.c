@@ -27,8 +27,9 @@ typedef struct {
     int nout;
     kiln_value out[4];   /* outputs entering the loss */
     int nint;
-    kiln_value ints[2];  /* i32 inputs (class targets) */
+    kiln_value ints[2];  /* integer inputs (class targets, token ids): i32, or f32 holding integers */
     int classes[2];
+    int ints_f32[2];
     int inference;       /* compiled without backward; fuse also switches batch norm folding */
 } hcase;
 
@@ -54,6 +55,14 @@ static kiln_value targets2(hcase *h, int64_t n, int64_t m, int classes) {
 }
 
 static kiln_value targets(hcase *h, int64_t n, int classes) { return targets2(h, n, 0, classes); }
+/* token ids in [0, classes): i32, or f32 holding integers (as the token loader gives them) */
+static kiln_value ids(hcase *h, int f32, int ndim, const int64_t *shape, int classes) {
+    kiln_value t = kiln_input(h->g, h->nint ? "t1" : "t0", f32 ? KILN_F32 : KILN_I32, ndim, shape);
+    h->classes[h->nint] = classes;
+    h->ints_f32[h->nint] = f32;
+    h->ints[h->nint++] = t;
+    return t;
+}
 
 /* ---- one builder per forward op (or chain) ---- */
 
@@ -314,6 +323,49 @@ static int b_causal_attention(hcase *h, int d) {
     return out1(h, kiln_causal_attention(h->g, q, k, kiln_slice(h->g, qkv, 2, 2 * c, 3 * c), (int)heads));
 }
 
+/* ids [n] or [n, t] (draw 1: f32) into V rows; few rows, so ids repeat and the scatter-add adds */
+static int b_embedding(hcase *h, int d) {
+    int64_t V = R(2, 9), shape[2] = {R(1, 3), R(1, 6)};
+    kiln_value idx = ids(h, d == 1, d == 2 ? 1 : 2, shape, (int)V);
+    return out1(h, kiln_embedding(h->g, idx, P(h, "wte.weight", V, R(1, 20))));
+}
+
+/* 2 to 4 dims; draw 0 has more rows than the backward's 16 chunks of dw, db */
+static int b_layer_norm(hcase *h, int d) {
+    int64_t C = R(2, 40);
+    kiln_value x = d == 0 ? P(h, "x", R(2, 3), R(9, 20), C) : d == 1 ? P(h, "x", R(1, 5), C) : P(h, "x", 2, R(1, 3), 2, C);
+    return out1(h, kiln_layer_norm(h->g, x, P(h, "ln.weight", C), P(h, "ln.bias", C), 1e-5f));
+}
+
+/* draw 1: the tanh form */
+static int b_gelu(hcase *h, int d) {
+    kiln_value x = d == 2 ? P(h, "x", R(1, 3), R(1, 4), R(1, 30)) : P(h, "x", R(1, 3), R(1, 300));
+    return out1(h, kiln_gelu(h->g, x, d == 1));
+}
+
+static int b_softmax(hcase *h, int d) {
+    kiln_value x = d == 1 ? P(h, "x", R(1, 5), R(1, 40)) : P(h, "x", R(1, 3), R(1, 5), R(1, 40));
+    return out1(h, kiln_softmax(h->g, x));
+}
+
+/* b is a's trailing dims: [T, C] + [B, T, C], [C] + [B, T, C], [H, W] + [N, C, H, W] */
+static int b_add_bcast(hcase *h, int d) {
+    int64_t t = R(1, 5), c = R(1, 9);
+    if (d == 2) return out1(h, kiln_add(h->g, P(h, "a", R(1, 2), 2, t, c), P(h, "b", t, c)));
+    kiln_value a = P(h, "a", R(1, 3), t, c);
+    return out1(h, kiln_add(h->g, a, d == 1 ? P(h, "b", c) : P(h, "b", t, c)));
+}
+
+/* GPT-2's input and the ops of its blocks in a row: token and position embeddings
+ * added, layer norm, tanh GELU, softmax */
+static int b_gpt_chain(hcase *h, int d) {
+    int64_t V = R(2, 7), T = R(1, 4), C = R(2, 12);
+    kiln_value x = kiln_embedding(h->g, ids(h, d % 2, 2, (int64_t[]){R(1, 2), T}, (int)V), P(h, "wte.weight", V, C));
+    x = kiln_add(h->g, x, P(h, "wpe.weight", T, C));
+    x = kiln_layer_norm(h->g, x, P(h, "ln.weight", C), P(h, "ln.bias", C), 1e-5f);
+    return out1(h, kiln_softmax(h->g, kiln_gelu(h->g, x, 1)));
+}
+
 static const struct {
     const char *ops; /* the forward ops it covers, space-separated */
     build_fn build;
@@ -353,6 +405,12 @@ static const struct {
     {"conv2d batch_norm2d bn_fold relu", b_conv_bn_eval, FILL_UNIFORM | INFERENCE},
     {"bmm transpose", b_bmm, FILL_UNIFORM},
     {"causal_attention slice", b_causal_attention, FILL_UNIFORM},
+    {"embedding", b_embedding, FILL_UNIFORM},
+    {"layer_norm", b_layer_norm, FILL_UNIFORM},
+    {"gelu", b_gelu, FILL_UNIFORM},
+    {"softmax", b_softmax, FILL_UNIFORM},
+    {"add_bcast", b_add_bcast, FILL_UNIFORM},
+    {"embedding add_bcast layer_norm gelu softmax", b_gpt_chain, FILL_UNIFORM},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -541,7 +599,11 @@ static void run_case(const char *backend, int ci, int draw, int acc_variant) {
     for (int k = 0; k < h.nint; k++) {
         int64_t n = kiln_val_numel(&h.g->vals[h.ints[k]], 1);
         tdata[k] = kiln_alloc((size_t)n * 4);
-        for (int64_t i = 0; i < n; i++) tdata[k][i] = (int32_t)tu_int(0, h.classes[k] - 1);
+        for (int64_t i = 0; i < n; i++) {
+            int32_t v = (int32_t)tu_int(0, h.classes[k] - 1);
+            if (h.ints_f32[k]) ((float *)tdata[k])[i] = (float)v;
+            else tdata[k][i] = v;
+        }
     }
     ref.c = fast[0].c = fast[1].c = cdata;
     ref.t = fast[0].t = fast[1].t = tdata;
@@ -593,9 +655,54 @@ static void test_coverage(void) {
     }
 }
 
+/* an id outside [0, V), or an f32 id that is no integer, fails the step with a
+ * message naming the node; valid ids run */
+static void test_embedding_ids(const char *backend) {
+    for (int f32 = 0; f32 < 2; f32++) {
+        kiln_graph *g = kiln_graph_new();
+        kiln_value idx = kiln_input(g, "idx", f32 ? KILN_F32 : KILN_I32, 2, (int64_t[]){KILN_BATCH, 3});
+        kiln_value loss = kiln_sum(g, kiln_embedding(g, idx, kiln_param(g, "wte.weight", 2, (int64_t[]){5, 4}, 1)));
+        kiln_params *P = NULL;
+        kiln_plan *pl = NULL;
+        CHECK_OK(kiln_graph_status(g));
+        CHECK_OK(kiln_params_new_on(g, backend, &P));
+        kiln_compile_opts o = kiln_compile_defaults();
+        o.training = 1;
+        o.max_batch = 2;
+        o.backend = backend;
+        CHECK_OK(kiln_compile(g, P, &loss, 1, &o, &pl));
+        int32_t ii[3][6] = {{0, 1, 2, 3, 5, 4}, {0, 1, -1, 3, 4, 4}, {4, 3, 2, 1, 0, 0}};
+        float ff[3][6] = {{0, 1, 2, 3, 5, 4}, {0, 1, 2, 2.5f, 4, 4}, {4, 3, 2, 1, 0, 0}};
+        const char *want[3] = {"position 4 is outside [0, 5)", f32 ? "2.5 at position 3" : "-1 at position 2", NULL};
+        for (int k = 0; pl && k < 3; k++) {
+            CHECK_OK(kiln_plan_bind(pl, idx, f32 ? (const void *)ff[k] : (const void *)ii[k]));
+            kiln_status st = kiln_plan_run(pl, 2);
+            const char *msg = kiln_last_error();
+            if (!want[k]) CHECK_OK(st);
+            else CHECK_MSG(st == KILN_ERR_INVALID_ARG && strstr(msg, "wte") && strstr(msg, want[k]),
+                           "%s, %s ids, case %d: status %d, message '%s'", backend, f32 ? "f32" : "i32", k, st, msg);
+        }
+        kiln_plan_free(pl);
+        kiln_params_free(P);
+        kiln_graph_free(g);
+    }
+}
+
+/* b must be a's trailing dims and not batched: otherwise the builder names the node */
+static void test_add_bcast_shapes(void) {
+    kiln_graph *g = kiln_graph_new();
+    kiln_value a = kiln_input(g, "a", KILN_F32, 3, (int64_t[]){KILN_BATCH, 3, 4});
+    kiln_add(g, a, kiln_param(g, "b", 2, (int64_t[]){4, 3}, 1));
+    CHECK(kiln_graph_status(g) == KILN_ERR_SHAPE && strstr(kiln_last_error(), "add_bcast#") &&
+          strstr(kiln_last_error(), "trailing"));
+    kiln_graph_free(g);
+}
+
 int main(void) {
     tu_seed(20261123);
     test_coverage();
+    test_add_bcast_shapes();
+    test_embedding_ids("ref");
     for (int b = 0; b < kiln_backend_count(); b++) {
         const kiln_backend *be = kiln_backend_at(b);
         if (be->float_dtype != KILN_F32) continue; /* the f64 ref backend is the oracle */
@@ -604,6 +711,7 @@ int main(void) {
             printf("test_ops: %s backend skipped: %s\n", be->name, why);
             continue;
         }
+        test_embedding_ids(be->name);
         for (int c = 0; c < NCASES; c++)
             for (int draw = 0; draw < 3; draw++)
                 for (int acc = 0; acc < ((cases[c].fill & INFERENCE) ? 1 : 2); acc++) run_case(be->name, c, draw, acc);

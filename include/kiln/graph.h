@@ -84,7 +84,9 @@ kiln_value kiln_reshape(kiln_graph *g, kiln_value x, int ndim, const int64_t *sh
 kiln_value kiln_log_softmax(kiln_graph *g, kiln_value x);         /* over the last dim */
 kiln_value kiln_nll_loss(kiln_graph *g, kiln_value logp, kiln_value target);        /* mean */
 kiln_value kiln_cross_entropy(kiln_graph *g, kiln_value logits, kiln_value target); /* mean */
-kiln_value kiln_add(kiln_graph *g, kiln_value a, kiln_value b);   /* same shapes */
+/* same shapes, or b shaped as a's trailing dims and not batched (positions [T,C]
+ * added to every [T,C] of [B,T,C]: b's gradient sums over the broadcast dims) */
+kiln_value kiln_add(kiln_graph *g, kiln_value a, kiln_value b);
 kiln_value kiln_mul(kiln_graph *g, kiln_value a, kiln_value b);   /* same shapes */
 kiln_value kiln_sum(kiln_graph *g, kiln_value x);                 /* all elements, to a scalar */
 /* Views share storage: transpose two dims and slice [start, end) along a dim are
@@ -113,6 +115,16 @@ kiln_value kiln_bmm(kiln_graph *g, kiln_value a, kiln_value b);
  * y [B,T,C] laid out as q. q, k and v may be column slices of one [B,T,3C] tensor (read
  * in place). The T x T scores are never held (FlashAttention's blocking: docs/attention.md). */
 kiln_value kiln_causal_attention(kiln_graph *g, kiln_value q, kiln_value k, kiln_value v, int heads);
+/* Transformer ops (docs/transformer-ops.md); x may have 2 to 4 dims, batch first.
+ * F.embedding: idx [B,T] (i32, or f32 holding exact integers as the token loader
+ * gives), weight [V,C] -> [B,T,C]. An index outside [0,V) fails the step with a
+ * message naming the node. The weight's gradient is a deterministic scatter-add. */
+kiln_value kiln_embedding(kiln_graph *g, kiln_value idx, kiln_value weight);
+/* nn.LayerNorm over the last dim: x [...,C], w and b [C]; PyTorch's eps is 1e-5 */
+kiln_value kiln_layer_norm(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b, float eps);
+/* F.gelu: tanh_form 0: x * Phi(x) (erf, PyTorch's default); 1: approximate='tanh' (GPT-2's) */
+kiln_value kiln_gelu(kiln_graph *g, kiln_value x, int tanh_form);
+kiln_value kiln_softmax(kiln_graph *g, kiln_value x);             /* over the last dim */
 
 /* The guide's "disable bias for convolutions directly followed by a batch
  * norm": removes the bias of every conv2d or linear whose output only a batch

@@ -52,6 +52,8 @@ kiln_value kiln_nn_linear(kiln_graph *g, const char *name, kiln_value x, int64_t
 /* nn.BatchNorm2d(channels): "<name>.weight" (1), ".bias" (0), buffers ".running_mean" (0),
  * ".running_var" (1), ".num_batches_tracked" (0, i64); momentum 0.1, eps 1e-5 */
 kiln_value kiln_nn_batch_norm2d(kiln_graph *g, const char *name, kiln_value x, int64_t channels);
+/* nn.LayerNorm(dim) over x's last dim: "<name>.weight" (1), "<name>.bias" (0); eps 1e-5 */
+kiln_value kiln_nn_layer_norm(kiln_graph *g, const char *name, kiln_value x, int64_t dim);
 
 #ifdef __cplusplus
 }

@@ -397,9 +397,12 @@ kiln_value kiln_cross_entropy(kiln_graph *g, kiln_value logits, kiln_value targe
     return apply1(g, KILN_OP_CROSS_ENTROPY, in, 2, NULL);
 }
 
+/* b with fewer dims than a is added to each of a's rows (add_bcast checks that
+ * it is a's trailing dims); same shapes stay the pointwise add */
 kiln_value kiln_add(kiln_graph *g, kiln_value a, kiln_value b) {
     kiln_value in[2] = {a, b};
-    return apply1(g, KILN_OP_ADD, in, 2, NULL);
+    int bcast = g && a >= 0 && b >= 0 && a < g->nvals && b < g->nvals && g->vals[b].ndim < g->vals[a].ndim;
+    return apply1(g, bcast ? KILN_OP_ADD_BCAST : KILN_OP_ADD, in, 2, NULL);
 }
 
 kiln_value kiln_mul(kiln_graph *g, kiln_value a, kiln_value b) {
@@ -428,6 +431,24 @@ kiln_value kiln_causal_attention(kiln_graph *g, kiln_value q, kiln_value k, kiln
     kiln_attrs a = {.attn = {heads}};
     return apply1(g, KILN_OP_CAUSAL_ATTENTION, in, 3, &a);
 }
+
+kiln_value kiln_embedding(kiln_graph *g, kiln_value idx, kiln_value weight) {
+    kiln_value in[2] = {idx, weight};
+    return apply1(g, KILN_OP_EMBEDDING, in, 2, NULL);
+}
+
+kiln_value kiln_layer_norm(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b, float eps) {
+    kiln_value in[3] = {x, w, b};
+    kiln_attrs a = {.ln = {eps}};
+    return apply1(g, KILN_OP_LAYER_NORM, in, 3, &a);
+}
+
+kiln_value kiln_gelu(kiln_graph *g, kiln_value x, int tanh_form) {
+    kiln_attrs a = {.gelu = {tanh_form}};
+    return apply1(g, KILN_OP_GELU, &x, 1, &a);
+}
+
+kiln_value kiln_softmax(kiln_graph *g, kiln_value x) { return apply1(g, KILN_OP_SOFTMAX, &x, 1, NULL); }
 
 int kiln_value_shape(const kiln_graph *g, kiln_value v, int64_t *shape) {
     if (!g || v < 0 || v >= g->nvals) return -1;

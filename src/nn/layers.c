@@ -35,3 +35,11 @@ kiln_value kiln_nn_batch_norm2d(kiln_graph *g, const char *name, kiln_value x, i
     kiln_value nb = kiln_buffer(g, n[4], KILN_I64, 0, NULL, 0.0);
     return kiln_batch_norm2d(g, x, w, b, rm, rv, nb, 0.1f, 1e-5f);
 }
+
+kiln_value kiln_nn_layer_norm(kiln_graph *g, const char *name, kiln_value x, int64_t dim) {
+    char wn[96], bn[96];
+    snprintf(wn, sizeof wn, "%s.weight", name);
+    snprintf(bn, sizeof bn, "%s.bias", name);
+    int64_t cs[1] = {dim};
+    return kiln_layer_norm(g, x, kiln_param_fill(g, wn, 1, cs, 1.0f), kiln_param_fill(g, bn, 1, cs, 0.0f), 1e-5f);
+}

@@ -1,6 +1,7 @@
-/* Row-wise ops over the last dimension: log_softmax, and the mean-reduced
- * losses nll_loss and cross_entropy (PyTorch's defaults) with int32 targets,
- * one per row (rows: every leading dim, e.g. [B, T] tokens of [B, T, V]). */
+/* Row-wise ops over the last dimension: log_softmax, softmax, and the
+ * mean-reduced losses nll_loss and cross_entropy (PyTorch's defaults) with
+ * int32 targets, one per row (rows: every leading dim, e.g. [B, T] tokens of
+ * [B, T, V]). */
 #include "graph/internal/graph.h"
 
 /* rows are every dim but the last (PyTorch's [B, T, V] logits with [B, T] targets) */
@@ -10,6 +11,21 @@ static int log_softmax_infer(kiln_infer *ix) {
     if (X->ndim < 2) return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s (want [...,C])", kiln_infer_shape(X, s));
     if (X->dtype != KILN_F32)
         return kiln_infer_fail(ix, KILN_ERR_INVALID_ARG, "input '%s' is %s, not f32", X->name, kiln_dtype_name(X->dtype));
+    kiln_out_spec *y = &ix->out[0];
+    y->dtype = KILN_F32;
+    y->ndim = X->ndim;
+    y->batched = X->batched;
+    for (int d = 0; d < X->ndim; d++) y->shape[d] = X->shape[d];
+    return 0;
+}
+
+/* softmax over the last dim of x [..., C] (1 to 4 dims): the leading dims are rows */
+static int softmax_infer(kiln_infer *ix) {
+    const kiln_val *X = ix->in[0];
+    if (X->dtype != KILN_F32)
+        return kiln_infer_fail(ix, KILN_ERR_INVALID_ARG, "input '%s' is %s, not f32", X->name, kiln_dtype_name(X->dtype));
+    char s[96];
+    if (X->ndim < 1) return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s (want [..., C])", kiln_infer_shape(X, s));
     kiln_out_spec *y = &ix->out[0];
     y->dtype = KILN_F32;
     y->ndim = X->ndim;
@@ -38,6 +54,14 @@ static int log_softmax_backward(kiln_ad *ad, const kiln_node *f) {
     return kiln_ad_emit(ad, KILN_OP_LOG_SOFTMAX_BWD, in, 2, &x, 1) < 0 ? -1 : 0;
 }
 
+/* dx = y * (dy - sum(dy * y)): reads the output, as log_softmax's */
+static int softmax_backward(kiln_ad *ad, const kiln_node *f) {
+    kiln_value x = f->in[0];
+    if (!kiln_ad_needs(ad, x)) return 0;
+    kiln_value in[2] = {f->out[0], kiln_ad_dout(ad, 0)};
+    return kiln_ad_emit(ad, KILN_OP_SOFTMAX_BWD, in, 2, &x, 1) < 0 ? -1 : 0;
+}
+
 static int nll_backward(kiln_ad *ad, const kiln_node *f) {
     kiln_value x = f->in[0];
     if (!kiln_ad_needs(ad, x)) return 0;
@@ -57,6 +81,10 @@ const kiln_op_def kiln_op_log_softmax = {
     .backward = log_softmax_backward,
 };
 const kiln_op_def kiln_op_log_softmax_bwd = {.name = "log_softmax_bwd", .min_in = 2, .max_in = 2};
+const kiln_op_def kiln_op_softmax = {
+    .name = "softmax", .min_in = 1, .max_in = 1, .nout = 1, .infer = softmax_infer, .backward = softmax_backward,
+};
+const kiln_op_def kiln_op_softmax_bwd = {.name = "softmax_bwd", .min_in = 2, .max_in = 2};
 const kiln_op_def kiln_op_nll_loss = {
     .name = "nll_loss", .min_in = 2, .max_in = 2, .nout = 1, .flags = KILN_OPF_LOSS, .infer = loss_infer,
     .backward = nll_backward,

@@ -101,3 +101,52 @@ static const kiln_attr_spec fold_attrs[] = {KILN_ATTR("eps", KILN_ATTR_F32, bn.e
 const kiln_op_def kiln_op_bn_fold = {
     .name = "bn_fold", .min_in = 5, .max_in = 6, .nout = 2, .attrs = fold_attrs, .infer = fold_infer,
 };
+
+/* layer_norm, PyTorch's nn.LayerNorm(C) over the last dim:
+ *     y = (x - mean) * rstd * w + b,   rstd = 1 / sqrt(var + eps) (biased variance),
+ * each row (x's leading dims) on its own. Inputs x [..., C] (2 to 4 dims, the
+ * batch first), w and b [C]. Outputs y and, saved for backward, each row's
+ * mean and rstd [...] (x's shape without its last dim). */
+static int ln_infer(kiln_infer *ix) {
+    const kiln_val *X = ix->in[0];
+    char s1[96], s2[96];
+    if (X->ndim < 2 || X->dtype != KILN_F32)
+        return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s (want [..., C] f32, at least 2 dims)", kiln_infer_shape(X, s1));
+    int64_t C = X->shape[X->ndim - 1];
+    static const char *what[2] = {"weight", "bias"};
+    for (int k = 1; k <= 2; k++) {
+        const kiln_val *V = ix->in[k];
+        if (V->ndim != 1 || V->shape[0] != C || V->batched || V->dtype != KILN_F32)
+            return kiln_infer_fail(ix, KILN_ERR_SHAPE, "%s '%s' %s does not match input %s (want [%lld] f32)", what[k - 1],
+                                   V->name, kiln_infer_shape(V, s1), kiln_infer_shape(X, s2), (long long)C);
+    }
+    if (!(ix->attr->ln.eps > 0)) return kiln_infer_fail(ix, KILN_ERR_INVALID_ARG, "eps %g", (double)ix->attr->ln.eps);
+    for (int k = 0; k < 3; k++) {
+        kiln_out_spec *o = &ix->out[k];
+        o->dtype = KILN_F32;
+        o->ndim = k ? X->ndim - 1 : X->ndim;
+        o->batched = X->batched;
+        for (int d = 0; d < o->ndim; d++) o->shape[d] = X->shape[d];
+    }
+    return 0;
+}
+
+static int ln_backward(kiln_ad *ad, const kiln_node *f) {
+    kiln_value t[3];
+    int any = 0;
+    for (int k = 0; k < 3; k++) {
+        t[k] = kiln_ad_needs(ad, f->in[k]) ? f->in[k] : -1;
+        any |= t[k] >= 0;
+    }
+    if (!any) return 0;
+    kiln_value in[5] = {f->in[0], kiln_ad_dout(ad, 0), f->in[1], f->out[1], f->out[2]};
+    return kiln_ad_emit(ad, KILN_OP_LAYER_NORM_BWD, in, 5, t, 3) < 0 ? -1 : 0;
+}
+
+static const kiln_attr_spec ln_attrs[] = {KILN_ATTR("eps", KILN_ATTR_F32, ln.eps), {0}};
+
+const kiln_op_def kiln_op_layer_norm = {
+    .name = "layer_norm", .min_in = 3, .max_in = 3, .nout = 3, .flags = KILN_OPF_LAYER, /* "h.0.ln_1.weight": "h.0.ln_1" */
+    .attrs = ln_attrs, .infer = ln_infer, .backward = ln_backward,
+};
+const kiln_op_def kiln_op_layer_norm_bwd = {.name = "layer_norm_bwd", .min_in = 5, .max_in = 5, .attrs = ln_attrs};

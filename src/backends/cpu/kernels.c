@@ -213,6 +213,86 @@ static kiln_status bn_fold(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* ---- transformer ops: rows are the leading dims, the last dim is C ---- */
+
+/* token ids: f32 holding integers, or i32 */
+#define IDF(t) ((t).dtype == KILN_F32 ? F(t) : NULL)
+#define IDI(t) ((t).dtype == KILN_I32 ? I(t) : NULL)
+
+static kiln_status embedding(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    const kiln_tdesc *idx = &s->in[0], *w = &s->in[1];
+    int64_t bad = kiln_cpu_embedding_check(idx->numel, IDF(*idx), IDI(*idx), w->shape[0]);
+    if (bad >= 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "token id %.9g at position %lld is outside [0, %lld)",
+                         IDF(*idx) ? (double)IDF(*idx)[bad] : (double)IDI(*idx)[bad], (long long)bad, (long long)w->shape[0]);
+    kiln_cpu_embedding_fwd(idx->numel, w->shape[1], IDF(*idx), IDI(*idx), F(*w), F(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status embedding_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_tdesc *idx = &s->in[0], *dw = &s->out[0];
+    kiln_cpu_embedding_bwd(idx->numel, dw->shape[0], dw->shape[1], IDF(*idx), IDI(*idx), F(s->in[1]), F(*dw), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status layer_norm(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_cpu_layer_norm_fwd(s->sz.rc.rows, s->sz.rc.cols, F(s->in[0]), F(s->in[1]), F(s->in[2]), s->attr.ln.eps,
+                            F(s->out[0]), F(s->out[1]), F(s->out[2]));
+    return KILN_OK;
+}
+
+/* backward's per-chunk partial sums of dw and db live in the workspace */
+static kiln_status layer_norm_bwd_prepare(kiln_step *s, kiln_prep *p) {
+    kiln_prepare_rows_of_in(s, p);
+    size_t need = kiln_cpu_layer_norm_scratch(s->sz.rc.rows, s->sz.rc.cols);
+    if (need > p->workspace) p->workspace = need;
+    return KILN_OK;
+}
+
+static kiln_status layer_norm_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_layer_norm_bwd(s->sz.rc.rows, s->sz.rc.cols, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]),
+                            F(s->in[4]), F(s->out[0]), F(s->out[1]), F(s->out[2]), ACC(0), ACC(1), ACC(2), rc->workspace);
+    return KILN_OK;
+}
+
+static kiln_status gelu(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_cpu_gelu_fwd(s->out[0].numel, s->attr.gelu.tanh_form, F(s->in[0]), F(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status gelu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_gelu_bwd(s->out[0].numel, s->attr.gelu.tanh_form, F(s->in[0]), F(s->in[1]), F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status softmax(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_cpu_softmax_fwd(s->sz.rc.rows, s->sz.rc.cols, F(s->in[0]), F(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status softmax_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cpu_softmax_bwd(s->sz.rc.rows, s->sz.rc.cols, F(s->in[0]), F(s->in[1]), F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+/* b [S] added to each of a's rows of S elements; b's gradient sums dy's rows */
+static kiln_status add_bcast(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    int64_t inner = s->in[1].numel;
+    kiln_cpu_add_bcast_fwd(s->out[0].numel / inner, inner, F(s->in[0]), F(s->in[1]), F(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status add_bcast_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    int64_t inner = s->out[0].numel;
+    kiln_cpu_bias_grad_rows(s->in[0].numel / inner, inner, F(s->in[0]), F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
 /* ---- steps outside the graph ---- */
 
 static kiln_status readout(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -331,6 +411,16 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_BMM_BWD] = {kiln_cpu_bmm_bwd, kiln_cpu_bmm_bwd_prepare, kiln_cpu_bmm_release, 0, 0, 0, kiln_cpu_bmm_describe},
     [KILN_OP_CAUSAL_ATTENTION] = {kiln_cpu_attention_fwd, kiln_cpu_attention_prepare, NULL, 0, 0},
     [KILN_OP_CAUSAL_ATTENTION_BWD] = {kiln_cpu_attention_bwd, kiln_cpu_attention_prepare, NULL, 0, 0},
+    [KILN_OP_EMBEDDING] = {embedding, NULL, NULL, 0, 0},
+    [KILN_OP_EMBEDDING_BWD] = {embedding_bwd, NULL, NULL, 0, 0},
+    [KILN_OP_LAYER_NORM] = {layer_norm, kiln_prepare_rows_of_in, NULL, 0, 0},
+    [KILN_OP_LAYER_NORM_BWD] = {layer_norm_bwd, layer_norm_bwd_prepare, NULL, 0, 0},
+    [KILN_OP_GELU] = {gelu, NULL, NULL, 0, 0},
+    [KILN_OP_GELU_BWD] = {gelu_bwd, NULL, NULL, 0, 0},
+    [KILN_OP_SOFTMAX] = {softmax, kiln_prepare_rows_of_out, NULL, 0, 0},
+    [KILN_OP_SOFTMAX_BWD] = {softmax_bwd, kiln_prepare_rows_of_out, NULL, 0, 0},
+    [KILN_OP_ADD_BCAST] = {add_bcast, NULL, NULL, 0, 0},
+    [KILN_OP_ADD_BCAST_BWD] = {add_bcast_bwd, NULL, NULL, 0, 0},
     [KILN_OP_READOUT] = {readout, NULL, NULL, 0, 0},
     [KILN_OP_SUMSQ] = {sumsq, NULL, NULL, 0, 0},
     [KILN_OP_CLIP_SCALE] = {clip_scale, NULL, NULL, 0, 0},

@@ -349,6 +349,85 @@ static kiln_status bn_fold(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* ---- transformer ops: rows are the leading dims, the last dim is C ---- */
+
+/* token ids: f32 inputs are staged as f64 here; i32 stay i32 */
+#define IDF(t) ((t).dtype == KILN_F64 ? D(t) : NULL)
+#define IDI(t) ((t).dtype == KILN_I32 ? I(t) : NULL)
+
+static kiln_status embedding(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    const kiln_tdesc *idx = &s->in[0], *w = &s->in[1];
+    int64_t bad = kiln_ref_embedding_check(idx->numel, IDF(*idx), IDI(*idx), w->shape[0]);
+    if (bad >= 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "token id %.9g at position %lld is outside [0, %lld)",
+                         IDF(*idx) ? IDF(*idx)[bad] : (double)IDI(*idx)[bad], (long long)bad, (long long)w->shape[0]);
+    kiln_ref_embedding_fwd(idx->numel, w->shape[1], IDF(*idx), IDI(*idx), D(*w), D(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status embedding_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_tdesc *idx = &s->in[0], *dw = &s->out[0];
+    kiln_ref_embedding_bwd(idx->numel, dw->shape[0], dw->shape[1], IDF(*idx), IDI(*idx), D(s->in[1]), D(*dw), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status layer_norm(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    int64_t rows, cols;
+    rows_cols(&s->in[0], &rows, &cols);
+    kiln_ref_layer_norm_fwd(rows, cols, D(s->in[0]), D(s->in[1]), D(s->in[2]), s->attr.ln.eps, D(s->out[0]),
+                            D(s->out[1]), D(s->out[2]));
+    return KILN_OK;
+}
+
+static kiln_status layer_norm_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    int64_t rows, cols;
+    rows_cols(&s->in[0], &rows, &cols);
+    kiln_ref_layer_norm_bwd(rows, cols, D(s->in[0]), D(s->in[1]), D(s->in[2]), D(s->in[3]), D(s->in[4]), D(s->out[0]),
+                            D(s->out[1]), D(s->out[2]), ACC(0), ACC(1), ACC(2));
+    return KILN_OK;
+}
+
+static kiln_status gelu(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_ref_gelu_fwd(s->out[0].numel, s->attr.gelu.tanh_form, D(s->in[0]), D(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status gelu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_ref_gelu_bwd(s->out[0].numel, s->attr.gelu.tanh_form, D(s->in[0]), D(s->in[1]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status softmax(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    int64_t rows, cols;
+    rows_cols(&s->out[0], &rows, &cols);
+    kiln_ref_softmax_fwd(rows, cols, D(s->in[0]), D(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status softmax_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    int64_t rows, cols;
+    rows_cols(&s->out[0], &rows, &cols);
+    kiln_ref_softmax_bwd(rows, cols, D(s->in[0]), D(s->in[1]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
+static kiln_status add_bcast(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    int64_t inner = s->in[1].numel;
+    kiln_ref_add_bcast_fwd(s->out[0].numel / inner, inner, D(s->in[0]), D(s->in[1]), D(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status add_bcast_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    int64_t inner = s->out[0].numel;
+    kiln_ref_bias_grad_rows(s->in[0].numel / inner, inner, D(s->in[0]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
 /* ---- steps outside the graph ---- */
 
 static kiln_status readout(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -462,6 +541,16 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_BMM_BWD] = {bmm_bwd, kiln_prepare_bmm},
     [KILN_OP_CAUSAL_ATTENTION] = {attention, kiln_prepare_attention},
     [KILN_OP_CAUSAL_ATTENTION_BWD] = {attention_bwd, kiln_prepare_attention},
+    [KILN_OP_EMBEDDING] = {embedding},
+    [KILN_OP_EMBEDDING_BWD] = {embedding_bwd},
+    [KILN_OP_LAYER_NORM] = {layer_norm},
+    [KILN_OP_LAYER_NORM_BWD] = {layer_norm_bwd},
+    [KILN_OP_GELU] = {gelu},
+    [KILN_OP_GELU_BWD] = {gelu_bwd},
+    [KILN_OP_SOFTMAX] = {softmax},
+    [KILN_OP_SOFTMAX_BWD] = {softmax_bwd},
+    [KILN_OP_ADD_BCAST] = {add_bcast},
+    [KILN_OP_ADD_BCAST_BWD] = {add_bcast_bwd},
     [KILN_OP_READOUT] = {readout},
     [KILN_OP_SUMSQ] = {sumsq},
     [KILN_OP_CLIP_SCALE] = {clip_scale},

@@ -7,6 +7,16 @@
 /* Below this many elements a parallel region costs more than it saves. */
 #define KILN_CPU_PAR_MIN 32768
 
+/* Hot loops built twice, for AVX-512 machines (x86-64-v4) and for any
+ * x86-64, one chosen when the program starts (GCC's target_clones). Put it on
+ * the function a parallel region calls, not on the one holding the region:
+ * OpenMP's outlined body does not inherit the clone's target. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KILN_CPU_HOT __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define KILN_CPU_HOT
+#endif
+
 /* 1 when the running CPU has AVX-512F (the *_avx512.c files need it). */
 static inline int kiln_cpu_has_avx512(void) {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))

@@ -183,6 +183,32 @@ void kiln_ref_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, const double *x, 
 void kiln_ref_bn_fold(int64_t k, int64_t per, const double *w, const double *b, const double *gamma, const double *beta,
                       const double *mean, const double *var, double eps, double *w_out, double *b_out);
 
+/* ---- transformer ops (reference) ----
+ * Embedding ids come as i32 (idi) or as f32 values holding integers (idf; f64
+ * in the reference backend): exactly one of the two is given. check returns
+ * the first position whose id is outside [0, V) (or no integer), or -1. */
+int64_t kiln_ref_embedding_check(int64_t n, const double *idf, const int32_t *idi, int64_t V);
+void kiln_ref_embedding_fwd(int64_t n, int64_t C, const double *idf, const int32_t *idi, const double *w, double *y);
+/* dw[V, C] (=|+=) the scatter-add of dy's n rows at their ids */
+void kiln_ref_embedding_bwd(int64_t n, int64_t V, int64_t C, const double *idf, const int32_t *idi, const double *dy,
+                            double *dw, int acc);
+/* over rows of x[rows, C]; mean and rstd [rows] saved for backward; dx, dw, db may each be NULL */
+void kiln_ref_layer_norm_fwd(int64_t rows, int64_t C, const double *x, const double *w, const double *b, double eps,
+                             double *y, double *mean, double *rstd);
+void kiln_ref_layer_norm_bwd(int64_t rows, int64_t C, const double *x, const double *dy, const double *w,
+                             const double *mean, const double *rstd, double *dx, double *dw, double *db, int acc_dx,
+                             int acc_dw, int acc_db);
+/* tanh_form 0: x * Phi(x) (erf); 1: PyTorch's approximate='tanh' */
+void kiln_ref_gelu_fwd(int64_t n, int tanh_form, const double *x, double *y);
+void kiln_ref_gelu_bwd(int64_t n, int tanh_form, const double *x, const double *dy, double *dx, int acc);
+/* over the last dim: x[rows, cols]; backward from y */
+void kiln_ref_softmax_fwd(int64_t rows, int64_t cols, const double *x, double *y);
+void kiln_ref_softmax_bwd(int64_t rows, int64_t cols, const double *y, const double *dy, double *dx, int acc);
+/* y[r, j] = a[r, j] + b[j]; the backward of b is kiln_ref_bias_grad_rows */
+void kiln_ref_add_bcast_fwd(int64_t rows, int64_t inner, const double *a, const double *b, double *y);
+/* db[cols] (=|+=) sum over rows of dy[rows, cols] */
+void kiln_ref_bias_grad_rows(int64_t rows, int64_t cols, const double *dy, double *db, int acc);
+
 /* optimizers over a flat buffer (PyTorch 1.13 semantics; `step` counts from 1) */
 void kiln_ref_sgd(int64_t n, double *p, const double *g, double *mom, double lr, double momentum,
                   double dampening, double weight_decay, int nesterov, int first_step);
@@ -276,6 +302,25 @@ void kiln_cpu_causal_attention_fwd(const kiln_attn_shape *s, const float *q, con
 void kiln_cpu_causal_attention_bwd(const kiln_attn_shape *s, const float *q, const float *k, const float *v,
                                    const float *y, const float *lse, const float *dy, float *dq, float *dk, float *dv,
                                    int acc_q, int acc_k, int acc_v, void *scratch, int slots);
+/* ---- transformer ops (fast, float; same semantics as the reference twins) ---- */
+int64_t kiln_cpu_embedding_check(int64_t n, const float *idf, const int32_t *idi, int64_t V);
+void kiln_cpu_embedding_fwd(int64_t n, int64_t C, const float *idf, const int32_t *idi, const float *w, float *y);
+/* each thread owns a range of vocabulary rows and adds dy's rows in position
+ * order: the same bits for any thread count */
+void kiln_cpu_embedding_bwd(int64_t n, int64_t V, int64_t C, const float *idf, const int32_t *idi, const float *dy,
+                            float *dw, int acc);
+void kiln_cpu_layer_norm_fwd(int64_t rows, int64_t C, const float *x, const float *w, const float *b, float eps, float *y,
+                             float *mean, float *rstd);
+/* scratch: kiln_cpu_layer_norm_scratch(rows, C) bytes (the fixed chunks' partial dw and db) */
+size_t kiln_cpu_layer_norm_scratch(int64_t rows, int64_t C);
+void kiln_cpu_layer_norm_bwd(int64_t rows, int64_t C, const float *x, const float *dy, const float *w, const float *mean,
+                             const float *rstd, float *dx, float *dw, float *db, int acc_dx, int acc_dw, int acc_db,
+                             float *scratch);
+void kiln_cpu_gelu_fwd(int64_t n, int tanh_form, const float *x, float *y);
+void kiln_cpu_gelu_bwd(int64_t n, int tanh_form, const float *x, const float *dy, float *dx, int acc);
+void kiln_cpu_softmax_fwd(int64_t rows, int64_t cols, const float *x, float *y);
+void kiln_cpu_softmax_bwd(int64_t rows, int64_t cols, const float *y, const float *dy, float *dx, int acc);
+void kiln_cpu_add_bcast_fwd(int64_t rows, int64_t inner, const float *a, const float *b, float *y);
 
 /* accumulated in double over a fixed partition: the same bits for any thread count */
 double kiln_cpu_sumsq(int64_t n, const float *x);

@@ -28,6 +28,12 @@ typedef enum kiln_op {
     KILN_OP_MATMUL,            /* x[...,K] @ w[K,N] (+ b) */
     KILN_OP_BMM,               /* in: a [...,M,K], b [...,K,N] (strided views allowed)   out: y [...,M,N] */
     KILN_OP_CAUSAL_ATTENTION,  /* in: q, k, v [B,T,C] (strided views allowed)   out: y [B,T,C], lse [B,heads,T] (saved) */
+    /* transformer ops (docs/transformer-ops.md) */
+    KILN_OP_EMBEDDING,         /* in: idx (f32 exact integers or i32), weight [V,C]   out: y [..., C] */
+    KILN_OP_LAYER_NORM,        /* in: x [..., C], w, b [C]   out: y, and saved for backward: mean, rstd [...] */
+    KILN_OP_GELU,              /* attr gelu.tanh_form */
+    KILN_OP_SOFTMAX,           /* over the last dim */
+    KILN_OP_ADD_BCAST,         /* in: a [..., S], b [S] (b's shape = a's trailing dims, b not batched) */
     /* added by the fold pass (inference plans) */
     KILN_OP_BN_FOLD,           /* in: w, gamma, beta, mean, var, b?   out: w', b' (batch norm folded into w, b) */
     /* added by autodiff */
@@ -50,6 +56,11 @@ typedef enum kiln_op {
     KILN_OP_AVG_POOL2D_BWD,    /* in: dy               out: dx (both average poolings) */
     KILN_OP_BMM_BWD,           /* in: a, b, dy         out: da?, db? */
     KILN_OP_CAUSAL_ATTENTION_BWD, /* in: q, k, v, y, lse, dy   out: dq?, dk?, dv? (recomputed block by block) */
+    KILN_OP_EMBEDDING_BWD,     /* in: idx, dy          out: dweight (scatter-add, deterministic) */
+    KILN_OP_LAYER_NORM_BWD,    /* in: x, dy, w, mean, rstd   out: dx?, dw?, db? */
+    KILN_OP_GELU_BWD,          /* in: x, dy            out: dx */
+    KILN_OP_SOFTMAX_BWD,       /* in: y, dy            out: dx */
+    KILN_OP_ADD_BCAST_BWD,     /* in: dy [..., S]      out: db [S] (dy summed over the broadcast dims) */
     /* steps outside the graph: the loss read-out, clipping, optimizer updates */
     KILN_OP_READOUT,           /* in: a scalar         out: a host f64 */
     KILN_OP_SUMSQ,             /* in: a gradient run   out: f64 accumulator (acc adds) */
@@ -81,6 +92,8 @@ typedef struct { int dim0, dim1; } kiln_transpose_attrs;
 typedef struct { int dim; int64_t start, end, step; } kiln_slice_attrs; /* x[start:end:step] along dim */
 /* momentum 0.1 and eps 1e-5 are PyTorch's; training is set at compile */
 typedef struct { float momentum, eps; int training; } kiln_bn_attrs;
+typedef struct { float eps; } kiln_ln_attrs;       /* layer norm: PyTorch's default eps 1e-5 */
+typedef struct { int tanh_form; } kiln_gelu_attrs; /* 0: x * Phi(x) (erf), 1: GPT-2's tanh approximation */
 typedef struct { double max_norm; } kiln_clip_attrs;
 typedef struct { int64_t heads; } kiln_attn_attrs; /* causal self-attention: C split into heads of C/heads */
 typedef struct { float momentum, dampening, weight_decay; int nesterov; } kiln_sgd_attrs;
@@ -98,6 +111,8 @@ typedef union kiln_attrs {
     kiln_transpose_attrs transpose;
     kiln_slice_attrs slice;
     kiln_bn_attrs bn;
+    kiln_ln_attrs ln;
+    kiln_gelu_attrs gelu;
     kiln_clip_attrs clip;
     kiln_attn_attrs attn;
     kiln_sgd_attrs sgd;
@@ -232,6 +247,8 @@ extern const kiln_op_def kiln_op_log_softmax, kiln_op_log_softmax_bwd, kiln_op_n
 extern const kiln_op_def kiln_op_reshape, kiln_op_transpose, kiln_op_slice, kiln_op_slice_bwd, kiln_op_contiguous;
 extern const kiln_op_def kiln_op_batch_norm2d, kiln_op_batch_norm2d_bwd, kiln_op_bn_fold;
 extern const kiln_op_def kiln_op_bmm, kiln_op_bmm_bwd, kiln_op_causal_attention, kiln_op_causal_attention_bwd;
+extern const kiln_op_def kiln_op_embedding, kiln_op_embedding_bwd, kiln_op_layer_norm, kiln_op_layer_norm_bwd,
+    kiln_op_gelu, kiln_op_gelu_bwd, kiln_op_softmax, kiln_op_softmax_bwd, kiln_op_add_bcast, kiln_op_add_bcast_bwd;
 extern const kiln_op_def kiln_op_readout, kiln_op_sumsq, kiln_op_clip_scale, kiln_op_sgd_update,
     kiln_op_adamw_update, kiln_op_adadelta_update;
 extern const kiln_op_def kiln_op_lamb_update, kiln_op_lars_update, kiln_op_novograd_update;

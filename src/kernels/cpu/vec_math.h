@@ -1,0 +1,47 @@
+/* exp, erf and the logistic function in float, written so that GCC vectorises
+ * them inside `omp simd` loops (libm's expf and erff are calls it cannot
+ * vectorise without -ffast-math). Straight-line arithmetic, no branches, no
+ * table lookups; NaN propagates.
+ *   kiln_vexpf:  relative error ~2e-7 (Cephes' expf polynomial after the
+ *                reduction x = n ln2 + r); clamped to [-87, 88], so it never
+ *                returns a denormal or inf;
+ *   kiln_verff:  absolute error < 1.5e-7 (Abramowitz & Stegun 7.1.26, the
+ *                formula PyTorch's vectorised erf uses). */
+#ifndef KILN_KERNELS_CPU_VEC_MATH_H
+#define KILN_KERNELS_CPU_VEC_MATH_H
+
+#include <stdint.h>
+
+static inline float kiln_vexpf(float x) {
+    float c = x > -87.0f ? x : -87.0f; /* NaN lands here too: restored at the end */
+    c = c < 88.0f ? c : 88.0f;
+    float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(c / ln2): 1.5 * 2^23 trick */
+    float r = c - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f; /* ln2 in two parts: r is exact */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } s = {.i = ((int32_t)n + 127) * (1 << 23)}; /* 2^n */
+    return x == x ? p * s.f : x;
+}
+
+static inline float kiln_verff(float x) {
+    float a = x < 0 ? -x : x;
+    float t = 1.0f / (1.0f + 0.3275911f * a);
+    float q = 1.061405429f;
+    q = q * t - 1.453152027f;
+    q = q * t + 1.421413741f;
+    q = q * t - 0.284496736f;
+    q = q * t + 0.254829592f;
+    float e = 1.0f - q * t * kiln_vexpf(-a * a);
+    return x < 0 ? -e : e;
+}
+
+/* 1 / (1 + e^-x) */
+static inline float kiln_vsigmoidf(float x) { return 1.0f / (1.0f + kiln_vexpf(-x)); }
+
+#endif
