@@ -156,6 +156,45 @@ expect 2 "a contradicting model" "--model mnist-cnn contradicts" "(--model mlp)"
 expect 2 "a contradicting flag without value" "--dropout-off" "contradicts" -- \
     "$KILN" train --resume "$S" --dropout-off --no-test "${Q[@]}"
 expect 0 "the same value spelled another way" -- "$KILN" train --resume "$S" --lr 5e-2 --batch-size=32 --max-steps 5 --no-test "${Q[@]}"
+# ---------- layer-wise optimizers, the decay filter, schedules ----------
+expect 2 "--beta1 1" "--beta1" "[0, 1)" -- "$KILN" train --model mlp --optimizer lamb --beta1 1 "${Q[@]}"
+expect 2 "--beta2 negative" "--beta2" -- "$KILN" train --model mlp --optimizer novograd --beta2 -0.1 "${Q[@]}"
+expect 2 "--eps negative" "--eps" -- "$KILN" train --model mlp --optimizer adamw --eps -1 "${Q[@]}"
+expect 2 "--trust-coefficient 0" "--trust-coefficient" -- "$KILN" train --model mlp --optimizer lars --trust-coefficient 0 "${Q[@]}"
+expect 2 "--trust-coefficient for adamw" "--trust-coefficient is for --optimizer lars" -- \
+    "$KILN" train --model mlp --optimizer adamw --trust-coefficient 0.01 "${Q[@]}"
+expect 2 "--beta1 for sgd" "--beta1 is for" -- "$KILN" train --model mlp --optimizer sgd --beta1 0.9 "${Q[@]}"
+expect 2 "--warmup -1" "--warmup" -- "$KILN" train --model mlp --warmup -1 "${Q[@]}"
+expect 2 "--lr-decay unknown" "--lr-decay" "exp" -- "$KILN" train --model mlp --lr-decay exp "${Q[@]}"
+expect 2 "--min-lr above --lr" "--min-lr" -- "$KILN" train --model mlp --optimizer adamw --lr-decay cosine --min-lr 1 "${Q[@]}"
+expect 2 "--min-lr without cosine or linear" "--min-lr is for --lr-decay cosine or linear" -- \
+    "$KILN" train --model mlp --min-lr 1e-5 "${Q[@]}"
+expect 2 "--lr-decay-steps negative" "--lr-decay-steps" -- "$KILN" train --model mlp --lr-decay linear --lr-decay-steps -3 "${Q[@]}"
+expect 0 "the log states the schedule and the decay filter" \
+    "lr schedule: linear warmup over 4 steps (lr * (s+1) / 4), then linear decay from 0.001 to 0.0001 over steps 4..6" \
+    "weight decay 0.01 on 3 of 6 parameter tensors (not on those of fewer than 2 dims" -- \
+    "$KILN" train --model mlp --optimizer adamw --warmup 4 --lr-decay linear --min-lr 1e-4 --max-steps 6 --no-test --workers 1
+expect 0 "--decay-all: every tensor decays" "weight decay 0.01 on 6 of 6 parameter tensors (--decay-all)" -- \
+    "$KILN" train --model mlp --optimizer adamw --decay-all --max-steps 1 --no-test --workers 1
+for opt in lamb lars novograd; do
+    LW=(--model mlp --optimizer "$opt" --weight-decay 0.01 --warmup 3 --lr-decay cosine --lr-decay-steps 8 --seed 5)
+    expect 0 "$opt: 4 steps saved" -- "$KILN" train "${LW[@]}" --max-steps 4 --no-test --save "$T/$opt-4.safetensors" "${Q[@]}"
+    expect 0 "$opt: resumed to 8" -- "$KILN" train --resume "$T/$opt-4.safetensors" --max-steps 8 --no-test \
+        --save "$T/$opt-8r.safetensors" "${Q[@]}"
+    expect 0 "$opt: 8 straight" -- "$KILN" train "${LW[@]}" --max-steps 8 --no-test --save "$T/$opt-8.safetensors" "${Q[@]}"
+    check "$opt: resumed = straight, bit for bit (parameters and optimizer state)" \
+        same_tensors "$T/$opt-8r.safetensors" "$T/$opt-8.safetensors"
+done
+if "$PY" - "$T/novograd-8.safetensors" "$T/lamb-8.safetensors" "$T/lars-8.safetensors" <<'PYEOF'
+import json, struct, sys
+def hdr(p):
+    b = open(p, 'rb').read(); return json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]])
+n, l, r = (hdr(p) for p in sys.argv[1:])
+assert n['optim.exp_avg_sq.fc1.weight']['shape'] == [] and n['optim.exp_avg.fc1.weight']['shape'] == n['fc1.weight']['shape'], n
+assert l['optim.exp_avg_sq.fc1.bias']['shape'] == l['fc1.bias']['shape'] and 'optim.exp_avg.fc1.bias' in l
+assert 'optim.momentum_buffer.fc1.weight' in r and not any(k.startswith('optim.exp_avg') for k in r)
+PYEOF
+then ok; else bad "layer-wise optimizers' checkpoint state names and shapes"; fi
 "$PY" "$T/st_edit.py" meta "$S" "$T/badset.safetensors" kiln.settings "not json {"
 expect 2 "saved settings that are not JSON" "$T/badset.safetensors" "kiln.settings" -- \
     "$KILN" train --resume "$T/badset.safetensors" --no-test "${Q[@]}"
@@ -320,7 +359,7 @@ cp "$T/out" "$T/help-eval"
 expect 0 "kiln help" -- "$KILN" help
 expect 0 "kiln train -h" -- "$KILN" train -h
 for f in --model --data --epochs --batch-size --optimizer --lr --lr-step-gamma --workers --threads --seed --save --json \
-    --max-steps --resume; do
+    --max-steps --resume --beta1 --beta2 --eps --trust-coefficient --decay-all --warmup --lr-decay --min-lr --lr-decay-steps; do
     check "kiln train --help mentions $f" grep -qF -- "$f " "$T/help-train"
 done
 for f in --model --data --load --batch-size --workers --threads --json; do

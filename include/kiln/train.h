@@ -55,6 +55,10 @@ typedef struct kiln_train_config {
     float clip_grad_norm;       /* > 0: clip the global gradient norm to this before each update; 0: off */
     float lr_step_gamma;        /* StepLR gamma, applied every lr_step_size epochs */
     int64_t lr_step_size;
+    int64_t warmup;             /* linear warmup over this many optimizer steps (kiln_lr_at); 0: none */
+    int lr_decay;               /* kiln_lr_decay after the warmup: step (StepLR, the default), none, cosine, linear */
+    float min_lr;               /* where cosine and linear decay end */
+    int64_t lr_decay_steps;     /* the step cosine and linear decay end at; 0: the run's last (epochs, max_steps) */
     int workers;                /* loader threads; KILN_WORKERS_AUTO: measured and chosen while training */
     int prefetch, lock_memory;
     int skip_bad;               /* --bad-samples skip: a corrupt sample is replaced by the next readable one */

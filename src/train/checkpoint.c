@@ -55,6 +55,17 @@ static kiln_status host_views_of(kiln_params *P, kiln_optim *o, host_views *h) {
     return st;
 }
 
+/* where parameter i's part of optimizer state k lies in its buffer, and its shape:
+ * the parameter's, or a scalar for a state kept per tensor (NovoGrad's exp_avg_sq) */
+static int64_t state_slot(const kiln_optim *o, int k, kiln_params *P, int i, int *nd, int64_t *shape) {
+    if (kiln_optim_state_per_tensor(o, k)) {
+        *nd = 0;
+        return i;
+    }
+    *nd = kiln_params_shape(P, i, shape);
+    return kiln_params_offset(P, i);
+}
+
 kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o, const kiln_ckpt_state *s) {
     host_views h;
     kiln_status st = host_views_of(P, o, &h);
@@ -87,10 +98,11 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
         const float *sd = h.state[k];
         for (int i = 0; i < np && st == KILN_OK; i++) {
             int64_t shape[KILN_MAX_DIMS];
-            int nd = kiln_params_shape(P, i, shape);
+            int nd;
+            int64_t at = state_slot(o, k, P, i, &nd, shape);
             char *name = names[k * np + i];
             snprintf(name, sizeof names[0], "optim.%s.%s", kiln_optim_state_name(o, k), kiln_params_name(P, i));
-            st = kiln_st_writer_add(w, name, KILN_F32, nd, shape, sd + kiln_params_offset(P, i));
+            st = kiln_st_writer_add(w, name, KILN_F32, nd, shape, sd + at);
         }
     }
     char buf[64];
@@ -300,8 +312,9 @@ static kiln_status read_state(const kiln_st_file *f, const char *path, kiln_ckpt
 static kiln_status check_state_signs(const float *state, const kiln_optim *o, int k, kiln_params *P, const char *path) {
     if (!kiln_optim_state_nonnegative(o, k)) return KILN_OK;
     for (int i = 0; i < kiln_params_count(P); i++) {
-        const float *v = state + kiln_params_offset(P, i);
-        for (int64_t j = 0; j < kiln_params_numel(P, i); j++)
+        int per_tensor = kiln_optim_state_per_tensor(o, k);
+        const float *v = state + (per_tensor ? i : kiln_params_offset(P, i));
+        for (int64_t j = 0; j < (per_tensor ? 1 : kiln_params_numel(P, i)); j++)
             if (v[j] < 0)
                 return kiln_fail(KILN_ERR_FORMAT, "%s: tensor 'optim.%s.%s' holds %g at %lld; an average of squares cannot be "
                                  "negative", path, kiln_optim_state_name(o, k), kiln_params_name(P, i), (double)v[j], (long long)j);
@@ -339,9 +352,10 @@ kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim 
             char name[160];
             int64_t shape[KILN_MAX_DIMS];
             int nd = kiln_params_shape(P, i, shape);
+            int64_t at = k < 0 ? kiln_params_offset(P, i) : state_slot(o, k, P, i, &nd, shape);
             if (k < 0) snprintf(name, sizeof name, "%s", kiln_params_name(P, i));
             else snprintf(name, sizeof name, "optim.%s.%s", kiln_optim_state_name(o, k), kiln_params_name(P, i));
-            st = load_into(f, name, dst + kiln_params_offset(P, i), nd, shape, path);
+            st = load_into(f, name, dst + at, nd, shape, path);
         }
         if (st == KILN_OK && k >= 0) st = check_state_signs(dst, o, k, P, path);
     }

@@ -14,7 +14,7 @@
 #include <string.h>
 #include "kiln/train.h"
 
-typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB, T_PRECISION, T_RRC, T_NORM, T_WORKERS, T_BAD } field_type;
+typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB, T_PRECISION, T_RRC, T_NORM, T_WORKERS, T_BAD, T_DECAY } field_type;
 static const char *const precisions[] = {"highest", "high", "medium"};
 static const char *const bad_samples[] = {"fail", "skip"};
 
@@ -51,11 +51,29 @@ static const field fields[] = {
     OPT("test-batch-size", "N", 1, T_I64, test_batch_size, "samples per evaluation step"),
     OPT("accumulate", "N", 0, T_I64, accumulate, "gradient accumulation: N batches per optimizer step (their mean gradient, "
                                                  "as one batch N times larger)"),
-    OPT("optimizer", "NAME", 0, T_OPTIM, optim, "adadelta, adamw or sgd (PyTorch 1.13 semantics)"),
-    OPT("lr", "X", 0, T_F32, optim.lr, "learning rate (each optimizer has its own default: adadelta 1, adamw 0.001, sgd 0.01)"),
-    OPT("momentum", "X", 0, T_F32, optim.momentum, "sgd momentum"),
+    OPT("optimizer", "NAME", 0, T_OPTIM, optim, "adadelta, adamw or sgd (PyTorch 1.13 semantics); lamb, lars or novograd "
+                                                "(their papers: docs/optimizers.md)"),
+    OPT("lr", "X", 0, T_F32, optim.lr, "learning rate (each optimizer has its own default: adadelta 1, adamw 0.001, sgd 0.01, "
+                                       "lamb 0.001, lars 0.1, novograd 0.001)"),
+    OPT("momentum", "X", 0, T_F32, optim.momentum, "sgd and lars momentum (lars: 0.9)"),
     OPT("nesterov", NULL, 0, T_FLAG, optim.nesterov, "sgd: Nesterov momentum"),
-    OPT("weight-decay", "X", 0, T_F32, optim.weight_decay, "L2 (sgd, adadelta) or decoupled (adamw) weight decay"),
+    OPT("beta1", "X", 0, T_F32, optim.beta1, "adamw, lamb, novograd: the first moment's decay (0.9; novograd 0.95)"),
+    OPT("beta2", "X", 0, T_F32, optim.beta2, "adamw, lamb, novograd: the second moment's decay (0.999; novograd 0.98)"),
+    OPT("eps", "X", 0, T_F32, optim.eps, "added to the denominator (adamw 1e-8, lamb 1e-6, novograd 1e-8, adadelta 1e-6)"),
+    OPT("trust-coefficient", "X", 0, T_F32, optim.trust, "lars: eta in local_lr = eta*||w|| / (||g|| + wd*||w||) (0.001)"),
+    OPT("weight-decay", "X", 0, T_F32, optim.weight_decay, "L2 (sgd, adadelta, lars, novograd) or decoupled (adamw, lamb) weight "
+                                                           "decay, on parameters of 2 or more dims only (not biases and norm "
+                                                           "weights) unless --decay-all"),
+    OPT("decay-all", NULL, 0, T_FLAG, optim.decay_all, "weight decay on every parameter, biases and norm weights too "
+                                                       "(torch.optim over model.parameters())"),
+    OPT("warmup", "N", 0, T_I64, warmup, "linear warmup over the first N optimizer steps: step s (from 0) gets lr*(s+1)/N"),
+    OPT("lr-decay", "step|none|cosine|linear", 0, T_DECAY, lr_decay, "after the warmup: StepLR per epoch (--lr-step-gamma, "
+                                                                    "--lr-step-size; the default), constant, or cosine or "
+                                                                    "linear to --min-lr at the run's last step"),
+    OPT("min-lr", "X", 0, T_F32, min_lr, "where cosine and linear decay end (0)"),
+    OPT("lr-decay-steps", "N", 0, T_I64, lr_decay_steps, "cosine and linear decay reach --min-lr at step N; 0: at the run's "
+                                                         "last step (then a resume with other --epochs or --max-steps "
+                                                         "changes the schedule)"),
     OPT("lr-step-gamma", "X", 0, T_F32, lr_step_gamma, "StepLR: multiply the learning rate by X every --lr-step-size epochs"),
     OPT("lr-step-size", "N", 0, T_I64, lr_step_size, "StepLR period in epochs"),
     OPT("clip-grad-norm", "X", 0, T_POS_OR_OFF, clip_grad_norm, "clip the global L2 norm of the gradients to X (> 0) before each update"),
@@ -180,9 +198,17 @@ kiln_status kiln_train_option_set(kiln_train_config *c, const char *name, const 
         return KILN_OK;
     case T_OPTIM:
         if (kiln_optim_parse(value, &kind))
-            return kiln_fail(KILN_ERR_INVALID_ARG, "--optimizer: unknown optimizer '%s' (adadelta, adamw, sgd)", value);
+            return kiln_fail(KILN_ERR_INVALID_ARG, "--optimizer: unknown optimizer '%s' (adadelta, adamw, sgd, lamb, lars, novograd)",
+                             value);
         c->optim = kiln_optim_defaults(kind);
         return KILN_OK;
+    case T_DECAY: {
+        kiln_lr_decay d;
+        if (kiln_lr_decay_parse(value, &d))
+            return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: '%s' is not step, none, cosine or linear", name, value);
+        *(int *)p = (int)d;
+        return KILN_OK;
+    }
     case T_WORKERS:
         if (strcmp(value, "auto") == 0) {
             *(int *)p = KILN_WORKERS_AUTO;
@@ -239,6 +265,7 @@ int kiln_train_option_get(const kiln_train_config *c, const char *name, char *bu
     } else if (f->type == T_OPTIM) snprintf(buf, len, "%s", kiln_optim_name(c->optim.kind));
     else if (f->type == T_WORKERS && *(const int *)p == KILN_WORKERS_AUTO) snprintf(buf, len, "auto");
     else if (f->type == T_WORKERS) snprintf(buf, len, "%d", *(const int *)p);
+    else if (f->type == T_DECAY) snprintf(buf, len, "%s", kiln_lr_decay_name((kiln_lr_decay)*(const int *)p));
     else if (f->type == T_BAD) snprintf(buf, len, "%s", bad_samples[*(const int *)p ? 1 : 0]);
     else if (f->type == T_PRECISION) snprintf(buf, len, "%s", precisions[*(const int *)p >= 0 && *(const int *)p < 3 ? *(const int *)p : 0]);
     return 0;

@@ -197,6 +197,31 @@ static kiln_status check_optim(const kiln_optim_config *o) {
         return kiln_fail(KILN_ERR_INVALID_ARG, "--weight-decay is %g; it must be >= 0", (double)o->weight_decay);
     if (o->nesterov && o->kind != KILN_OPT_SGD) return kiln_fail(KILN_ERR_INVALID_ARG, "--nesterov is for --optimizer sgd");
     if (o->nesterov && !(o->momentum > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--nesterov needs --momentum > 0");
+    /* the other optimizers' defaults leave these 0: a value here was given for another optimizer */
+    int betas = o->kind == KILN_OPT_ADAMW || o->kind == KILN_OPT_LAMB || o->kind == KILN_OPT_NOVOGRAD;
+    if (!betas && (o->beta1 != 0 || o->beta2 != 0))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--%s is for --optimizer adamw, lamb or novograd", o->beta1 != 0 ? "beta1" : "beta2");
+    if (o->kind != KILN_OPT_LARS && o->trust != 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--trust-coefficient is for --optimizer lars");
+    if ((o->kind == KILN_OPT_SGD || o->kind == KILN_OPT_LARS) && o->eps != 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--eps is for --optimizer adamw, lamb, novograd or adadelta");
+    if (!(o->beta1 >= 0 && o->beta1 < 1)) return kiln_fail(KILN_ERR_INVALID_ARG, "--beta1 is %g; use [0, 1)", (double)o->beta1);
+    if (!(o->beta2 >= 0 && o->beta2 < 1)) return kiln_fail(KILN_ERR_INVALID_ARG, "--beta2 is %g; use [0, 1)", (double)o->beta2);
+    if (!(o->eps >= 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--eps is %g; it must be >= 0", (double)o->eps);
+    if (o->kind == KILN_OPT_LARS && !(o->trust > 0))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--trust-coefficient is %g; it must be > 0", (double)o->trust);
+    return KILN_OK;
+}
+
+static kiln_status check_schedule(const kiln_train_config *c) {
+    int to_min = c->lr_decay == KILN_LR_COSINE || c->lr_decay == KILN_LR_LINEAR;
+    if (c->warmup < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--warmup is %lld; it must be >= 0", (long long)c->warmup);
+    if (c->lr_decay_steps < 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--lr-decay-steps is %lld; it must be >= 0", (long long)c->lr_decay_steps);
+    if (!(c->min_lr >= 0 && c->min_lr <= c->optim.lr))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--min-lr is %g; use 0..%g (--lr)", (double)c->min_lr, (double)c->optim.lr);
+    if (!to_min && (c->min_lr != 0 || c->lr_decay_steps != 0))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--%s is for --lr-decay cosine or linear", c->min_lr != 0 ? "min-lr" : "lr-decay-steps");
     return KILN_OK;
 }
 
@@ -222,6 +247,7 @@ static kiln_status check_config(const kiln_train_config *c) {
     kiln_status st = check_common("--test-batch-size", c->test_batch_size, c->workers, c->threads);
     if (st == KILN_OK && !c->find_batch_size) st = check_common("--batch-size", c->batch_size, c->workers, c->threads);
     if (st == KILN_OK) st = check_optim(&c->optim);
+    if (st == KILN_OK) st = check_schedule(c);
     if (st != KILN_OK) return st;
 #define RANGE(cond, ...) \
     if (!(cond)) return kiln_fail(KILN_ERR_INVALID_ARG, __VA_ARGS__)
@@ -322,6 +348,7 @@ typedef struct {
     int stop;
     int auto_on;                /* --workers auto */
     kiln_auto_workers aw;
+    kiln_lr_schedule sched;     /* the learning rate of every step */
 } run;
 
 static double elapsed(const run *R) { return now_s() - R->t0; }
@@ -416,6 +443,23 @@ static kiln_status check_position(run *R) {
     return KILN_OK;
 }
 
+/* the learning-rate schedule over this run's steps, and what the log says of it and of weight decay */
+static void schedule_open(run *R) {
+    const kiln_train_config *c = &R->c;
+    R->sched = (kiln_lr_schedule){(kiln_lr_decay)c->lr_decay, c->optim.lr, c->min_lr, c->warmup,
+                                  c->lr_decay_steps ? c->lr_decay_steps : R->total, c->lr_step_gamma, c->lr_step_size};
+    char line[256];
+    kiln_lr_describe(&R->sched, line, sizeof line);
+    kiln_log(KILN_LOG_INFO, "%s", line);
+    if (c->optim.weight_decay == 0) return;
+    int n = kiln_params_count(R->P), decayed = 0;
+    for (int i = 0; i < n; i++) decayed += kiln_optim_decays(R->opt, i);
+    kiln_log(KILN_LOG_INFO, "weight decay %g on %d of %d parameter tensors%s", (double)c->optim.weight_decay, decayed, n,
+             c->optim.decay_all ? " (--decay-all)" : " (not on those of fewer than 2 dims: biases, norm weights; --decay-all)");
+}
+
+static float lr_now(const run *R) { return (float)kiln_lr_at(&R->sched, R->step, R->epoch); }
+
 /* the training plan (the full batch and the epoch's last one) and the loader */
 static kiln_status run_compile(run *R) {
     kiln_train_config *c = &R->c;
@@ -463,6 +507,7 @@ static kiln_status run_compile(run *R) {
     /* a step is one update: `accum` loader batches, the last group of an epoch possibly fewer */
     R->total = c->epochs * ((R->per_epoch + R->accum - 1) / R->accum);
     if (c->max_steps && c->max_steps < R->total) R->total = c->max_steps;
+    schedule_open(R);
     return c->resume ? check_position(R) : KILN_OK;
 }
 
@@ -534,6 +579,7 @@ static void report_progress(run *R) {
 /* the update that ends a step's group, then what follows a step: checkpoint, metrics, progress, stop */
 static kiln_status run_update(run *R, double loss) {
     double t = now_s();
+    kiln_optim_set_lr(R->opt, lr_now(R));
     kiln_status st = kiln_optim_step(R->opt);
     double t1 = now_s();
     kiln_trace_span("optimizer", "train", t, t1);
@@ -579,7 +625,7 @@ static int64_t group_samples(const run *R, int64_t first) {
 
 /* one epoch (or what is left of it), stopping early at the step limit or a stop request */
 static kiln_status run_epoch(run *R) {
-    kiln_optim_set_lr(R->opt, kiln_lr_step_schedule(R->c.optim.lr, R->c.lr_step_gamma, R->c.lr_step_size, R->epoch));
+    kiln_optim_set_lr(R->opt, lr_now(R)); /* what progress shows before the epoch's first update */
     kiln_status st = kiln_loader_start_epoch(R->L, R->epoch, R->next);
     if (st != KILN_OK) return st;
     kiln_batch b;
