@@ -89,17 +89,57 @@ static void bwd_tile_c(float *s, float *dp, const float *lse, const float *dvec,
     }
 }
 
+static void pack_rows_c(const float *src, int64_t rs, int64_t n, int64_t rows, int64_t d, int64_t dp, float scale,
+                        float *dst) {
+    for (int64_t i = 0; i < rows; i++) {
+        float *row = dst + i * dp;
+        int64_t have = i < n ? d : 0;
+        for (int64_t x = 0; x < have; x++) row[x] = scale * src[i * rs + x];
+        for (int64_t x = have; x < dp; x++) row[x] = 0;
+    }
+}
+
+static void pack_t_c(const float *src, int64_t rs, int64_t t, int64_t tp, int64_t d, float *dst) {
+    for (int64_t x = 0; x < d; x++) {
+        for (int64_t i = 0; i < t; i++) dst[x * tp + i] = src[i * rs + x];
+        for (int64_t i = t; i < tp; i++) dst[x * tp + i] = 0;
+    }
+}
+
+static void store_rows_c(const float *src, int64_t dp, int64_t n, int64_t d, float *out, int64_t ldo, const float *scale,
+                         int per_row, int acc) {
+    for (int64_t i = 0; i < n; i++) {
+        float sc = scale[per_row ? i : 0], *o = out + i * ldo;
+        for (int64_t x = 0; x < d; x++) o[x] = acc ? o[x] + sc * src[i * dp + x] : sc * src[i * dp + x];
+    }
+}
+
+static void rowdot_c(const float *a, const float *b, int64_t ld, int64_t n, int64_t d, float *out) {
+    for (int64_t i = 0; i < n; i++) {
+        float sum = 0;
+        for (int64_t x = 0; x < d; x++) sum += a[i * ld + x] * b[i * ld + x];
+        out[i] = sum;
+    }
+}
+
 typedef struct {
     void (*scores)(const float *a, int64_t lda, const float *bt, int64_t ldb, int64_t d, float *s);
     void (*accumulate)(float *c, int64_t ldc, const float *cscale, const float *p, int64_t prs, int64_t pxs,
                        const float *b, int64_t ldb, int64_t cols);
     void (*softmax)(float *s, int64_t di, float *m, float *l, float *alpha);
     void (*bwd_tile)(float *s, float *dp, const float *lse, const float *dvec, int64_t di, int64_t rows);
+    void (*pack_rows)(const float *src, int64_t rs, int64_t n, int64_t rows, int64_t d, int64_t dp, float scale,
+                      float *dst);
+    void (*pack_t)(const float *src, int64_t rs, int64_t t, int64_t tp, int64_t d, float *dst);
+    void (*store_rows)(const float *src, int64_t dp, int64_t n, int64_t d, float *out, int64_t ldo, const float *scale,
+                       int per_row, int acc);
+    void (*rowdot)(const float *a, const float *b, int64_t ld, int64_t n, int64_t d, float *out);
 } tiles;
 
-static const tiles portable = {scores_c, accumulate_c, softmax_c, bwd_tile_c};
+static const tiles portable = {scores_c, accumulate_c, softmax_c, bwd_tile_c, pack_rows_c, pack_t_c, store_rows_c, rowdot_c};
 static const tiles avx512 = {kiln_cpu_attn_scores_avx512, kiln_cpu_attn_accumulate_avx512, kiln_cpu_attn_softmax_avx512,
-                             kiln_cpu_attn_bwd_tile_avx512};
+                             kiln_cpu_attn_bwd_tile_avx512, kiln_cpu_attn_pack_rows_avx512, kiln_cpu_attn_pack_t_avx512,
+                             kiln_cpu_attn_store_rows_avx512, kiln_cpu_attn_rowdot_avx512};
 static int force_portable;
 
 void kiln_cpu_attention_force_portable(int on) { force_portable = on; }
@@ -110,13 +150,14 @@ static const tiles *pick(void) { return kiln_cpu_has_avx512() && !force_portable
 
 typedef struct {
     const kiln_attn_shape *s;
+    const tiles *tl;
     int64_t b, h, t, tp, d, dp; /* tp, dp: T and D rounded up to the tile and the vector */
     float scale;
 } head;
 
-static head head_of(const kiln_attn_shape *s, int64_t task) {
+static head head_of(const kiln_attn_shape *s, const tiles *tl, int64_t task) {
     int64_t d = s->c / s->heads;
-    return (head){s, task / s->heads, task % s->heads, s->t, (s->t + BLK - 1) / BLK * BLK, d, (d + 15) / 16 * 16,
+    return (head){s, tl, task / s->heads, task % s->heads, s->t, (s->t + BLK - 1) / BLK * BLK, d, (d + 15) / 16 * 16,
                   (float)(1.0 / sqrt((double)d))};
 }
 
@@ -129,21 +170,12 @@ static const float *head_base(const head *hd, const float *x, const int64_t *st)
 
 /* dst[x][i] = src row i, column x: [d][tp], keys beyond t zero */
 static void pack_transposed(const head *hd, const float *src, int64_t rs, float *dst) {
-    for (int64_t x = 0; x < hd->d; x++) {
-        float *row = dst + x * hd->tp;
-        for (int64_t i = 0; i < hd->t; i++) row[i] = src[i * rs + x];
-        for (int64_t i = hd->t; i < hd->tp; i++) row[i] = 0;
-    }
+    hd->tl->pack_t(src, rs, hd->t, hd->tp, hd->d, dst);
 }
 
 /* dst[i][x] = scale * src row i, column x, for rows [0, n) of [rows][dp]; zeros beyond */
 static void pack_rows(const head *hd, const float *src, int64_t rs, int64_t n, int64_t rows, float scale, float *dst) {
-    for (int64_t i = 0; i < rows; i++) {
-        float *row = dst + i * hd->dp;
-        int64_t x = 0;
-        for (; i < n && x < hd->d; x++) row[x] = scale * src[i * rs + x];
-        for (; x < hd->dp; x++) row[x] = 0;
-    }
+    hd->tl->pack_rows(src, rs, n, rows, hd->d, hd->dp, scale, dst);
 }
 
 /* ---- forward ---- */
@@ -164,9 +196,9 @@ static int64_t fwd_slot_layout(const head *hd, float *base, fwd_slot *f) {
 }
 
 /* one block of query rows [i0, i0 + BLK) */
-static void fwd_block(const tiles *tl, const head *hd, const fwd_slot *f, int64_t i0, const float *q, float *y,
-                      float *lse) {
+static void fwd_block(const head *hd, const fwd_slot *f, int64_t i0, const float *q, float *y, float *lse) {
     const kiln_attn_shape *s = hd->s;
+    const tiles *tl = hd->tl;
     int64_t rows = hd->t - i0 < BLK ? hd->t - i0 : BLK;
     pack_rows(hd, head_base(hd, q, s->q_stride) + i0 * s->q_stride[1], s->q_stride[1], rows, BLK, hd->scale, f->qb);
     for (int r = 0; r < BLK; r++) f->m[r] = -INFINITY, f->l[r] = 0;
@@ -176,22 +208,21 @@ static void fwd_block(const tiles *tl, const head *hd, const fwd_slot *f, int64_
         tl->softmax(f->s, i0 - j0, f->m, f->l, f->alpha);
         tl->accumulate(f->o, hd->dp, f->alpha, f->s, BLK, 1, f->vp + j0 * hd->dp, hd->dp, hd->dp);
     }
-    float *yb = y + (hd->b * s->t + i0) * s->c + hd->h * hd->d, *lb = lse + (hd->b * s->heads + hd->h) * s->t + i0;
+    float *lb = lse + (hd->b * s->heads + hd->h) * s->t + i0;
     for (int64_t r = 0; r < rows; r++) {
-        float inv = 1.0f / f->l[r];
-        for (int64_t x = 0; x < hd->d; x++) yb[r * s->c + x] = f->o[r * hd->dp + x] * inv;
         lb[r] = f->m[r] + logf(f->l[r]);
+        f->alpha[r] = 1.0f / f->l[r];
     }
+    tl->store_rows(f->o, hd->dp, rows, hd->d, y + (hd->b * s->t + i0) * s->c + hd->h * hd->d, s->c, f->alpha, 1, 0);
 }
 
-static void fwd_head(const tiles *tl, const head *hd, float *slot, const float *q, const float *k, const float *v,
-                     float *y, float *lse) {
+static void fwd_head(const head *hd, float *slot, const float *q, const float *k, const float *v, float *y, float *lse) {
     const kiln_attn_shape *s = hd->s;
     fwd_slot f;
     fwd_slot_layout(hd, slot, &f);
     pack_transposed(hd, head_base(hd, k, s->k_stride), s->k_stride[1], f.kt);
     pack_rows(hd, head_base(hd, v, s->v_stride), s->v_stride[1], hd->t, hd->tp, 1.0f, f.vp);
-    for (int64_t i0 = 0; i0 < hd->t; i0 += BLK) fwd_block(tl, hd, &f, i0, q, y, lse);
+    for (int64_t i0 = 0; i0 < hd->t; i0 += BLK) fwd_block(hd, &f, i0, q, y, lse);
 }
 
 /* ---- backward ---- */
@@ -218,34 +249,25 @@ static void bwd_pack(const head *hd, const bwd_slot *b, const float *q, const fl
     const kiln_attn_shape *s = hd->s;
     const float *kh = head_base(hd, k, s->k_stride), *vh = head_base(hd, v, s->v_stride);
     int64_t cst[2] = {s->t * s->c, s->c}; /* y and dy are contiguous */
-    const float *yh = head_base(hd, y, cst), *dyh = head_base(hd, dy, cst);
+    const float *dyh = head_base(hd, dy, cst);
     pack_transposed(hd, kh, s->k_stride[1], b->kt);
     pack_transposed(hd, vh, s->v_stride[1], b->vt);
     pack_rows(hd, kh, s->k_stride[1], hd->t, hd->tp, 1.0f, b->kp);
     pack_rows(hd, head_base(hd, q, s->q_stride), s->q_stride[1], hd->t, hd->tp, hd->scale, b->qp);
     pack_rows(hd, dyh, s->c, hd->t, hd->tp, 1.0f, b->dyp);
-    const float *lh = lse + (hd->b * s->heads + hd->h) * s->t;
-    for (int64_t i = 0; i < hd->t; i++) {
-        float sum = 0;
-        for (int64_t x = 0; x < hd->d; x++) sum += dyh[i * s->c + x] * yh[i * s->c + x];
-        b->dvec[i] = sum;
-        b->lse[i] = lh[i];
-    }
+    hd->tl->rowdot(dyh, head_base(hd, y, cst), s->c, hd->t, hd->d, b->dvec);
+    memcpy(b->lse, lse + (hd->b * s->heads + hd->h) * s->t, sizeof(float) * (size_t)hd->t);
     memset(b->dq, 0, sizeof(float) * (size_t)(3 * hd->tp * hd->dp)); /* dq, dk, dv are adjacent */
 }
 
 /* out (=|+=) scale * the accumulated rows, the head's columns */
 static void bwd_store(const head *hd, const float *src, float scale, float *out, int acc) {
-    if (!out) return;
     const kiln_attn_shape *s = hd->s;
-    for (int64_t i = 0; i < hd->t; i++) {
-        float *o = out + (hd->b * s->t + i) * s->c + hd->h * hd->d;
-        const float *r = src + i * hd->dp;
-        for (int64_t x = 0; x < hd->d; x++) o[x] = acc ? o[x] + scale * r[x] : scale * r[x];
-    }
+    if (out) hd->tl->store_rows(src, hd->dp, hd->t, hd->d, out + hd->b * s->t * s->c + hd->h * hd->d, s->c, &scale, 0, acc);
 }
 
-static void bwd_tile(const tiles *tl, const head *hd, const bwd_slot *b, int64_t i0, int64_t j0) {
+static void bwd_tile(const head *hd, const bwd_slot *b, int64_t i0, int64_t j0) {
+    const tiles *tl = hd->tl;
     int64_t dp = hd->dp, rows = hd->t - i0 < BLK ? hd->t - i0 : BLK;
     tl->scores(b->qp + i0 * dp, dp, b->kt + j0, hd->tp, hd->d, b->s);
     tl->scores(b->dyp + i0 * dp, dp, b->vt + j0, hd->tp, hd->d, b->dp);
@@ -255,10 +277,22 @@ static void bwd_tile(const tiles *tl, const head *hd, const bwd_slot *b, int64_t
     tl->accumulate(b->dq + i0 * dp, dp, NULL, b->dp, BLK, 1, b->kp + j0 * dp, dp, dp); /* dS k */
 }
 
+static void bwd_head(const head *hd, float *slot, const float *q, const float *k, const float *v, const float *y,
+                     const float *lse, const float *dy, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v) {
+    bwd_slot b;
+    bwd_slot_layout(hd, slot, &b);
+    bwd_pack(hd, &b, q, k, v, y, lse, dy);
+    for (int64_t j0 = 0; j0 < hd->t; j0 += BLK)
+        for (int64_t i0 = j0; i0 < hd->t; i0 += BLK) bwd_tile(hd, &b, i0, j0);
+    bwd_store(hd, b.dq, hd->scale, dq, acc_q);
+    bwd_store(hd, b.dk, 1.0f, dk, acc_k);
+    bwd_store(hd, b.dv, 1.0f, dv, acc_v);
+}
+
 /* ---- entry points ---- */
 
 size_t kiln_cpu_attention_scratch(const kiln_attn_shape *s) {
-    head hd = head_of(s, 0);
+    head hd = head_of(s, &portable, 0);
     int64_t f = fwd_slot_layout(&hd, NULL, &(fwd_slot){0}), b = bwd_slot_layout(&hd, NULL, &(bwd_slot){0});
     return (size_t)(f > b ? f : b) * sizeof(float);
 }
@@ -266,7 +300,7 @@ size_t kiln_cpu_attention_scratch(const kiln_attn_shape *s) {
 /* tasks go to at most `slots` threads, dynamically (heads differ in nothing, but threads may be delayed) */
 static int threads_for(const kiln_attn_shape *s, int slots) {
     int64_t tasks = s->b * s->heads, work = tasks * s->t * s->t * s->c / s->heads;
-    if (tasks < 2 || work < KILN_CPU_PAR_MIN) return 1;
+    if (tasks < 2 || work < KILN_CPU_PAR_MIN || slots < 2) return 1;
     return tasks < slots ? (int)tasks : slots;
 }
 
@@ -276,8 +310,8 @@ void kiln_cpu_causal_attention_fwd(const kiln_attn_shape *s, const float *q, con
     int64_t per = (int64_t)(kiln_cpu_attention_scratch(s) / sizeof(float)), tasks = s->b * s->heads;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_for(s, slots))
     for (int64_t task = 0; task < tasks; task++) {
-        head hd = head_of(s, task);
-        fwd_head(tl, &hd, (float *)scratch + omp_get_thread_num() * per, q, k, v, y, lse);
+        head hd = head_of(s, tl, task);
+        fwd_head(&hd, (float *)scratch + omp_get_thread_num() * per, q, k, v, y, lse);
     }
 }
 
@@ -288,14 +322,7 @@ void kiln_cpu_causal_attention_bwd(const kiln_attn_shape *s, const float *q, con
     int64_t per = (int64_t)(kiln_cpu_attention_scratch(s) / sizeof(float)), tasks = s->b * s->heads;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_for(s, slots))
     for (int64_t task = 0; task < tasks; task++) {
-        head hd = head_of(s, task);
-        bwd_slot b;
-        bwd_slot_layout(&hd, (float *)scratch + omp_get_thread_num() * per, &b);
-        bwd_pack(&hd, &b, q, k, v, y, lse, dy);
-        for (int64_t j0 = 0; j0 < hd.t; j0 += BLK)
-            for (int64_t i0 = j0; i0 < hd.t; i0 += BLK) bwd_tile(tl, &hd, &b, i0, j0);
-        bwd_store(&hd, b.dq, hd.scale, dq, acc_q);
-        bwd_store(&hd, b.dk, 1.0f, dk, acc_k);
-        bwd_store(&hd, b.dv, 1.0f, dv, acc_v);
+        head hd = head_of(s, tl, task);
+        bwd_head(&hd, (float *)scratch + omp_get_thread_num() * per, q, k, v, y, lse, dy, dq, dk, dv, acc_q, acc_k, acc_v);
     }
 }

@@ -27,6 +27,11 @@ static inline __m512 exp512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+/* the first `left` lanes (all when left >= 16, none when left <= 0) */
+static inline __mmask16 lanes(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1);
+}
+
 /* the keys of row r among columns [16h, 16h + 16) */
 static inline __mmask16 key_mask(int64_t di, int64_t r, int h) {
     int64_t last = di + r - 16 * h; /* the last key's lane */
@@ -128,5 +133,80 @@ void kiln_cpu_attn_bwd_tile_avx512(float *s, float *dp, const float *lse, const 
             _mm512_storeu_ps(sp, p);
             _mm512_storeu_ps(dpp, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dpp), dv)));
         }
+    }
+}
+
+/* ---- packing: masked loads never touch memory past a row (or past the last row) ---- */
+
+void kiln_cpu_attn_pack_rows_avx512(const float *src, int64_t rs, int64_t n, int64_t rows, int64_t d, int64_t dp,
+                                    float scale, float *dst) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t x = 0; x < dp; x += 16) {
+            __mmask16 k = i < n ? lanes(d - x) : 0;
+            __m512 v = k ? _mm512_maskz_loadu_ps(k, src + i * rs + x) : _mm512_setzero_ps();
+            _mm512_storeu_ps(dst + i * dp + x, _mm512_mul_ps(sc, v));
+        }
+}
+
+/* r[i] becomes column i of the 16 x 16 block whose rows r holds */
+static inline void transpose16(__m512 *r) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
+}
+
+/* 16 x 16 blocks through registers */
+void kiln_cpu_attn_pack_t_avx512(const float *src, int64_t rs, int64_t t, int64_t tp, int64_t d, float *dst) {
+    for (int64_t i0 = 0; i0 < tp; i0 += 16)
+        for (int64_t x0 = 0; x0 < d; x0 += 16) {
+            __m512 r[16];
+            __mmask16 k = lanes(d - x0);
+            for (int i = 0; i < 16; i++)
+                r[i] = i0 + i < t ? _mm512_maskz_loadu_ps(k, src + (i0 + i) * rs + x0) : _mm512_setzero_ps();
+            transpose16(r);
+            for (int64_t x = 0; x < 16 && x0 + x < d; x++) _mm512_storeu_ps(dst + (x0 + x) * tp + i0, r[x]);
+        }
+}
+
+void kiln_cpu_attn_store_rows_avx512(const float *src, int64_t dp, int64_t n, int64_t d, float *out, int64_t ldo,
+                                     const float *scale, int per_row, int acc) {
+    for (int64_t i = 0; i < n; i++) {
+        __m512 sc = _mm512_set1_ps(scale[per_row ? i : 0]);
+        for (int64_t x = 0; x < d; x += 16) {
+            __mmask16 k = lanes(d - x);
+            __m512 v = _mm512_mul_ps(sc, _mm512_loadu_ps(src + i * dp + x));
+            if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, out + i * ldo + x), v);
+            _mm512_mask_storeu_ps(out + i * ldo + x, k, v);
+        }
+    }
+}
+
+void kiln_cpu_attn_rowdot_avx512(const float *a, const float *b, int64_t ld, int64_t n, int64_t d, float *out) {
+    for (int64_t i = 0; i < n; i++) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t x = 0; x < d; x += 16) {
+            __mmask16 k = lanes(d - x);
+            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a + i * ld + x), _mm512_maskz_loadu_ps(k, b + i * ld + x), acc);
+        }
+        out[i] = _mm512_reduce_add_ps(acc);
     }
 }

@@ -67,6 +67,16 @@ void kiln_cpu_attn_softmax_avx512(float *s, int64_t di, float *m, float *l, floa
 /* backward's tile: s (scores) becomes P = exp(s - lse[r]) and dp becomes dS = P (dp - dvec[r]),
  * zero outside the mask and below row `rows` */
 void kiln_cpu_attn_bwd_tile_avx512(float *s, float *dp, const float *lse, const float *dvec, int64_t di, int64_t rows);
+/* packing a head's operands: dst[i][x] = scale * src[i*rs + x] for rows i < n of
+ * [rows][dp], zeros around; transposed: dst[x][i] = src[i*rs + x], [d][tp], keys >= t zero */
+void kiln_cpu_attn_pack_rows_avx512(const float *src, int64_t rs, int64_t n, int64_t rows, int64_t d, int64_t dp,
+                                    float scale, float *dst);
+void kiln_cpu_attn_pack_t_avx512(const float *src, int64_t rs, int64_t t, int64_t tp, int64_t d, float *dst);
+/* out[i*ldo + x] (=|+=) scale[i or 0] * src[i*dp + x] for i < n, x < d */
+void kiln_cpu_attn_store_rows_avx512(const float *src, int64_t dp, int64_t n, int64_t d, float *out, int64_t ldo,
+                                     const float *scale, int per_row, int acc);
+/* out[i] = a row i . b row i (d columns, row stride ld) */
+void kiln_cpu_attn_rowdot_avx512(const float *a, const float *b, int64_t ld, int64_t n, int64_t d, float *out);
 /* tests: 1 runs attention's portable loops even where AVX-512 is */
 void kiln_cpu_attention_force_portable(int on);
 
