@@ -671,6 +671,57 @@ static void test_optim(void) {
     }
 }
 
+/* LAMB, LARS, NovoGrad over 3 tensors (many chunks, a 1-d one without decay):
+ * float vs the double twin after 5 steps, and the same bits at 1, 2 and 3 threads */
+static void layerwise_run(int kind, int threads, int64_t n, const int64_t *seg, const float *p0, const float *gs,
+                          float *p, float *s1, float *s2, double *pd, double *d1, double *d2) {
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    memcpy(p, p0, (size_t)n * sizeof *p);
+    memset(s1, 0, (size_t)n * sizeof *s1), memset(s2, 0, (size_t)n * sizeof *s2);
+    if (pd) f2d(p0, pd, n), memset(d1, 0, (size_t)n * sizeof *d1), memset(d2, 0, (size_t)n * sizeof *d2);
+    double fn[6], rn[6], *gd = dalloc(n);
+    for (int step = 1; step <= 5; step++) {
+        const float *g = gs + (step - 1) * n;
+        kiln_layerwise_args a = {3, seg, kind == 1 ? 0.5 : 1e-2, 0.9, 0.99, 1e-6, 0.05, 0.9, 0.02, step};
+        f2d(g, gd, n);
+        for (int phase = 0; phase < 2; phase++) {
+            int rc = kind == 0 ? kiln_cpu_lamb(&a, phase, p, g, s1, s2, fn)
+                   : kind == 1 ? kiln_cpu_lars(&a, phase, p, g, s1, fn)
+                               : kiln_cpu_novograd(&a, phase, p, g, s1, s2, fn);
+            CHECK(rc == 0);
+            if (!pd) continue;
+            if (kind == 0) kiln_ref_lamb(&a, phase, pd, gd, d1, d2, rn);
+            else if (kind == 1) kiln_ref_lars(&a, phase, pd, gd, d1, rn);
+            else kiln_ref_novograd(&a, phase, pd, gd, d1, d2, rn);
+        }
+    }
+    free(gd);
+    omp_set_num_threads(saved);
+}
+
+static void test_layerwise(void) {
+    const int64_t seg[9] = {0, 70001, 1, 70016, 300, 0, 70400, 40000, 1}; /* offsets, numel, decays; padding between */
+    const int64_t n = 110400;
+    float *p0 = frand(n, -1, 1), *gs = frand(5 * n, -1, 1), *p[3], *s1[3], *s2[3];
+    double *pd = dalloc(n), *d1 = dalloc(n), *d2 = dalloc(n);
+    for (int t = 0; t < 3; t++) p[t] = falloc(n), s1[t] = falloc(n), s2[t] = falloc(n);
+    for (int kind = 0; kind < 3; kind++) {
+        const char *name = kind == 0 ? "lamb" : kind == 1 ? "lars" : "novograd";
+        for (int t = 0; t < 3; t++)
+            layerwise_run(kind, t + 1, n, seg, p0, gs, p[t], s1[t], s2[t], t ? NULL : pd, d1, d2);
+        CLOSE(p[0], pd, n, 1e-6, 1e-5, "%s params", name);
+        CLOSE(s1[0], d1, n, 1e-6, 1e-5, "%s state 1", name);
+        CHECK_MSG(kind == 1 || fabs(s2[0][1] - d2[1]) <= 1e-5 * fabs(d2[1]), "%s state 2", name);
+        CHECK_MSG(fabs(p[0][70001] - p0[70001]) == 0, "%s: padding between tensors changed", name);
+        for (int t = 1; t < 3; t++)
+            CHECK_MSG(memcmp(p[t], p[0], (size_t)n * sizeof *p[0]) == 0 && memcmp(s1[t], s1[0], (size_t)n * sizeof *s1[0]) == 0,
+                      "%s: %d threads give other bits than 1", name, t + 1);
+    }
+    for (int t = 0; t < 3; t++) free(p[t]), free(s1[t]), free(s2[t]);
+    free(p0), free(gs), free(pd), free(d1), free(d2);
+}
+
 /* nChw16c <-> NCHW for the layout-aware max-pool */
 static void to_blocked(const float *x, float *b, int64_t n, int64_t c, int64_t hw) {
     for (int64_t i = 0; i < n; i++)
@@ -746,6 +797,7 @@ int main(void) {
     test_bias_grad();
     test_determinism();
     test_optim();
+    test_layerwise();
     test_norm();
     return tu_finish("test_kernels");
 }

@@ -38,6 +38,14 @@ void kiln_cpu_adadelta_avx512(int64_t n, float *p, const float *g, float *square
 void kiln_cpu_adamw_avx512(int64_t n, float *p, const float *g, float *m, float *v, float decay, float beta1,
                            float beta2, float eps, float step_size, float bc2_sqrt);
 
+/* LAMB's two chunk passes (optim_layerwise.c) over n elements, vector sqrt and
+ * division; the same per-element bits as the portable loops, the norms summed
+ * in 16 double lanes (acc: sum p^2, sum u^2) */
+typedef struct { float b1, b2, eps, wd, bc1, bc2; } kiln_cpu_lamb_consts;
+void kiln_cpu_lamb_moments_avx512(int64_t n, float *m, float *v, const float *g, const float *p, const kiln_cpu_lamb_consts *c,
+                                  double acc[2]);
+void kiln_cpu_lamb_apply_avx512(int64_t n, float *p, const float *m, const float *v, const kiln_cpu_lamb_consts *c, float step);
+
 /* segments.c: fn over the chunks of every tensor of a layer-wise optimizer's
  * run (seg as in kiln_layerwise_args), in parallel; begin and end index the
  * run's buffers. With sums, sums[2k], sums[2k+1] are tensor k's chunks' acc

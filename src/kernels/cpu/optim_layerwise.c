@@ -39,6 +39,11 @@ static void lamb_moments(const void *cv, int64_t k, int64_t b, int64_t e, double
     float *restrict m = c->s0, *restrict v = c->s1;
     const float *restrict g = c->g, *restrict p = c->p;
     const float wd = decay_of(c, k), b1c = 1.0f - c->b1, b2c = 1.0f - c->b2;
+    if (kiln_cpu_has_avx512()) {
+        kiln_cpu_lamb_consts lc = {c->b1, c->b2, c->eps, wd, c->bc1, c->bc2};
+        kiln_cpu_lamb_moments_avx512(e - b, m + b, v + b, g + b, p + b, &lc, acc);
+        return;
+    }
     double sp = 0, su = 0;
     for (int64_t i = b; i < e; i++) {
         float mi = c->b1 * m[i] + b1c * g[i], vi = c->b2 * v[i] + b2c * g[i] * g[i];
@@ -61,6 +66,11 @@ static void lamb_apply(const void *cv, int64_t k, int64_t b, int64_t e, double a
     const float *restrict m = c->s0, *restrict v = c->s1;
     float *restrict p = c->p;
     const float wd = decay_of(c, k), step = (float)(c->a->lr * trust_ratio(c->norms[2 * k], c->norms[2 * k + 1]));
+    if (kiln_cpu_has_avx512()) {
+        kiln_cpu_lamb_consts lc = {c->b1, c->b2, c->eps, wd, c->bc1, c->bc2};
+        kiln_cpu_lamb_apply_avx512(e - b, p + b, m + b, v + b, &lc, step);
+        return;
+    }
     for (int64_t i = b; i < e; i++) p[i] -= step * lamb_u(c, m[i], v[i], p[i], wd);
 }
 
