@@ -19,11 +19,12 @@
 #include "kernels/internal/kernels.h"
 #include "kiln/alloc.h"
 
-static double now(void) {
+static double clock_s(clockid_t id) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(id, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
+static double now(void) { return clock_s(CLOCK_MONOTONIC); }
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -135,19 +136,24 @@ static void flash_bwd(ctx *x) {
 static void plain_f(ctx *x) { plain_fwd(x->p, x->pl, x->y); }
 static void plain_b(ctx *x) { plain_bwd(x->p, x->pl, x->g[0], x->g[1], x->g[2]); }
 
-/* median and best ms of `runs` calls */
-static double time_ms(void (*fn)(ctx *), ctx *x, int runs, double *best) {
-    double *t = malloc(runs * sizeof *t);
+/* median and best wall ms of `runs` calls, and the median of the process's cpu ms (on one thread: the
+ * time it ran, which a busy machine's other processes do not inflate; on more, spinning threads count) */
+static double time_ms(void (*fn)(ctx *), ctx *x, int runs, double *best, double *cpu) {
+    double *t = malloc(runs * sizeof *t), *c = malloc(runs * sizeof *c);
     fn(x); /* warm-up: pages, caches */
     for (int r = 0; r < runs; r++) {
-        double t0 = now();
+        double t0 = now(), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         fn(x);
         t[r] = (now() - t0) * 1e3;
+        c[r] = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) * 1e3;
     }
     qsort(t, runs, sizeof *t, cmp);
+    qsort(c, runs, sizeof *c, cmp);
     double m = t[runs / 2];
     *best = t[0];
+    *cpu = c[runs / 2];
     free(t);
+    free(c);
     return m;
 }
 
@@ -189,17 +195,17 @@ int main(int argc, char **argv) {
     flash_fwd(&x[0]), flash_bwd(&x[0]), plain_f(&x[1]), plain_b(&x[1]);
     double e = max_diff(x[0].y, x[1].y, n);
     for (int i = 0; i < 3; i++) e = fmax(e, max_diff(x[0].g[i], x[1].g[i], n));
-    double bff, bfb, bpf, bpb;
-    double ff = time_ms(flash_fwd, &x[0], runs, &bff), fb = time_ms(flash_bwd, &x[0], runs, &bfb);
-    double pf = time_ms(plain_f, &x[1], runs, &bpf), pb = time_ms(plain_b, &x[1], runs, &bpb);
+    double bff, bfb, bpf, bpb, cff, cfb, cpf, cpb;
+    double ff = time_ms(flash_fwd, &x[0], runs, &bff, &cff), fb = time_ms(flash_bwd, &x[0], runs, &bfb, &cfb);
+    double pf = time_ms(plain_f, &x[1], runs, &bpf, &cpf), pb = time_ms(plain_b, &x[1], runs, &bpb, &cpb);
     double macs = (double)p.b * p.t * (p.t + 1) / 2 * p.c; /* per product, over the causal half */
-    printf("causal attention B=%lld T=%lld C=%lld heads=%lld, %d threads, median (best) of %d runs; max relative "
-           "difference %.1e\n", (long long)p.b, (long long)p.t, (long long)p.c, (long long)p.h, omp_get_max_threads(),
-           runs, e);
-    printf("  forward   flash %7.3f (%7.3f) ms %5.1f GFLOP/s   plain %7.3f (%7.3f) ms   plain/flash %.2f\n", ff, bff,
-           4 * macs / ff * 1e-6, pf, bpf, pf / ff);
-    printf("  backward  flash %7.3f (%7.3f) ms %5.1f GFLOP/s   plain %7.3f (%7.3f) ms   plain/flash %.2f\n", fb, bfb,
-           10 * macs / fb * 1e-6, pb, bpb, pb / fb);
+    printf("causal attention B=%lld T=%lld C=%lld heads=%lld, %d threads, %d runs: median wall ms (best) [median cpu "
+           "ms]; max relative difference %.1e\n", (long long)p.b, (long long)p.t, (long long)p.c, (long long)p.h,
+           omp_get_max_threads(), runs, e);
+    printf("  forward   flash %7.3f (%7.3f) [%7.3f] %5.1f GFLOP/s   plain %7.3f (%7.3f) [%7.3f]   plain/flash %.2f\n", ff,
+           bff, cff, 4 * macs / ff * 1e-6, pf, bpf, cpf, pf / ff);
+    printf("  backward  flash %7.3f (%7.3f) [%7.3f] %5.1f GFLOP/s   plain %7.3f (%7.3f) [%7.3f]   plain/flash %.2f\n", fb,
+           bfb, cfb, 10 * macs / fb * 1e-6, pb, bpb, cpb, pb / fb);
     printf("  scores held: flash %zu bytes per thread (tiles), plain %lld bytes (S and dS)\n",
            kiln_cpu_attention_scratch(&x[0].s), (long long)(2 * p.b * p.h * p.t * p.t * 4));
     return e > 1e-3;

@@ -105,19 +105,25 @@ void kiln_cpu_attn_accumulate_avx512(float *c, int64_t ldc, const float *cscale,
     }
 }
 
+/* the rescaling factors 16 rows at a time (vector exp), the row maxima and sums one row at a time */
 void kiln_cpu_attn_softmax_avx512(float *s, int64_t di, float *m, float *l, float *alpha) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    float mt[BLK];
     for (int r = 0; r < BLK; r++) {
         __mmask16 k0 = key_mask(di, r, 0), k1 = key_mask(di, r, 1);
-        __m512 s0 = _mm512_loadu_ps(s + r * BLK), s1 = _mm512_loadu_ps(s + r * BLK + 16);
-        float mt = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_mask_mov_ps(ninf, k0, s0), _mm512_mask_mov_ps(ninf, k1, s1)));
-        float mnew = m[r] > mt ? m[r] : mt, a = expf(m[r] - mnew);
-        __m512 mv = _mm512_set1_ps(mnew);
-        __m512 p0 = _mm512_maskz_mov_ps(k0, exp512(_mm512_sub_ps(s0, mv)));
-        __m512 p1 = _mm512_maskz_mov_ps(k1, exp512(_mm512_sub_ps(s1, mv)));
-        l[r] = l[r] * a + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
-        m[r] = mnew;
-        alpha[r] = a;
+        __m512 s0 = _mm512_mask_mov_ps(ninf, k0, _mm512_loadu_ps(s + r * BLK));
+        mt[r] = _mm512_reduce_max_ps(_mm512_max_ps(s0, _mm512_mask_mov_ps(ninf, k1, _mm512_loadu_ps(s + r * BLK + 16))));
+    }
+    for (int r = 0; r < BLK; r += 16) { /* m = -inf at first: alpha is then exp(-88), l and O are still 0 */
+        __m512 mo = _mm512_loadu_ps(m + r), mn = _mm512_max_ps(mo, _mm512_loadu_ps(mt + r));
+        _mm512_storeu_ps(alpha + r, exp512(_mm512_sub_ps(mo, mn)));
+        _mm512_storeu_ps(m + r, mn);
+    }
+    for (int r = 0; r < BLK; r++) {
+        __m512 mv = _mm512_set1_ps(m[r]);
+        __m512 p0 = _mm512_maskz_mov_ps(key_mask(di, r, 0), exp512(_mm512_sub_ps(_mm512_loadu_ps(s + r * BLK), mv)));
+        __m512 p1 = _mm512_maskz_mov_ps(key_mask(di, r, 1), exp512(_mm512_sub_ps(_mm512_loadu_ps(s + r * BLK + 16), mv)));
+        l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
         _mm512_storeu_ps(s + r * BLK, p0);
         _mm512_storeu_ps(s + r * BLK + 16, p1);
     }
