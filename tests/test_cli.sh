@@ -95,6 +95,10 @@ expect 2 "--batch-size auto without a budget" "--memory-budget-mb" -- "$KILN" tr
 expect 0 "--batch-size auto" "batch-size finder" -- \
     "$KILN" train --model mlp --batch-size auto --memory-budget-mb 2 --max-steps 2 --no-test --no-autotune --workers 1
 expect 2 "--accumulate 0" "--accumulate" -- "$KILN" train --model mlp --accumulate 0 "${Q[@]}"
+expect 2 "--checkpoint-activations bogus" "--checkpoint-activations" "'bogus'" "layer_norm" -- \
+    "$KILN" train --model mlp --checkpoint-activations relu,bogus "${Q[@]}"
+expect 0 "--checkpoint-activations dropout" "arena" "MiB ->" -- \
+    "$KILN" train --model mlp --checkpoint-activations dropout --max-steps 2 --no-test --workers 1 --no-autotune
 expect 0 "--accumulate trains" -- "$KILN" train --model mlp --accumulate 3 --batch-size 16 --max-steps 4 --no-test "${Q[@]}"
 expect 2 "--clip-grad-norm 0" "--clip-grad-norm" -- "$KILN" train --model mlp --clip-grad-norm 0 "${Q[@]}"
 expect 0 "--clip-grad-norm trains" -- "$KILN" train --model mlp --clip-grad-norm 0.5 --max-steps 5 --no-test "${Q[@]}"

@@ -538,6 +538,36 @@ out:
     kiln_st_close(f);
 }
 
+/* mse_loss: the loss, and d/dx and d/dtarget (the backward kernel with x and target swapped) */
+static void test_mse_loss(void) {
+    const char *fxname = "op_mse_loss.safetensors";
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    const double *x = fx_d(f, "x"), *t = fx_d(f, "target"), *loss = fx_d(f, "loss"), *dl = fx_d(f, "dloss"),
+                 *dx = fx_d(f, "dx"), *dt = fx_d(f, "dtarget");
+    int64_t n = fx_numel(f, "x");
+    CHECK(n > 1 && fx_numel(f, "target") == n && fx_numel(f, "loss") == 1 && fx_numel(f, "dx") == n);
+    if (!x || !t || !loss || !dl || !dx || !dt || n <= 1) goto out;
+    double rl = 1e30, *rdx = dbuf(n), *rdt = dbuf(n);
+    float *fx = fcopy(x, n), *ft = fcopy(t, n), fdl = (float)*dl, gl = 1e30f, *gdx = fbuf(n), *gdt = fbuf(n);
+    kiln_ref_mse_loss_fwd(n, x, t, &rl);
+    kiln_ref_mse_loss_bwd(n, x, t, dl, rdx, 0);
+    kiln_ref_mse_loss_bwd(n, t, x, dl, rdt, 0);
+    kiln_cpu_mse_loss_fwd(n, fx, ft, &gl);
+    kiln_cpu_mse_loss_bwd(n, fx, ft, &fdl, gdx, 0);
+    kiln_cpu_mse_loss_bwd(n, ft, fx, &fdl, gdt, 0);
+    CMP_D("loss", &rl, loss, 1);
+    CMP_D("dx", rdx, dx, n);
+    CMP_D("dtarget", rdt, dt, n);
+    CMP_F("loss", &gl, loss, 1);
+    CMP_F("dx", gdx, dx, n);
+    CMP_F("dtarget", gdt, dt, n);
+    free(rdx), free(rdt);
+    kiln_free(fx), kiln_free(ft), kiln_free(gdx), kiln_free(gdt);
+out:
+    kiln_st_close(f);
+}
+
 static void test_binary(const char *fxname, int mul) {
     kiln_st_file *f = fx_open(fxname);
     if (!f) return;
@@ -1331,6 +1361,7 @@ int main(void) {
     test_loss("op_nll_loss.safetensors", 0);
     test_loss("op_nll_loss_dloss.safetensors", 0);
     test_loss("op_cross_entropy.safetensors", 1);
+    test_mse_loss();
     test_binary("op_add.safetensors", 0);
     test_binary("op_mul.safetensors", 1);
     test_batch_norm2d();

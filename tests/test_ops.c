@@ -197,6 +197,12 @@ static int b_cross_entropy(hcase *h, int d) {
     return out1(h, kiln_cross_entropy(h->g, P(h, "x", n, c), targets(h, n, (int)c)));
 }
 
+static int b_mse_loss(hcase *h, int d) {
+    int64_t n = R(1, 5), c = R(1, 6);
+    kiln_value x = d ? kiln_relu(h->g, P(h, "x", n, c)) : P(h, "x", n, c); /* a computed input too */
+    return out1(h, kiln_mse_loss(h->g, x, P(h, "t", n, c)));
+}
+
 static int b_add(hcase *h, int d) {
     (void)d;
     int64_t n = R(1, 4), m = R(1, 30);
@@ -389,6 +395,7 @@ static const struct {
     {"nll_loss", b_nll_loss, FILL_UNIFORM},
     {"cross_entropy", b_cross_entropy, FILL_UNIFORM},
     {"cross_entropy", b_cross_entropy_3d, FILL_UNIFORM},
+    {"mse_loss", b_mse_loss, FILL_AWAY},
     {"log_softmax", b_log_softmax_3d, FILL_UNIFORM},
     {"add", b_add, FILL_UNIFORM},
     {"mul", b_mul, FILL_UNIFORM},

@@ -84,6 +84,7 @@ kiln_value kiln_reshape(kiln_graph *g, kiln_value x, int ndim, const int64_t *sh
 kiln_value kiln_log_softmax(kiln_graph *g, kiln_value x);         /* over the last dim */
 kiln_value kiln_nll_loss(kiln_graph *g, kiln_value logp, kiln_value target);        /* mean */
 kiln_value kiln_cross_entropy(kiln_graph *g, kiln_value logits, kiln_value target); /* mean */
+kiln_value kiln_mse_loss(kiln_graph *g, kiln_value x, kiln_value target);           /* mean of (x - target)^2, f32 target */
 /* same shapes, or b shaped as a's trailing dims and not batched (positions [T,C]
  * added to every [T,C] of [B,T,C]: b's gradient sums over the broadcast dims) */
 kiln_value kiln_add(kiln_graph *g, kiln_value a, kiln_value b);
@@ -136,6 +137,20 @@ kiln_value kiln_softmax(kiln_graph *g, kiln_value x);             /* over the la
  * names ("conv1.bias,conv2.bias", malloc'd, or NULL when none) in *removed if
  * given. Training compiles warn about each such bias that is left. */
 int kiln_graph_fix_bias(kiln_graph *g, char **removed);
+
+/* Block scopes: the nodes built between kiln_graph_block_begin(g, "h.0") and
+ * kiln_graph_block_end(g) form one block (a transformer block, a few layers).
+ * With checkpoint_activations "block", a training plan keeps only the values
+ * that leave a block (its outputs: the next block's input) and recomputes the
+ * block's inside from them within backward (torch.utils.checkpoint's
+ * segments). Blocks do not nest; errors are the graph's sticky error. */
+void kiln_graph_block_begin(kiln_graph *g, const char *name);
+void kiln_graph_block_end(kiln_graph *g);
+/* Checks a checkpoint_activations value: NULL, "" or "none"; "block"; op names
+ * of ops cheap to recompute ("gelu,layernorm": underscores may be left out);
+ * or "block" with op names. KILN_ERR_INVALID_ARG naming the bad part and the
+ * accepted names otherwise. */
+kiln_status kiln_checkpoint_check(const char *spec);
 
 /* shape of a value (shape[0] == KILN_BATCH when batched); returns ndim or -1 */
 int kiln_value_shape(const kiln_graph *g, kiln_value v, int64_t *shape);
@@ -221,6 +236,9 @@ typedef struct kiln_compile_opts {
     double memory_budget; /* bytes the arena may take; 0: 90 % of the machine's memory */
     int plan_only;      /* 1: plan the memory (and check the budget) but allocate nothing and make no kernels */
     int profile;        /* 1: time every step of every run (kiln_plan_profile_report) */
+    const char *checkpoint_activations; /* training: NULL or "none"; "block" recomputes every block scope's
+                           inside within backward; op names ("gelu,layernorm") recompute those nodes' outputs
+                           (kiln_checkpoint_check). Results are bit-identical; the arena shrinks. */
     int matmul_precision; /* GPU matmuls and convolutions: 0 highest (fp32), 1 high (tf32), 2 medium (bf16), as
                              PyTorch's set_float32_matmul_precision; the cpu computes in fp32 always */
 } kiln_compile_opts;
@@ -251,6 +269,10 @@ const char *kiln_plan_backend(const kiln_plan *plan);
 /* Arena bytes (activations and gradients) and what they would be without reuse. */
 size_t kiln_plan_arena_bytes(const kiln_plan *plan);
 size_t kiln_plan_arena_bytes_no_reuse(const kiln_plan *plan);
+/* With checkpoint_activations: the arena the same plan needs without it (else the arena), and
+ * how many forward nodes are recomputed within backward. */
+size_t kiln_plan_arena_bytes_plain(const kiln_plan *plan);
+int kiln_plan_recomputed(const kiln_plan *plan);
 /* A readable listing of the compiled steps (one line per kernel call). */
 void kiln_plan_describe(const kiln_plan *plan, char *buf, size_t len);
 /* What one step of the plan's max_batch list runs, on what (kiln inspect). */

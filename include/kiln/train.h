@@ -75,6 +75,7 @@ typedef struct kiln_train_config {
     const char *metrics;        /* JSONL file: a line per log_every steps and per epoch (NULL: none) */
     int64_t log_every;          /* steps between metrics lines (and the CLI's progress lines) */
     int fuse, autotune, dropout_off;
+    const char *checkpoint_activations; /* "none", "block" or op names: recompute them inside backward (kiln_compile_opts) */
     int fix_bias;               /* --fix-bias: the model without the conv/linear biases its batch norms cancel */
     int profile;                /* 1: time every kernel and log the breakdown at the end */
     double memory_budget;       /* bytes a plan's arena may take; 0: 90 % of the machine's memory */
@@ -117,6 +118,7 @@ typedef struct kiln_train_result {
     int64_t batch_size;         /* the one used (the finder's choice with find_batch_size) */
     int interrupted;            /* stopped by stop_flag */
     size_t arena_bytes, arena_bytes_no_reuse;
+    size_t arena_bytes_plain;   /* the arena without --checkpoint-activations (arena_bytes when it is off) */
     /* with profile: per optimizer step, the wall time of the step's runs and
      * update, the sum of their kernels' times, and the rest (dispatch overhead) */
     double step_ms, kernel_ms, overhead_ms;

@@ -8,7 +8,11 @@
 #include <string.h>
 #include "graph/internal/graph.h"
 
-kiln_graph *kiln_graph_new(void) { return calloc(1, sizeof(kiln_graph)); }
+kiln_graph *kiln_graph_new(void) {
+    kiln_graph *g = calloc(1, sizeof(kiln_graph));
+    if (g) g->cur_block = -1;
+    return g;
+}
 
 void kiln_graph_free(kiln_graph *g) {
     if (!g) return;
@@ -17,6 +21,7 @@ void kiln_graph_free(kiln_graph *g) {
     free(g->param_vals);
     free(g->buffer_vals);
     free(g->fixed_biases);
+    free(g->blocks);
     free(g);
 }
 
@@ -121,6 +126,8 @@ int kiln_graph_add_node(kiln_graph *g, kiln_op op, const kiln_value *in, int nin
     for (int i = 0; i < nin; i++) n->in[i] = in[i];
     for (int i = 0; i < nout; i++) n->out[i] = out[i];
     n->fwd = -1;
+    n->block = g->cur_block;
+    n->recompute_of = -1;
     snprintf(n->name, sizeof n->name, "%s#%d", kiln_op_name(op), g->nnodes);
     return g->nnodes++;
 }
@@ -130,8 +137,10 @@ int kiln_graph_move_node(kiln_graph *g, int node, int at) {
     kiln_node n = g->nodes[node];
     memmove(&g->nodes[at + 1], &g->nodes[at], (size_t)(node - at) * sizeof n);
     g->nodes[at] = n;
-    for (int i = 0; i < g->nnodes; i++)
+    for (int i = 0; i < g->nnodes; i++) {
         if (g->nodes[i].fwd >= at) g->nodes[i].fwd++;
+        if (g->nodes[i].recompute_of >= at) g->nodes[i].recompute_of++;
+    }
     return at;
 }
 
@@ -150,13 +159,40 @@ kiln_graph *kiln_graph_clone(const kiln_graph *g) {
     c->param_vals = dup_array(g->param_vals, g->nparams, sizeof *g->param_vals);
     c->buffer_vals = dup_array(g->buffer_vals, g->nbuffers, sizeof *g->buffer_vals);
     c->fixed_biases = g->fixed_biases ? strdup(g->fixed_biases) : NULL;
+    c->blocks = dup_array(g->blocks, g->nblocks, sizeof *g->blocks);
     c->cap_vals = g->nvals;
     c->cap_nodes = g->nnodes;
-    if (!c->vals || !c->nodes || !c->param_vals || !c->buffer_vals || (g->fixed_biases && !c->fixed_biases)) {
+    if (!c->vals || !c->nodes || !c->param_vals || !c->buffer_vals || (g->fixed_biases && !c->fixed_biases) || !c->blocks) {
         kiln_graph_free(c);
         return NULL;
     }
     return c;
+}
+
+void kiln_graph_block_begin(kiln_graph *g, const char *name) {
+    if (!g || g->status != KILN_OK) return;
+    if (g->cur_block >= 0) {
+        kiln_graph_fail(g, KILN_ERR_INVALID_ARG, "block '%s' begun inside block '%s' (blocks do not nest)", name ? name : "",
+                        g->blocks[g->cur_block].name);
+        return;
+    }
+    kiln_block_name *nb = realloc(g->blocks, (size_t)(g->nblocks + 1) * sizeof *nb);
+    if (!nb) {
+        kiln_graph_fail(g, KILN_ERR_NOMEM, "out of memory building the graph");
+        return;
+    }
+    g->blocks = nb;
+    snprintf(nb[g->nblocks].name, sizeof nb->name, "%s", name ? name : "");
+    g->cur_block = g->nblocks++;
+}
+
+void kiln_graph_block_end(kiln_graph *g) {
+    if (!g || g->status != KILN_OK) return;
+    if (g->cur_block < 0) {
+        kiln_graph_fail(g, KILN_ERR_INVALID_ARG, "kiln_graph_block_end without a block begun");
+        return;
+    }
+    g->cur_block = -1;
 }
 
 /* conv/linear/norm nodes take their layer's name from the weight ("conv2.weight" -> "conv2"),
@@ -319,6 +355,11 @@ kiln_value kiln_relu(kiln_graph *g, kiln_value x) { return apply1(g, KILN_OP_REL
 kiln_value kiln_dropout(kiln_graph *g, kiln_value x, float p) {
     kiln_attrs a = {.dropout = {p}};
     return apply1(g, KILN_OP_DROPOUT, &x, 1, &a);
+}
+
+kiln_value kiln_mse_loss(kiln_graph *g, kiln_value x, kiln_value target) {
+    kiln_value in[2] = {x, target};
+    return apply1(g, KILN_OP_MSE_LOSS, in, 2, NULL);
 }
 
 kiln_value kiln_log_softmax(kiln_graph *g, kiln_value x) { return apply1(g, KILN_OP_LOG_SOFTMAX, &x, 1, NULL); }

@@ -59,23 +59,66 @@ static kiln_status check_args(const kiln_graph *g0, kiln_params *P, const kiln_v
     return KILN_OK;
 }
 
+/* the work nodes of a graph (views cost nothing) in execution order, and their arena */
+static kiln_status arena_of(const kiln_plan *pl, const kiln_graph *g, int *order, int *norder, int64_t *offset,
+                            size_t *bytes, size_t *no_reuse) {
+    uint8_t *keep = calloc((size_t)g->nvals, 1);
+    if (!keep) return kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
+    *norder = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (!(kiln_op_get(g->nodes[i].op)->flags & KILN_OPF_VIEW) && !g->nodes[i].dead) order[(*norder)++] = i;
+    for (int i = 0; i < pl->nout; i++) keep[pl->outputs[i]] = 1;
+    kiln_status st = kiln_plan_memory(g, order, *norder, pl->o.max_batch, pl->elem, pl->o.reuse_memory, keep, offset,
+                                      bytes, no_reuse);
+    free(keep);
+    return st;
+}
+
+/* the arena a graph would need after the backend's passes (the plan without checkpointing) */
+static kiln_status arena_after_passes(kiln_plan *pl, kiln_graph *g, size_t *bytes) {
+    int *order = malloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof *order);
+    int64_t *offset = malloc((size_t)g->nvals * sizeof *offset);
+    size_t no_reuse = 0;
+    int norder = 0;
+    kiln_status st = order && offset ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
+    if (st == KILN_OK && pl->be->passes) st = pl->be->passes(g, &pl->o);
+    if (st == KILN_OK) st = arena_of(pl, g, order, &norder, offset, bytes, &no_reuse);
+    free(order);
+    free(offset);
+    return st;
+}
+
+/* activation checkpointing (pass_checkpoint.c), and the arena the plan would need without it */
+static kiln_status checkpoint(kiln_plan *pl) {
+    const char *spec = pl->o.checkpoint_activations;
+    kiln_status st = kiln_checkpoint_check(spec);
+    if (st != KILN_OK) return kiln_fail_context(st, "compile: checkpoint_activations");
+    if (!spec || !*spec || strcmp(spec, "none") == 0) return st;
+    kiln_graph *plain = kiln_graph_clone(pl->g);
+    if (!plain) return kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
+    int n = kiln_pass_checkpoint(pl->g, pl->nfwd, spec);
+    if (n < 0) st = kiln_graph_status(pl->g);
+    else if ((pl->recomputed = n) > 0) st = arena_after_passes(pl, plain, &pl->arena_plain);
+    kiln_graph_free(plain);
+    return st;
+}
+
 /* the graph passes, in order: specialise, the bias check and autodiff (training) or batch norm
  * folding (inference), fusion, the backend's own */
 static kiln_status transform(kiln_plan *pl, kiln_value loss) {
     kiln_graph *g = pl->g;
     const kiln_compile_opts *o = &pl->o;
+    kiln_status st = KILN_OK;
     kiln_pass_specialize(g, o->training, o->dropout_off);
     if (o->training && !o->plan_only) kiln_pass_warn_bias_before_norm(g);
-    if (o->training) {
-        kiln_status st = kiln_autodiff(g, loss);
-        if (st != KILN_OK) return st;
-    }
+    if (o->training && (st = kiln_autodiff(g, loss)) != KILN_OK) return st;
     /* a backend without the fold kernel runs the norms as they are */
     if (!o->training && o->fold_bn && pl->be->kernels[KILN_OP_BN_FOLD].run &&
         kiln_pass_fold_bn(g, pl->outputs, pl->nout) < 0)
         return kiln_graph_status(g);
     if (o->fuse && (kiln_pass_fuse_epilogues(g, pl->nfwd) < 0 || kiln_pass_fuse_pool_relu_bwd(g) < 0))
         return kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
+    if (o->training && (st = checkpoint(pl)) != KILN_OK) return st;
     if (pl->be->passes) return pl->be->passes(g, o);
     return KILN_OK;
 }
@@ -94,18 +137,10 @@ static kiln_status plan_memory(kiln_plan *pl) {
     kiln_graph *g = pl->g;
     pl->order = malloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof(int));
     pl->offset = malloc((size_t)g->nvals * sizeof *pl->offset);
-    uint8_t *keep = calloc((size_t)g->nvals, 1);
-    if (!pl->order || !pl->offset || !keep) {
-        free(keep);
-        return kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
-    }
-    for (int i = 0; i < g->nnodes; i++)
-        if (!(kiln_op_get(g->nodes[i].op)->flags & KILN_OPF_VIEW) && !g->nodes[i].dead) pl->order[pl->norder++] = i;
-    for (int i = 0; i < pl->nout; i++) keep[pl->outputs[i]] = 1;
-    kiln_status st = kiln_plan_memory(g, pl->order, pl->norder, pl->o.max_batch, pl->elem, pl->o.reuse_memory, keep,
-                                      pl->offset, &pl->arena_bytes, &pl->arena_no_reuse);
-    free(keep);
+    if (!pl->order || !pl->offset) return kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
+    kiln_status st = arena_of(pl, g, pl->order, &pl->norder, pl->offset, &pl->arena_bytes, &pl->arena_no_reuse);
     if (st != KILN_OK) return st;
+    if (!pl->recomputed) pl->arena_plain = pl->arena_bytes;
     /* a plan that cannot fit fails here, clearly, not in the OOM killer mid-run */
     double budget = pl->o.memory_budget > 0 ? pl->o.memory_budget : 0.9 * (double)pl->be->memory_available();
     if (budget > 0 && (double)pl->arena_bytes > budget)
@@ -184,6 +219,7 @@ kiln_status kiln_compile(kiln_graph *g0, kiln_params *P, const kiln_value *outpu
     memcpy(pl->outputs, outputs, (size_t)n_outputs * sizeof *outputs);
     for (int i = 0; i < n_outputs; i++) pl->g->vals[outputs[i]].output = 1;
     pl->nfwd = pl->g->nnodes;
+    pl->g->cur_block = -1; /* backward nodes belong to no block */
     if ((st = transform(pl, outputs[0])) != KILN_OK) goto fail;
     mark_has_grad(pl);
     if ((st = plan_memory(pl)) != KILN_OK) goto fail;
@@ -205,6 +241,8 @@ fail:
 
 size_t kiln_plan_arena_bytes(const kiln_plan *pl) { return pl->arena_bytes; }
 size_t kiln_plan_arena_bytes_no_reuse(const kiln_plan *pl) { return pl->arena_no_reuse; }
+size_t kiln_plan_arena_bytes_plain(const kiln_plan *pl) { return pl->arena_plain; }
+int kiln_plan_recomputed(const kiln_plan *pl) { return pl->recomputed; }
 const char *kiln_plan_backend(const kiln_plan *pl) { return pl->be->name; }
 
 void kiln_plan_describe(const kiln_plan *pl, char *buf, size_t len) {

@@ -39,7 +39,8 @@ kiln_status kiln_plan_step_info(const kiln_plan *pl, int i, kiln_step_info *out)
     out->name = s->name;
     out->op = kiln_op_name(s->op);
     /* autodiff appends its nodes after the forward ones */
-    out->phase = s->node < 0 ? "other" : pl->o.training && s->node >= pl->nfwd ? "backward" : "forward";
+    out->phase = s->node < 0 ? "other" : pl->g->nodes[s->node].recompute_of >= 0 ? "recompute"
+                 : pl->o.training && s->node >= pl->nfwd ? "backward" : "forward";
     out->nin = s->nin;
     out->nout = s->nout;
     for (int k = 0; k < s->nin; k++) arg(&s->in[k], &out->in[k]);

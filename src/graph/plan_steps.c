@@ -80,8 +80,9 @@ static kiln_status node_step(kiln_plan *pl, int i, int64_t batch, const int *ste
     s->epilogue = n->epilogue;
     s->attr = n->attr;
     s->fwd_step = n->fwd >= 0 ? step_of[n->fwd] : -1;
-    s->bwd_ops = bwd_ops[i];
-    if (kiln_op_get(n->op)->flags & KILN_OPF_RANDOM) s->key = kiln_rng_key(pl->o.seed, 0xd509, (uint64_t)(n->fwd >= 0 ? n->fwd : i));
+    /* a recomputation is made as its original */
+    memcpy(s->bwd_ops, &bwd_ops[(size_t)(n->recompute_of >= 0 ? n->recompute_of : i) * KILN_BWD_WORDS], sizeof s->bwd_ops);
+    if (kiln_op_get(n->op)->flags & KILN_OPF_RANDOM) s->key = kiln_rng_key(pl->o.seed, 0xd509, (uint64_t)kiln_node_key_id(pl->g, i));
     kiln_status st = KILN_OK;
     for (int k = 0; k < n->nin && st == KILN_OK; k++) st = resolve(pl, n->in[k], batch, &s->in[k]);
     for (int k = 0; k < n->nout && st == KILN_OK; k++) {
@@ -112,12 +113,13 @@ kiln_status kiln_plan_build_list(kiln_plan *pl, int64_t batch, kiln_steplist *L,
     L->steps = calloc((size_t)pl->norder + 1, sizeof *L->steps);
     L->time = calloc((size_t)pl->norder + 1, sizeof *L->time);
     int *step_of = malloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof *step_of);
-    uint64_t *bwd_ops = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof *bwd_ops);
+    uint64_t *bwd_ops = calloc((size_t)(g->nnodes ? g->nnodes : 1) * KILN_BWD_WORDS, sizeof *bwd_ops);
     kiln_status st = KILN_OK;
     if (!L->steps || !L->time || !step_of || !bwd_ops) st = kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
     for (int i = 0; st == KILN_OK && i < g->nnodes; i++) {
         step_of[i] = -1;
-        if (g->nodes[i].fwd >= 0 && !g->nodes[i].dead) bwd_ops[g->nodes[i].fwd] |= 1ull << g->nodes[i].op;
+        kiln_op op = g->nodes[i].op;
+        if (g->nodes[i].fwd >= 0 && !g->nodes[i].dead) bwd_ops[(size_t)g->nodes[i].fwd * KILN_BWD_WORDS + op / 64] |= 1ull << (op % 64);
     }
     for (int s = 0; st == KILN_OK && s < pl->norder; s++) {
         step_of[pl->order[s]] = s;

@@ -22,12 +22,18 @@
  * resnet34 is the same with 3, 4, 6, 3 BasicBlocks; resnet50 has 3, 4, 6, 3
  * Bottlenecks (torchvision's v1.5: conv1 1x1, conv2 3x3 carrying the stride,
  * conv3 1x1 to 4x the width, each with its bn; the first block of every layer
- * projects its shortcut, layer1's without striding) and fc 2048 -> classes. */
+ * projects its shortcut, layer1's without striding) and fc 2048 -> classes.
+ * mlp-deep is the activation-checkpointing benchmark's model
+ * (../shared/bench/peers/w5_checkpoint.py): 16 x (Linear(width, width), ReLU)
+ * as one nn.Sequential (parameters "0.weight" ... "30.bias"), width 1024 by
+ * default (kiln_model_opts.width), MSE against an f32 target [B, width]; its
+ * layers form 4 block scopes "blocks.0-3" of 4, so checkpointing "block" is
+ * checkpoint_sequential(segments=4) (every segment recomputed, the last too). */
 #include <stdio.h>
 #include <string.h>
 #include "kiln/nn.h"
 
-static const char *const names[] = {"mnist-cnn", "mnist-cnn-bn", "mlp", "mnist-cnn-bn-bias", "resnet20", "resnet18", "resnet34", "resnet50", NULL};
+static const char *const names[] = {"mnist-cnn", "mnist-cnn-bn", "mlp", "mnist-cnn-bn-bias", "resnet20", "resnet18", "resnet34", "resnet50", "mlp-deep", NULL};
 
 const char *const *kiln_model_names(void) { return names; }
 
@@ -68,6 +74,28 @@ static void mlp(kiln_graph *g, kiln_model *m) {
     h = kiln_dropout(g, kiln_relu(g, kiln_nn_linear(g, "fc2", h, 256, 128, 1)), 0.2f);
     m->out = kiln_log_softmax(g, kiln_nn_linear(g, "fc3", h, 128, 10, 1));
     m->loss = kiln_nll_loss(g, m->out, m->y);
+}
+
+enum { DEEP_LAYERS = 16, DEEP_PER_BLOCK = 4 };
+
+static void mlp_deep(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
+    int64_t w = o->width ? o->width : 1024;
+    m->x = kiln_input(g, "x", KILN_F32, 2, (int64_t[]){KILN_BATCH, w});
+    m->y = kiln_input(g, "y", KILN_F32, 2, (int64_t[]){KILN_BATCH, w});
+    m->num_classes = (int)w;
+    kiln_value h = m->x;
+    for (int l = 0; l < DEEP_LAYERS; l++) {
+        char name[32];
+        if (l % DEEP_PER_BLOCK == 0) {
+            snprintf(name, sizeof name, "blocks.%d", l / DEEP_PER_BLOCK);
+            kiln_graph_block_begin(g, name);
+        }
+        snprintf(name, sizeof name, "%d", 2 * l); /* nn.Sequential's index: Linear, ReLU, Linear, ... */
+        h = kiln_relu(g, kiln_nn_linear(g, name, h, w, w, 1));
+        if (l % DEEP_PER_BLOCK == DEEP_PER_BLOCK - 1) kiln_graph_block_end(g);
+    }
+    m->out = h;
+    m->loss = kiln_mse_loss(g, h, m->y);
 }
 
 static void image_io(kiln_graph *g, kiln_model *m, int64_t c, int64_t h, int64_t w, int classes) {
@@ -181,7 +209,7 @@ kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out) {
 /* the builders, in the order of names[]; the first FIXED_MODELS have 10 classes and no options */
 typedef void (*model_fn)(kiln_graph *, kiln_model *, const kiln_model_opts *);
 static const model_fn builders[] = {mnist_cnn_o, mnist_cnn_bn_o, mlp_o, mnist_cnn_bn_bias_o,
-                                    resnet20,    resnet18,       resnet34, resnet50};
+                                    resnet20,    resnet18,       resnet34, resnet50, mlp_deep};
 enum { FIXED_MODELS = 4 };
 _Static_assert(sizeof builders / sizeof builders[0] == sizeof names / sizeof names[0] - 1, "a builder per model name");
 

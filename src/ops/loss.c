@@ -1,7 +1,8 @@
 /* Row-wise ops over the last dimension: log_softmax, softmax, and the
  * mean-reduced losses nll_loss and cross_entropy (PyTorch's defaults) with
  * int32 targets, one per row (rows: every leading dim, e.g. [B, T] tokens of
- * [B, T, V]). */
+ * [B, T, V]); and mse_loss, the mean squared error against f32 targets of x's
+ * shape. */
 #include "graph/internal/graph.h"
 
 /* rows are every dim but the last (PyTorch's [B, T, V] logits with [B, T] targets) */
@@ -95,3 +96,29 @@ const kiln_op_def kiln_op_cross_entropy = {
     .backward = cross_entropy_backward,
 };
 const kiln_op_def kiln_op_cross_entropy_bwd = {.name = "cross_entropy_bwd", .min_in = 3, .max_in = 3};
+
+static int mse_infer(kiln_infer *ix) {
+    const kiln_val *X = ix->in[0], *T = ix->in[1];
+    char s1[96], s2[96];
+    int ok = X->dtype == KILN_F32 && T->dtype == KILN_F32 && X->ndim == T->ndim && X->batched == T->batched;
+    for (int d = 0; ok && d < X->ndim; d++) ok = X->shape[d] == T->shape[d];
+    if (!ok)
+        return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s and target %s (want f32 of one shape)",
+                               kiln_infer_shape(X, s1), kiln_infer_shape(T, s2));
+    ix->out[0].dtype = KILN_F32; /* a scalar */
+    return 0;
+}
+
+/* symmetric: d/dtarget is the same node with x and target swapped */
+static int mse_backward(kiln_ad *ad, const kiln_node *f) {
+    for (int k = 0; k < 2; k++) {
+        kiln_value in[3] = {f->in[k], f->in[1 - k], kiln_ad_dout(ad, 0)};
+        if (kiln_ad_needs(ad, f->in[k]) && kiln_ad_emit(ad, KILN_OP_MSE_LOSS_BWD, in, 3, &f->in[k], 1) < 0) return -1;
+    }
+    return 0;
+}
+
+const kiln_op_def kiln_op_mse_loss = {
+    .name = "mse_loss", .min_in = 2, .max_in = 2, .nout = 1, .infer = mse_infer, .backward = mse_backward,
+};
+const kiln_op_def kiln_op_mse_loss_bwd = {.name = "mse_loss_bwd", .min_in = 3, .max_in = 3};

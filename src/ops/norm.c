@@ -146,7 +146,7 @@ static int ln_backward(kiln_ad *ad, const kiln_node *f) {
 static const kiln_attr_spec ln_attrs[] = {KILN_ATTR("eps", KILN_ATTR_F32, ln.eps), {0}};
 
 const kiln_op_def kiln_op_layer_norm = {
-    .name = "layer_norm", .min_in = 3, .max_in = 3, .nout = 3, .flags = KILN_OPF_LAYER, /* "h.0.ln_1.weight": "h.0.ln_1" */
+    .name = "layer_norm", .min_in = 3, .max_in = 3, .nout = 3, .flags = KILN_OPF_LAYER | KILN_OPF_RECOMPUTE, /* "h.0.ln_1" */
     .attrs = ln_attrs, .infer = ln_infer, .backward = ln_backward,
 };
 const kiln_op_def kiln_op_layer_norm_bwd = {.name = "layer_norm_bwd", .min_in = 5, .max_in = 5, .attrs = ln_attrs};

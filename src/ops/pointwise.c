@@ -135,33 +135,33 @@ static const kiln_attr_spec dropout_attrs[] = {KILN_ATTR("p", KILN_ATTR_F32, dro
 #define EW (KILN_OPF_POINTWISE | KILN_OPF_ELEMENTWISE_LAYOUT)
 
 const kiln_op_def kiln_op_relu = {
-    .name = "relu", .min_in = 1, .max_in = 1, .nout = 1, .flags = EW, .as_epilogue = KILN_EPI_RELU, .infer = unary_infer, .backward = relu_backward,
+    .name = "relu", .min_in = 1, .max_in = 1, .nout = 1, .flags = EW | KILN_OPF_RECOMPUTE, .as_epilogue = KILN_EPI_RELU, .infer = unary_infer, .backward = relu_backward,
 };
 const kiln_op_def kiln_op_relu_bwd = {
     .name = "relu_bwd", .min_in = 2, .max_in = 2, .flags = EW, .as_epilogue = KILN_EPI_RELU_BWD_MASK,
 };
 static const kiln_attr_spec gelu_attrs[] = {KILN_ATTR("tanh_form", KILN_ATTR_INT, gelu.tanh_form), {0}};
 const kiln_op_def kiln_op_gelu = {
-    .name = "gelu", .min_in = 1, .max_in = 1, .nout = 1, .flags = EW, .attrs = gelu_attrs, .infer = gelu_infer,
+    .name = "gelu", .min_in = 1, .max_in = 1, .nout = 1, .flags = EW | KILN_OPF_RECOMPUTE, .attrs = gelu_attrs, .infer = gelu_infer,
     .backward = gelu_backward,
 };
 const kiln_op_def kiln_op_gelu_bwd = {.name = "gelu_bwd", .min_in = 2, .max_in = 2, .flags = EW, .attrs = gelu_attrs};
 const kiln_op_def kiln_op_dropout = {
-    .name = "dropout", .min_in = 1, .max_in = 1, .nout = 1, .flags = KILN_OPF_POINTWISE | KILN_OPF_RANDOM,
+    .name = "dropout", .min_in = 1, .max_in = 1, .nout = 1, .flags = KILN_OPF_POINTWISE | KILN_OPF_RANDOM | KILN_OPF_RECOMPUTE,
     .attrs = dropout_attrs, .infer = dropout_infer, .backward = dropout_backward, .specialize = dropout_specialize,
 };
 const kiln_op_def kiln_op_dropout_bwd = {
     .name = "dropout_bwd", .min_in = 1, .max_in = 1, .flags = KILN_OPF_POINTWISE | KILN_OPF_RANDOM, .attrs = dropout_attrs,
 };
 const kiln_op_def kiln_op_add = {
-    .name = "add", .min_in = 2, .max_in = 2, .nout = 1, .flags = EW, .infer = binary_infer, .backward = add_backward,
+    .name = "add", .min_in = 2, .max_in = 2, .nout = 1, .flags = EW | KILN_OPF_RECOMPUTE, .infer = binary_infer, .backward = add_backward,
 };
 const kiln_op_def kiln_op_add_bcast = {
     .name = "add_bcast", .min_in = 2, .max_in = 2, .nout = 1, .infer = bcast_infer, .backward = bcast_backward,
 };
 const kiln_op_def kiln_op_add_bcast_bwd = {.name = "add_bcast_bwd", .min_in = 1, .max_in = 1};
 const kiln_op_def kiln_op_mul = {
-    .name = "mul", .min_in = 2, .max_in = 2, .nout = 1, .flags = EW, .infer = binary_infer, .backward = mul_backward,
+    .name = "mul", .min_in = 2, .max_in = 2, .nout = 1, .flags = EW | KILN_OPF_RECOMPUTE, .infer = binary_infer, .backward = mul_backward,
 };
 const kiln_op_def kiln_op_mul_bwd = {.name = "mul_bwd", .min_in = 2, .max_in = 2, .flags = EW};
 /* its input may be a strided view (a transposed gradient): it then gathers */

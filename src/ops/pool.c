@@ -42,7 +42,7 @@ static const kiln_attr_spec pool_attrs[] = {KILN_ATTR("kernel", KILN_ATTR_I64, p
                                             KILN_ATTR("pad", KILN_ATTR_I64, pool.pad), {0}};
 
 const kiln_op_def kiln_op_max_pool2d = {
-    .name = "max_pool2d", .min_in = 1, .max_in = 1, .nout = 1, .attrs = pool_attrs,
+    .name = "max_pool2d", .min_in = 1, .max_in = 1, .nout = 1, .flags = KILN_OPF_RECOMPUTE, .attrs = pool_attrs,
     .infer = pool_infer, .backward = pool_backward,
 };
 const kiln_op_def kiln_op_max_pool2d_bwd = {
@@ -81,7 +81,7 @@ static const kiln_attr_spec adaptive_attrs[] = {KILN_ATTR("out_h", KILN_ATTR_I64
                                                 KILN_ATTR("out_w", KILN_ATTR_I64, avg_pool.out_w), {0}};
 
 const kiln_op_def kiln_op_avg_pool2d = {
-    .name = "avg_pool2d", .min_in = 1, .max_in = 1, .nout = 1, .attrs = avg_attrs, .infer = avg_infer,
+    .name = "avg_pool2d", .min_in = 1, .max_in = 1, .nout = 1, .flags = KILN_OPF_RECOMPUTE, .attrs = avg_attrs, .infer = avg_infer,
     .backward = avg_backward,
 };
 const kiln_op_def kiln_op_adaptive_avg_pool2d = {

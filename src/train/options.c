@@ -14,7 +14,7 @@
 #include <string.h>
 #include "kiln/train.h"
 
-typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB, T_PRECISION, T_RRC, T_NORM, T_WORKERS, T_BAD, T_DECAY } field_type;
+typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB, T_PRECISION, T_RRC, T_NORM, T_WORKERS, T_BAD, T_DECAY, T_CKPT } field_type;
 static const char *const precisions[] = {"highest", "high", "medium"};
 static const char *const bad_samples[] = {"fail", "skip"};
 
@@ -82,6 +82,9 @@ static const field fields[] = {
     OPT("fix-bias", NULL, 0, T_FLAG, fix_bias, "remove every conv/linear bias a following batch norm cancels (the guide's "
                                                "\"disable bias before batch norm\"): same results, fewer parameters; the "
                                                "checkpoint then has no such biases (without the flag each is warned about)"),
+    OPT("checkpoint-activations", "none|block|OPS", 0, T_CKPT, checkpoint_activations, "recompute saved activations inside "
+        "backward instead of keeping them (less memory, some more compute, the same results): block (every block of the "
+        "model: gpt's h.N, mlp-deep's blocks.N) or ops cheap to recompute, comma-separated (gelu,layernorm; relu, dropout, ...)"),
     OPT("no-fuse", NULL, 0, T_NOFLAG, fuse, "disable the fusion passes (relu folded into conv/linear and max-pool's backward)"),
     OPT("no-autotune", NULL, 0, T_NOFLAG, autotune, "use oneDNN's direct convolutions instead of timing every algorithm"),
     OPT("max-steps", "N", 1, T_I64, max_steps, "stop when the run reaches global step N, counting resumed steps (0: no limit)"),
@@ -178,6 +181,12 @@ kiln_status kiln_train_option_set(kiln_train_config *c, const char *name, const 
     case T_STR:
         *(const char **)p = value;
         return KILN_OK;
+    case T_CKPT: { /* checked now, kept as given */
+        kiln_status st = kiln_checkpoint_check(value);
+        if (st != KILN_OK) return kiln_fail_context(st, "--%s", name);
+        *(const char **)p = value[0] && strcmp(value, "none") != 0 ? value : NULL;
+        return KILN_OK;
+    }
     case T_RRC:
     case T_NORM: { /* checked now, kept as given; "" (how a checkpoint records none) is none */
         if (!value[0]) {
@@ -258,7 +267,7 @@ int kiln_train_option_get(const kiln_train_config *c, const char *name, char *bu
     else if (f->type == T_POS_OR_OFF && *(const float *)p > 0) float_text(*(const float *)p, buf, len);
     else if (f->type == T_POS_OR_OFF) snprintf(buf, len, "off");
     else if (f->type == T_MIB) float_text(*(const double *)p / 1048576.0, buf, len);
-    else if (f->type == T_STR || f->type == T_RRC || f->type == T_NORM) snprintf(buf, len, "%s", *(const char *const *)p ? *(const char *const *)p : "");
+    else if (f->type == T_STR || f->type == T_RRC || f->type == T_NORM || f->type == T_CKPT) snprintf(buf, len, "%s", *(const char *const *)p ? *(const char *const *)p : "");
     else if (f->type == T_BATCH) {
         if (c->find_batch_size) snprintf(buf, len, "auto");
         else snprintf(buf, len, "%lld", (long long)c->batch_size);

@@ -470,6 +470,7 @@ static kiln_status run_compile(run *R) {
     co.fuse = c->fuse;
     co.autotune = c->autotune;
     co.dropout_off = c->dropout_off;
+    co.checkpoint_activations = c->checkpoint_activations;
     co.memory_budget = c->memory_budget;
     co.seed = (uint64_t)c->seed;
     co.matmul_precision = c->matmul_precision;
@@ -478,6 +479,11 @@ static kiln_status run_compile(run *R) {
     if (st != KILN_OK) return st;
     R->r->arena_bytes = kiln_plan_arena_bytes(R->plan);
     R->r->arena_bytes_no_reuse = kiln_plan_arena_bytes_no_reuse(R->plan);
+    R->r->arena_bytes_plain = kiln_plan_arena_bytes_plain(R->plan);
+    if (c->checkpoint_activations)
+        kiln_log(KILN_LOG_INFO, "checkpoint-activations %s: %d nodes recomputed in backward; arena %.1f MiB -> %.1f MiB",
+                 c->checkpoint_activations, kiln_plan_recomputed(R->plan), R->r->arena_bytes_plain / 1048576.0,
+                 R->r->arena_bytes / 1048576.0);
     char *desc = malloc(16384);
     if (desc) {
         kiln_plan_describe(R->plan, desc, 16384);

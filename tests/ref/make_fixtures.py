@@ -290,6 +290,18 @@ def op_cross_entropy(folder):
                 dict(op="cross_entropy", reduction="mean", upstream="1"))
 
 
+def op_mse_loss(folder):
+    """F.mse_loss (mean) with an upstream gradient: d/dx and d/dtarget."""
+    torch.manual_seed(71)
+    x, t = rnd(4, 7).requires_grad_(), rnd(4, 7).requires_grad_()
+    loss = F.mse_loss(x, t)
+    dloss = torch.randn((), dtype=D)
+    dx, dt = grads(loss, dloss, x, t)
+    return save(folder, "op_mse_loss.safetensors",
+                [("x", x), ("target", t), ("loss", loss), ("dloss", dloss), ("dx", dx), ("dtarget", dt)],
+                dict(op="mse_loss", reduction="mean", upstream="dloss"))
+
+
 def op_binary(folder, name, seed, fn):
     torch.manual_seed(seed)
     a, b = rnd(3, 4).requires_grad_(), rnd(3, 4).requires_grad_()
@@ -770,6 +782,7 @@ def generate(folder):
     op_nll_loss(folder, "op_nll_loss.safetensors", 60, False)
     op_nll_loss(folder, "op_nll_loss_dloss.safetensors", 61, True)
     op_cross_entropy(folder)
+    op_mse_loss(folder)
     op_binary(folder, "add", 80, lambda a, b: a + b)
     op_binary(folder, "mul", 81, lambda a, b: a * b)
     op_batch_norm2d(folder)

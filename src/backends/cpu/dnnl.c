@@ -6,7 +6,6 @@
 #include "kernels/internal/dnnl_ops.h"
 
 #define F(t) ((float *)(t).data)
-#define BIT(op) (1ull << (op))
 
 kiln_status kiln_cpu_conv_prepare(kiln_step *s, kiln_prep *p) {
     kiln_conv_shape *cs = &s->sz.conv;
@@ -15,8 +14,8 @@ kiln_status kiln_cpu_conv_prepare(kiln_step *s, kiln_prep *p) {
                             .r = w->shape[2], .s = w->shape[3], .stride = s->attr.conv.stride, .pad = s->attr.conv.pad,
                                    .dilation = s->attr.conv.dilation, .groups = s->attr.conv.groups};
     kiln_conv_shape_infer(cs);
-    kiln_dnnl_conv_opts co = {s->nin > 2, s->epilogue == KILN_EPI_RELU, (s->bwd_ops & BIT(KILN_OP_CONV2D_BWD_DATA)) != 0,
-                              (s->bwd_ops & BIT(KILN_OP_CONV2D_BWD_WEIGHT)) != 0, p->o->autotune,
+    kiln_dnnl_conv_opts co = {s->nin > 2, s->epilogue == KILN_EPI_RELU, kiln_step_has_bwd(s, KILN_OP_CONV2D_BWD_DATA),
+                              kiln_step_has_bwd(s, KILN_OP_CONV2D_BWD_WEIGHT), p->o->autotune,
                               x->layout == KILN_CPU_BLOCKED, s->out[0].layout == KILN_CPU_BLOCKED};
     kiln_dnnl_conv *c;
     kiln_status st = kiln_dnnl_conv_new(cs, &co, &c);
@@ -62,7 +61,7 @@ static kiln_status weighted_prepare(kiln_step *s, int w_kn, kiln_op bwd_data, ki
     int64_t in = w->shape[w_kn ? 0 : 1], out = w->shape[w_kn ? 1 : 0];
     kiln_dnnl_linear *l;
     kiln_status st = kiln_dnnl_linear_new(x->numel / in, in, out, w_kn, s->nin > 2, s->epilogue == KILN_EPI_RELU,
-                                          (s->bwd_ops & BIT(bwd_data)) != 0, (s->bwd_ops & BIT(bwd_weight)) != 0, &l);
+                                          kiln_step_has_bwd(s, bwd_data), kiln_step_has_bwd(s, bwd_weight), &l);
     if (st != KILN_OK) return st;
     s->kobj = l;
     s->owns_kobj = 1;

@@ -88,6 +88,18 @@ static kiln_status cross_entropy(const kiln_step *s, const kiln_run_ctx *rc) {
     return st;
 }
 
+static kiln_status mse(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_cpu_mse_loss_fwd(s->in[0].numel, F(s->in[0]), F(s->in[1]), F(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status mse_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_cpu_mse_loss_bwd(s->out[0].numel, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
 static kiln_status cross_entropy_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_cpu_cross_entropy_bwd(s->sz.rc.rows, s->sz.rc.cols, F(s->in[0]), I(s->in[1]), F(s->in[2]), F(s->out[0]), ACC(0));
     return KILN_OK;
@@ -391,6 +403,8 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_NLL_LOSS_BWD] = {nll_bwd, kiln_prepare_rows_of_out, NULL, 0, 0},
     [KILN_OP_CROSS_ENTROPY] = {cross_entropy, kiln_prepare_rows_of_in, NULL, 0, 0},
     [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, kiln_prepare_rows_of_out, NULL, 0, 0},
+    [KILN_OP_MSE_LOSS] = {mse},
+    [KILN_OP_MSE_LOSS_BWD] = {mse_bwd},
     [KILN_OP_ADD] = {add, NULL, NULL, 0, 0},
     [KILN_OP_MUL] = {mul, NULL, NULL, 0, 0},
     [KILN_OP_MUL_BWD] = {mul_bwd, NULL, NULL, 0, 0},

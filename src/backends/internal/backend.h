@@ -48,6 +48,7 @@ typedef struct kiln_run_ctx {
 } kiln_run_ctx;
 
 typedef struct kiln_step kiln_step;
+#define KILN_BWD_WORDS ((KILN_OP_COUNT + 63) / 64)
 typedef kiln_status (*kiln_step_fn)(const kiln_step *s, const kiln_run_ctx *rc);
 
 struct kiln_step {
@@ -56,7 +57,7 @@ struct kiln_step {
     const char *name;                 /* the node's name, for messages and profiles */
     int node;                         /* graph node, -1 for steps outside the graph */
     int fwd_step;                     /* backward steps: the step of the forward node they differentiate, or -1 */
-    uint64_t bwd_ops;                 /* forward steps: bit k when a backward node of op k differentiates it */
+    uint64_t bwd_ops[KILN_BWD_WORDS]; /* forward steps: bit k when a backward node of op k differentiates it */
     int nin, nout;
     kiln_tdesc in[KILN_OP_MAX_IN], out[KILN_OP_MAX_OUT];
     uint8_t acc[KILN_OP_MAX_OUT];     /* grad = None rule: add into output k */
@@ -78,7 +79,9 @@ struct kiln_step {
         struct { kiln_attn_shape shape; int slots; } attn; /* slots: threads the workspace has room for (cpu) */
     } sz;
 };
-_Static_assert(KILN_OP_COUNT <= 64, "kiln_step.bwd_ops is a 64-bit mask");
+
+/* a forward step is differentiated by a backward node of op `op` */
+static inline int kiln_step_has_bwd(const kiln_step *s, kiln_op op) { return (int)((s->bwd_ops[op / 64] >> (op % 64)) & 1); }
 
 /* the grad = None rule at run time */
 static inline int kiln_step_acc(const kiln_step *s, const kiln_run_ctx *rc, int k) {

@@ -311,6 +311,18 @@ static kiln_status cross_entropy(const kiln_step *s, const kiln_run_ctx *rc) {
     return st;
 }
 
+static kiln_status mse(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_ref_mse_loss_fwd(s->in[0].numel, D(s->in[0]), D(s->in[1]), D(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status mse_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_ref_mse_loss_bwd(s->out[0].numel, D(s->in[0]), D(s->in[1]), D(s->in[2]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
 static kiln_status cross_entropy_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     int64_t rows, cols;
     rows_cols(&s->out[0], &rows, &cols);
@@ -521,6 +533,8 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_NLL_LOSS_BWD] = {nll_bwd},
     [KILN_OP_CROSS_ENTROPY] = {cross_entropy},
     [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd},
+    [KILN_OP_MSE_LOSS] = {mse},
+    [KILN_OP_MSE_LOSS_BWD] = {mse_bwd},
     [KILN_OP_ADD] = {add},
     [KILN_OP_MUL] = {mul},
     [KILN_OP_MUL_BWD] = {mul_bwd},

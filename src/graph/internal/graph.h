@@ -41,6 +41,8 @@ typedef struct kiln_val {
     int output;                   /* a plan output: the caller reads it row-major, so it stays plain */
 } kiln_val;
 
+typedef struct { char name[48]; } kiln_block_name;
+
 typedef struct kiln_node {
     kiln_op op;
     int nin, nout;
@@ -51,6 +53,9 @@ typedef struct kiln_node {
     int epilogue;                 /* KILN_EPI_*: a following op folded into this one by the fusion pass */
     int fwd;                      /* backward nodes: the forward node they differentiate, else -1 */
     int dead;                     /* folded into another node: not executed */
+    int block;                    /* the block scope it was built in (kiln_graph_block_begin), else -1 */
+    int recompute_of;             /* a recomputation (activation checkpointing): the forward node it
+                                     repeats, whose RNG key it draws; else -1 */
     char name[48];                /* "conv2", "relu#3", "conv2:bwd_data" for messages and profiles */
 } kiln_node;
 
@@ -64,6 +69,9 @@ struct kiln_graph {
     int nbuffers;
     kiln_value *buffer_vals;      /* value id of each buffer */
     char *fixed_biases;           /* "a.bias,b.bias": what kiln_graph_fix_bias removed (NULL: nothing) */
+    kiln_block_name *blocks;      /* the block scopes, by kiln_node.block */
+    int nblocks;
+    int cur_block;                /* the open scope, or -1 */
     kiln_status status;
     char error[512];
 };
@@ -116,6 +124,19 @@ kiln_status kiln_plan_memory(const kiln_graph *g, const int *order, int norder, 
  * -1 when out of memory. */
 int kiln_pass_fuse_epilogues(kiln_graph *g, int nfwd);
 int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g);
+/* pass_checkpoint.c (activation checkpointing): for the forward nodes that
+ * `spec` chooses ("block": every block scope; op names: nodes of those ops;
+ * both, comma-separated), each group's saved activations (forward values that
+ * backward nodes read) are recomputed by clones of their nodes placed just
+ * before the group's first backward reader, and every backward reader reads
+ * the clone, so the original dies after its last forward reader. A block's
+ * outputs (values forward nodes after it read) are its checkpoints and stay.
+ * nfwd: the forward nodes (before autodiff). The number of clones, or -1 (the
+ * graph's error set). */
+int kiln_pass_checkpoint(kiln_graph *g, int nfwd, const char *spec);
+/* the RNG key id of a node: a backward node's forward node, a recomputation's original */
+int kiln_node_key_id(const kiln_graph *g, int node);
+
 /* compile-time specialisation for training or evaluation (dropout becomes a
  * view, batch norm uses its running statistics), via each op's `specialize` */
 void kiln_pass_specialize(kiln_graph *g, int training, int dropout_off);

@@ -43,6 +43,8 @@ struct kiln_plan {
     int64_t *offset;          /* arena offset per root value, -1 if none */
     char *arena;
     size_t arena_bytes, arena_no_reuse;
+    size_t arena_plain;       /* the arena without activation checkpointing */
+    int recomputed;           /* nodes activation checkpointing cloned into backward */
     kiln_value *outputs;
     int nout;
     kiln_plan_input *inputs;

@@ -141,6 +141,9 @@ void kiln_ref_log_softmax_fwd(int64_t rows, int64_t cols, const double *x, doubl
 void kiln_ref_log_softmax_bwd(int64_t rows, int64_t cols, const double *y, const double *dy, double *dx, int acc);
 
 /* mean reduction, as PyTorch's default; *loss is a scalar; dloss is d(out)/d(loss) */
+/* F.mse_loss(x, target) over n elements (mean); backward dx = 2 (x - target) dloss / n */
+void kiln_ref_mse_loss_fwd(int64_t n, const double *x, const double *target, double *loss);
+void kiln_ref_mse_loss_bwd(int64_t n, const double *x, const double *target, const double *dloss, double *dx, int acc);
 void kiln_ref_nll_loss_fwd(int64_t rows, int64_t cols, const double *logp, const int32_t *target, double *loss);
 void kiln_ref_nll_loss_bwd(int64_t rows, int64_t cols, const int32_t *target, const double *dloss, double *dlogp, int acc);
 void kiln_ref_cross_entropy_fwd(int64_t rows, int64_t cols, const double *logits, const int32_t *target, double *loss);
@@ -260,6 +263,8 @@ void kiln_cpu_dropout_fwd(int64_t n, float p, uint64_t key, uint64_t counter, co
 void kiln_cpu_dropout_bwd(int64_t n, float p, uint64_t key, uint64_t counter, const float *dy, float *dx, int acc);
 void kiln_cpu_log_softmax_fwd(int64_t rows, int64_t cols, const float *x, float *y);
 void kiln_cpu_log_softmax_bwd(int64_t rows, int64_t cols, const float *y, const float *dy, float *dx, int acc);
+void kiln_cpu_mse_loss_fwd(int64_t n, const float *x, const float *target, float *loss);
+void kiln_cpu_mse_loss_bwd(int64_t n, const float *x, const float *target, const float *dloss, float *dx, int acc);
 void kiln_cpu_nll_loss_fwd(int64_t rows, int64_t cols, const float *logp, const int32_t *target, float *loss);
 void kiln_cpu_nll_loss_bwd(int64_t rows, int64_t cols, const int32_t *target, const float *dloss, float *dlogp, int acc);
 void kiln_cpu_cross_entropy_fwd(int64_t rows, int64_t cols, const float *logits, const int32_t *target, float *loss);

@@ -34,6 +34,7 @@ typedef enum kiln_op {
     KILN_OP_GELU,              /* attr gelu.tanh_form */
     KILN_OP_SOFTMAX,           /* over the last dim */
     KILN_OP_ADD_BCAST,         /* in: a [..., S], b [S] (b's shape = a's trailing dims, b not batched) */
+    KILN_OP_MSE_LOSS,          /* mean((x - target)^2), x and target f32 of one shape */
     /* added by the fold pass (inference plans) */
     KILN_OP_BN_FOLD,           /* in: w, gamma, beta, mean, var, b?   out: w', b' (batch norm folded into w, b) */
     /* added by autodiff */
@@ -48,6 +49,7 @@ typedef enum kiln_op {
     KILN_OP_LOG_SOFTMAX_BWD,   /* in: y, dy */
     KILN_OP_NLL_LOSS_BWD,      /* in: target, dloss */
     KILN_OP_CROSS_ENTROPY_BWD, /* in: logits, target, dloss */
+    KILN_OP_MSE_LOSS_BWD,      /* in: x, target, dloss  out: dx */
     KILN_OP_GRAD_COPY,         /* in: dy (may be a strided view)  out: dx (dx =|+= dy), same shape */
     KILN_OP_MUL_BWD,           /* in: dy, other        out: da */
     KILN_OP_SLICE_BWD,         /* in: dy               out: dx (zero outside the slice; pad's forward too) */
@@ -153,6 +155,10 @@ enum {
      * weight, bias, running_mean, running_var (1-4) and attr.bn; in training the
      * batch's mean takes away any per-channel constant added to input 0 */
     KILN_OPF_CHANNEL_NORM = 1 << 8,
+    /* cheap to recompute for the memory its output takes (the guide's activation
+     * checkpointing advice: activations, pointwise ops, normalisation, dropout
+     * masks, down-sampling): --checkpoint-activations may name it */
+    KILN_OPF_RECOMPUTE = 1 << 9,
 };
 
 /* shape inference: reads in[] and attr, fills the output specs */
@@ -243,7 +249,7 @@ extern const kiln_op_def kiln_op_avg_pool2d, kiln_op_adaptive_avg_pool2d, kiln_o
 extern const kiln_op_def kiln_op_relu, kiln_op_relu_bwd, kiln_op_add, kiln_op_mul, kiln_op_mul_bwd, kiln_op_grad_copy,
     kiln_op_ones, kiln_op_dropout, kiln_op_dropout_bwd, kiln_op_sum, kiln_op_sum_bwd;
 extern const kiln_op_def kiln_op_log_softmax, kiln_op_log_softmax_bwd, kiln_op_nll_loss, kiln_op_nll_loss_bwd,
-    kiln_op_cross_entropy, kiln_op_cross_entropy_bwd;
+    kiln_op_cross_entropy, kiln_op_cross_entropy_bwd, kiln_op_mse_loss, kiln_op_mse_loss_bwd;
 extern const kiln_op_def kiln_op_reshape, kiln_op_transpose, kiln_op_slice, kiln_op_slice_bwd, kiln_op_contiguous;
 extern const kiln_op_def kiln_op_batch_norm2d, kiln_op_batch_norm2d_bwd, kiln_op_bn_fold;
 extern const kiln_op_def kiln_op_bmm, kiln_op_bmm_bwd, kiln_op_causal_attention, kiln_op_causal_attention_bwd;
