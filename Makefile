@@ -117,6 +117,12 @@ bench-conv: deps
 	@$(MAKE) --no-print-directory all
 	bash bench/conv.sh
 
+.PHONY: bench-checkpoint
+bench-checkpoint: deps
+	@bash scripts/install-deps.sh --bench
+	@$(MAKE) --no-print-directory all
+	bash bench/checkpoint.sh
+
 # regenerate the PyTorch fixtures (needs python3-torch; CI uses the committed ones)
 fixtures:
 	@bash scripts/install-deps.sh --oracle

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "cli.h"
 #include "kiln/bench.h"
 
@@ -24,16 +25,20 @@ static const cli_opt opts[] = {
     {"size", "N", "the input's height and width (resnet18: 112, resnet20: 32)", NULL},
     {"num-classes", "N", "the ResNets: the classifier's outputs (default 10)", NULL},
     {"autotune", "on|off", "time each convolution's algorithms on its real shape", "on"},
+    {"checkpoint-activations", "none|block|OPS", "recompute saved activations in backward (as kiln train)", "none"},
     {"profile", NULL, "also time every kernel and print the per-step breakdown (steps then run one kernel at a time)", NULL},
-    {"json", NULL, "one JSON object: model, batch, mode, ms, ms_min, ms_max, images_per_s, gflops, flops, arena_mb, params", NULL},
+    {"json", NULL, "one JSON object: model, batch, mode, ms, ms_min, ms_max, images_per_s, gflops, flops, arena_mb, "
+                   "arena_mb_plain (without checkpointing), recomputed, params", NULL},
 };
-enum { S_MODEL, S_BATCH, S_EVAL, S_STEPS, S_WARMUP, S_SIZE, S_CLASSES, S_AUTOTUNE, S_PROFILE, S_JSON, S_N };
+enum { S_MODEL, S_BATCH, S_EVAL, S_STEPS, S_WARMUP, S_SIZE, S_CLASSES, S_AUTOTUNE, S_CKPT, S_PROFILE, S_JSON, S_N };
 
 static void print_result(const kiln_bench_step_config *c, const kiln_bench_step_result *r, int json) {
     if (!json) {
-        printf("%s batch %lld %s: %.2f ms per step (min %.2f, max %.2f), %.0f images/s, %.1f GFLOP/s, arena %.1f MiB\n",
+        printf("%s batch %lld %s: %.2f ms per step (min %.2f, max %.2f), %.0f images/s, %.1f GFLOP/s, arena %.1f MiB",
                c->model, (long long)c->batch, c->eval ? "eval" : "train", r->ms, r->ms_min, r->ms_max, r->images_per_s,
                r->gflops, r->arena_mb);
+        if (c->checkpoint_activations) printf(" (%.1f MiB without checkpointing, %d nodes recomputed)", r->arena_mb_plain, r->recomputed);
+        printf("\n");
         return;
     }
     json_t *o = json_object();
@@ -47,6 +52,8 @@ static void print_result(const kiln_bench_step_config *c, const kiln_bench_step_
     json_object_set_new(o, "gflops", cli_json_num(r->gflops));
     json_object_set_new(o, "flops", cli_json_num(r->flops));
     json_object_set_new(o, "arena_mb", cli_json_num(r->arena_mb));
+    json_object_set_new(o, "arena_mb_plain", cli_json_num(r->arena_mb_plain));
+    json_object_set_new(o, "recomputed", json_integer(r->recomputed));
     json_object_set_new(o, "params", json_integer(r->params));
     cli_print_json(o);
 }
@@ -71,6 +78,11 @@ int cli_bench_step(int argc, char **argv) {
     c.warmup = (int)warmup;
     c.eval = given[S_EVAL];
     c.autotune = autotune;
+    c.checkpoint_activations = vals[S_CKPT] && strcmp(vals[S_CKPT], "none") != 0 ? vals[S_CKPT] : NULL;
+    if (kiln_checkpoint_check(c.checkpoint_activations) != KILN_OK) {
+        fprintf(stderr, "kiln bench step: --checkpoint-activations: %s\n", kiln_last_error());
+        return EXIT_USAGE;
+    }
     static char report[1 << 16];
     if (given[S_PROFILE]) {
         c.profile = report;

@@ -29,6 +29,7 @@ typedef struct kiln_bench_step_config {
     int warmup, steps;        /* untimed steps first, then the timed ones (the median is reported) */
     const char *backend;      /* NULL: cpu */
     int autotune;             /* as kiln_compile_opts.autotune */
+    const char *checkpoint_activations; /* as kiln_compile_opts (NULL: none) */
     uint64_t seed;
     char *profile;            /* non-NULL: after the timed steps, the per-kernel report (profile_len bytes) */
     size_t profile_len;
@@ -43,6 +44,8 @@ typedef struct kiln_bench_step_result {
                                  backward-weights and the backward-data of every layer whose input needs it */
     double gflops;            /* flops / median, in GFLOP/s */
     double arena_mb;          /* the plan's activation arena, MiB */
+    double arena_mb_plain;    /* the same without checkpoint_activations */
+    int recomputed;           /* nodes checkpointing recomputes in backward */
     int64_t params;           /* trainable parameters */
 } kiln_bench_step_result;
 kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_result *r);

@@ -16,17 +16,22 @@ kiln_bench_step_config kiln_bench_step_defaults(void) {
     return c;
 }
 
-/* synthetic inputs of the model's shapes: images uniform in [-1, 1], labels in [0, classes) */
+/* synthetic inputs of the model's shapes: images uniform in [-1, 1], labels in [0, classes) (f32 targets, as
+ * mlp-deep's, uniform in [-1, 1]) */
 static kiln_status bind_synthetic(kiln_plan *pl, const kiln_graph *g, const kiln_model *m, int64_t batch, uint64_t seed,
                                   float **x, int32_t **y) {
     const kiln_val *X = &g->vals[m->x];
     int64_t nx = batch;
     for (int d = 1; d < X->ndim; d++) nx *= X->shape[d];
     *x = kiln_alloc((size_t)nx * sizeof **x);
-    *y = kiln_alloc((size_t)batch * sizeof **y);
+    const kiln_val *Y = &g->vals[m->y];
+    int64_t ny = Y->dtype == KILN_F32 ? kiln_val_numel(Y, batch) : batch;
+    *y = kiln_alloc((size_t)ny * sizeof **y);
     if (!*x || !*y) return kiln_fail(KILN_ERR_NOMEM, "bench step: %lld input values", (long long)nx);
     kiln_bench_fill_uniform(*x, nx, seed);
-    for (int64_t i = 0; i < batch; i++) (*y)[i] = (int32_t)(i * 7 % m->num_classes);
+    if (Y->dtype == KILN_F32) kiln_bench_fill_uniform((float *)*y, ny, seed + 1);
+    else
+        for (int64_t i = 0; i < batch; i++) (*y)[i] = (int32_t)(i * 7 % m->num_classes);
     kiln_status st = kiln_plan_bind(pl, m->x, *x);
     if (st == KILN_OK) st = kiln_plan_bind(pl, m->y, *y);
     return st;
@@ -67,6 +72,7 @@ kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_res
     co.max_batch = c->batch;
     co.backend = c->backend;
     co.autotune = c->autotune;
+    co.checkpoint_activations = c->checkpoint_activations;
     co.seed = c->seed;
     co.profile = c->profile != NULL;
     kiln_value outs[2] = {m.loss, m.out};
@@ -88,6 +94,8 @@ kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_res
     r->flops = kiln_plan_flops(pl);
     r->gflops = r->flops / (r->ms * 1e-3) * 1e-9;
     r->arena_mb = (double)kiln_plan_arena_bytes(pl) / (1024.0 * 1024.0);
+    r->arena_mb_plain = (double)kiln_plan_arena_bytes_plain(pl) / (1024.0 * 1024.0);
+    r->recomputed = kiln_plan_recomputed(pl);
     for (int i = 0; i < kiln_params_count(P); i++) r->params += kiln_params_numel(P, i);
 out:
     kiln_optim_free(o);
