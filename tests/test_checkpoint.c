@@ -3,6 +3,7 @@
  * recomputed masks must be the original ones), the arena shrinks, the plan
  * shows its recomputation steps, and a bad choice is an error naming it. */
 #include "kiln/graph.h"
+#include "kiln/inspect.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "testutil.h"
@@ -181,10 +182,29 @@ static void not_worth_it(void) {
     kiln_graph_free(n.g);
 }
 
+/* kiln inspect lists each recomputation as a step of phase "recompute", and both arenas */
+static void inspect_shows_it(void) {
+    kiln_inspect_config c = kiln_inspect_defaults();
+    c.model = "mlp-deep";
+    c.model_opts.width = 32;
+    c.batch = 8;
+    c.checkpoint_activations = "block";
+    char *json = NULL;
+    CHECK_OK(kiln_inspect(&c, &json));
+    int steps = 0;
+    for (const char *p = json; p && (p = strstr(p, "\"phase\": \"recompute\"")); p++) steps++;
+    /* 4 blocks x 3 of their 4 layers (the 4th's output is the next block's input), linear + relu (a view) each */
+    CHECK_MSG(steps == 12, "%d recompute steps", steps);
+    CHECK(json && strstr(json, "\"recomputed\": 24"));
+    CHECK(json && strstr(json, "\"name\": \"2:recompute\"") && !strstr(json, "\"name\": \"6:recompute\""));
+    free(json);
+}
+
 int main(void) {
     bad_choices();
     not_worth_it();
     dropout_matters();
     zoo_models();
+    inspect_shows_it();
     return tu_finish("test_checkpoint");
 }

@@ -5,7 +5,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include "cli.h"
 #include "kiln/bench.h"
 
@@ -78,11 +77,7 @@ int cli_bench_step(int argc, char **argv) {
     c.warmup = (int)warmup;
     c.eval = given[S_EVAL];
     c.autotune = autotune;
-    c.checkpoint_activations = vals[S_CKPT] && strcmp(vals[S_CKPT], "none") != 0 ? vals[S_CKPT] : NULL;
-    if (kiln_checkpoint_check(c.checkpoint_activations) != KILN_OK) {
-        fprintf(stderr, "kiln bench step: --checkpoint-activations: %s\n", kiln_last_error());
-        return EXIT_USAGE;
-    }
+    if (cli_checkpoint("bench step", opts, S_CKPT, vals, &c.checkpoint_activations)) return EXIT_USAGE;
     static char report[1 << 16];
     if (given[S_PROFILE]) {
         c.profile = report;

@@ -174,6 +174,14 @@ int cli_model_opts(const char *cmd, const cli_opt *opts, int i_size, int i_class
     return 0;
 }
 
+int cli_checkpoint(const char *cmd, const cli_opt *opts, int i, const char **vals, const char **out) {
+    const char *v = vals[i] ? vals[i] : opts[i].def;
+    *out = v && v[0] && strcmp(v, "none") != 0 ? v : NULL;
+    if (kiln_checkpoint_check(*out) == KILN_OK) return 0;
+    cli_usage_error(cmd, "--%s: %s", opts[i].name, kiln_last_error());
+    return -1;
+}
+
 int cli_on_off(const char *cmd, const cli_opt *opts, int i, const char **vals) {
     const char *v = vals[i] ? vals[i] : opts[i].def;
     if (v && !strcmp(v, "on")) return 1;

@@ -67,5 +67,7 @@ void cli_print_json(json_t *o);
 int cli_model_opts(const char *cmd, const cli_opt *opts, int i_size, int i_classes, const char **vals, kiln_model_opts *mo);
 /* opts[i]'s on|off value (or its default): 1 or 0, or -1 after a usage error naming it */
 int cli_on_off(const char *cmd, const cli_opt *opts, int i, const char **vals);
+/* option i as a checkpoint_activations choice (kiln_checkpoint_check): *out NULL for none; -1 after a usage error */
+int cli_checkpoint(const char *cmd, const cli_opt *opts, int i, const char **vals, const char **out);
 
 #endif

@@ -22,9 +22,11 @@ static const cli_opt opts[] = {
     {"size", "N", "the ResNets: the input's height and width (resnet18: 112, resnet20: 32)", NULL},
     {"num-classes", "N", "the ResNets: the classifier's outputs", "10"},
     {"autotune", "on|off", "time each convolution's implementations on its real shape (remembered on disk), as training does", "on"},
+    {"checkpoint-activations", "none|block|OPS", "the training plan with activation checkpointing (as kiln train): its "
+                               "recomputations are steps of phase recompute", "none"},
     {"json", NULL, "the plan as one JSON object", NULL},
 };
-enum { I_MODEL, I_BATCH, I_EVAL, I_SIZE, I_CLASSES, I_AUTOTUNE, I_JSON, I_N };
+enum { I_MODEL, I_BATCH, I_EVAL, I_SIZE, I_CLASSES, I_AUTOTUNE, I_CKPT, I_JSON, I_N };
 
 /* "32x16x32x32" of a JSON shape */
 static const char *shape_text(json_t *shape, char *buf, size_t len) {
@@ -66,6 +68,9 @@ static void print_table(json_t *doc) {
            STR(doc, "model"), INT(doc, "batch"), !strcmp(STR(doc, "mode"), "eval") ? "inference" : "training",
            STR(doc, "backend"), json_array_size(steps), INT(doc, "params"), (double)INT(doc, "arena_bytes") / 1048576.0,
            NUM(doc, "flops") / 1e9, INT(doc, "reorders"), INT(doc, "weight_reorders"));
+    if (INT(doc, "recomputed"))
+        printf("activation checkpointing: %lld nodes recomputed in backward (phase recompute); arena %.1f MiB without it\n",
+               INT(doc, "recomputed"), (double)INT(doc, "arena_bytes_plain") / 1048576.0);
 }
 
 int cli_inspect(int argc, char **argv) {
@@ -77,7 +82,8 @@ int cli_inspect(int argc, char **argv) {
     int64_t batch;
     if (cli_int("inspect", opts, I_BATCH, vals, 1, KILN_MAX_BATCH, &batch) ||
         cli_model_opts("inspect", opts, I_SIZE, I_CLASSES, vals, &c.model_opts) ||
-        (c.autotune = cli_on_off("inspect", opts, I_AUTOTUNE, vals)) < 0)
+        (c.autotune = cli_on_off("inspect", opts, I_AUTOTUNE, vals)) < 0 ||
+        cli_checkpoint("inspect", opts, I_CKPT, vals, &c.checkpoint_activations))
         return EXIT_USAGE;
     c.model = vals[I_MODEL] ? vals[I_MODEL] : opts[I_MODEL].def;
     c.batch = batch;

@@ -27,10 +27,12 @@ typedef struct kiln_inspect_config {
     int64_t batch;
     int eval;                   /* 1: the inference plan */
     int autotune;               /* as kiln_compile_opts.autotune */
+    const char *checkpoint_activations; /* as kiln_compile_opts (NULL: none) */
 } kiln_inspect_config;
 kiln_inspect_config kiln_inspect_defaults(void); /* batch 32, training, autotune on */
 
-/* *json (malloc'd): {"model", "batch", "mode", "backend", "params", "arena_bytes", "flops", "reorders",
+/* *json (malloc'd): {"model", "batch", "mode", "backend", "params", "arena_bytes", "arena_bytes_plain" (without
+ * checkpoint_activations), "recomputed" (nodes it recomputes: steps of phase "recompute"), "flops", "reorders",
  * "weight_reorders", "steps": [{"name", "op", "phase", "in": [{"shape", "layout"}], "out": [...], "attrs",
  * "epilogue", "kernel", "reorders", "weight_reorders", "flops"}]} */
 kiln_status kiln_inspect(const kiln_inspect_config *c, char **json);

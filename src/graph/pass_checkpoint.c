@@ -245,7 +245,7 @@ static int checkpoint_group(ckpt *c, int gid, uint8_t *clone) {
         if (group_of(c, i) != gid) continue;
         const kiln_node *n = &g->nodes[i];
         for (int k = 0; k < n->nout; k++)
-            if (n->out[k] >= 0 && c->need[n->out[k]]) c->map[n->out[k]] = clone[i] ? -2 : -1;
+            if (n->out[k] >= 0 && c->need[n->out[k]]) c->map[n->out[k]] = clone[i] && eligible(c, gid, n->out[k]) ? -2 : -1;
     }
     for (int v = 0; v < c->nvals; v++)
         if (c->map[v] != -2) c->need[v] = 0;

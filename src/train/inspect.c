@@ -57,6 +57,8 @@ static kiln_status describe(const kiln_inspect_config *c, kiln_params *P, kiln_p
     json_object_set_new(doc, "backend", json_string(kiln_plan_backend(pl)));
     json_object_set_new(doc, "params", json_integer(params));
     json_object_set_new(doc, "arena_bytes", json_integer((json_int_t)kiln_plan_arena_bytes(pl)));
+    json_object_set_new(doc, "arena_bytes_plain", json_integer((json_int_t)kiln_plan_arena_bytes_plain(pl)));
+    json_object_set_new(doc, "recomputed", json_integer(kiln_plan_recomputed(pl)));
     json_object_set_new(doc, "flops", json_real(kiln_plan_flops(pl)));
     json_object_set_new(doc, "reorders", json_integer(reorders));
     json_object_set_new(doc, "weight_reorders", json_integer(wreorders));
@@ -82,6 +84,7 @@ kiln_status kiln_inspect(const kiln_inspect_config *c, char **json) {
         o.training = !c->eval;
         o.max_batch = c->batch;
         o.autotune = c->autotune;
+        o.checkpoint_activations = c->checkpoint_activations;
         kiln_value outs[2] = {m.loss, m.out}; /* as the trainer compiles: training reads the loss, evaluation the logits too */
         st = kiln_compile(g, P, outs, c->eval ? 2 : 1, &o, &pl);
     }
