@@ -1333,6 +1333,142 @@ out:
     kiln_st_close(f);
 }
 
+/* ---------- transformer ops through graphs, both backends ---------- */
+
+/* A graph whose parameters are filled from the fixture tensors of the same
+ * names; "y" is the op's output, the loss sum(y * dy), and each parameter p
+ * with a fixture tensor "d<p>" has its gradient checked. Token ids come from
+ * the fixture's i32 "idx" (bound as i32, or as f32 holding integers). */
+typedef struct {
+    kiln_graph *g;
+    kiln_st_file *f;
+    kiln_value ids;
+    int ids_f32;
+    const char *extra[2]; /* further outputs checked against the fixture tensors of these names */
+    kiln_value extra_val[2];
+} fx_graph;
+
+typedef kiln_value (*fx_build)(fx_graph *x);
+
+static kiln_value fxg_param(fx_graph *x, const char *name) {
+    const kiln_tensor *t = fx_get(x->f, name, KILN_F64);
+    return t ? kiln_param(x->g, name, t->ndim, t->shape, 1) : -1;
+}
+
+static kiln_value fxg_ids(fx_graph *x) {
+    const kiln_tensor *t = fx_get(x->f, "idx", KILN_I32);
+    return x->ids = t ? kiln_input(x->g, "idx", x->ids_f32 ? KILN_F32 : KILN_I32, t->ndim, t->shape) : -1;
+}
+
+/* v's values after the run against the fixture tensor `name` */
+static void fxg_check_value(const char *fxname, kiln_st_file *f, kiln_plan *pl, kiln_value v, const char *name, int ref) {
+    int64_t n = fx_numel(f, name);
+    const double *want = fx_d(f, name);
+    if (!want) return;
+    if (ref) {
+        CMP_D(name, (const double *)kiln_plan_value(pl, v), want, n);
+        return;
+    }
+    float *got = fbuf(n);
+    CHECK_OK(kiln_plan_read(pl, v, got, n));
+    CMP_F(name, got, want, n);
+    kiln_free(got);
+}
+
+/* every parameter from its fixture tensor (the exact doubles on ref) */
+static void fxg_fill(kiln_st_file *f, kiln_params *P, int ref) {
+    int64_t total = kiln_params_total(P);
+    double *pd = calloc((size_t)total + 1, sizeof *pd);
+    for (int i = 0; i < kiln_params_count(P); i++) {
+        const double *v = fx_d(f, kiln_params_name(P, i));
+        if (v) memcpy(pd + kiln_params_offset(P, i), v, (size_t)kiln_params_numel(P, i) * 8);
+    }
+    float *pf = fcopy(pd, total + 1);
+    if (ref) memcpy(kiln_params_data(P), pd, (size_t)total * 8);
+    else CHECK_OK(kiln_params_write(P, pf));
+    free(pd);
+    kiln_free(pf);
+}
+
+/* the gradient of every parameter p that has a fixture tensor "d<p>" */
+static void fxg_check_grads(const char *fxname, kiln_st_file *f, kiln_params *P, int ref) {
+    float *g = fbuf(kiln_params_total(P) + 1);
+    if (!ref) CHECK_OK(kiln_params_grad_read(P, g));
+    for (int i = 0; i < kiln_params_count(P); i++) {
+        char dname[128];
+        snprintf(dname, sizeof dname, "d%s", kiln_params_name(P, i));
+        if (!kiln_st_find(f, dname)) continue;
+        int64_t off = kiln_params_offset(P, i), n = kiln_params_numel(P, i);
+        if (ref) CMP_D(dname, (const double *)kiln_params_grad(P) + off, fx_d(f, dname), n);
+        else CMP_F(dname, g + off, fx_d(f, dname), n);
+    }
+    kiln_free(g);
+}
+
+static void fxg_run(const char *fxname, kiln_st_file *f, fx_build build, int ids_f32, const char *backend) {
+    int ref = !strcmp(backend, "ref");
+    fx_graph x = {.g = kiln_graph_new(), .f = f, .ids = -1, .ids_f32 = ids_f32};
+    kiln_value y = build(&x), dy = fxg_param(&x, "dy");
+    kiln_value outs[4] = {kiln_sum(x.g, kiln_mul(x.g, y, dy)), y, x.extra_val[0], x.extra_val[1]};
+    int nout = 2 + (x.extra[0] != NULL) + (x.extra[1] != NULL);
+    kiln_params *P = NULL;
+    kiln_plan *pl = NULL;
+    CHECK_MSG(kiln_graph_status(x.g) == KILN_OK, "%s: %s", fxname, kiln_last_error());
+    if (kiln_graph_status(x.g) == KILN_OK) CHECK_OK(kiln_params_new_on(x.g, backend, &P));
+    if (P) {
+        fxg_fill(f, P, ref);
+        kiln_compile_opts o = kiln_compile_defaults();
+        o.training = 1;
+        o.max_batch = 1;
+        o.backend = backend;
+        o.autotune = 0;
+        CHECK_OK(kiln_compile(x.g, P, outs, nout, &o, &pl));
+    }
+    const kiln_tensor *tid = x.ids >= 0 ? fx_get(f, "idx", KILN_I32) : NULL;
+    float *fid = tid ? fbuf(kiln_tensor_numel(tid)) : NULL;
+    for (int64_t i = 0; fid && i < kiln_tensor_numel(tid); i++) fid[i] = (float)((const int32_t *)tid->data)[i];
+    if (pl && tid) CHECK_OK(kiln_plan_bind(pl, x.ids, ids_f32 ? (const void *)fid : tid->data));
+    if (pl && kiln_plan_run(pl, 1) == KILN_OK) {
+        fxg_check_value(fxname, f, pl, y, "y", ref);
+        for (int k = 0; k < 2 && x.extra[k]; k++) fxg_check_value(fxname, f, pl, x.extra_val[k], x.extra[k], ref);
+        fxg_check_grads(fxname, f, P, ref);
+    } else if (pl) CHECK_MSG(0, "%s on %s: %s", fxname, backend, kiln_last_error());
+    kiln_free(fid);
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+    kiln_graph_free(x.g);
+}
+
+/* both backends; with token ids, both dtypes */
+static void test_graph_fixture(const char *fxname, fx_build build, int has_ids) {
+    kiln_st_file *f = fx_open(fxname);
+    if (!f) return;
+    for (int f32 = 0; f32 <= has_ids; f32++) {
+        fxg_run(fxname, f, build, f32, "ref");
+        fxg_run(fxname, f, build, f32, "cpu");
+    }
+    kiln_st_close(f);
+}
+
+static kiln_value build_embedding(fx_graph *x) { return kiln_embedding(x->g, fxg_ids(x), fxg_param(x, "wte.weight")); }
+
+/* through kiln_nn_layer_norm, as the GPT calls it: its parameters carry PyTorch's names, the node its layer's */
+static kiln_value build_layer_norm(fx_graph *x) {
+    const kiln_tensor *tx = fx_get(x->f, "x", KILN_F64);
+    kiln_value y = kiln_nn_layer_norm(x->g, "h.0.ln_1", fxg_param(x, "x"), tx ? tx->shape[tx->ndim - 1] : 1);
+    int node = y >= 0 && x->g->nodes[x->g->nnodes - 1].out[0] == y ? x->g->nnodes - 1 : -1; /* the node just made */
+    CHECK_MSG(node >= 0 && !strcmp(x->g->nodes[node].name, "h.0.ln_1"), "layer norm node named '%s'",
+              node >= 0 ? x->g->nodes[node].name : "?");
+    x->extra[0] = "mean", x->extra[1] = "rstd";
+    x->extra_val[0] = node >= 0 ? x->g->nodes[node].out[1] : -1;
+    x->extra_val[1] = node >= 0 ? x->g->nodes[node].out[2] : -1;
+    return y;
+}
+
+static kiln_value build_gelu(fx_graph *x) { return kiln_gelu(x->g, fxg_param(x, "x"), (int)fx_meta(x->f, "tanh_form")); }
+static kiln_value build_softmax(fx_graph *x) { return kiln_softmax(x->g, fxg_param(x, "x")); }
+static kiln_value build_add_bcast(fx_graph *x) { return kiln_add(x->g, fxg_param(x, "a"), fxg_param(x, "b")); }
+
 int main(void) {
     test_clip("op_clip_grad_norm.safetensors");
     test_clip("op_clip_grad_norm_noop.safetensors");
@@ -1366,6 +1502,12 @@ int main(void) {
     test_binary("op_mul.safetensors", 1);
     test_batch_norm2d();
     test_bn_fold();
+    test_graph_fixture("op_embedding.safetensors", build_embedding, 1);
+    test_graph_fixture("op_layer_norm.safetensors", build_layer_norm, 0);
+    test_graph_fixture("op_gelu.safetensors", build_gelu, 0);
+    test_graph_fixture("op_gelu_tanh.safetensors", build_gelu, 0);
+    test_graph_fixture("op_softmax.safetensors", build_softmax, 0);
+    test_graph_fixture("op_add_bcast.safetensors", build_add_bcast, 0);
     test_optimizer("op_sgd.safetensors", KILN_OPT_SGD);
     test_optimizer("op_adamw.safetensors", KILN_OPT_ADAMW);
     test_optimizer("op_adadelta.safetensors", KILN_OPT_ADADELTA);

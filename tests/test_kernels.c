@@ -783,6 +783,133 @@ static void test_pool_layout(int aligned) {
     }
 }
 
+/* ---------- transformer ops at the GPT's sizes: against the reference, and
+ * the same bits on 1, 2 and 3 threads ---------- */
+
+/* the float kernel's outputs at `threads`, into out[0..] (each n[k] floats) */
+typedef void (*tf_run)(const void *ctx, float **out);
+
+static void same_bits(const char *what, tf_run run, const void *ctx, int nout, const int64_t *n) {
+    int saved = omp_get_max_threads();
+    float *a[8], *b[8]; /* nout <= 8 */
+    for (int k = 0; k < nout; k++) a[k] = falloc(n[k]), b[k] = falloc(n[k]);
+    omp_set_num_threads(1);
+    run(ctx, a);
+    for (int t = 2; t <= 3; t++) {
+        omp_set_num_threads(t);
+        run(ctx, b);
+        for (int k = 0; k < nout; k++)
+            CHECK_MSG(!memcmp(a[k], b[k], (size_t)n[k] * 4), "%s: output %d differs on %d threads", what, k, t);
+    }
+    omp_set_num_threads(saved);
+    for (int k = 0; k < nout; k++) free(a[k]), free(b[k]);
+}
+
+typedef struct {
+    int64_t rows, C, V;
+    const float *x, *dy, *w, *b, *mean, *rstd, *idf;
+    const int32_t *idi;
+    float *scratch;
+} tf_ctx;
+
+static void run_ln(const void *p, float **o) {
+    const tf_ctx *c = p;
+    kiln_cpu_layer_norm_fwd(c->rows, c->C, c->x, c->w, c->b, 1e-5f, o[0], o[1], o[2]);
+    kiln_cpu_layer_norm_bwd(c->rows, c->C, c->x, c->dy, c->w, o[1], o[2], o[3], o[4], o[5], 0, 0, 0, c->scratch);
+}
+
+static void run_embedding(const void *p, float **o) {
+    const tf_ctx *c = p;
+    kiln_cpu_embedding_fwd(c->rows, c->C, c->idf, c->idi, c->w, o[0]);
+    kiln_cpu_embedding_bwd(c->rows, c->V, c->C, c->idf, c->idi, c->dy, o[1], 0);
+}
+
+static void run_softmax_gelu(const void *p, float **o) {
+    const tf_ctx *c = p;
+    kiln_cpu_softmax_fwd(c->rows, c->C, c->x, o[0]);
+    kiln_cpu_softmax_bwd(c->rows, c->C, o[0], c->dy, o[1], 0);
+    kiln_cpu_gelu_fwd(c->rows * c->C, 1, c->x, o[2]);
+    kiln_cpu_gelu_bwd(c->rows * c->C, 0, c->x, c->dy, o[3], 0);
+}
+
+static void test_layer_norm_gpt(void) {
+    int64_t rows = 1024, C = 256, n = rows * C; /* [B=8, T=128, C=256] */
+    float *x = frand(n, -2, 3), *dy = frand(n, -1, 1), *w = frand(C, 0.5, 1.5), *b = frand(C, -1, 1);
+    float *o[6] = {falloc(n), falloc(rows), falloc(rows), falloc(n), falloc(C), falloc(C)};
+    float *scratch = kiln_alloc(kiln_cpu_layer_norm_scratch(rows, C));
+    tf_ctx c = {.rows = rows, .C = C, .x = x, .dy = dy, .w = w, .b = b, .scratch = scratch};
+    run_ln(&c, o);
+    double *xd = dof(x, n), *dyd = dof(dy, n), *wd = dof(w, C), *bd = dof(b, C);
+    double *y = dalloc(n), *mean = dalloc(rows), *rstd = dalloc(rows), *dx = dalloc(n), *dw = dalloc(C), *db = dalloc(C);
+    kiln_ref_layer_norm_fwd(rows, C, xd, wd, bd, 1e-5, y, mean, rstd);
+    kiln_ref_layer_norm_bwd(rows, C, xd, dyd, wd, mean, rstd, dx, dw, db, 0, 0, 0);
+    CLOSE(o[0], y, n, 1e-5, 1e-5, "layer_norm y");
+    CLOSE(o[1], mean, rows, 1e-6, 1e-6, "layer_norm mean");
+    CLOSE(o[2], rstd, rows, 1e-6, 1e-6, "layer_norm rstd");
+    CLOSE(o[3], dx, n, 1e-5, 1e-5, "layer_norm dx");
+    CLOSE(o[4], dw, C, 1e-4, 1e-5, "layer_norm dw");
+    CLOSE(o[5], db, C, 1e-4, 1e-5, "layer_norm db");
+    /* accumulating: dx, dw, db gain the same again */
+    kiln_cpu_layer_norm_bwd(rows, C, x, dy, w, o[1], o[2], o[3], o[4], o[5], 1, 1, 1, scratch);
+    for (int64_t i = 0; i < n; i++) dx[i] *= 2;
+    for (int64_t i = 0; i < C; i++) dw[i] *= 2, db[i] *= 2;
+    CLOSE(o[3], dx, n, 2e-5, 1e-5, "layer_norm dx acc");
+    CLOSE(o[4], dw, C, 2e-4, 1e-5, "layer_norm dw acc");
+    CLOSE(o[5], db, C, 2e-4, 1e-5, "layer_norm db acc");
+    int64_t sizes[6] = {n, rows, rows, n, C, C};
+    same_bits("layer_norm", run_ln, &c, 6, sizes);
+    for (int k = 0; k < 6; k++) free(o[k]);
+    free(x), free(dy), free(w), free(b), free(xd), free(dyd), free(wd), free(bd);
+    free(y), free(mean), free(rstd), free(dx), free(dw), free(db);
+    kiln_free(scratch);
+}
+
+/* 1024 positions, skewed ids (half of them 0..3: text repeats a few tokens), C = 40 (not whole blocks of 16) */
+static void test_embedding_gpt(void) {
+    int64_t n = 1024, V = 256, C = 40;
+    int32_t *ids = malloc((size_t)n * 4);
+    float *idf = falloc(n), *w = frand(V * C, -1, 1), *dy = frand(n * C, -1, 1);
+    for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(i % 2 ? tu_int(0, 3) : tu_int(0, V - 1)), idf[i] = (float)ids[i];
+    float *o[2] = {falloc(n * C), falloc(V * C)};
+    tf_ctx c = {.rows = n, .C = C, .V = V, .w = w, .dy = dy, .idi = ids};
+    run_embedding(&c, o);
+    double *wd = dof(w, V * C), *dyd = dof(dy, n * C), *y = dalloc(n * C), *dw = dalloc(V * C);
+    kiln_ref_embedding_fwd(n, C, NULL, ids, wd, y);
+    kiln_ref_embedding_bwd(n, V, C, NULL, ids, dyd, dw, 0);
+    CLOSE(o[0], y, n * C, 0, 0, "embedding y");
+    CLOSE(o[1], dw, V * C, 1e-5, 1e-5, "embedding dw");
+    int64_t sizes[2] = {n * C, V * C};
+    same_bits("embedding (i32 ids)", run_embedding, &c, 2, sizes);
+    c.idi = NULL, c.idf = idf;
+    same_bits("embedding (f32 ids)", run_embedding, &c, 2, sizes);
+    ids[5] = (int32_t)V, idf[7] = 2.5f;
+    CHECK(kiln_cpu_embedding_check(n, NULL, ids, V) == 5 && kiln_cpu_embedding_check(n, idf, NULL, V) == 7);
+    CHECK(kiln_ref_embedding_check(n, NULL, ids, V) == 5);
+    free(ids), free(idf), free(w), free(dy), free(o[0]), free(o[1]), free(wd), free(dyd), free(y), free(dw);
+}
+
+/* softmax rows of the vocabulary (256) and GELU over [B, T, 4C], tails included */
+static void test_softmax_gelu_gpt(void) {
+    int64_t rows = 256, C = 1031, n = rows * C;
+    float *x = frand(n, -9, 9), *dy = frand(n, -1, 1);
+    float *o[4] = {falloc(n), falloc(n), falloc(n), falloc(n)};
+    tf_ctx c = {.rows = rows, .C = C, .x = x, .dy = dy};
+    run_softmax_gelu(&c, o);
+    double *xd = dof(x, n), *dyd = dof(dy, n), *r[4] = {dalloc(n), dalloc(n), dalloc(n), dalloc(n)}, *yd = dof(o[0], n);
+    kiln_ref_softmax_fwd(rows, C, xd, r[0]);
+    kiln_ref_softmax_bwd(rows, C, yd, dyd, r[1], 0);
+    kiln_ref_gelu_fwd(n, 1, xd, r[2]);
+    kiln_ref_gelu_bwd(n, 0, xd, dyd, r[3], 0);
+    CLOSE(o[0], r[0], n, 1e-7, 1e-5, "softmax y");
+    CLOSE(o[1], r[1], n, 1e-7, 1e-5, "softmax dx");
+    CLOSE(o[2], r[2], n, 1e-6, 1e-5, "gelu tanh y");
+    CLOSE(o[3], r[3], n, 1e-6, 1e-5, "gelu erf dx");
+    int64_t sizes[4] = {n, n, n, n};
+    same_bits("softmax, gelu", run_softmax_gelu, &c, 4, sizes);
+    for (int k = 0; k < 4; k++) free(o[k]), free(r[k]);
+    free(x), free(dy), free(xd), free(dyd), free(yd);
+}
+
 int main(void) {
     tu_seed(20240611);
     test_pool_layout(1);
@@ -799,5 +926,8 @@ int main(void) {
     test_optim();
     test_layerwise();
     test_norm();
+    test_layer_norm_gpt();
+    test_embedding_gpt();
+    test_softmax_gelu_gpt();
     return tu_finish("test_kernels");
 }

@@ -312,6 +312,73 @@ def op_binary(folder, name, seed, fn):
                 [("a", a), ("b", b), ("y", y), ("dy", dy), ("da", da), ("db", db)], dict(op=name))
 
 
+def op_embedding(folder):
+    """F.embedding with repeated ids (the weight's gradient adds rows)"""
+    torch.manual_seed(110)
+    V, C = 7, 5
+    idx = torch.randint(0, V, (3, 6))
+    w = rnd(V, C).requires_grad_()
+    y = F.embedding(idx, w)
+    dy = rnd(*y.shape)
+    (dw,) = grads(y, dy, w)
+    return save(folder, "op_embedding.safetensors",
+                [("idx", idx.to(torch.int32)), ("wte.weight", w), ("y", y), ("dy", dy), ("dwte.weight", dw)],
+                dict(op="embedding"))
+
+
+def op_layer_norm(folder):
+    """nn.LayerNorm(C) as the GPT calls it ("h.0.ln_1"), with random weight and bias; the
+    saved mean and rstd from torch.native_layer_norm"""
+    torch.manual_seed(111)
+    B, T, C = 2, 5, 24
+    x = (rnd(B, T, C) * 1.5 + 0.3).requires_grad_()
+    ln = nn.LayerNorm(C).double()
+    with torch.no_grad():
+        ln.weight.copy_(rnd(C))
+        ln.bias.copy_(rnd(C))
+    y = ln(x)
+    dy = rnd(*y.shape)
+    dx, dw, db = grads(y, dy, x, ln.weight, ln.bias)
+    _, mean, rstd = torch.native_layer_norm(x.detach(), (C,), ln.weight.detach(), ln.bias.detach(), ln.eps)
+    return save(folder, "op_layer_norm.safetensors",
+                [("x", x), ("h.0.ln_1.weight", ln.weight), ("h.0.ln_1.bias", ln.bias), ("y", y),
+                 ("mean", mean.reshape(B, T)), ("rstd", rstd.reshape(B, T)), ("dy", dy), ("dx", dx),
+                 ("dh.0.ln_1.weight", dw), ("dh.0.ln_1.bias", db)],
+                dict(op="layer_norm", eps=fl(ln.eps)))
+
+
+def op_gelu(folder, fname, seed, approximate):
+    """F.gelu over [-6, 6] and beyond (the tails of both forms)"""
+    torch.manual_seed(seed)
+    x = (rnd(4, 50) * 3).requires_grad_()
+    y = F.gelu(x, approximate=approximate)
+    dy = rnd(*y.shape)
+    (dx,) = grads(y, dy, x)
+    return save(folder, fname, [("x", x), ("y", y), ("dy", dy), ("dx", dx)],
+                dict(op="gelu", tanh_form=int(approximate == "tanh")))
+
+
+def op_softmax(folder):
+    torch.manual_seed(113)
+    x = (rnd(3, 4, 9) * 2).requires_grad_()
+    y = F.softmax(x, dim=-1)
+    dy = rnd(*y.shape)
+    (dx,) = grads(y, dy, x)
+    return save(folder, "op_softmax.safetensors", [("x", x), ("y", y), ("dy", dy), ("dx", dx)],
+                dict(op="softmax", dim=-1))
+
+
+def op_add_bcast(folder):
+    """GPT's token embeddings plus positions: a [B,T,C] + b [T,C]"""
+    torch.manual_seed(114)
+    a, b = rnd(2, 3, 4).requires_grad_(), rnd(3, 4).requires_grad_()
+    y = a + b
+    dy = rnd(*y.shape)
+    da, db = grads(y, dy, a, b)
+    return save(folder, "op_add_bcast.safetensors",
+                [("a", a), ("b", b), ("y", y), ("dy", dy), ("da", da), ("db", db)], dict(op="add_bcast"))
+
+
 def op_batch_norm2d(folder):
     """nn.BatchNorm2d in training mode (batch statistics, running statistics
     updated with momentum 0.1 and the unbiased variance), its gradients, and the
@@ -787,6 +854,12 @@ def generate(folder):
     op_binary(folder, "mul", 81, lambda a, b: a * b)
     op_batch_norm2d(folder)
     op_bn_fold(folder)
+    op_embedding(folder)
+    op_layer_norm(folder)
+    op_gelu(folder, "op_gelu.safetensors", 112, "none")
+    op_gelu(folder, "op_gelu_tanh.safetensors", 115, "tanh")
+    op_softmax(folder)
+    op_add_bcast(folder)
     op_bmm(folder)
     op_causal_attention(folder, "op_causal_attention.safetensors", 23, 2, 37, 24, 3)      # D = 8, 2 tiles of rows
     op_causal_attention(folder, "op_causal_attention_d64.safetensors", 24, 1, 34, 64, 1)  # GPT's D = 64
