@@ -123,6 +123,14 @@ bench-checkpoint: deps
 	@$(MAKE) --no-print-directory all
 	bash bench/checkpoint.sh
 
+# the GPT training step (4 layers, 256 wide, block 128, batch 8) beside PyTorch's nanoGPT at 1 and 2 threads
+# (needs python3-torch and ../shared/bench/peers/w8_gpt.py)
+.PHONY: bench-gpt
+bench-gpt: deps
+	@bash scripts/install-deps.sh --bench
+	@$(MAKE) --no-print-directory all
+	bash bench/gpt.sh
+
 # regenerate the PyTorch fixtures (needs python3-torch; CI uses the committed ones)
 fixtures:
 	@bash scripts/install-deps.sh --oracle

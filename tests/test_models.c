@@ -15,54 +15,9 @@
 #include "kiln/tensor.h"
 #include "kiln/train.h"
 #include "testutil.h"
+#include "golden.h"
 
 #define FIXTURE "ref/fixtures/resnet20_golden.safetensors"
-
-/* max |got - ref| over max |ref| */
-static double rel_err(const double *got, const float *ref, int64_t n) {
-    double num = 0, den = 1e-12;
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs(got[i] - ref[i]);
-        if (!(e <= num)) num = isnan(e) ? INFINITY : e;
-        den = fmax(den, fabs((double)ref[i]));
-    }
-    return num / den;
-}
-
-/* parameters (f32 in the fixture) into P: double on ref, float on cpu */
-static void load_weights(kiln_st_file *f, kiln_params *P, int ref) {
-    int64_t total = kiln_params_total(P);
-    float *q = calloc((size_t)total + 1, sizeof *q);
-    for (int i = 0; i < kiln_params_count(P); i++) {
-        char name[128];
-        snprintf(name, sizeof name, "w.%s", kiln_params_name(P, i));
-        const kiln_tensor *t = kiln_st_find(f, name);
-        CHECK_MSG(t && t->dtype == KILN_F32 && kiln_tensor_numel(t) == kiln_params_numel(P, i),
-                  "%s: missing or not shaped as kiln's", name);
-        if (t && kiln_tensor_numel(t) == kiln_params_numel(P, i))
-            memcpy(q + kiln_params_offset(P, i), t->data, (size_t)kiln_params_numel(P, i) * 4);
-    }
-    if (ref)
-        for (int64_t i = 0; i < total; i++) ((double *)kiln_params_data(P))[i] = q[i];
-    else
-        CHECK_OK(kiln_params_write(P, q));
-    free(q);
-}
-
-/* the gradients (host doubles) of P */
-static double *grads_of(kiln_params *P, int ref) {
-    int64_t total = kiln_params_total(P);
-    double *g = malloc((size_t)(total + 1) * sizeof *g);
-    if (ref) {
-        memcpy(g, kiln_params_grad(P), (size_t)total * sizeof *g);
-        return g;
-    }
-    float *q = malloc((size_t)(total + 1) * sizeof *q);
-    CHECK_OK(kiln_params_grad_read(P, q));
-    for (int64_t i = 0; i < total; i++) g[i] = q[i];
-    free(q);
-    return g;
-}
 
 static void check_stats(kiln_st_file *f, kiln_params *P, const char *backend, double tol) {
     int checked = 0;

@@ -13,7 +13,9 @@ static const char *usage =
     "The step benchmark: synthetic data of the model's input shape, compile, warm-up,\n"
     "then each step timed alone; prints the median step time, images/s, the conv and\n"
     "linear GFLOP/s and the plan's arena. Training steps include backward and the SGD\n"
-    "update (lr 0.1, momentum 0.9, weight decay 5e-4); --eval times an inference plan.\n\n";
+    "update (lr 0.1, momentum 0.9, weight decay 5e-4), for the gpt clipping to norm 1 and\n"
+    "AdamW (lr 3e-4, betas 0.9, 0.95, weight decay 0.1), as the peers; --eval times an\n"
+    "inference plan. The gpt's samples are windows of --block random tokens.\n\n";
 
 static const cli_opt opts[] = {
     {"model", "NAME", "a zoo model (resnet20, resnet18, resnet34, resnet50, mnist-cnn, ...)", "resnet20"},
@@ -23,13 +25,15 @@ static const cli_opt opts[] = {
     {"warmup", "N", "untimed steps first", "3"},
     {"size", "N", "the input's height and width (resnet18: 112, resnet20: 32)", NULL},
     {"num-classes", "N", "the ResNets: the classifier's outputs (default 10)", NULL},
+    CLI_GPT_OPTS,
     {"autotune", "on|off", "time each convolution's algorithms on its real shape", "on"},
     {"checkpoint-activations", "none|block|OPS", "recompute saved activations in backward (as kiln train)", "none"},
     {"profile", NULL, "also time every kernel and print the per-step breakdown (steps then run one kernel at a time)", NULL},
     {"json", NULL, "one JSON object: model, batch, mode, ms, ms_min, ms_max, images_per_s, gflops, flops, arena_mb, "
                    "arena_mb_plain (without checkpointing), recomputed, params", NULL},
 };
-enum { S_MODEL, S_BATCH, S_EVAL, S_STEPS, S_WARMUP, S_SIZE, S_CLASSES, S_AUTOTUNE, S_CKPT, S_PROFILE, S_JSON, S_N };
+enum { S_MODEL, S_BATCH, S_EVAL, S_STEPS, S_WARMUP, S_SIZE, S_CLASSES, S_GPT, S_AUTOTUNE = S_GPT + CLI_GPT_NOPTS, S_CKPT,
+       S_PROFILE, S_JSON, S_N };
 
 static void print_result(const kiln_bench_step_config *c, const kiln_bench_step_result *r, int json) {
     if (!json) {
@@ -69,6 +73,7 @@ int cli_bench_step(int argc, char **argv) {
         cli_int("bench step", opts, S_STEPS, vals, 1, 100000, &steps) ||
         cli_int("bench step", opts, S_WARMUP, vals, 0, 100000, &warmup) ||
         cli_model_opts("bench step", opts, S_SIZE, S_CLASSES, vals, &c.model_opts) ||
+        cli_gpt_opts("bench step", opts, S_GPT, vals, &c.model_opts.gpt) ||
         (autotune = cli_on_off("bench step", opts, S_AUTOTUNE, vals)) < 0)
         return EXIT_USAGE;
     c.model = vals[S_MODEL] ? vals[S_MODEL] : opts[S_MODEL].def;

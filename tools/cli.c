@@ -182,6 +182,16 @@ int cli_checkpoint(const char *cmd, const cli_opt *opts, int i, const char **val
     return -1;
 }
 
+int cli_gpt_opts(const char *cmd, const cli_opt *opts, int i, const char **vals, kiln_gpt_config *gpt) {
+    int *f[CLI_GPT_NOPTS] = {&gpt->layers, &gpt->heads, &gpt->dim, &gpt->block, &gpt->vocab};
+    for (int k = 0; k < CLI_GPT_NOPTS; k++) {
+        int64_t v;
+        if (cli_int(cmd, opts, i + k, vals, 1, 1 << 20, &v)) return -1;
+        *f[k] = (int)v;
+    }
+    return 0;
+}
+
 int cli_on_off(const char *cmd, const cli_opt *opts, int i, const char **vals) {
     const char *v = vals[i] ? vals[i] : opts[i].def;
     if (v && !strcmp(v, "on")) return 1;

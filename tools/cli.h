@@ -42,6 +42,8 @@ int cli_predict(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 /* tune.c: kiln tune */
 int cli_tune(int argc, char **argv);
+int cli_tokenize(int argc, char **argv); /* tokenize.c */
+int cli_sample(int argc, char **argv);   /* sample.c */
 
 /* progress.c */
 typedef struct progress_ui {
@@ -65,6 +67,13 @@ void cli_print_json(json_t *o);
 /* the ResNets' --size N and --num-classes N (opts[i_size], opts[i_classes]; -1: the command has none), when
  * given, into *mo; 0, or -1 after a usage error naming the option */
 int cli_model_opts(const char *cmd, const cli_opt *opts, int i_size, int i_classes, const char **vals, kiln_model_opts *mo);
+/* the gpt's shape options, in this order in a command's table (CLI_GPT_OPTS at index i) */
+#define CLI_GPT_OPTS                                                                                              \
+    {"layers", "N", "gpt: transformer blocks", "4"}, {"heads", "N", "gpt: attention heads (divides --dim)", "4"}, \
+        {"dim", "N", "gpt: embedding width", "256"}, {"block", "N", "gpt: context length", "128"},                \
+        {"vocab", "N", "gpt: vocabulary size", "256"}
+#define CLI_GPT_NOPTS 5
+int cli_gpt_opts(const char *cmd, const cli_opt *opts, int i, const char **vals, kiln_gpt_config *gpt);
 /* opts[i]'s on|off value (or its default): 1 or 0, or -1 after a usage error naming it */
 int cli_on_off(const char *cmd, const cli_opt *opts, int i, const char **vals);
 /* option i as a checkpoint_activations choice (kiln_checkpoint_check): *out NULL for none; -1 after a usage error */

@@ -32,6 +32,8 @@ static const char *main_help =
     "  predict a model's top-5 classes and logits for every image under a folder, as JSON lines\n"
     "  inspect a model's compiled plan: steps, kernels and layouts chosen, reorders, arena, FLOPs\n"
     "  tune    time every convolution of a model ahead of a run and keep the fastest in the autotune cache\n"
+    "  tokenize  text files to a byte-level token file (--data tokens:FILE) for the gpt\n"
+    "  sample  text from a trained gpt, continuing a prompt\n"
     "\n"
     "  kiln <command> --help   describes each command's options\n"
     "  kiln --version          prints the version\n"
@@ -44,7 +46,10 @@ static const char *main_help =
     "  kiln tune --model resnet18 --batch-size 32        # then kiln train ... --batch-size 32 tunes nothing\n"
     "  kiln inspect --model resnet18 --batch-size 32 --eval\n"
     "  kiln pack --from fashion-mnist --to fmnist-jpeg --format jpeg --size 64\n"
-    "  kiln bench loader --data fmnist-jpeg --workers 0,2 --random-resized-crop 56 --hflip --normalize imagenet\n";
+    "  kiln bench loader --data fmnist-jpeg --workers 0,2 --random-resized-crop 56 --hflip --normalize imagenet\n"
+    "  kiln tokenize --from /usr/share/games/fortunes/*.u8 --to fortunes.tokens --val-fraction 0.1\n"
+    "  kiln train --model gpt --data tokens:fortunes.tokens --optimizer adamw --lr 3e-4 --batch-size 8 --save gpt.safetensors\n"
+    "  kiln sample --model gpt --load gpt.safetensors --prompt \"The \" --tokens 200\n";
 
 /* Ctrl-C (or SIGTERM) asks the trainer to stop after the current step and
  * write its checkpoint; a second one kills the process as usual. */
@@ -166,6 +171,7 @@ static void print_train_json(const kiln_train_config *c, const kiln_train_result
     json_object_set_new(o, "train_time_s", cli_json_num(r->train_time_s));
     json_object_set_new(o, "compile_time_s", cli_json_num(r->compile_time_s));
     json_object_set_new(o, "images_per_s", cli_json_num(r->images_per_s));
+    if (r->tokens_per_s > 0) json_object_set_new(o, "tokens_per_s", cli_json_num(r->tokens_per_s));
     json_object_set_new(o, "data_wait_frac", cli_json_num(r->data_wait_frac));
     json_object_set_new(o, "final_loss", cli_json_num(r->final_loss));
     json_object_set_new(o, "test_loss", r->test_accuracy >= 0 ? cli_json_num(r->test_loss) : json_null());
@@ -244,12 +250,17 @@ static const cli_opt eval_opts[] = {
     {"normalize", "M/S|imagenet", "Normalize(mean, std), as the run was trained with", NULL},
     {"channels", "1|3", "image folders: 1 (grey) or 3 (RGB)", NULL},
     {"val-split", "X", "DIR/<class>/... folders: the share of the images that is the test split", NULL},
+    {"layers", "N", "gpt: transformer blocks, as trained", NULL},
+    {"heads", "N", "gpt: attention heads, as trained", NULL},
+    {"dim", "N", "gpt: embedding width, as trained", NULL},
+    {"block", "N", "gpt: context length, as trained (test_loss: the file's consecutive windows of N + 1 tokens)", NULL},
+    {"vocab", "N", "gpt: vocabulary size, as trained", NULL},
     {"num-classes", "N", "the ResNets: the classifier's outputs, as the run was trained with", NULL},
     {"fix-bias", NULL, "the model without the biases its batch norms cancel, as trained with --fix-bias", NULL},
     {"json", NULL, "print one JSON object as the last line of stdout", NULL},
 };
-enum { E_MODEL, E_DATA, E_LOAD, E_BATCH, E_WORKERS, E_THREADS, E_DEVICE, E_RESIZE, E_VAL_SPLIT = E_RESIZE + 5, E_NUM_CLASSES,
-       E_FIX_BIAS, E_JSON, E_N };
+enum { E_MODEL, E_DATA, E_LOAD, E_BATCH, E_WORKERS, E_THREADS, E_DEVICE, E_RESIZE, E_VAL_SPLIT = E_RESIZE + 5,
+       E_NUM_CLASSES = E_VAL_SPLIT + 6, E_FIX_BIAS, E_JSON, E_N };
 
 static int cmd_eval(int argc, char **argv) {
     const char *vals[E_N];
@@ -368,12 +379,13 @@ static const cli_opt bench_opts[] = {
     {"normalize", "M/S|imagenet", "Normalize(mean, std)", NULL},
     {"channels", "1|3", "1 (grey) or 3 (RGB)", NULL},
     {"val-split", "X", "DIR/<class>/... folders: the share held out (the rest is measured)", NULL},
+    {"block", "N", "token files: tokens per sample (windows of N + 1)", NULL},
     {"json", NULL, "one JSON line per setting: workers, pin_memory, images_per_s, batches (and epoch with --epochs)", NULL},
     {"cache", "DIR", "keep decoded samples in DIR (as train's --cache): the first epoch fills it, later ones read it", NULL},
     {"epochs", "N", "time N whole epochs one by one instead (no warm-up): a rate per epoch, e.g. the --cache's first against its second", "0"},
 };
-enum { B_DATA, B_WORKERS, B_PIN, B_BATCH, B_BATCHES, B_WARMUP, B_SEED, B_RESIZE, B_VAL_SPLIT = B_RESIZE + 6, B_JSON, B_CACHE,
-       B_EPOCHS, B_N };
+enum { B_DATA, B_WORKERS, B_PIN, B_BATCH, B_BATCHES, B_WARMUP, B_SEED, B_RESIZE, B_VAL_SPLIT = B_RESIZE + 6, B_BLOCK, B_JSON,
+       B_CACHE, B_EPOCHS, B_N };
 enum { BENCH_MAX_EPOCHS = 1000 };
 
 enum { BENCH_MAX_SETTINGS = 32, BENCH_MAX_WORKERS = 256 };
@@ -398,7 +410,8 @@ static int bench_workers(const char *text, int *counts, int *n) {
 /* the transforms go through the trainer's option table, so they parse and fail exactly as train's */
 static int bench_data_config(const char **vals, const int *given, kiln_data_config *dc) {
     kiln_train_config c = kiln_train_defaults();
-    for (int i = B_RESIZE; i <= B_VAL_SPLIT; i++)
+    c.gpt.block = 0; /* no model here to give a default: a token file needs --block */
+    for (int i = B_RESIZE; i <= B_BLOCK; i++)
         if (given[i] && kiln_train_option_set(&c, bench_opts[i].name, vals[i]) != KILN_OK)
             return cli_usage_error("bench", "%s", kiln_last_error());
     if (kiln_train_data_config(&c, dc) != KILN_OK) return cli_usage_error("bench", "%s", kiln_last_error());
@@ -512,6 +525,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "predict")) return cli_predict(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "tune")) return cli_tune(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sample")) return cli_sample(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command '%s'\n\n%s", cmd, main_help);
     return EXIT_USAGE;
 }

@@ -108,11 +108,24 @@ kiln_status kiln_dataset_open_files(const char *const *paths, int64_t n, const c
  * (with dc->block) serves windows of block + 1 tokens: x the first block (as
  * float), the labels (label_numel = block) the next ones. Training windows
  * start at a random offset drawn from the sample's key, (count - 1) / block of
- * them per epoch; the test split is the file's consecutive windows. */
+ * them per epoch; the test split is the consecutive windows of the val file
+ * beside it (X.val.tokens, as kiln tokenize writes) when there is one, else
+ * of the file itself. */
 #define KILN_TOKENS_MAGIC 20240520
 #define KILN_TOKENS_VERSION 1
 /* Writes n tokens as a token file, atomically (a temporary renamed into place). */
 kiln_status kiln_tokens_write(const char *path, const uint16_t *tokens, int64_t n);
+/* kiln tokenize: the bytes of the files, concatenated, as tokens (vocabulary
+ * 256) into `out`; with val_fraction > 0 the last share goes to the val file
+ * (kiln_tokens_val_path), which `--data tokens:OUT`'s test split reads. */
+typedef struct kiln_tokenize_result {
+    int64_t train_tokens, val_tokens;
+    char val_path[4096];      /* "" without a val file */
+} kiln_tokenize_result;
+kiln_status kiln_tokenize(const char *const *paths, int npaths, const char *out, double val_fraction,
+                          kiln_tokenize_result *r);
+/* "X.tokens" -> "X.val.tokens" (any other name gets ".val.tokens" appended) */
+kiln_status kiln_tokens_val_path(const char *train_path, char *out, size_t len);
 
 /* Which samples an epoch visits, in which order: `len` samples per epoch,
  * `order` writes them for epoch e. Must be a pure function of (e, its own

@@ -51,6 +51,8 @@ kiln_value kiln_input(kiln_graph *g, const char *name, kiln_dtype dtype, int ndi
 kiln_value kiln_param(kiln_graph *g, const char *name, int ndim, const int64_t *shape, int64_t fan_in);
 /* A trainable float parameter initialised to a constant (batch norm: weight 1, bias 0). */
 kiln_value kiln_param_fill(kiln_graph *g, const char *name, int ndim, const int64_t *shape, float value);
+/* A trainable float parameter drawn from N(0, std^2) (GPT-2's init: std 0.02). */
+kiln_value kiln_param_normal(kiln_graph *g, const char *name, int ndim, const int64_t *shape, float std);
 /* Non-trainable state (f32 or i64) initialised to a constant, e.g. batch norm's
  * running statistics: saved in checkpoints under its name, updated by training
  * plans, read-only in evaluation plans. */

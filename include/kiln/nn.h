@@ -21,9 +21,10 @@ typedef struct kiln_model {
     const char *name;
     kiln_value x;     /* input images */
     kiln_value y;     /* int32 class labels */
-    kiln_value out;   /* log-probabilities (mnist models) or logits (ResNets) [B, classes]: argmax predicts */
+    kiln_value out;   /* log-probabilities (mnist models) or logits (ResNets) [B, classes], gpt [B, T, vocab]: argmax predicts */
     kiln_value loss;  /* mean negative log-likelihood (of the log-probabilities, or cross-entropy of the logits) */
-    int num_classes;
+    int num_classes;  /* the gpt: its vocabulary */
+    int block;        /* the gpt: tokens per sample (labels per sample); 0 for one label per sample */
 } kiln_model;
 
 /* "mnist-cnn": PyTorch's examples/mnist network; "mnist-cnn-bn": the same with
@@ -31,15 +32,22 @@ typedef struct kiln_model {
  * "mnist-cnn-bn-bias": with those biases, as often written (for fix_bias);
  * "mlp": 784-256-128-10 with ReLU and dropout; "resnet20": the CIFAR ResNet-20
  * (3x32x32, option-A shortcuts, 10 classes); "resnet18": torchvision's resnet18
- * (3x112x112 by default, 10 classes); see docs/models.md */
+ * (3x112x112 by default, 10 classes); "gpt": GPT-2's layout over byte tokens
+ * (m.x: token ids [B, block] as f32, m.y: the next tokens [B, block], m.out:
+ * logits [B, block, vocab]); see docs/models.md */
 kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out);
 /* the ResNets' options (0: the model's default); the mnist models have 10
  * classes and take no other count (an error naming --num-classes) */
 #define KILN_MAX_CLASSES (1 << 20)
+/* the GPT's shape (0: the default of each, 4 layers, 4 heads, 256 wide, block 128, vocab 256) */
+typedef struct kiln_gpt_config {
+    int layers, heads, dim, block, vocab;
+} kiln_gpt_config;
 typedef struct kiln_model_opts {
     int num_classes;        /* the ResNets: 10 by default, up to KILN_MAX_CLASSES */
     int64_t height, width;  /* input size: resnet18 112x112, resnet20 32x32 */
     int fix_bias;           /* 1: without the conv/linear biases a batch norm cancels (kiln_graph_fix_bias) */
+    kiln_gpt_config gpt;    /* the gpt model's shape */
 } kiln_model_opts;
 kiln_status kiln_model_build_ex(kiln_graph *g, const char *name, const kiln_model_opts *o, kiln_model *out);
 /* NULL-terminated list of model names */

@@ -46,6 +46,7 @@ typedef void (*kiln_progress_fn)(const kiln_progress *p, void *user);
 typedef struct kiln_train_config {
     const char *model;          /* "mnist-cnn", "mnist-cnn-bn", "mlp" */
     int num_classes;            /* the ResNets' outputs (kiln_model_opts); 0: the model's own */
+    kiln_gpt_config gpt;        /* the gpt model's shape; gpt.block is also the token loader's window */
     const char *data;           /* "fashion-mnist" or a folder of IDX files */
     int64_t epochs;
     int64_t batch_size, test_batch_size;
@@ -107,6 +108,7 @@ typedef struct kiln_train_result {
     double train_time_s;        /* from compiling the plan to the last step (incl. autotuning) */
     double compile_time_s;      /* of which compiling, autotuning and starting the loader */
     double images_per_s, data_wait_frac;
+    double tokens_per_s;        /* the gpt: images_per_s x block (0 for the image models) */
     double final_loss;          /* the last step's */
     double test_loss, test_accuracy; /* the last evaluation's; < 0 (accuracy) when none ran */
     double peak_rss_mb;

@@ -6,8 +6,9 @@
  * (exact: every uint16 is a float), the labels the block tokens after each.
  * Training windows start at an offset drawn from the sample's key (so batches
  * are the same for any worker count), (count - 1) / block of them per epoch;
- * the test split is the file's consecutive windows of block + 1 tokens from
- * its start, a partial last one dropped. */
+ * the test split is the consecutive windows of block + 1 tokens from the
+ * start of the val file beside it (X.val.tokens, kiln tokenize's held-out
+ * tail) or, without one, of the file itself; a partial last one dropped. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -118,6 +119,9 @@ static kiln_status map_file(tokens *d, const char *path) {
 kiln_status kiln_tokens_open(const char *path, int train, const kiln_data_config *dc, kiln_dataset **out) {
     *out = NULL;
     if (!*path) return kiln_fail(KILN_ERR_INVALID_ARG, "tokens: needs a file (--data tokens:FILE)");
+    char val[PATH_MAX];
+    if (!train && kiln_tokens_val_path(path, val, sizeof val) == KILN_OK && access(val, F_OK) == 0)
+        path = val; /* the held-out tail kiln tokenize wrote beside it */
     kiln_status st = check_config(dc, path);
     if (st != KILN_OK) return st;
     tokens *d = calloc(1, sizeof *d);

@@ -315,6 +315,15 @@ kiln_value kiln_param_fill(kiln_graph *g, const char *name, int ndim, const int6
     return v;
 }
 
+kiln_value kiln_param_normal(kiln_graph *g, const char *name, int ndim, const int64_t *shape, float std) {
+    kiln_value v = named_state(g, "parameter", name, KILN_F32, ndim, shape, KILN_VAL_PARAM);
+    if (v >= 0) {
+        g->vals[v].init = KILN_INIT_NORMAL;
+        g->vals[v].init_value = std;
+    }
+    return v;
+}
+
 kiln_value kiln_buffer(kiln_graph *g, const char *name, kiln_dtype dtype, int ndim, const int64_t *shape, double value) {
     if (g && g->status == KILN_OK && dtype != KILN_F32 && dtype != KILN_I64)
         return kiln_graph_fail(g, KILN_ERR_INVALID_ARG, "buffer '%s': dtype %s (f32 or i64)", name ? name : "",

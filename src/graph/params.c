@@ -150,6 +150,12 @@ static void put(void *base, kiln_dtype dt, int64_t i, double v) {
     else ((int64_t *)base)[i] = (int64_t)v;
 }
 
+/* a standard normal draw for element i (Box-Muller over two uniforms of the key) */
+static double normal(uint64_t key, uint64_t i) {
+    double u1 = kiln_rng_uniform(key, 1, i, 0.0f, 1.0f), u2 = kiln_rng_uniform(key, 2, i, 0.0f, 1.0f);
+    return sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2); /* 1 - u1 in (0, 1]: never log(0) */
+}
+
 /* values are drawn on the host and copied to the backend */
 void kiln_params_init(kiln_params *P, uint64_t seed) {
     size_t es = kiln_dtype_size(P->dtype);
@@ -160,7 +166,9 @@ void kiln_params_init(kiln_params *P, uint64_t seed) {
         float bound = (float)(1.0 / sqrt((double)(pv->fan_in > 0 ? pv->fan_in : 1)));
         uint64_t key = kiln_rng_key(seed, 0x9a7a, (uint64_t)i);
         for (int64_t j = 0; j < pv->numel; j++) {
-            float u = pv->init == KILN_INIT_CONST ? (float)pv->init_value : kiln_rng_uniform(key, 0, (uint64_t)j, -bound, bound);
+            float u = pv->init == KILN_INIT_CONST    ? (float)pv->init_value
+                      : pv->init == KILN_INIT_NORMAL ? (float)(pv->init_value * normal(key, (uint64_t)j))
+                                                     : kiln_rng_uniform(key, 0, (uint64_t)j, -bound, bound);
             put(host, P->dtype, pv->offset + j, u);
         }
     }

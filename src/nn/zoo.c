@@ -28,12 +28,14 @@
  * as one nn.Sequential (parameters "0.weight" ... "30.bias"), width 1024 by
  * default (kiln_model_opts.width), MSE against an f32 target [B, width]; its
  * layers form 4 block scopes "blocks.0-3" of 4, so checkpointing "block" is
- * checkpoint_sequential(segments=4) (every segment recomputed, the last too). */
+ * checkpoint_sequential(segments=4) (every segment recomputed, the last too).
+ * gpt is GPT-2's layout over tokens (src/nn/gpt.c). */
 #include <stdio.h>
 #include <string.h>
 #include "kiln/nn.h"
+#include "nn/internal/models.h"
 
-static const char *const names[] = {"mnist-cnn", "mnist-cnn-bn", "mlp", "mnist-cnn-bn-bias", "resnet20", "resnet18", "resnet34", "resnet50", "mlp-deep", NULL};
+static const char *const names[] = {"mnist-cnn", "mnist-cnn-bn", "mlp", "mnist-cnn-bn-bias", "resnet20", "resnet18", "resnet34", "resnet50", "mlp-deep", "gpt", NULL};
 
 const char *const *kiln_model_names(void) { return names; }
 
@@ -209,7 +211,7 @@ kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out) {
 /* the builders, in the order of names[]; the first FIXED_MODELS have 10 classes and no options */
 typedef void (*model_fn)(kiln_graph *, kiln_model *, const kiln_model_opts *);
 static const model_fn builders[] = {mnist_cnn_o, mnist_cnn_bn_o, mlp_o, mnist_cnn_bn_bias_o,
-                                    resnet20,    resnet18,       resnet34, resnet50, mlp_deep};
+                                    resnet20,    resnet18,       resnet34, resnet50, mlp_deep, kiln_zoo_gpt};
 enum { FIXED_MODELS = 4 };
 _Static_assert(sizeof builders / sizeof builders[0] == sizeof names / sizeof names[0] - 1, "a builder per model name");
 

@@ -3,6 +3,7 @@
  * the odd slow step on a shared machine). FLOPs are the plan's steps' (the
  * op table's count of conv and linear work), as the peer benchmark counts
  * them from PyTorch's modules. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "graph/internal/graph.h"
@@ -16,7 +17,8 @@ kiln_bench_step_config kiln_bench_step_defaults(void) {
     return c;
 }
 
-/* synthetic inputs of the model's shapes: images uniform in [-1, 1], labels in [0, classes) (f32 targets, as
+/* synthetic inputs of the model's shapes: images uniform in [-1, 1] (a language
+ * model's: token ids in [0, vocab)), labels in [0, classes) (f32 targets, as
  * mlp-deep's, uniform in [-1, 1]) */
 static kiln_status bind_synthetic(kiln_plan *pl, const kiln_graph *g, const kiln_model *m, int64_t batch, uint64_t seed,
                                   float **x, int32_t **y) {
@@ -25,15 +27,34 @@ static kiln_status bind_synthetic(kiln_plan *pl, const kiln_graph *g, const kiln
     for (int d = 1; d < X->ndim; d++) nx *= X->shape[d];
     *x = kiln_alloc((size_t)nx * sizeof **x);
     const kiln_val *Y = &g->vals[m->y];
-    int64_t ny = Y->dtype == KILN_F32 ? kiln_val_numel(Y, batch) : batch;
+    int64_t ny = Y->dtype == KILN_F32 ? kiln_val_numel(Y, batch) : batch * (m->block > 0 ? m->block : 1);
     *y = kiln_alloc((size_t)ny * sizeof **y);
     if (!*x || !*y) return kiln_fail(KILN_ERR_NOMEM, "bench step: %lld input values", (long long)nx);
     kiln_bench_fill_uniform(*x, nx, seed);
+    if (m->block > 0)
+        for (int64_t i = 0; i < nx; i++) (*x)[i] = floorf((0.5f + 0.5f * (*x)[i]) * (float)(m->num_classes - 1) + 0.5f);
     if (Y->dtype == KILN_F32) kiln_bench_fill_uniform((float *)*y, ny, seed + 1);
     else
-        for (int64_t i = 0; i < batch; i++) (*y)[i] = (int32_t)(i * 7 % m->num_classes);
+        for (int64_t i = 0; i < ny; i++) (*y)[i] = (int32_t)(i * 7 % m->num_classes);
     kiln_status st = kiln_plan_bind(pl, m->x, *x);
     if (st == KILN_OK) st = kiln_plan_bind(pl, m->y, *y);
+    return st;
+}
+
+/* the peers' optimizers: SGD for the conv nets (conv_bench.py), AdamW and clipping for the gpt (w8_gpt.py) */
+static kiln_status bench_optimizer(const kiln_model *m, kiln_params *P, kiln_optim **o) {
+    kiln_optim_config oc = kiln_optim_defaults(m->block > 0 ? KILN_OPT_ADAMW : KILN_OPT_SGD);
+    if (m->block > 0) {
+        oc.lr = 3e-4f;
+        oc.beta2 = 0.95f;
+        oc.weight_decay = 0.1f;
+    } else {
+        oc.lr = 0.1f;
+        oc.momentum = 0.9f;
+        oc.weight_decay = 5e-4f;
+    }
+    kiln_status st = kiln_optim_new(&oc, P, o);
+    if (st == KILN_OK && m->block > 0) kiln_optim_set_clip(*o, 1.0);
     return st;
 }
 
@@ -78,13 +99,7 @@ kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_res
     kiln_value outs[2] = {m.loss, m.out};
     if ((st = kiln_compile(g, P, outs, 2, &co, &pl)) != KILN_OK) goto out;
     if ((st = bind_synthetic(pl, g, &m, c->batch, c->seed, &x, &y)) != KILN_OK) goto out;
-    if (!c->eval) {
-        kiln_optim_config oc = kiln_optim_defaults(KILN_OPT_SGD);
-        oc.lr = 0.1f;
-        oc.momentum = 0.9f;
-        oc.weight_decay = 5e-4f;
-        if ((st = kiln_optim_new(&oc, P, &o)) != KILN_OK) goto out;
-    }
+    if (!c->eval && (st = bench_optimizer(&m, P, &o)) != KILN_OK) goto out;
     if ((st = time_steps(c, pl, o, t)) != KILN_OK) goto out;
     if (c->profile) kiln_plan_profile_report(pl, c->profile, c->profile_len);
     r->ms = kiln_bench_median(t, c->steps);

@@ -145,6 +145,11 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
 static kiln_status load_into(const kiln_st_file *f, const char *name, float *dst, int ndim, const int64_t *shape,
                              const char *path) {
     const kiln_tensor *t = kiln_st_find(f, name);
+    if (!t) { /* Hugging Face's GPT-2 files name the gpt's tensors "transformer.wte.weight", ... */
+        char hf[300];
+        snprintf(hf, sizeof hf, "transformer.%s", name);
+        t = kiln_st_find(f, hf);
+    }
     if (!t) return kiln_fail(KILN_ERR_SHAPE, "%s: tensor '%s' is missing", path, name);
     int same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];

@@ -29,8 +29,13 @@ typedef struct {
 
 /* in the order they are applied: the optimizer before its hyperparameters */
 static const field fields[] = {
-    OPT("model", "NAME", 0, T_STR, model, "model from the zoo: mnist-cnn (PyTorch's examples/mnist network), mnist-cnn-bn, mnist-cnn-bn-bias (with the conv biases its norms cancel, for --fix-bias), mlp, resnet20 (CIFAR, 3x32x32), resnet18, resnet34, resnet50 (torchvision's, 3x112x112)"),
+    OPT("model", "NAME", 0, T_STR, model, "model from the zoo: mnist-cnn (PyTorch's examples/mnist network), mnist-cnn-bn, mnist-cnn-bn-bias (with the conv biases its norms cancel, for --fix-bias), mlp, resnet20 (CIFAR, 3x32x32), resnet18, resnet34, resnet50 (torchvision's, 3x112x112), gpt (GPT-2's layout: --layers, --heads, --dim, --block, --vocab; data tokens:FILE)"),
     OPT("num-classes", "N", 0, T_INT, num_classes, "the ResNets: outputs of the classifier (fc); 0: the model's own (10)"),
+    OPT("layers", "N", 0, T_INT, gpt.layers, "gpt: transformer blocks"),
+    OPT("heads", "N", 0, T_INT, gpt.heads, "gpt: attention heads (divides --dim)"),
+    OPT("dim", "N", 0, T_INT, gpt.dim, "gpt: embedding width"),
+    OPT("block", "N", 0, T_INT, gpt.block, "gpt: context length, the tokens of a sample (token files: windows of N + 1)"),
+    OPT("vocab", "N", 0, T_INT, gpt.vocab, "gpt: vocabulary size (256: bytes, as kiln tokenize writes)"),
     OPT("data", "NAME|DIR", 0, T_STR, data, "fashion-mnist (Debian's dataset-fashion-mnist), a folder holding "
                                             "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz], or an image folder "
                                             "(DIR/train/<class>/*.jpg|png and DIR/test/..., or DIR/<class>/... with --val-split)"),

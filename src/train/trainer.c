@@ -42,6 +42,7 @@ kiln_train_config kiln_train_defaults(void) {
     c.fuse = 1;
     c.autotune = 1;
     c.device = "cpu";
+    c.gpt = (kiln_gpt_config){.layers = 4, .heads = 4, .dim = 256, .block = 128, .vocab = 256};
     return c;
 }
 
@@ -125,7 +126,8 @@ static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, 
     lc.next_epoch = 0; /* one pass: nothing to prefetch beyond it */
     kiln_params_host_allocator(P, &lc.host_alloc, &lc.host_free);
     kiln_loader *L = NULL;
-    float *logits = kiln_alloc((size_t)(o.max_batch * m->num_classes) * sizeof(float));
+    int64_t per = m->block > 0 ? m->block : 1; /* labels (predictions) per sample: the gpt's tokens */
+    float *logits = kiln_alloc((size_t)(o.max_batch * per * m->num_classes) * sizeof(float));
     if (!logits) st = kiln_fail(KILN_ERR_NOMEM, "evaluation: out of memory");
     if (st == KILN_OK) st = kiln_loader_new(ds, &lc, &L);
     if (st == KILN_OK) st = kiln_loader_start_epoch(L, 0, 0);
@@ -137,11 +139,12 @@ static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, 
         for (int64_t at = 0; at < b.n && st == KILN_OK; at += o.max_batch) {
             int64_t n = b.n - at < o.max_batch ? b.n - at : o.max_batch;
             kiln_plan_bind(plan, m->x, b.x + at * sample);
-            kiln_plan_bind(plan, m->y, b.y + at);
-            if ((st = kiln_plan_run(plan, n)) == KILN_OK) st = kiln_plan_read(plan, m->out, logits, n * m->num_classes);
+            kiln_plan_bind(plan, m->y, b.y + at * per);
+            if ((st = kiln_plan_run(plan, n)) == KILN_OK)
+                st = kiln_plan_read(plan, m->out, logits, n * per * m->num_classes);
             if (st != KILN_OK) break;
             loss_sum += kiln_plan_loss(plan) * (double)n; /* the model's loss is a mean over the chunk */
-            hits += argmax_hits(logits, b.y + at, n, m->num_classes);
+            hits += argmax_hits(logits, b.y + at * per, n * per, m->num_classes);
             er->samples += n;
         }
         kiln_loader_release(L, &b);
@@ -151,7 +154,7 @@ static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, 
     kiln_loader_free(L);
     kiln_plan_free(plan);
     er->loss = er->samples ? loss_sum / (double)er->samples : NAN;
-    er->accuracy = er->samples ? (double)hits / (double)er->samples : 0;
+    er->accuracy = er->samples ? (double)hits / (double)(er->samples * per) : 0;
     return st;
 }
 
@@ -278,7 +281,7 @@ static kiln_status check_config(const kiln_train_config *c) {
 
 /* the model a config names, with its --num-classes and --fix-bias */
 static kiln_status build_model(kiln_graph *g, const kiln_train_config *c, kiln_model *m) {
-    kiln_model_opts mo = {.num_classes = c->num_classes, .fix_bias = c->fix_bias};
+    kiln_model_opts mo = {.num_classes = c->num_classes, .fix_bias = c->fix_bias, .gpt = c->gpt};
     return kiln_model_build_ex(g, c->model, &mo, m);
 }
 
@@ -767,6 +770,7 @@ static void fill_result(run *R) {
     r->samples = R->samples;
     r->epochs = R->epoch + (R->next >= R->per_epoch);
     r->images_per_s = r->train_time_s > 0 ? (double)R->samples / r->train_time_s : 0;
+    r->tokens_per_s = r->images_per_s * (R->m.block > 0 ? R->m.block : 0); /* a language model's samples are windows */
     r->final_loss = R->loss;
     r->workers = kiln_loader_workers(R->L);
     r->skipped = kiln_loader_skipped(R->L);
@@ -888,6 +892,7 @@ kiln_status kiln_train_data_config(const kiln_train_config *c, kiln_data_config 
     dc->val_split = c->val_split;
     dc->skip_bad = c->skip_bad;
     dc->cache = c->cache;
+    dc->block = c->gpt.block;
     kiln_status st = KILN_OK;
     if (c->random_resized_crop && c->random_resized_crop[0]) st = kiln_data_parse_rrc(c->random_resized_crop, dc);
     if (st == KILN_OK && c->normalize && c->normalize[0]) st = kiln_data_parse_normalize(c->normalize, dc);

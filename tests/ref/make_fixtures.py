@@ -767,6 +767,71 @@ def resnet20_golden(folder):
               precision="weights f32, loss, gradients and steps computed in float64"))
 
 
+def gpt_forward(p, x, y, L, H):
+    """GPT-2's forward with HF names (Conv1D weights [in, out]), tied embeddings, GELU-tanh"""
+    B, T = x.shape
+    C = p["wte.weight"].shape[1]
+    h = p["wte.weight"][x] + p["wpe.weight"][:T]
+    for i in range(L):
+        q = lambda n: p["h.%d.%s" % (i, n)]
+        a = F.layer_norm(h, (C,), q("ln_1.weight"), q("ln_1.bias"))
+        qkv = a @ q("attn.c_attn.weight") + q("attn.c_attn.bias")
+        qq, kk, vv = [t.view(B, T, H, C // H).transpose(1, 2) for t in qkv.split(C, dim=2)]
+        att = (qq @ kk.transpose(-2, -1)) / math.sqrt(C // H)
+        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).tril().logical_not(), float("-inf"))
+        o = (F.softmax(att, dim=-1) @ vv).transpose(1, 2).contiguous().view(B, T, C)
+        h = h + o @ q("attn.c_proj.weight") + q("attn.c_proj.bias")
+        m = F.layer_norm(h, (C,), q("ln_2.weight"), q("ln_2.bias"))
+        m = F.gelu(m @ q("mlp.c_fc.weight") + q("mlp.c_fc.bias"), approximate="tanh")
+        h = h + m @ q("mlp.c_proj.weight") + q("mlp.c_proj.bias")
+    h = F.layer_norm(h, (C,), p["ln_f.weight"], p["ln_f.bias"])
+    logits = h @ p["wte.weight"].t()
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def gpt_golden(folder):
+    """A 2-layer GPT (2 heads, 16 wide, block 8, vocab 256) with random weights
+    (biases and layer norms random too), a batch of 2 windows: in float64 the
+    loss and every parameter's gradient, then 3 AdamW steps (lr 1e-3, betas
+    0.9/0.95, no weight decay) with clipping to norm 1: their losses."""
+    L, H, C, T, V, B, STEPS = 2, 2, 16, 8, 256, 2, 3
+    torch.manual_seed(7)
+    shapes = [("wte.weight", (V, C)), ("wpe.weight", (T, C))]
+    for i in range(L):
+        for n, s in [("ln_1.weight", (C,)), ("ln_1.bias", (C,)), ("attn.c_attn.weight", (C, 3 * C)),
+                     ("attn.c_attn.bias", (3 * C,)), ("attn.c_proj.weight", (C, C)), ("attn.c_proj.bias", (C,)),
+                     ("ln_2.weight", (C,)), ("ln_2.bias", (C,)), ("mlp.c_fc.weight", (C, 4 * C)),
+                     ("mlp.c_fc.bias", (4 * C,)), ("mlp.c_proj.weight", (4 * C, C)), ("mlp.c_proj.bias", (C,))]:
+            shapes.append(("h.%d.%s" % (i, n), s))
+    shapes += [("ln_f.weight", (C,)), ("ln_f.bias", (C,))]
+    init = {}
+    for n, s in shapes:
+        v = torch.randn(*s) * (0.3 if len(s) == 2 else 0.1)
+        if n.endswith("ln_1.weight") or n.endswith("ln_2.weight") or n == "ln_f.weight":
+            v = v + 1
+        init[n] = v.float()
+    x = torch.randint(0, V, (B, T))
+    y = torch.randint(0, V, (B, T))
+    p = {n: v.double().requires_grad_() for n, v in init.items()}
+    opt = torch.optim.AdamW(list(p.values()), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.0)
+    losses, grads0 = [], None
+    for _ in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = gpt_forward(p, x, y, L, H)
+        losses.append(loss.item())
+        loss.backward()
+        if grads0 is None:
+            grads0 = [("grad." + n, t.grad.detach().float().clone()) for n, t in p.items()]
+        torch.nn.utils.clip_grad_norm_(list(p.values()), 1.0)
+        opt.step()
+    t = ([("x", x.to(torch.float32)), ("y", y.to(torch.int32)), ("losses", torch.tensor(losses, dtype=D))] +
+         [("w." + n, v) for n, v in init.items()] + grads0)
+    save(folder, "gpt_golden.safetensors", t,
+         dict(model="gpt", layers=L, heads=H, dim=C, block=T, vocab=V, batch=B, steps=STEPS, lr=fl(1e-3),
+              beta1=fl(0.9), beta2=fl(0.95), clip=fl(1.0),
+              precision="weights f32, loss, gradients and steps computed in float64"))
+
+
 def resnet_names(folder, name):
     """torchvision's resnetNN(num_classes=10) state_dict: every name and shape
     (metadata "state_dict": "name:d0xd1x... " in order), its parameter count,
@@ -884,6 +949,7 @@ def generate(folder):
     print("  golden losses: " + " ".join(repr(v) for v in losses))
     state_dict_pt(folder)
     resnet20_golden(folder)
+    gpt_golden(folder)
     for name in ("resnet18", "resnet34", "resnet50"):
         resnet_names(folder, name)
     for fname in sorted(os.listdir(folder)):

@@ -17,7 +17,7 @@ typedef enum {
 } kiln_val_kind;
 
 /* parameter initialisation */
-typedef enum { KILN_INIT_UNIFORM_FAN_IN, KILN_INIT_CONST } kiln_init_kind;
+typedef enum { KILN_INIT_UNIFORM_FAN_IN, KILN_INIT_CONST, KILN_INIT_NORMAL } kiln_init_kind;
 
 typedef struct kiln_val {
     char name[64];
@@ -34,7 +34,7 @@ typedef struct kiln_val {
     int64_t stride[KILN_MAX_DIMS];
     int64_t offset;
     kiln_init_kind init;          /* params and buffers */
-    double init_value;            /* KILN_INIT_CONST */
+    double init_value;            /* KILN_INIT_CONST; the standard deviation for KILN_INIT_NORMAL */
     int64_t fan_in;               /* KILN_INIT_UNIFORM_FAN_IN: bound 1/sqrt(fan_in) */
     kiln_value grad_of;           /* gradients: the value this is d(loss)/d(...) of, else -1 */
     int layout;                   /* a backend's layout tag for the storage; 0: plain row-major */

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The GPT training step, kiln beside PyTorch 1.13 on the same machine: the
+# issue's config (4 layers, 4 heads, 256 wide, block 128, vocab 256, batch 8),
+# forward, backward, clipping to norm 1 and AdamW (lr 3e-4, betas 0.9/0.95,
+# weight decay 0.1). kiln runs `kiln bench step --model gpt --json` (median of
+# STEPS timed steps after a warm-up, random tokens bound once); PyTorch runs
+# the peer ../shared/bench/peers/w8_gpt.py (nanoGPT's model, median of STEPS
+# steps, each drawing its random batch) with 1 and with 2 threads: two thread
+# pools fight on 2 cores, so its best of the two is the reference. Rounds
+# alternate kiln and PyTorch. Target: kiln's step <= 0.5 x PyTorch's best.
+# The peer's MLP uses the erf GELU and kiln's GPT-2's tanh form (the same cost
+# class: one pointwise pass either way).
+#
+#   REPEAT=N (rounds, default 3)  STEPS=N (timed steps, default 30)
+#   KILN=PATH (default build/kiln)  KILN_SHARED=DIR (default ../shared)
+set -euo pipefail
+
+ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
+cd "$ROOT"
+KILN="${KILN:-build/kiln}"
+SHARED="${KILN_SHARED:-$ROOT/../shared}"
+PEER="$SHARED/bench/peers/w8_gpt.py"
+REPEAT="${REPEAT:-3}"
+STEPS="${STEPS:-30}"
+CFG=(--layers 4 --heads 4 --dim 256 --block 128 --vocab 256)
+
+die() { echo "gpt: $*" >&2; exit 1; }
+[ -x "$KILN" ] || die "$KILN not found: run 'make'"
+[ -f "$PEER" ] || die "$PEER not found (set KILN_SHARED)"
+[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || die "REPEAT must be a positive integer (got '$REPEAT')"
+
+mkdir -p bench/results
+OUT="bench/results/gpt-$(date +%Y%m%d-%H%M%S).jsonl"
+for r in $(seq 1 "$REPEAT"); do
+    line=$(OMP_NUM_THREADS=2 "$KILN" bench step --model gpt "${CFG[@]}" --batch-size 8 --steps "$STEPS" --warmup 5 --json)
+    echo "{\"side\": \"kiln\", \"round\": $r, \"result\": $line}" >>"$OUT"
+    for th in 1 2; do
+        OMP_NUM_THREADS=$th /usr/bin/python3 "$PEER" --threads "$th" --steps "$STEPS" --warmup 5 --no-wait-quiet 2>/dev/null |
+            sed -n 's/^RESULT //p' | while read -r l; do echo "{\"side\": \"pytorch\", \"round\": $r, \"result\": $l}"; done >>"$OUT"
+    done
+done
+
+python3 - "$OUT" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+med = lambda xs: statistics.median(xs) if xs else float("nan")
+k = med([r["result"]["ms"] for r in rows if r["side"] == "kiln"])
+tok = 8 * 128
+print(f"GPT step (4 layers, 4 heads, 256 wide, block 128, vocab 256, batch 8; AdamW, clipping)")
+print(f"{'':22s} {'ms/step':>9s} {'tokens/s':>10s}")
+print(f"{'kiln (2 threads)':22s} {k:9.1f} {tok / k * 1e3:10.0f}")
+best = float("inf")
+for th in (1, 2):
+    t = med([r["result"]["median_ms"] for r in rows if r["side"] == "pytorch" and r["result"]["threads"] == th])
+    best = min(best, t)
+    print(f"{'pytorch (%d thread%s)' % (th, 's' if th > 1 else ''):22s} {t:9.1f} {tok / t * 1e3:10.0f}")
+ratio = k / best
+print(f"kiln / PyTorch's best: {ratio:.2f} (target <= 0.5: {'MET' if ratio <= 0.5 else 'NOT MET'})")
+print(f"(medians over {len([r for r in rows if r['side'] == 'kiln'])} rounds; raw lines in {sys.argv[1]}; "
+      f"load average now {open('/proc/loadavg').read().split()[0]})")
+PY

@@ -1,0 +1,147 @@
+/* The zoo's gpt against PyTorch (tests/ref/fixtures/gpt_golden, made by
+ * tests/ref/make_fixtures.py with torch 1.13): a 2-layer GPT with random
+ * weights on a batch of 2 windows gives PyTorch's loss and every parameter's
+ * gradient (the tied wte's from both its uses), and 3 AdamW steps with
+ * clipping give the same losses, on the ref backend (double) and the cpu
+ * backend (float, within 1e-4 relative). The names and shapes are Hugging
+ * Face GPT-2's (Conv1D weights [in, out]). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kiln/graph.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
+#include "kiln/safetensors.h"
+#include "kiln/tensor.h"
+#include "testutil.h"
+#include "golden.h"
+
+#define FIXTURE "ref/fixtures/gpt_golden.safetensors"
+
+static kiln_model_opts golden_opts(kiln_st_file *f) {
+    kiln_model_opts o = {0};
+    o.gpt = (kiln_gpt_config){(int)atoi(kiln_st_meta(f, "layers")), (int)atoi(kiln_st_meta(f, "heads")),
+                              (int)atoi(kiln_st_meta(f, "dim")), (int)atoi(kiln_st_meta(f, "block")),
+                              (int)atoi(kiln_st_meta(f, "vocab"))};
+    return o;
+}
+
+static void check_grads(kiln_st_file *f, kiln_params *P, const char *backend, int ref, double tol, double l, double l0) {
+    double *gr = grads_of(P, ref), worst = 0;
+    for (int i = 0; i < kiln_params_count(P); i++) {
+        char name[128];
+        snprintf(name, sizeof name, "grad.%s", kiln_params_name(P, i));
+        const kiln_tensor *t = kiln_st_find(f, name);
+        CHECK_MSG(t != NULL, "%s missing", name);
+        if (!t) continue;
+        double err = rel_err(gr + kiln_params_offset(P, i), t->data, kiln_params_numel(P, i));
+        CHECK_MSG(err <= tol, "%s: gradient of %s off by %.3g", backend, kiln_params_name(P, i), err);
+        worst = fmax(worst, err);
+    }
+    printf("gpt on %s: loss %.8f (PyTorch %.8f), worst gradient error %.3g\n", backend, l, l0, worst);
+    free(gr);
+}
+
+static void run_backend(kiln_st_file *f, const char *backend) {
+    int ref = !strcmp(backend, "ref");
+    double tol = ref ? 1e-6 : 1e-4; /* ref: the f32 storage of PyTorch's float64 gradients */
+    const kiln_tensor *tx = kiln_st_find(f, "x"), *ty = kiln_st_find(f, "y"), *tl = kiln_st_find(f, "losses");
+    if (!tx || !ty || !tl) {
+        CHECK_MSG(0, "%s: x, y or losses missing", FIXTURE);
+        return;
+    }
+    const double *losses = tl->data;
+    int64_t B = tx->shape[0];
+    kiln_model_opts mo = golden_opts(f);
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_params *P = NULL;
+    kiln_plan *pl = NULL;
+    kiln_optim *o = NULL;
+    CHECK_OK(kiln_model_build_ex(g, "gpt", &mo, &m));
+    CHECK_OK(kiln_params_new_on(g, backend, &P));
+    if (!P) goto out;
+    CHECK_MSG(kiln_params_count(P) == 4 + 12 * mo.gpt.layers, "%d parameter tensors (want wte, wpe, 12 per block, ln_f)",
+              kiln_params_count(P));
+    load_weights(f, P, ref);
+    kiln_compile_opts co = kiln_compile_defaults();
+    co.training = 1;
+    co.max_batch = B;
+    co.backend = backend;
+    kiln_value outs[2] = {m.loss, m.out};
+    CHECK_OK(kiln_compile(g, P, outs, 2, &co, &pl));
+    if (!pl) goto out;
+    CHECK_OK(kiln_plan_bind(pl, m.x, tx->data));
+    CHECK_OK(kiln_plan_bind(pl, m.y, ty->data));
+    kiln_optim_config oc = kiln_optim_defaults(KILN_OPT_ADAMW);
+    oc.lr = 1e-3f;
+    oc.beta2 = 0.95f;
+    oc.weight_decay = 0;
+    CHECK_OK(kiln_optim_new(&oc, P, &o));
+    if (o) kiln_optim_set_clip(o, 1.0);
+    for (int step = 0; o && step < 3; step++) {
+        kiln_plan_set_step(pl, (uint64_t)step);
+        CHECK_OK(kiln_plan_run(pl, B));
+        double l = kiln_plan_loss(pl), e = fabs(l - losses[step]) / fabs(losses[step]);
+        /* after step 1 the ref plan differs by the f32 hyperparameters (lr 1e-3f) */
+        CHECK_MSG(e <= (ref ? (step ? 1e-6 : 1e-9) : 1e-4), "%s step %d: loss %.10g, PyTorch %.10g", backend, step + 1, l,
+                  losses[step]);
+        if (step == 0) check_grads(f, P, backend, ref, tol, l, losses[0]);
+        CHECK_OK(kiln_optim_step(o));
+    }
+out:
+    kiln_optim_free(o);
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+}
+
+/* HF GPT-2's names and shapes: every fixture weight matches a parameter */
+static void test_names(kiln_st_file *f) {
+    kiln_model_opts mo = golden_opts(f);
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_params *P = NULL;
+    CHECK_OK(kiln_model_build_ex(g, "gpt", &mo, &m));
+    CHECK_OK(kiln_params_new_on(g, "cpu", &P));
+    if (P) {
+        int64_t shape[8];
+        int i = kiln_params_find(P, "h.1.attn.c_attn.weight");
+        CHECK(i >= 0 && kiln_params_shape(P, i, shape) == 2 && shape[0] == 16 && shape[1] == 48);
+        CHECK(kiln_params_find(P, "lm_head.weight") < 0); /* tied to wte */
+        int n = 0;
+        for (int k = 0; k < kiln_params_count(P); k++) {
+            char name[128];
+            snprintf(name, sizeof name, "w.%s", kiln_params_name(P, k));
+            const kiln_tensor *t = kiln_st_find(f, name);
+            n += t && kiln_tensor_numel(t) == kiln_params_numel(P, k);
+        }
+        CHECK_MSG(n == kiln_params_count(P), "%d of %d parameters named and sized as HF GPT-2's", n, kiln_params_count(P));
+    }
+    kiln_params_free(P);
+    kiln_graph_free(g);
+}
+
+/* a bad shape is refused naming the flags */
+static void test_bad_config(void) {
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_model_opts mo = {0};
+    mo.gpt = (kiln_gpt_config){2, 3, 16, 8, 256};
+    CHECK(kiln_model_build_ex(g, "gpt", &mo, &m) == KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "--heads 3") != NULL);
+    kiln_graph_free(g);
+}
+
+int main(void) {
+    kiln_st_file *f = NULL;
+    CHECK_OK(kiln_st_open(FIXTURE, &f));
+    if (f) {
+        test_names(f);
+        run_backend(f, "ref");
+        run_backend(f, "cpu");
+        kiln_st_close(f);
+    }
+    test_bad_config();
+    return tu_finish("test_gpt");
+}
