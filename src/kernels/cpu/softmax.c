@@ -1,24 +1,37 @@
 /* Fast softmax over the last dim, float: rows in parallel, each row in three
  * sweeps that stay in L1 (max; exp and its sum; the scale), vectorised through
- * vec_math.h's exp. The sum's order is fixed by the build, never by the
- * thread count. Backward: dx = y * (dy - sum(dy * y)). */
+ * vec_math.h's exp. The sum's order is fixed by the row's length, never by
+ * the thread count. Backward: dx = y * (dy - sum(dy * y)). */
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/internal/kernels.h"
 
+#define L 16
+
+/* max, exp and sum in 16 lanes of registers (an `omp simd` reduction keeps its
+ * partials in memory, a store and a load per vector), folded in lane order */
 KILN_CPU_HOT static void softmax_row(int64_t n, const float *restrict x, float *restrict y) {
-    float m = x[0], s = 0;
-#pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; j++) {
-        float e = kiln_vexpf(x[j] - m);
-        y[j] = e;
-        s += e;
+    float mv[L], sv[L], m = x[0], s = 0;
+    int64_t j = 0;
+    for (int l = 0; l < L; l++) mv[l] = x[0], sv[l] = 0;
+    for (; j + L <= n; j += L)
+        for (int l = 0; l < L; l++) mv[l] = x[j + l] > mv[l] ? x[j + l] : mv[l];
+    for (int l = 0; l < L; l++) m = mv[l] > m ? mv[l] : m;
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    for (j = 0; j + L <= n; j += L)
+        for (int l = 0; l < L; l++) {
+            float e = kiln_vexpf(x[j + l] - m);
+            y[j + l] = e;
+            sv[l] += e;
+        }
+    for (; j < n; j++) {
+        y[j] = kiln_vexpf(x[j] - m);
+        s += y[j];
     }
+    for (int l = 0; l < L; l++) s += sv[l];
     float inv = 1.0f / s;
 #pragma omp simd
-    for (int64_t j = 0; j < n; j++) y[j] *= inv;
+    for (j = 0; j < n; j++) y[j] *= inv;
 }
 
 KILN_CPU_HOT static void softmax_bwd_row(int64_t n, const float *restrict y, const float *restrict dy, float *restrict dx,

@@ -6,7 +6,10 @@
  *                reduction x = n ln2 + r); clamped to [-87, 88], so it never
  *                returns a denormal or inf;
  *   kiln_verff:  absolute error < 1.5e-7 (Abramowitz & Stegun 7.1.26, the
- *                formula PyTorch's vectorised erf uses). */
+ *                formula PyTorch's vectorised erf uses).
+ * The files that use them are built with -ffp-contract=fast (CMakeLists.txt):
+ * ISO C mode would keep GCC from fusing the polynomials' multiply-adds in the
+ * AVX-512 clones. */
 #ifndef KILN_KERNELS_CPU_VEC_MATH_H
 #define KILN_KERNELS_CPU_VEC_MATH_H
 
@@ -25,7 +28,7 @@ static inline float kiln_vexpf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } s = {.i = ((int32_t)n + 127) * (1 << 23)}; /* 2^n */
+    union { int32_t i; float f; } s = {.i = ((int32_t)n + 127) << 23}; /* 2^n (n + 127 is in [1, 254]) */
     return x == x ? p * s.f : x;
 }
 
