@@ -15,11 +15,13 @@ typedef struct {
     kiln_model m;
     int64_t nx, ny;       /* input elements per sample */
     int y_float;          /* targets are f32 values (mse), else class ids */
+    int classes;          /* class ids in [0, classes) */
+    int x_ids;            /* inputs are token ids in [0, classes) (gpt), else values */
 } net;
 
 /* `layers` linear+relu(+dropout) layers of `width`, blocks of `per_block` layers, cross-entropy over 10 classes */
 static net deep_mlp(int layers, int64_t width, int per_block, float p) {
-    net n = {.g = kiln_graph_new(), .nx = width, .ny = 1};
+    net n = {.g = kiln_graph_new(), .nx = width, .ny = 1, .classes = 10};
     kiln_graph *g = n.g;
     n.m.x = kiln_input(g, "x", KILN_F32, 2, (int64_t[]){KILN_BATCH, width});
     n.m.y = kiln_input(g, "y", KILN_I32, 1, (int64_t[]){KILN_BATCH});
@@ -42,7 +44,7 @@ static net deep_mlp(int layers, int64_t width, int per_block, float p) {
 
 static net zoo(const char *name, int64_t width) {
     net n = {.g = kiln_graph_new()};
-    kiln_model_opts o = {.width = width};
+    kiln_model_opts o = {.width = width, .gpt = {.layers = 2, .heads = 2, .dim = 32, .block = 16, .vocab = 64}};
     CHECK_OK(kiln_model_build_ex(n.g, name, &o, &n.m));
     int64_t s[8];
     int nd = kiln_value_shape(n.g, n.m.x, s);
@@ -52,6 +54,8 @@ static net zoo(const char *name, int64_t width) {
     n.ny = 1;
     for (int d = 1; d < nd; d++) n.ny *= s[d];
     n.y_float = strcmp(name, "mlp-deep") == 0;
+    n.x_ids = strcmp(name, "gpt") == 0;
+    n.classes = n.m.num_classes;
     return n;
 }
 
@@ -93,8 +97,9 @@ static kiln_status train(net *n, const char *ckpt, int64_t batch, run_result *r)
     tu_seed(3);
     for (int s = 0; s < STEPS && st == KILN_OK; s++) {
         tu_fill(x, batch * n->nx, -1, 1);
+        for (int64_t i = 0; n->x_ids && i < batch * n->nx; i++) x[i] = (float)tu_int(0, n->classes - 1);
         tu_fill(yf, batch * n->ny, -1, 1);
-        for (int64_t i = 0; i < batch * n->ny; i++) yi[i] = (int32_t)tu_int(0, 9);
+        for (int64_t i = 0; i < batch * n->ny; i++) yi[i] = (int32_t)tu_int(0, n->classes - 1);
         if ((st = kiln_plan_bind(pl, n->m.x, x)) != KILN_OK) break;
         if ((st = kiln_plan_bind(pl, n->m.y, n->y_float ? (const void *)yf : (const void *)yi)) != KILN_OK) break;
         kiln_plan_set_step(pl, (uint64_t)s);
@@ -147,6 +152,11 @@ static void zoo_models(void) {
     kiln_graph_free(n.g);
     n = zoo("mlp-deep", 64);
     same_training(&n, "block", 8, "mlp-deep 16x64, block");
+    kiln_graph_free(n.g);
+    n = zoo("gpt", 0); /* 2 layers, 2 heads, 32 wide, block 16, vocab 64 */
+    same_training(&n, "block", 4, "gpt 2x32, block");
+    same_training(&n, "gelu,layernorm", 4, "gpt 2x32, gelu,layernorm");
+    same_training(&n, "block,gelu", 4, "gpt 2x32, block,gelu");
     kiln_graph_free(n.g);
 }
 

@@ -47,6 +47,7 @@ static kiln_value block(kiln_graph *g, kiln_value x, int i, const kiln_gpt_confi
     float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->layers);
     char p[64], q[96];
     snprintf(p, sizeof p, "h.%d", i);
+    kiln_graph_block_begin(g, p); /* --checkpoint-activations block recomputes it in backward */
     snprintf(q, sizeof q, "%s.ln_1", p);
     kiln_value a = kiln_nn_layer_norm(g, q, x, C);
     snprintf(q, sizeof q, "%s.attn.c_attn", p);
@@ -60,7 +61,9 @@ static kiln_value block(kiln_graph *g, kiln_value x, int i, const kiln_gpt_confi
     snprintf(q, sizeof q, "%s.mlp.c_fc", p);
     m = kiln_gelu(g, conv1d(g, q, m, C, 4 * C, std), 1);
     snprintf(q, sizeof q, "%s.mlp.c_proj", p);
-    return kiln_add(g, x, conv1d(g, q, m, 4 * C, C, proj_std));
+    x = kiln_add(g, x, conv1d(g, q, m, 4 * C, C, proj_std));
+    kiln_graph_block_end(g);
+    return x;
 }
 
 void kiln_zoo_gpt(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
