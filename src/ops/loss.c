@@ -48,20 +48,19 @@ static int loss_infer(kiln_infer *ix) {
     return 0;
 }
 
-static int log_softmax_backward(kiln_ad *ad, const kiln_node *f) {
+/* log_softmax and softmax: backward reads the output y and dy (softmax: dx = y (dy - sum(dy y))) */
+static int from_output_backward(kiln_ad *ad, const kiln_node *f, kiln_op bwd) {
     kiln_value x = f->in[0];
     if (!kiln_ad_needs(ad, x)) return 0;
     kiln_value in[2] = {f->out[0], kiln_ad_dout(ad, 0)};
-    return kiln_ad_emit(ad, KILN_OP_LOG_SOFTMAX_BWD, in, 2, &x, 1) < 0 ? -1 : 0;
+    return kiln_ad_emit(ad, bwd, in, 2, &x, 1) < 0 ? -1 : 0;
 }
 
-/* dx = y * (dy - sum(dy * y)): reads the output, as log_softmax's */
-static int softmax_backward(kiln_ad *ad, const kiln_node *f) {
-    kiln_value x = f->in[0];
-    if (!kiln_ad_needs(ad, x)) return 0;
-    kiln_value in[2] = {f->out[0], kiln_ad_dout(ad, 0)};
-    return kiln_ad_emit(ad, KILN_OP_SOFTMAX_BWD, in, 2, &x, 1) < 0 ? -1 : 0;
+static int log_softmax_backward(kiln_ad *ad, const kiln_node *f) {
+    return from_output_backward(ad, f, KILN_OP_LOG_SOFTMAX_BWD);
 }
+
+static int softmax_backward(kiln_ad *ad, const kiln_node *f) { return from_output_backward(ad, f, KILN_OP_SOFTMAX_BWD); }
 
 static int nll_backward(kiln_ad *ad, const kiln_node *f) {
     kiln_value x = f->in[0];

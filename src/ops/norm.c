@@ -41,7 +41,9 @@ static int bn_infer(kiln_infer *ix) {
     return 0;
 }
 
-static int bn_backward(kiln_ad *ad, const kiln_node *f) {
+/* both norms' rule: one backward node (x, dy, w, and the two saved statistics)
+ * writing the gradients of x, w and b that are wanted */
+static int norm_backward(kiln_ad *ad, const kiln_node *f, kiln_op bwd) {
     kiln_value t[3];
     int any = 0;
     for (int k = 0; k < 3; k++) {
@@ -50,8 +52,10 @@ static int bn_backward(kiln_ad *ad, const kiln_node *f) {
     }
     if (!any) return 0;
     kiln_value in[5] = {f->in[0], kiln_ad_dout(ad, 0), f->in[1], f->out[1], f->out[2]};
-    return kiln_ad_emit(ad, KILN_OP_BATCH_NORM2D_BWD, in, 5, t, 3) < 0 ? -1 : 0;
+    return kiln_ad_emit(ad, bwd, in, 5, t, 3) < 0 ? -1 : 0;
 }
+
+static int bn_backward(kiln_ad *ad, const kiln_node *f) { return norm_backward(ad, f, KILN_OP_BATCH_NORM2D_BWD); }
 
 static void bn_specialize(kiln_graph *g, int i, int training, int dropout_off) {
     (void)dropout_off;
@@ -132,15 +136,7 @@ static int ln_infer(kiln_infer *ix) {
 }
 
 static int ln_backward(kiln_ad *ad, const kiln_node *f) {
-    kiln_value t[3];
-    int any = 0;
-    for (int k = 0; k < 3; k++) {
-        t[k] = kiln_ad_needs(ad, f->in[k]) ? f->in[k] : -1;
-        any |= t[k] >= 0;
-    }
-    if (!any) return 0;
-    kiln_value in[5] = {f->in[0], kiln_ad_dout(ad, 0), f->in[1], f->out[1], f->out[2]};
-    return kiln_ad_emit(ad, KILN_OP_LAYER_NORM_BWD, in, 5, t, 3) < 0 ? -1 : 0;
+    return norm_backward(ad, f, KILN_OP_LAYER_NORM_BWD);
 }
 
 static const kiln_attr_spec ln_attrs[] = {KILN_ATTR("eps", KILN_ATTR_F32, ln.eps), {0}};
