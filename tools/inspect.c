@@ -21,12 +21,13 @@ static const cli_opt opts[] = {
     {"eval", NULL, "the inference plan (no backward)", NULL},
     {"size", "N", "the ResNets: the input's height and width (resnet18: 112, resnet20: 32)", NULL},
     {"num-classes", "N", "the ResNets: the classifier's outputs", "10"},
+    CLI_GPT_OPTS,
     {"autotune", "on|off", "time each convolution's implementations on its real shape (remembered on disk), as training does", "on"},
     {"checkpoint-activations", "none|block|OPS", "the training plan with activation checkpointing (as kiln train): its "
                                "recomputations are steps of phase recompute", "none"},
     {"json", NULL, "the plan as one JSON object", NULL},
 };
-enum { I_MODEL, I_BATCH, I_EVAL, I_SIZE, I_CLASSES, I_AUTOTUNE, I_CKPT, I_JSON, I_N };
+enum { I_MODEL, I_BATCH, I_EVAL, I_SIZE, I_CLASSES, I_GPT, I_AUTOTUNE = I_GPT + CLI_GPT_NOPTS, I_CKPT, I_JSON, I_N };
 
 /* "32x16x32x32" of a JSON shape */
 static const char *shape_text(json_t *shape, char *buf, size_t len) {
@@ -82,6 +83,7 @@ int cli_inspect(int argc, char **argv) {
     int64_t batch;
     if (cli_int("inspect", opts, I_BATCH, vals, 1, KILN_MAX_BATCH, &batch) ||
         cli_model_opts("inspect", opts, I_SIZE, I_CLASSES, vals, &c.model_opts) ||
+        cli_gpt_opts("inspect", opts, I_GPT, vals, &c.model_opts.gpt) ||
         (c.autotune = cli_on_off("inspect", opts, I_AUTOTUNE, vals)) < 0 ||
         cli_checkpoint("inspect", opts, I_CKPT, vals, &c.checkpoint_activations))
         return EXIT_USAGE;

@@ -184,6 +184,7 @@ static void print_train_json(const kiln_train_config *c, const kiln_train_result
     json_object_set_new(o, "ring_mb", cli_json_num((double)r->ring_bytes / 1048576.0));
     json_object_set_new(o, "optimizer", json_string(kiln_optim_name(c->optim.kind)));
     json_object_set_new(o, "arena_mb", cli_json_num(r->arena_bytes / 1048576.0));
+    json_object_set_new(o, "arena_mb_plain", cli_json_num(r->arena_bytes_plain / 1048576.0)); /* without checkpointing */
     if (c->profile) {
         json_object_set_new(o, "step_ms", cli_json_num(r->step_ms));
         json_object_set_new(o, "kernel_ms", cli_json_num(r->kernel_ms));
