@@ -418,6 +418,67 @@ static void attention_cpu(const char *fxname, const kiln_attn_shape *s, const do
     kiln_free(fx), kiln_free(fdy), kiln_free(scratch);
 }
 
+/* GPT's situation: q, k, v the thirds of a batched activation (x_in + p, p [T, 3C] a parameter, x_in = x - p
+ * bound as the batch), so the slices' strides span the symbolic batch; y and dL/dp = sum over the batch of dx */
+static void attention_batched(const char *fxname, kiln_st_file *f, const char *backend) {
+    const kiln_tensor *tx = fx_get(f, "x", KILN_F64);
+    const double *y = fx_d(f, "y"), *dy = fx_d(f, "dy"), *dx = fx_d(f, "dx");
+    if (!tx || !y || !dy || !dx) return;
+    int64_t b = tx->shape[0], t = tx->shape[1], c3 = tx->shape[2], c = c3 / 3, per = t * c3;
+    kiln_graph *g = kiln_graph_new();
+    kiln_value xin = kiln_input(g, "x", KILN_F32, 3, (int64_t[]){KILN_BATCH, t, c3});
+    kiln_value dyin = kiln_input(g, "dy", KILN_F32, 3, (int64_t[]){KILN_BATCH, t, c});
+    kiln_value p = kiln_param(g, "p", 2, (int64_t[]){t, c3}, 1);
+    kiln_value out = build_attention(g, kiln_add(g, xin, p), f);
+    kiln_value loss = kiln_sum(g, kiln_mul(g, out, dyin));
+    kiln_params *P = NULL;
+    kiln_plan *pl = NULL;
+    CHECK_OK(kiln_graph_status(g));
+    CHECK_OK(kiln_params_new_on(g, backend, &P));
+    float *pv = fbuf(per), *xv = fbuf(b * per), *dyv = fcopy(dy, b * t * c), *gy = fbuf(b * t * c);
+    int f64 = P && kiln_params_dtype(P) == KILN_F64;
+    float *grad = fbuf(P ? 2 * kiln_params_total(P) : 1); /* f32 or f64 values */
+    double *want = calloc((size_t)per, sizeof *want), *gp = dbuf(per);
+    for (int64_t i = 0; i < per; i++) pv[i] = (float)tu_uniform(-1, 1);
+    for (int64_t i = 0; i < b * per; i++) {
+        xv[i] = (float)(((const double *)tx->data)[i] - pv[i % per]);
+        want[i % per] += dx[i];
+    }
+    if (!P) goto out;
+    double *pd = (double *)grad; /* the flat buffer in the parameters' dtype (one parameter) */
+    memset(grad, 0, (size_t)kiln_params_total(P) * (f64 ? 8 : 4));
+    for (int64_t i = 0; i < per; i++) {
+        if (f64) pd[kiln_params_offset(P, 0) + i] = pv[i];
+        else grad[kiln_params_offset(P, 0) + i] = pv[i];
+    }
+    CHECK_OK(kiln_params_write(P, grad));
+    kiln_compile_opts o = kiln_compile_defaults();
+    o.training = 1;
+    o.max_batch = b;
+    o.backend = backend;
+    o.autotune = 0;
+    kiln_value outs[2] = {loss, out};
+    CHECK_OK(kiln_compile(g, P, outs, 2, &o, &pl));
+    if (!pl) goto out;
+    CHECK_OK(kiln_plan_bind(pl, xin, xv));
+    CHECK_OK(kiln_plan_bind(pl, dyin, dyv));
+    CHECK_OK(kiln_plan_run(pl, b));
+    CHECK_OK(kiln_plan_read(pl, out, gy, b * t * c));
+    CHECK_OK(kiln_params_grad_read(P, grad));
+    for (int64_t i = 0; i < per; i++) gp[i] = f64 ? pd[kiln_params_offset(P, 0) + i] : grad[kiln_params_offset(P, 0) + i];
+    char what[64];
+    snprintf(what, sizeof what, "batched %s y", backend);
+    CMP_F(what, gy, y, b * t * c);
+    snprintf(what, sizeof what, "batched %s dL/dp", backend);
+    CHECK_MSG(err_d(gp, want, per) <= TOL_F, "%s: %s off by %.3g", fxname, what, err_d(gp, want, per));
+out:
+    kiln_free(pv), kiln_free(xv), kiln_free(dyv), kiln_free(gy), kiln_free(grad);
+    free(want), free(gp);
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+}
+
 /* nanoGPT's plain attention (materialised, float64) against the reference and the fast kernels */
 static void test_causal_attention(const char *fxname) {
     kiln_st_file *f = fx_open(fxname);
@@ -441,6 +502,8 @@ static void test_causal_attention(const char *fxname) {
     for (int i = 0; i < 3; i++) free(d[i]);
     attention_cpu(fxname, &s, x, y, lse, dy, dx, 0);
     attention_cpu(fxname, &s, x, y, lse, dy, dx, 1);
+    attention_batched(fxname, f, "ref");
+    attention_batched(fxname, f, "cpu");
 out:
     kiln_st_close(f);
     test_one_input(fxname, build_attention); /* through the graph: slices, autodiff, both backends */
