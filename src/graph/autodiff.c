@@ -60,6 +60,15 @@ static kiln_value grad_target(kiln_ad *c, kiln_value x, uint8_t *acc) {
     return d;
 }
 
+int kiln_ad_targets(const kiln_ad *ad, const kiln_node *f, int n, kiln_value *t) {
+    int any = 0;
+    for (int k = 0; k < n; k++) {
+        t[k] = kiln_ad_needs(ad, f->in[k]) ? f->in[k] : -1;
+        any += t[k] >= 0;
+    }
+    return any;
+}
+
 int kiln_ad_emit(kiln_ad *ad, kiln_op op, const kiln_value *in, int nin, const kiln_value *targets, int ntargets) {
     kiln_value out[KILN_OP_MAX_OUT] = {-1, -1, -1, -1};
     uint8_t acc[KILN_OP_MAX_OUT] = {0};

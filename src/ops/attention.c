@@ -41,12 +41,7 @@ static int attention_infer(kiln_infer *ix) {
 /* one node writes dq, dk and dv (those wanted), from the forward's y and logsumexp */
 static int attention_backward(kiln_ad *ad, const kiln_node *f) {
     kiln_value t[3];
-    int any = 0;
-    for (int k = 0; k < 3; k++) {
-        t[k] = kiln_ad_needs(ad, f->in[k]) ? f->in[k] : -1;
-        any |= t[k] >= 0;
-    }
-    if (!any) return 0;
+    if (!kiln_ad_targets(ad, f, 3, t)) return 0;
     kiln_value in[6] = {f->in[0], f->in[1], f->in[2], f->out[0], f->out[1], kiln_ad_dout(ad, 0)};
     return kiln_ad_emit(ad, KILN_OP_CAUSAL_ATTENTION_BWD, in, 6, t, 3) < 0 ? -1 : 0;
 }

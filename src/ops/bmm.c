@@ -24,8 +24,8 @@ static int bmm_infer(kiln_infer *ix) {
 }
 
 static int bmm_backward(kiln_ad *ad, const kiln_node *f) {
-    kiln_value t[2] = {kiln_ad_needs(ad, f->in[0]) ? f->in[0] : -1, kiln_ad_needs(ad, f->in[1]) ? f->in[1] : -1};
-    if (t[0] < 0 && t[1] < 0) return 0;
+    kiln_value t[2];
+    if (!kiln_ad_targets(ad, f, 2, t)) return 0;
     kiln_value in[3] = {f->in[0], f->in[1], kiln_ad_dout(ad, 0)};
     return kiln_ad_emit(ad, KILN_OP_BMM_BWD, in, 3, t, 2) < 0 ? -1 : 0;
 }

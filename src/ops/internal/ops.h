@@ -199,6 +199,9 @@ int kiln_ad_needs(const kiln_ad *ad, kiln_value v);
 const struct kiln_val *kiln_ad_value(const kiln_ad *ad, kiln_value v);
 /* the gradient flowing into output k of the forward node being differentiated, or -1 */
 kiln_value kiln_ad_dout(const kiln_ad *ad, int k);
+/* t[k] = f's input k when dL/d(input k) is wanted, else -1, for k < n: the targets of one
+ * backward node writing several gradients; returns how many are wanted */
+int kiln_ad_targets(const kiln_ad *ad, const struct kiln_node *f, int n, kiln_value *t);
 /* Adds backward node `op` for the forward node being differentiated: inputs
  * in[], outputs the gradients of targets[] (a target of -1 leaves its slot
  * empty). The first contribution to a gradient creates and writes it, later
