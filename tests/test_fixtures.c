@@ -694,6 +694,13 @@ static hyper read_hyper(kiln_st_file *f, kiln_optim_kind kind) {
     return h;
 }
 
+/* step i of the ref (p) and cpu (fp) kernels against the fixture's parameters */
+static void check_kernel_step(const char *fxname, int64_t i, const double *p, const float *fp, const double *ref, int64_t n) {
+    double e = err_d(p, ref, n), ef = err_f(fp, ref, n);
+    CHECK_MSG(e <= 1e-12, "%s: ref step %lld off by %.3g", fxname, (long long)i + 1, e);
+    CHECK_MSG(ef <= TOL_F, "%s: cpu step %lld off by %.3g", fxname, (long long)i + 1, ef);
+}
+
 static void test_optimizer(const char *fxname, kiln_optim_kind kind) {
     kiln_st_file *f = fx_open(fxname);
     if (!f) return;
@@ -727,9 +734,7 @@ static void test_optimizer(const char *fxname, kiln_optim_kind kind) {
         default: break; /* the layer-wise ones: test_optimizer_multi */
         }
         kiln_free(fg);
-        double e = err_d(p, pref + i * n, n), ef = err_f(fp, pref + i * n, n);
-        CHECK_MSG(e <= 1e-12, "%s: ref step %lld off by %.3g", fxname, (long long)i + 1, e);
-        CHECK_MSG(ef <= TOL_F, "%s: cpu step %lld off by %.3g", fxname, (long long)i + 1, ef);
+        check_kernel_step(fxname, i, p, fp, pref + i * n, n);
     }
     free(p), free(s0), free(s1);
     kiln_free(fp), kiln_free(fs0), kiln_free(fs1);
@@ -857,9 +862,7 @@ static void layerwise_kernels(const char *fxname, const hyper *h, const multi_sh
             }
         }
         kiln_free(fg);
-        double e = err_d(p, pref + i * n, n), ef = err_f(fp, pref + i * n, n);
-        CHECK_MSG(e <= 1e-12, "%s: ref step %lld off by %.3g", fxname, (long long)i + 1, e);
-        CHECK_MSG(ef <= TOL_F, "%s: cpu step %lld off by %.3g", fxname, (long long)i + 1, ef);
+        check_kernel_step(fxname, i, p, fp, pref + i * n, n);
     }
     free(p), free(s0), free(s1);
     kiln_free(fp), kiln_free(fs0), kiln_free(fs1);
