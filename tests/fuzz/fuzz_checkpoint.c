@@ -21,7 +21,7 @@
 
 #define MAX_DATA ((uint64_t)32 << 20) /* an mlp checkpoint with two optimizer states is 2.8 MB */
 
-enum { OPT_ADADELTA, OPT_ADAMW, OPT_SGD, OPT_SGD_MOMENTUM, NOPT };
+enum { OPT_ADADELTA, OPT_ADAMW, OPT_SGD, OPT_SGD_MOMENTUM, OPT_LAMB, OPT_LARS, OPT_NOVOGRAD, NOPT };
 static kiln_graph *g; /* lives as long as the parameters: the whole run */
 static kiln_params *P;
 static kiln_optim *opt[NOPT];
@@ -34,7 +34,9 @@ static void setup(void) {
     if (kiln_model_build(g, "mlp", &m) != KILN_OK || kiln_params_new(g, KILN_F32, &P) != KILN_OK) abort();
     kiln_params_init(P, 1);
     kiln_optim_config c[NOPT] = {kiln_optim_defaults(KILN_OPT_ADADELTA), kiln_optim_defaults(KILN_OPT_ADAMW),
-                                 kiln_optim_defaults(KILN_OPT_SGD), kiln_optim_defaults(KILN_OPT_SGD)};
+                                 kiln_optim_defaults(KILN_OPT_SGD), kiln_optim_defaults(KILN_OPT_SGD),
+                                 kiln_optim_defaults(KILN_OPT_LAMB), kiln_optim_defaults(KILN_OPT_LARS),
+                                 kiln_optim_defaults(KILN_OPT_NOVOGRAD)};
     c[OPT_SGD_MOMENTUM].momentum = 0.9f;
     for (int k = 0; k < NOPT; k++)
         if (kiln_optim_new(&c[k], P, &opt[k]) != KILN_OK) abort();
@@ -60,6 +62,9 @@ static uint64_t data_length(json_t *h) {
 static kiln_optim *optimizer_for(json_t *h) {
     const char *name = json_string_value(json_object_get(json_object_get(h, "__metadata__"), "kiln.optimizer"));
     if (name && strcmp(name, "adamw") == 0) return opt[OPT_ADAMW];
+    if (name && strcmp(name, "lamb") == 0) return opt[OPT_LAMB];
+    if (name && strcmp(name, "lars") == 0) return opt[OPT_LARS];
+    if (name && strcmp(name, "novograd") == 0) return opt[OPT_NOVOGRAD]; /* exp_avg_sq: one scalar per tensor */
     if (name && strcmp(name, "sgd") == 0)
         return json_object_get(h, "optim.momentum_buffer.fc1.weight") ? opt[OPT_SGD_MOMENTUM] : opt[OPT_SGD];
     return opt[OPT_ADADELTA];
@@ -130,7 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_finite(host, n, 0);
         for (int k = 0; k < kiln_optim_state_count(o); k++) {
             if (kiln_optim_state_read(o, k, host) != KILN_OK) abort();
-            check_finite(host, n, kiln_optim_state_nonnegative(o, k));
+            check_finite(host, kiln_optim_state_per_tensor(o, k) ? kiln_params_count(P) : n, kiln_optim_state_nonnegative(o, k));
         }
     }
     st = kiln_checkpoint_load_params(P, path);

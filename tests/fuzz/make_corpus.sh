@@ -44,6 +44,9 @@ train --model mlp --max-steps 3 --optimizer adamw --lr 0.001 --clip-grad-norm 1.
 train --model mlp --max-steps 2 --optimizer sgd --save "$T/sgd.safetensors"
 train --model mlp --max-steps 4 --optimizer sgd --momentum 0.9 --nesterov --weight-decay 1e-4 --accumulate 2 \
     --batch-size 32 --lr-step-gamma 0.5 --lr-step-size 2 --dropout-off --save "$T/sgd_momentum.safetensors"
+train --model mlp --max-steps 3 --optimizer novograd --weight-decay 0.01 --warmup 2 --lr-decay cosine --min-lr 1e-5 \
+    --save "$T/novograd.safetensors"
+train --model mlp --max-steps 2 --optimizer lamb --lr-decay linear --lr-decay-steps 10 --save "$T/lamb.safetensors"
 train --model mnist-cnn --max-steps 1 --save "$T/mnist_cnn.safetensors"
 "$KILN" train --help >"$T/help.txt" 2>&1 || true
 
@@ -80,7 +83,7 @@ def st_make(tensors, meta=None, pad=True):
     return struct.pack('<Q', len(hb)) + hb + b''.join(blobs)
 
 # ---------- checkpoint: real headers, then the hostile metadata of test_hostile.sh ----------
-ckpts = ['adadelta', 'adamw', 'sgd', 'sgd_momentum', 'mnist_cnn']
+ckpts = ['adadelta', 'adamw', 'sgd', 'sgd_momentum', 'mnist_cnn', 'novograd', 'lamb']
 headers = {}
 for c in ckpts:
     hdr, data = st_split(f'{T}/{c}.safetensors')
@@ -157,6 +160,9 @@ lines = {
     'flags.txt': 'no-test\nno-fuse\nno-autotune\ndropout-off\npin-memory=true\nprofile=false\n',
     'resume.txt': 'resume=x.safetensors\nepochs=5\nmax-steps=100\nsave-every=10\neval-every=0\nlog-every=7\n',
     'device.txt': 'device=auto\nmatmul-precision=high\ntest-batch-size=500\nprefetch=4\n',
+    'layerwise.txt': 'optimizer=lars\nmomentum=0.9\ntrust-coefficient=0.01\nweight-decay=1e-4\ndecay-all\nwarmup=5\n'
+                     'lr-decay=cosine\nmin-lr=1e-5\nlr-decay-steps=100\n',
+    'lamb.txt': 'optimizer=lamb\nbeta1=0.9\nbeta2=0.999\neps=1e-6\nlr-decay=linear\nwarmup=3\n',
     'bad.txt': 'batch-size=0\nlr-step-size=-2\nmomentum=-5\nthreads=100000\nclip-grad-norm=off\nbatch_size=3\n',
 }
 for name, text in lines.items():
@@ -175,12 +181,13 @@ st_words = ['__metadata__', 'dtype', 'shape', 'data_offsets', 'F32', 'F64', 'BF1
 meta_keys = list(json.loads(headers['mnist_cnn'])['__metadata__'].keys()) + ['kiln.accumulate']
 write_dict('safetensors', json_words + st_words + meta_keys)
 write_dict('checkpoint', json_words + st_words + meta_keys + ['kiln-checkpoint', 'adadelta', 'adamw', 'sgd', 'mlp', 'cpu',
-           'cuda', 'fc1.weight', 'fc2.bias', 'optim.square_avg.', 'optim.acc_delta.', 'optim.exp_avg.',
+           'cuda', 'fc1.weight', 'fc2.bias', 'lamb', 'lars', 'novograd', 'optim.square_avg.', 'optim.acc_delta.', 'optim.exp_avg.',
            'optim.exp_avg_sq.', 'optim.momentum_buffer.', ' fwd w\n', ' bwd_data d\n', 'nan', 'inf', '1e39'])
 write_dict('idx', ['\x00\x00\x08\x03', '\x00\x00\x08\x01', '\x1f\x8b\x08\x00', '\x00\x00\x00\x1c'])
 help_text = open(f'{T}/help.txt').read()
 names = re.findall(r'^\s+--([a-z0-9-]+)', help_text, re.M)
 write_dict('options', [n + '=' for n in names] + names + ['auto', 'off', 'true', 'false', 'highest', 'medium', 'adamw',
+           'lamb', 'lars', 'novograd', 'cosine', 'linear', 'step', 'none',
            'sgd', 'mnist-cnn-bn', '1e12', '-1', '0x10', 'nan', '9223372036854775808', '2147483648', '{"', '":"', '",'])
 EOF
 # ---------- image: the fixtures PIL wrote, behind flags bytes, and a cut one of each ----------
