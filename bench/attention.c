@@ -184,7 +184,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     int64_t row = 3 * p.c;
-    ctx x[2] = {{.p = &p, .pl = &pl, .s = {p.b, p.t, p.c, p.h, {p.t * row, row}, {p.t * row, row}, {p.t * row, row}}}};
+    ctx x[2] = {{.p = &p, .pl = &pl,
+                 .s = {p.b, p.t, p.c, p.h, {p.t * row, row}, {p.t * row, row}, {p.t * row, row}, {p.t * p.c, p.c}}}};
     x[0].slots = omp_get_max_threads();
     x[0].scratch = kiln_alloc(x[0].slots * kiln_cpu_attention_scratch(&x[0].s));
     x[1] = x[0];

@@ -465,6 +465,15 @@ static void attention_batched(const char *fxname, kiln_st_file *f, const char *b
     CHECK_OK(kiln_plan_run(pl, b));
     CHECK_OK(kiln_plan_read(pl, out, gy, b * t * c));
     CHECK_OK(kiln_params_grad_read(P, grad));
+    int slice_bwd = 0, att_bwd = 0; /* backward writes dL/d(x + p) whole: no slice gathers dq, dk, dv into it */
+    for (int i = 0; i < kiln_plan_step_count(pl); i++) {
+        kiln_step_info si;
+        CHECK_OK(kiln_plan_step_info(pl, i, &si));
+        slice_bwd += !strcmp(si.op, "slice_bwd");
+        att_bwd += !strcmp(si.op, "causal_attention_bwd") && si.nout == 1 && si.out[0].shape[2] == c3;
+    }
+    CHECK_MSG(slice_bwd == 0 && att_bwd == 1, "%s: %d slice_bwd steps, %d attention backward steps writing dx whole", fxname,
+              slice_bwd, att_bwd);
     for (int64_t i = 0; i < per; i++) gp[i] = f64 ? pd[kiln_params_offset(P, 0) + i] : grad[kiln_params_offset(P, 0) + i];
     char what[64];
     snprintf(what, sizeof what, "batched %s y", backend);
@@ -488,7 +497,7 @@ static void test_causal_attention(const char *fxname) {
     if (!tx || !y || !lse || !dy || !dx) goto out;
     int64_t b = tx->shape[0], t = tx->shape[1], c = tx->shape[2] / 3, rows = b * t;
     kiln_attn_shape s = {.b = b, .t = t, .c = c, .heads = (int64_t)fx_meta(f, "heads"), .q_stride = {t * 3 * c, 3 * c},
-                         .k_stride = {t * 3 * c, 3 * c}, .v_stride = {t * 3 * c, 3 * c}};
+                         .k_stride = {t * 3 * c, 3 * c}, .v_stride = {t * 3 * c, 3 * c}, .d_stride = {t * c, c}};
     const double *x = tx->data;
     double *ry = dbuf(rows * c), *rl = dbuf(b * s.heads * t), *d[3], *got = dbuf(rows * 3 * c);
     kiln_ref_causal_attention_fwd(&s, x, x + c, x + 2 * c, ry, rl);

@@ -235,7 +235,21 @@ kiln_status kiln_prepare_attention(kiln_step *s, kiln_prep *p) {
         z->k_stride[i] = s->in[1].stride[i];
         z->v_stride[i] = s->in[2].stride[i];
     }
+    for (int k = s->nout - 1; k >= 0; k--) /* y, or a gradient: dq, dk, dv, or the one [B,T,3C] of all three */
+        if (s->out[k].numel) {
+            z->d_stride[0] = s->out[k].stride[0];
+            z->d_stride[1] = s->out[k].stride[1];
+        }
     return KILN_OK;
+}
+
+void kiln_attention_grads(const kiln_step *s, const kiln_run_ctx *rc, void *out[3], int acc[3]) {
+    size_t third = (size_t)s->sz.attn.shape.c * kiln_dtype_size(s->out[0].dtype);
+    for (int k = 0; k < 3; k++) {
+        int fused = s->nout == 1; /* q, k, v were the column thirds of one value: its gradient, whole */
+        out[k] = fused ? (char *)s->out[0].data + k * third : s->out[k].data;
+        acc[k] = kiln_step_acc(s, rc, fused ? 0 : k);
+    }
 }
 
 kiln_tdesc kiln_tdesc_flat(void *data, kiln_dtype dtype, int64_t n) {

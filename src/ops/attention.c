@@ -38,11 +38,29 @@ static int attention_infer(kiln_infer *ix) {
     return 0;
 }
 
-/* one node writes dq, dk and dv (those wanted), from the forward's y and logsumexp */
+/* the value whose column thirds q, k, v are, in that order (GPT's c_attn output), else -1 */
+static kiln_value thirds_of(const kiln_ad *ad, const kiln_node *f) {
+    const kiln_val *Q = kiln_ad_value(ad, f->in[0]);
+    kiln_value x = Q->alias_of;
+    if (x < 0) return -1;
+    const kiln_val *X = kiln_ad_value(ad, x);
+    int ok = X->ndim == 3 && X->batched == Q->batched && X->stride[2] == 1 && X->shape[2] == 3 * Q->shape[2];
+    for (int i = 0; i < 3 && ok; i++) {
+        const kiln_val *V = kiln_ad_value(ad, f->in[i]);
+        ok = V->alias_of == x && V->offset - X->offset == i * Q->shape[2];
+        for (int d = 0; d < 3 && ok; d++) ok = V->stride[d] == X->stride[d] && (d == 2 || V->shape[d] == X->shape[d]);
+    }
+    return ok ? x : -1;
+}
+
+/* One node writes dq, dk and dv (those wanted), from the forward's y and logsumexp. When
+ * q, k, v are the thirds of one value x, it writes dx whole instead: no dq, dk, dv
+ * buffers, and no slice backward steps gathering them into dx. */
 static int attention_backward(kiln_ad *ad, const kiln_node *f) {
-    kiln_value t[3];
+    kiln_value t[3], in[6] = {f->in[0], f->in[1], f->in[2], f->out[0], f->out[1], kiln_ad_dout(ad, 0)};
     if (!kiln_ad_targets(ad, f, 3, t)) return 0;
-    kiln_value in[6] = {f->in[0], f->in[1], f->in[2], f->out[0], f->out[1], kiln_ad_dout(ad, 0)};
+    kiln_value x = thirds_of(ad, f);
+    if (x >= 0) return kiln_ad_emit(ad, KILN_OP_CAUSAL_ATTENTION_BWD, in, 6, &x, 1) < 0 ? -1 : 0;
     return kiln_ad_emit(ad, KILN_OP_CAUSAL_ATTENTION_BWD, in, 6, t, 3) < 0 ? -1 : 0;
 }
 

@@ -62,10 +62,12 @@ kiln_status kiln_cpu_attention_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
-/* in: q, k, v, y, lse, dy; out: dq?, dk?, dv? */
+/* in: q, k, v, y, lse, dy; out: dq?, dk?, dv?, or the one gradient of the value q, k, v are the thirds of */
 kiln_status kiln_cpu_attention_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    void *d[3];
+    int acc[3];
+    kiln_attention_grads(s, rc, d, acc);
     kiln_cpu_causal_attention_bwd(&s->sz.attn.shape, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]),
-                                  F(s->in[5]), F(s->out[0]), F(s->out[1]), F(s->out[2]), kiln_step_acc(s, rc, 0),
-                                  kiln_step_acc(s, rc, 1), kiln_step_acc(s, rc, 2), rc->workspace, s->sz.attn.slots);
+                                  F(s->in[5]), d[0], d[1], d[2], acc[0], acc[1], acc[2], rc->workspace, s->sz.attn.slots);
     return KILN_OK;
 }

@@ -199,6 +199,9 @@ kiln_status kiln_prepare_slice(kiln_step *s, kiln_prep *p);       /* sz.slice ar
 kiln_status kiln_prepare_nchw(kiln_step *s, kiln_prep *p);        /* sz.nchw of x [N, C, H, W] */
 kiln_status kiln_prepare_bmm(kiln_step *s, kiln_prep *p);         /* sz.bmm from a and b (forward and backward) */
 kiln_status kiln_prepare_attention(kiln_step *s, kiln_prep *p);   /* sz.attn.shape from q, k, v (both directions) */
+/* attention backward's dq, dk, dv (NULL: not wanted) and their acc flags: three outputs, or,
+ * when q, k, v are the column thirds of one value, the thirds of its one gradient */
+void kiln_attention_grads(const kiln_step *s, const kiln_run_ctx *rc, void *out[3], int acc[3]);
 
 /* a 1-d tensor of n elements at data, for steps over flat buffers */
 kiln_tdesc kiln_tdesc_flat(void *data, kiln_dtype dtype, int64_t n);

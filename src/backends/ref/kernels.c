@@ -138,8 +138,11 @@ static kiln_status attention(const kiln_step *s, const kiln_run_ctx *rc) {
 
 /* in: q, k, v, y (unused: D_i from its definition), lse, dy */
 static kiln_status attention_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_ref_causal_attention_bwd(&s->sz.attn.shape, D(s->in[0]), D(s->in[1]), D(s->in[2]), D(s->in[4]), D(s->in[5]),
-                                  D(s->out[0]), D(s->out[1]), D(s->out[2]), ACC(0), ACC(1), ACC(2));
+    void *d[3];
+    int acc[3];
+    kiln_attention_grads(s, rc, d, acc);
+    kiln_ref_causal_attention_bwd(&s->sz.attn.shape, D(s->in[0]), D(s->in[1]), D(s->in[2]), D(s->in[4]), D(s->in[5]), d[0],
+                                  d[1], d[2], acc[0], acc[1], acc[2]);
     return KILN_OK;
 }
 

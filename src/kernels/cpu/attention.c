@@ -260,10 +260,12 @@ static void bwd_pack(const head *hd, const bwd_slot *b, const float *q, const fl
     memset(b->dq, 0, sizeof(float) * (size_t)(3 * hd->tp * hd->dp)); /* dq, dk, dv are adjacent */
 }
 
-/* out (=|+=) scale * the accumulated rows, the head's columns */
+/* out (=|+=) scale * the accumulated rows, the head's columns (dq, dk, dv have d_stride) */
 static void bwd_store(const head *hd, const float *src, float scale, float *out, int acc) {
     const kiln_attn_shape *s = hd->s;
-    if (out) hd->tl->store_rows(src, hd->dp, hd->t, hd->d, out + hd->b * s->t * s->c + hd->h * hd->d, s->c, &scale, 0, acc);
+    if (out)
+        hd->tl->store_rows(src, hd->dp, hd->t, hd->d, out + hd->b * s->d_stride[0] + hd->h * hd->d, s->d_stride[1], &scale,
+                           0, acc);
 }
 
 static void bwd_tile(const head *hd, const bwd_slot *b, int64_t i0, int64_t j0) {

@@ -84,11 +84,13 @@ typedef struct kiln_bmm_shape {
 /* Causal multi-head self-attention over q, k, v [b, t, c]: heads of d = c / heads
  * columns (head h is columns h*d..(h+1)*d), scale 1/sqrt(d). Rows are contiguous and
  * the strides of (batch, time) are given, so q, k and v may be column slices of one
- * [b, t, 3c] tensor; y, dy, dq, dk, dv are contiguous [b, t, c]; lse [b, heads, t] is
- * the logsumexp of each row of scaled, masked scores (forward saves it for backward). */
+ * [b, t, 3c] tensor; y and dy are contiguous [b, t, c]; dq, dk, dv have the strides
+ * d_stride ({t c, c}, or {3 t c, 3 c} when they are the thirds of one [b, t, 3c]
+ * gradient); lse [b, heads, t] is the logsumexp of each row of scaled, masked scores
+ * (forward saves it for backward). */
 typedef struct kiln_attn_shape {
     int64_t b, t, c, heads;
-    int64_t q_stride[2], k_stride[2], v_stride[2];
+    int64_t q_stride[2], k_stride[2], v_stride[2], d_stride[2];
 } kiln_attn_shape;
 
 /* ---- reference kernels, double ---- */

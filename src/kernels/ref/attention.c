@@ -22,6 +22,11 @@ static const double *crow(const double *x, const head *hd, int64_t i) {
     return x + (hd->b * hd->s->t + i) * hd->s->c + hd->h * hd->d;
 }
 
+/* row i of dq, dk or dv (d_stride), head columns */
+static double *drow(double *x, const head *hd, int64_t i) {
+    return x ? x + hd->b * hd->s->d_stride[0] + i * hd->s->d_stride[1] + hd->h * hd->d : NULL;
+}
+
 static double score(const head *hd, const double *q, const double *k, int64_t i, int64_t j) {
     const double *qi = row(q, hd->s->q_stride, hd, i), *kj = row(k, hd->s->k_stride, hd, j);
     double sum = 0;
@@ -74,8 +79,7 @@ static void head_bwd(const head *hd, const double *q, const double *k, const dou
         for (int64_t j = 0; j <= i; j++) {
             const double *kj = row(k, s->k_stride, hd, j);
             double p = exp(score(hd, q, k, i, j) - L[i]), ds = p * (dot(dyi, row(v, s->v_stride, hd, j), hd->d) - D);
-            double *dqi = dq ? (double *)crow(dq, hd, i) : NULL, *dkj = dk ? (double *)crow(dk, hd, j) : NULL;
-            double *dvj = dv ? (double *)crow(dv, hd, j) : NULL;
+            double *dqi = drow(dq, hd, i), *dkj = drow(dk, hd, j), *dvj = drow(dv, hd, j);
             for (int64_t c = 0; c < hd->d; c++) {
                 if (dqi) dqi[c] += ds * kj[c] * hd->scale;
                 if (dkj) dkj[c] += ds * qi[c] * hd->scale;
@@ -88,13 +92,13 @@ static void head_bwd(const head *hd, const double *q, const double *k, const dou
 void kiln_ref_causal_attention_bwd(const kiln_attn_shape *s, const double *q, const double *k, const double *v,
                                    const double *lse, const double *dy, double *dq, double *dk, double *dv, int acc_q,
                                    int acc_k, int acc_v) {
-    int64_t n = s->b * s->t * s->c;
     /* zero what is written before anything is added: when q, k, v are one value their
      * gradients are one buffer (only the first writes), and every part simply adds */
     double *out[3] = {dq, dk, dv};
     int acc[3] = {acc_q, acc_k, acc_v};
     for (int o = 0; o < 3; o++)
-        for (int64_t i = 0; out[o] && !acc[o] && i < n; i++) out[o][i] = 0;
+        for (int64_t r = 0; out[o] && !acc[o] && r < s->b * s->t; r++)
+            for (int64_t c = 0; c < s->c; c++) out[o][(r / s->t) * s->d_stride[0] + (r % s->t) * s->d_stride[1] + c] = 0;
     for (int64_t b = 0; b < s->b; b++)
         for (int64_t h = 0; h < s->heads; h++) {
             head hd = head_of(s, b, h);
