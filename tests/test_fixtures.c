@@ -203,6 +203,24 @@ static kiln_value build_adaptive(kiln_graph *g, kiln_value x, kiln_st_file *f) {
     return kiln_adaptive_avg_pool2d(g, x, (int64_t)fx_meta(f, "out_h"), (int64_t)fx_meta(f, "out_w"));
 }
 
+static kiln_value build_affine(kiln_graph *g, kiln_value x, kiln_st_file *f) {
+    return kiln_affine(g, x, (float)fx_meta(f, "scale"), (float)fx_meta(f, "shift"));
+}
+
+static kiln_value build_erf(kiln_graph *g, kiln_value x, kiln_st_file *f) {
+    return kiln_erf(g, kiln_scale(g, x, (float)fx_meta(f, "scale")));
+}
+
+static kiln_value build_tanh(kiln_graph *g, kiln_value x, kiln_st_file *f) {
+    return kiln_tanh(g, kiln_scale(g, x, (float)fx_meta(f, "scale")));
+}
+
+/* the guide's five nodes: x * 0.5 * (1 + erf(x / 1.41421)); fused into one kernel on both backends */
+static kiln_value build_gelu_chain(kiln_graph *g, kiln_value x, kiln_st_file *f) {
+    kiln_value e = kiln_add_scalar(g, kiln_erf(g, kiln_scale(g, x, (float)fx_meta(f, "scale"))), 1.0f); /* 1 / 1.41421 */
+    return kiln_mul(g, kiln_scale(g, x, 0.5f), e);
+}
+
 /* F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, pad // 2, pad - pad // 2)) */
 static kiln_value build_shortcut(kiln_graph *g, kiln_value x, kiln_st_file *f) {
     int64_t s[4], pad = (int64_t)fx_meta(f, "pad");
@@ -1555,6 +1573,10 @@ int main(void) {
     test_conv2d("op_conv2d_depthwise.safetensors");
     test_linear("op_linear.safetensors", 0);
     test_linear("op_matmul.safetensors", 1);
+    test_one_input("op_affine.safetensors", build_affine);
+    test_one_input("op_erf.safetensors", build_erf);
+    test_one_input("op_tanh.safetensors", build_tanh);
+    test_one_input("op_gelu_chain.safetensors", build_gelu_chain);
     test_one_input("op_avg_pool2d.safetensors", build_avg_pool);
     test_one_input("op_avg_pool2d_exclude_pad.safetensors", build_avg_pool);
     test_one_input("op_adaptive_avg_pool2d.safetensors", build_adaptive);

@@ -179,6 +179,40 @@ static int b_dropout(hcase *h, int d) {
     return out1(h, kiln_dropout(h->g, P(h, "x", R(1, 3), R(1, 300)), 0.3f));
 }
 
+static int b_affine(hcase *h, int d) {
+    (void)d;
+    return out1(h, kiln_affine(h->g, P(h, "x", R(1, 3), R(1, 40)), (float)tu_uniform(-2, 2), (float)tu_uniform(-1, 1)));
+}
+
+static int b_erf(hcase *h, int d) {
+    (void)d; /* wide enough to reach both of the fast kernel's formulas (|x| below and above 1) */
+    return out1(h, kiln_erf(h->g, kiln_scale(h->g, P(h, "x", R(1, 3), R(1, 60)), 2.0f)));
+}
+
+static int b_tanh(hcase *h, int d) {
+    (void)d;
+    return out1(h, kiln_tanh(h->g, kiln_scale(h->g, P(h, "x", R(1, 3), R(1, 60)), 2.0f)));
+}
+
+/* the guide's GELU as five nodes, x * 0.5 * (1 + erf(x / 1.41421)): one fused kernel each way */
+static int b_gelu_chain(hcase *h, int d) {
+    (void)d;
+    kiln_graph *g = h->g;
+    kiln_value x = P(h, "x", R(1, 3), R(1, 70));
+    kiln_value e = kiln_add_scalar(g, kiln_erf(g, kiln_scale(g, x, 1.0f / 1.41421f)), 1.0f);
+    return out1(h, kiln_mul(g, kiln_scale(g, x, 0.5f), e));
+}
+
+/* a residual block's pointwise tail: dropout, tanh, a residual add, relu, a product with a second branch */
+static int b_pointwise_tail(hcase *h, int d) {
+    kiln_graph *g = h->g;
+    int64_t n = R(1, 3), m = R(64, 200);
+    kiln_value x = P(h, "x", n, m), r = P(h, "r", n, m), b = P(h, "b", n, m);
+    kiln_value y = kiln_add(g, kiln_tanh(g, kiln_dropout(g, x, 0.25f)), r);
+    y = d % 2 ? kiln_relu(g, y) : kiln_affine(g, y, 1.5f, -0.25f);
+    return out1(h, kiln_mul(g, y, kiln_erf(g, b)));
+}
+
 static int b_log_softmax(hcase *h, int d) {
     (void)d;
     return out1(h, kiln_log_softmax(h->g, P(h, "x", R(1, 5), R(2, 9))));
@@ -398,6 +432,11 @@ static const struct {
     {"mse_loss", b_mse_loss, FILL_AWAY},
     {"log_softmax", b_log_softmax_3d, FILL_UNIFORM},
     {"add", b_add, FILL_UNIFORM},
+    {"affine", b_affine, FILL_UNIFORM},
+    {"affine erf", b_erf, FILL_UNIFORM},
+    {"affine tanh", b_tanh, FILL_UNIFORM},
+    {"affine erf mul", b_gelu_chain, FILL_UNIFORM},
+    {"dropout tanh add relu affine mul erf", b_pointwise_tail, FILL_AWAY},
     {"mul", b_mul, FILL_UNIFORM},
     {"sum", b_sum, FILL_UNIFORM},
     {"reshape", b_reshape, FILL_UNIFORM},

@@ -92,6 +92,13 @@ kiln_value kiln_mse_loss(kiln_graph *g, kiln_value x, kiln_value target);       
 kiln_value kiln_add(kiln_graph *g, kiln_value a, kiln_value b);
 kiln_value kiln_mul(kiln_graph *g, kiln_value a, kiln_value b);   /* same shapes */
 kiln_value kiln_sum(kiln_graph *g, kiln_value x);                 /* all elements, to a scalar */
+/* pointwise arithmetic (each one node; the fusion pass joins chains of them):
+ * x * scale + shift, x * a (divide: a = 1/divisor), x + a, erf(x), tanh(x) */
+kiln_value kiln_affine(kiln_graph *g, kiln_value x, float scale, float shift);
+kiln_value kiln_scale(kiln_graph *g, kiln_value x, float a);
+kiln_value kiln_add_scalar(kiln_graph *g, kiln_value x, float a);
+kiln_value kiln_erf(kiln_graph *g, kiln_value x);
+kiln_value kiln_tanh(kiln_graph *g, kiln_value x);
 /* Views share storage: transpose two dims and slice [start, end) along a dim are
  * strided (the batch dimension stays first and whole); an op that needs packed
  * rows gets a copy (kiln_contiguous) inserted in front of it automatically. */

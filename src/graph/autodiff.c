@@ -70,7 +70,8 @@ int kiln_ad_targets(const kiln_ad *ad, const kiln_node *f, int n, kiln_value *t)
 }
 
 int kiln_ad_emit(kiln_ad *ad, kiln_op op, const kiln_value *in, int nin, const kiln_value *targets, int ntargets) {
-    kiln_value out[KILN_OP_MAX_OUT] = {-1, -1, -1, -1};
+    kiln_value out[KILN_OP_MAX_OUT];
+    for (int k = 0; k < KILN_OP_MAX_OUT; k++) out[k] = -1;
     uint8_t acc[KILN_OP_MAX_OUT] = {0};
     for (int k = 0; k < ntargets; k++) {
         out[k] = targets[k] >= 0 ? grad_target(ad, targets[k], &acc[k]) : -1;

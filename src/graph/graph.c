@@ -22,7 +22,31 @@ void kiln_graph_free(kiln_graph *g) {
     free(g->buffer_vals);
     free(g->fixed_biases);
     free(g->blocks);
+    for (int i = 0; i < g->nfused; i++) free(g->fused[i]);
+    free(g->fused);
     free(g);
+}
+
+kiln_fused_prog *kiln_graph_add_prog(kiln_graph *g) {
+    kiln_fused_prog **np = realloc(g->fused, (size_t)(g->nfused + 1) * sizeof *np);
+    if (!np) return NULL;
+    g->fused = np;
+    kiln_fused_prog *p = calloc(1, sizeof *p);
+    if (p) g->fused[g->nfused++] = p;
+    return p;
+}
+
+/* a compiled graph's fused nodes get copies of their programs */
+static int clone_progs(kiln_graph *c, const kiln_graph *g) {
+    for (int j = 0; j < g->nfused; j++) {
+        kiln_fused_prog *p = kiln_graph_add_prog(c);
+        if (!p) return -1;
+        *p = *g->fused[j];
+        for (int i = 0; i < c->nnodes; i++)
+            if ((c->nodes[i].op == KILN_OP_FUSED || c->nodes[i].op == KILN_OP_FUSED_PLAIN) && c->nodes[i].attr.fused == g->fused[j])
+                c->nodes[i].attr.fused = p;
+    }
+    return 0;
 }
 
 kiln_status kiln_graph_status(const kiln_graph *g) {
@@ -154,6 +178,8 @@ kiln_graph *kiln_graph_clone(const kiln_graph *g) {
     kiln_graph *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     *c = *g;
+    c->fused = NULL; /* copied below */
+    c->nfused = 0;
     c->vals = dup_array(g->vals, g->nvals, sizeof *g->vals);
     c->nodes = dup_array(g->nodes, g->nnodes, sizeof *g->nodes);
     c->param_vals = dup_array(g->param_vals, g->nparams, sizeof *g->param_vals);
@@ -162,7 +188,9 @@ kiln_graph *kiln_graph_clone(const kiln_graph *g) {
     c->blocks = dup_array(g->blocks, g->nblocks, sizeof *g->blocks);
     c->cap_vals = g->nvals;
     c->cap_nodes = g->nnodes;
-    if (!c->vals || !c->nodes || !c->param_vals || !c->buffer_vals || (g->fixed_biases && !c->fixed_biases) || !c->blocks) {
+    int progs = c->nodes ? clone_progs(c, g) : -1;
+    if (!c->vals || !c->nodes || !c->param_vals || !c->buffer_vals || (g->fixed_biases && !c->fixed_biases) || !c->blocks ||
+        progs < 0) {
         kiln_graph_free(c);
         return NULL;
     }
@@ -459,6 +487,16 @@ kiln_value kiln_mul(kiln_graph *g, kiln_value a, kiln_value b) {
     kiln_value in[2] = {a, b};
     return apply1(g, KILN_OP_MUL, in, 2, NULL);
 }
+
+kiln_value kiln_affine(kiln_graph *g, kiln_value x, float scale, float shift) {
+    kiln_attrs a = {.affine = {scale, shift}};
+    return apply1(g, KILN_OP_AFFINE, &x, 1, &a);
+}
+
+kiln_value kiln_scale(kiln_graph *g, kiln_value x, float a) { return kiln_affine(g, x, a, 0.0f); }
+kiln_value kiln_add_scalar(kiln_graph *g, kiln_value x, float a) { return kiln_affine(g, x, 1.0f, a); }
+kiln_value kiln_erf(kiln_graph *g, kiln_value x) { return apply1(g, KILN_OP_ERF, &x, 1, NULL); }
+kiln_value kiln_tanh(kiln_graph *g, kiln_value x) { return apply1(g, KILN_OP_TANH, &x, 1, NULL); }
 
 kiln_value kiln_batch_norm2d(kiln_graph *g, kiln_value x, kiln_value weight, kiln_value bias, kiln_value running_mean,
                              kiln_value running_var, kiln_value num_batches_tracked, float momentum, float eps) {

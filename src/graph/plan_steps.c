@@ -8,6 +8,11 @@
 #include "base/internal/rng.h"
 #include "graph/internal/plan.h"
 
+/* dropout's backward (and a recomputation) draws the mask of its forward node */
+uint64_t kiln_node_rng_key(const kiln_graph *g, int node, uint64_t seed) {
+    return kiln_rng_key(seed, 0xd509, (uint64_t)kiln_node_key_id(g, node));
+}
+
 kiln_dtype kiln_plan_dtype(const kiln_plan *pl, kiln_value v) {
     kiln_dtype d = pl->g->vals[v].dtype;
     return d == KILN_F32 ? pl->be->float_dtype : d;
@@ -82,7 +87,7 @@ static kiln_status node_step(kiln_plan *pl, int i, int64_t batch, const int *ste
     s->fwd_step = n->fwd >= 0 ? step_of[n->fwd] : -1;
     /* a recomputation is made as its original */
     memcpy(s->bwd_ops, &bwd_ops[(size_t)(n->recompute_of >= 0 ? n->recompute_of : i) * KILN_BWD_WORDS], sizeof s->bwd_ops);
-    if (kiln_op_get(n->op)->flags & KILN_OPF_RANDOM) s->key = kiln_rng_key(pl->o.seed, 0xd509, (uint64_t)kiln_node_key_id(pl->g, i));
+    if (kiln_op_get(n->op)->flags & KILN_OPF_RANDOM) s->key = kiln_node_rng_key(pl->g, i, pl->o.seed);
     kiln_status st = KILN_OK;
     for (int k = 0; k < n->nin && st == KILN_OK; k++) st = resolve(pl, n->in[k], batch, &s->in[k]);
     for (int k = 0; k < n->nout && st == KILN_OK; k++) {

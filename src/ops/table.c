@@ -33,7 +33,12 @@ static const kiln_op_def *const table[] = {
     [KILN_OP_GELU] = &kiln_op_gelu,
     [KILN_OP_SOFTMAX] = &kiln_op_softmax,
     [KILN_OP_ADD_BCAST] = &kiln_op_add_bcast,
+    [KILN_OP_AFFINE] = &kiln_op_affine,
+    [KILN_OP_ERF] = &kiln_op_erf,
+    [KILN_OP_TANH] = &kiln_op_tanh,
     [KILN_OP_BN_FOLD] = &kiln_op_bn_fold,
+    [KILN_OP_FUSED] = &kiln_op_fused,
+    [KILN_OP_FUSED_PLAIN] = &kiln_op_fused_plain,
     [KILN_OP_ONES] = &kiln_op_ones,
     [KILN_OP_CONV2D_BWD_DATA] = &kiln_op_conv2d_bwd_data,
     [KILN_OP_CONV2D_BWD_WEIGHT] = &kiln_op_conv2d_bwd_weight,
@@ -63,6 +68,9 @@ static const kiln_op_def *const table[] = {
     [KILN_OP_GELU_BWD] = &kiln_op_gelu_bwd,
     [KILN_OP_SOFTMAX_BWD] = &kiln_op_softmax_bwd,
     [KILN_OP_ADD_BCAST_BWD] = &kiln_op_add_bcast_bwd,
+    [KILN_OP_AFFINE_BWD] = &kiln_op_affine_bwd,
+    [KILN_OP_ERF_BWD] = &kiln_op_erf_bwd,
+    [KILN_OP_TANH_BWD] = &kiln_op_tanh_bwd,
     [KILN_OP_READOUT] = &kiln_op_readout,
     [KILN_OP_SUMSQ] = &kiln_op_sumsq,
     [KILN_OP_CLIP_SCALE] = &kiln_op_clip_scale,
@@ -87,6 +95,7 @@ void kiln_op_format_attrs(kiln_op op, const kiln_attrs *a, char *buf, size_t len
         const char *sep = o ? " " : "";
         if (s->type == KILN_ATTR_I64) o += (size_t)snprintf(buf + o, len - o, "%s%s=%lld", sep, s->name, (long long)*(const int64_t *)p);
         else if (s->type == KILN_ATTR_INT) o += (size_t)snprintf(buf + o, len - o, "%s%s=%d", sep, s->name, *(const int *)p);
+        else if (s->type == KILN_ATTR_FUSED) o += (size_t)snprintf(buf + o, len - o, "%s%s=%s", sep, s->name, (*(const kiln_fused_prog *const *)p)->holds);
         else if (s->type == KILN_ATTR_F32) o += (size_t)snprintf(buf + o, len - o, "%s%s=%g", sep, s->name, (double)*(const float *)p);
         else o += (size_t)snprintf(buf + o, len - o, "%s%s=%g", sep, s->name, *(const double *)p);
     }

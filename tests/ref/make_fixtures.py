@@ -246,6 +246,18 @@ def op_pool_like(folder, fname, seed, shape, fn, meta):
     return save(folder, fname, [("x", x), ("y", y), ("dy", dy), ("dx", dx)], meta)
 
 
+def pointwise_fixtures(folder):
+    """affine, erf, tanh and the guide's GELU written as five nodes (kiln's fusion pass makes it one kernel)"""
+    op_pool_like(folder, "op_affine.safetensors", 48, (3, 5, 7), lambda x: x * 1.5 + (-0.25),
+                 dict(op="affine", scale=fl(1.5), shift=fl(-0.25)))
+    op_pool_like(folder, "op_erf.safetensors", 49, (4, 33), lambda x: torch.erf(x * 1.5), dict(op="erf", scale=fl(1.5)))
+    op_pool_like(folder, "op_tanh.safetensors", 50, (4, 33), lambda x: torch.tanh(x * 1.5), dict(op="tanh", scale=fl(1.5)))
+    # x / 1.41421 as kiln writes it: a multiply by the reciprocal rounded to f32 (the attribute's type)
+    s = float(np.float32(1.0 / 1.41421))
+    op_pool_like(folder, "op_gelu_chain.safetensors", 51, (3, 1000),
+                 lambda x: x * 0.5 * (1.0 + torch.erf(x * s)), dict(op="gelu_chain", scale=fl(s)))
+
+
 def shortcut_a(x, pad):
     """ResNet-20's option-A shortcut: subsample 2, zero-pad the channels"""
     return F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, pad // 2, pad - pad // 2))
@@ -910,6 +922,7 @@ def generate(folder):
                  lambda x: F.adaptive_avg_pool2d(x, 1), dict(op="adaptive_avg_pool2d", out_h=1, out_w=1))
     op_pool_like(folder, "op_shortcut_a.safetensors", 46, (2, 4, 7, 6), lambda x: shortcut_a(x, 4),
                  dict(op="shortcut_a", pad=4))
+    pointwise_fixtures(folder)
     op_log_softmax(folder)
     op_nll_loss(folder, "op_nll_loss.safetensors", 60, False)
     op_nll_loss(folder, "op_nll_loss_dloss.safetensors", 61, True)

@@ -305,6 +305,36 @@ static kiln_status add_bcast_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* ---- pointwise tiles: n elements from element `start` (a fused kernel's tile, or an op alone tile by tile) ---- */
+
+#define TILE(nm) static void nm(const kiln_pw_instr *I, int64_t start, int64_t n, void *dst, const void *const *src, \
+                                const kiln_run_ctx *rc)
+#define S(k) ((const float *)src[k])
+#define QUIET (void)I, (void)start, (void)rc
+
+TILE(t_relu) { QUIET; kiln_cpu_relu_fwd(n, S(0), dst); }
+TILE(t_relu_bwd) { QUIET; kiln_cpu_relu_bwd(n, S(0), S(1), dst, I->acc); }
+TILE(t_add) { QUIET; kiln_cpu_add_fwd(n, S(0), S(1), dst); }
+TILE(t_mul) { QUIET; kiln_cpu_mul_fwd(n, S(0), S(1), dst); }
+TILE(t_mul_bwd) { QUIET; kiln_cpu_mul_bwd(n, S(0), S(1), dst, I->acc); }
+TILE(t_grad_copy) { QUIET; kiln_cpu_grad_copy(n, S(0), dst, I->acc); }
+TILE(t_dropout) { kiln_cpu_dropout_range(start, n, I->attr.dropout.p, I->key, rc->counter, S(0), dst, I->acc); }
+TILE(t_affine) { QUIET; kiln_cpu_affine(n, S(0), I->attr.affine.scale, I->attr.affine.shift, dst); }
+TILE(t_affine_bwd) { QUIET; kiln_cpu_affine_bwd(n, S(0), I->attr.affine.scale, dst, I->acc); }
+TILE(t_erf) { QUIET; kiln_cpu_erf(n, S(0), dst); }
+TILE(t_erf_bwd) { QUIET; kiln_cpu_erf_bwd(n, S(0), S(1), dst, I->acc); }
+TILE(t_tanh) { QUIET; kiln_cpu_tanh(n, S(0), dst); }
+TILE(t_tanh_bwd) { QUIET; kiln_cpu_tanh_bwd(n, S(0), S(1), dst, I->acc); }
+
+/* an op that has no kernel of its own but its tile function */
+static kiln_status tiled(const kiln_step *s, const kiln_run_ctx *rc) {
+    return kiln_pointwise_run(s, rc, kiln_cpu_kernels[s->op].tile, 1);
+}
+
+static kiln_status fused(const kiln_step *s, const kiln_run_ctx *rc) {
+    return kiln_fused_run(s, rc, kiln_cpu_kernels, sizeof(float), 1);
+}
+
 /* ---- steps outside the graph ---- */
 
 static kiln_status readout(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -391,12 +421,12 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_MATMUL_BWD_DATA] = {kiln_cpu_linear_bwd_data, kiln_cpu_linear_bwd_prepare, NULL, 0, 0, 0, kiln_cpu_linear_describe},
     [KILN_OP_MATMUL_BWD_WEIGHT] = {kiln_cpu_linear_bwd_weight, kiln_cpu_linear_bwd_prepare, NULL, 0, 0, 0,
                                    kiln_cpu_linear_describe},
-    [KILN_OP_RELU] = {relu, NULL, NULL, 0, 0},
-    [KILN_OP_RELU_BWD] = {relu_bwd, NULL, NULL, 0, 0},
+    [KILN_OP_RELU] = {relu, NULL, NULL, 0, 0, .tile = t_relu},
+    [KILN_OP_RELU_BWD] = {relu_bwd, NULL, NULL, 0, 0, .tile = t_relu_bwd},
     [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool, NULL, 1, 0},
     [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, kiln_prepare_pool, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
-    [KILN_OP_DROPOUT] = {dropout, NULL, NULL, 0, 0},
-    [KILN_OP_DROPOUT_BWD] = {dropout_bwd, NULL, NULL, 0, 0},
+    [KILN_OP_DROPOUT] = {dropout, NULL, NULL, 0, 0, .tile = t_dropout},
+    [KILN_OP_DROPOUT_BWD] = {dropout_bwd, NULL, NULL, 0, 0, .tile = t_dropout},
     [KILN_OP_LOG_SOFTMAX] = {log_softmax, kiln_prepare_rows_of_out, NULL, 0, 0},
     [KILN_OP_LOG_SOFTMAX_BWD] = {log_softmax_bwd, kiln_prepare_rows_of_out, NULL, 0, 0},
     [KILN_OP_NLL_LOSS] = {nll, kiln_prepare_rows_of_in, NULL, 0, 0},
@@ -405,11 +435,11 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, kiln_prepare_rows_of_out, NULL, 0, 0},
     [KILN_OP_MSE_LOSS] = {mse},
     [KILN_OP_MSE_LOSS_BWD] = {mse_bwd},
-    [KILN_OP_ADD] = {add, NULL, NULL, 0, 0},
-    [KILN_OP_MUL] = {mul, NULL, NULL, 0, 0},
-    [KILN_OP_MUL_BWD] = {mul_bwd, NULL, NULL, 0, 0},
+    [KILN_OP_ADD] = {add, NULL, NULL, 0, 0, .tile = t_add},
+    [KILN_OP_MUL] = {mul, NULL, NULL, 0, 0, .tile = t_mul},
+    [KILN_OP_MUL_BWD] = {mul_bwd, NULL, NULL, 0, 0, .tile = t_mul_bwd},
     [KILN_OP_ONES] = {ones, NULL, NULL, 0, 0},
-    [KILN_OP_GRAD_COPY] = {grad_copy, NULL, NULL, 1, 1},   /* also a reorder: layouts in and out may differ */
+    [KILN_OP_GRAD_COPY] = {grad_copy, NULL, NULL, 1, 1, .tile = t_grad_copy},   /* also a reorder: layouts in and out may differ */
     [KILN_OP_CONTIGUOUS] = {contiguous, NULL, NULL, 1, 1},
     [KILN_OP_SLICE_BWD] = {slice_bwd, kiln_prepare_slice, NULL, 0, 0},
     [KILN_OP_PAD] = {pad, kiln_prepare_pad, NULL, 0, 0},
@@ -435,6 +465,14 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SOFTMAX_BWD] = {softmax_bwd, kiln_prepare_rows_of_out, NULL, 0, 0},
     [KILN_OP_ADD_BCAST] = {add_bcast, NULL, NULL, 0, 0},
     [KILN_OP_ADD_BCAST_BWD] = {add_bcast_bwd, NULL, NULL, 0, 0},
+    [KILN_OP_AFFINE] = {tiled, NULL, NULL, 0, 0, .tile = t_affine},
+    [KILN_OP_AFFINE_BWD] = {tiled, NULL, NULL, 0, 0, .tile = t_affine_bwd},
+    [KILN_OP_ERF] = {tiled, NULL, NULL, 0, 0, .tile = t_erf},
+    [KILN_OP_ERF_BWD] = {tiled, NULL, NULL, 0, 0, .tile = t_erf_bwd},
+    [KILN_OP_TANH] = {tiled, NULL, NULL, 0, 0, .tile = t_tanh},
+    [KILN_OP_TANH_BWD] = {tiled, NULL, NULL, 0, 0, .tile = t_tanh_bwd},
+    [KILN_OP_FUSED] = {fused, NULL, NULL, 0, 0},
+    [KILN_OP_FUSED_PLAIN] = {fused, NULL, NULL, 0, 0},
     [KILN_OP_READOUT] = {readout, NULL, NULL, 0, 0},
     [KILN_OP_SUMSQ] = {sumsq, NULL, NULL, 0, 0},
     [KILN_OP_CLIP_SCALE] = {clip_scale, NULL, NULL, 0, 0},

@@ -97,6 +97,13 @@ typedef struct kiln_prep {
     size_t workspace;
 } kiln_prep;
 
+/* A pointwise op on n elements from element `start` of its tensors, in the
+ * backend's float type: what a fused kernel runs per tile (and the op alone,
+ * tile by tile, so fused and unfused give the same bits). dst never aliases a
+ * source; I->acc: add into dst (backward ops). */
+typedef void (*kiln_tile_fn)(const kiln_pw_instr *I, int64_t start, int64_t n, void *dst, const void *const *src,
+                             const kiln_run_ctx *rc);
+
 typedef struct kiln_kernel {
     kiln_step_fn run;                 /* NULL: this backend cannot run the op */
     kiln_status (*prepare)(kiln_step *s, kiln_prep *p);
@@ -111,6 +118,7 @@ typedef struct kiln_kernel {
      * every run (a convolution's activations): the layout pass weighs these against
      * the reorders it would add to keep a family blocked */
     unsigned reorders_plain;
+    kiln_tile_fn tile;                /* pointwise ops: may join a fused kernel (the fusion pass asks) */
 } kiln_kernel;
 #define KILN_TIE_OUT(k) (1u << (8 + (k)))
 
@@ -202,6 +210,16 @@ kiln_status kiln_prepare_attention(kiln_step *s, kiln_prep *p);   /* sz.attn.sha
 /* attention backward's dq, dk, dv (NULL: not wanted) and their acc flags: three outputs, or,
  * when q, k, v are the column thirds of one value, the thirds of its one gradient */
 void kiln_attention_grads(const kiln_step *s, const kiln_run_ctx *rc, void *out[3], int acc[3]);
+
+/* pointwise.c: a tile is this many bytes of each operand (1024 floats) */
+#define KILN_TILE_BYTES 4096
+/* runs a pointwise op's tile function over its whole tensors, tile by tile
+ * (parallel over the compute team when `parallel` and the tensor is large) */
+kiln_status kiln_pointwise_run(const kiln_step *s, const kiln_run_ctx *rc, kiln_tile_fn tile, int parallel);
+/* runs a fused step's program (s->attr.fused) tile by tile with the table's tile functions */
+kiln_status kiln_fused_run(const kiln_step *s, const kiln_run_ctx *rc, const kiln_kernel *table, size_t elem, int parallel);
+/* the ops whose table entry has a tile function, when the table runs fused steps: the fusion pass's material */
+void kiln_backend_tileable(const kiln_backend *b, uint8_t *tileable);
 
 /* a 1-d tensor of n elements at data, for steps over flat buffers */
 kiln_tdesc kiln_tdesc_flat(void *data, kiln_dtype dtype, int64_t n);

@@ -514,6 +514,36 @@ static kiln_status novograd(const kiln_step *s, const kiln_run_ctx *rc) {
                             s->out[3].data));
 }
 
+/* ---- pointwise tiles: n elements from element `start` (a fused kernel's tile, or an op alone tile by tile) ---- */
+
+#define TILE(nm) static void nm(const kiln_pw_instr *I, int64_t start, int64_t n, void *dst, const void *const *src, \
+                                const kiln_run_ctx *rc)
+#define S(k) ((const double *)src[k])
+#define QUIET (void)I, (void)start, (void)rc
+
+TILE(t_relu) { QUIET; kiln_ref_relu_fwd(n, S(0), dst); }
+TILE(t_relu_bwd) { QUIET; kiln_ref_relu_bwd(n, S(0), S(1), dst, I->acc); }
+TILE(t_add) { QUIET; kiln_ref_add_fwd(n, S(0), S(1), dst); }
+TILE(t_mul) { QUIET; kiln_ref_mul_fwd(n, S(0), S(1), dst); }
+TILE(t_mul_bwd) { QUIET; kiln_ref_mul_bwd(n, S(0), S(1), dst, I->acc); }
+TILE(t_grad_copy) { QUIET; kiln_ref_grad_copy(n, S(0), dst, I->acc); }
+TILE(t_dropout) { kiln_ref_dropout_range(start, n, I->attr.dropout.p, I->key, rc->counter, S(0), dst, I->acc); }
+TILE(t_affine) { QUIET; kiln_ref_affine(n, S(0), I->attr.affine.scale, I->attr.affine.shift, dst); }
+TILE(t_affine_bwd) { QUIET; kiln_ref_affine_bwd(n, S(0), I->attr.affine.scale, dst, I->acc); }
+TILE(t_erf) { QUIET; kiln_ref_erf(n, S(0), dst); }
+TILE(t_erf_bwd) { QUIET; kiln_ref_erf_bwd(n, S(0), S(1), dst, I->acc); }
+TILE(t_tanh) { QUIET; kiln_ref_tanh(n, S(0), dst); }
+TILE(t_tanh_bwd) { QUIET; kiln_ref_tanh_bwd(n, S(0), S(1), dst, I->acc); }
+
+/* an op that has no kernel of its own but its tile function */
+static kiln_status tiled(const kiln_step *s, const kiln_run_ctx *rc) {
+    return kiln_pointwise_run(s, rc, kiln_ref_kernels[s->op].tile, 0);
+}
+
+static kiln_status fused(const kiln_step *s, const kiln_run_ctx *rc) {
+    return kiln_fused_run(s, rc, kiln_ref_kernels, sizeof(double), 0);
+}
+
 const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_CONV2D] = {conv, conv_prepare},
     [KILN_OP_CONV2D_BWD_DATA] = {conv_bwd_data, from_fwd},
@@ -524,12 +554,12 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_MATMUL] = {matmul},
     [KILN_OP_MATMUL_BWD_DATA] = {matmul_bwd_data},
     [KILN_OP_MATMUL_BWD_WEIGHT] = {matmul_bwd_weight},
-    [KILN_OP_RELU] = {relu},
-    [KILN_OP_RELU_BWD] = {relu_bwd},
+    [KILN_OP_RELU] = {relu, .tile = t_relu},
+    [KILN_OP_RELU_BWD] = {relu_bwd, .tile = t_relu_bwd},
     [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool},
     [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, kiln_prepare_pool},
-    [KILN_OP_DROPOUT] = {dropout},
-    [KILN_OP_DROPOUT_BWD] = {dropout_bwd},
+    [KILN_OP_DROPOUT] = {dropout, .tile = t_dropout},
+    [KILN_OP_DROPOUT_BWD] = {dropout_bwd, .tile = t_dropout},
     [KILN_OP_LOG_SOFTMAX] = {log_softmax},
     [KILN_OP_LOG_SOFTMAX_BWD] = {log_softmax_bwd},
     [KILN_OP_NLL_LOSS] = {nll},
@@ -538,11 +568,11 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd},
     [KILN_OP_MSE_LOSS] = {mse},
     [KILN_OP_MSE_LOSS_BWD] = {mse_bwd},
-    [KILN_OP_ADD] = {add},
-    [KILN_OP_MUL] = {mul},
-    [KILN_OP_MUL_BWD] = {mul_bwd},
+    [KILN_OP_ADD] = {add, .tile = t_add},
+    [KILN_OP_MUL] = {mul, .tile = t_mul},
+    [KILN_OP_MUL_BWD] = {mul_bwd, .tile = t_mul_bwd},
     [KILN_OP_ONES] = {ones},
-    [KILN_OP_GRAD_COPY] = {grad_copy},
+    [KILN_OP_GRAD_COPY] = {grad_copy, .tile = t_grad_copy},
     [KILN_OP_CONTIGUOUS] = {contiguous},
     [KILN_OP_SLICE_BWD] = {slice_bwd},
     [KILN_OP_PAD] = {pad, kiln_prepare_pad},
@@ -568,6 +598,14 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SOFTMAX_BWD] = {softmax_bwd},
     [KILN_OP_ADD_BCAST] = {add_bcast},
     [KILN_OP_ADD_BCAST_BWD] = {add_bcast_bwd},
+    [KILN_OP_AFFINE] = {tiled, .tile = t_affine},
+    [KILN_OP_AFFINE_BWD] = {tiled, .tile = t_affine_bwd},
+    [KILN_OP_ERF] = {tiled, .tile = t_erf},
+    [KILN_OP_ERF_BWD] = {tiled, .tile = t_erf_bwd},
+    [KILN_OP_TANH] = {tiled, .tile = t_tanh},
+    [KILN_OP_TANH_BWD] = {tiled, .tile = t_tanh_bwd},
+    [KILN_OP_FUSED] = {fused},
+    [KILN_OP_FUSED_PLAIN] = {fused},
     [KILN_OP_READOUT] = {readout},
     [KILN_OP_SUMSQ] = {sumsq},
     [KILN_OP_CLIP_SCALE] = {clip_scale},

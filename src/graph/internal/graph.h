@@ -72,6 +72,8 @@ struct kiln_graph {
     kiln_block_name *blocks;      /* the block scopes, by kiln_node.block */
     int nblocks;
     int cur_block;                /* the open scope, or -1 */
+    struct kiln_fused_prog **fused; /* the programs of fused nodes (the pointwise fusion pass) */
+    int nfused;
     kiln_status status;
     char error[512];
 };
@@ -136,6 +138,16 @@ int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g);
 int kiln_pass_checkpoint(kiln_graph *g, int nfwd, const char *spec);
 /* the RNG key id of a node: a backward node's forward node, a recomputation's original */
 int kiln_node_key_id(const kiln_graph *g, int node);
+/* pass_fuse_pointwise.c: joins maximal groups of pointwise nodes (ops with
+ * tileable[op] set: the backend can run them inside a fused kernel) whose
+ * intermediates nothing else reads into one fused node each; seed gives the
+ * dropout members' keys (as the plan's). The number of groups, or -1 (the
+ * graph's error set). */
+int kiln_pass_fuse_pointwise(kiln_graph *g, const uint8_t *tileable, uint64_t seed);
+/* a random op's RNG key: by the plan's seed and the forward node it belongs to */
+uint64_t kiln_node_rng_key(const kiln_graph *g, int node, uint64_t seed);
+/* adds a program to the graph (which frees it); NULL when out of memory */
+struct kiln_fused_prog *kiln_graph_add_prog(kiln_graph *g);
 
 /* compile-time specialisation for training or evaluation (dropout becomes a
  * view, batch norm uses its running statistics), via each op's `specialize` */

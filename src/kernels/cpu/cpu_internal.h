@@ -26,9 +26,10 @@ static inline int kiln_cpu_has_avx512(void) {
 #endif
 }
 
-/* Dropout over the first `blocks` * 64 elements (16 Philox calls per vector);
- * bit-identical to the portable path. add: y += ..., else y = ... */
-void kiln_cpu_dropout_blocks_avx512(int64_t blocks, float scale, uint32_t thr, uint64_t key, uint64_t counter,
+/* Dropout over `blocks` * 64 elements whose first has Philox group first_group
+ * (a multiple of 16; 16 Philox calls per vector); bit-identical to the portable
+ * path. add: y += ..., else y = ... */
+void kiln_cpu_dropout_blocks_avx512(int64_t first_group, int64_t blocks, float scale, uint32_t thr, uint64_t key, uint64_t counter,
                                     const float *x, float *y, int add);
 
 /* Fused optimizer passes with vector sqrt (the portable loops cannot vectorise
@@ -52,6 +53,11 @@ void kiln_cpu_lamb_apply_avx512(int64_t n, float *p, const float *m, const float
  * added in chunk order. 0, or -1 out of memory. */
 typedef void (*kiln_cpu_chunk_fn)(const void *ctx, int64_t seg, int64_t begin, int64_t end, double acc[2]);
 int kiln_cpu_for_segments(int64_t nseg, const int64_t *seg, kiln_cpu_chunk_fn fn, const void *ctx, double *sums);
+/* erf, tanh and erf's backward on 16 lanes (the tail masked); the portable
+ * loops in pointwise_math.c follow the same formulas */
+void kiln_cpu_erf_avx512(int64_t n, const float *x, float *y);
+void kiln_cpu_tanh_avx512(int64_t n, const float *x, float *y);
+void kiln_cpu_erf_bwd_avx512(int64_t n, const float *x, const float *dy, float *dx, int acc);
 
 /* 2x2 stride-2 max-pool over one [h, w, 16] nChw16c block; y0/dy0 point at the
  * block's first NCHW plane. Blocks must be 64-byte aligned. */

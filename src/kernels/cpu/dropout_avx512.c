@@ -15,7 +15,7 @@ static inline __m512i mulhi32(__m512i a, __m512i m) {
     return _mm512_mask_blend_epi32(0xAAAA, even, odd);
 }
 
-void kiln_cpu_dropout_blocks_avx512(int64_t blocks, float scale, uint32_t thr, uint64_t key, uint64_t counter,
+void kiln_cpu_dropout_blocks_avx512(int64_t first_group, int64_t blocks, float scale, uint32_t thr, uint64_t key, uint64_t counter,
                                     const float *x, float *y, int add) {
     const __m512i m0 = _mm512_set1_epi32((int)PHILOX_M0), m1 = _mm512_set1_epi32((int)PHILOX_M1);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -24,9 +24,9 @@ void kiln_cpu_dropout_blocks_avx512(int64_t blocks, float scale, uint32_t thr, u
 #pragma omp parallel for schedule(static) if (blocks >= KILN_CPU_PAR_MIN / 512)
     for (int64_t b = 0; b < blocks; b++) {
         /* group g = 16b + lane; ctr_lo = g (c0 low, c1 high word), ctr_hi = counter */
-        uint64_t g0 = (uint64_t)b * 16;
+        uint64_t g0 = (uint64_t)(first_group + b * 16);
         __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)g0), lane);
-        __m512i c1 = _mm512_set1_epi32((int)(uint32_t)(g0 >> 32)); /* g0 is a multiple of 16: no carry */
+        __m512i c1 = _mm512_set1_epi32((int)(uint32_t)(g0 >> 32)); /* g0 is a multiple of 16 (first_group too): no carry */
         __m512i c2 = _mm512_set1_epi32((int)(uint32_t)counter), c3 = _mm512_set1_epi32((int)(uint32_t)(counter >> 32));
         uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
         for (int r = 0; r < 10; r++) {

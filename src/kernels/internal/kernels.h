@@ -240,6 +240,18 @@ void kiln_ref_lars(const kiln_layerwise_args *a, int phase, double *p, const dou
 /* NovoGrad (Ginsburg et al. 2019): v (one per tensor) of ||g||^2, m of g/(sqrt(v)+eps) + wd*p */
 void kiln_ref_novograd(const kiln_layerwise_args *a, int phase, double *p, const double *g, double *m, double *v,
                        double *norms);
+/* pointwise arithmetic: y = x*scale + shift, erf, tanh and their backward
+ * ops (dx = scale*dy; dy * 2/sqrt(pi) * exp(-x^2); dy * (1 - y^2)) */
+void kiln_ref_affine(int64_t n, const double *x, double scale, double shift, double *y);
+void kiln_ref_erf(int64_t n, const double *x, double *y);
+void kiln_ref_tanh(int64_t n, const double *x, double *y);
+void kiln_ref_affine_bwd(int64_t n, const double *dy, double scale, double *dx, int acc);
+void kiln_ref_erf_bwd(int64_t n, const double *x, const double *dy, double *dx, int acc);
+void kiln_ref_tanh_bwd(int64_t n, const double *y, const double *dy, double *dx, int acc);
+/* dropout over elements [start, start + n) of a tensor (start a multiple of 4):
+ * the same mask words as the whole tensor's, for a fused kernel's tiles */
+void kiln_ref_dropout_range(int64_t start, int64_t n, float p, uint64_t key, uint64_t counter, const double *x, double *y,
+                            int acc);
 
 /* sum of squares (the squared L2 norm) and in-place scaling: gradient clipping */
 double kiln_ref_sumsq(int64_t n, const double *x);
@@ -263,6 +275,17 @@ void kiln_cpu_avg_pool2d_fwd(const kiln_avg_pool_shape *ps, int blocked, const f
 void kiln_cpu_avg_pool2d_bwd(const kiln_avg_pool_shape *ps, int blocked, const float *dy, float *dx, int acc);
 void kiln_cpu_dropout_fwd(int64_t n, float p, uint64_t key, uint64_t counter, const float *x, float *y);
 void kiln_cpu_dropout_bwd(int64_t n, float p, uint64_t key, uint64_t counter, const float *dy, float *dx, int acc);
+/* elements [start, start + n) (start a multiple of 64): one thread, for a fused kernel's tiles */
+void kiln_cpu_dropout_range(int64_t start, int64_t n, float p, uint64_t key, uint64_t counter, const float *x, float *y,
+                            int acc);
+/* pointwise arithmetic, one thread (callers split the work into tiles); AVX-512 when the CPU has it.
+ * erf and tanh: a few float ulps (erf within 2e-7 absolute) */
+void kiln_cpu_affine(int64_t n, const float *x, float scale, float shift, float *y);
+void kiln_cpu_erf(int64_t n, const float *x, float *y);
+void kiln_cpu_tanh(int64_t n, const float *x, float *y);
+void kiln_cpu_affine_bwd(int64_t n, const float *dy, float scale, float *dx, int acc);
+void kiln_cpu_erf_bwd(int64_t n, const float *x, const float *dy, float *dx, int acc);
+void kiln_cpu_tanh_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc);
 void kiln_cpu_log_softmax_fwd(int64_t rows, int64_t cols, const float *x, float *y);
 void kiln_cpu_log_softmax_bwd(int64_t rows, int64_t cols, const float *y, const float *dy, float *dx, int acc);
 void kiln_cpu_mse_loss_fwd(int64_t n, const float *x, const float *target, float *loss);

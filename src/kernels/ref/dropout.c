@@ -28,3 +28,13 @@ void kiln_ref_dropout_bwd(int64_t n, float p, uint64_t key, uint64_t counter, co
         dx[i] = acc ? dx[i] + g : g;
     }
 }
+
+void kiln_ref_dropout_range(int64_t start, int64_t n, float p, uint64_t key, uint64_t counter, const double *x, double *y,
+                            int acc) {
+    double scale = p < 1.0f ? 1.0 / (1.0 - (double)p) : 0.0;
+    uint32_t thr = kiln_dropout_threshold(p);
+    for (int64_t i = 0; i < n; i++) {
+        double g = p <= 0.0f ? x[i] : p >= 1.0f ? 0.0 : kept(key, counter, thr, start + i) ? x[i] * scale : 0.0;
+        y[i] = acc ? y[i] + g : g;
+    }
+}

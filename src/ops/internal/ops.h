@@ -35,8 +35,12 @@ typedef enum kiln_op {
     KILN_OP_SOFTMAX,           /* over the last dim */
     KILN_OP_ADD_BCAST,         /* in: a [..., S], b [S] (b's shape = a's trailing dims, b not batched) */
     KILN_OP_MSE_LOSS,          /* mean((x - target)^2), x and target f32 of one shape */
+    KILN_OP_AFFINE, KILN_OP_ERF, KILN_OP_TANH, /* pointwise: y = x*scale + shift, erf(x), tanh(x) */
     /* added by the fold pass (inference plans) */
     KILN_OP_BN_FOLD,           /* in: w, gamma, beta, mean, var, b?   out: w', b' (batch norm folded into w, b) */
+    /* added by the pointwise fusion pass */
+    KILN_OP_FUSED,             /* a group of pointwise nodes as one kernel: attr.fused is its program */
+    KILN_OP_FUSED_PLAIN,       /* the same, holding an op tied to row-major order (dropout's mask) */
     /* added by autodiff */
     KILN_OP_ONES,              /* out = loss scale (the seed d(loss)) */
     KILN_OP_CONV2D_BWD_DATA,   /* in: dy, w            out: dx */
@@ -63,6 +67,9 @@ typedef enum kiln_op {
     KILN_OP_GELU_BWD,          /* in: x, dy            out: dx */
     KILN_OP_SOFTMAX_BWD,       /* in: y, dy            out: dx */
     KILN_OP_ADD_BCAST_BWD,     /* in: dy [..., S]      out: db [S] (dy summed over the broadcast dims) */
+    KILN_OP_AFFINE_BWD,        /* in: dy               out: dx = scale * dy */
+    KILN_OP_ERF_BWD,           /* in: x, dy            out: dx = dy * 2/sqrt(pi) * exp(-x^2) */
+    KILN_OP_TANH_BWD,          /* in: y, dy            out: dx = dy * (1 - y^2) */
     /* steps outside the graph: the loss read-out, clipping, optimizer updates */
     KILN_OP_READOUT,           /* in: a scalar         out: a host f64 */
     KILN_OP_SUMSQ,             /* in: a gradient run   out: f64 accumulator (acc adds) */
@@ -78,8 +85,8 @@ typedef enum kiln_op {
     KILN_OP_COUNT
 } kiln_op;
 
-#define KILN_OP_MAX_IN 6
-#define KILN_OP_MAX_OUT 4
+#define KILN_OP_MAX_IN 8
+#define KILN_OP_MAX_OUT 8 /* a fused group of pointwise ops may keep several values for backward */
 
 /* ---- typed attributes: one struct per op family, one union for the node ---- */
 typedef struct { int64_t stride, pad, dilation, groups; } kiln_conv_attrs;
@@ -103,6 +110,8 @@ typedef struct { float beta1, beta2, eps, weight_decay; } kiln_adamw_attrs;
 typedef struct { float rho, eps, weight_decay; } kiln_adadelta_attrs;
 /* LAMB and NovoGrad use beta1, beta2, eps; LARS momentum and trust (its eta) */
 typedef struct { float beta1, beta2, eps, weight_decay, momentum, trust; int phase; } kiln_layerwise_attrs;
+typedef struct { float scale, shift; } kiln_affine_attrs; /* y = x * scale + shift */
+struct kiln_fused_prog;
 typedef union kiln_attrs {
     kiln_conv_attrs conv;
     kiln_pool_attrs pool;
@@ -121,15 +130,39 @@ typedef union kiln_attrs {
     kiln_adamw_attrs adamw;
     kiln_adadelta_attrs adadelta;
     kiln_layerwise_attrs layerwise;
+    kiln_affine_attrs affine;
+    const struct kiln_fused_prog *fused; /* owned by the graph (kiln_graph.fused) */
 } kiln_attrs;
 
-typedef enum { KILN_ATTR_I64, KILN_ATTR_INT, KILN_ATTR_F32, KILN_ATTR_F64 } kiln_attr_type;
+typedef enum { KILN_ATTR_I64, KILN_ATTR_INT, KILN_ATTR_F32, KILN_ATTR_F64, KILN_ATTR_FUSED } kiln_attr_type;
 typedef struct kiln_attr_spec {
     const char *name;
     kiln_attr_type type;
     size_t offset; /* into kiln_attrs */
 } kiln_attr_spec;
 #define KILN_ATTR(nm, ty, member) {nm, ty, offsetof(kiln_attrs, member)}
+
+/* ---- the pointwise fusion pass's program (src/graph/pass_fuse_pointwise.c) ----
+ * A fused node runs its members' ops over tiles of the tensors: registers are
+ * tiles; registers 0..nin-1 are the node's inputs, read in place; each output
+ * has a register of its own (out_reg), the others are scratch reused as values
+ * die. An instruction is one member op (or an add that folds a member's
+ * accumulating write into a register already written in the group). */
+#define KILN_FUSED_MAX_INSTR 48
+#define KILN_FUSED_MAX_REGS 16
+typedef struct kiln_pw_instr {
+    int op;                     /* a kiln_op with a tile function in the backend's table */
+    uint8_t dst, nsrc, src[3];
+    uint8_t acc;                /* add into dst (a member adding to a gradient the group already wrote) */
+    kiln_attrs attr;            /* the member's attributes */
+    uint64_t key;               /* random ops: the member's RNG key (dropout: the same mask fused or not) */
+} kiln_pw_instr;
+typedef struct kiln_fused_prog {
+    int ninstr, nregs, nin, nout;
+    uint8_t out_reg[KILN_OP_MAX_OUT];
+    kiln_pw_instr ins[KILN_FUSED_MAX_INSTR];
+    char holds[480];            /* the member nodes' names, for kiln inspect */
+} kiln_fused_prog;
 
 /* epilogues: a following op folded into a node by the fusion pass */
 enum {
@@ -258,6 +291,8 @@ extern const kiln_op_def kiln_op_batch_norm2d, kiln_op_batch_norm2d_bwd, kiln_op
 extern const kiln_op_def kiln_op_bmm, kiln_op_bmm_bwd, kiln_op_causal_attention, kiln_op_causal_attention_bwd;
 extern const kiln_op_def kiln_op_embedding, kiln_op_embedding_bwd, kiln_op_layer_norm, kiln_op_layer_norm_bwd,
     kiln_op_gelu, kiln_op_gelu_bwd, kiln_op_softmax, kiln_op_softmax_bwd, kiln_op_add_bcast, kiln_op_add_bcast_bwd;
+extern const kiln_op_def kiln_op_affine, kiln_op_affine_bwd, kiln_op_erf, kiln_op_erf_bwd, kiln_op_tanh, kiln_op_tanh_bwd,
+    kiln_op_fused, kiln_op_fused_plain;
 extern const kiln_op_def kiln_op_readout, kiln_op_sumsq, kiln_op_clip_scale, kiln_op_sgd_update,
     kiln_op_adamw_update, kiln_op_adadelta_update;
 extern const kiln_op_def kiln_op_lamb_update, kiln_op_lars_update, kiln_op_novograd_update;

@@ -1,0 +1,93 @@
+/* Fast pointwise arithmetic, float: affine, erf, tanh and their backward ops.
+ * One thread each: the callers (a fused kernel's tiles, or an op alone split
+ * into the same tiles) divide the work. erf, tanh and erf's backward take the
+ * AVX-512 loops when the CPU has them; the portable loops below evaluate the
+ * same formulas (pointwise_math.h) for other CPUs. */
+#include <math.h>
+#include <string.h>
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/pointwise_math.h"
+#include "kernels/internal/kernels.h"
+
+static float horner(const float *c, int n, float x) {
+    float r = c[0];
+    for (int i = 1; i < n; i++) r = r * x + c[i];
+    return r;
+}
+
+static float exp1(float x) {
+    static const float p[] = KILN_EXP_P;
+    x = fminf(fmaxf(x, KILN_EXP_LO), KILN_EXP_HI);
+    float k = nearbyintf(x * KILN_LOG2E);
+    float r = x - k * KILN_LN2_HI;
+    r = r - k * KILN_LN2_LO;
+    return ldexpf(horner(p, KILN_EXP_NP, r), (int)k);
+}
+
+static float erf1(float x) {
+    static const float ps[] = KILN_ERF_SMALL_P, q[] = KILN_ERF_AS_Q;
+    float a = fminf(fabsf(x), KILN_ERF_CLAMP);
+    if (a < 1.0f) return x * horner(ps, KILN_ERF_SMALL_NP, x * x);
+    float t = 1.0f / (1.0f + KILN_ERF_AS_P * a);
+    float r = 1.0f - t * horner(q, KILN_ERF_AS_NQ, t) * exp1(-a * a);
+    return copysignf(r, x);
+}
+
+static float tanh1(float x) {
+    static const float ps[] = KILN_TANH_SMALL_P;
+    float a = fminf(fabsf(x), KILN_TANH_CLAMP);
+    if (a < KILN_TANH_SMALL) return x * horner(ps, KILN_TANH_SMALL_NP, x * x);
+    return copysignf(1.0f - 2.0f / (exp1(2.0f * a) + 1.0f), x);
+}
+
+void kiln_cpu_affine(int64_t n, const float *restrict x, float scale, float shift, float *restrict y) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale + shift;
+}
+
+void kiln_cpu_affine_bwd(int64_t n, const float *restrict dy, float scale, float *restrict dx, int acc) {
+    if (acc) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) dx[i] += scale * dy[i];
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) dx[i] = scale * dy[i];
+    }
+}
+
+void kiln_cpu_erf(int64_t n, const float *x, float *y) {
+    if (kiln_cpu_has_avx512()) {
+        kiln_cpu_erf_avx512(n, x, y);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) y[i] = erf1(x[i]);
+}
+
+void kiln_cpu_tanh(int64_t n, const float *x, float *y) {
+    if (kiln_cpu_has_avx512()) {
+        kiln_cpu_tanh_avx512(n, x, y);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) y[i] = tanh1(x[i]);
+}
+
+void kiln_cpu_erf_bwd(int64_t n, const float *x, const float *dy, float *dx, int acc) {
+    if (kiln_cpu_has_avx512()) {
+        kiln_cpu_erf_bwd_avx512(n, x, dy, dx, acc);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float g = dy[i] * (KILN_TWO_OVER_SQRTPI * exp1(-x[i] * x[i]));
+        dx[i] = acc ? dx[i] + g : g;
+    }
+}
+
+void kiln_cpu_tanh_bwd(int64_t n, const float *restrict y, const float *restrict dy, float *restrict dx, int acc) {
+    if (acc) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+    }
+}
