@@ -131,6 +131,15 @@ bench-gpt: deps
 	@$(MAKE) --no-print-directory all
 	bash bench/gpt.sh
 
+# the guide's GELU table: the five-node chain unfused and fused at 1M elements, kernels and us, beside PyTorch
+# eager, torch.jit.script and F.gelu, and GB/s at 16M against the measured memory bandwidth
+# (needs python3-torch and ../shared/bench/peers/w3_gelu_fusion.py)
+.PHONY: bench-pointwise
+bench-pointwise: deps
+	@bash scripts/install-deps.sh --bench
+	@$(MAKE) --no-print-directory all
+	bash bench/pointwise.sh
+
 # regenerate the PyTorch fixtures (needs python3-torch; CI uses the committed ones)
 fixtures:
 	@bash scripts/install-deps.sh --oracle

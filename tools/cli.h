@@ -36,6 +36,8 @@ int cli_exit_code(kiln_status s);
 int cli_bench_step(int argc, char **argv);
 /* bench_conv.c: kiln bench conv */
 int cli_bench_conv(int argc, char **argv);
+/* bench_pointwise.c: kiln bench pointwise */
+int cli_bench_pointwise(int argc, char **argv);
 /* predict.c: kiln predict */
 int cli_predict(int argc, char **argv);
 /* inspect.c: kiln inspect */

@@ -83,6 +83,30 @@ typedef struct kiln_bench_conv_result {
 } kiln_bench_conv_result;
 kiln_status kiln_bench_conv(const kiln_bench_conv_config *c, kiln_bench_conv_result *r);
 
+/* The pointwise benchmark (`kiln bench pointwise`, the guide's GELU table):
+ * op "gelu-chain" is x * 0.5 * (1 + erf(x / 1.41421)) written as five nodes
+ * (scale, erf, add_scalar, scale, mul) over an input of `elements` floats, an
+ * inference plan compiled with the fusion pass on or off. Each call is timed
+ * alone; `bytes` is what the plan's steps read and write (each step's inputs
+ * and outputs once), gbps = bytes / median. */
+typedef struct kiln_bench_pointwise_config {
+    const char *op;           /* "gelu-chain" */
+    int64_t elements;
+    int fuse;                 /* 1 (default): the pointwise fusion pass */
+    int warmup, steps;
+    uint64_t seed;
+} kiln_bench_pointwise_config;
+kiln_bench_pointwise_config kiln_bench_pointwise_defaults(void); /* gelu-chain, 1M elements, fused, 10 warm-up, 50 timed */
+
+typedef struct kiln_bench_pointwise_result {
+    double us, us_min;        /* median and fastest call */
+    int kernels;              /* steps the plan runs per call (kernels launched) */
+    double bytes;             /* read and written by those steps per call */
+    double gbps;              /* bytes / median */
+    double max_err;           /* against erf's GELU in double, over every element */
+} kiln_bench_pointwise_result;
+kiln_status kiln_bench_pointwise(const kiln_bench_pointwise_config *c, kiln_bench_pointwise_result *r);
+
 #ifdef __cplusplus
 }
 #endif
