@@ -19,7 +19,7 @@ typedef struct {
     int nout;
 } dag;
 
-enum { N_OPS = 7 };
+enum { N_OPS = 8 };
 
 /* a random DAG of n pointwise nodes over parameters of shape [rows, cols] */
 static void make_dag(dag *d, int64_t rows, int64_t cols, int n) {
@@ -41,6 +41,7 @@ static void make_dag(dag *d, int64_t rows, int64_t cols, int n) {
         case 3: y = kiln_affine(g, a, (float)tu_uniform(-1.5, 1.5), (float)tu_uniform(-1, 1)); break;
         case 4: y = kiln_erf(g, a); break;
         case 5: y = kiln_tanh(g, a); break;
+        case 6: y = kiln_gelu(g, a, (int)tu_int(0, 1)); break;
         default: y = kiln_dropout(g, a, 0.2f); break;
         }
         vals[nv++] = y;

@@ -325,6 +325,8 @@ TILE(t_erf) { QUIET; kiln_cpu_erf(n, S(0), dst); }
 TILE(t_erf_bwd) { QUIET; kiln_cpu_erf_bwd(n, S(0), S(1), dst, I->acc); }
 TILE(t_tanh) { QUIET; kiln_cpu_tanh(n, S(0), dst); }
 TILE(t_tanh_bwd) { QUIET; kiln_cpu_tanh_bwd(n, S(0), S(1), dst, I->acc); }
+TILE(t_gelu) { QUIET; kiln_cpu_gelu_fwd(n, I->attr.gelu.tanh_form, S(0), dst); }
+TILE(t_gelu_bwd) { QUIET; kiln_cpu_gelu_bwd(n, I->attr.gelu.tanh_form, S(0), S(1), dst, I->acc); }
 
 /* an op that has no kernel of its own but its tile function */
 static kiln_status tiled(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -459,8 +461,8 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_EMBEDDING_BWD] = {embedding_bwd, NULL, NULL, 0, 0},
     [KILN_OP_LAYER_NORM] = {layer_norm, kiln_prepare_rows_of_in, NULL, 0, 0},
     [KILN_OP_LAYER_NORM_BWD] = {layer_norm_bwd, layer_norm_bwd_prepare, NULL, 0, 0},
-    [KILN_OP_GELU] = {gelu, NULL, NULL, 0, 0},
-    [KILN_OP_GELU_BWD] = {gelu_bwd, NULL, NULL, 0, 0},
+    [KILN_OP_GELU] = {gelu, NULL, NULL, 0, 0, .tile = t_gelu},
+    [KILN_OP_GELU_BWD] = {gelu_bwd, NULL, NULL, 0, 0, .tile = t_gelu_bwd},
     [KILN_OP_SOFTMAX] = {softmax, kiln_prepare_rows_of_out, NULL, 0, 0},
     [KILN_OP_SOFTMAX_BWD] = {softmax_bwd, kiln_prepare_rows_of_out, NULL, 0, 0},
     [KILN_OP_ADD_BCAST] = {add_bcast, NULL, NULL, 0, 0},

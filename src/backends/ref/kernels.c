@@ -534,6 +534,8 @@ TILE(t_erf) { QUIET; kiln_ref_erf(n, S(0), dst); }
 TILE(t_erf_bwd) { QUIET; kiln_ref_erf_bwd(n, S(0), S(1), dst, I->acc); }
 TILE(t_tanh) { QUIET; kiln_ref_tanh(n, S(0), dst); }
 TILE(t_tanh_bwd) { QUIET; kiln_ref_tanh_bwd(n, S(0), S(1), dst, I->acc); }
+TILE(t_gelu) { QUIET; kiln_ref_gelu_fwd(n, I->attr.gelu.tanh_form, S(0), dst); }
+TILE(t_gelu_bwd) { QUIET; kiln_ref_gelu_bwd(n, I->attr.gelu.tanh_form, S(0), S(1), dst, I->acc); }
 
 /* an op that has no kernel of its own but its tile function */
 static kiln_status tiled(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -592,8 +594,8 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_EMBEDDING_BWD] = {embedding_bwd},
     [KILN_OP_LAYER_NORM] = {layer_norm},
     [KILN_OP_LAYER_NORM_BWD] = {layer_norm_bwd},
-    [KILN_OP_GELU] = {gelu},
-    [KILN_OP_GELU_BWD] = {gelu_bwd},
+    [KILN_OP_GELU] = {gelu, .tile = t_gelu},
+    [KILN_OP_GELU_BWD] = {gelu_bwd, .tile = t_gelu_bwd},
     [KILN_OP_SOFTMAX] = {softmax},
     [KILN_OP_SOFTMAX_BWD] = {softmax_bwd},
     [KILN_OP_ADD_BCAST] = {add_bcast},
