@@ -90,7 +90,7 @@ static const field fields[] = {
     OPT("checkpoint-activations", "none|block|OPS", 0, T_CKPT, checkpoint_activations, "recompute saved activations inside "
         "backward instead of keeping them (less memory, some more compute, the same results): block (every block of the "
         "model: gpt's h.N, mlp-deep's blocks.N) or ops cheap to recompute, comma-separated (gelu,layernorm; relu, dropout, ...)"),
-    OPT("no-fuse", NULL, 0, T_NOFLAG, fuse, "disable the fusion passes (relu folded into conv/linear and max-pool's backward)"),
+    OPT("no-fuse", NULL, 0, T_NOFLAG, fuse, "disable the fusion passes (pointwise groups as one kernel; relu folded into conv/linear and max-pool's backward)"),
     OPT("no-autotune", NULL, 0, T_NOFLAG, autotune, "use oneDNN's direct convolutions instead of timing every algorithm"),
     OPT("max-steps", "N", 1, T_I64, max_steps, "stop when the run reaches global step N, counting resumed steps (0: no limit)"),
     OPT("workers", "N|auto", 1, T_WORKERS, workers, "loader threads; 0 loads on the training thread; auto: start with one, "
