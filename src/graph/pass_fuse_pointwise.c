@@ -263,6 +263,25 @@ static void grow(fz *z, int i, slot *sl) {
     }
 }
 
+/* An output may take the storage of an input that dies at the fused node (the planner decides) when the
+ * program reads all of that input before its first write of the output: what a chain of single ops gets
+ * by writing into the buffer its input just freed. Not for outputs that add to what they hold. */
+static void allow_reuse(const kiln_fused_prog *P, const uint8_t *oacc, uint8_t *reuse_in) {
+    int last_read[KILN_OP_MAX_IN], taken[KILN_OP_MAX_IN] = {0};
+    for (int j = 0; j < P->nin; j++) last_read[j] = -1;
+    for (int i = 0; i < P->ninstr; i++)
+        for (int k = 0; k < P->ins[i].nsrc; k++)
+            if (P->ins[i].src[k] < P->nin) last_read[P->ins[i].src[k]] = i;
+    memset(reuse_in, 0, KILN_OP_MAX_OUT);
+    for (int k = 0; k < P->nout; k++) {
+        int first_write = P->ninstr;
+        for (int i = P->ninstr - 1; i >= 0; i--)
+            if (P->ins[i].dst == P->out_reg[k]) first_write = i;
+        for (int j = 0; j < P->nin && !oacc[k] && !reuse_in[k]; j++)
+            if (!taken[j] && last_read[j] < first_write) reuse_in[k] = (uint8_t)(j + 1), taken[j] = 1;
+    }
+}
+
 static int rewrite(fz *z, int head, slot *sl) {
     kiln_graph *g = z->g;
     int members[KILN_FUSED_MAX_INSTR + 1], nm = gather(z, head, head, members);
@@ -292,6 +311,7 @@ static int rewrite(fz *z, int head, slot *sl) {
     memcpy(f->acc, oacc, sizeof oacc);
     memset(&f->attr, 0, sizeof f->attr);
     f->attr.fused = P;
+    allow_reuse(P, oacc, f->reuse_in);
     f->fwd = -1;
     f->recompute_of = -1; /* a step of its own (a recomputed member is fused with its backward readers) */
     snprintf(f->name, sizeof f->name, "fused:%.40s", first);

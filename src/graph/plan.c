@@ -118,12 +118,12 @@ static kiln_status transform(kiln_plan *pl, kiln_value loss) {
         return kiln_graph_status(g);
     if (o->fuse && (kiln_pass_fuse_epilogues(g, pl->nfwd) < 0 || kiln_pass_fuse_pool_relu_bwd(g) < 0))
         return kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
-    if (o->training && (st = checkpoint(pl)) != KILN_OK) return st;
     if (o->fuse) { /* what is left of pointwise chains: one kernel per group */
         uint8_t tileable[KILN_OP_COUNT];
         kiln_backend_tileable(pl->be, tileable);
         if (kiln_pass_fuse_pointwise(g, tileable, o->seed) < 0) return kiln_graph_status(g);
     }
+    if (o->training && (st = checkpoint(pl)) != KILN_OK) return st;
     if (pl->be->passes) return pl->be->passes(g, o);
     return KILN_OK;
 }

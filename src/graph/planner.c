@@ -72,12 +72,25 @@ static size_t value_bytes(const kiln_val *v, int64_t max_batch, size_t elem) {
     return bytes ? bytes : 64;
 }
 
+/* the arena root of an input of node n that output value v may take over: the node allows it
+ * (reuse_in), the input dies at this step (last read), is an arena activation and was not given away */
+static kiln_value dying_input(const kiln_graph *g, const kiln_node *n, kiln_value v, int s, const int *last,
+                              const int64_t *offset, const uint8_t *given) {
+    for (int k = 0; k < n->nout; k++) {
+        if (n->out[k] < 0 || kiln_val_root(g, n->out[k]) != v || !n->reuse_in[k]) continue;
+        kiln_value u = kiln_val_root(g, n->in[n->reuse_in[k] - 1]);
+        if (u != v && g->vals[u].kind == KILN_VAL_ACT && offset[u] >= 0 && last[u] == s && !given[u]) return u;
+    }
+    return -1;
+}
+
 kiln_status kiln_plan_memory(const kiln_graph *g, const int *order, int norder, int64_t max_batch, size_t elem,
                              int reuse, const uint8_t *keep, int64_t *offset, size_t *arena_bytes, size_t *no_reuse_bytes) {
     int nv = g->nvals;
     int *first = malloc((size_t)nv * sizeof(int)), *last = malloc((size_t)nv * sizeof(int));
+    uint8_t *given = calloc((size_t)nv + 1, 1); /* an input whose storage an output took */
     arena_state a = {0};
-    if (!first || !last) goto oom;
+    if (!first || !last || !given) goto oom;
     for (int v = 0; v < nv; v++) {
         first[v] = -1;
         last[v] = -1;
@@ -101,16 +114,22 @@ kiln_status kiln_plan_memory(const kiln_graph *g, const int *order, int norder, 
 
     size_t total = 0, high = 0;
     for (int s = 0; s <= norder; s++) {
-        /* allocate what node s defines first ... */
+        /* allocate what node s defines first (in the storage of an input dying here, where the node allows) ... */
         for (int v = 0; s < norder && v < nv; v++) {
             if (first[v] != s || g->vals[v].kind != KILN_VAL_ACT || g->vals[v].alias_of >= 0) continue;
             size_t bytes = value_bytes(&g->vals[v], max_batch, elem);
             total += bytes;
+            kiln_value u = reuse ? dying_input(g, &g->nodes[order[s]], v, s, last, offset, given) : -1;
+            if (u >= 0 && value_bytes(&g->vals[u], max_batch, elem) == bytes) {
+                offset[v] = offset[u];
+                given[u] = 1;
+                continue;
+            }
             offset[v] = reuse ? (int64_t)take(&a, bytes, &high) : (int64_t)(total - bytes);
         }
         /* ... then free what node s read last */
         for (int v = 0; reuse && v < nv; v++) {
-            if (last[v] != s || offset[v] < 0) continue;
+            if (last[v] != s || offset[v] < 0 || given[v]) continue;
             size_t bytes = value_bytes(&g->vals[v], max_batch, elem);
             if (add_free(&a, (size_t)offset[v], bytes)) goto oom;
         }
@@ -119,11 +138,13 @@ kiln_status kiln_plan_memory(const kiln_graph *g, const int *order, int norder, 
     *no_reuse_bytes = total;
     free(first);
     free(last);
+    free(given);
     free(a.free);
     return KILN_OK;
 oom:
     free(first);
     free(last);
+    free(given);
     free(a.free);
     return kiln_fail(KILN_ERR_NOMEM, "planner: out of memory");
 }
