@@ -1,6 +1,6 @@
 /* The pointwise fusion pass (src/graph/pass_fuse_pointwise.c), with and without it:
  *   - a property test: random DAGs of pointwise ops (relu, add, mul, affine,
- *     erf, tanh, dropout) over random shapes (tails of tiles included),
+ *     erf, tanh, gelu, dropout) over random shapes (tails of tiles included),
  *     several values returned, a loss over them; forward and backward
  *     compiled with fusion on and off on the cpu backend and on the reference
  *     backend: outputs the same bits fused and unfused (dropout's masks
@@ -28,7 +28,7 @@ static void make_dag(dag *d, int64_t rows, int64_t cols, int n) {
     kiln_value vals[64];
     int nv = 0, nparams = (int)tu_int(1, 3);
     for (int p = 0; p < nparams; p++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "p%d", p);
         vals[nv++] = kiln_param(g, name, 2, shape, 1);
     }
@@ -66,7 +66,7 @@ typedef struct {
 static kiln_value add_loss(dag *d) {
     kiln_value loss = -1;
     for (int k = 0; k < d->nout; k++) {
-        char name[8];
+        char name[16];
         int64_t s[2];
         snprintf(name, sizeof name, "c%d", k);
         kiln_value_shape(d->g, d->out[k], s);
