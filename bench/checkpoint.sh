@@ -23,10 +23,7 @@ REPEAT="${REPEAT:-3}"
 STEPS="${STEPS:-5}"
 source "$(dirname "$0")/common.sh"
 bench_init
-SHARED="${KILN_SHARED:-$ROOT/../shared}"
-PEER="$SHARED/bench/peers/w5_checkpoint.py"
-[ -f "$PEER" ] || die "$PEER not found (set KILN_SHARED)"
-[[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || die "STEPS must be a positive integer (got '$STEPS')"
+peer_init w5_checkpoint.py
 export OMP_NUM_THREADS=2
 
 mkdir -p bench/results

@@ -1,7 +1,8 @@
-# Sourced by the data benches (loader.sh, shards.sh, train_data.sh, http.sh):
+# Sourced by the benches (loader.sh, shards.sh, train_data.sh, http.sh, checkpoint.sh):
 # what each one repeated before. Set NAME first (for messages and the make target).
 #
 #   bench_init                 cd to the repository; PY, KILN, REPEAT, BATCHES checked
+#   peer_init FILE             PEER: ../shared/bench/peers/FILE (or under $KILN_SHARED), checked; STEPS checked
 #   jpeg_folder DIR SIZE C     Fashion-MNIST packed once as SIZExSIZE JPEGs with C channels into DIR
 #                              (SIZE 0: 28x28 as stored); a half-written folder (no marker) is made again
 
@@ -15,6 +16,13 @@ bench_init() {
     [ -x "$KILN" ] || die "$KILN not found: run 'make' (or 'make bench-$NAME', which builds it first)"
     [[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || die "REPEAT must be a positive integer (got '$REPEAT')"
     [[ "${BATCHES:-1}" =~ ^[1-9][0-9]*$ ]] || die "BATCHES must be a positive integer (got '$BATCHES')"
+}
+
+peer_init() {
+    SHARED="${KILN_SHARED:-$ROOT/../shared}"
+    PEER="$SHARED/bench/peers/$1"
+    [ -f "$PEER" ] || die "$PEER not found (set KILN_SHARED)"
+    [[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || die "STEPS must be a positive integer (got '$STEPS')"
 }
 
 jpeg_folder() {
