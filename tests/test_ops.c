@@ -388,10 +388,10 @@ static int b_softmax(hcase *h, int d) {
     return out1(h, kiln_softmax(h->g, x));
 }
 
-/* b is a's trailing dims: [T, C] + [B, T, C], [C] + [B, T, C], [H, W] + [N, C, H, W] */
+/* b is a's trailing dims: [T, C] + [B, T, C], [C] + [B, T, C], and [H, W] + [N, C, H, W] given first */
 static int b_add_bcast(hcase *h, int d) {
     int64_t t = R(1, 5), c = R(1, 9);
-    if (d == 2) return out1(h, kiln_add(h->g, P(h, "a", R(1, 2), 2, t, c), P(h, "b", t, c)));
+    if (d == 2) return out1(h, kiln_add(h->g, P(h, "b", t, c), P(h, "a", R(1, 2), 2, t, c)));
     kiln_value a = P(h, "a", R(1, 3), t, c);
     return out1(h, kiln_add(h->g, a, d == 1 ? P(h, "b", c) : P(h, "b", t, c)));
 }

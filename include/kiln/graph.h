@@ -88,7 +88,8 @@ kiln_value kiln_nll_loss(kiln_graph *g, kiln_value logp, kiln_value target);    
 kiln_value kiln_cross_entropy(kiln_graph *g, kiln_value logits, kiln_value target); /* mean */
 kiln_value kiln_mse_loss(kiln_graph *g, kiln_value x, kiln_value target);           /* mean of (x - target)^2, f32 target */
 /* same shapes, or b shaped as a's trailing dims and not batched (positions [T,C]
- * added to every [T,C] of [B,T,C]: b's gradient sums over the broadcast dims) */
+ * added to every [T,C] of [B,T,C]: b's gradient sums over the broadcast dims);
+ * a and b may come in either order */
 kiln_value kiln_add(kiln_graph *g, kiln_value a, kiln_value b);
 kiln_value kiln_mul(kiln_graph *g, kiln_value a, kiln_value b);   /* same shapes */
 kiln_value kiln_sum(kiln_graph *g, kiln_value x);                 /* all elements, to a scalar */

@@ -475,11 +475,13 @@ kiln_value kiln_cross_entropy(kiln_graph *g, kiln_value logits, kiln_value targe
     return apply1(g, KILN_OP_CROSS_ENTROPY, in, 2, NULL);
 }
 
-/* b with fewer dims than a is added to each of a's rows (add_bcast checks that
- * it is a's trailing dims); same shapes stay the pointwise add */
+/* an operand with fewer dims than the other is added to each of the other's rows
+ * (add_bcast checks that it is the other's trailing dims; addition commutes, so it
+ * goes second); same shapes stay the pointwise add */
 kiln_value kiln_add(kiln_graph *g, kiln_value a, kiln_value b) {
-    kiln_value in[2] = {a, b};
-    int bcast = g && a >= 0 && b >= 0 && a < g->nvals && b < g->nvals && g->vals[b].ndim < g->vals[a].ndim;
+    int ok = g && a >= 0 && b >= 0 && a < g->nvals && b < g->nvals;
+    int swap = ok && g->vals[a].ndim < g->vals[b].ndim, bcast = ok && g->vals[a].ndim != g->vals[b].ndim;
+    kiln_value in[2] = {swap ? b : a, swap ? a : b};
     return apply1(g, bcast ? KILN_OP_ADD_BCAST : KILN_OP_ADD, in, 2, NULL);
 }
 
