@@ -5,28 +5,14 @@
  * shape. */
 #include "graph/internal/graph.h"
 
-/* rows are every dim but the last (PyTorch's [B, T, V] logits with [B, T] targets) */
-static int log_softmax_infer(kiln_infer *ix) {
+/* log_softmax and softmax: rows are every dim but the last (PyTorch's [B, T, V]
+ * logits with [B, T] targets) */
+static int rows_infer(kiln_infer *ix) {
     const kiln_val *X = ix->in[0];
     char s[96];
     if (X->ndim < 2) return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s (want [...,C])", kiln_infer_shape(X, s));
     if (X->dtype != KILN_F32)
         return kiln_infer_fail(ix, KILN_ERR_INVALID_ARG, "input '%s' is %s, not f32", X->name, kiln_dtype_name(X->dtype));
-    kiln_out_spec *y = &ix->out[0];
-    y->dtype = KILN_F32;
-    y->ndim = X->ndim;
-    y->batched = X->batched;
-    for (int d = 0; d < X->ndim; d++) y->shape[d] = X->shape[d];
-    return 0;
-}
-
-/* softmax over the last dim of x [..., C] (1 to 4 dims): the leading dims are rows */
-static int softmax_infer(kiln_infer *ix) {
-    const kiln_val *X = ix->in[0];
-    if (X->dtype != KILN_F32)
-        return kiln_infer_fail(ix, KILN_ERR_INVALID_ARG, "input '%s' is %s, not f32", X->name, kiln_dtype_name(X->dtype));
-    char s[96];
-    if (X->ndim < 1) return kiln_infer_fail(ix, KILN_ERR_SHAPE, "input %s (want [..., C])", kiln_infer_shape(X, s));
     kiln_out_spec *y = &ix->out[0];
     y->dtype = KILN_F32;
     y->ndim = X->ndim;
@@ -77,12 +63,12 @@ static int cross_entropy_backward(kiln_ad *ad, const kiln_node *f) {
 }
 
 const kiln_op_def kiln_op_log_softmax = {
-    .name = "log_softmax", .min_in = 1, .max_in = 1, .nout = 1, .infer = log_softmax_infer,
+    .name = "log_softmax", .min_in = 1, .max_in = 1, .nout = 1, .infer = rows_infer,
     .backward = log_softmax_backward,
 };
 const kiln_op_def kiln_op_log_softmax_bwd = {.name = "log_softmax_bwd", .min_in = 2, .max_in = 2};
 const kiln_op_def kiln_op_softmax = {
-    .name = "softmax", .min_in = 1, .max_in = 1, .nout = 1, .infer = softmax_infer, .backward = softmax_backward,
+    .name = "softmax", .min_in = 1, .max_in = 1, .nout = 1, .infer = rows_infer, .backward = softmax_backward,
 };
 const kiln_op_def kiln_op_softmax_bwd = {.name = "softmax_bwd", .min_in = 2, .max_in = 2};
 const kiln_op_def kiln_op_nll_loss = {
