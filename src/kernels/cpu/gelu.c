@@ -52,9 +52,15 @@ KILN_CPU_HOT static void gelu_bwd_span(int64_t n, int tanh_form, const float *re
     else BWD_LOOP(grad_erf, =);
 }
 
+/* below KILN_CPU_PAR_MIN the span runs directly: the fusion pass calls these per
+ * tile of 1024 floats, where even an `if (0)` parallel region costs a team start */
 void kiln_cpu_gelu_fwd(int64_t n, int tanh_form, const float *x, float *y) {
+    if (n < KILN_CPU_PAR_MIN) {
+        gelu_span(n, tanh_form, x, y);
+        return;
+    }
     int64_t spans = (n + SPAN - 1) / SPAN;
-#pragma omp parallel for schedule(static) if (n >= KILN_CPU_PAR_MIN)
+#pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < spans; s++) {
         int64_t b = s * SPAN, len = n - b < SPAN ? n - b : SPAN;
         gelu_span(len, tanh_form, x + b, y + b);
@@ -62,8 +68,12 @@ void kiln_cpu_gelu_fwd(int64_t n, int tanh_form, const float *x, float *y) {
 }
 
 void kiln_cpu_gelu_bwd(int64_t n, int tanh_form, const float *x, const float *dy, float *dx, int acc) {
+    if (n < KILN_CPU_PAR_MIN) {
+        gelu_bwd_span(n, tanh_form, x, dy, dx, acc);
+        return;
+    }
     int64_t spans = (n + SPAN - 1) / SPAN;
-#pragma omp parallel for schedule(static) if (n >= KILN_CPU_PAR_MIN)
+#pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < spans; s++) {
         int64_t b = s * SPAN, len = n - b < SPAN ? n - b : SPAN;
         gelu_bwd_span(len, tanh_form, x + b, dy + b, dx + b, acc);
