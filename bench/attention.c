@@ -58,7 +58,7 @@ static int plain_new(const problem *p, plain *o) {
     o->s = kiln_alloc(ns * 4), o->ds = kiln_alloc(ns * 4);
     o->yh = kiln_alloc(nh * 4), o->dyh = kiln_alloc(nh * 4), o->dvh = kiln_alloc(nh * 4), o->dqh = kiln_alloc(nh * 4);
     o->dkt = kiln_alloc(nh * 4);
-    return kiln_dnnl_bmm_new(&qk, 1, 1, 1, &o->qk) != KILN_OK || kiln_dnnl_bmm_new(&pv, 1, 1, 1, &o->pv) != KILN_OK;
+    return kiln_dnnl_bmm_new(&qk, 1, 1, 1, 0, &o->qk) != KILN_OK || kiln_dnnl_bmm_new(&pv, 1, 1, 1, 0, &o->pv) != KILN_OK;
 }
 
 /* [B, H, T, D] <-> the head's columns of [B, T, C] */
@@ -78,7 +78,7 @@ static void heads_to_rows(const problem *p, const float *src, float *dst, int64_
 static void plain_fwd(const problem *p, plain *o, float *y) {
     int64_t t = p->t, rows = p->b * p->h * t, c = p->c;
     float scale = 1.0f / sqrtf((float)p->d);
-    kiln_dnnl_bmm_fwd(o->qk, p->qkv, p->qkv + c, o->s);
+    kiln_dnnl_bmm_fwd(o->qk, p->qkv, p->qkv + c, o->s, NULL);
 #pragma omp parallel for
     for (int64_t r = 0; r < rows; r++) { /* scale, mask, softmax */
         float *s = o->s + r * t, m = -INFINITY, sum = 0;
@@ -87,7 +87,7 @@ static void plain_fwd(const problem *p, plain *o, float *y) {
         for (int64_t j = 0; j < t; j++) sum += s[j] = j <= i ? expf(s[j] * scale - m) : 0.0f;
         for (int64_t j = 0; j <= i; j++) s[j] /= sum;
     }
-    kiln_dnnl_bmm_fwd(o->pv, o->s, p->qkv + 2 * c, o->yh);
+    kiln_dnnl_bmm_fwd(o->pv, o->s, p->qkv + 2 * c, o->yh, NULL);
     heads_to_rows(p, o->yh, y, c, 1);
 }
 
@@ -95,14 +95,14 @@ static void plain_bwd(const problem *p, plain *o, float *dq, float *dk, float *d
     int64_t t = p->t, rows = p->b * p->h * t, c = p->c;
     float scale = 1.0f / sqrtf((float)p->d);
     heads_to_rows(p, p->dy, o->dyh, c, 0);
-    kiln_dnnl_bmm_bwd(o->pv, o->s, p->qkv + 2 * c, o->dyh, o->ds, o->dvh, 0, 0); /* dP, dV */
+    kiln_dnnl_bmm_bwd(o->pv, o->s, p->qkv + 2 * c, o->dyh, o->ds, o->dvh, 0, 0, NULL); /* dP, dV */
 #pragma omp parallel for
     for (int64_t r = 0; r < rows; r++) { /* softmax backward, scaled */
         float *pr = o->s + r * t, *dp = o->ds + r * t, dot = 0;
         for (int64_t j = 0; j < t; j++) dot += pr[j] * dp[j];
         for (int64_t j = 0; j < t; j++) dp[j] = pr[j] * (dp[j] - dot) * scale;
     }
-    kiln_dnnl_bmm_bwd(o->qk, p->qkv, p->qkv + c, o->ds, o->dqh, o->dkt, 0, 0); /* dq, dk^T */
+    kiln_dnnl_bmm_bwd(o->qk, p->qkv, p->qkv + c, o->ds, o->dqh, o->dkt, 0, 0, NULL); /* dq, dk^T */
     heads_to_rows(p, o->dqh, dq, c, 1);
     heads_to_rows(p, o->dvh, dv, c, 1);
 #pragma omp parallel for collapse(2)

@@ -316,11 +316,11 @@ static void test_linear(const char *fxname, int w_kn) {
     float *fx = fcopy(x, n * in), *fw = fcopy(w, outn * in), *fb = fcopy(b, outn), *fdy = fcopy(dy, n * outn);
     float *gy = fbuf(n * outn), *gdx = fbuf(n * in), *gdw = fbuf(outn * in), *gdb = fbuf(outn);
     kiln_dnnl_linear *l = NULL;
-    CHECK_OK(kiln_dnnl_linear_new(n, in, outn, w_kn, 1, 0, 1, 1, &l));
+    CHECK_OK(kiln_dnnl_linear_new(n, in, outn, w_kn, 1, 0, 1, 1, 0, &l));
     if (l) {
-        CHECK_OK(kiln_dnnl_linear_fwd(l, fx, fw, fb, gy));
-        CHECK_OK(kiln_dnnl_linear_bwd_data(l, fdy, fw, gdx, 0));
-        CHECK_OK(kiln_dnnl_linear_bwd_weight(l, fx, fdy, gdw, gdb, 0, 0));
+        CHECK_OK(kiln_dnnl_linear_fwd(l, fx, fw, fb, gy, NULL));
+        CHECK_OK(kiln_dnnl_linear_bwd_data(l, fdy, fw, gdx, 0, NULL));
+        CHECK_OK(kiln_dnnl_linear_bwd_weight(l, fx, fdy, gdw, gdb, 0, 0, NULL));
         CMP_F("y", gy, y, n * outn);
         CMP_F("dx", gdx, dx, n * in);
         CMP_F("dw", gdw, dw, outn * in);
@@ -361,10 +361,10 @@ static void test_bmm(void) {
     float *fa = fcopy(ta->data, na), *fbt = fcopy(tbt->data, nb), *fdy = fcopy(dy, ny);
     float *gy = fbuf(ny), *gda = fbuf(na), *gdb = fbuf(nb), *gdbt = fbuf(nb);
     kiln_dnnl_bmm *o = NULL;
-    CHECK_OK(kiln_dnnl_bmm_new(&s, 1, 1, 1, &o));
+    CHECK_OK(kiln_dnnl_bmm_new(&s, 1, 1, 1, 0, &o));
     if (o) {
-        CHECK_OK(kiln_dnnl_bmm_fwd(o, fa, fbt, gy));
-        CHECK_OK(kiln_dnnl_bmm_bwd(o, fa, fbt, fdy, gda, gdb, 0, 0));
+        CHECK_OK(kiln_dnnl_bmm_fwd(o, fa, fbt, gy, NULL));
+        CHECK_OK(kiln_dnnl_bmm_bwd(o, fa, fbt, fdy, gda, gdb, 0, 0, NULL));
         for (int64_t mat = 0; mat < nb / (k * n); mat++)
             for (int64_t p = 0; p < k; p++)
                 for (int64_t j = 0; j < n; j++) gdbt[mat * n * k + j * k + p] = gdb[mat * k * n + p * n + j];

@@ -14,8 +14,13 @@
  * fast backend with its passes (fusion, layout, batch norm folding) on
  * against the ref backend with them on, and off against on.
  * Adding an op is one entry in `cases` below (with its builder); the harness
- * fails when a forward op of the table has no case. */
+ * fails when a forward op of the table has no case.
+ * Mixed precision: every case holding a matmul-class op (the table's bf16_in)
+ * runs again with --precision bf16 on both backends, the ref rounding the
+ * same operands to bf16 as the cpu (src/backends/ref/bf16.c), with looser
+ * tolerances (bf16_tol); a cpu that ignored the mark is shown to fail them. */
 #include "backends/internal/backend.h"
+#include "backends/ref/internal/ref.h"
 #include "graph/internal/graph.h"
 #include "kiln/graph.h"
 #include "testutil.h"
@@ -34,6 +39,10 @@ typedef struct {
 } hcase;
 
 typedef int (*build_fn)(hcase *h, int draw);
+
+/* the plans' precision (kiln_precision) and the tolerances' scale for it */
+static int precision_all = KILN_PRECISION_FP32, precision_fast = KILN_PRECISION_FP32;
+static double tol = 1;
 
 static kiln_value param(hcase *h, const char *name, int ndim, const int64_t *shape) {
     return kiln_param(h->g, name, ndim, shape, 1);
@@ -521,6 +530,7 @@ static kiln_status compile_run(hcase *h, kiln_params *P, kiln_value loss, const 
     o.fold_bn = fuse;
     o.layout = layout;
     o.autotune = 0;
+    o.precision = strcmp(backend, "ref") ? precision_fast : precision_all;
     kiln_value outs[5] = {loss};
     for (int k = 0; k < h->nout; k++) outs[1 + k] = h->out[k];
     kiln_status st = kiln_compile(h->g, P, outs, 1 + h->nout, &o, &b->pl);
@@ -573,7 +583,7 @@ static void finite_differences(const char *what, kiln_plan *ref, kiln_params *P6
 
 static void compare_backends(const char *what, hcase *h, bound *ref, bound *fast, kiln_params *P64, kiln_params *P32) {
     double lr = kiln_plan_loss(ref->pl), lc = kiln_plan_loss(fast->pl);
-    CHECK_MSG(fabs(lc - lr) <= 2e-4 * fmax(1, fabs(lr)), "%s: loss %.8g, ref %.8g", what, lc, lr);
+    CHECK_MSG(fabs(lc - lr) <= tol * 2e-4 * fmax(1, fabs(lr)), "%s: loss %.8g, ref %.8g", what, lc, lr);
     for (int k = 0; k < h->nout; k++) {
         int64_t n = kiln_val_numel(&h->g->vals[h->out[k]], 1);
         float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
@@ -582,7 +592,7 @@ static void compare_backends(const char *what, hcase *h, bound *ref, bound *fast
         CHECK_OK(kiln_plan_read(ref->pl, h->out[k], b, n));
         for (int64_t i = 0; i < n; i++) bd[i] = b[i];
         double e = rel_err(a, bd, n);
-        CHECK_MSG(e <= 2e-4, "%s: output %d off by %.3g", what, k, e);
+        CHECK_MSG(e <= tol * 2e-4, "%s: output %d off by %.3g", what, k, e);
         free(a), free(b), free(bd);
     }
     float *g32 = malloc((size_t)kiln_params_total(P32) * sizeof *g32 + 4); /* the fast backend's memory may be a device's */
@@ -591,7 +601,7 @@ static void compare_backends(const char *what, hcase *h, bound *ref, bound *fast
     for (int p = 0; p < kiln_params_count(P32); p++) {
         int64_t n = kiln_params_numel(P32, p);
         double e = rel_err(g32 + kiln_params_offset(P32, p), g64 + kiln_params_offset(P64, p), n);
-        CHECK_MSG(e <= 5e-4, "%s: gradient of %s off by %.3g", what, kiln_params_name(P32, p), e);
+        CHECK_MSG(e <= tol * 5e-4, "%s: gradient of %s off by %.3g", what, kiln_params_name(P32, p), e);
     }
     for (int i = 0; i < kiln_params_buffer_count(P32); i++) {
         int64_t n = kiln_params_buffer_numel(P32, i);
@@ -601,7 +611,7 @@ static void compare_backends(const char *what, hcase *h, bound *ref, bound *fast
             CHECK(*(int64_t *)b32 == *(int64_t *)kiln_params_buffer_data(P64, i));
         } else {
             double e = rel_err(b32, kiln_params_buffer_data(P64, i), n);
-            CHECK_MSG(e <= 2e-4, "%s: buffer %s off by %.3g", what, kiln_params_buffer_name(P32, i), e);
+            CHECK_MSG(e <= tol * 2e-4, "%s: buffer %s off by %.3g", what, kiln_params_buffer_name(P32, i), e);
         }
         free(b32);
     }
@@ -611,7 +621,8 @@ static void compare_backends(const char *what, hcase *h, bound *ref, bound *fast
 /* builds the case, adds the loss, runs ref and a fast backend (two pass settings), checks */
 static void run_case(const char *backend, int ci, int draw, int acc_variant) {
     char what[96];
-    snprintf(what, sizeof what, "%s on %s (draw %d%s)", cases[ci].ops, backend, draw, acc_variant ? ", accumulating" : "");
+    snprintf(what, sizeof what, "%s on %s (draw %d%s%s)", cases[ci].ops, backend, draw, acc_variant ? ", accumulating" : "",
+             precision_all == KILN_PRECISION_BF16 ? ", bf16" : "");
     hcase h = {.g = kiln_graph_new(), .inference = (cases[ci].fill & INFERENCE) != 0};
     CHECK_MSG(cases[ci].build(&h, draw) == 0 && kiln_graph_status(h.g) == KILN_OK, "%s: build failed: %s", what, kiln_last_error());
     if (kiln_graph_status(h.g) != KILN_OK) {
@@ -661,13 +672,16 @@ static void run_case(const char *backend, int ci, int draw, int acc_variant) {
             if (h.inference) fill_statistics(P64, P32);
             kiln_plan_free(ref.pl);
             ref.pl = NULL;
-            CHECK_OK(compile_run(&h, P64, loss, "ref", 1, 1, &ref, nc, cvals));
+            /* bf16 rounds what each node reads: the ref folds (fuses) as the fast plan does, so both round the same */
+            int ref_fuse = precision_all == KILN_PRECISION_BF16 ? v == 0 : 1;
+            CHECK_OK(compile_run(&h, P64, loss, "ref", ref_fuse, 1, &ref, nc, cvals));
             CHECK_OK(compile_run(&h, P32, loss, backend, v == 0, v == 0, &fast[v], nc, cvals));
             char w2[128];
             snprintf(w2, sizeof w2, "%s, fuse+layout %s", what, v == 0 ? "on" : "off");
             if (ref.pl && fast[v].pl) compare_backends(w2, &h, &ref, &fast[v], P64, P32);
         }
-        if (ref.pl && !h.inference) { /* inference plans have no gradients */
+        /* inference plans have no gradients; bf16 operands make L a step function at a fine scale */
+        if (ref.pl && !h.inference && precision_all == KILN_PRECISION_FP32) {
             int64_t total = kiln_params_total(P64);
             double *an = malloc((size_t)total * 8);
             memcpy(an, kiln_params_grad(P64), (size_t)total * 8);
@@ -683,6 +697,61 @@ static void run_case(const char *backend, int ci, int draw, int acc_variant) {
     kiln_params_free(P64);
     kiln_params_free(P32);
     kiln_graph_free(h.g);
+}
+
+/* 1 when the case's graph holds a matmul-class node (an op of the table with bf16 operands) */
+static int has_bf16_op(int ci) {
+    hcase h = {.g = kiln_graph_new()};
+    int any = 0;
+    if (cases[ci].build(&h, 0) == 0)
+        for (int i = 0; i < h.g->nnodes; i++) any |= kiln_op_get(h.g->nodes[i].op)->bf16_in != 0;
+    kiln_graph_free(h.g);
+    return any;
+}
+
+/* The bf16 tolerance can fail: a linear layer's outputs on the cpu in bf16 match the ref's bf16 within it,
+ * while the cpu in fp32 is further from the ref's bf16 than it (and the rounding is nearest-even). */
+#define BF16_TOL 8.0
+static void test_bf16_discriminates(const char *backend) {
+    CHECK(kiln_ref_round_bf16(1.0 + 1.0 / 256) == 1.0 && kiln_ref_round_bf16(1.0 + 3.0 / 256) == 1.015625 &&
+          kiln_ref_round_bf16(-3.0) == -3.0 && kiln_ref_round_bf16(1.0 + 1.0 / 128 + 1e-6) == 1.0078125);
+    kiln_graph *g = kiln_graph_new();
+    kiln_value x = kiln_param(g, "x", 2, (int64_t[]){8, 96}, 1);
+    kiln_value y = kiln_linear(g, x, kiln_param(g, "fc.weight", 2, (int64_t[]){24, 96}, 96), -1);
+    kiln_value loss = kiln_sum(g, y);
+    CHECK_OK(kiln_graph_status(g));
+    kiln_params *P64 = NULL, *P32 = NULL;
+    CHECK_OK(kiln_params_new_on(g, "ref", &P64));
+    CHECK_OK(kiln_params_new_on(g, backend, &P32));
+    fill_params(P64, P32, FILL_UNIFORM);
+    double *yy[3];
+    const int prec[3] = {KILN_PRECISION_BF16, KILN_PRECISION_BF16, KILN_PRECISION_FP32};
+    for (int v = 0; v < 3; v++) {
+        kiln_compile_opts o = kiln_compile_defaults();
+        o.max_batch = 1;
+        o.backend = v == 0 ? "ref" : backend;
+        o.precision = prec[v];
+        kiln_plan *pl = NULL;
+        kiln_value outs[2] = {loss, y};
+        CHECK_OK(kiln_compile(g, v == 0 ? P64 : P32, outs, 2, &o, &pl));
+        float f[8 * 24];
+        yy[v] = malloc(sizeof f / 4 * 8);
+        if (pl) CHECK_OK(kiln_plan_run(pl, 1));
+        if (pl) CHECK_OK(kiln_plan_read(pl, y, f, 8 * 24));
+        for (int i = 0; i < 8 * 24; i++) yy[v][i] = f[i];
+        kiln_plan_free(pl);
+    }
+    float a[8 * 24];
+    for (int i = 0; i < 8 * 24; i++) a[i] = (float)yy[1][i];
+    double same = rel_err(a, yy[0], 8 * 24);
+    for (int i = 0; i < 8 * 24; i++) a[i] = (float)yy[2][i];
+    double fp32 = rel_err(a, yy[0], 8 * 24);
+    CHECK_MSG(same <= BF16_TOL * 2e-4 && fp32 > BF16_TOL * 2e-4, "%s: bf16 against the ref's bf16 %.3g, fp32 against it %.3g "
+              "(tolerance %.3g)", backend, same, fp32, BF16_TOL * 2e-4);
+    for (int v = 0; v < 3; v++) free(yy[v]);
+    kiln_params_free(P64);
+    kiln_params_free(P32);
+    kiln_graph_free(g);
 }
 
 /* every forward op of the table has a case */
@@ -761,6 +830,14 @@ int main(void) {
         for (int c = 0; c < NCASES; c++)
             for (int draw = 0; draw < 3; draw++)
                 for (int acc = 0; acc < ((cases[c].fill & INFERENCE) ? 1 : 2); acc++) run_case(be->name, c, draw, acc);
+        test_bf16_discriminates(be->name);
+        precision_all = precision_fast = KILN_PRECISION_BF16;
+        tol = BF16_TOL;
+        for (int c = 0; c < NCASES; c++)
+            for (int draw = 0; draw < 2 && has_bf16_op(c); draw++)
+                for (int acc = 0; acc < ((cases[c].fill & INFERENCE) ? 1 : 2); acc++) run_case(be->name, c, draw, acc);
+        precision_all = precision_fast = KILN_PRECISION_FP32;
+        tol = 1;
     }
     return tu_finish("test_ops");
 }

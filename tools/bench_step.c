@@ -28,12 +28,14 @@ static const cli_opt opts[] = {
     CLI_GPT_OPTS,
     {"autotune", "on|off", "time each convolution's algorithms on its real shape", "on"},
     {"checkpoint-activations", "none|block|OPS", "recompute saved activations in backward (as kiln train)", "none"},
+    {"precision", "fp32|bf16|auto", "mixed precision (as kiln train): matmul-class steps with bf16 operands; auto: where "
+                  "measured faster at compile", "fp32"},
     {"profile", NULL, "also time every kernel and print the per-step breakdown (steps then run one kernel at a time)", NULL},
     {"json", NULL, "one JSON object: model, batch, mode, ms, ms_min, ms_max, images_per_s, gflops, flops, arena_mb, "
-                   "arena_mb_plain (without checkpointing), recomputed, params", NULL},
+                   "arena_mb_plain (without checkpointing), recomputed, params, precision, bf16_steps", NULL},
 };
 enum { S_MODEL, S_BATCH, S_EVAL, S_STEPS, S_WARMUP, S_SIZE, S_CLASSES, S_GPT, S_AUTOTUNE = S_GPT + CLI_GPT_NOPTS, S_CKPT,
-       S_PROFILE, S_JSON, S_N };
+       S_PREC, S_PROFILE, S_JSON, S_N };
 
 static void print_result(const kiln_bench_step_config *c, const kiln_bench_step_result *r, int json) {
     if (!json) {
@@ -41,6 +43,7 @@ static void print_result(const kiln_bench_step_config *c, const kiln_bench_step_
                c->model, (long long)c->batch, c->eval ? "eval" : "train", r->ms, r->ms_min, r->ms_max, r->images_per_s,
                r->gflops, r->arena_mb);
         if (c->checkpoint_activations) printf(" (%.1f MiB without checkpointing, %d nodes recomputed)", r->arena_mb_plain, r->recomputed);
+        if (c->precision != KILN_PRECISION_FP32) printf(", precision %s: %d steps bf16", kiln_precision_name(c->precision), r->bf16_steps);
         printf("\n");
         return;
     }
@@ -58,6 +61,8 @@ static void print_result(const kiln_bench_step_config *c, const kiln_bench_step_
     json_object_set_new(o, "arena_mb_plain", cli_json_num(r->arena_mb_plain));
     json_object_set_new(o, "recomputed", json_integer(r->recomputed));
     json_object_set_new(o, "params", json_integer(r->params));
+    json_object_set_new(o, "precision", json_string(kiln_precision_name(c->precision)));
+    json_object_set_new(o, "bf16_steps", json_integer(r->bf16_steps));
     cli_print_json(o);
 }
 
@@ -82,7 +87,9 @@ int cli_bench_step(int argc, char **argv) {
     c.warmup = (int)warmup;
     c.eval = given[S_EVAL];
     c.autotune = autotune;
-    if (cli_checkpoint("bench step", opts, S_CKPT, vals, &c.checkpoint_activations)) return EXIT_USAGE;
+    if (cli_checkpoint("bench step", opts, S_CKPT, vals, &c.checkpoint_activations) ||
+        cli_precision("bench step", opts, S_PREC, vals, &c.precision))
+        return EXIT_USAGE;
     static char report[1 << 16];
     if (given[S_PROFILE]) {
         c.profile = report;

@@ -182,6 +182,17 @@ int cli_checkpoint(const char *cmd, const cli_opt *opts, int i, const char **val
     return -1;
 }
 
+int cli_precision(const char *cmd, const cli_opt *opts, int i, const char **vals, int *out) {
+    const char *v = vals[i] ? vals[i] : opts[i].def;
+    kiln_precision p = KILN_PRECISION_FP32;
+    if (v && kiln_precision_parse(v, &p)) {
+        cli_usage_error(cmd, "--%s: '%s' is not fp32, bf16 or auto", opts[i].name, v);
+        return -1;
+    }
+    *out = (int)p;
+    return 0;
+}
+
 int cli_gpt_opts(const char *cmd, const cli_opt *opts, int i, const char **vals, kiln_gpt_config *gpt) {
     int *f[CLI_GPT_NOPTS] = {&gpt->layers, &gpt->heads, &gpt->dim, &gpt->block, &gpt->vocab};
     for (int k = 0; k < CLI_GPT_NOPTS; k++) {

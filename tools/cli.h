@@ -80,5 +80,7 @@ int cli_gpt_opts(const char *cmd, const cli_opt *opts, int i, const char **vals,
 int cli_on_off(const char *cmd, const cli_opt *opts, int i, const char **vals);
 /* option i as a checkpoint_activations choice (kiln_checkpoint_check): *out NULL for none; -1 after a usage error */
 int cli_checkpoint(const char *cmd, const cli_opt *opts, int i, const char **vals, const char **out);
+/* option i as a kiln_precision (fp32|bf16|auto); -1 after a usage error naming it */
+int cli_precision(const char *cmd, const cli_opt *opts, int i, const char **vals, int *out);
 
 #endif

@@ -25,9 +25,10 @@ static const cli_opt opts[] = {
     {"autotune", "on|off", "time each convolution's implementations on its real shape (remembered on disk), as training does", "on"},
     {"checkpoint-activations", "none|block|OPS", "the training plan with activation checkpointing (as kiln train): its "
                                "recomputations are steps of phase recompute", "none"},
+    {"precision", "fp32|bf16|auto", "mixed precision (as kiln train): each step's precision is shown", "fp32"},
     {"json", NULL, "the plan as one JSON object", NULL},
 };
-enum { I_MODEL, I_BATCH, I_EVAL, I_SIZE, I_CLASSES, I_GPT, I_AUTOTUNE = I_GPT + CLI_GPT_NOPTS, I_CKPT, I_JSON, I_N };
+enum { I_MODEL, I_BATCH, I_EVAL, I_SIZE, I_CLASSES, I_GPT, I_AUTOTUNE = I_GPT + CLI_GPT_NOPTS, I_CKPT, I_PREC, I_JSON, I_N };
 
 /* "32x16x32x32" of a JSON shape */
 static const char *shape_text(json_t *shape, char *buf, size_t len) {
@@ -51,17 +52,17 @@ static const char *layouts(json_t *step, char *buf, size_t len) {
 
 static void print_table(json_t *doc) {
     json_t *steps = json_object_get(doc, "steps");
-    printf("%-5s %-30s %-18s %-9s %-18s %-16s %-9s %-40s %8s %9s\n", "step", "name", "op", "phase", "shape", "layout in>out",
-           "epilogue", "kernel", "reorders", "MFLOP");
+    printf("%-5s %-30s %-18s %-9s %-18s %-16s %-9s %-4s %-40s %8s %9s\n", "step", "name", "op", "phase", "shape",
+           "layout in>out", "epilogue", "prec", "kernel", "reorders", "MFLOP");
     for (size_t i = 0; i < json_array_size(steps); i++) {
         json_t *s = json_array_get(steps, i), *out = json_object_get(s, "out");
         json_t *first = json_array_size(out) ? json_array_get(out, 0) : json_array_get(json_object_get(s, "in"), 0);
         char shape[96], lay[160], reo[32];
         if (INT(s, "weight_reorders")) snprintf(reo, sizeof reo, "%lld+%lldw", INT(s, "reorders"), INT(s, "weight_reorders"));
         else snprintf(reo, sizeof reo, "%lld", INT(s, "reorders"));
-        printf("%-5zu %-30s %-18s %-9s %-18s %-16s %-9s %-40s %8s %9.1f", i, STR(s, "name"), STR(s, "op"), STR(s, "phase"),
+        printf("%-5zu %-30s %-18s %-9s %-18s %-16s %-9s %-4s %-40s %8s %9.1f", i, STR(s, "name"), STR(s, "op"), STR(s, "phase"),
                shape_text(json_object_get(first, "shape"), shape, sizeof shape), layouts(s, lay, sizeof lay),
-               STR(s, "epilogue"), STR(s, "kernel"), reo, NUM(s, "flops") / 1e6);
+               STR(s, "epilogue"), STR(s, "precision"), STR(s, "kernel"), reo, NUM(s, "flops") / 1e6);
         printf("%s%s\n", STR(s, "attrs")[0] ? "  " : "", STR(s, "attrs"));
     }
     printf("\n%s, batch %lld, %s plan on %s: %zu steps, %lld parameters, arena %.1f MiB, %.3f GFLOP per run (conv and "
@@ -85,7 +86,8 @@ int cli_inspect(int argc, char **argv) {
         cli_model_opts("inspect", opts, I_SIZE, I_CLASSES, vals, &c.model_opts) ||
         cli_gpt_opts("inspect", opts, I_GPT, vals, &c.model_opts.gpt) ||
         (c.autotune = cli_on_off("inspect", opts, I_AUTOTUNE, vals)) < 0 ||
-        cli_checkpoint("inspect", opts, I_CKPT, vals, &c.checkpoint_activations))
+        cli_checkpoint("inspect", opts, I_CKPT, vals, &c.checkpoint_activations) ||
+        cli_precision("inspect", opts, I_PREC, vals, &c.precision))
         return EXIT_USAGE;
     c.model = vals[I_MODEL] ? vals[I_MODEL] : opts[I_MODEL].def;
     c.batch = batch;

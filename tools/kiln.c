@@ -70,7 +70,7 @@ static const char *train_usage =
     "are taken from the checkpoint and refused when they contradict it.\n"
     "\n";
 
-enum { MAX_OPTS = 64 };
+enum { MAX_OPTS = 96 }; /* the trainer's table (kiln_train_option_count) plus the program's own, with room */
 
 typedef struct {
     cli_opt opts[MAX_OPTS];

@@ -30,6 +30,7 @@ typedef struct kiln_bench_step_config {
     const char *backend;      /* NULL: cpu */
     int autotune;             /* as kiln_compile_opts.autotune */
     const char *checkpoint_activations; /* as kiln_compile_opts (NULL: none) */
+    int precision;            /* as kiln_compile_opts (kiln_precision) */
     uint64_t seed;
     char *profile;            /* non-NULL: after the timed steps, the per-kernel report (profile_len bytes) */
     size_t profile_len;
@@ -47,6 +48,7 @@ typedef struct kiln_bench_step_result {
     double arena_mb_plain;    /* the same without checkpoint_activations */
     int recomputed;           /* nodes checkpointing recomputes in backward */
     int64_t params;           /* trainable parameters */
+    int bf16_steps;           /* steps running with bf16 operands (after --precision auto decided) */
 } kiln_bench_step_result;
 kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_result *r);
 

@@ -229,6 +229,12 @@ int kiln_params_buffer_find(const kiln_params *P, const char *name);       /* -1
 
 /* ---- compile and run ---- */
 #define KILN_MAX_EXTRA_BATCHES 3
+/* mixed precision on the cpu (kiln_compile_opts.precision, --precision) */
+typedef enum { KILN_PRECISION_FP32 = 0, KILN_PRECISION_BF16 = 1, KILN_PRECISION_AUTO = 2 } kiln_precision;
+/* "fp32", "bf16", "auto": 0 and *out, or -1 */
+int kiln_precision_parse(const char *s, kiln_precision *out);
+const char *kiln_precision_name(int p); /* "fp32", "bf16", "auto" ("?" otherwise) */
+
 typedef struct kiln_compile_opts {
     int training;       /* 1: add backward (autodiff from outputs[0], a scalar loss) */
     int64_t max_batch;  /* the plan is sized for this batch and runs it */
@@ -249,6 +255,9 @@ typedef struct kiln_compile_opts {
     const char *checkpoint_activations; /* training: NULL or "none"; "block" recomputes every block scope's
                            inside within backward; op names ("gelu,layernorm") recompute those nodes' outputs
                            (kiln_checkpoint_check). Results are bit-identical; the arena shrinks. */
+    int precision;      /* kiln_precision: matmul-class ops (conv2d, linear, matmul, bmm and their backward) with bf16
+                           operands, fp32 accumulation and outputs (the autocast pass); auto: bf16 where the cpu
+                           backend measures it faster at compile. Parameters, gradients, optimizer state stay fp32. */
     int matmul_precision; /* GPU matmuls and convolutions: 0 highest (fp32), 1 high (tf32), 2 medium (bf16), as
                              PyTorch's set_float32_matmul_precision; the cpu computes in fp32 always */
 } kiln_compile_opts;
@@ -300,6 +309,7 @@ typedef struct kiln_step_info {
     kiln_step_arg in[KILN_STEP_MAX_ARGS], out[KILN_STEP_MAX_ARGS];
     char attrs[128];                 /* "stride=2 pad=1 dilation=1 groups=1" */
     const char *epilogue;            /* "" or the op folded in: "relu", "relu_bwd_mask" */
+    const char *precision;           /* "fp32", or "bf16" for a matmul-class step with bf16 operands (--precision) */
     char kernel[128];                /* the backend's choice when it has several ("direct/nChw16c/jit:avx512_core"); "" */
     int reorders;                    /* activations its kernel converts to or from its own layout on every run */
     int weight_reorders;             /* weights (or their gradients) likewise */

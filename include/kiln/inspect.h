@@ -28,13 +28,14 @@ typedef struct kiln_inspect_config {
     int eval;                   /* 1: the inference plan */
     int autotune;               /* as kiln_compile_opts.autotune */
     const char *checkpoint_activations; /* as kiln_compile_opts (NULL: none) */
+    int precision;              /* as kiln_compile_opts (kiln_precision) */
 } kiln_inspect_config;
 kiln_inspect_config kiln_inspect_defaults(void); /* batch 32, training, autotune on */
 
 /* *json (malloc'd): {"model", "batch", "mode", "backend", "params", "arena_bytes", "arena_bytes_plain" (without
  * checkpoint_activations), "recomputed" (nodes it recomputes: steps of phase "recompute"), "flops", "reorders",
  * "weight_reorders", "steps": [{"name", "op", "phase", "in": [{"shape", "layout"}], "out": [...], "attrs",
- * "epilogue", "kernel", "reorders", "weight_reorders", "flops"}]} */
+ * "epilogue", "precision" ("fp32" or "bf16"), "kernel", "reorders", "weight_reorders", "flops"}]} */
 kiln_status kiln_inspect(const kiln_inspect_config *c, char **json);
 
 #ifdef __cplusplus

@@ -82,6 +82,7 @@ typedef struct kiln_train_config {
     double memory_budget;       /* bytes a plan's arena may take; 0: 90 % of the machine's memory */
     const char *device;         /* "cpu" (default), "cuda" or "auto" (cuda when a GPU is here) */
     int matmul_precision;       /* GPU: 0 highest (fp32), 1 high (tf32), 2 medium (bf16) */
+    int precision;              /* kiln_precision: cpu mixed precision (kiln_compile_opts.precision) */
     /* image transforms (kiln_data_config; 0 / NULL: none): torchvision's Resize,
      * CenterCrop, RandomResizedCrop ("N[,lo,hi]"), RandomHorizontalFlip, Normalize
      * ("m1,m2,m3/s1,s2,s3" or "imagenet"), channels 1|3, and the test share of a

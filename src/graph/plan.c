@@ -104,7 +104,7 @@ static kiln_status checkpoint(kiln_plan *pl) {
 }
 
 /* the graph passes, in order: specialise, the bias check and autodiff (training) or batch norm
- * folding (inference), fusion, the backend's own */
+ * folding (inference), fusion, activation checkpointing, autocast, the backend's own */
 static kiln_status transform(kiln_plan *pl, kiln_value loss) {
     kiln_graph *g = pl->g;
     const kiln_compile_opts *o = &pl->o;
@@ -124,6 +124,13 @@ static kiln_status transform(kiln_plan *pl, kiln_value loss) {
         if (kiln_pass_fuse_pointwise(g, tileable, o->seed) < 0) return kiln_graph_status(g);
     }
     if (o->training && (st = checkpoint(pl)) != KILN_OK) return st;
+    if (o->precision < KILN_PRECISION_FP32 || o->precision > KILN_PRECISION_AUTO)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "compile: precision is %d (fp32 0, bf16 1, auto 2)", o->precision);
+    int cast = kiln_pass_autocast(g, o->precision);
+    if (cast && !o->plan_only)
+        kiln_log(KILN_LOG_INFO, "autocast: %d matmul-class nodes %s", cast,
+                 o->precision == KILN_PRECISION_BF16 ? "take bf16 operands (fp32 accumulation and outputs)"
+                                                     : "marked auto: the backend keeps bf16 where it measures it faster");
     if (pl->be->passes) return pl->be->passes(g, o);
     return KILN_OK;
 }
@@ -259,11 +266,12 @@ void kiln_plan_describe(const kiln_plan *pl, char *buf, size_t len) {
         char shape[96], attrs[128];
         const kiln_tdesc *t = s->nout ? &s->out[0] : &s->in[0];
         kiln_op_format_attrs(s->op, &s->attr, attrs, sizeof attrs);
-        o += (size_t)snprintf(buf + o, len - o, "%3d %-22s %-18s %-16s %s%s%s%s%s%s\n", i, s->name, kiln_op_name(s->op),
+        o += (size_t)snprintf(buf + o, len - o, "%3d %-22s %-18s %-16s %s%s%s%s%s%s%s\n", i, s->name, kiln_op_name(s->op),
                               kiln_shape_str(t->ndim, t->shape, shape, sizeof shape), attrs,
                               s->epilogue == KILN_EPI_RELU ? " +relu" : "",
                               s->epilogue == KILN_EPI_RELU_BWD_MASK ? " +relu_bwd" : "",
                               t->layout ? " blocked" : "", s->acc[0] ? " (accumulate)" : "",
-                              s->nout > 0 && s->param_grad[0] ? " -> grad" : "");
+                              s->nout > 0 && s->param_grad[0] ? " -> grad" : "",
+                              s->precision != KILN_PRECISION_FP32 ? (s->precision == KILN_PRECISION_BF16 ? " bf16" : " auto") : "");
     }
 }

@@ -83,6 +83,7 @@ static kiln_status node_step(kiln_plan *pl, int i, int64_t batch, const int *ste
     s->nin = n->nin;
     s->nout = n->nout;
     s->epilogue = n->epilogue;
+    s->precision = n->precision;
     s->attr = n->attr;
     s->fwd_step = n->fwd >= 0 ? step_of[n->fwd] : -1;
     /* a recomputation is made as its original */

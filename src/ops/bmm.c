@@ -41,6 +41,7 @@ static double bmm_flops(const kiln_graph *g, const kiln_node *n, int64_t batch) 
 
 const kiln_op_def kiln_op_bmm = {
     .name = "bmm", .min_in = 2, .max_in = 2, .nout = 1, .strided_in = 3, .infer = bmm_infer,
-    .backward = bmm_backward, .flops = bmm_flops,
+    .backward = bmm_backward, .flops = bmm_flops, .bf16_in = 3,
 };
-const kiln_op_def kiln_op_bmm_bwd = {.name = "bmm_bwd", .min_in = 3, .max_in = 3, .strided_in = 3, .flops = bmm_flops};
+const kiln_op_def kiln_op_bmm_bwd = {.name = "bmm_bwd", .min_in = 3, .max_in = 3, .strided_in = 3, .flops = bmm_flops,
+                                    .bf16_in = 7};

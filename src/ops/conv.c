@@ -47,9 +47,9 @@ static const kiln_attr_spec conv_attrs[] = {KILN_ATTR("stride", KILN_ATTR_I64, c
 const kiln_op_def kiln_op_conv2d = {
     .name = "conv2d", .min_in = 2, .max_in = 3, .nout = 1, .flags = KILN_OPF_LAYER | KILN_OPF_CHANNEL_BIAS,
     .epilogues = KILN_EPI_RELU,
-    .attrs = conv_attrs, .infer = conv_infer, .backward = conv_backward, .flops = kiln_ops_weighted_flops,
+    .attrs = conv_attrs, .infer = conv_infer, .backward = conv_backward, .flops = kiln_ops_weighted_flops, .bf16_in = 3,
 };
 const kiln_op_def kiln_op_conv2d_bwd_data = {.name = "conv2d_bwd_data", .min_in = 2, .max_in = 2, .attrs = conv_attrs,
-                                             .flops = kiln_ops_weighted_flops};
+                                             .flops = kiln_ops_weighted_flops, .bf16_in = 3};
 const kiln_op_def kiln_op_conv2d_bwd_weight = {.name = "conv2d_bwd_weight", .min_in = 2, .max_in = 2, .attrs = conv_attrs,
-                                               .flops = kiln_ops_weighted_flops};
+                                               .flops = kiln_ops_weighted_flops, .bf16_in = 3};

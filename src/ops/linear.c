@@ -46,16 +46,18 @@ static int matmul_backward(kiln_ad *ad, const kiln_node *f) {
 const kiln_op_def kiln_op_linear = {
     .name = "linear", .min_in = 2, .max_in = 3, .nout = 1, .flags = KILN_OPF_LAYER | KILN_OPF_CHANNEL_BIAS,
     .epilogues = KILN_EPI_RELU,
-    .infer = linear_infer, .backward = linear_backward, .flops = kiln_ops_weighted_flops,
+    .infer = linear_infer, .backward = linear_backward, .flops = kiln_ops_weighted_flops, .bf16_in = 3,
 };
-const kiln_op_def kiln_op_linear_bwd_data = {.name = "linear_bwd_data", .min_in = 2, .max_in = 2, .flops = kiln_ops_weighted_flops};
+const kiln_op_def kiln_op_linear_bwd_data = {.name = "linear_bwd_data", .min_in = 2, .max_in = 2, .flops = kiln_ops_weighted_flops,
+                                             .bf16_in = 3};
 const kiln_op_def kiln_op_linear_bwd_weight = {.name = "linear_bwd_weight", .min_in = 2, .max_in = 2,
-                                               .flops = kiln_ops_weighted_flops};
+                                               .flops = kiln_ops_weighted_flops, .bf16_in = 3};
 /* x @ w + b with w [K, N]: not CHANNEL_BIAS (its filters run along dim 1) */
 const kiln_op_def kiln_op_matmul = {
     .name = "matmul", .min_in = 2, .max_in = 3, .nout = 1, .flags = KILN_OPF_LAYER, .infer = matmul_infer,
-    .backward = matmul_backward, .flops = matmul_flops,
+    .backward = matmul_backward, .flops = matmul_flops, .bf16_in = 3,
 };
-const kiln_op_def kiln_op_matmul_bwd_data = {.name = "matmul_bwd_data", .min_in = 2, .max_in = 2, .flops = matmul_flops};
+const kiln_op_def kiln_op_matmul_bwd_data = {.name = "matmul_bwd_data", .min_in = 2, .max_in = 2, .flops = matmul_flops,
+                                             .bf16_in = 3};
 const kiln_op_def kiln_op_matmul_bwd_weight = {.name = "matmul_bwd_weight", .min_in = 2, .max_in = 2,
-                                               .flops = matmul_flops};
+                                               .flops = matmul_flops, .bf16_in = 3};

@@ -94,6 +94,7 @@ kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_res
     co.backend = c->backend;
     co.autotune = c->autotune;
     co.checkpoint_activations = c->checkpoint_activations;
+    co.precision = c->precision;
     co.seed = c->seed;
     co.profile = c->profile != NULL;
     kiln_value outs[2] = {m.loss, m.out};
@@ -111,6 +112,10 @@ kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_res
     r->arena_mb = (double)kiln_plan_arena_bytes(pl) / (1024.0 * 1024.0);
     r->arena_mb_plain = (double)kiln_plan_arena_bytes_plain(pl) / (1024.0 * 1024.0);
     r->recomputed = kiln_plan_recomputed(pl);
+    for (int i = 0; i < kiln_plan_step_count(pl); i++) {
+        kiln_step_info si;
+        if (kiln_plan_step_info(pl, i, &si) == KILN_OK) r->bf16_steps += strcmp(si.precision, "bf16") == 0;
+    }
     for (int i = 0; i < kiln_params_count(P); i++) r->params += kiln_params_numel(P, i);
 out:
     kiln_optim_free(o);

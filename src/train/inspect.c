@@ -32,6 +32,7 @@ static json_t *step_json(const kiln_step_info *s) {
     json_object_set_new(o, "out", args_json(s->out, s->nout));
     json_object_set_new(o, "attrs", json_string(s->attrs));
     json_object_set_new(o, "epilogue", json_string(s->epilogue));
+    json_object_set_new(o, "precision", json_string(s->precision));
     json_object_set_new(o, "kernel", json_string(s->kernel));
     json_object_set_new(o, "reorders", json_integer(s->reorders));
     json_object_set_new(o, "weight_reorders", json_integer(s->weight_reorders));
@@ -85,6 +86,7 @@ kiln_status kiln_inspect(const kiln_inspect_config *c, char **json) {
         o.max_batch = c->batch;
         o.autotune = c->autotune;
         o.checkpoint_activations = c->checkpoint_activations;
+        o.precision = c->precision;
         kiln_value outs[2] = {m.loss, m.out}; /* as the trainer compiles: training reads the loss, evaluation the logits too */
         st = kiln_compile(g, P, outs, c->eval ? 2 : 1, &o, &pl);
     }

@@ -14,7 +14,7 @@
 #include <string.h>
 #include "kiln/train.h"
 
-typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB, T_PRECISION, T_RRC, T_NORM, T_WORKERS, T_BAD, T_DECAY, T_CKPT } field_type;
+typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB, T_PRECISION, T_RRC, T_NORM, T_WORKERS, T_BAD, T_DECAY, T_CKPT, T_AMP } field_type;
 static const char *const precisions[] = {"highest", "high", "medium"};
 static const char *const bad_samples[] = {"fail", "skip"};
 
@@ -90,6 +90,9 @@ static const field fields[] = {
     OPT("checkpoint-activations", "none|block|OPS", 0, T_CKPT, checkpoint_activations, "recompute saved activations inside "
         "backward instead of keeping them (less memory, some more compute, the same results): block (every block of the "
         "model: gpt's h.N, mlp-deep's blocks.N) or ops cheap to recompute, comma-separated (gelu,layernorm; relu, dropout, ...)"),
+    OPT("precision", "fp32|bf16|auto", 0, T_AMP, precision, "mixed precision on the cpu: conv2d, linear, matmul and bmm "
+        "(forward and backward) take bf16 operands with fp32 accumulation and outputs; parameters, gradients and optimizer "
+        "state stay fp32; auto: bf16 only for the layers it measures faster at compile (the log lists them)"),
     OPT("no-fuse", NULL, 0, T_NOFLAG, fuse, "disable the fusion passes (pointwise groups as one kernel; relu folded into conv/linear and max-pool's backward)"),
     OPT("no-autotune", NULL, 0, T_NOFLAG, autotune, "use oneDNN's direct convolutions instead of timing every algorithm"),
     OPT("max-steps", "N", 1, T_I64, max_steps, "stop when the run reaches global step N, counting resumed steps (0: no limit)"),
@@ -238,6 +241,12 @@ kiln_status kiln_train_option_set(kiln_train_config *c, const char *name, const 
                 return KILN_OK;
             }
         return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: '%s' is not fail or skip", name, value);
+    case T_AMP: {
+        kiln_precision pr;
+        if (kiln_precision_parse(value, &pr)) return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: '%s' is not fp32, bf16 or auto", name, value);
+        *(int *)p = (int)pr;
+        return KILN_OK;
+    }
     case T_PRECISION:
         for (int i = 0; i < 3; i++)
             if (strcmp(value, precisions[i]) == 0) {
@@ -281,6 +290,7 @@ int kiln_train_option_get(const kiln_train_config *c, const char *name, char *bu
     else if (f->type == T_WORKERS) snprintf(buf, len, "%d", *(const int *)p);
     else if (f->type == T_DECAY) snprintf(buf, len, "%s", kiln_lr_decay_name((kiln_lr_decay)*(const int *)p));
     else if (f->type == T_BAD) snprintf(buf, len, "%s", bad_samples[*(const int *)p ? 1 : 0]);
+    else if (f->type == T_AMP) snprintf(buf, len, "%s", kiln_precision_name(*(const int *)p));
     else if (f->type == T_PRECISION) snprintf(buf, len, "%s", precisions[*(const int *)p >= 0 && *(const int *)p < 3 ? *(const int *)p : 0]);
     return 0;
 }

@@ -477,6 +477,7 @@ static kiln_status run_compile(run *R) {
     co.memory_budget = c->memory_budget;
     co.seed = (uint64_t)c->seed;
     co.matmul_precision = c->matmul_precision;
+    co.precision = c->precision;
     co.profile = c->profile;
     kiln_status st = kiln_compile(R->g, R->P, &R->m.loss, 1, &co, &R->plan);
     if (st != KILN_OK) return st;

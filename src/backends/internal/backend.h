@@ -63,6 +63,7 @@ struct kiln_step {
     uint8_t acc[KILN_OP_MAX_OUT];     /* grad = None rule: add into output k */
     uint8_t param_grad[KILN_OP_MAX_OUT]; /* output k is a parameter gradient: adds while accumulating */
     int epilogue;                     /* KILN_EPI_* */
+    int precision;                    /* kiln_precision of the node; a backend deciding `auto` sets fp32 or bf16 */
     kiln_attrs attr;
     uint64_t key;                     /* counter-based RNG key (random ops) */
     int64_t batch;
@@ -153,6 +154,9 @@ typedef struct kiln_backend {
     int (*available)(char *why, size_t len);
     /* a step is being freed: drop what the backend keeps about it (a captured graph) */
     void (*step_freed)(kiln_step *s);
+    /* mixed precision: NULL when the kernels honour kiln_step.precision themselves (cpu; cuda ignores it);
+     * else runs a bf16 step in their place (ref: its kernel on rounded operands), and `auto` means fp32 */
+    kiln_step_fn run_bf16;
 } kiln_backend;
 
 /* the registry: "cpu" and "ref" built in; another backend registers itself

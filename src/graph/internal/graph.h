@@ -59,6 +59,7 @@ typedef struct kiln_node {
     int block;                    /* the block scope it was built in (kiln_graph_block_begin), else -1 */
     int recompute_of;             /* a recomputation (activation checkpointing): the forward node it
                                      repeats, whose RNG key it draws; else -1 */
+    int precision;                /* kiln_precision: the autocast pass's mark (matmul-class ops), else fp32 */
     char name[48];                /* "conv2", "relu#3", "conv2:bwd_data" for messages and profiles */
 } kiln_node;
 
@@ -151,6 +152,10 @@ int kiln_pass_fuse_pointwise(kiln_graph *g, const uint8_t *tileable, uint64_t se
 uint64_t kiln_node_rng_key(const kiln_graph *g, int node, uint64_t seed);
 /* adds a program to the graph (which frees it); NULL when out of memory */
 struct kiln_fused_prog *kiln_graph_add_prog(kiln_graph *g);
+
+/* pass_autocast.c (mixed precision): marks each live node of an op with bf16 operands (the table's
+ * bf16_in) with `precision` (kiln_precision); fp32 marks nothing. The number marked. */
+int kiln_pass_autocast(kiln_graph *g, int precision);
 
 /* compile-time specialisation for training or evaluation (dropout becomes a
  * view, batch norm uses its running statistics), via each op's `specialize` */

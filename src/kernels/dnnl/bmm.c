@@ -5,7 +5,9 @@
  *   bwd a        da[.., m, k] = dy[.., m, n] . b^T  (b seen as [.., n, k], its last two strides swapped)
  *   bwd b        db[.., k, n] = a^T . dy            (a seen as [.., k, m])
  * Each backward direction has a second primitive with a sum post-op for
- * accumulating outputs (the grad = None rule). */
+ * accumulating outputs (the grad = None rule). In bf16 (mixed precision) the
+ * two operands of each primitive are converted by a oneDNN reorder into the
+ * plan's workspace (a gapped view to a dense copy); dst stays f32. */
 #include <stdio.h>
 #include <stdlib.h>
 #include "kernels/dnnl/internal/dnnl_util.h"
@@ -14,8 +16,11 @@
 enum { B_FWD, B_DA, B_DA_ACC, B_DB, B_DB_ACC, B_N };
 
 struct kiln_dnnl_bmm {
+    int bf16;
     dnnl_primitive_t p[B_N];
-    dnnl_memory_t m[B_N][3]; /* src, weights, dst */
+    kiln_dn_arg op[B_N][2]; /* src, weights */
+    dnnl_memory_t dst[B_N];
+    size_t ws;
     char impl[B_N][48];
 };
 
@@ -40,7 +45,12 @@ static void md(const kiln_bmm_shape *s, const int64_t *stride, int64_t r, int64_
 static kiln_status make(kiln_dnnl_bmm *o, int which, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei,
                         const dnnl_memory_desc_t *dst, int sum) {
     dnnl_matmul_desc_t desc;
-    DN_TRY(dnnl_matmul_desc_init(&desc, src, wei, NULL, dst));
+    dnnl_memory_desc_t src_p = *src, wei_p = *wei;
+    if (o->bf16) {
+        kiln_dn_md_bf16(src, &src_p);
+        kiln_dn_md_bf16(wei, &wei_p);
+    }
+    DN_TRY(dnnl_matmul_desc_init(&desc, &src_p, &wei_p, NULL, dst));
     dnnl_primitive_attr_t attr = NULL;
     if (sum) {
         dnnl_post_ops_t po;
@@ -58,8 +68,12 @@ static kiln_status make(kiln_dnnl_bmm *o, int which, const dnnl_memory_desc_t *s
     st = dnnl_primitive_create(&o->p[which], pd);
     dnnl_primitive_desc_destroy(pd);
     DN_TRY(st);
-    const dnnl_memory_desc_t *mds[3] = {src, wei, dst};
-    for (int i = 0; i < 3; i++) DN_TRY(dnnl_memory_create(&o->m[which][i], mds[i], kiln_dnnl_engine, DNNL_MEMORY_NONE));
+    size_t cur = 0; /* one primitive runs at a time */
+    kiln_status ks = kiln_dn_arg_init(&o->op[which][0], src, &src_p, 1, &cur);
+    if (ks == KILN_OK) ks = kiln_dn_arg_init(&o->op[which][1], wei, &wei_p, 1, &cur);
+    if (ks != KILN_OK) return ks;
+    if (cur > o->ws) o->ws = cur;
+    DN_TRY(dnnl_memory_create(&o->dst[which], dst, kiln_dnnl_engine, DNNL_MEMORY_NONE));
     return KILN_OK;
 }
 
@@ -81,12 +95,13 @@ static kiln_status make_all(kiln_dnnl_bmm *o, const kiln_bmm_shape *s, int fwd, 
     return st;
 }
 
-kiln_status kiln_dnnl_bmm_new(const kiln_bmm_shape *s, int fwd, int bwd_a, int bwd_b, kiln_dnnl_bmm **res) {
+kiln_status kiln_dnnl_bmm_new(const kiln_bmm_shape *s, int fwd, int bwd_a, int bwd_b, int bf16, kiln_dnnl_bmm **res) {
     *res = NULL;
     kiln_status st = kiln_dnnl_init();
     if (st != KILN_OK) return st;
     kiln_dnnl_bmm *o = calloc(1, sizeof *o);
     if (!o) return kiln_fail(KILN_ERR_NOMEM, "bmm: out of memory");
+    o->bf16 = bf16;
     st = make_all(o, s, fwd, bwd_a, bwd_b);
     if (st != KILN_OK) {
         kiln_dnnl_bmm_free(o);
@@ -101,32 +116,32 @@ void kiln_dnnl_bmm_free(kiln_dnnl_bmm *o) {
     if (!o) return;
     for (int i = 0; i < B_N; i++) {
         if (o->p[i]) dnnl_primitive_destroy(o->p[i]);
-        for (int j = 0; j < 3; j++)
-            if (o->m[i][j]) dnnl_memory_destroy(o->m[i][j]);
+        for (int j = 0; j < 2; j++) kiln_dn_arg_free(&o->op[i][j]);
+        if (o->dst[i]) dnnl_memory_destroy(o->dst[i]);
     }
     free(o);
 }
 
-static kiln_status exec(kiln_dnnl_bmm *o, int which, const void *src, const void *wei, void *dst, const char *what) {
+size_t kiln_dnnl_bmm_workspace(const kiln_dnnl_bmm *o) { return o->ws; }
+
+static kiln_status exec(kiln_dnnl_bmm *o, int which, const void *src, const void *wei, void *dst, void *ws,
+                        const char *what) {
     if (!o->p[which]) return kiln_fail(KILN_ERR_INVALID_ARG, "bmm: made without the %s direction", what);
-    static const int kinds[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
-    const void *ptrs[3] = {src, wei, dst};
-    dnnl_exec_arg_t args[3];
-    for (int i = 0; i < 3; i++) {
-        dnnl_memory_set_data_handle(o->m[which][i], (void *)ptrs[i]);
-        args[i] = (dnnl_exec_arg_t){kinds[i], o->m[which][i]};
-    }
+    dnnl_memory_set_data_handle(o->dst[which], dst);
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, kiln_dn_arg_in(&o->op[which][0], src, ws)},
+                               {DNNL_ARG_WEIGHTS, kiln_dn_arg_in(&o->op[which][1], wei, ws)},
+                               {DNNL_ARG_DST, o->dst[which]}};
     return kiln_dn_execute(o->p[which], 3, args, what);
 }
 
-kiln_status kiln_dnnl_bmm_fwd(kiln_dnnl_bmm *o, const float *a, const float *b, float *y) {
-    return exec(o, B_FWD, a, b, y, "bmm forward");
+kiln_status kiln_dnnl_bmm_fwd(kiln_dnnl_bmm *o, const float *a, const float *b, float *y, void *ws) {
+    return exec(o, B_FWD, a, b, y, ws, "bmm forward");
 }
 
 kiln_status kiln_dnnl_bmm_bwd(kiln_dnnl_bmm *o, const float *a, const float *b, const float *dy, float *da, float *db,
-                              int acc_a, int acc_b) {
-    kiln_status st = da ? exec(o, acc_a ? B_DA_ACC : B_DA, dy, b, da, "bmm backward a") : KILN_OK;
-    if (st == KILN_OK && db) st = exec(o, acc_b ? B_DB_ACC : B_DB, a, dy, db, "bmm backward b");
+                              int acc_a, int acc_b, void *ws) {
+    kiln_status st = da ? exec(o, acc_a ? B_DA_ACC : B_DA, dy, b, da, ws, "bmm backward a") : KILN_OK;
+    if (st == KILN_OK && db) st = exec(o, acc_b ? B_DB_ACC : B_DB, a, dy, db, ws, "bmm backward b");
     return st;
 }
 

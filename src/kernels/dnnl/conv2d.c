@@ -3,7 +3,9 @@
  * activation layout that implementation asked for; when that differs from the
  * plan's (NCHW, or nChw16c from the layout pass), data is reordered in and out
  * through the shared workspace, and the tuner counted those reorders in the
- * time it measured. Weights stay in PyTorch's OIHW in the plan. */
+ * time it measured. Weights stay in PyTorch's OIHW in the plan. In bf16
+ * (mixed precision) each direction's two inputs are bf16 in the primitive
+ * (the same reorders convert them from the plan's f32) and its output f32. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,16 +38,17 @@ static int weight_dims(const kiln_conv_shape *cs, dnnl_dims_t wd) {
     return 5;
 }
 
-/* x's (or y's) descriptor in a requested layout */
-static void act_md(int fmt, const dnnl_memory_desc_t *plan, dnnl_memory_desc_t *md) {
+/* x's (or y's) descriptor in a requested layout and data type */
+static void act_md(int fmt, const dnnl_memory_desc_t *plan, dnnl_data_type_t dt, dnnl_memory_desc_t *md) {
     static const dnnl_format_tag_t tags[KILN_CONV_NFMT] = {dnnl_format_tag_any, dnnl_nchw, dnnl_nhwc, dnnl_nChw16c};
     if (fmt == KILN_CONV_FMT_PLAN) {
-        *md = *plan;
+        *md = *plan; /* strides count elements, so only the type changes */
+        md->data_type = dt;
         return;
     }
     dnnl_dims_t d;
     for (int i = 0; i < 4; i++) d[i] = plan->dims[i];
-    dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, tags[fmt]);
+    dnnl_memory_desc_init_by_tag(md, 4, d, dt, tags[fmt]);
 }
 
 dnnl_status_t kiln_conv_op_desc(const kiln_dnnl_conv *c, int dir, dnnl_alg_kind_t alg, int fmt,
@@ -57,10 +60,12 @@ dnnl_status_t kiln_conv_op_desc(const kiln_dnnl_conv *c, int dir, dnnl_alg_kind_
     /* padding_r so that the output size matches floor semantics */
     dnnl_dims_t pad_r = {(cs->oh - 1) * cs->stride + (cs->r - 1) * cs->dilation + 1 - cs->h - cs->pad,
                          (cs->ow - 1) * cs->stride + (cs->s - 1) * cs->dilation + 1 - cs->w - cs->pad};
+    /* bf16: the direction's inputs (x and w forward, dy and w backward-data, x and dy backward-weights) */
+    dnnl_data_type_t lo = c->o.bf16 ? dnnl_bf16 : dnnl_f32;
     dnnl_memory_desc_t xa, wa, ya;
-    act_md(fmt, &c->x_md, &xa);
-    act_md(fmt, &c->y_md, &ya);
-    dnnl_memory_desc_init_by_tag(&wa, wnd, wd, dnnl_f32, dnnl_format_tag_any);
+    act_md(fmt, &c->x_md, dir == KILN_CONV_BWD_DATA ? dnnl_f32 : lo, &xa);
+    act_md(fmt, &c->y_md, dir == KILN_CONV_FWD ? dnnl_f32 : lo, &ya);
+    dnnl_memory_desc_init_by_tag(&wa, wnd, wd, dir == KILN_CONV_BWD_WEIGHT ? dnnl_f32 : lo, dnnl_format_tag_any);
     const dnnl_memory_desc_t *ba = c->o.has_bias ? &c->b_md : NULL;
     *attr = NULL;
     if (dir == KILN_CONV_BWD_DATA) return dnnl_dilated_convolution_backward_data_desc_init(desc, alg, &xa, &wa, &ya, strides, dil, pad, pad_r);
@@ -137,10 +142,10 @@ void kiln_conv_setup(kiln_dnnl_conv *c, const kiln_conv_shape *shape, const kiln
     char gd[48] = "";
     if (cs->groups != 1) snprintf(gd, sizeof gd, "g%ld", (long)cs->groups);
     if (cs->dilation != 1) snprintf(gd + strlen(gd), sizeof gd - strlen(gd), "dh%ld", (long)cs->dilation - 1);
-    snprintf(c->problem, sizeof c->problem, "%smb%ldic%ldih%ldiw%ldoc%ldkh%ldkw%ldsh%ldph%ld%s%s%s%s", gd, (long)cs->n,
+    snprintf(c->problem, sizeof c->problem, "%smb%ldic%ldih%ldiw%ldoc%ldkh%ldkw%ldsh%ldph%ld%s%s%s%s%s", gd, (long)cs->n,
              (long)cs->c, (long)cs->h, (long)cs->w, (long)cs->k, (long)cs->r, (long)cs->s, (long)cs->stride,
              (long)cs->pad, o->fuse_relu ? "+relu" : "", o->has_bias ? "" : "/nb", o->x_blocked ? "/xb" : "",
-             o->y_blocked ? "/yb" : "");
+             o->y_blocked ? "/yb" : "", o->bf16 ? "/bf16" : "");
     int64_t xd[4] = {cs->n, cs->c, cs->h, cs->w}, yd[4] = {cs->n, cs->k, cs->oh, cs->ow};
     int64_t bd[1] = {cs->k};
     dnnl_dims_t wdd;

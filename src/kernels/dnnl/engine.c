@@ -37,6 +37,25 @@ kiln_status kiln_dnnl_check(dnnl_status_t s, const char *what) {
     return kiln_fail(s == dnnl_out_of_memory ? KILN_ERR_NOMEM : KILN_ERR_BACKEND, "oneDNN: %s: %s", what, dn_status_str(s));
 }
 
+void kiln_dn_md_bf16(const dnnl_memory_desc_t *f32, dnnl_memory_desc_t *out) {
+    int64_t numel = 1;
+    for (int i = 0; i < f32->ndims; i++) numel *= f32->dims[i];
+    if (dnnl_memory_desc_get_size(f32) == (size_t)numel * sizeof(float)) {
+        *out = *f32; /* dense (perhaps a transposed view): the same strides, converted in place of a gather */
+        out->data_type = dnnl_bf16;
+        return;
+    }
+    /* a strided view with gaps (a slice of qkv): a dense row-major copy, not the whole span */
+    dnnl_dims_t d, s;
+    int64_t st = 1;
+    for (int i = f32->ndims - 1; i >= 0; i--) {
+        d[i] = f32->dims[i];
+        s[i] = st;
+        st *= d[i];
+    }
+    dnnl_memory_desc_init_by_strides(out, f32->ndims, d, dnnl_bf16, s);
+}
+
 void kiln_dn_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
     dnnl_dims_t d, strides;
     for (int i = 0; i < ndims; i++) d[i] = dims[i];

@@ -10,7 +10,9 @@
  *   bwd data     dx[n,i] = dy[n,o] . w^T  (w seen as [o,i] with strides {1,o})
  *   bwd weight   dw[i,o] = x^T[i,n] . dy[n,o]  (x seen as [i,n] with strides {1,i})
  * Accumulation (grad = None rule, later contributions) is a sum post-op. The
- * bias gradient is a column sum done by kiln's own kernel. */
+ * bias gradient is a column sum done by kiln's own kernel. In bf16 (mixed
+ * precision) src and weights of every primitive are bf16 copies made by a
+ * oneDNN reorder into the plan's workspace; bias, dst and accumulation stay f32. */
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/dnnl/internal/dnnl_util.h"
@@ -20,9 +22,11 @@ enum { L_FWD, L_BD, L_BD_ACC, L_BW, L_BW_ACC, L_N };
 
 struct kiln_dnnl_linear {
     int64_t n, in, out;
-    int has_bias, w_kn;
+    int has_bias, w_kn, bf16;
     dnnl_primitive_t p[L_N];
-    dnnl_memory_t m[L_N][4]; /* src, weights, bias, dst per primitive */
+    kiln_dn_arg op[L_N][2];  /* src, weights per primitive (converted to bf16 when bf16) */
+    dnnl_memory_t m[L_N][2]; /* bias, dst */
+    size_t ws;
 };
 
 static void md2(dnnl_memory_desc_t *md, int64_t r, int64_t c, int64_t sr, int64_t sc) {
@@ -33,7 +37,12 @@ static void md2(dnnl_memory_desc_t *md, int64_t r, int64_t c, int64_t sr, int64_
 static kiln_status make(kiln_dnnl_linear *l, int which, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei,
                         const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst, int sum, int relu) {
     dnnl_matmul_desc_t desc;
-    DN_TRY(dnnl_matmul_desc_init(&desc, src, wei, bias, dst));
+    dnnl_memory_desc_t src_p = *src, wei_p = *wei;
+    if (l->bf16) {
+        kiln_dn_md_bf16(src, &src_p);
+        kiln_dn_md_bf16(wei, &wei_p);
+    }
+    DN_TRY(dnnl_matmul_desc_init(&desc, &src_p, &wei_p, bias, dst));
     dnnl_primitive_attr_t attr = NULL;
     if (sum || relu) {
         dnnl_post_ops_t po;
@@ -51,14 +60,19 @@ static kiln_status make(kiln_dnnl_linear *l, int which, const dnnl_memory_desc_t
     s = dnnl_primitive_create(&l->p[which], pd);
     dnnl_primitive_desc_destroy(pd);
     DN_TRY(s);
-    const dnnl_memory_desc_t *mds[4] = {src, wei, bias, dst};
-    for (int i = 0; i < 4; i++)
+    size_t cur = 0; /* the primitives run one at a time: each starts the workspace afresh */
+    kiln_status st = kiln_dn_arg_init(&l->op[which][0], src, &src_p, 1, &cur);
+    if (st == KILN_OK) st = kiln_dn_arg_init(&l->op[which][1], wei, &wei_p, 1, &cur);
+    if (st != KILN_OK) return st;
+    if (cur > l->ws) l->ws = cur;
+    const dnnl_memory_desc_t *mds[2] = {bias, dst};
+    for (int i = 0; i < 2; i++)
         if (mds[i]) DN_TRY(dnnl_memory_create(&l->m[which][i], mds[i], kiln_dnnl_engine, DNNL_MEMORY_NONE));
     return KILN_OK;
 }
 
 kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int w_kn, int has_bias, int fuse_relu,
-                                 int need_bwd_data, int need_bwd_weight, kiln_dnnl_linear **res) {
+                                 int need_bwd_data, int need_bwd_weight, int bf16, kiln_dnnl_linear **res) {
     *res = NULL;
     kiln_status st = kiln_dnnl_init();
     if (st != KILN_OK) return st;
@@ -68,6 +82,7 @@ kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int w_kn, i
     l->in = in;
     l->out = out;
     l->has_bias = has_bias;
+    l->bf16 = bf16;
     dnnl_memory_desc_t x, b, y, w_io, w_oi, bw_src, bw_wei, bw_dst;
     md2(&x, n, in, in, 1);
     md2(&b, 1, out, out, 1);
@@ -103,19 +118,24 @@ void kiln_dnnl_linear_free(kiln_dnnl_linear *l) {
     if (!l) return;
     for (int i = 0; i < L_N; i++) {
         if (l->p[i]) dnnl_primitive_destroy(l->p[i]);
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < 2; j++) {
+            kiln_dn_arg_free(&l->op[i][j]);
             if (l->m[i][j]) dnnl_memory_destroy(l->m[i][j]);
+        }
     }
     free(l);
 }
 
+size_t kiln_dnnl_linear_workspace(const kiln_dnnl_linear *l) { return l->ws; }
+
 static kiln_status exec(kiln_dnnl_linear *l, int which, const void *src, const void *wei, const void *bias, void *dst,
-                        const char *what) {
-    dnnl_exec_arg_t args[4];
-    int n = 0;
-    static const int kinds[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
-    const void *ptrs[4] = {src, wei, bias, dst};
-    for (int i = 0; i < 4; i++) {
+                        void *ws, const char *what) {
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, kiln_dn_arg_in(&l->op[which][0], src, ws)},
+                               {DNNL_ARG_WEIGHTS, kiln_dn_arg_in(&l->op[which][1], wei, ws)}};
+    int n = 2;
+    static const int kinds[2] = {DNNL_ARG_BIAS, DNNL_ARG_DST};
+    const void *ptrs[2] = {bias, dst};
+    for (int i = 0; i < 2; i++) {
         if (!l->m[which][i]) continue;
         dnnl_memory_set_data_handle(l->m[which][i], (void *)ptrs[i]);
         args[n++] = (dnnl_exec_arg_t){kinds[i], l->m[which][i]};
@@ -123,20 +143,20 @@ static kiln_status exec(kiln_dnnl_linear *l, int which, const void *src, const v
     return kiln_dn_execute(l->p[which], n, args, what);
 }
 
-kiln_status kiln_dnnl_linear_fwd(kiln_dnnl_linear *l, const float *x, const float *w, const float *b, float *y) {
-    return exec(l, L_FWD, x, w, b, y, "linear forward");
+kiln_status kiln_dnnl_linear_fwd(kiln_dnnl_linear *l, const float *x, const float *w, const float *b, float *y, void *ws) {
+    return exec(l, L_FWD, x, w, b, y, ws, "linear forward");
 }
 
-kiln_status kiln_dnnl_linear_bwd_data(kiln_dnnl_linear *l, const float *dy, const float *w, float *dx, int acc) {
+kiln_status kiln_dnnl_linear_bwd_data(kiln_dnnl_linear *l, const float *dy, const float *w, float *dx, int acc, void *ws) {
     if (!l->p[L_BD]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-data");
-    return exec(l, acc ? L_BD_ACC : L_BD, dy, w, NULL, dx, "linear backward data");
+    return exec(l, acc ? L_BD_ACC : L_BD, dy, w, NULL, dx, ws, "linear backward data");
 }
 
 kiln_status kiln_dnnl_linear_bwd_weight(kiln_dnnl_linear *l, const float *x, const float *dy, float *dw, float *db,
-                                        int acc_w, int acc_b) {
+                                        int acc_w, int acc_b, void *ws) {
     if (!l->p[L_BW]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-weights");
-    kiln_status st = l->w_kn ? exec(l, acc_w ? L_BW_ACC : L_BW, x, dy, NULL, dw, "matmul backward weights")
-                             : exec(l, acc_w ? L_BW_ACC : L_BW, dy, x, NULL, dw, "linear backward weights");
+    kiln_status st = l->w_kn ? exec(l, acc_w ? L_BW_ACC : L_BW, x, dy, NULL, dw, ws, "matmul backward weights")
+                             : exec(l, acc_w ? L_BW_ACC : L_BW, dy, x, NULL, dw, ws, "linear backward weights");
     if (st == KILN_OK && db) kiln_cpu_bias_grad_rows(l->n, l->out, dy, db, acc_b);
     return st;
 }

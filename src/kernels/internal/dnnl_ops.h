@@ -22,6 +22,7 @@ typedef struct kiln_dnnl_conv_opts {
     int autotune;       /* time every implementation oneDNN offers on the real shape and keep the fastest */
     int x_blocked;      /* x and dx are in nChw16c (layout pass), else NCHW */
     int y_blocked;      /* y and dy likewise */
+    int bf16;           /* mixed precision: bf16 x, w and dy (reordered in through the workspace), fp32 outputs */
 } kiln_dnnl_conv_opts;
 kiln_status kiln_dnnl_conv_new(const kiln_conv_shape *cs, const kiln_dnnl_conv_opts *o, kiln_dnnl_conv **out);
 void kiln_dnnl_conv_free(kiln_dnnl_conv *c);
@@ -35,24 +36,28 @@ kiln_status kiln_dnnl_conv_bwd_weight(kiln_dnnl_conv *c, const float *x, const f
 const char *kiln_dnnl_conv_describe(const kiln_dnnl_conv *c);
 
 typedef struct kiln_dnnl_linear kiln_dnnl_linear;
-/* w_kn: the weight is [in, out] (matmul) rather than [out, in] (linear) */
+/* w_kn: the weight is [in, out] (matmul) rather than [out, in] (linear); bf16: bf16 operands (converted
+ * on every call into ws, kiln_dnnl_linear_workspace bytes), fp32 accumulation and outputs */
 kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int w_kn, int has_bias, int fuse_relu,
-                                 int need_bwd_data, int need_bwd_weight, kiln_dnnl_linear **res);
+                                 int need_bwd_data, int need_bwd_weight, int bf16, kiln_dnnl_linear **res);
 void kiln_dnnl_linear_free(kiln_dnnl_linear *l);
-kiln_status kiln_dnnl_linear_fwd(kiln_dnnl_linear *l, const float *x, const float *w, const float *b, float *y);
-kiln_status kiln_dnnl_linear_bwd_data(kiln_dnnl_linear *l, const float *dy, const float *w, float *dx, int acc);
+size_t kiln_dnnl_linear_workspace(const kiln_dnnl_linear *l);
+kiln_status kiln_dnnl_linear_fwd(kiln_dnnl_linear *l, const float *x, const float *w, const float *b, float *y, void *ws);
+kiln_status kiln_dnnl_linear_bwd_data(kiln_dnnl_linear *l, const float *dy, const float *w, float *dx, int acc, void *ws);
 kiln_status kiln_dnnl_linear_bwd_weight(kiln_dnnl_linear *l, const float *x, const float *dy, float *dw, float *db,
-                                        int acc_w, int acc_b);
+                                        int acc_w, int acc_b, void *ws);
 
 /* bmm on oneDNN matmul (kernels/dnnl/bmm.c): the directions asked for, each
  * reading a and b through their strides; backward's outputs write or add (acc) */
 typedef struct kiln_dnnl_bmm kiln_dnnl_bmm;
-kiln_status kiln_dnnl_bmm_new(const kiln_bmm_shape *s, int fwd, int bwd_a, int bwd_b, kiln_dnnl_bmm **res);
+/* bf16: bf16 operands converted on every call into ws (kiln_dnnl_bmm_workspace bytes), fp32 accumulation */
+kiln_status kiln_dnnl_bmm_new(const kiln_bmm_shape *s, int fwd, int bwd_a, int bwd_b, int bf16, kiln_dnnl_bmm **res);
 void kiln_dnnl_bmm_free(kiln_dnnl_bmm *o);
-kiln_status kiln_dnnl_bmm_fwd(kiln_dnnl_bmm *o, const float *a, const float *b, float *y);
+size_t kiln_dnnl_bmm_workspace(const kiln_dnnl_bmm *o);
+kiln_status kiln_dnnl_bmm_fwd(kiln_dnnl_bmm *o, const float *a, const float *b, float *y, void *ws);
 /* da = dy b^T and db = a^T dy; either may be NULL */
 kiln_status kiln_dnnl_bmm_bwd(kiln_dnnl_bmm *o, const float *a, const float *b, const float *dy, float *da, float *db,
-                              int acc_a, int acc_b);
+                              int acc_a, int acc_b, void *ws);
 const char *kiln_dnnl_bmm_impl(const kiln_dnnl_bmm *o); /* the first primitive's implementation ("brg:avx512_core") */
 
 /* Autotune decisions (autotune_cache.c): which implementation each

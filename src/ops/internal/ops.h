@@ -269,6 +269,9 @@ typedef struct kiln_op_def {
     /* the arithmetic of one call of node n at this batch, as 2 x multiply-adds (kiln inspect, bench step);
      * NULL: not counted (only conv2d, linear and their backward ops are) */
     double (*flops)(const kiln_graph *g, const struct kiln_node *n, int64_t batch);
+    /* mixed precision (the autocast pass, --precision bf16|auto): bit k when input k becomes a bf16 operand
+     * (fp32 accumulation, fp32 outputs); 0: the op always computes in fp32. Matmul-class ops only. */
+    unsigned bf16_in;
 } kiln_op_def;
 
 const kiln_op_def *kiln_op_get(kiln_op op);

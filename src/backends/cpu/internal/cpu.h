@@ -20,6 +20,18 @@ void kiln_cpu_autotune_begin(void);
 void kiln_cpu_autotune_end(void);
 void kiln_cpu_autotune_reset(void); /* tests: forget every decision, read the disk cache again */
 
+/* precision.c: a matmul-class step's object in its node's precision (the autocast pass); `auto` times it
+ * made both ways on the real shape and keeps the faster (remembered by shape for the process) */
+#define KILN_CPU_PREC_BUFS 6
+typedef struct kiln_cpu_prec_ops {
+    kiln_status (*make)(kiln_step *s, const kiln_prep *p, int bf16); /* sets s->kobj (owned) */
+    void (*release)(kiln_step *s);
+    size_t (*workspace)(const kiln_step *s);
+    /* one call of every direction the object has, on scratch buffers each as large as the step's largest tensor */
+    kiln_status (*call)(const kiln_step *s, float *const *buf, void *ws);
+} kiln_cpu_prec_ops;
+kiln_status kiln_cpu_precision_prepare(kiln_step *s, kiln_prep *p, const kiln_cpu_prec_ops *ops);
+
 /* dnnl.c: conv2d and linear steps on oneDNN */
 kiln_status kiln_cpu_conv_prepare(kiln_step *s, kiln_prep *p);
 kiln_status kiln_cpu_conv_bwd_prepare(kiln_step *s, kiln_prep *p);

@@ -40,6 +40,9 @@ dnnl_memory_t kiln_dn_arg_out(kiln_dn_arg *a, void *ptr, void *ws);
 void kiln_dn_arg_out_done(kiln_dn_arg *a);
 kiln_status kiln_dn_execute(dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args, const char *what);
 void kiln_dn_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
+/* the bf16 twin of an f32 operand's descriptor (mixed precision): the same strides when the operand is
+ * dense, else dense row-major; a kiln_dn_arg from the f32 one converts into it */
+void kiln_dn_md_bf16(const dnnl_memory_desc_t *f32, dnnl_memory_desc_t *out);
 const char *kiln_dn_impl_name(const_dnnl_primitive_desc_t pd);
 
 #endif

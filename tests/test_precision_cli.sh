@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Mixed precision end to end (--precision): a small gpt trained 200 steps on
+# Debian's fortunes in bf16 keeps its loss within 2 % of the same run in fp32
+# at every logged step (same seed, same batches); --precision auto logs each
+# matmul-class node's measured fp32 and bf16 times and its choice; kiln
+# inspect shows each step's precision (bf16 exactly on the matmul-class steps);
+# bench step reports how many steps ran bf16; a bad --precision exits 2
+# naming the flag, on train, bench step and inspect.
+#
+# Needs $KILN_BIN (ctest sets it), python3 and Debian's fortunes.
+set -u
+
+. "$(dirname "$0")/harness.sh"
+harness_init test_precision_cli
+export KILN_CACHE_DIR=
+F=/usr/share/games/fortunes
+G=(--model gpt --layers 2 --heads 2 --dim 64 --block 64)
+
+expect 0 "tokenize the fortunes" -- "$KILN_BIN" tokenize --from "$F/fortunes" --to "$T/f.tokens"
+for p in fp32 bf16; do
+    expect 0 "train 200 steps in $p" -- "$KILN_BIN" train "${G[@]}" --data "tokens:$T/f.tokens" --batch-size 8 \
+        --optimizer adamw --lr 3e-3 --max-steps 200 --epochs 100 --log-every 20 --metrics "$T/$p.jsonl" --no-test \
+        --seed 5 --precision "$p"
+done
+check "bf16's loss within 2 % of fp32's at every logged step, and falling" "$PY" - "$T/fp32.jsonl" "$T/bf16.jsonl" <<'PYEOF'
+import json, sys
+def losses(path):
+    return [(r["step"], r["loss"]) for r in map(json.loads, open(path)) if "loss" in r and "step" in r]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) >= 10 and [s for s, _ in a] == [s for s, _ in b], (a, b)
+worst = max(abs(lb - la) / la for (_, la), (_, lb) in zip(a, b))
+print("fp32 %.4f -> %.4f, bf16 %.4f -> %.4f over %d steps; worst relative difference %.4f" %
+      (a[0][1], a[-1][1], b[0][1], b[-1][1], a[-1][0], worst))
+assert worst <= 0.02, worst
+assert a[-1][1] < a[0][1] - 0.5 and b[-1][1] < b[0][1] - 0.5
+assert any(la != lb for (_, la), (_, lb) in zip(a, b)), "bf16 gave fp32's losses: the flag did nothing"
+PYEOF
+
+expect 0 "train with --precision auto" "autocast:" "fp32" "bf16" "us" -- "$KILN_BIN" train "${G[@]}" \
+    --data "tokens:$T/f.tokens" --batch-size 8 --max-steps 2 --epochs 1 --no-test --precision auto
+check "auto names each timed node with both times" grep -Eq "autocast: h\.0\.attn\.c_attn (fp32|bf16): fp32 [0-9]+ us, bf16 [0-9]+ us" "$T/err"
+
+expect 0 "inspect --precision bf16" -- "$KILN_BIN" inspect --model mnist-cnn --batch-size 4 --precision bf16 --json
+check "inspect: bf16 exactly on the matmul-class steps" "$PY" -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+mm = lambda op: op.split('_bwd')[0] in ('conv2d', 'linear', 'matmul', 'bmm')
+bad = [(s['name'], s['op'], s['precision']) for s in d['steps'] if (s['precision'] == 'bf16') != mm(s['op'])]
+assert not bad and any(s['precision'] == 'bf16' for s in d['steps']), bad" "$T/out"
+expect 0 "inspect without --precision" -- "$KILN_BIN" inspect --model mnist-cnn --batch-size 4 --json
+check "inspect: every step fp32 by default" "$PY" -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert all(s['precision'] == 'fp32' for s in d['steps'])" "$T/out"
+expect 0 "bench step --precision bf16" -- "$KILN_BIN" bench step "${G[@]}" --batch-size 2 --steps 2 --warmup 1 \
+    --precision bf16 --json
+check "bench step reports its bf16 steps" "$PY" -c "
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert r['precision'] == 'bf16' and r['bf16_steps'] > 10, r" "$T/out"
+
+expect 2 "train --precision fp16" "--precision" "fp16" -- "$KILN_BIN" train "${G[@]}" --data "tokens:$T/f.tokens" \
+    --max-steps 1 --precision fp16
+expect 2 "bench step --precision half" "--precision" -- "$KILN_BIN" bench step --precision half
+expect 2 "inspect --precision BF16" "--precision" -- "$KILN_BIN" inspect --precision BF16
+harness_finish
