@@ -97,8 +97,8 @@ kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_res
     co.precision = c->precision;
     co.seed = c->seed;
     co.profile = c->profile != NULL;
-    kiln_value outs[2] = {m.loss, m.out};
-    if ((st = kiln_compile(g, P, outs, 2, &co, &pl)) != KILN_OK) goto out;
+    kiln_value outs[2] = {m.loss, m.out}; /* as the trainer compiles: training keeps the loss alone to the end */
+    if ((st = kiln_compile(g, P, outs, c->eval ? 2 : 1, &co, &pl)) != KILN_OK) goto out;
     if ((st = bind_synthetic(pl, g, &m, c->batch, c->seed, &x, &y)) != KILN_OK) goto out;
     if (!c->eval && (st = bench_optimizer(&m, P, &o)) != KILN_OK) goto out;
     if ((st = time_steps(c, pl, o, t)) != KILN_OK) goto out;
