@@ -3,32 +3,26 @@
 #include "kernels/internal/kernels.h"
 
 void kiln_cpu_add_fwd(int64_t n, const float *restrict a, const float *restrict b, float *restrict y) {
-#pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+    KILN_CPU_EACH(n, i, y[i] = a[i] + b[i]);
 }
 
 void kiln_cpu_mul_fwd(int64_t n, const float *restrict a, const float *restrict b, float *restrict y) {
-#pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i];
+    KILN_CPU_EACH(n, i, y[i] = a[i] * b[i]);
 }
 
 void kiln_cpu_grad_copy(int64_t n, const float *restrict dy, float *restrict dx, int acc) {
     if (acc) {
-#pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) dx[i] += dy[i];
+        KILN_CPU_EACH(n, i, dx[i] += dy[i]);
     } else {
-#pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) dx[i] = dy[i];
+        KILN_CPU_EACH(n, i, dx[i] = dy[i]);
     }
 }
 
 void kiln_cpu_mul_bwd(int64_t n, const float *restrict dy, const float *restrict b, float *restrict da, int acc) {
     if (acc) {
-#pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) da[i] += dy[i] * b[i];
+        KILN_CPU_EACH(n, i, da[i] += dy[i] * b[i]);
     } else {
-#pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) da[i] = dy[i] * b[i];
+        KILN_CPU_EACH(n, i, da[i] = dy[i] * b[i]);
     }
 }
 
