@@ -4,7 +4,7 @@
 # last bit (the --json line's final_loss: 9 digits pin down the float loss), with a
 # smaller arena_mb and the same arena_mb_plain; the log names both arenas;
 # kiln inspect lists the recomputations (phase recompute); a bad value exits 2
-# naming the flag.
+# naming the flag; a run resumed with it ends where the plain run does.
 #
 # Needs $KILN_BIN (ctest sets it), python3 and Debian's fortunes.
 set -u
@@ -32,6 +32,16 @@ for ck in ("block", "gelu,layernorm"):
     assert r[ck]["arena_mb"] < r["none"]["arena_mb"] and r[ck]["arena_mb_plain"] == r["none"]["arena_mb"], ck
 assert r["none"]["arena_mb_plain"] == r["none"]["arena_mb"]
 PYEOF
+# it changes no result, so a run may be resumed with it (or without)
+expect 0 "10 steps plain, saved" -- "$KILN_BIN" train "${G[@]}" --data "tokens:$T/f.tokens" --batch-size 4 \
+    --optimizer adamw --lr 3e-3 --max-steps 10 --no-test --workers 1 --seed 5 --save "$T/half.safetensors"
+expect 0 "resumed to 30 with --checkpoint-activations block" -- "$KILN_BIN" train --resume "$T/half.safetensors" \
+    --max-steps 30 --checkpoint-activations block --workers 1 --json
+check "the same final loss as 30 plain steps straight" "$PY" -c "
+import json, sys
+a = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); b = json.load(open(sys.argv[2]))
+assert a['final_loss'] == b['final_loss'] and a['arena_mb'] < b['arena_mb'], (a['final_loss'], b['final_loss'])" \
+    "$T/out" "$T/none.json"
 check "the log gives both arenas" grep -q "checkpoint-activations block: .* nodes recomputed in backward; arena .* MiB -> .* MiB" "$T/block.log"
 expect 0 "inspect" -- "$KILN_BIN" inspect "${G[@]}" --batch-size 2 --autotune off --checkpoint-activations block
 check "inspect lists the recomputations" grep -q "^[0-9].*h.1.ln_1:recompute .* recompute " "$T/out"

@@ -87,7 +87,7 @@ static const field fields[] = {
     OPT("fix-bias", NULL, 0, T_FLAG, fix_bias, "remove every conv/linear bias a following batch norm cancels (the guide's "
                                                "\"disable bias before batch norm\"): same results, fewer parameters; the "
                                                "checkpoint then has no such biases (without the flag each is warned about)"),
-    OPT("checkpoint-activations", "none|block|OPS", 0, T_CKPT, checkpoint_activations, "recompute saved activations inside "
+    OPT("checkpoint-activations", "none|block|OPS", 1, T_CKPT, checkpoint_activations, "recompute saved activations inside "
         "backward instead of keeping them (less memory, some more compute, the same results): block (every block of the "
         "model: gpt's h.N, mlp-deep's blocks.N) or ops cheap to recompute, comma-separated (gelu,layernorm; relu, dropout, ...)"),
     OPT("precision", "fp32|bf16|auto", 0, T_AMP, precision, "mixed precision on the cpu: conv2d, linear, matmul and bmm "
