@@ -312,12 +312,12 @@ static kiln_status add_bcast_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 #define S(k) ((const float *)src[k])
 #define QUIET (void)I, (void)start, (void)rc
 
-TILE(t_relu) { QUIET; kiln_cpu_relu_fwd(n, S(0), dst); }
-TILE(t_relu_bwd) { QUIET; kiln_cpu_relu_bwd(n, S(0), S(1), dst, I->acc); }
-TILE(t_add) { QUIET; kiln_cpu_add_fwd(n, S(0), S(1), dst); }
-TILE(t_mul) { QUIET; kiln_cpu_mul_fwd(n, S(0), S(1), dst); }
-TILE(t_mul_bwd) { QUIET; kiln_cpu_mul_bwd(n, S(0), S(1), dst, I->acc); }
-TILE(t_grad_copy) { QUIET; kiln_cpu_grad_copy(n, S(0), dst, I->acc); }
+TILE(t_relu) { QUIET; kiln_cpu_tile_relu(n, S(0), dst); }
+TILE(t_relu_bwd) { QUIET; kiln_cpu_tile_relu_bwd(n, S(0), S(1), dst, I->acc); }
+TILE(t_add) { QUIET; kiln_cpu_tile_add(n, S(0), S(1), dst); }
+TILE(t_mul) { QUIET; kiln_cpu_tile_mul(n, S(0), S(1), dst); }
+TILE(t_mul_bwd) { QUIET; kiln_cpu_tile_mul_bwd(n, S(0), S(1), dst, I->acc); }
+TILE(t_grad_copy) { QUIET; kiln_cpu_tile_copy(n, S(0), dst, I->acc); }
 TILE(t_dropout) { kiln_cpu_dropout_range(start, n, I->attr.dropout.p, I->key, rc->counter, S(0), dst, I->acc); }
 TILE(t_affine) { QUIET; kiln_cpu_affine(n, S(0), I->attr.affine.scale, I->attr.affine.shift, dst); }
 TILE(t_affine_bwd) { QUIET; kiln_cpu_affine_bwd(n, S(0), I->attr.affine.scale, dst, I->acc); }
@@ -325,8 +325,8 @@ TILE(t_erf) { QUIET; kiln_cpu_erf(n, S(0), dst); }
 TILE(t_erf_bwd) { QUIET; kiln_cpu_erf_bwd(n, S(0), S(1), dst, I->acc); }
 TILE(t_tanh) { QUIET; kiln_cpu_tanh(n, S(0), dst); }
 TILE(t_tanh_bwd) { QUIET; kiln_cpu_tanh_bwd(n, S(0), S(1), dst, I->acc); }
-TILE(t_gelu) { QUIET; kiln_cpu_gelu_fwd(n, I->attr.gelu.tanh_form, S(0), dst); }
-TILE(t_gelu_bwd) { QUIET; kiln_cpu_gelu_bwd(n, I->attr.gelu.tanh_form, S(0), S(1), dst, I->acc); }
+TILE(t_gelu) { QUIET; kiln_cpu_gelu_tile_fwd(n, I->attr.gelu.tanh_form, S(0), dst); }
+TILE(t_gelu_bwd) { QUIET; kiln_cpu_gelu_tile_bwd(n, I->attr.gelu.tanh_form, S(0), S(1), dst, I->acc); }
 
 /* an op that has no kernel of its own but its tile function */
 static kiln_status tiled(const kiln_step *s, const kiln_run_ctx *rc) {

@@ -44,7 +44,7 @@ static inline int kiln_cpu_has_avx512(void) {
  * (a multiple of 16; 16 Philox calls per vector); bit-identical to the portable
  * path. add: y += ..., else y = ... */
 void kiln_cpu_dropout_blocks_avx512(int64_t first_group, int64_t blocks, float scale, uint32_t thr, uint64_t key, uint64_t counter,
-                                    const float *x, float *y, int add);
+                                    const float *x, float *y, int add, int parallel);
 
 /* Fused optimizer passes with vector sqrt (the portable loops cannot vectorise
  * sqrtf under -fmath-errno); same operation order, so bit-identical results. */

@@ -23,7 +23,7 @@ static void apply(int64_t start, int64_t n, float p, uint64_t key, uint64_t coun
     const uint32_t thr = kiln_dropout_threshold(p);
     int64_t groups = (n + 3) / 4, g_start = 0, g0 = start / 4;
     if (n >= 64 && kiln_cpu_has_avx512()) {
-        kiln_cpu_dropout_blocks_avx512(g0, n / 64, scale, thr, key, counter, x, y, add);
+        kiln_cpu_dropout_blocks_avx512(g0, n / 64, scale, thr, key, counter, x, y, add, 1);
         g_start = n / 64 * 16; /* the tail of < 64 elements takes the portable loop */
     }
 #pragma omp parallel for schedule(static) if (n - g_start * 4 >= KILN_CPU_PAR_MIN / 8)
@@ -45,7 +45,26 @@ void kiln_cpu_dropout_bwd(int64_t n, float p, uint64_t key, uint64_t counter, co
     apply(0, n, p, key, counter, dy, dx, acc);
 }
 
-void kiln_cpu_dropout_range(int64_t start, int64_t n, float p, uint64_t key, uint64_t counter, const float *x, float *y,
-                            int acc) {
-    apply(start, n, p, key, counter, x, y, acc);
+/* one thread (a fused kernel's tile): the same words and arithmetic as apply, no parallel region */
+void kiln_cpu_dropout_range(int64_t start, int64_t n, float p, uint64_t key, uint64_t counter, const float *restrict x,
+                            float *restrict y, int acc) {
+    if (p <= 0.0f || p >= 1.0f) {
+        for (int64_t i = 0; i < n; i++) y[i] = p <= 0.0f ? (acc ? y[i] + x[i] : x[i]) : (acc ? y[i] : 0.0f);
+        return;
+    }
+    const float scale = 1.0f / (1.0f - p);
+    const uint32_t thr = kiln_dropout_threshold(p);
+    int64_t groups = (n + 3) / 4, g_start = 0, g0 = start / 4;
+    if (n >= 64 && kiln_cpu_has_avx512()) {
+        kiln_cpu_dropout_blocks_avx512(g0, n / 64, scale, thr, key, counter, x, y, acc, 0);
+        g_start = n / 64 * 16;
+    }
+    for (int64_t gi = g_start; gi < groups; gi++) {
+        kiln_philox_out o = kiln_philox4x32(key, counter, (uint64_t)(g0 + gi));
+        int64_t base = gi * 4, m = n - base < 4 ? n - base : 4;
+        for (int64_t j = 0; j < m; j++) {
+            float v = o.v[j] >= thr ? x[base + j] * scale : 0.0f;
+            y[base + j] = acc ? y[base + j] + v : v;
+        }
+    }
 }

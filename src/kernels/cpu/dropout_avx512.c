@@ -15,14 +15,14 @@ static inline __m512i mulhi32(__m512i a, __m512i m) {
     return _mm512_mask_blend_epi32(0xAAAA, even, odd);
 }
 
-void kiln_cpu_dropout_blocks_avx512(int64_t first_group, int64_t blocks, float scale, uint32_t thr, uint64_t key, uint64_t counter,
-                                    const float *x, float *y, int add) {
+/* 64 elements from block b (groups first_group + 16 b ...) */
+static inline void block(int64_t first_group, int64_t b, float scale, uint32_t thr, uint64_t key, uint64_t counter,
+                         const float *x, float *y, int add) {
     const __m512i m0 = _mm512_set1_epi32((int)PHILOX_M0), m1 = _mm512_set1_epi32((int)PHILOX_M1);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i vthr = _mm512_set1_epi32((int)thr);
     const __m512 vscale = _mm512_set1_ps(scale);
-#pragma omp parallel for schedule(static) if (blocks >= KILN_CPU_PAR_MIN / 512)
-    for (int64_t b = 0; b < blocks; b++) {
+    {
         /* group g = 16b + lane; ctr_lo = g (c0 low, c1 high word), ctr_hi = counter */
         uint64_t g0 = (uint64_t)(first_group + b * 16);
         __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)g0), lane);
@@ -57,4 +57,14 @@ void kiln_cpu_dropout_blocks_avx512(int64_t first_group, int64_t blocks, float s
             _mm512_storeu_ps(y + at, v);
         }
     }
+}
+
+void kiln_cpu_dropout_blocks_avx512(int64_t first_group, int64_t blocks, float scale, uint32_t thr, uint64_t key, uint64_t counter,
+                                    const float *x, float *y, int add, int parallel) {
+    if (!parallel) { /* inside a fused kernel's region: no team of its own */
+        for (int64_t b = 0; b < blocks; b++) block(first_group, b, scale, thr, key, counter, x, y, add);
+        return;
+    }
+#pragma omp parallel for schedule(static) if (blocks >= KILN_CPU_PAR_MIN / 512)
+    for (int64_t b = 0; b < blocks; b++) block(first_group, b, scale, thr, key, counter, x, y, add);
 }

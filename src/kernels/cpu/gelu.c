@@ -79,3 +79,10 @@ void kiln_cpu_gelu_bwd(int64_t n, int tanh_form, const float *x, const float *dy
         gelu_bwd_span(len, tanh_form, x + b, dy + b, dx + b, acc);
     }
 }
+
+/* one tile, one thread: a fused kernel's instruction (no parallel region inside the fused kernel's) */
+void kiln_cpu_gelu_tile_fwd(int64_t n, int tanh_form, const float *x, float *y) { gelu_span(n, tanh_form, x, y); }
+
+void kiln_cpu_gelu_tile_bwd(int64_t n, int tanh_form, const float *x, const float *dy, float *dx, int acc) {
+    gelu_bwd_span(n, tanh_form, x, dy, dx, acc);
+}

@@ -25,12 +25,10 @@ static float exp1(float x) {
 }
 
 static float erf1(float x) {
-    static const float ps[] = KILN_ERF_SMALL_P, q[] = KILN_ERF_AS_Q;
-    float a = fminf(fabsf(x), KILN_ERF_CLAMP);
-    if (a < 1.0f) return x * horner(ps, KILN_ERF_SMALL_NP, x * x);
-    float t = 1.0f / (1.0f + KILN_ERF_AS_P * a);
-    float r = 1.0f - t * horner(q, KILN_ERF_AS_NQ, t) * exp1(-a * a);
-    return copysignf(r, x);
+    static const float p[] = KILN_ERF_P, q[] = KILN_ERF_Q;
+    x = fminf(fmaxf(x, -KILN_ERF_CLAMP), KILN_ERF_CLAMP);
+    float x2 = x * x;
+    return x * horner(p, KILN_ERF_NP, x2) / horner(q, KILN_ERF_NQ, x2);
 }
 
 static float tanh1(float x) {
@@ -40,12 +38,12 @@ static float tanh1(float x) {
     return copysignf(1.0f - 2.0f / (exp1(2.0f * a) + 1.0f), x);
 }
 
-void kiln_cpu_affine(int64_t n, const float *restrict x, float scale, float shift, float *restrict y) {
+KILN_CPU_HOT void kiln_cpu_affine(int64_t n, const float *restrict x, float scale, float shift, float *restrict y) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale + shift;
 }
 
-void kiln_cpu_affine_bwd(int64_t n, const float *restrict dy, float scale, float *restrict dx, int acc) {
+KILN_CPU_HOT void kiln_cpu_affine_bwd(int64_t n, const float *restrict dy, float scale, float *restrict dx, int acc) {
     if (acc) {
 #pragma omp simd
         for (int64_t i = 0; i < n; i++) dx[i] += scale * dy[i];
@@ -82,7 +80,7 @@ void kiln_cpu_erf_bwd(int64_t n, const float *x, const float *dy, float *dx, int
     }
 }
 
-void kiln_cpu_tanh_bwd(int64_t n, const float *restrict y, const float *restrict dy, float *restrict dx, int acc) {
+KILN_CPU_HOT void kiln_cpu_tanh_bwd(int64_t n, const float *restrict y, const float *restrict dy, float *restrict dx, int acc) {
     if (acc) {
 #pragma omp simd
         for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * (1.0f - y[i] * y[i]);

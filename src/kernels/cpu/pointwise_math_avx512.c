@@ -27,14 +27,14 @@ static inline __m512 with_sign(__m512 mag, __m512 x) {
 }
 
 static inline __m512 erf16(__m512 x) {
-    static const float ps[] = KILN_ERF_SMALL_P, q[] = KILN_ERF_AS_Q;
-    __m512 a = _mm512_min_ps(abs16(x), _mm512_set1_ps(KILN_ERF_CLAMP));
-    __m512 small = _mm512_mul_ps(x, horner16(ps, KILN_ERF_SMALL_NP, _mm512_mul_ps(x, x)));
-    __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_set1_ps(KILN_ERF_AS_P), a, _mm512_set1_ps(1.0f)));
-    __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(a, a)));
-    __m512 big = _mm512_fnmadd_ps(_mm512_mul_ps(t, horner16(q, KILN_ERF_AS_NQ, t)), e, _mm512_set1_ps(1.0f));
-    __mmask16 lt1 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.0f), _CMP_LT_OQ);
-    return _mm512_mask_blend_ps(lt1, with_sign(big, x), small);
+    static const float p[] = KILN_ERF_P, q[] = KILN_ERF_Q;
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-KILN_ERF_CLAMP)), _mm512_set1_ps(KILN_ERF_CLAMP));
+    __m512 x2 = _mm512_mul_ps(x, x);
+    /* the division as a reciprocal estimate and one Newton step (~2^-28 relative): a divide's throughput is a
+     * quarter of the formula's time */
+    __m512 d = horner16(q, KILN_ERF_NQ, x2), r = _mm512_rcp14_ps(d);
+    r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
+    return _mm512_mul_ps(_mm512_mul_ps(x, horner16(p, KILN_ERF_NP, x2)), r);
 }
 
 static inline __m512 tanh16(__m512 x) {

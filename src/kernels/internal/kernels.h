@@ -275,6 +275,15 @@ void kiln_cpu_avg_pool2d_fwd(const kiln_avg_pool_shape *ps, int blocked, const f
 void kiln_cpu_avg_pool2d_bwd(const kiln_avg_pool_shape *ps, int blocked, const float *dy, float *dx, int acc);
 void kiln_cpu_dropout_fwd(int64_t n, float p, uint64_t key, uint64_t counter, const float *x, float *y);
 void kiln_cpu_dropout_bwd(int64_t n, float p, uint64_t key, uint64_t counter, const float *dy, float *dx, int acc);
+/* one tile, one thread (pointwise_tile.c): a fused kernel's instructions; the same bits as the whole-tensor kernels */
+void kiln_cpu_tile_relu(int64_t n, const float *x, float *y);
+void kiln_cpu_tile_relu_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc);
+void kiln_cpu_tile_add(int64_t n, const float *a, const float *b, float *y);
+void kiln_cpu_tile_mul(int64_t n, const float *a, const float *b, float *y);
+void kiln_cpu_tile_mul_bwd(int64_t n, const float *dy, const float *b, float *da, int acc);
+void kiln_cpu_tile_copy(int64_t n, const float *dy, float *dx, int acc);
+void kiln_cpu_gelu_tile_fwd(int64_t n, int tanh_form, const float *x, float *y);
+void kiln_cpu_gelu_tile_bwd(int64_t n, int tanh_form, const float *x, const float *dy, float *dx, int acc);
 /* elements [start, start + n) (start a multiple of 64): one thread, for a fused kernel's tiles */
 void kiln_cpu_dropout_range(int64_t start, int64_t n, float p, uint64_t key, uint64_t counter, const float *x, float *y,
                             int acc);
