@@ -873,7 +873,7 @@ static void layerwise_kernels(const char *fxname, const hyper *h, const multi_sh
     float *fp = fcopy(p0, n), *fs0 = kiln_calloc((size_t)n * 4), *fs1 = kiln_calloc((size_t)n * 4);
     memcpy(p, p0, (size_t)n * 8);
     for (int64_t i = 0; i < steps; i++) {
-        kiln_layerwise_args a = {m->n, seg, h->lr, h->beta1, h->beta2, h->eps, h->wd, h->momentum, h->trust, i + 1};
+        kiln_layerwise_args a = {m->n, seg, h->lr, h->beta1, h->beta2, h->eps, h->wd, h->momentum, h->trust, i + 1, 0, 0, 0};
         const double *gi = g + i * n;
         float *fg = fcopy(gi, n);
         for (int phase = 0; phase < 2; phase++) {

@@ -683,7 +683,7 @@ static void layerwise_run(int kind, int threads, int64_t n, const int64_t *seg, 
     double fn[6], rn[6], *gd = dalloc(n);
     for (int step = 1; step <= 5; step++) {
         const float *g = gs + (step - 1) * n;
-        kiln_layerwise_args a = {3, seg, kind == 1 ? 0.5 : 1e-2, 0.9, 0.99, 1e-6, 0.05, 0.9, 0.02, step};
+        kiln_layerwise_args a = {3, seg, kind == 1 ? 0.5 : 1e-2, 0.9, 0.99, 1e-6, 0.05, 0.9, 0.02, step, 0, 0, 0};
         f2d(g, gd, n);
         for (int phase = 0; phase < 2; phase++) {
             int rc = kind == 0 ? kiln_cpu_lamb(&a, phase, p, g, s1, s2, fn)

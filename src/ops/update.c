@@ -3,7 +3,9 @@
  * gradient clipping by global norm (a sum of squares, then a scale) and the
  * fused optimizer updates (PyTorch 1.13 semantics) over runs of the flat
  * parameter, gradient and state buffers. The learning rate and the step count
- * change every step and come from the run's scalars, not from attributes. */
+ * change every step and come from the run's scalars, not from attributes.
+ * sgd, adamw and adadelta take an optional second input, the layer-wise ops'
+ * tensor table: then each tensor gets its own weight decay (the decay filter). */
 #include "graph/internal/graph.h"
 
 static const kiln_attr_spec clip_attrs[] = {KILN_ATTR("max_norm", KILN_ATTR_F64, clip.max_norm), {0}};
@@ -25,13 +27,13 @@ const kiln_op_def kiln_op_clip_scale = {
     .name = "clip_scale", .min_in = 1, .max_in = 1, .flags = KILN_OPF_STEP_ONLY, .attrs = clip_attrs,
 };
 const kiln_op_def kiln_op_sgd_update = {
-    .name = "sgd", .min_in = 1, .max_in = 1, .flags = KILN_OPF_STEP_ONLY, .attrs = sgd_attrs,
+    .name = "sgd", .min_in = 1, .max_in = 2, .flags = KILN_OPF_STEP_ONLY, .attrs = sgd_attrs,
 };
 const kiln_op_def kiln_op_adamw_update = {
-    .name = "adamw", .min_in = 1, .max_in = 1, .flags = KILN_OPF_STEP_ONLY, .attrs = adamw_attrs,
+    .name = "adamw", .min_in = 1, .max_in = 2, .flags = KILN_OPF_STEP_ONLY, .attrs = adamw_attrs,
 };
 const kiln_op_def kiln_op_adadelta_update = {
-    .name = "adadelta", .min_in = 1, .max_in = 1, .flags = KILN_OPF_STEP_ONLY, .attrs = adadelta_attrs,
+    .name = "adadelta", .min_in = 1, .max_in = 2, .flags = KILN_OPF_STEP_ONLY, .attrs = adadelta_attrs,
 };
 
 /* LAMB, LARS and NovoGrad: the same step twice per run, phase 0 computing each

@@ -3,10 +3,10 @@
  * adadelta; lamb, lars, novograd), with gradient clipping in front when asked.
  * Runs of parameters that all have gradients are updated by one step each; a
  * parameter without a gradient is skipped. Weight decay skips parameters of
- * fewer than 2 dims unless decay_all: the element-wise optimizers cut their
- * runs where that changes, the layer-wise ones read it per tensor from a table
- * (offset, numel, decays) and run two steps per run, one computing every
- * tensor's norms, one updating with them. The step list is built once and
+ * fewer than 2 dims unless decay_all: the kernels read it per tensor from a
+ * table (offset, numel, decays); on a device backend the element-wise
+ * optimizers instead cut their runs where it changes. The layer-wise ones
+ * run two steps per run, one computing every tensor's norms, one updating. The step list is built once and
  * rebuilt only when a new training plan changes which parameters get gradients. */
 #include <math.h>
 #include <stdlib.h>
@@ -42,6 +42,10 @@ static const kiln_op update_op[KINDS] = {KILN_OP_SGD_UPDATE,  KILN_OP_ADAMW_UPDA
                                          KILN_OP_LAMB_UPDATE, KILN_OP_LARS_UPDATE,  KILN_OP_NOVOGRAD_UPDATE};
 
 static int layerwise(kiln_optim_kind k) { return k == KILN_OPT_LAMB || k == KILN_OPT_LARS || k == KILN_OPT_NOVOGRAD; }
+
+/* 1 when the element-wise update reads each tensor's decay from the table:
+ * the host backends' kernels do; a device backend's take one decay per step */
+static int per_tensor_decay(const kiln_optim *o) { return layerwise(o->c.kind) || o->be->host_memory; }
 
 kiln_optim_config kiln_optim_defaults(kiln_optim_kind kind) {
     kiln_optim_config c = {0};
@@ -141,12 +145,12 @@ static kiln_status alloc_state(kiln_optim *o) {
         o->state_len[i] = o->c.kind == KILN_OPT_NOVOGRAD && i == 1 ? np : kiln_params_total(o->P);
         ok = ok && (o->state[i] = backend_buffer(o->be, (size_t)o->state_len[i] * es, NULL));
     }
-    if (ok && layerwise(o->c.kind)) {
+    if (ok) {
         int64_t *t = tensor_table(o);
-        ok = t && (o->tensors = backend_buffer(o->be, (size_t)np * 3 * sizeof *t, t)) &&
-             (o->norms = backend_buffer(o->be, (size_t)np * 2 * sizeof(double), NULL));
+        ok = t && (o->tensors = backend_buffer(o->be, (size_t)np * 3 * sizeof *t, t));
         free(t);
     }
+    if (ok && layerwise(o->c.kind)) ok = (o->norms = backend_buffer(o->be, (size_t)np * 2 * sizeof(double), NULL)) != NULL;
     return ok ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "optimizer: out of memory for state");
 }
 
@@ -214,18 +218,19 @@ static void update_step(kiln_optim *o, int first, int last, int phase, kiln_step
     for (int k = 0; k < o->nstate; k++)
         s->out[1 + k] = kiln_optim_state_per_tensor(o, k) ? kiln_tdesc_flat((char *)o->state[k] + (size_t)first * es, dt, np)
                                                           : kiln_tdesc_flat((char *)o->state[k] + at, dt, n);
-    set_attrs(&o->c, kiln_optim_decays(o, first) ? o->c.weight_decay : 0.0f, phase, &s->attr);
-    if (!layerwise(o->c.kind)) return;
+    int table = per_tensor_decay(o);
+    set_attrs(&o->c, table || kiln_optim_decays(o, first) ? o->c.weight_decay : 0.0f, phase, &s->attr);
+    if (!table) return;
     s->nin = 2;
     s->in[1] = kiln_tdesc_flat(o->tensors + 3 * first, KILN_I64, 3 * np);
-    s->out[s->nout++] = kiln_tdesc_flat(o->norms + 2 * first, KILN_F64, 2 * np);
+    if (layerwise(o->c.kind)) s->out[s->nout++] = kiln_tdesc_flat(o->norms + 2 * first, KILN_F64, 2 * np);
 }
 /* From *i, the next parameters one update covers: adjacent ones with gradients
- * (for the element-wise optimizers with decay on, also alike in taking it);
- * 0 when none is left. */
+ * (where the kernels take one decay per step, with decay on, also alike in
+ * taking it); 0 when none is left. */
 static int next_group(const kiln_optim *o, int *i, int *first, int *last) {
     const uint8_t *has = kiln_params_has_grad(o->P);
-    int np = kiln_params_count(o->P), cut = !layerwise(o->c.kind) && o->c.weight_decay > 0;
+    int np = kiln_params_count(o->P), cut = !per_tensor_decay(o) && o->c.weight_decay > 0;
     while (*i < np && !has[*i]) (*i)++;
     if (*i >= np) return 0;
     *first = *last = *i;

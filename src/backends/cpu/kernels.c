@@ -361,8 +361,21 @@ static kiln_status clip_scale(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* with a second input (the tensor table): each tensor with its own weight decay */
+static kiln_layerwise_args tensors_of(const kiln_step *s, const kiln_run_ctx *rc) {
+    return (kiln_layerwise_args){.nseg = s->in[1].numel / 3, .seg = s->in[1].data, .lr = rc->lr, .step = rc->optim_step};
+}
+#define TENSORS(call)                                                                  \
+    if ((call) != 0) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", s->name); \
+    return KILN_OK
+
 static kiln_status sgd(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_sgd_attrs *a = &s->attr.sgd;
+    if (s->nin > 1) {
+        kiln_layerwise_args t = tensors_of(s, rc);
+        t.momentum = a->momentum, t.dampening = a->dampening, t.weight_decay = a->weight_decay, t.nesterov = a->nesterov;
+        TENSORS(kiln_cpu_sgd_tensors(&t, F(s->out[0]), F(s->in[0]), s->nout > 1 ? F(s->out[1]) : NULL));
+    }
     kiln_cpu_sgd(s->in[0].numel, F(s->out[0]), F(s->in[0]), s->nout > 1 ? F(s->out[1]) : NULL, (float)rc->lr, a->momentum,
                  a->dampening, a->weight_decay, a->nesterov, rc->optim_step == 1);
     return KILN_OK;
@@ -370,6 +383,11 @@ static kiln_status sgd(const kiln_step *s, const kiln_run_ctx *rc) {
 
 static kiln_status adamw(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_adamw_attrs *a = &s->attr.adamw;
+    if (s->nin > 1) {
+        kiln_layerwise_args t = tensors_of(s, rc);
+        t.beta1 = a->beta1, t.beta2 = a->beta2, t.eps = a->eps, t.weight_decay = a->weight_decay;
+        TENSORS(kiln_cpu_adamw_tensors(&t, F(s->out[0]), F(s->in[0]), F(s->out[1]), F(s->out[2])));
+    }
     kiln_cpu_adamw(s->in[0].numel, F(s->out[0]), F(s->in[0]), F(s->out[1]), F(s->out[2]), (float)rc->lr, a->beta1, a->beta2,
                    a->eps, a->weight_decay, rc->optim_step);
     return KILN_OK;
@@ -377,6 +395,11 @@ static kiln_status adamw(const kiln_step *s, const kiln_run_ctx *rc) {
 
 static kiln_status adadelta(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_adadelta_attrs *a = &s->attr.adadelta;
+    if (s->nin > 1) {
+        kiln_layerwise_args t = tensors_of(s, rc);
+        t.rho = a->rho, t.eps = a->eps, t.weight_decay = a->weight_decay;
+        TENSORS(kiln_cpu_adadelta_tensors(&t, F(s->out[0]), F(s->in[0]), F(s->out[1]), F(s->out[2])));
+    }
     kiln_cpu_adadelta(s->in[0].numel, F(s->out[0]), F(s->in[0]), F(s->out[1]), F(s->out[2]), (float)rc->lr, a->rho,
                       a->eps, a->weight_decay);
     return KILN_OK;
@@ -385,26 +408,25 @@ static kiln_status adadelta(const kiln_step *s, const kiln_run_ctx *rc) {
 /* layer-wise updates: in grad, tensors; out param, state..., norms */
 static kiln_layerwise_args layerwise_args(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_layerwise_attrs *a = &s->attr.layerwise;
-    return (kiln_layerwise_args){s->in[1].numel / 3, s->in[1].data, rc->lr, a->beta1, a->beta2, a->eps, a->weight_decay,
-                                 a->momentum, a->trust, rc->optim_step};
+    kiln_layerwise_args t = tensors_of(s, rc);
+    t.beta1 = a->beta1, t.beta2 = a->beta2, t.eps = a->eps, t.weight_decay = a->weight_decay;
+    t.momentum = a->momentum, t.trust = a->trust;
+    return t;
 }
-#define LAYERWISE(call)                                                                \
-    if ((call) != 0) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", s->name); \
-    return KILN_OK
 
 static kiln_status lamb(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_layerwise_args a = layerwise_args(s, rc);
-    LAYERWISE(kiln_cpu_lamb(&a, s->attr.layerwise.phase, F(s->out[0]), F(s->in[0]), F(s->out[1]), F(s->out[2]), s->out[3].data));
+    TENSORS(kiln_cpu_lamb(&a, s->attr.layerwise.phase, F(s->out[0]), F(s->in[0]), F(s->out[1]), F(s->out[2]), s->out[3].data));
 }
 
 static kiln_status lars(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_layerwise_args a = layerwise_args(s, rc);
-    LAYERWISE(kiln_cpu_lars(&a, s->attr.layerwise.phase, F(s->out[0]), F(s->in[0]), F(s->out[1]), s->out[2].data));
+    TENSORS(kiln_cpu_lars(&a, s->attr.layerwise.phase, F(s->out[0]), F(s->in[0]), F(s->out[1]), s->out[2].data));
 }
 
 static kiln_status novograd(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_layerwise_args a = layerwise_args(s, rc);
-    LAYERWISE(kiln_cpu_novograd(&a, s->attr.layerwise.phase, F(s->out[0]), F(s->in[0]), F(s->out[1]), F(s->out[2]),
+    TENSORS(kiln_cpu_novograd(&a, s->attr.layerwise.phase, F(s->out[0]), F(s->in[0]), F(s->out[1]), F(s->out[2]),
                             s->out[3].data));
 }
 

@@ -80,3 +80,40 @@ void kiln_cpu_adadelta(int64_t n, float *restrict p, const float *restrict g, fl
         p[i] -= lr * delta;
     }
 }
+
+/* ---- the same over a run of tensors (segments.c's chunks: each call below is
+ * serial, one chunk of a tensor, with that tensor's weight decay) ---- */
+typedef struct {
+    const kiln_layerwise_args *a;
+    float *p, *s0, *s1;
+    const float *g;
+} tensors_ctx;
+
+#define CHUNK_BODY(name, call)                                                             \
+    static void name(const void *cv, int64_t k, int64_t b, int64_t e, double acc[2]) {     \
+        (void)acc;                                                                         \
+        const tensors_ctx *c = cv;                                                         \
+        const kiln_layerwise_args *a = c->a;                                               \
+        float wd = a->seg[3 * k + 2] ? (float)a->weight_decay : 0.0f;                      \
+        int64_t n = e - b;                                                                 \
+        call;                                                                              \
+    }
+CHUNK_BODY(sgd_chunk, kiln_cpu_sgd(n, c->p + b, c->g + b, c->s0 ? c->s0 + b : NULL, (float)a->lr, (float)a->momentum,
+                                   (float)a->dampening, wd, a->nesterov, a->step == 1))
+CHUNK_BODY(adamw_chunk, kiln_cpu_adamw(n, c->p + b, c->g + b, c->s0 + b, c->s1 + b, (float)a->lr, (float)a->beta1,
+                                       (float)a->beta2, (float)a->eps, wd, a->step))
+CHUNK_BODY(adadelta_chunk, kiln_cpu_adadelta(n, c->p + b, c->g + b, c->s0 + b, c->s1 + b, (float)a->lr, (float)a->rho,
+                                             (float)a->eps, wd))
+
+int kiln_cpu_sgd_tensors(const kiln_layerwise_args *a, float *p, const float *g, float *mom) {
+    tensors_ctx c = {a, p, mom, NULL, g};
+    return kiln_cpu_for_segments(a->nseg, a->seg, sgd_chunk, &c, NULL);
+}
+int kiln_cpu_adamw_tensors(const kiln_layerwise_args *a, float *p, const float *g, float *m, float *v) {
+    tensors_ctx c = {a, p, m, v, g};
+    return kiln_cpu_for_segments(a->nseg, a->seg, adamw_chunk, &c, NULL);
+}
+int kiln_cpu_adadelta_tensors(const kiln_layerwise_args *a, float *p, const float *g, float *square_avg, float *acc_delta) {
+    tensors_ctx c = {a, p, square_avg, acc_delta, g};
+    return kiln_cpu_for_segments(a->nseg, a->seg, adadelta_chunk, &c, NULL);
+}

@@ -7,6 +7,8 @@
 #include "kernels/cpu/cpu_internal.h"
 
 #define CHUNK 16384
+/* the element-wise optimizers call their whole-buffer kernels on one chunk: those stay serial */
+_Static_assert(CHUNK < KILN_CPU_PAR_MIN, "a chunk must not open a parallel region of its own");
 
 typedef struct {
     int64_t seg, begin, end;

@@ -232,6 +232,8 @@ typedef struct kiln_layerwise_args {
     const int64_t *seg;
     double lr, beta1, beta2, eps, weight_decay, momentum, trust;
     int64_t step; /* updates done, this one included */
+    double dampening, rho; /* the element-wise sgd and adadelta over such a run (*_tensors) */
+    int nesterov;
 } kiln_layerwise_args;
 /* LAMB (You et al. 2019; APEX FusedLAMB with adam_w_mode, bias correction, use_nvlamb) */
 void kiln_ref_lamb(const kiln_layerwise_args *a, int phase, double *p, const double *g, double *m, double *v, double *norms);
@@ -252,6 +254,12 @@ void kiln_ref_tanh_bwd(int64_t n, const double *y, const double *dy, double *dx,
  * the same mask words as the whole tensor's, for a fused kernel's tiles */
 void kiln_ref_dropout_range(int64_t start, int64_t n, float p, uint64_t key, uint64_t counter, const double *x, double *y,
                             int acc);
+
+/* SGD, AdamW, Adadelta over a run of tensors (seg as above): each tensor's
+ * elements with its own weight decay, the padding between them untouched */
+void kiln_ref_sgd_tensors(const kiln_layerwise_args *a, double *p, const double *g, double *mom);
+void kiln_ref_adamw_tensors(const kiln_layerwise_args *a, double *p, const double *g, double *m, double *v);
+void kiln_ref_adadelta_tensors(const kiln_layerwise_args *a, double *p, const double *g, double *square_avg, double *acc_delta);
 
 /* sum of squares (the squared L2 norm) and in-place scaling: gradient clipping */
 double kiln_ref_sumsq(int64_t n, const double *x);
@@ -376,5 +384,9 @@ void kiln_cpu_adadelta(int64_t n, float *p, const float *g, float *square_avg, f
 int kiln_cpu_lamb(const kiln_layerwise_args *a, int phase, float *p, const float *g, float *m, float *v, double *norms);
 int kiln_cpu_lars(const kiln_layerwise_args *a, int phase, float *p, const float *g, float *buf, double *norms);
 int kiln_cpu_novograd(const kiln_layerwise_args *a, int phase, float *p, const float *g, float *m, float *v, double *norms);
+/* the kiln_ref_*_tensors in float: one parallel pass over the chunks of all the run's tensors */
+int kiln_cpu_sgd_tensors(const kiln_layerwise_args *a, float *p, const float *g, float *mom);
+int kiln_cpu_adamw_tensors(const kiln_layerwise_args *a, float *p, const float *g, float *m, float *v);
+int kiln_cpu_adadelta_tensors(const kiln_layerwise_args *a, float *p, const float *g, float *square_avg, float *acc_delta);
 
 #endif

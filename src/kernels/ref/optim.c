@@ -48,3 +48,24 @@ void kiln_ref_adadelta(int64_t n, double *p, const double *g, double *square_avg
         p[i] -= lr * delta;
     }
 }
+
+/* ---- the same over a run of tensors, each with its own weight decay ---- */
+#define EACH_TENSOR(a, call)                                                                    \
+    for (int64_t k = 0; k < (a)->nseg; k++) {                                                   \
+        int64_t at = (a)->seg[3 * k] - (a)->seg[0], n = (a)->seg[3 * k + 1];                    \
+        double wd = (a)->seg[3 * k + 2] ? (a)->weight_decay : 0.0;                              \
+        call;                                                                                   \
+    }
+
+void kiln_ref_sgd_tensors(const kiln_layerwise_args *a, double *p, const double *g, double *mom) {
+    EACH_TENSOR(a, kiln_ref_sgd(n, p + at, g + at, mom ? mom + at : NULL, a->lr, a->momentum, a->dampening, wd, a->nesterov,
+                                a->step == 1))
+}
+
+void kiln_ref_adamw_tensors(const kiln_layerwise_args *a, double *p, const double *g, double *m, double *v) {
+    EACH_TENSOR(a, kiln_ref_adamw(n, p + at, g + at, m + at, v + at, a->lr, a->beta1, a->beta2, a->eps, wd, a->step))
+}
+
+void kiln_ref_adadelta_tensors(const kiln_layerwise_args *a, double *p, const double *g, double *square_avg, double *acc_delta) {
+    EACH_TENSOR(a, kiln_ref_adadelta(n, p + at, g + at, square_avg + at, acc_delta + at, a->lr, a->rho, a->eps, wd))
+}

@@ -74,9 +74,9 @@ typedef enum kiln_op {
     KILN_OP_READOUT,           /* in: a scalar         out: a host f64 */
     KILN_OP_SUMSQ,             /* in: a gradient run   out: f64 accumulator (acc adds) */
     KILN_OP_CLIP_SCALE,        /* in: f64 sum of squares   out: a gradient run, scaled in place */
-    KILN_OP_SGD_UPDATE,        /* in: grad             out: param, momentum? (in place) */
-    KILN_OP_ADAMW_UPDATE,      /* in: grad             out: param, exp_avg, exp_avg_sq */
-    KILN_OP_ADADELTA_UPDATE,   /* in: grad             out: param, square_avg, acc_delta */
+    KILN_OP_SGD_UPDATE,        /* in: grad, tensors?   out: param, momentum? (in place) */
+    KILN_OP_ADAMW_UPDATE,      /* in: grad, tensors?   out: param, exp_avg, exp_avg_sq */
+    KILN_OP_ADADELTA_UPDATE,   /* in: grad, tensors?   out: param, square_avg, acc_delta */
     /* layer-wise updates, two steps per run (attr phase 0: the tensors' norms, 1: the update);
      * in: grad, tensors (i64 triples: offset, numel, decays)   out: param, state..., f64 norms (2 per tensor) */
     KILN_OP_LAMB_UPDATE,       /* out: param, exp_avg, exp_avg_sq, norms */
