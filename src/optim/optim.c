@@ -43,9 +43,12 @@ static const kiln_op update_op[KINDS] = {KILN_OP_SGD_UPDATE,  KILN_OP_ADAMW_UPDA
 
 static int layerwise(kiln_optim_kind k) { return k == KILN_OPT_LAMB || k == KILN_OPT_LARS || k == KILN_OPT_NOVOGRAD; }
 
-/* 1 when the element-wise update reads each tensor's decay from the table:
- * the host backends' kernels do; a device backend's take one decay per step */
-static int per_tensor_decay(const kiln_optim *o) { return layerwise(o->c.kind) || o->be->host_memory; }
+/* 1 when the update reads each tensor's decay from the table: the layer-wise
+ * kernels always, the element-wise ones on a host backend when there is decay
+ * (a device backend's take one decay per step; without decay the table is moot) */
+static int per_tensor_decay(const kiln_optim *o) {
+    return layerwise(o->c.kind) || (o->be->host_memory && o->c.weight_decay > 0);
+}
 
 kiln_optim_config kiln_optim_defaults(kiln_optim_kind kind) {
     kiln_optim_config c = {0};
