@@ -126,6 +126,13 @@ void kiln_backend_release(const kiln_backend *b, kiln_step *s) {
     s->owns_kobj = 0;
 }
 
+int64_t kiln_tdesc_span(const kiln_tdesc *t) {
+    if (t->contiguous || !t->numel) return t->numel;
+    int64_t last = 0;
+    for (int d = 0; d < t->ndim; d++) last += (t->shape[d] - 1) * t->stride[d];
+    return last + 1;
+}
+
 kiln_status kiln_backend_run(const kiln_backend *b, const kiln_step *steps, int n, const kiln_run_ctx *rc, double *time) {
     if (!time && b->run) return b->run(steps, n, rc);
     for (int i = 0; i < n; i++) {

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "backends/cpu/internal/cpu.h"
 #include "kiln/alloc.h"
 
@@ -27,20 +26,6 @@ typedef struct {
 static remembered table[MAX_REMEMBERED];
 static int nremembered;
 static double spent_s;
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* elements from a view's first to its last element */
-static int64_t span(const kiln_tdesc *t) {
-    if (t->contiguous || !t->numel) return t->numel;
-    int64_t last = 0;
-    for (int d = 0; d < t->ndim; d++) last += (t->shape[d] - 1) * t->stride[d];
-    return last + 1;
-}
 
 /* the step's shapes, strides, epilogue and backward directions: what its object depends on */
 static void key_of(const kiln_step *s, char *buf, size_t len) {
@@ -75,7 +60,7 @@ static void scratch_free(scratch *sc) {
 static kiln_status scratch_make(const kiln_step *s, scratch *sc) {
     int64_t most = 1;
     for (int k = 0; k < s->nin + s->nout; k++) {
-        int64_t n = span(k < s->nin ? &s->in[k] : &s->out[k - s->nin]);
+        int64_t n = kiln_tdesc_span(k < s->nin ? &s->in[k] : &s->out[k - s->nin]);
         if (n > most) most = n;
     }
     uint32_t r = 0x9e3779b9u;
@@ -112,17 +97,17 @@ static kiln_status measure(kiln_step *s, const kiln_prep *p, const kiln_cpu_prec
         obj[b] = s->kobj;
         st = scratch_ws(&sc, ops->workspace(s));
     }
-    double start = now_s();
+    double start = kiln_host_now();
     for (int round = 0; round < 6 && st == KILN_OK; round++) {
         for (int b = 0; b < 2; b++) {
             if (!obj[b]) continue;
             s->kobj = obj[b];
-            double t0 = now_s();
+            double t0 = kiln_host_now();
             if (ops->call(s, sc.buf, sc.ws) != KILN_OK) best[b] = -1e30; /* never chosen */
-            double t = now_s() - t0;
+            double t = kiln_host_now() - t0;
             if (round > 0 && t < best[b]) best[b] = t;
         }
-        if (round >= 2 && now_s() - start > 0.3) break; /* a large layer: three rounds say enough */
+        if (round >= 2 && kiln_host_now() - start > 0.3) break; /* a large layer: three rounds say enough */
     }
     for (int b = 0; b < 2; b++) {
         us[b] = obj[b] && best[b] > 0 ? best[b] * 1e6 : -1;
@@ -152,9 +137,9 @@ static kiln_status decide(kiln_step *s, const kiln_prep *p, const kiln_cpu_prec_
         kiln_log(KILN_LOG_WARN, "autocast: %s fp32 untimed (the process's %.0f s timing budget is spent)", s->name, BUDGET_S);
         return KILN_OK;
     }
-    double us[2], t0 = now_s();
+    double us[2], t0 = kiln_host_now();
     kiln_status st = measure(s, p, ops, us);
-    spent_s += now_s() - t0;
+    spent_s += kiln_host_now() - t0;
     if (st != KILN_OK) return st;
     int bf16 = us[1] >= 0 && us[1] < us[0];
     s->precision = bf16 ? KILN_PRECISION_BF16 : KILN_PRECISION_FP32;

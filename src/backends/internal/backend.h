@@ -81,6 +81,9 @@ struct kiln_step {
     } sz;
 };
 
+/* elements from a tensor argument's first to its last (a strided view spans more than numel) */
+int64_t kiln_tdesc_span(const kiln_tdesc *t);
+
 /* a forward step is differentiated by a backward node of op `op` */
 static inline int kiln_step_has_bwd(const kiln_step *s, kiln_op op) { return (int)((s->bwd_ops[op / 64] >> (op % 64)) & 1); }
 

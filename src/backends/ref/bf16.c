@@ -19,14 +19,6 @@ double kiln_ref_round_bf16(double v) {
     return (double)f;
 }
 
-/* elements from a view's first to its last element */
-static int64_t span(const kiln_tdesc *t) {
-    if (t->contiguous || !t->numel) return t->numel;
-    int64_t last = 0;
-    for (int d = 0; d < t->ndim; d++) last += (t->shape[d] - 1) * t->stride[d];
-    return last + 1;
-}
-
 kiln_status kiln_ref_run_bf16(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_step c = *s;
     double *copy[KILN_OP_MAX_IN] = {0};
@@ -34,7 +26,7 @@ kiln_status kiln_ref_run_bf16(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_status st = KILN_OK;
     for (int k = 0; k < s->nin && st == KILN_OK; k++) {
         if (!(mask >> k & 1) || !s->in[k].data) continue;
-        int64_t n = span(&s->in[k]);
+        int64_t n = kiln_tdesc_span(&s->in[k]);
         if (!(copy[k] = malloc((size_t)(n ? n : 1) * sizeof(double)))) {
             st = kiln_fail(KILN_ERR_NOMEM, "bf16 operands: out of memory");
             break;
