@@ -19,6 +19,7 @@
 
 typedef struct {
     char key[320];
+    char first[48]; /* the node timed */
     int bf16;
     double us[2]; /* fp32, bf16 */
 } remembered;
@@ -84,9 +85,10 @@ static kiln_status scratch_ws(scratch *sc, size_t ws) {
     return KILN_OK;
 }
 
-/* Makes the object both ways and times one call of all its directions in turn, fp32 then bf16, round after
- * round (the first a warm-up), so a machine busy for a moment slows both alike; the best call of each, in
- * microseconds (-1: that precision cannot be made or run here). Keeps neither object. */
+/* Makes the object both ways and times one call of all its directions in turn, fp32 then bf16, round
+ * after round (the first a warm-up; up to 5 timed, fewer once 0.3 s are spent), so a machine busy for a
+ * moment slows both alike; the best call of each, in microseconds (-1: that precision cannot be made or
+ * run here). Keeps neither object. */
 static kiln_status measure(kiln_step *s, const kiln_prep *p, const kiln_cpu_prec_ops *ops, double us[2]) {
     scratch sc = {0};
     void *obj[2] = {NULL, NULL};
@@ -107,7 +109,7 @@ static kiln_status measure(kiln_step *s, const kiln_prep *p, const kiln_cpu_prec
             double t = kiln_host_now() - t0;
             if (round > 0 && t < best[b]) best[b] = t;
         }
-        if (round >= 2 && kiln_host_now() - start > 0.3) break; /* a large layer: three rounds say enough */
+        if (round >= 1 && kiln_host_now() - start > 0.3) break; /* a large layer (or a busy machine): fewer rounds */
     }
     for (int b = 0; b < 2; b++) {
         us[b] = obj[b] && best[b] > 0 ? best[b] * 1e6 : -1;
@@ -128,8 +130,8 @@ static kiln_status decide(kiln_step *s, const kiln_prep *p, const kiln_cpu_prec_
     const remembered *r = lookup(key);
     if (r) {
         s->precision = r->bf16 ? KILN_PRECISION_BF16 : KILN_PRECISION_FP32;
-        kiln_log(KILN_LOG_DEBUG, "autocast: %s %s (as a layer of its shape: fp32 %.0f us, bf16 %.0f us)", s->name,
-                 kiln_precision_name(s->precision), r->us[0], r->us[1]);
+        kiln_log(KILN_LOG_INFO, "autocast: %s %s (as %s, of the same shape)", s->name, kiln_precision_name(s->precision),
+                 r->first);
         return KILN_OK;
     }
     if (spent_s >= BUDGET_S) {
@@ -148,6 +150,7 @@ static kiln_status decide(kiln_step *s, const kiln_prep *p, const kiln_cpu_prec_
     if (nremembered < MAX_REMEMBERED) {
         remembered *e = &table[nremembered++];
         snprintf(e->key, sizeof e->key, "%s", key);
+        snprintf(e->first, sizeof e->first, "%s", s->name);
         e->bf16 = bf16;
         e->us[0] = us[0];
         e->us[1] = us[1];
