@@ -58,4 +58,23 @@ static inline double *grads_of(kiln_params *P, int ref) {
     return g;
 }
 
+/* every parameter's gradient against the fixture's "grad.<name>" within tol;
+ * prints the model's loss beside PyTorch's and the worst error */
+static inline void check_grads(kiln_st_file *f, kiln_params *P, const char *model, const char *backend, int ref,
+                               double tol, double loss, double loss_pt) {
+    double *gr = grads_of(P, ref), worst = 0;
+    for (int i = 0; i < kiln_params_count(P); i++) {
+        char name[128];
+        snprintf(name, sizeof name, "grad.%s", kiln_params_name(P, i));
+        const kiln_tensor *t = kiln_st_find(f, name);
+        CHECK_MSG(t != NULL, "%s missing", name);
+        if (!t) continue;
+        double err = rel_err(gr + kiln_params_offset(P, i), t->data, kiln_params_numel(P, i));
+        CHECK_MSG(err <= tol, "%s: gradient of %s off by %.3g", backend, kiln_params_name(P, i), err);
+        worst = fmax(worst, err);
+    }
+    printf("%s on %s: loss %.8f (PyTorch %.8f), worst gradient error %.3g\n", model, backend, loss, loss_pt, worst);
+    free(gr);
+}
+
 #endif

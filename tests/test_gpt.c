@@ -26,22 +26,6 @@ static kiln_model_opts golden_opts(kiln_st_file *f) {
     return o;
 }
 
-static void check_grads(kiln_st_file *f, kiln_params *P, const char *backend, int ref, double tol, double l, double l0) {
-    double *gr = grads_of(P, ref), worst = 0;
-    for (int i = 0; i < kiln_params_count(P); i++) {
-        char name[128];
-        snprintf(name, sizeof name, "grad.%s", kiln_params_name(P, i));
-        const kiln_tensor *t = kiln_st_find(f, name);
-        CHECK_MSG(t != NULL, "%s missing", name);
-        if (!t) continue;
-        double err = rel_err(gr + kiln_params_offset(P, i), t->data, kiln_params_numel(P, i));
-        CHECK_MSG(err <= tol, "%s: gradient of %s off by %.3g", backend, kiln_params_name(P, i), err);
-        worst = fmax(worst, err);
-    }
-    printf("gpt on %s: loss %.8f (PyTorch %.8f), worst gradient error %.3g\n", backend, l, l0, worst);
-    free(gr);
-}
-
 static void run_backend(kiln_st_file *f, const char *backend) {
     int ref = !strcmp(backend, "ref");
     double tol = ref ? 1e-6 : 1e-4; /* ref: the f32 storage of PyTorch's float64 gradients */
@@ -86,7 +70,7 @@ static void run_backend(kiln_st_file *f, const char *backend) {
         /* after step 1 the ref plan differs by the f32 hyperparameters (lr 1e-3f) */
         CHECK_MSG(e <= (ref ? (step ? 1e-6 : 1e-9) : 1e-4), "%s step %d: loss %.10g, PyTorch %.10g", backend, step + 1, l,
                   losses[step]);
-        if (step == 0) check_grads(f, P, backend, ref, tol, l, losses[0]);
+        if (step == 0) check_grads(f, P, "gpt", backend, ref, tol, l, losses[0]);
         CHECK_OK(kiln_optim_step(o));
     }
 out:

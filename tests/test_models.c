@@ -92,21 +92,7 @@ static void run_backend(kiln_st_file *f, const char *backend) {
         double l = kiln_plan_loss(pl), e = fabs(l - losses[step]) / fabs(losses[step]);
         /* after step 1 the ref plan differs by the f32 hyperparameters (lr 0.1f) */
         CHECK_MSG(e <= (ref ? (step ? 1e-6 : 1e-9) : 1e-4), "%s step %d: loss %.10g, PyTorch %.10g", backend, step + 1, l, losses[step]);
-        if (step == 0) {
-            double *gr = grads_of(P, ref), worst = 0;
-            for (int i = 0; i < kiln_params_count(P); i++) {
-                char name[128];
-                snprintf(name, sizeof name, "grad.%s", kiln_params_name(P, i));
-                const kiln_tensor *t = kiln_st_find(f, name);
-                CHECK_MSG(t != NULL, "%s missing", name);
-                if (!t) continue;
-                double err = rel_err(gr + kiln_params_offset(P, i), t->data, kiln_params_numel(P, i));
-                CHECK_MSG(err <= tol, "%s: gradient of %s off by %.3g", backend, kiln_params_name(P, i), err);
-                worst = fmax(worst, err);
-            }
-            printf("resnet20 on %s: loss %.8f (PyTorch %.8f), worst gradient error %.3g\n", backend, l, losses[0], worst);
-            free(gr);
-        }
+        if (step == 0) check_grads(f, P, "resnet20", backend, ref, tol, l, losses[0]);
         CHECK_OK(kiln_optim_step(o));
     }
     check_stats(f, P, backend, ref ? 1e-6 : 1e-4);
