@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include "cli.h"
+#include "kiln/dist.h"
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "dev"
@@ -210,6 +211,14 @@ static int cmd_train(int argc, char **argv) {
         return rc;
     }
     int json = given[t.ntrain], quiet = given[t.ntrain + 1];
+    /* under mpirun: join the job; only rank 0 reports (the others print warnings and errors) */
+    if (kiln_dist_init(c.timeout) != KILN_OK) {
+        fprintf(stderr, "kiln train: %s\n", kiln_last_error());
+        json_decref(stored);
+        return EXIT_USAGE;
+    }
+    int rank = kiln_dist_rank();
+    if (rank != 0) quiet = 1, json = 0;
     progress_ui ui;
     progress_init(&ui, quiet, c.log_every);
     if (quiet) kiln_log_set_level(KILN_LOG_WARN);
@@ -226,8 +235,12 @@ static int cmd_train(int argc, char **argv) {
     if (st != KILN_OK) {
         fprintf(stderr, "kiln train: %s\n", kiln_last_error());
         json_decref(stored);
+        /* the other ranks may wait in a collective: end the whole job now */
+        if (kiln_dist_size() > 1) kiln_dist_abort(cli_exit_code(st));
+        kiln_dist_finalize();
         return cli_exit_code(st);
     }
+    kiln_dist_finalize();
     if (!quiet) print_summary(&c, &r);
     if (json) print_train_json(&c, &r);
     json_decref(stored);

@@ -83,6 +83,13 @@ typedef struct kiln_train_config {
     const char *device;         /* "cpu" (default), "cuda" or "auto" (cuda when a GPU is here) */
     int matmul_precision;       /* GPU: 0 highest (fp32), 1 high (tf32), 2 medium (bf16) */
     int precision;              /* kiln_precision: cpu mixed precision (kiln_compile_opts.precision) */
+    /* under mpirun (docs/distributed.md): --batch-size is per rank */
+    int sync_bn;                /* batch norm statistics over all ranks */
+    float bucket_mb;            /* gradient bucket size (25) */
+    int overlap;                /* 1: bucket all-reduces start inside backward */
+    float timeout;              /* seconds a collective may wait for the other ranks (300) */
+    const char *bind;           /* "none" (default), "core" or "numa" */
+    int64_t batch_tokens;       /* token data: length-bucketed batches of about this many tokens; 0: off */
     /* image transforms (kiln_data_config; 0 / NULL: none): torchvision's Resize,
      * CenterCrop, RandomResizedCrop ("N[,lo,hi]"), RandomHorizontalFlip, Normalize
      * ("m1,m2,m3/s1,s2,s3" or "imagenet"), channels 1|3, and the test share of a

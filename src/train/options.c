@@ -14,9 +14,10 @@
 #include <string.h>
 #include "kiln/train.h"
 
-typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB, T_PRECISION, T_RRC, T_NORM, T_WORKERS, T_BAD, T_DECAY, T_CKPT, T_AMP } field_type;
+typedef enum { T_I64, T_INT, T_F32, T_POS_OR_OFF, T_STR, T_FLAG, T_NOFLAG, T_BATCH, T_OPTIM, T_MIB, T_PRECISION, T_RRC, T_NORM, T_WORKERS, T_BAD, T_DECAY, T_CKPT, T_AMP, T_ONOFF } field_type;
 static const char *const precisions[] = {"highest", "high", "medium"};
 static const char *const bad_samples[] = {"fail", "skip"};
+static const char *const onoff[] = {"off", "on"};
 
 typedef struct {
     kiln_train_option pub;
@@ -115,6 +116,18 @@ static const field fields[] = {
     OPT("log-every", "N", 1, T_I64, log_every, "steps between progress and metrics lines"),
     OPT("profile", NULL, 1, T_FLAG, profile, "time every kernel and print the per-step breakdown at the end"),
     OPT("memory-budget-mb", "X", 1, T_MIB, memory_budget, "refuse a plan whose activations and gradients need more (0: 90% of RAM)"),
+    OPT("sync-bn", NULL, 0, T_FLAG, sync_bn, "under mpirun: batch norm's batch statistics over every rank's samples "
+                                             "(SyncBatchNorm), forward and backward"),
+    OPT("bucket-mb", "X", 1, T_F32, bucket_mb, "under mpirun: gradient bucket size in MiB; each bucket's all-reduce starts "
+                                               "once backward has written its last gradient (25)"),
+    OPT("overlap", "on|off", 1, T_ONOFF, overlap, "under mpirun: start each bucket's all-reduce inside backward (on) or all "
+                                                  "of them after it (off, for comparison)"),
+    OPT("timeout", "SECONDS", 1, T_F32, timeout, "under mpirun: a collective the other ranks do not join within this ends "
+                                                 "the job with an error naming it (a rank died or hangs; 300)"),
+    OPT("bind", "none|core|numa", 1, T_STR, bind, "under mpirun: pin each rank's threads to its share of this host's cores "
+                                                  "(core) or to one NUMA node (numa); none leaves it to the launcher"),
+    OPT("batch-tokens", "N", 0, T_I64, batch_tokens, "token data: batches of about N tokens made of samples of similar "
+                                                    "length (bucketed by length), the same work on every rank; 0: fixed batches"),
     OPT("device", "cpu|cuda|auto", 1, T_STR, device, "where to train: cpu, cuda (the GPU; an error without one) or auto (cuda when a GPU is here)"),
     OPT("matmul-precision", "highest|high|medium", 1, T_PRECISION, matmul_precision,
         "GPU matmuls and convolutions in fp32, TF32 or bf16 tensor-core math, fp32 accumulation (PyTorch's set_float32_matmul_precision)"),
@@ -247,6 +260,13 @@ kiln_status kiln_train_option_set(kiln_train_config *c, const char *name, const 
         *(int *)p = (int)pr;
         return KILN_OK;
     }
+    case T_ONOFF:
+        for (int i = 0; i < 2; i++)
+            if (strcmp(value, onoff[i]) == 0) {
+                *(int *)p = i;
+                return KILN_OK;
+            }
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: '%s' is not on or off", name, value);
     case T_PRECISION:
         for (int i = 0; i < 3; i++)
             if (strcmp(value, precisions[i]) == 0) {
@@ -290,6 +310,7 @@ int kiln_train_option_get(const kiln_train_config *c, const char *name, char *bu
     else if (f->type == T_WORKERS) snprintf(buf, len, "%d", *(const int *)p);
     else if (f->type == T_DECAY) snprintf(buf, len, "%s", kiln_lr_decay_name((kiln_lr_decay)*(const int *)p));
     else if (f->type == T_BAD) snprintf(buf, len, "%s", bad_samples[*(const int *)p ? 1 : 0]);
+    else if (f->type == T_ONOFF) snprintf(buf, len, "%s", onoff[*(const int *)p ? 1 : 0]);
     else if (f->type == T_AMP) snprintf(buf, len, "%s", kiln_precision_name(*(const int *)p));
     else if (f->type == T_PRECISION) snprintf(buf, len, "%s", precisions[*(const int *)p >= 0 && *(const int *)p < 3 ? *(const int *)p : 0]);
     return 0;

@@ -21,6 +21,8 @@
 #include "train/internal/checkpoint.h"
 #include "train/internal/input_shape.h"
 #include "train/internal/metrics.h"
+#include "dist/internal/ddp.h"
+#include "dist/internal/dist.h"
 
 kiln_train_config kiln_train_defaults(void) {
     kiln_train_config c = {0};
@@ -42,6 +44,10 @@ kiln_train_config kiln_train_defaults(void) {
     c.fuse = 1;
     c.autotune = 1;
     c.device = "cpu";
+    c.bucket_mb = 25;
+    c.overlap = 1;
+    c.timeout = 300;
+    c.bind = "none";
     c.gpt = (kiln_gpt_config){.layers = 4, .heads = 4, .dim = 256, .block = 128, .vocab = 256};
     return c;
 }
@@ -49,6 +55,11 @@ kiln_train_config kiln_train_defaults(void) {
 int kiln_cores_available(void) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static int cores_online(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }
@@ -352,6 +363,10 @@ typedef struct {
     int auto_on;                /* --workers auto */
     kiln_auto_workers aw;
     kiln_lr_schedule sched;     /* the learning rate of every step */
+    kiln_comm *comm;            /* the MPI job (NULL: a world of one) */
+    kiln_ddp *ddp;
+    int rank, world;            /* only rank 0 reports, evaluates and saves */
+    int64_t rank_len;           /* training samples this rank visits per epoch */
 } run;
 
 static double elapsed(const run *R) { return now_s() - R->t0; }
@@ -401,6 +416,17 @@ static kiln_status restore(run *R) {
     return KILN_OK;
 }
 
+/* under mpirun: the same model and settings on every rank, rank 0's weights everywhere */
+static kiln_status ddp_open(run *R) {
+    kiln_ddp_opts o = kiln_ddp_defaults();
+    o.bucket_mb = R->c.bucket_mb;
+    o.overlap = R->c.overlap;
+    o.settings = R->world > 1 ? kiln_train_settings_json(&R->c) : NULL;
+    kiln_status st = kiln_ddp_open(R->comm, R->P, &o, &R->ddp);
+    free((char *)o.settings);
+    return st;
+}
+
 /* datasets, model, parameters, optimizer, and the position to start from */
 static kiln_status run_open(run *R) {
     kiln_train_config *c = &R->c;
@@ -420,7 +446,8 @@ static kiln_status run_open(run *R) {
     if ((st = kiln_optim_new(&c->optim, R->P, &R->opt)) != KILN_OK) return st;
     if (c->clip_grad_norm > 0) kiln_optim_set_clip(R->opt, c->clip_grad_norm);
     if (c->resume && (st = restore(R)) != KILN_OK) return st;
-    if (c->metrics && (st = kiln_metrics_open(c->metrics, c->resume != NULL, &R->metrics)) != KILN_OK) return st;
+    if ((st = ddp_open(R)) != KILN_OK) return st;
+    if (R->rank == 0 && c->metrics && (st = kiln_metrics_open(c->metrics, c->resume != NULL, &R->metrics)) != KILN_OK) return st;
     return KILN_OK;
 }
 
@@ -468,8 +495,10 @@ static kiln_status run_compile(run *R) {
     kiln_train_config *c = &R->c;
     kiln_compile_opts co = kiln_compile_defaults();
     co.training = 1;
-    co.max_batch = c->batch_size < R->train->len ? c->batch_size : R->train->len; /* no batch is larger than the dataset */
-    co.also_batches[0] = R->train->len % co.max_batch;
+    /* each rank visits ceil(len / world) samples an epoch (DistributedSampler, padded) */
+    R->rank_len = (R->train->len + R->world - 1) / R->world;
+    co.max_batch = c->batch_size < R->rank_len ? c->batch_size : R->rank_len; /* no batch is larger than the dataset */
+    co.also_batches[0] = R->rank_len % co.max_batch;
     co.fuse = c->fuse;
     co.autotune = c->autotune;
     co.dropout_off = c->dropout_off;
@@ -480,6 +509,7 @@ static kiln_status run_compile(run *R) {
     co.precision = c->precision;
     co.profile = c->profile;
     kiln_status st = kiln_compile(R->g, R->P, &R->m.loss, 1, &co, &R->plan);
+    if (st == KILN_OK) st = kiln_ddp_attach(R->ddp, R->plan);
     if (st != KILN_OK) return st;
     R->r->arena_bytes = kiln_plan_arena_bytes(R->plan);
     R->r->arena_bytes_no_reuse = kiln_plan_arena_bytes_no_reuse(R->plan);
@@ -504,6 +534,8 @@ static kiln_status run_compile(run *R) {
     lc.prefetch = c->prefetch;
     lc.lock_memory = c->lock_memory;
     lc.skip_bad = c->skip_bad;
+    lc.rank = R->rank;
+    lc.world = R->world;
     R->auto_on = c->workers == KILN_WORKERS_AUTO;
     if (R->auto_on) kiln_auto_workers_begin(&R->aw, kiln_cores_available(), R->r->workers_why, sizeof R->r->workers_why, &lc);
     kiln_params_host_allocator(R->P, &lc.host_alloc, &lc.host_free);
@@ -558,7 +590,9 @@ static kiln_status run_batch(run *R, const kiln_batch *b, int64_t micro, int64_t
     double share = (double)b->n / (double)group_n, t = now_s();
     kiln_plan_bind(R->plan, R->m.x, b->x);
     kiln_plan_bind(R->plan, R->m.y, b->y);
-    kiln_plan_set_accumulate(R->plan, micro > 0, share);
+    /* divided by the world size: the ranks' summed gradients are their mean */
+    kiln_plan_set_accumulate(R->plan, micro > 0, share / R->world);
+    kiln_ddp_begin_micro(R->ddp, micro + 1 == R->accum || b->index + 1 >= R->per_epoch);
     kiln_plan_set_step(R->plan, (uint64_t)(R->step * R->accum + micro));
     sample_kernels(R);
     kiln_status st = kiln_plan_run(R->plan, b->n);
@@ -571,14 +605,15 @@ static kiln_status run_batch(run *R, const kiln_batch *b, int64_t micro, int64_t
                          (long long)R->step + 1, (long long)R->epoch + 1, (long long)b->index, l,
                          R->c.save ? "; no checkpoint was written" : "");
     *group_loss += l * share;
-    R->samples += b->n;
-    R->epoch_samples += b->n;
-    R->win.samples += b->n;
+    int64_t n = b->n * R->world; /* every rank's batch is as large: the figures count them all */
+    R->samples += n;
+    R->epoch_samples += n;
+    R->win.samples += n;
     return KILN_OK;
 }
 
 static void report_progress(run *R) {
-    if (!R->c.progress) return;
+    if (!R->c.progress || R->rank != 0) return;
     double el = elapsed(R), wait = waited(R);
     kiln_progress p = {R->step, R->total, R->epoch, R->c.epochs, R->next, R->per_epoch, R->loss, R->loss_smooth,
                        kiln_optim_lr(R->opt), R->samples / (el > 0 ? el : 1e-9), el > 0 ? wait / el : 0, el,
@@ -589,8 +624,14 @@ static void report_progress(run *R) {
 /* the update that ends a step's group, then what follows a step: checkpoint, metrics, progress, stop */
 static kiln_status run_update(run *R, double loss) {
     double t = now_s();
+    /* the loss, and a stop request seen by any rank (all ranks stop at the same step) */
+    double v[2] = {loss, R->c.stop_flag && *R->c.stop_flag};
+    kiln_status st = kiln_ddp_reduce(R->ddp);
+    if (st == KILN_OK) st = kiln_ddp_mean(R->ddp, v, 2, "the loss all-reduce");
+    if (st != KILN_OK) return st;
+    loss = v[0];
     kiln_optim_set_lr(R->opt, lr_now(R));
-    kiln_status st = kiln_optim_step(R->opt);
+    st = kiln_optim_step(R->opt);
     double t1 = now_s();
     kiln_trace_span("optimizer", "train", t, t1);
     R->optim_s += t1 - t;
@@ -605,7 +646,7 @@ static kiln_status run_update(run *R, double loss) {
     R->win.steps++;
     R->stop = R->step >= R->total;
     int epoch_done = R->next >= R->per_epoch;
-    if (R->c.save_every && R->step % R->c.save_every == 0 && !R->stop &&
+    if (R->c.save_every && R->step % R->c.save_every == 0 && !R->stop && R->rank == 0 &&
         (st = save(R, R->step, epoch_done ? R->epoch + 1 : R->epoch, epoch_done ? 0 : R->next)) != KILN_OK)
         return st;
     if (R->metrics && (R->step % R->c.log_every == 0 || R->stop)) {
@@ -614,7 +655,7 @@ static kiln_status run_update(run *R, double loss) {
     }
     report_progress(R);
     /* a stop request (Ctrl-C in the CLI) seen after step s stops at s */
-    if (R->c.stop_flag && *R->c.stop_flag && !R->stop) {
+    if (v[1] > 0 && !R->stop) {
         R->stop = 1;
         R->r->interrupted = 1;
         kiln_log(KILN_LOG_INFO, "interrupted at step %lld%s", (long long)R->step,
@@ -627,7 +668,7 @@ static kiln_status run_update(run *R, double loss) {
 static int64_t group_samples(const run *R, int64_t first) {
     int64_t n = 0;
     for (int64_t k = first; k < first + R->accum && k < R->per_epoch; k++) {
-        int64_t left = R->train->len - k * R->c.batch_size;
+        int64_t left = R->rank_len - k * R->c.batch_size;
         n += left < R->c.batch_size ? left : R->c.batch_size;
     }
     return n;
@@ -696,7 +737,7 @@ static void begin_epoch(run *R) {
 }
 
 static int eval_due(const run *R, int64_t epochs_done) {
-    return R->c.test && R->c.eval_every > 0 && epochs_done % R->c.eval_every == 0;
+    return R->c.test && R->rank == 0 && R->c.eval_every > 0 && epochs_done % R->c.eval_every == 0;
 }
 
 /* the epochs: each ends with its line (and an evaluation when due); the last
@@ -786,7 +827,7 @@ static kiln_status run_finish(run *R) {
     end_epoch(R);
     int epoch_done = R->next >= R->per_epoch;
     kiln_status st = KILN_OK;
-    if (R->c.save && (st = save(R, R->step, epoch_done ? R->epoch + 1 : R->epoch, epoch_done ? 0 : R->next)) != KILN_OK)
+    if (R->c.save && R->rank == 0 && (st = save(R, R->step, epoch_done ? R->epoch + 1 : R->epoch, epoch_done ? 0 : R->next)) != KILN_OK)
         return st;
     report_bottleneck(R);
     report_profile(R);
@@ -794,7 +835,7 @@ static kiln_status run_finish(run *R) {
     kiln_plan_free(R->plan);
     R->plan = NULL;
     kiln_alloc_release_cached();
-    int eval = R->c.test && !r->interrupted && R->evaluated_at != R->step;
+    int eval = R->c.test && R->rank == 0 && !r->interrupted && R->evaluated_at != R->step;
     if (eval && (st = run_evaluate(R)) != KILN_OK) return st;
     if (R->evaluated_at >= 0) {
         r->test_loss = R->last_eval.loss;
@@ -810,6 +851,7 @@ static void run_close(run *R) {
     kiln_loader_free(R->L);
     kiln_plan_free(R->plan);
     kiln_optim_free(R->opt);
+    kiln_ddp_free(R->ddp);
     kiln_params_free(R->P);
     kiln_graph_free(R->g);
     kiln_dataset_free(R->train);
@@ -829,16 +871,38 @@ static kiln_status resolve_batch(run *R) {
     return KILN_OK;
 }
 
-static void log_threads(run *R) {
-    int threads = set_threads(R->c.threads), cores = kiln_cores_available(), workers = R->c.workers;
+/* every rank's budget, logged by rank 0 (the other ranks report only warnings) */
+static kiln_status log_budgets(run *R, const char *mine) {
+    enum { LINE = 256 };
+    if (R->world == 1) {
+        kiln_log(KILN_LOG_INFO, "thread budget: %s", mine);
+        return KILN_OK;
+    }
+    char line[LINE], *all = malloc((size_t)LINE * (size_t)R->world);
+    if (!all) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    snprintf(line, sizeof line, "%s: %s", kiln_comm_host(R->comm), mine);
+    kiln_status st = kiln_comm_allgather(R->comm, line, all, LINE, "the thread-budget exchange");
+    if (st == KILN_OK) kiln_log(KILN_LOG_INFO, "%d ranks (%s), batch %lld per rank, global batch %lld", R->world,
+                                kiln_comm_library(R->comm), (long long)R->c.batch_size, (long long)R->c.batch_size * R->world);
+    for (int i = 0; st == KILN_OK && i < R->world; i++) kiln_log(KILN_LOG_INFO, "thread budget of rank %d on %s", i, all + (size_t)i * LINE);
+    free(all);
+    return st;
+}
+
+static kiln_status log_threads(run *R) {
+    int cores = kiln_cores_available(), workers = R->c.workers, local = kiln_comm_local_size(R->comm);
+    /* ranks sharing a host share its cores (no oversubscription), unless the launcher bound each to its own */
+    if (R->c.threads <= 0 && local > 1 && cores >= cores_online()) R->c.threads = cores / local > 0 ? cores / local : 1;
+    int threads = set_threads(R->c.threads);
     R->r->threads = threads;
-    char wtext[48];
+    char wtext[48], line[224];
     if (workers == KILN_WORKERS_AUTO) snprintf(wtext, sizeof wtext, "loader workers chosen by measuring (auto)");
     else snprintf(wtext, sizeof wtext, "%d loader worker%s", workers, workers == 1 ? "" : "s");
-    kiln_log(KILN_LOG_INFO, "thread budget: %d compute thread%s (OpenMP, shared with oneDNN), %s (low priority, "
-             "asleep while the ring is full), %d core%s available", threads, threads == 1 ? "" : "s", wtext, cores,
-             cores == 1 ? "" : "s");
+    snprintf(line, sizeof line, "%d compute thread%s (OpenMP, shared with oneDNN), %s (low priority, asleep while the ring "
+             "is full), %d core%s available", threads, threads == 1 ? "" : "s", wtext, cores, cores == 1 ? "" : "s");
+    kiln_status st = log_budgets(R, line);
     if (threads > cores) kiln_log(KILN_LOG_WARN, "%d compute threads on %d cores: they will fight for the cores", threads, cores);
+    return st;
 }
 
 /* one run, from the thread budget to closing: the part a trace covers */
@@ -846,8 +910,8 @@ static kiln_status train_run(run *R) {
     kiln_train_result *r = R->r;
     const kiln_train_config *cfg = &R->c;
     kiln_trace_thread("train");
-    log_threads(R);
-    kiln_status st = run_open(R);
+    kiln_status st = log_threads(R);
+    if (st == KILN_OK) st = run_open(R);
     if (st == KILN_OK) {
         /* the clock starts before compiling: autotuning and starting the loader are part of the run's cost */
         R->t0 = now_s();
@@ -874,6 +938,9 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
     kiln_status st = check_config(cfg);
     if (st != KILN_OK) return st;
     run R = {.c = *cfg, .r = r, .evaluated_at = -1, .loss = NAN};
+    R.comm = kiln_dist_comm();
+    R.rank = kiln_comm_rank(R.comm);
+    R.world = kiln_comm_size(R.comm);
     if ((st = resolve_batch(&R)) != KILN_OK) return st;
     if (cfg->trace && (st = kiln_trace_start(cfg->trace)) != KILN_OK) return st;
     st = train_run(&R);

@@ -1,0 +1,192 @@
+/* Data parallel training: the start-up agreement (same model, same settings,
+ * rank 0's weights everywhere) and each step's gradient all-reduce. Gradients
+ * arrive already divided by the world size (the trainer scales backward's
+ * seed), so a sum over the ranks is their mean and no pass over the buffer
+ * follows the reduction. docs/distributed.md. */
+#include "dist/internal/ddp.h"
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "base/internal/trace.h"
+
+struct kiln_ddp {
+    kiln_comm *c;
+    kiln_params *P;
+    kiln_ddp_opts o;
+    kiln_plan *plan;
+    int sync;             /* this micro-batch reduces */
+    kiln_ddp_stats st;
+};
+
+kiln_ddp_opts kiln_ddp_defaults(void) { return (kiln_ddp_opts){25, 1, NULL}; }
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* "name[2,3] name[4] ...": what two ranks must agree on, parameters then buffers */
+static char *describe_model(const kiln_params *P) {
+    size_t cap = 4096, o = 0;
+    char *s = malloc(cap);
+    for (int b = 0; s && b < 2; b++) {
+        int n = b ? kiln_params_buffer_count(P) : kiln_params_count(P);
+        for (int i = 0; i < n && s; i++) {
+            int64_t shape[8];
+            int nd = b ? kiln_params_buffer_shape(P, i, shape) : kiln_params_shape(P, i, shape);
+            if (cap - o < 512) s = realloc(s, cap *= 2);
+            if (!s) break;
+            o += (size_t)snprintf(s + o, cap - o, "%s%s[", b ? "buffer " : "", b ? kiln_params_buffer_name(P, i) : kiln_params_name(P, i));
+            for (int d = 0; d < nd; d++) o += (size_t)snprintf(s + o, cap - o, "%s%lld", d ? "," : "", (long long)shape[d]);
+            o += (size_t)snprintf(s + o, cap - o, "]\n");
+        }
+    }
+    if (s) s[o] = 0;
+    return s;
+}
+
+/* rank 0's text on every rank: its length, then its bytes */
+static kiln_status bcast_text(kiln_comm *c, const char *mine, char **root_text, const char *what) {
+    double len = kiln_comm_rank(c) == 0 ? (double)strlen(mine) + 1 : 0;
+    kiln_status st = kiln_comm_bcast(c, &len, sizeof len, 0, what);
+    if (st != KILN_OK) return st;
+    *root_text = malloc((size_t)len);
+    if (!*root_text) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", what);
+    if (kiln_comm_rank(c) == 0) memcpy(*root_text, mine, (size_t)len);
+    return kiln_comm_bcast(c, *root_text, (size_t)len, 0, what);
+}
+
+/* the first line where two descriptions differ */
+static void first_difference(const char *a, const char *b, char *out, size_t len) {
+    while (*a && *b) {
+        size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+        if (la != lb || memcmp(a, b, la) != 0) {
+            snprintf(out, len, "'%.*s' here, '%.*s' on rank 0", (int)la, a, (int)lb, b);
+            return;
+        }
+        a += la + (a[la] ? 1 : 0);
+        b += lb + (b[lb] ? 1 : 0);
+    }
+    snprintf(out, len, *a ? "here '%.*s' and more, rank 0 has no more" : "rank 0 has '%.*s' and more, here no more",
+             (int)strcspn(*a ? a : b, "\n"), *a ? a : b);
+}
+
+/* the first setting whose value differs from rank 0's */
+static int settings_difference(const char *mine, const char *root, char *out, size_t len) {
+    json_t *a = json_loads(mine, 0, NULL), *b = json_loads(root, 0, NULL);
+    const char *key;
+    json_t *v;
+    int differ = 0;
+    json_object_foreach(a, key, v) {
+        json_t *w = json_object_get(b, key);
+        if (w && json_equal(v, w)) continue;
+        char *x = json_dumps(v, JSON_ENCODE_ANY), *y = w ? json_dumps(w, JSON_ENCODE_ANY) : NULL;
+        snprintf(out, len, "--%s %s here, %s on rank 0", key, x ? x : "?", y ? y : "(not set)");
+        free(x);
+        free(y);
+        differ = 1;
+        break;
+    }
+    if (!differ && a && b && json_object_size(a) != json_object_size(b)) {
+        snprintf(out, len, "rank 0 has settings this rank has not");
+        differ = 1;
+    }
+    json_decref(a);
+    json_decref(b);
+    return differ;
+}
+
+/* every rank compares its own text with rank 0's; all fail when one differs */
+static kiln_status agree(kiln_comm *c, const char *mine, int settings, const char *what) {
+    char *root = NULL, diff[512] = "";
+    kiln_status st = bcast_text(c, mine, &root, what);
+    if (st != KILN_OK) return st;
+    int differ = settings ? settings_difference(mine, root, diff, sizeof diff) : strcmp(mine, root) != 0;
+    if (differ && !settings) first_difference(mine, root, diff, sizeof diff);
+    free(root);
+    double bad[2] = {differ, differ ? kiln_comm_rank(c) : 1e9};
+    if ((st = kiln_comm_allreduce_f64(c, bad, 1, what)) != KILN_OK) return st;
+    if (bad[0] == 0) return KILN_OK;
+    if (differ)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "rank %d: %s differs from rank 0's: %s", kiln_comm_rank(c),
+                         settings ? "the command line" : "the model", diff);
+    return kiln_fail(KILN_ERR_INVALID_ARG, "rank %d: %.0f rank(s) %s from rank 0's (their messages say how)", kiln_comm_rank(c),
+                     bad[0], settings ? "were given other settings" : "built another model");
+}
+
+static kiln_status broadcast_state(kiln_ddp *d) {
+    kiln_params *P = d->P;
+    size_t elem = kiln_params_dtype(P) == KILN_F64 ? 8 : 4;
+    kiln_status st = kiln_comm_bcast(d->c, kiln_params_data(P), (size_t)kiln_params_total(P) * elem, 0, "the parameter broadcast");
+    return st == KILN_OK ? kiln_ddp_sync_buffers(d) : st;
+}
+
+kiln_status kiln_ddp_sync_buffers(kiln_ddp *d) {
+    for (int i = 0; i < kiln_params_buffer_count(d->P); i++) {
+        size_t elem = kiln_params_buffer_dtype(d->P, i) == KILN_F32 ? 4 : 8;
+        kiln_status st = kiln_comm_bcast(d->c, kiln_params_buffer_data(d->P, i),
+                                         (size_t)kiln_params_buffer_numel(d->P, i) * elem, 0, "the buffer broadcast");
+        if (st != KILN_OK) return st;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_ddp_open(kiln_comm *c, kiln_params *P, const kiln_ddp_opts *o, kiln_ddp **out) {
+    *out = NULL;
+    if (kiln_comm_size(c) > 1 && !kiln_params_host_memory(P))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "data parallel training keeps parameters in host memory: --device %s under "
+                         "mpirun is not supported yet", kiln_params_backend(P));
+    kiln_ddp *d = calloc(1, sizeof *d);
+    if (!d) return kiln_fail(KILN_ERR_NOMEM, "ddp: out of memory");
+    d->c = c;
+    d->P = P;
+    d->o = *o;
+    d->sync = 1;
+    *out = d;
+    if (kiln_comm_size(c) == 1) return KILN_OK;
+    char *model = describe_model(P);
+    if (!model) return kiln_fail(KILN_ERR_NOMEM, "ddp: out of memory");
+    kiln_status st = agree(c, model, 0, "the model check");
+    free(model);
+    if (st == KILN_OK && o->settings) st = agree(c, o->settings, 1, "the settings check");
+    if (st == KILN_OK) st = broadcast_state(d);
+    return st;
+}
+
+void kiln_ddp_free(kiln_ddp *d) { free(d); }
+
+kiln_status kiln_ddp_attach(kiln_ddp *d, kiln_plan *plan) {
+    d->plan = plan;
+    d->st.buckets = 1;
+    return KILN_OK;
+}
+
+void kiln_ddp_begin_micro(kiln_ddp *d, int sync) { d->sync = sync; }
+
+kiln_status kiln_ddp_reduce(kiln_ddp *d) {
+    if (kiln_comm_size(d->c) == 1) return KILN_OK;
+    double t0 = now_s();
+    kiln_status st = kiln_comm_allreduce_f32(d->c, kiln_params_grad(d->P), kiln_params_total(d->P), "the gradient all-reduce");
+    double t1 = now_s();
+    kiln_trace_span("all-reduce", "comm", t0, t1);
+    d->st.reductions++;
+    d->st.exposed_s += t1 - t0;
+    d->st.comm_s += t1 - t0;
+    return st;
+}
+
+kiln_status kiln_ddp_mean(kiln_ddp *d, double *v, int n, const char *what) {
+    if (kiln_comm_size(d->c) == 1) return KILN_OK;
+    kiln_status st = kiln_comm_allreduce_f64(d->c, v, n, what);
+    for (int i = 0; i < n; i++) v[i] /= kiln_comm_size(d->c);
+    return st;
+}
+
+kiln_ddp_stats kiln_ddp_stats_of(const kiln_ddp *d) {
+    kiln_ddp_stats s = d->st;
+    s.hidden_frac = s.comm_s > 0 ? 1 - s.exposed_s / s.comm_s : 0;
+    return s;
+}

@@ -1,0 +1,51 @@
+/* Data parallel training over a kiln_comm (DistributedDataParallel's part of
+ * a run): the start-up checks and broadcast, and the gradient all-reduce of
+ * each optimizer step. The trainer calls it at fixed points; with a world of
+ * one every call is free. */
+#ifndef KILN_DIST_DDP_H
+#define KILN_DIST_DDP_H
+
+#include "dist/internal/comm.h"
+#include "kiln/graph.h"
+
+typedef struct kiln_ddp kiln_ddp;
+
+typedef struct {
+    double bucket_mb;     /* gradient bucket size (--bucket-mb, default 25) */
+    int overlap;          /* 1: each bucket's all-reduce starts inside backward (--overlap on) */
+    const char *settings; /* the run-defining settings as JSON: every rank's must equal rank 0's */
+} kiln_ddp_opts;
+kiln_ddp_opts kiln_ddp_defaults(void);
+
+/* Checks that every rank built the same model (parameter count, shapes, names:
+ * a hash, and the first difference named) and was given the same settings
+ * (the differing flag named), then broadcasts rank 0's parameters and buffers.
+ * Collective: every rank fails together when one differs. */
+kiln_status kiln_ddp_open(kiln_comm *c, kiln_params *P, const kiln_ddp_opts *o, kiln_ddp **out);
+void kiln_ddp_free(kiln_ddp *d);
+
+/* the training plan whose backward writes the gradients (buckets, overlap hooks) */
+kiln_status kiln_ddp_attach(kiln_ddp *d, kiln_plan *plan);
+/* before a micro-batch's run: sync = 0 for the first K-1 micro-batches of
+ * --accumulate K (no_sync: they accumulate locally), 1 for the one that reduces */
+void kiln_ddp_begin_micro(kiln_ddp *d, int sync);
+/* before the optimizer: every bucket reduced (started now when not overlapped),
+ * averaged over the ranks, waited for */
+kiln_status kiln_ddp_reduce(kiln_ddp *d);
+/* the mean of a per-rank value over the ranks (the step's loss) */
+kiln_status kiln_ddp_mean(kiln_ddp *d, double *v, int n, const char *what);
+/* rank 0's buffers (batch norm's running statistics) on every rank */
+kiln_status kiln_ddp_sync_buffers(kiln_ddp *d);
+
+/* what the summary reports: all-reduce time the optimizer waited for (exposed)
+ * and the share of all-reduce time hidden behind backward, per reducing step */
+typedef struct {
+    int64_t reductions;   /* steps that reduced */
+    double exposed_s;     /* summed over them */
+    double comm_s;        /* all-reduce time (start to completion) summed over buckets */
+    double hidden_frac;   /* 1 - exposed / comm (0 when nothing was reduced) */
+    int buckets;
+} kiln_ddp_stats;
+kiln_ddp_stats kiln_ddp_stats_of(const kiln_ddp *d);
+
+#endif
