@@ -123,6 +123,14 @@ bench-checkpoint: deps
 	@$(MAKE) --no-print-directory all
 	bash bench/checkpoint.sh
 
+# data parallel: mnist-cnn and resnet20 as 1 process x 2 threads and 2 processes x 1 thread (mpirun),
+# beside PyTorch DDP (gloo); exposed all-reduce with and without overlap (needs python3-torch)
+.PHONY: bench-ddp
+bench-ddp: deps
+	@bash scripts/install-deps.sh --bench
+	@$(MAKE) --no-print-directory all
+	bash bench/ddp.sh
+
 # the GPT training step (4 layers, 256 wide, block 128, batch 8) beside PyTorch's nanoGPT at 1 and 2 threads
 # (needs python3-torch and ../shared/bench/peers/w8_gpt.py)
 .PHONY: bench-gpt
