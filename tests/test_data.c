@@ -342,7 +342,7 @@ static kiln_status syn_get(const kiln_dataset *ds, int64_t index, uint64_t key, 
     *y = (int32_t)index;
     return KILN_OK;
 }
-static kiln_dataset g_syn = {"synthetic", SN, 2, {2, 3}, 10, 0, syn_get, NULL, NULL, NULL};
+static kiln_dataset g_syn = {"synthetic", SN, 2, {2, 3}, 10, 0, syn_get, NULL, NULL, NULL, NULL, NULL};
 
 #define BS 16
 #define MAXB ((SN + BS - 1) / BS)

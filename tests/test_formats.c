@@ -376,6 +376,70 @@ static void test_tokens_errors(void) {
 #undef TOK_FAIL
 }
 
+/* ---------- documents ---------- */
+
+static void put_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* kiln tokenize's document index: separator lines end documents and are left
+ * out, each file is a document, the val file starts with the cut one's rest;
+ * the dataset serves each document padded with -1 labels */
+static void test_tokens_docs(void) {
+    char a[160], b[160], out[160], val[200];
+    snprintf(a, sizeof a, "%s/a.txt", g_tmp);
+    snprintf(b, sizeof b, "%s/b.txt", g_tmp);
+    snprintf(out, sizeof out, "%s/d.tokens", g_tmp);
+    put_text(a, "one\n%\n%\ntwo two\n%\nthree\n");
+    put_text(b, "four four four four\n");
+    const char *files[2] = {a, b};
+    kiln_tokenize_result r;
+    CHECK_OK(kiln_tokenize_docs(files, 2, out, 0.25, "%", &r));
+    /* "one\n" "two two\n" "three\n" "four four four four\n": 4 + 8 + 6 + 20 = 38 tokens, 9 held out */
+    CHECK_MSG(r.train_tokens == 29 && r.val_tokens == 9 && r.train_docs == 4 && r.val_docs == 1,
+              "tokens %lld + %lld, docs %lld + %lld", (long long)r.train_tokens, (long long)r.val_tokens,
+              (long long)r.train_docs, (long long)r.val_docs);
+    CHECK_OK(kiln_tokens_val_path(out, val, sizeof val));
+    CHECK(access(val, F_OK) == 0 && unlink(val) == 0); /* the test split reads the file itself: the documents above */
+    kiln_data_config dc = kiln_data_defaults();
+    dc.block = 6;
+    dc.documents = 1;
+    kiln_dataset *ds = NULL;
+    CHECK_OK(kiln_dataset_open_config((snprintf(val, sizeof val, "tokens:%s", out), val), 0, &dc, &ds));
+    if (!ds) return;
+    CHECK(ds->len == 4 && ds->sample_len && ds->get_width);
+    int64_t want_len[4] = {3, 6, 5, 6};
+    const char *want_x[4] = {"one", "two tw", "three", "four f"};
+    for (int64_t i = 0; i < ds->len && i < 4; i++) {
+        CHECK_MSG(ds->sample_len(ds, i) == want_len[i], "doc %lld has %lld positions", (long long)i, (long long)ds->sample_len(ds, i));
+        float x[8];
+        int32_t y[8];
+        CHECK_OK(ds->get_width(ds, i, 7, 6, x, y));
+        int bad = 0;
+        for (int k = 0; k < 6; k++) {
+            int in = k < want_len[i];
+            bad += in ? x[k] != (float)want_x[i][k] || (k + 1 < (int)strlen(want_x[i]) && y[k] != want_x[i][k + 1])
+                      : x[k] != 0 || y[k] != -1;
+        }
+        CHECK_MSG(bad == 0, "doc %lld: %d positions wrong", (long long)i, bad);
+    }
+    CHECK(ds->get_width(ds, 0, 7, 7, (float[8]){0}, (int32_t[8]){0}) == KILN_ERR_INVALID_ARG);
+    kiln_dataset_free(ds);
+    /* an old token file without an index: documents mode says how to make one */
+    snprintf(val, sizeof val, "%s.docs", out);
+    unlink(val);
+    snprintf(val, sizeof val, "tokens:%s", out);
+    expect_fail(val, 1, &dc, KILN_ERR_INVALID_ARG, "no document index", "kiln tokenize");
+    /* a corrupt index is refused naming it */
+    CHECK_OK(kiln_tokens_docs_write(out, (int64_t[]){0, 5}, 2, 28));
+    expect_fail(val, 1, &dc, KILN_ERR_FORMAT, ".docs", "another file");
+    CHECK(kiln_tokens_docs_write(out, (int64_t[]){0, 5, 5}, 3, 29) == KILN_ERR_INVALID_ARG);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/kiln_test_formats.XXXXXX");
     if (!mkdtemp(g_tmp)) return 1;
@@ -387,6 +451,7 @@ int main(void) {
     test_tokens_loader();
     test_tokens_write();
     test_tokens_errors();
+    test_tokens_docs();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);

@@ -47,7 +47,7 @@ static void syn_will_need(const kiln_dataset *ds, const int64_t *index, int64_t 
     atomic_fetch_add(&g_hinted, n);
 }
 
-static kiln_dataset g_syn = {"synthetic", N, 1, {NUMEL}, 10, LABELS, syn_get, NULL, syn_will_need, NULL};
+static kiln_dataset g_syn = {"synthetic", N, 1, {NUMEL}, 10, LABELS, syn_get, NULL, syn_will_need, NULL, NULL, NULL};
 
 typedef struct {
     int64_t nb, n[NB * 2];

@@ -43,6 +43,13 @@ struct kiln_dataset {
     /* optional (NULL: none): the loader names the samples it will ask for next,
      * a little ahead of the workers, so a remote dataset starts fetching them */
     void (*will_need)(const kiln_dataset *ds, const int64_t *index, int64_t n);
+    /* optional (NULL: every sample fills its shape): variable-length samples of
+     * one dim (token documents). sample_len: the positions sample `index` holds
+     * (1..sample_shape[0]); get_width: the sample cut to `width` positions (x and
+     * the labels `width` each), padded past its length with x 0 and label -1
+     * (what the masked loss ignores) */
+    int64_t (*sample_len)(const kiln_dataset *ds, int64_t index);
+    kiln_status (*get_width)(const kiln_dataset *ds, int64_t index, uint64_t key, int64_t width, float *x, int32_t *y);
     void *impl;
 };
 
@@ -67,6 +74,8 @@ typedef struct kiln_data_config {
     float val_split;          /* DIR/<class>/... without train/ and test/: this share is the test split */
     const char *cache;        /* image folders and shards: keep decoded samples in this folder (NULL: none) */
     int block;                /* token files: tokens per sample (x: block tokens, labels: the next block) */
+    int documents;            /* token files: a sample is a document of the index beside the file (cut to block + 1
+                                 tokens, padded: sample_len/get_width), not a window of the stream */
     int skip_bad;             /* --bad-samples skip: a corrupt file met at open (the shape probe) is passed over too */
 } kiln_data_config;
 kiln_data_config kiln_data_defaults(void);
@@ -120,10 +129,25 @@ kiln_status kiln_tokens_write(const char *path, const uint16_t *tokens, int64_t 
  * (kiln_tokens_val_path), which `--data tokens:OUT`'s test split reads. */
 typedef struct kiln_tokenize_result {
     int64_t train_tokens, val_tokens;
+    int64_t train_docs, val_docs;  /* documents in each file's index */
     char val_path[4096];      /* "" without a val file */
 } kiln_tokenize_result;
 kiln_status kiln_tokenize(const char *const *paths, int npaths, const char *out, double val_fraction,
                           kiln_tokenize_result *r);
+/* The same, recording documents in the index beside each file written
+ * (kiln_tokens_docs_write): each input file is a document, and with a
+ * separator (non-NULL, e.g. "%" for fortune files) every line equal to it ends
+ * one and is left out of the tokens. Empty documents are dropped; the val
+ * file's first document is what is left of the one the split cuts. */
+kiln_status kiln_tokenize_docs(const char *const *paths, int npaths, const char *out, double val_fraction,
+                               const char *separator, kiln_tokenize_result *r);
+/* Document index beside a token file: "FILE.docs" (docs.c gives its layout).
+ * starts[0..n) are the documents' first tokens (starts[0] = 0, increasing),
+ * ntokens the token file's count; written atomically. */
+#define KILN_DOCS_MAGIC 20240521
+#define KILN_DOCS_VERSION 1
+kiln_status kiln_tokens_docs_path(const char *tokens_path, char *out, size_t len);
+kiln_status kiln_tokens_docs_write(const char *tokens_path, const int64_t *starts, int64_t n, int64_t ntokens);
 /* "X.tokens" -> "X.val.tokens" (any other name gets ".val.tokens" appended) */
 kiln_status kiln_tokens_val_path(const char *train_path, char *out, size_t len);
 

@@ -8,7 +8,13 @@
  * are the same for any worker count), (count - 1) / block of them per epoch;
  * the test split is the consecutive windows of block + 1 tokens from the
  * start of the val file beside it (X.val.tokens, kiln tokenize's held-out
- * tail) or, without one, of the file itself; a partial last one dropped. */
+ * tail) or, without one, of the file itself; a partial last one dropped.
+ *
+ * With dc->documents a sample is a document of the index beside the file
+ * (docs.c; documents of one token have nothing to predict and are left out):
+ * its first block + 1 tokens, or for training a window of them at an offset
+ * drawn from the key when it is longer; shorter ones are padded (x 0, labels
+ * -1) to the width the caller asks for (get_width; get pads to block). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -32,6 +38,8 @@ typedef struct tokens {
     size_t map_len;
     int64_t count;
     int block, train;
+    int64_t *doc_off;  /* documents: the index's offsets */
+    int64_t *doc;      /* documents: sample -> document (those of 2 tokens or more) */
     char name[PATH_MAX + 32];
 } tokens;
 
@@ -54,8 +62,60 @@ static kiln_status tokens_get(const kiln_dataset *ds, int64_t index, uint64_t ke
     return KILN_OK;
 }
 
+/* documents: sample index's first token and its positions (tokens - 1, at most block) */
+static int64_t doc_positions(const tokens *d, int64_t index, int64_t *first) {
+    int64_t k = d->doc[index], len = d->doc_off[k + 1] - d->doc_off[k];
+    *first = d->doc_off[k];
+    return len - 1 < d->block ? len - 1 : d->block;
+}
+
+static int64_t doc_len(const kiln_dataset *ds, int64_t index) {
+    int64_t first;
+    return index >= 0 && index < ds->len ? doc_positions(ds->impl, index, &first) : 0;
+}
+
+static kiln_status doc_get_width(const kiln_dataset *ds, int64_t index, uint64_t key, int64_t width, float *x, int32_t *y) {
+    const tokens *d = ds->impl;
+    if (index < 0 || index >= ds->len || width < 1 || width > d->block)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: sample %lld of width %lld is out of range (0..%lld, 1..%d)", d->name,
+                         (long long)index, (long long)width, (long long)ds->len - 1, d->block);
+    int64_t first, n = doc_positions(d, index, &first), k = d->doc[index];
+    int64_t spare = d->doc_off[k + 1] - first - (n + 1); /* tokens beyond the window: a longer document */
+    if (d->train && spare > 0) first += (int64_t)kiln_rng_bounded(key, 0x646f6373ull /* "docs" */, (uint64_t)spare + 1);
+    const uint8_t *p = d->tok + 2 * first;
+    for (int64_t i = 0; i < width; i++) {
+        x[i] = i < n ? (float)le16(p + 2 * i) : 0.0f;
+        y[i] = i < n ? le16(p + 2 * (i + 1)) : -1;
+    }
+    return KILN_OK;
+}
+
+static kiln_status doc_get(const kiln_dataset *ds, int64_t index, uint64_t key, float *x, int32_t *y) {
+    return doc_get_width(ds, index, key, ((const tokens *)ds->impl)->block, x, y);
+}
+
+/* documents mode: the index, and the samples (documents with something to predict) */
+static kiln_status open_docs(tokens *d, const char *path) {
+    int64_t n = 0;
+    kiln_status st = kiln_tokens_docs_read(path, d->count, &d->doc_off, &n);
+    if (st != KILN_OK) return st;
+    d->doc = malloc(sizeof *d->doc * (size_t)(n ? n : 1));
+    if (!d->doc) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
+    int64_t m = 0;
+    for (int64_t k = 0; k < n; k++)
+        if (d->doc_off[k + 1] - d->doc_off[k] >= 2) d->doc[m++] = k;
+    if (m == 0) return kiln_fail(KILN_ERR_FORMAT, "%s: no document of 2 tokens or more", path);
+    d->ds.len = m;
+    d->ds.get = doc_get;
+    d->ds.get_width = doc_get_width;
+    d->ds.sample_len = doc_len;
+    return KILN_OK;
+}
+
 static void tokens_destroy(kiln_dataset *ds) {
     tokens *d = ds->impl;
+    free(d->doc_off);
+    free(d->doc);
     if (d->map) munmap(d->map, d->map_len);
     free(d);
 }
@@ -130,7 +190,7 @@ kiln_status kiln_tokens_open(const char *path, int train, const kiln_data_config
     d->ds = (kiln_dataset){.name = d->name, .sample_ndim = 1, .get = tokens_get, .destroy = tokens_destroy, .impl = d};
     d->block = dc->block;
     d->train = train;
-    if ((st = map_file(d, path)) == KILN_OK && d->count < (int64_t)d->block + 1)
+    if ((st = map_file(d, path)) == KILN_OK && !dc->documents && d->count < (int64_t)d->block + 1)
         st = kiln_fail(KILN_ERR_FORMAT, "%s: %lld tokens are fewer than one sample's window of block + 1 = %d: use a smaller "
                        "--block or more data", path, (long long)d->count, d->block + 1);
     if (st != KILN_OK) {
@@ -143,6 +203,10 @@ kiln_status kiln_tokens_open(const char *path, int train, const kiln_data_config
         top = t > top ? t : top;
     }
     d->ds.len = train ? (d->count - 1) / d->block : d->count / (d->block + 1);
+    if (dc->documents && (st = open_docs(d, path)) != KILN_OK) {
+        tokens_destroy(&d->ds);
+        return st;
+    }
     d->ds.sample_shape[0] = d->block;
     d->ds.label_numel = d->block;
     d->ds.num_classes = top + 1;
@@ -152,7 +216,7 @@ kiln_status kiln_tokens_open(const char *path, int train, const kiln_data_config
 
 /* ---- writing ---- */
 
-static kiln_status write_all(int fd, const uint8_t *b, size_t n, const char *tmp) {
+kiln_status kiln_write_all(int fd, const uint8_t *b, size_t n, const char *tmp) {
     size_t done = 0;
     while (done < n) {
         ssize_t r = write(fd, b + done, n - done);
@@ -170,13 +234,38 @@ static kiln_status write_body(int fd, const uint16_t *t, int64_t n, const char *
     const int32_t head[3] = {KILN_TOKENS_MAGIC, KILN_TOKENS_VERSION, (int32_t)n};
     for (int i = 0; i < 3; i++)
         for (int k = 0; k < 4; k++) buf[4 * i + k] = (uint8_t)((uint32_t)head[i] >> 8 * k);
-    kiln_status st = write_all(fd, buf, HEADER_BYTES, tmp);
+    kiln_status st = kiln_write_all(fd, buf, HEADER_BYTES, tmp);
     for (int64_t at = 0; st == KILN_OK && at < n; at += sizeof buf / 2) {
         int64_t m = n - at < (int64_t)(sizeof buf / 2) ? n - at : (int64_t)(sizeof buf / 2);
         for (int64_t i = 0; i < m; i++) buf[2 * i] = (uint8_t)t[at + i], buf[2 * i + 1] = (uint8_t)(t[at + i] >> 8);
-        st = write_all(fd, buf, (size_t)m * 2, tmp);
+        st = kiln_write_all(fd, buf, (size_t)m * 2, tmp);
     }
     return st;
+}
+
+/* a temporary beside path, written by body, synced and renamed over path */
+kiln_status kiln_write_atomic(const char *path, kiln_status (*body)(int fd, const void *ctx, const char *tmp), const void *ctx) {
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = kiln_open_write(tmp, 0);
+    if (fd < 0) return KILN_ERR_IO;
+    kiln_status st = body(fd, ctx, tmp);
+    if (st == KILN_OK && fsync(fd) != 0) st = kiln_fail(KILN_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && st == KILN_OK) st = kiln_fail(KILN_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    if (st == KILN_OK && rename(tmp, path) != 0)
+        st = kiln_fail(KILN_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
+    if (st != KILN_OK) unlink(tmp);
+    return st;
+}
+
+typedef struct {
+    const uint16_t *t;
+    int64_t n;
+} token_body;
+
+static kiln_status write_tokens(int fd, const void *ctx, const char *tmp) {
+    const token_body *b = ctx;
+    return write_body(fd, b->t, b->n, tmp);
 }
 
 kiln_status kiln_tokens_write(const char *path, const uint16_t *tokens, int64_t n) {
@@ -185,15 +274,6 @@ kiln_status kiln_tokens_write(const char *path, const uint16_t *tokens, int64_t 
     if (n < 0 || n > INT32_MAX)
         return kiln_fail(KILN_ERR_INVALID_ARG, "%s: %lld tokens do not fit a token file (its header counts 0..%d)", path,
                          (long long)n, INT32_MAX);
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = kiln_open_write(tmp, 0);
-    if (fd < 0) return KILN_ERR_IO;
-    kiln_status st = write_body(fd, tokens, n, tmp);
-    if (st == KILN_OK && fsync(fd) != 0) st = kiln_fail(KILN_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && st == KILN_OK) st = kiln_fail(KILN_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-    if (st == KILN_OK && rename(tmp, path) != 0)
-        st = kiln_fail(KILN_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
-    if (st != KILN_OK) unlink(tmp);
-    return st;
+    token_body b = {tokens, n};
+    return kiln_write_atomic(path, write_tokens, &b);
 }

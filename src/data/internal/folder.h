@@ -22,6 +22,15 @@ kiln_status kiln_cifar_open_files(const char *const *files, int n, const char *n
                                   kiln_dataset **out);
 /* a token file (tokens.c): windows of dc->block + 1 tokens */
 kiln_status kiln_tokens_open(const char *path, int train, const kiln_data_config *dc, kiln_dataset **out);
+/* writing files: every byte of b (EINTR retried), or a message naming tmp */
+kiln_status kiln_write_all(int fd, const uint8_t *b, size_t n, const char *tmp);
+/* a temporary beside path filled by body (given the temporary's name for
+ * messages), synced and renamed over path; removed on failure */
+kiln_status kiln_write_atomic(const char *path, kiln_status (*body)(int fd, const void *ctx, const char *tmp), const void *ctx);
+/* the document index beside a token file of ntokens tokens (docs.c): *ndocs
+ * documents, (*off)[i] .. (*off)[i+1] (malloc'd); a message saying how to make
+ * one when it is absent */
+kiln_status kiln_tokens_docs_read(const char *tokens_path, int64_t ntokens, int64_t **off, int64_t *ndocs);
 /* an IDX dataset's raw pixels [len, rows, cols] and labels, for kiln pack */
 kiln_status kiln_idx_raw(const kiln_dataset *ds, const uint8_t **pixels, const uint8_t **labels, int *rows, int *cols);
 
