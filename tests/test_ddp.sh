@@ -20,6 +20,10 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
 if ! command -v mpirun >/dev/null; then echo "test_ddp: skipped: mpirun is not installed (Debian: openmpi-bin)"; exit 77; fi
 if [ ! -e "$(dirname "$KILN")/libkiln_mpi.so" ]; then echo "test_ddp: skipped: kiln was built without MPI (libkiln_mpi.so)"; exit 77; fi
 
+# launched by an MPI launcher but without the plugin: a clear error, before any work
+expect 2 "under a launcher without the plugin" "libkiln_mpi.so" "KILN_MPI_PLUGIN" -- \
+    env KILN_MPI_PLUGIN="$T/none.so" OMPI_COMM_WORLD_SIZE=2 "$KILN" train --max-steps 1 --no-test
+
 # a small set: 1000 training samples (500 a rank: 15 batches of 32 and one of 20), 100 test
 "$PY" - "$DATA" "$T/small" <<'PYEOF'
 import gzip, os, sys

@@ -41,12 +41,12 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* KILN_MPI_PLUGIN, else beside the executable, else where the build put it */
+/* KILN_MPI_PLUGIN alone when set, else beside the executable, else where the build put it */
 static void *load_plugin(char *tried, size_t len) {
     const char *env = getenv("KILN_MPI_PLUGIN");
     char exe[4096], path[4200];
-    const char *cands[3] = {env, NULL, KILN_MPI_PLUGIN_PATH};
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    const char *cands[3] = {env, NULL, env ? NULL : KILN_MPI_PLUGIN_PATH};
+    ssize_t n = env ? 0 : readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
         exe[n] = 0;
         snprintf(path, sizeof path, "%s/libkiln_mpi.so", dirname(exe));
