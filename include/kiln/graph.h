@@ -248,6 +248,8 @@ typedef struct kiln_compile_opts {
     int fold_bn;        /* 1 (default): inference plans fold each batch norm into the conv2d before it (a small
                            step recomputes the conv's weights and bias every run; the norm's pass is gone) */
     int dropout_off;    /* 1: dropout is the identity even in training (golden tests) */
+    int sync_bn;        /* training: batch norms take their statistics over every process of a data-parallel job
+                           (SyncBatchNorm; the trainer gives the plan its collective); a world of one: the same */
     uint64_t seed;      /* dropout key */
     double memory_budget; /* bytes the arena may take; 0: 90 % of the machine's memory */
     int plan_only;      /* 1: plan the memory (and check the budget) but allocate nothing and make no kernels */
@@ -275,6 +277,10 @@ void kiln_plan_set_step(kiln_plan *plan, uint64_t step);
  * gradients to those already held instead of writing them; loss_scale seeds
  * backward (1/N averages N micro-batches as one batch of N times the size). */
 void kiln_plan_set_accumulate(kiln_plan *plan, int accumulate, double loss_scale);
+/* Sync batch norm (compiled with sync_bn): allreduce sums n doubles in place over
+ * the processes of the job, returning 0, or -1 with the message set (the kernels
+ * call it, every process in the same order); NULL (the default): a world of one. */
+void kiln_plan_set_collective(kiln_plan *plan, int (*allreduce)(void *user, double *buf, int64_t n), void *user);
 /* Runs the step list compiled for this batch size (max_batch or one of also_batches). */
 kiln_status kiln_plan_run(kiln_plan *plan, int64_t batch);
 /* After a run: a value's data in host memory (float*, or double* in a reference

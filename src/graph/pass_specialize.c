@@ -4,9 +4,9 @@
  * updates nothing in evaluation) says so through its `specialize` entry. */
 #include "graph/internal/graph.h"
 
-void kiln_pass_specialize(kiln_graph *g, int training, int dropout_off) {
+void kiln_pass_specialize(kiln_graph *g, const kiln_compile_opts *o) {
     for (int i = 0; i < g->nnodes; i++) {
         const kiln_op_def *d = kiln_op_get(g->nodes[i].op);
-        if (d->specialize) d->specialize(g, i, training, dropout_off);
+        if (d->specialize) d->specialize(g, i, o);
     }
 }

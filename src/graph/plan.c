@@ -109,7 +109,7 @@ static kiln_status transform(kiln_plan *pl, kiln_value loss) {
     kiln_graph *g = pl->g;
     const kiln_compile_opts *o = &pl->o;
     kiln_status st = KILN_OK;
-    kiln_pass_specialize(g, o->training, o->dropout_off);
+    kiln_pass_specialize(g, o);
     if (o->training && !o->plan_only) kiln_pass_warn_bias_before_norm(g);
     if (o->training && (st = kiln_autodiff(g, loss)) != KILN_OK) return st;
     /* a backend without the fold kernel runs the norms as they are */

@@ -57,14 +57,15 @@ static int norm_backward(kiln_ad *ad, const kiln_node *f, kiln_op bwd) {
 
 static int bn_backward(kiln_ad *ad, const kiln_node *f) { return norm_backward(ad, f, KILN_OP_BATCH_NORM2D_BWD); }
 
-static void bn_specialize(kiln_graph *g, int i, int training, int dropout_off) {
-    (void)dropout_off;
-    g->nodes[i].attr.bn.training = training;
+static void bn_specialize(kiln_graph *g, int i, const kiln_compile_opts *o) {
+    g->nodes[i].attr.bn.training = o->training;
+    g->nodes[i].attr.bn.sync = o->training && o->sync_bn;
 }
 
 static const kiln_attr_spec bn_attrs[] = {KILN_ATTR("momentum", KILN_ATTR_F32, bn.momentum),
                                           KILN_ATTR("eps", KILN_ATTR_F32, bn.eps),
-                                          KILN_ATTR("training", KILN_ATTR_INT, bn.training), {0}};
+                                          KILN_ATTR("training", KILN_ATTR_INT, bn.training),
+                                          KILN_ATTR("sync", KILN_ATTR_INT, bn.sync), {0}};
 
 const kiln_op_def kiln_op_batch_norm2d = {
     .name = "batch_norm2d", .min_in = 6, .max_in = 6, .nout = 3, .flags = KILN_OPF_LAYER | KILN_OPF_CHANNEL_NORM,

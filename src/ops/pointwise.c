@@ -120,9 +120,9 @@ static int sum_backward(kiln_ad *ad, const kiln_node *f) {
 }
 
 /* evaluation (or dropout switched off, or p = 0): the identity, as a view */
-static void dropout_specialize(kiln_graph *g, int i, int training, int dropout_off) {
+static void dropout_specialize(kiln_graph *g, int i, const kiln_compile_opts *o) {
     kiln_node *n = &g->nodes[i];
-    if (training && !dropout_off && n->attr.dropout.p != 0.0f) return;
+    if (o->training && !o->dropout_off && n->attr.dropout.p != 0.0f) return;
     n->op = KILN_OP_RESHAPE;
     kiln_val *y = &g->vals[n->out[0]];
     const kiln_val *x = &g->vals[n->in[0]];

@@ -490,6 +490,11 @@ static void schedule_open(run *R) {
 
 static float lr_now(const run *R) { return (float)kiln_lr_at(&R->sched, R->step, R->epoch); }
 
+/* sync batch norm's collective: the kernels sum their per-channel statistics over the ranks */
+static int sync_bn_allreduce(void *comm, double *buf, int64_t n) {
+    return kiln_comm_allreduce_f64(comm, buf, n, "the sync batch norm all-reduce") == KILN_OK ? 0 : -1;
+}
+
 /* the training plan (the full batch and the epoch's last one) and the loader */
 static kiln_status run_compile(run *R) {
     kiln_train_config *c = &R->c;
@@ -502,6 +507,7 @@ static kiln_status run_compile(run *R) {
     co.fuse = c->fuse;
     co.autotune = c->autotune;
     co.dropout_off = c->dropout_off;
+    co.sync_bn = c->sync_bn; /* a world of one: the same statistics, by the same route */
     co.checkpoint_activations = c->checkpoint_activations;
     co.memory_budget = c->memory_budget;
     co.seed = (uint64_t)c->seed;
@@ -511,6 +517,7 @@ static kiln_status run_compile(run *R) {
     kiln_status st = kiln_compile(R->g, R->P, &R->m.loss, 1, &co, &R->plan);
     if (st == KILN_OK) st = kiln_ddp_attach(R->ddp, R->plan);
     if (st != KILN_OK) return st;
+    if (c->sync_bn && R->world > 1) kiln_plan_set_collective(R->plan, sync_bn_allreduce, R->comm);
     R->r->arena_bytes = kiln_plan_arena_bytes(R->plan);
     R->r->arena_bytes_no_reuse = kiln_plan_arena_bytes_no_reuse(R->plan);
     R->r->arena_bytes_plain = kiln_plan_arena_bytes_plain(R->plan);
@@ -818,20 +825,6 @@ static void fill_result(run *R) {
     r->skipped = kiln_loader_skipped(R->L);
     if (R->auto_on) kiln_auto_workers_end(&R->aw, R->L);
     r->batch_size = R->c.batch_size;
-    r->world_size = R->world;
-    r->global_batch = R->c.batch_size * R->world;
-}
-
-/* the all-reduce figures, averaged over the ranks (a collective: every rank calls it) */
-static kiln_status fill_comm(run *R) {
-    kiln_train_result *r = R->r;
-    kiln_ddp_stats s = kiln_ddp_stats_of(R->ddp);
-    double v[2] = {s.reductions ? 1e3 * s.exposed_s / (double)s.reductions : 0, s.hidden_frac};
-    kiln_status st = kiln_ddp_mean(R->ddp, v, 2, "the all-reduce figures");
-    r->buckets = s.buckets;
-    r->allreduce_exposed_ms = v[0];
-    r->allreduce_hidden_frac = v[1];
-    return st;
 }
 
 /* after the last step: checkpoint, reports, the final evaluation and the last epoch's line */
@@ -840,8 +833,7 @@ static kiln_status run_finish(run *R) {
     fill_result(R);
     end_epoch(R);
     int epoch_done = R->next >= R->per_epoch;
-    kiln_status st = fill_comm(R);
-    if (st != KILN_OK) return st;
+    kiln_status st = KILN_OK;
     if (R->c.save && R->rank == 0 && (st = save(R, R->step, epoch_done ? R->epoch + 1 : R->epoch, epoch_done ? 0 : R->next)) != KILN_OK)
         return st;
     report_bottleneck(R);

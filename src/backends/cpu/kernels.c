@@ -196,13 +196,26 @@ static kiln_status sum_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 
 /* ---- batch norm: x [N, C, H, W] in NCHW or nChw16c ---- */
 
+/* sync batch norm's per-channel buffers live in the workspace */
+static kiln_status bn_prepare(kiln_step *s, kiln_prep *p) {
+    kiln_prepare_nchw(s, p);
+    size_t need = kiln_cpu_batch_norm_scratch(s->sz.nchw.n, s->sz.nchw.c, s->in[0].layout);
+    if (s->attr.bn.sync && need > p->workspace) p->workspace = need;
+    return KILN_OK;
+}
+
+/* the collective of a sync node (sync batch norm), NULL for a plain one */
+#define SYNC_CO(s, rc) ((s)->attr.bn.sync ? &(rc)->collective : NULL)
+
 static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
-    UNUSED;
     const kiln_bn_attrs *a = &s->attr.bn;
     float *save_mean = s->nout > 1 ? F(s->out[1]) : NULL, *save_invstd = s->nout > 2 ? F(s->out[2]) : NULL;
-    if (kiln_cpu_batch_norm_fwd(s->sz.nchw.n, s->sz.nchw.c, s->sz.nchw.hw, s->in[0].layout, F(s->in[0]), F(s->in[1]),
-                                F(s->in[2]), F(s->in[3]), F(s->in[4]), a->momentum, a->eps, a->training,
-                                s->epilogue == KILN_EPI_RELU, F(s->out[0]), save_mean, save_invstd))
+    int r = kiln_cpu_batch_norm_fwd(s->sz.nchw.n, s->sz.nchw.c, s->sz.nchw.hw, s->in[0].layout, F(s->in[0]), F(s->in[1]),
+                                    F(s->in[2]), F(s->in[3]), F(s->in[4]), a->momentum, a->eps, a->training,
+                                    s->epilogue == KILN_EPI_RELU, F(s->out[0]), save_mean, save_invstd, SYNC_CO(s, rc),
+                                    rc->workspace);
+    if (r == -2) return kiln_fail_context(KILN_ERR_BACKEND, "%s: sync batch norm", s->name);
+    if (r)
         return kiln_fail(KILN_ERR_INVALID_ARG, "training needs more than one value per channel (batch %lld of %lldx%lld images)",
                          (long long)s->sz.nchw.n, (long long)s->in[0].shape[2], (long long)s->in[0].shape[3]);
     if (a->training) (*(int64_t *)s->in[5].data)++;
@@ -210,9 +223,10 @@ static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_cpu_batch_norm_bwd(s->sz.nchw.n, s->sz.nchw.c, s->sz.nchw.hw, s->in[0].layout, F(s->in[0]), F(s->in[1]),
-                            F(s->in[2]), F(s->in[3]), F(s->in[4]), F(s->out[0]), F(s->out[1]), F(s->out[2]), ACC(0),
-                            ACC(1), ACC(2));
+    if (kiln_cpu_batch_norm_bwd(s->sz.nchw.n, s->sz.nchw.c, s->sz.nchw.hw, s->in[0].layout, F(s->in[0]), F(s->in[1]),
+                                F(s->in[2]), F(s->in[3]), F(s->in[4]), F(s->out[0]), F(s->out[1]), F(s->out[2]), ACC(0),
+                                ACC(1), ACC(2), SYNC_CO(s, rc), rc->workspace))
+        return kiln_fail_context(KILN_ERR_BACKEND, "%s: sync batch norm backward", s->name);
     return KILN_OK;
 }
 
@@ -472,8 +486,8 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_AVG_POOL2D_BWD] = {avg_pool_bwd, kiln_prepare_avg_pool, NULL, 0, 1},
     [KILN_OP_SUM] = {sum, NULL, NULL, 1, 0},         /* layout-blind: the same elements in any order */
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL, NULL, 0, 1}, /* a fill */
-    [KILN_OP_BATCH_NORM2D] = {bn, kiln_prepare_nchw, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
-    [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, kiln_prepare_nchw, NULL, 3, 1, 3 | KILN_TIE_OUT(0)},
+    [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
+    [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare, NULL, 3, 1, 3 | KILN_TIE_OUT(0)},
     [KILN_OP_BN_FOLD] = {bn_fold, NULL, NULL, 0, 0},
     [KILN_OP_BMM] = {kiln_cpu_bmm_fwd, kiln_cpu_bmm_prepare, kiln_cpu_bmm_release, 0, 0, 0, kiln_cpu_bmm_describe},
     [KILN_OP_BMM_BWD] = {kiln_cpu_bmm_bwd, kiln_cpu_bmm_bwd_prepare, kiln_cpu_bmm_release, 0, 0, 0, kiln_cpu_bmm_describe},

@@ -146,6 +146,7 @@ static kiln_status sum_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 static kiln_status bn_prepare(kiln_step *s, kiln_prep *p) {
     kiln_prepare_nchw(s, p);
     const kiln_tdesc *x = &s->in[0];
+    if (s->attr.bn.sync) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: sync batch norm (--sync-bn) runs on the cpu only", s->name);
     if (s->op == KILN_OP_BATCH_NORM2D && s->attr.bn.training && s->sz.nchw.n * s->sz.nchw.hw < 2)
         return kiln_fail(KILN_ERR_INVALID_ARG, "training needs more than one value per channel (batch %lld of %lldx%lld images)",
                          (long long)s->sz.nchw.n, (long long)x->shape[2], (long long)x->shape[3]);

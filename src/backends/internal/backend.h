@@ -45,6 +45,7 @@ typedef struct kiln_run_ctx {
     double lr;                        /* optimizer updates */
     int64_t optim_step;               /* updates done, this one included */
     void *workspace;                  /* scratch shared by all kernels, sized at compile */
+    kiln_collective collective;       /* sync batch norm's sum over the processes (kiln_plan_set_collective) */
 } kiln_run_ctx;
 
 typedef struct kiln_step kiln_step;

@@ -335,14 +335,17 @@ static kiln_status cross_entropy_bwd(const kiln_step *s, const kiln_run_ctx *rc)
 
 /* ---- batch norm ---- */
 
+/* the collective of a sync node (sync batch norm), NULL for a plain one */
+#define SYNC_CO(s, rc) ((s)->attr.bn.sync ? &(rc)->collective : NULL)
+
 static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
-    UNUSED;
     const kiln_tdesc *x = &s->in[0];
     const kiln_bn_attrs *a = &s->attr.bn;
-    if (kiln_ref_batch_norm_fwd(x->shape[0], x->shape[1], x->shape[2] * x->shape[3], D(*x), D(s->in[1]), D(s->in[2]),
-                                D(s->in[3]), D(s->in[4]), a->momentum, a->eps, a->training, D(s->out[0]),
-                                s->nout > 1 ? D(s->out[1]) : NULL, s->nout > 2 ? D(s->out[2]) : NULL))
-        return kiln_fail(KILN_ERR_INVALID_ARG, "training needs more than one value per channel");
+    int r = kiln_ref_batch_norm_fwd(x->shape[0], x->shape[1], x->shape[2] * x->shape[3], D(*x), D(s->in[1]), D(s->in[2]),
+                                    D(s->in[3]), D(s->in[4]), a->momentum, a->eps, a->training, D(s->out[0]),
+                                    s->nout > 1 ? D(s->out[1]) : NULL, s->nout > 2 ? D(s->out[2]) : NULL, SYNC_CO(s, rc));
+    if (r == -2) return kiln_fail_context(KILN_ERR_BACKEND, "%s: sync batch norm", s->name);
+    if (r) return kiln_fail(KILN_ERR_INVALID_ARG, "training needs more than one value per channel");
     if (a->training) (*(int64_t *)s->in[5].data)++;
     epilogue_relu(s);
     return KILN_OK;
@@ -350,8 +353,10 @@ static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
 
 static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_tdesc *x = &s->in[0];
-    kiln_ref_batch_norm_bwd(x->shape[0], x->shape[1], x->shape[2] * x->shape[3], D(*x), D(s->in[1]), D(s->in[2]),
-                            D(s->in[3]), D(s->in[4]), D(s->out[0]), D(s->out[1]), D(s->out[2]), ACC(0), ACC(1), ACC(2));
+    if (kiln_ref_batch_norm_bwd(x->shape[0], x->shape[1], x->shape[2] * x->shape[3], D(*x), D(s->in[1]), D(s->in[2]),
+                                D(s->in[3]), D(s->in[4]), D(s->out[0]), D(s->out[1]), D(s->out[2]), ACC(0), ACC(1), ACC(2),
+                                SYNC_CO(s, rc)))
+        return kiln_fail_context(KILN_ERR_BACKEND, "%s: sync batch norm backward", s->name);
     return KILN_OK;
 }
 

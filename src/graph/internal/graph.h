@@ -159,7 +159,7 @@ int kiln_pass_autocast(kiln_graph *g, int precision);
 
 /* compile-time specialisation for training or evaluation (dropout becomes a
  * view, batch norm uses its running statistics), via each op's `specialize` */
-void kiln_pass_specialize(kiln_graph *g, int training, int dropout_off);
+void kiln_pass_specialize(kiln_graph *g, const kiln_compile_opts *o);
 
 /* pass_bias_norm.c: warns about each conv2d/linear bias a following batch norm
  * cancels; marks[v] = 1 for each such bias value (the count, or -1) */

@@ -9,7 +9,14 @@
  * squared deviations), in an order fixed by the shape alone: with fewer than
  * 8 groups (ResNet-20's 16 channels are one) the images are cut into up to 8
  * chunks summed apart and added in chunk order, so both cores work and the
- * bits are the same for any thread count. */
+ * bits are the same for any thread count.
+ *
+ * Sync batch norm (a collective given) takes the two-phase route: every
+ * group's sums first, packed per channel and summed over the processes (with
+ * the count), the mean divided out, the squared deviations from that global
+ * mean summed likewise; backward sums dy and dy * xhat the same way. Without a
+ * collective to call, it is the same arithmetic as the plain kernel, bit for
+ * bit. Its buffers (C may be large) live in the workspace. */
 #include <math.h>
 #include <stddef.h>
 #include "kernels/cpu/cpu_internal.h"
@@ -129,19 +136,21 @@ typedef struct {
     float *rmean, *rvar, *save_mean, *save_invstd;
     float momentum, eps;
     int training;
+    double count;                     /* values per channel the statistics cover (every process's) */
 } bn_fwd_args;
 
 /* group g's scale and shift lanes from its mean and variance lanes (sums / m; evaluation: the
  * running statistics), the running statistics moved and mean and invstd saved for backward */
 static void fwd_coef(const bn_shape *S, const bn_fwd_args *A, int64_t g, const double *mean, const double *var, float *sc,
                      float *sh) {
-    int64_t m = S->n * S->hw, nch = S->blocked ? L : 1;
+    int64_t nch = S->blocked ? L : 1;
+    double m = A->count;
     for (int64_t l = 0; l < nch; l++) {
         int64_t ch = S->blocked ? g * L + l : g;
         double mu = A->training ? mean[l] : A->rmean[ch], v = A->training ? var[l] : A->rvar[ch];
         if (A->training) {
             A->rmean[ch] = (float)((1.0 - A->momentum) * A->rmean[ch] + A->momentum * mu);
-            A->rvar[ch] = (float)((1.0 - A->momentum) * A->rvar[ch] + A->momentum * v * (double)m / (double)(m - 1));
+            A->rvar[ch] = (float)((1.0 - A->momentum) * A->rvar[ch] + A->momentum * v * m / (m - 1));
         }
         double invstd = 1.0 / sqrt(v + A->eps);
         if (A->save_mean) A->save_mean[ch] = (float)mu;
@@ -153,8 +162,7 @@ static void fwd_coef(const bn_shape *S, const bn_fwd_args *A, int64_t g, const d
 }
 
 /* the chunks' sums of each group, added in chunk order and folded (mu: per group lanes) */
-static void chunk_stats(const bn_shape *S, const float *x, const double *mu, int sq, double *out) {
-    double part[MAX_CHUNKS * MAX_CHUNKS * L];
+static void chunk_stats(const bn_shape *S, const float *x, const double *mu, int sq, double *part, double *out) {
     FOR_WORK(S, { group_sums(S, x, g, i0, i1, sq ? mu + g * L : NULL, sq, part + w_ * L); });
     for (int64_t g = 0; g < S->ngroups; g++) {
         double *s = out + g * L;
@@ -165,14 +173,89 @@ static void chunk_stats(const bn_shape *S, const float *x, const double *mu, int
     }
 }
 
+/* the two-phase route's buffers: per-(group, chunk) partial sums, two sets of group
+ * lanes, per-channel values for the collective, three sets of float lanes */
+typedef struct {
+    double *part, *s1, *s2, *chan;
+    float *f1, *f2, *f3;
+} bn_scratch;
+
+static size_t scratch_doubles(const bn_shape *S) {
+    int64_t lanes = S->ngroups * L;
+    return (size_t)(S->ngroups * S->nchunks * 2 * L + 2 * lanes + 2 * S->c + 1 + (3 * lanes + 1) / 2);
+}
+
+size_t kiln_cpu_batch_norm_scratch(int64_t n, int64_t c, int blocked) {
+    bn_shape S = shape_of(n, c, 1, blocked);
+    return scratch_doubles(&S) * sizeof(double);
+}
+
+static bn_scratch carve(const bn_shape *S, double *d) {
+    int64_t lanes = S->ngroups * L;
+    bn_scratch W = {.part = d};
+    W.s1 = W.part + S->ngroups * S->nchunks * 2 * L;
+    W.s2 = W.s1 + lanes;
+    W.chan = W.s2 + lanes;
+    W.f1 = (float *)(W.chan + 2 * S->c + 1);
+    W.f2 = W.f1 + lanes;
+    W.f3 = W.f2 + lanes;
+    return W;
+}
+
+/* fewer than 8 groups (the plain route's chunked case): at most 7 * 8 * 32 partial
+ * sums, 112 lanes and 112 channels, well inside this */
+#define SMALL_SCRATCH 2560
+
+/* group lanes -> per-channel values at chan (plain: lane 0, all lanes hold the channel) */
+static void pack(const bn_shape *S, const double *lanes, double *chan) {
+    int64_t nch = S->blocked ? L : 1;
+    for (int64_t g = 0; g < S->ngroups; g++)
+        for (int64_t l = 0; l < nch; l++) chan[S->blocked ? g * L + l : g] = lanes[g * L + l];
+}
+
+static void unpack(const bn_shape *S, const double *chan, double *lanes) {
+    for (int64_t g = 0; g < S->ngroups; g++)
+        for (int l = 0; l < L; l++) lanes[g * L + l] = chan[S->blocked ? g * L + l : g];
+}
+
+/* group lanes summed over the processes, through per-channel values at chan */
+static int reduce_lanes(const bn_shape *S, const kiln_collective *co, double *lanes, double *chan) {
+    if (!co) return 0;
+    pack(S, lanes, chan);
+    if (kiln_collective_sum(co, chan, S->c)) return -2;
+    unpack(S, chan, lanes);
+    return 0;
+}
+
+/* training's statistics of every group into W->s1 (mean) and W->s2 (biased variance),
+ * over every process's batch when co is given; the count they cover into A->count */
+static int fwd_stats(const bn_shape *S, const float *x, const kiln_collective *co, bn_scratch *W, bn_fwd_args *A) {
+    int64_t lanes = S->ngroups * L;
+    double m = (double)(S->n * S->hw);
+    chunk_stats(S, x, NULL, 0, W->part, W->s1);
+    if (co) {
+        W->chan[S->c] = m; /* the count rides with the sums */
+        pack(S, W->s1, W->chan);
+        if (kiln_collective_sum(co, W->chan, S->c + 1)) return -2;
+        unpack(S, W->chan, W->s1);
+        m = W->chan[S->c];
+    }
+    for (int64_t i = 0; i < lanes; i++) W->s1[i] /= m;
+    chunk_stats(S, x, W->s1, 1, W->part, W->s2);
+    if (reduce_lanes(S, co, W->s2, W->chan)) return -2;
+    for (int64_t i = 0; i < lanes; i++) W->s2[i] /= m;
+    A->count = m;
+    return 0;
+}
+
 int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *w, const float *b,
                             float *rmean, float *rvar, float momentum, float eps, int training, int relu, float *y,
-                            float *save_mean, float *save_invstd) {
+                            float *save_mean, float *save_invstd, const kiln_collective *co, void *scratch) {
     bn_shape S = shape_of(n, c, hw, blocked);
     if (training && n * hw < 2) return -1;
-    bn_fwd_args A = {w, b, rmean, rvar, save_mean, save_invstd, momentum, eps, training};
     double m = (double)(n * hw);
-    if (S.nchunks == 1) { /* enough groups: each group whole on one thread */
+    bn_fwd_args A = {w, b, rmean, rvar, save_mean, save_invstd, momentum, eps, training, m};
+    if (S.nchunks == 1 && !co) { /* enough groups: each group whole on one thread */
 #pragma omp parallel for schedule(static)
         for (int64_t g = 0; g < S.ngroups; g++) {
             double mean[L], var[L];
@@ -193,19 +276,14 @@ int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const
         }
         return 0;
     }
-    double mean[MAX_CHUNKS * L], var[MAX_CHUNKS * L];
-    float sc[MAX_CHUNKS * L], sh[MAX_CHUNKS * L];
-    if (training) {
-        chunk_stats(&S, x, NULL, 0, mean);
-        for (int64_t i = 0; i < S.ngroups * L; i++) mean[i] /= m;
-        chunk_stats(&S, x, mean, 1, var);
-        for (int64_t i = 0; i < S.ngroups * L; i++) var[i] /= m;
-    }
-    for (int64_t g = 0; g < S.ngroups; g++) fwd_coef(&S, &A, g, mean + g * L, var + g * L, sc + g * L, sh + g * L);
+    double small[SMALL_SCRATCH];
+    bn_scratch W = carve(&S, co ? (double *)scratch : small);
+    if (training && fwd_stats(&S, x, co, &W, &A)) return -2;
+    for (int64_t g = 0; g < S.ngroups; g++) fwd_coef(&S, &A, g, W.s1 + g * L, W.s2 + g * L, W.f1 + g * L, W.f2 + g * L);
     FOR_WORK(&S, {
         for (int64_t i = i0; i < i1; i++) {
             int64_t len, o = run_at(&S, g, i, &len);
-            affine_run(x + o, y + o, len, sc + g * L, sh + g * L, relu);
+            affine_run(x + o, y + o, len, W.f1 + g * L, W.f2 + g * L, relu);
         }
     });
     return 0;
@@ -243,16 +321,23 @@ typedef struct {
     int acc_dx, acc_dw, acc_db;
 } bn_bwd_args;
 
-/* group g's parameter gradients from its (folded) sums, and dx's coefficients:
- * dx = k (m dy - sum dy - xhat sum dy xhat), k = w invstd / m, as a dy + bx x + cc */
-static void bwd_coef(const bn_shape *S, const bn_bwd_args *A, int64_t g, const double *sdy, const double *sdyx, float *a,
-                     float *bx, float *cc) {
-    double m = (double)(S->n * S->hw);
+/* group g's parameter gradients from its (folded) sums: this process's alone */
+static void bwd_params(const bn_shape *S, const bn_bwd_args *A, int64_t g, const double *sdy, const double *sdyx) {
     int64_t nch = S->blocked ? L : 1;
     for (int64_t l = 0; l < nch; l++) {
         int64_t ch = S->blocked ? g * L + l : g;
         if (A->dw) A->dw[ch] = A->acc_dw ? A->dw[ch] + (float)sdyx[l] : (float)sdyx[l];
         if (A->db) A->db[ch] = A->acc_db ? A->db[ch] + (float)sdy[l] : (float)sdy[l];
+    }
+}
+
+/* dx's coefficients of group g from the sums over the m values they cover:
+ * dx = k (m dy - sum dy - xhat sum dy xhat), k = w invstd / m, as a dy + bx x + cc */
+static void bwd_coef(const bn_shape *S, const bn_bwd_args *A, int64_t g, const double *sdy, const double *sdyx, double m,
+                     float *a, float *bx, float *cc) {
+    int64_t nch = S->blocked ? L : 1;
+    for (int64_t l = 0; l < nch; l++) {
+        int64_t ch = S->blocked ? g * L + l : g;
         double k = A->w[ch] * (double)A->invstd[ch] / m, is = A->invstd[ch];
         a[l] = (float)(k * m);
         bx[l] = (float)(-k * sdyx[l] * is);
@@ -280,12 +365,45 @@ HOT static void bwd_dx(const bn_shape *S, const bn_bwd_args *A, int64_t g, int64
     }
 }
 
-void kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
-                             const float *w, const float *mean, const float *invstd, float *dx, float *dw, float *db,
-                             int acc_dx, int acc_dw, int acc_db) {
+/* the chunks' sums of every group into W->s1 (dy) and W->s2 (dy * xhat), folded; the
+ * parameter gradients from them; then (co) the sums over every process, and their count */
+static int bwd_stats(const bn_shape *S, const bn_bwd_args *A, const kiln_collective *co, bn_scratch *W, double *m) {
+    FOR_WORK(S, {
+        float mu[L], is[L];
+        lanes_of(S, A->mean, g, mu);
+        lanes_of(S, A->invstd, g, is);
+        bwd_sums(S, A->x, A->dy, g, i0, i1, mu, is, W->part + w_ * 2 * L, W->part + w_ * 2 * L + L);
+    });
+    for (int64_t g = 0; g < S->ngroups; g++) {
+        double *sdy = W->s1 + g * L, *sdyx = W->s2 + g * L;
+        for (int l = 0; l < L; l++) sdy[l] = sdyx[l] = 0;
+        for (int64_t k = 0; k < S->nchunks; k++)
+            for (int l = 0; l < L; l++) {
+                sdy[l] += W->part[(g * S->nchunks + k) * 2 * L + l];
+                sdyx[l] += W->part[(g * S->nchunks + k) * 2 * L + L + l];
+            }
+        fold(S, sdy);
+        fold(S, sdyx);
+        bwd_params(S, A, g, sdy, sdyx);
+    }
+    *m = (double)(S->n * S->hw);
+    if (!co) return 0;
+    pack(S, W->s1, W->chan);
+    pack(S, W->s2, W->chan + S->c);
+    W->chan[2 * S->c] = *m;
+    if (kiln_collective_sum(co, W->chan, 2 * S->c + 1)) return -2;
+    unpack(S, W->chan, W->s1);
+    unpack(S, W->chan + S->c, W->s2);
+    *m = W->chan[2 * S->c];
+    return 0;
+}
+
+int kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
+                            const float *w, const float *mean, const float *invstd, float *dx, float *dw, float *db,
+                            int acc_dx, int acc_dw, int acc_db, const kiln_collective *co, void *scratch) {
     bn_shape S = shape_of(n, c, hw, blocked);
     bn_bwd_args A = {x, dy, w, mean, invstd, dx, dw, db, acc_dx, acc_dw, acc_db};
-    if (S.nchunks == 1) {
+    if (S.nchunks == 1 && !co) {
 #pragma omp parallel for schedule(static)
         for (int64_t g = 0; g < S.ngroups; g++) {
             float mu[L], is[L], a[L], bx[L], cc[L];
@@ -295,29 +413,17 @@ void kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, cons
             bwd_sums(&S, x, dy, g, 0, n, mu, is, sdy, sdyx);
             fold(&S, sdy);
             fold(&S, sdyx);
-            bwd_coef(&S, &A, g, sdy, sdyx, a, bx, cc);
+            bwd_params(&S, &A, g, sdy, sdyx);
+            bwd_coef(&S, &A, g, sdy, sdyx, (double)(n * hw), a, bx, cc);
             if (dx) bwd_dx(&S, &A, g, 0, n, a, bx, cc);
         }
-        return;
+        return 0;
     }
-    double part[MAX_CHUNKS * MAX_CHUNKS * 2 * L];
-    float a[MAX_CHUNKS * L], bx[MAX_CHUNKS * L], cc[MAX_CHUNKS * L];
-    FOR_WORK(&S, {
-        float mu[L], is[L];
-        lanes_of(&S, mean, g, mu);
-        lanes_of(&S, invstd, g, is);
-        bwd_sums(&S, x, dy, g, i0, i1, mu, is, part + w_ * 2 * L, part + w_ * 2 * L + L);
-    });
-    for (int64_t g = 0; g < S.ngroups; g++) {
-        double sdy[L] = {0}, sdyx[L] = {0};
-        for (int64_t k = 0; k < S.nchunks; k++)
-            for (int l = 0; l < L; l++) {
-                sdy[l] += part[(g * S.nchunks + k) * 2 * L + l];
-                sdyx[l] += part[(g * S.nchunks + k) * 2 * L + L + l];
-            }
-        fold(&S, sdy);
-        fold(&S, sdyx);
-        bwd_coef(&S, &A, g, sdy, sdyx, a + g * L, bx + g * L, cc + g * L);
-    }
-    if (dx) FOR_WORK(&S, { bwd_dx(&S, &A, g, i0, i1, a + g * L, bx + g * L, cc + g * L); });
+    double small[SMALL_SCRATCH], m;
+    bn_scratch W = carve(&S, co ? (double *)scratch : small);
+    if (bwd_stats(&S, &A, co, &W, &m)) return -2;
+    for (int64_t g = 0; g < S.ngroups; g++)
+        bwd_coef(&S, &A, g, W.s1 + g * L, W.s2 + g * L, m, W.f1 + g * L, W.f2 + g * L, W.f3 + g * L);
+    if (dx) FOR_WORK(&S, { bwd_dx(&S, &A, g, i0, i1, W.f1 + g * L, W.f2 + g * L, W.f3 + g * L); });
+    return 0;
 }

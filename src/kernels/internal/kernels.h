@@ -169,18 +169,39 @@ void kiln_ref_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start
 double kiln_ref_sum(int64_t n, const double *x);
 void kiln_ref_fill(int64_t n, double v, double *dx, int acc);
 
+/* Sync batch norm (--sync-bn, PyTorch's SyncBatchNorm): the batch statistics
+ * of every process of a data-parallel job. `allreduce` sums n doubles in place
+ * over the processes and returns 0, or -1 with the message set; NULL is a
+ * world of one. Kernels given a collective (even one with a NULL allreduce)
+ * reduce their per-channel sums through it; kernels given NULL are plain batch
+ * norm. The kernels know nothing of MPI: the trainer sets the run context's
+ * collective from its process group (kiln_plan_set_collective). */
+typedef struct kiln_collective {
+    int (*allreduce)(void *user, double *buf, int64_t n);
+    void *user;
+} kiln_collective;
+static inline int kiln_collective_sum(const kiln_collective *co, double *buf, int64_t n) {
+    return co && co->allreduce ? co->allreduce(co->user, buf, n) : 0;
+}
+
 /* Batch norm over x[n, c, hw] (NCHW), PyTorch's BatchNorm2d: training
  * normalises with the batch's mean and biased variance, saves mean and invstd,
  * and moves the running statistics by `momentum` towards the mean and the
  * unbiased variance; evaluation normalises with the running statistics.
- * Returns -1 (nothing written) when training sees one value per channel. */
+ * co (training only): the statistics over every process's batch (count, sums,
+ * then squared deviations from the global mean: two reductions), the unbiased
+ * variance over the global count. Returns -1 (nothing written) when training
+ * sees one value per channel, -2 when the collective failed. */
 int kiln_ref_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, const double *x, const double *w, const double *b,
                             double *rmean, double *rvar, double momentum, double eps, int training, double *y,
-                            double *save_mean, double *save_invstd);
-/* training-mode backward from the saved statistics; dx, dw, db may each be NULL */
-void kiln_ref_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, const double *x, const double *dy, const double *w,
-                             const double *mean, const double *invstd, double *dx, double *dw, double *db, int acc_dx,
-                             int acc_dw, int acc_db);
+                            double *save_mean, double *save_invstd, const kiln_collective *co);
+/* training-mode backward from the saved statistics; dx, dw, db may each be NULL.
+ * co: dx from the sums of dy and dy * xhat over every process (one reduction);
+ * dw and db stay this process's (data parallel sums them with the other
+ * gradients). Returns 0, or -2 when the collective failed. */
+int kiln_ref_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, const double *x, const double *dy, const double *w,
+                            const double *mean, const double *invstd, double *dx, double *dw, double *db, int acc_dx,
+                            int acc_dw, int acc_db, const kiln_collective *co);
 
 /* batch norm in evaluation folded into the layer before it (per output channel k
  * of w [k, per]): s = gamma / sqrt(var + eps), w_out = w * s, b_out = (b - mean) * s
@@ -328,13 +349,16 @@ void kiln_cpu_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start
 double kiln_cpu_sum(int64_t n, const float *x);
 void kiln_cpu_fill(int64_t n, float v, float *dx, int acc);
 /* batch norm in plain NCHW (blocked = 0) or nChw16c (blocked = 16, c % 16 == 0);
- * relu = 1: relu applied to y as it is written (the fusion pass's epilogue) */
+ * relu = 1: relu applied to y as it is written (the fusion pass's epilogue);
+ * co: sync batch norm as the ref kernels, in `scratch` (kiln_cpu_batch_norm_scratch
+ * bytes; unused without co) */
 int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *w, const float *b,
                             float *rmean, float *rvar, float momentum, float eps, int training, int relu, float *y,
-                            float *save_mean, float *save_invstd);
-void kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
-                             const float *w, const float *mean, const float *invstd, float *dx, float *dw, float *db,
-                             int acc_dx, int acc_dw, int acc_db);
+                            float *save_mean, float *save_invstd, const kiln_collective *co, void *scratch);
+int kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
+                            const float *w, const float *mean, const float *invstd, float *dx, float *dw, float *db,
+                            int acc_dx, int acc_dw, int acc_db, const kiln_collective *co, void *scratch);
+size_t kiln_cpu_batch_norm_scratch(int64_t n, int64_t c, int blocked);
 /* kiln_ref_bn_fold in float, each channel's scale in double */
 void kiln_cpu_bn_fold(int64_t k, int64_t per, const float *w, const float *b, const float *gamma, const float *beta,
                       const float *mean, const float *var, float eps, float *w_out, float *b_out);

@@ -100,7 +100,7 @@ typedef struct { int ndim; int64_t shape[KILN_MAX_DIMS]; } kiln_reshape_attrs; /
 typedef struct { int dim0, dim1; } kiln_transpose_attrs;
 typedef struct { int dim; int64_t start, end, step; } kiln_slice_attrs; /* x[start:end:step] along dim */
 /* momentum 0.1 and eps 1e-5 are PyTorch's; training is set at compile */
-typedef struct { float momentum, eps; int training; } kiln_bn_attrs;
+typedef struct { float momentum, eps; int training, sync; } kiln_bn_attrs; /* sync: statistics over every process */
 typedef struct { float eps; } kiln_ln_attrs;       /* layer norm: PyTorch's default eps 1e-5 */
 typedef struct { int tanh_form; } kiln_gelu_attrs; /* 0: x * Phi(x) (erf), 1: GPT-2's tanh approximation */
 typedef struct { double max_norm; } kiln_clip_attrs;
@@ -264,8 +264,9 @@ typedef struct kiln_op_def {
     int (*infer)(kiln_infer *ix);    /* forward ops: validate inputs, fill out[]; 0 or -1 */
     /* NULL: nothing flows back. f is a copy of the forward node: adding nodes moves the graph's arrays */
     int (*backward)(kiln_ad *ad, const struct kiln_node *f);
-    /* training or evaluation: e.g. dropout becomes a view, batch norm uses running statistics */
-    void (*specialize)(kiln_graph *g, int node, int training, int dropout_off);
+    /* training or evaluation (o->training, o->dropout_off, o->sync_bn): e.g. dropout becomes a view, batch norm
+     * uses running statistics, or in training (sync_bn) the statistics of every process */
+    void (*specialize)(kiln_graph *g, int node, const kiln_compile_opts *o);
     /* the arithmetic of one call of node n at this batch, as 2 x multiply-adds (kiln inspect, bench step);
      * NULL: not counted (only conv2d, linear and their backward ops are) */
     double (*flops)(const kiln_graph *g, const struct kiln_node *n, int64_t batch);
