@@ -675,7 +675,13 @@ static void run_case(const char *backend, int ci, int draw, int acc_variant) {
             /* bf16 rounds what each node reads: the ref folds (fuses) as the fast plan does, so both round the same */
             int ref_fuse = precision_all == KILN_PRECISION_BF16 ? v == 0 : 1;
             CHECK_OK(compile_run(&h, P64, loss, "ref", ref_fuse, 1, &ref, nc, cvals));
-            CHECK_OK(compile_run(&h, P32, loss, backend, v == 0, v == 0, &fast[v], nc, cvals));
+            kiln_status st = compile_run(&h, P32, loss, backend, v == 0, v == 0, &fast[v], nc, cvals);
+            /* a device backend may lack an op (the cuda backend's table is partial): said, not failed; the cpu has all */
+            if (st == KILN_ERR_BACKEND && strcmp(backend, "cpu") != 0 && strstr(kiln_last_error(), "has no kernel")) {
+                if (v == 0 && draw == 0 && !acc_variant) printf("test_ops: %s skipped: %s\n", what, kiln_last_error());
+                break;
+            }
+            CHECK_OK(st);
             char w2[128];
             snprintf(w2, sizeof w2, "%s, fuse+layout %s", what, v == 0 ? "on" : "off");
             if (ref.pl && fast[v].pl) compare_backends(w2, &h, &ref, &fast[v], P64, P32);
@@ -830,6 +836,7 @@ int main(void) {
         for (int c = 0; c < NCASES; c++)
             for (int draw = 0; draw < 3; draw++)
                 for (int acc = 0; acc < ((cases[c].fill & INFERENCE) ? 1 : 2); acc++) run_case(be->name, c, draw, acc);
+        if (strcmp(be->name, "cpu") != 0) continue; /* bf16 autocast is the cpu's (a GPU has --matmul-precision) */
         test_bf16_discriminates(be->name);
         precision_all = precision_fast = KILN_PRECISION_BF16;
         tol = BF16_TOL;

@@ -159,6 +159,10 @@ static void print_summary(const kiln_train_config *c, const kiln_train_result *r
             r->train_time_s, r->images_per_s, 100 * r->data_wait_frac, r->final_loss);
     if (r->test_accuracy >= 0) fprintf(stderr, ", test loss %.4f, test accuracy %.2f%%", r->test_loss, 100 * r->test_accuracy);
     fprintf(stderr, ", peak RSS %.0f MB\n", r->peak_rss_mb);
+    if (r->world_size > 1)
+        fprintf(stderr, "kiln: %d ranks, global batch %lld; gradient all-reduce in %d bucket%s: %.3f ms per step exposed, "
+                "%.0f%% hidden behind backward\n", r->world_size, (long long)r->global_batch, r->buckets,
+                r->buckets == 1 ? "" : "s", r->allreduce_exposed_ms, 100 * r->allreduce_hidden_frac);
     if (r->skipped) fprintf(stderr, "kiln: --bad-samples skip replaced %lld bad samples\n", (long long)r->skipped);
     if (c->save) fprintf(stderr, "kiln: saved %s%s\n", c->save, r->interrupted ? " (resume with --resume)" : "");
 }
@@ -170,6 +174,8 @@ static void print_train_json(const kiln_train_config *c, const kiln_train_result
     json_object_set_new(o, "epochs", json_integer(c->epochs));
     json_object_set_new(o, "steps", json_integer(r->steps));
     json_object_set_new(o, "batch_size", json_integer(r->batch_size));
+    json_object_set_new(o, "world_size", json_integer(r->world_size));
+    json_object_set_new(o, "global_batch", json_integer(r->global_batch));
     json_object_set_new(o, "train_time_s", cli_json_num(r->train_time_s));
     json_object_set_new(o, "compile_time_s", cli_json_num(r->compile_time_s));
     json_object_set_new(o, "images_per_s", cli_json_num(r->images_per_s));
@@ -191,6 +197,11 @@ static void print_train_json(const kiln_train_config *c, const kiln_train_result
         json_object_set_new(o, "step_ms", cli_json_num(r->step_ms));
         json_object_set_new(o, "kernel_ms", cli_json_num(r->kernel_ms));
         json_object_set_new(o, "overhead_ms", cli_json_num(r->overhead_ms));
+    }
+    if (r->world_size > 1) {
+        json_object_set_new(o, "buckets", json_integer(r->buckets));
+        json_object_set_new(o, "allreduce_exposed_ms", cli_json_num(r->allreduce_exposed_ms)); /* per step */
+        json_object_set_new(o, "allreduce_hidden_frac", cli_json_num(r->allreduce_hidden_frac));
     }
     json_object_set_new(o, "interrupted", json_boolean(r->interrupted));
     cli_print_json(o);

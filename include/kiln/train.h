@@ -132,6 +132,14 @@ typedef struct kiln_train_result {
     /* with profile: per optimizer step, the wall time of the step's runs and
      * update, the sum of their kernels' times, and the rest (dispatch overhead) */
     double step_ms, kernel_ms, overhead_ms;
+    /* data parallel: ranks, and the batch of one update over all of them (batch_size x world_size);
+     * per reducing step, the gradient all-reduce wait before the optimizer (exposed) and the share of
+     * the all-reduce time hidden behind backward, both the mean over the ranks; gradient buckets
+     * (0 in a world of one) */
+    int world_size;
+    int64_t global_batch;
+    int buckets;
+    double allreduce_exposed_ms, allreduce_hidden_frac;
 } kiln_train_result;
 
 /* ---- the settings, as the command line names them ----

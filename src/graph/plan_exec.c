@@ -49,18 +49,35 @@ static kiln_status stage_inputs(kiln_plan *pl, int64_t batch) {
     return KILN_OK;
 }
 
+/* steps [from, to) of a list; with a hook (plan_hook.h) in segments that
+ * end at the marked steps, the hook called after each */
+static kiln_status run_steps(kiln_plan *pl, const kiln_steplist *L, int from, int to) {
+    double *time = pl->profile ? L->time : NULL;
+    if (!pl->hook || !L->mark)
+        return kiln_backend_run(pl->be, L->steps + from, to - from, &pl->rc, time ? time + from : NULL);
+    for (int a = from; a < to;) {
+        int b = a;
+        while (b + 1 < to && !L->mark[b]) b++;
+        kiln_status st = kiln_backend_run(pl->be, L->steps + a, b + 1 - a, &pl->rc, time ? time + a : NULL);
+        if (st == KILN_OK && L->mark[b]) st = pl->hook(pl->hook_user, (int)(L - pl->lists), b + 1);
+        if (st != KILN_OK) return st;
+        a = b + 1;
+    }
+    return KILN_OK;
+}
+
 /* --trace: the forward steps, then the backward ones (from the first step
  * that differentiates another), each a span; on a GPU the spans time the
  * launches, not the kernels */
 static kiln_status run_traced(kiln_plan *pl, const kiln_steplist *L) {
     int k = 0;
     while (k < L->nsteps && L->steps[k].fwd_step < 0) k++;
-    double *time = pl->profile ? L->time : NULL, t0 = kiln_trace_now();
-    kiln_status st = kiln_backend_run(pl->be, L->steps, k, &pl->rc, time);
+    double t0 = kiln_trace_now();
+    kiln_status st = run_steps(pl, L, 0, k);
     double t1 = kiln_trace_now();
     kiln_trace_span("forward", "train", t0, t1);
     if (st != KILN_OK || k == L->nsteps) return st;
-    st = kiln_backend_run(pl->be, L->steps + k, L->nsteps - k, &pl->rc, time ? time + k : NULL);
+    st = run_steps(pl, L, k, L->nsteps);
     kiln_trace_span("backward", "train", t1, kiln_trace_now());
     return st;
 }
@@ -79,7 +96,7 @@ kiln_status kiln_plan_run(kiln_plan *pl, int64_t batch) {
     kiln_status st = stage_inputs(pl, batch);
     if (st != KILN_OK) return st;
     pl->loss_host = NAN;
-    st = kiln_trace_on() ? run_traced(pl, L) : kiln_backend_run(pl->be, L->steps, L->nsteps, &pl->rc, pl->profile ? L->time : NULL);
+    st = kiln_trace_on() ? run_traced(pl, L) : run_steps(pl, L, 0, L->nsteps);
     if (pl->profile) pl->profiled_runs++;
     return st;
 }

@@ -146,5 +146,6 @@ void kiln_plan_free_list(kiln_plan *pl, kiln_steplist *L) {
     for (int s = 0; L->steps && s < L->nsteps; s++) kiln_backend_release(pl->be, &L->steps[s]);
     free(L->steps);
     free(L->time);
+    free(L->mark);
     memset(L, 0, sizeof *L);
 }

@@ -825,6 +825,20 @@ static void fill_result(run *R) {
     r->skipped = kiln_loader_skipped(R->L);
     if (R->auto_on) kiln_auto_workers_end(&R->aw, R->L);
     r->batch_size = R->c.batch_size;
+    r->world_size = R->world;
+    r->global_batch = R->c.batch_size * R->world;
+}
+
+/* the all-reduce figures, averaged over the ranks (a collective: every rank calls it) */
+static kiln_status fill_comm(run *R) {
+    kiln_train_result *r = R->r;
+    kiln_ddp_stats s = kiln_ddp_stats_of(R->ddp);
+    double v[2] = {s.reductions ? 1e3 * s.exposed_s / (double)s.reductions : 0, s.hidden_frac};
+    kiln_status st = kiln_ddp_mean(R->ddp, v, 2, "the all-reduce figures");
+    r->buckets = s.buckets;
+    r->allreduce_exposed_ms = v[0];
+    r->allreduce_hidden_frac = v[1];
+    return st;
 }
 
 /* after the last step: checkpoint, reports, the final evaluation and the last epoch's line */
@@ -833,7 +847,8 @@ static kiln_status run_finish(run *R) {
     fill_result(R);
     end_epoch(R);
     int epoch_done = R->next >= R->per_epoch;
-    kiln_status st = KILN_OK;
+    kiln_status st = fill_comm(R);
+    if (st != KILN_OK) return st;
     if (R->c.save && R->rank == 0 && (st = save(R, R->step, epoch_done ? R->epoch + 1 : R->epoch, epoch_done ? 0 : R->next)) != KILN_OK)
         return st;
     report_bottleneck(R);

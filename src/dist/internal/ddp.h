@@ -38,13 +38,16 @@ kiln_status kiln_ddp_mean(kiln_ddp *d, double *v, int n, const char *what);
 kiln_status kiln_ddp_sync_buffers(kiln_ddp *d);
 
 /* what the summary reports: all-reduce time the optimizer waited for (exposed)
- * and the share of all-reduce time hidden behind backward, per reducing step */
+ * and the share of all-reduce time hidden behind backward, per reducing step.
+ * comm_s is the time some bucket was in flight (the union of their spans):
+ * a completion is seen at the next test, after a backward step, so with
+ * overlap it is known to a step's length. */
 typedef struct {
     int64_t reductions;   /* steps that reduced */
-    double exposed_s;     /* summed over them */
-    double comm_s;        /* all-reduce time (start to completion) summed over buckets */
+    double exposed_s;     /* summed over them: from kiln_ddp_reduce's call to its return */
+    double comm_s;        /* summed over them: some bucket in flight */
     double hidden_frac;   /* 1 - exposed / comm (0 when nothing was reduced) */
-    int buckets;
+    int buckets;          /* 0 in a world of one */
 } kiln_ddp_stats;
 kiln_ddp_stats kiln_ddp_stats_of(const kiln_ddp *d);
 

@@ -15,6 +15,7 @@ typedef struct kiln_steplist {
     kiln_step *steps;
     int nsteps;
     double *time; /* seconds per step summed over timed runs */
+    uint8_t *mark; /* the hook is called after step i when mark[i] (NULL: no marks) */
 } kiln_steplist;
 
 /* a place in a step that holds a bound input's address (cpu: the loader's slot, in place) */
@@ -57,6 +58,8 @@ struct kiln_plan {
     double loss_host;         /* the read-out step writes the loss here */
     int profile;
     int64_t profiled_runs;
+    kiln_status (*hook)(void *user, int list, int done); /* plan_hook.h; NULL: none */
+    void *hook_user;
 };
 
 /* a value's storage dtype on the plan's backend */

@@ -1,0 +1,62 @@
+/* Gradient buckets and the step after which each is written. See
+ * dist/internal/buckets.h. */
+#include "dist/internal/buckets.h"
+#include <stdlib.h>
+#include "graph/internal/plan_hook.h"
+
+/* parameters from the last down, a bucket closed once it holds bucket_mb
+ * (so one larger parameter makes a bucket of its own size) */
+static kiln_status split(kiln_params *P, double bucket_mb, kiln_buckets *B) {
+    int np = kiln_params_count(P);
+    size_t elem = kiln_params_dtype(P) == KILN_F64 ? 8 : 4;
+    double cap = bucket_mb * 1048576.0;
+    B->b = calloc((size_t)(np ? np : 1), sizeof *B->b);
+    if (!B->b) return kiln_fail(KILN_ERR_NOMEM, "buckets: out of memory");
+    for (int p = np - 1; p >= 0;) {
+        kiln_bucket *b = &B->b[B->nb++];
+        b->last = p;
+        double bytes = 0;
+        while (p >= 0 && (bytes == 0 || bytes + (double)kiln_params_numel(P, p) * (double)elem <= cap))
+            bytes += (double)kiln_params_numel(P, p--) * (double)elem;
+        b->first = p + 1;
+        b->off = kiln_params_offset(P, b->first);
+        /* up to the next parameter's start (or the buffer's end): padding between them goes along */
+        int64_t end = b->last + 1 < np ? kiln_params_offset(P, b->last + 1) : kiln_params_total(P);
+        b->n = end - b->off;
+    }
+    return KILN_OK;
+}
+
+/* each bucket's ready step in each list: the latest last writer of its parameters */
+static kiln_status ready_steps(kiln_params *P, const kiln_plan *plan, kiln_buckets *B) {
+    B->nlists = kiln_plan_list_count(plan);
+    int np = kiln_params_count(P);
+    B->ready = malloc((size_t)(B->nlists * B->nb + 1) * sizeof *B->ready);
+    int *last = malloc((size_t)(np ? np : 1) * sizeof *last);
+    kiln_status st = B->ready && last ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "buckets: out of memory");
+    for (int l = 0; st == KILN_OK && l < B->nlists; l++) {
+        st = kiln_plan_grad_writers(plan, l, last);
+        for (int i = 0; st == KILN_OK && i < B->nb; i++) {
+            int r = -1;
+            for (int p = B->b[i].first; p <= B->b[i].last; p++) r = last[p] > r ? last[p] : r;
+            B->ready[l * B->nb + i] = r;
+        }
+    }
+    free(last);
+    return st;
+}
+
+kiln_status kiln_buckets_make(kiln_params *P, const kiln_plan *plan, double bucket_mb, kiln_buckets *out) {
+    *out = (kiln_buckets){0};
+    if (!(bucket_mb > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "--bucket-mb is %g; use a size > 0 (MiB)", bucket_mb);
+    kiln_status st = split(P, bucket_mb, out);
+    if (st == KILN_OK) st = ready_steps(P, plan, out);
+    if (st != KILN_OK) kiln_buckets_free(out);
+    return st;
+}
+
+void kiln_buckets_free(kiln_buckets *B) {
+    free(B->b);
+    free(B->ready);
+    *B = (kiln_buckets){0};
+}
