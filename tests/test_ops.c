@@ -35,6 +35,7 @@ typedef struct {
     kiln_value ints[2];  /* integer inputs (class targets, token ids): i32, or f32 holding integers */
     int classes[2];
     int ints_f32[2];
+    int pad[2];          /* targets: about a third -1 (padding a masked loss ignores) */
     int inference;       /* compiled without backward; fuse also switches batch norm folding */
 } hcase;
 
@@ -116,6 +117,15 @@ static int b_cross_entropy_3d(hcase *h, int d) {
     (void)d;
     int64_t n = R(1, 3), t = R(1, 4), c = R(2, 9);
     return out1(h, kiln_cross_entropy(h->g, P(h, "x", n, t, c), targets2(h, n, t, (int)c)));
+}
+
+/* the same with padded positions (-1 targets) left out of the mean */
+static int b_cross_entropy_masked(hcase *h, int d) {
+    (void)d;
+    int64_t n = R(1, 3), t = R(2, 6), c = R(2, 9);
+    kiln_value y = targets2(h, n, t, (int)c);
+    h->pad[h->nint - 1] = 1;
+    return out1(h, kiln_cross_entropy_masked(h->g, P(h, "x", n, t, c), y));
 }
 
 static int b_log_softmax_3d(hcase *h, int d) {
@@ -438,6 +448,7 @@ static const struct {
     {"nll_loss", b_nll_loss, FILL_UNIFORM},
     {"cross_entropy", b_cross_entropy, FILL_UNIFORM},
     {"cross_entropy", b_cross_entropy_3d, FILL_UNIFORM},
+    {"cross_entropy", b_cross_entropy_masked, FILL_UNIFORM},
     {"mse_loss", b_mse_loss, FILL_AWAY},
     {"log_softmax", b_log_softmax_3d, FILL_UNIFORM},
     {"add", b_add, FILL_UNIFORM},
@@ -657,7 +668,7 @@ static void run_case(const char *backend, int ci, int draw, int acc_variant) {
         int64_t n = kiln_val_numel(&h.g->vals[h.ints[k]], 1);
         tdata[k] = kiln_alloc((size_t)n * 4);
         for (int64_t i = 0; i < n; i++) {
-            int32_t v = (int32_t)tu_int(0, h.classes[k] - 1);
+            int32_t v = h.pad[k] && tu_int(0, 2) == 0 ? -1 : (int32_t)tu_int(0, h.classes[k] - 1);
             if (h.ints_f32[k]) ((float *)tdata[k])[i] = (float)v;
             else tdata[k][i] = v;
         }

@@ -86,6 +86,10 @@ kiln_value kiln_reshape(kiln_graph *g, kiln_value x, int ndim, const int64_t *sh
 kiln_value kiln_log_softmax(kiln_graph *g, kiln_value x);         /* over the last dim */
 kiln_value kiln_nll_loss(kiln_graph *g, kiln_value logp, kiln_value target);        /* mean */
 kiln_value kiln_cross_entropy(kiln_graph *g, kiln_value logits, kiln_value target); /* mean */
+/* F.cross_entropy(logits, target, ignore_index=-1): targets of -1 (padding) are
+ * left out, the mean is over the others (0, with no gradient, when none is left;
+ * PyTorch gives NaN there) */
+kiln_value kiln_cross_entropy_masked(kiln_graph *g, kiln_value logits, kiln_value target);
 kiln_value kiln_mse_loss(kiln_graph *g, kiln_value x, kiln_value target);           /* mean of (x - target)^2, f32 target */
 /* same shapes, or b shaped as a's trailing dims and not batched (positions [T,C]
  * added to every [T,C] of [B,T,C]: b's gradient sums over the broadcast dims);

@@ -475,6 +475,12 @@ kiln_value kiln_cross_entropy(kiln_graph *g, kiln_value logits, kiln_value targe
     return apply1(g, KILN_OP_CROSS_ENTROPY, in, 2, NULL);
 }
 
+kiln_value kiln_cross_entropy_masked(kiln_graph *g, kiln_value logits, kiln_value target) {
+    kiln_value in[2] = {logits, target};
+    kiln_attrs a = {.loss = {.ignore = 1}};
+    return apply1(g, KILN_OP_CROSS_ENTROPY, in, 2, &a);
+}
+
 /* an operand with fewer dims than the other is added to each of the other's rows
  * (add_bcast checks that it is the other's trailing dims; addition commutes, so it
  * goes second); same shapes stay the pointwise add */

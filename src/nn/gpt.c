@@ -87,5 +87,5 @@ void kiln_zoo_gpt(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
     for (int i = 0; i < c.layers; i++) h = block(g, h, i, &c);
     h = kiln_nn_layer_norm(g, "ln_f", h, c.dim);
     m->out = kiln_linear(g, h, wte, -1); /* tied: the logits are h . wte^T */
-    m->loss = kiln_cross_entropy(g, m->out, m->y);
+    m->loss = kiln_cross_entropy_masked(g, m->out, m->y); /* labels of -1 are padding (documents: --batch-tokens) */
 }

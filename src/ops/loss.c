@@ -1,6 +1,7 @@
 /* Row-wise ops over the last dimension: log_softmax, softmax, and the
  * mean-reduced losses nll_loss and cross_entropy (PyTorch's defaults) with
- * int32 targets, one per row (rows: every leading dim, e.g. [B, T] tokens of
+ * int32 targets, one per row (cross_entropy with attr ignore: targets of -1
+ * are padding, left out of the mean, as ignore_index=-1) (rows: every leading dim, e.g. [B, T] tokens of
  * [B, T, V]); and mse_loss, the mean squared error against f32 targets of x's
  * shape. */
 #include "graph/internal/graph.h"
@@ -76,11 +77,12 @@ const kiln_op_def kiln_op_nll_loss = {
     .backward = nll_backward,
 };
 const kiln_op_def kiln_op_nll_loss_bwd = {.name = "nll_loss_bwd", .min_in = 2, .max_in = 2};
+static const kiln_attr_spec ce_attrs[] = {KILN_ATTR("ignore", KILN_ATTR_INT, loss.ignore), {0}};
 const kiln_op_def kiln_op_cross_entropy = {
-    .name = "cross_entropy", .min_in = 2, .max_in = 2, .nout = 1, .flags = KILN_OPF_LOSS, .infer = loss_infer,
-    .backward = cross_entropy_backward,
+    .name = "cross_entropy", .min_in = 2, .max_in = 2, .nout = 1, .flags = KILN_OPF_LOSS, .attrs = ce_attrs,
+    .infer = loss_infer, .backward = cross_entropy_backward,
 };
-const kiln_op_def kiln_op_cross_entropy_bwd = {.name = "cross_entropy_bwd", .min_in = 3, .max_in = 3};
+const kiln_op_def kiln_op_cross_entropy_bwd = {.name = "cross_entropy_bwd", .min_in = 3, .max_in = 3, .attrs = ce_attrs};
 
 static int mse_infer(kiln_infer *ix) {
     const kiln_val *X = ix->in[0], *T = ix->in[1];

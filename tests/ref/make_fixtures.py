@@ -302,6 +302,20 @@ def op_cross_entropy(folder):
                 dict(op="cross_entropy", reduction="mean", upstream="1"))
 
 
+def op_cross_entropy_masked(folder):
+    """F.cross_entropy with ignore_index=-1: padded positions (-1) are left out of the mean"""
+    torch.manual_seed(71)
+    N, C = 9, 6
+    logits = (rnd(N, C) * 2).requires_grad_()
+    target = torch.randint(0, C, (N,))
+    target[torch.tensor([1, 4, 5, 8])] = -1
+    loss = F.cross_entropy(logits, target, ignore_index=-1)
+    (dlogits,) = grads(loss, torch.ones((), dtype=D), logits)
+    return save(folder, "op_cross_entropy_masked.safetensors",
+                [("logits", logits), ("loss", loss), ("dlogits", dlogits), ("target", target.to(torch.int32))],
+                dict(op="cross_entropy", ignore_index="-1", reduction="mean", upstream="1"))
+
+
 def op_mse_loss(folder):
     """F.mse_loss (mean) with an upstream gradient: d/dx and d/dtarget."""
     torch.manual_seed(71)
@@ -927,6 +941,7 @@ def generate(folder):
     op_nll_loss(folder, "op_nll_loss.safetensors", 60, False)
     op_nll_loss(folder, "op_nll_loss_dloss.safetensors", 61, True)
     op_cross_entropy(folder)
+    op_cross_entropy_masked(folder)
     op_mse_loss(folder)
     op_binary(folder, "add", 80, lambda a, b: a + b)
     op_binary(folder, "mul", 81, lambda a, b: a * b)

@@ -50,9 +50,11 @@ static kiln_status dropout_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 /* ---- row-wise ops: [rows, cols] over the last dim of the given tensor ---- */
 
 
+/* targets in [0, classes), or -1 (padding) for a masked cross entropy */
 static kiln_status check_targets(const kiln_step *s, const int32_t *t) {
+    int low = s->op == KILN_OP_CROSS_ENTROPY && s->attr.loss.ignore ? -1 : 0;
     for (int64_t i = 0; i < s->sz.rc.rows; i++)
-        if (t[i] < 0 || t[i] >= s->sz.rc.cols)
+        if (t[i] < low || t[i] >= s->sz.rc.cols)
             return kiln_fail(KILN_ERR_INVALID_ARG, "target %lld is %d, outside [0, %lld)", (long long)i, t[i],
                              (long long)s->sz.rc.cols);
     return KILN_OK;

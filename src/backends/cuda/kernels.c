@@ -78,6 +78,9 @@ static kiln_status nll_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     DONE("nll loss backward");
 }
 static kiln_status cross_entropy(const kiln_step *s, const kiln_run_ctx *rc) {
+    if (s->attr.loss.ignore)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: the cuda backend has no masked cross entropy (ignored -1 targets) yet; "
+                         "--device cpu has one", s->name);
     kiln_cuda_cross_entropy_rows(ST, RC, F(s->in[0]), I(s->in[1]), kiln_cuda_flags_dev(), rc->workspace, F(s->out[0]));
     DONE("cross entropy");
 }

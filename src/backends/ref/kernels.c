@@ -267,9 +267,10 @@ static void rows_cols(const kiln_tdesc *t, int64_t *rows, int64_t *cols) {
     *rows = t->numel / *cols;
 }
 
-static kiln_status check_targets(const int32_t *t, int64_t rows, int64_t cols) {
+/* targets in [0, cols), or -1 (padding) where low is -1 (a masked cross entropy) */
+static kiln_status check_targets(const int32_t *t, int64_t rows, int64_t cols, int low) {
     for (int64_t i = 0; i < rows; i++)
-        if (t[i] < 0 || t[i] >= cols)
+        if (t[i] < low || t[i] >= cols)
             return kiln_fail(KILN_ERR_INVALID_ARG, "target %lld is %d, outside [0, %lld)", (long long)i, t[i], (long long)cols);
     return KILN_OK;
 }
@@ -293,7 +294,7 @@ static kiln_status nll(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
     int64_t rows, cols;
     rows_cols(&s->in[0], &rows, &cols);
-    kiln_status st = check_targets(I(s->in[1]), rows, cols);
+    kiln_status st = check_targets(I(s->in[1]), rows, cols, 0);
     if (st == KILN_OK) kiln_ref_nll_loss_fwd(rows, cols, D(s->in[0]), I(s->in[1]), D(s->out[0]));
     return st;
 }
@@ -309,7 +310,7 @@ static kiln_status cross_entropy(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
     int64_t rows, cols;
     rows_cols(&s->in[0], &rows, &cols);
-    kiln_status st = check_targets(I(s->in[1]), rows, cols);
+    kiln_status st = check_targets(I(s->in[1]), rows, cols, s->attr.loss.ignore ? -1 : 0);
     if (st == KILN_OK) kiln_ref_cross_entropy_fwd(rows, cols, D(s->in[0]), I(s->in[1]), D(s->out[0]));
     return st;
 }

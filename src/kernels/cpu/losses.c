@@ -1,5 +1,7 @@
 /* Fast NLL and cross-entropy losses (mean over rows), float. Per-row terms are
- * summed serially in double so the loss does not depend on the thread count. */
+ * summed serially in double so the loss does not depend on the thread count.
+ * Cross entropy leaves rows of a negative target out (a masked loss's
+ * padding; the backend refuses them otherwise): the mean is over the rest. */
 #include <math.h>
 #include <stdlib.h>
 #include "kernels/cpu/cpu_internal.h"
@@ -31,28 +33,42 @@ static double row_lse(int64_t cols, const float *x) {
     return (double)m + log(s);
 }
 
+static int64_t counted(int64_t rows, const int32_t *target) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < rows; i++) n += target[i] >= 0;
+    return n;
+}
+
+static double ce_term(int64_t cols, const float *row, int32_t t) { return t < 0 ? 0.0 : row_lse(cols, row) - row[t]; }
+
 void kiln_cpu_cross_entropy_fwd(int64_t rows, int64_t cols, const float *logits, const int32_t *target,
                                 float *loss) {
     double s = 0.0;
     double *term = rows * cols >= KILN_CPU_PAR_MIN ? malloc((size_t)rows * sizeof *term) : NULL;
     if (term) {
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < rows; i++) term[i] = row_lse(cols, logits + i * cols) - logits[i * cols + target[i]];
+        for (int64_t i = 0; i < rows; i++) term[i] = ce_term(cols, logits + i * cols, target[i]);
         for (int64_t i = 0; i < rows; i++) s += term[i];
         free(term);
     } else {
-        for (int64_t i = 0; i < rows; i++) s += row_lse(cols, logits + i * cols) - logits[i * cols + target[i]];
+        for (int64_t i = 0; i < rows; i++) s += ce_term(cols, logits + i * cols, target[i]);
     }
-    *loss = (float)(s / (double)rows);
+    int64_t n = counted(rows, target);
+    *loss = n ? (float)(s / (double)n) : 0.0f;
 }
 
 void kiln_cpu_cross_entropy_bwd(int64_t rows, int64_t cols, const float *logits, const int32_t *target,
                                 const float *dloss, float *dlogits, int acc) {
-    float g = (float)((double)*dloss / (double)rows);
+    int64_t n = counted(rows, target);
+    float g = n ? (float)((double)*dloss / (double)n) : 0.0f;
 #pragma omp parallel for schedule(static) if (rows * cols >= KILN_CPU_PAR_MIN)
     for (int64_t i = 0; i < rows; i++) {
         const float *xr = logits + i * cols;
         float *dr = dlogits + i * cols;
+        if (target[i] < 0) {
+            for (int64_t j = 0; j < cols; j++) dr[j] = acc ? dr[j] : 0.0f;
+            continue;
+        }
         float lse = (float)row_lse(cols, xr);
         for (int64_t j = 0; j < cols; j++) {
             float v = g * (expf(xr[j] - lse) - (j == target[i] ? 1.0f : 0.0f));

@@ -111,6 +111,8 @@ typedef struct { float rho, eps, weight_decay; } kiln_adadelta_attrs;
 /* LAMB and NovoGrad use beta1, beta2, eps; LARS momentum and trust (its eta) */
 typedef struct { float beta1, beta2, eps, weight_decay, momentum, trust; int phase; } kiln_layerwise_attrs;
 typedef struct { float scale, shift; } kiln_affine_attrs; /* y = x * scale + shift */
+/* cross_entropy: ignore 1 skips targets of -1 (F.cross_entropy's ignore_index=-1, padding): the mean is over the rest */
+typedef struct { int ignore; } kiln_loss_attrs;
 struct kiln_fused_prog;
 typedef union kiln_attrs {
     kiln_conv_attrs conv;
@@ -131,6 +133,7 @@ typedef union kiln_attrs {
     kiln_adadelta_attrs adadelta;
     kiln_layerwise_attrs layerwise;
     kiln_affine_attrs affine;
+    kiln_loss_attrs loss;
     const struct kiln_fused_prog *fused; /* owned by the graph (kiln_graph.fused) */
 } kiln_attrs;
 
