@@ -964,12 +964,13 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
     R.rank = kiln_comm_rank(R.comm);
     R.world = kiln_comm_size(R.comm);
     if ((st = resolve_batch(&R)) != KILN_OK) return st;
-    if (cfg->trace && (st = kiln_trace_start(cfg->trace)) != KILN_OK) return st;
+    /* rank 0 alone traces (the ranks' files would collide; their steps are alike) */
+    if (cfg->trace && R.rank == 0 && (st = kiln_trace_start(cfg->trace)) != KILN_OK) return st;
     st = train_run(&R);
     /* run_close freed the loader, so its workers are joined: every span is in */
     long long events = 0;
-    kiln_status ts = cfg->trace ? kiln_trace_stop(&events) : KILN_OK;
-    if (cfg->trace && ts == KILN_OK) kiln_log(KILN_LOG_INFO, "trace: %lld spans written to %s", events, cfg->trace);
+    kiln_status ts = cfg->trace && R.rank == 0 ? kiln_trace_stop(&events) : KILN_OK;
+    if (cfg->trace && R.rank == 0 && ts == KILN_OK) kiln_log(KILN_LOG_INFO, "trace: %lld spans written to %s", events, cfg->trace);
     return st != KILN_OK ? st : ts;
 }
 
