@@ -6,6 +6,7 @@
 # small buckets; the JSON summary states the world, the global batch, more
 # than one bucket, the exposed all-reduce time and a hidden fraction above 0
 # with overlap and 0 without; --trace holds a span per bucket on the comm track.
+# With --sync-bn (collectives inside backward, between the buckets' starts) too.
 #
 # Needs $KILN_BIN, mpirun (Open MPI) and kiln's MPI plugin; exits 77 without them.
 # Under the sanitizers LeakSanitizer is off here (Open MPI's own allocations).
@@ -47,6 +48,9 @@ run cnn-off mnist-cnn "$T/small" 32 8 0.05 off
 run res-on resnet20 "$T/img" 8 4 0.1 on
 run res-off resnet20 "$T/img" 8 4 0.1 off
 run res-big resnet20 "$T/img" 8 2 25 on
+# sync batch norm's collectives inside backward, between the buckets' all-reduces
+run sbn-on resnet20 "$T/img" 8 4 0.1 on --sync-bn
+run sbn-off resnet20 "$T/img" 8 4 0.1 off --sync-bn
 
 cat >"$T/same.py" <<'PYEOF'
 import json, struct, sys
@@ -70,6 +74,7 @@ print(f"{steps} step losses and {len(ta)} tensors identical")
 PYEOF
 check "mnist-cnn: --overlap on and off train identically" "$PY" "$T/same.py" "$T/cnn-on" "$T/cnn-off" 8
 check "resnet20: --overlap on and off train identically" "$PY" "$T/same.py" "$T/res-on" "$T/res-off" 4
+check "resnet20 --sync-bn: --overlap on and off train identically" "$PY" "$T/same.py" "$T/sbn-on" "$T/sbn-off" 4
 
 cat >"$T/summary.py" <<'PYEOF'
 import json, sys
