@@ -52,29 +52,10 @@ run res-big resnet20 "$T/img" 8 2 25 on
 run sbn-on resnet20 "$T/img" 8 4 0.1 on --sync-bn
 run sbn-off resnet20 "$T/img" 8 4 0.1 off --sync-bn
 
-cat >"$T/same.py" <<'PYEOF'
-import json, struct, sys
-def tensors(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
-            for k, v in h.items() if k != "__metadata__" and not k.startswith("optim.")}
-def losses(path):
-    return [json.loads(l)["loss"] for l in open(path) if '"kind":"step"' in l]
-a, b, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-la, lb = losses(a + ".jsonl"), losses(b + ".jsonl")
-assert len(la) == len(lb) == steps, (len(la), len(lb))
-assert la == lb, f"step losses differ: {la} {lb}"
-ta, tb = tensors(a + ".safetensors"), tensors(b + ".safetensors")
-assert ta.keys() == tb.keys() and len(ta) > 0
-diff = [k for k in ta if ta[k] != tb[k]]
-assert not diff, f"{len(diff)} tensors differ, first {diff[0]}"
-print(f"{steps} step losses and {len(ta)} tensors identical")
-PYEOF
-check "mnist-cnn: --overlap on and off train identically" "$PY" "$T/same.py" "$T/cnn-on" "$T/cnn-off" 8
-check "resnet20: --overlap on and off train identically" "$PY" "$T/same.py" "$T/res-on" "$T/res-off" 4
-check "resnet20 --sync-bn: --overlap on and off train identically" "$PY" "$T/same.py" "$T/sbn-on" "$T/sbn-off" 4
+SAME=("$PY" "$(dirname "$0")/same_run.py" --exact) # the same step losses and checkpoint bytes
+check "mnist-cnn: --overlap on and off train identically" "${SAME[@]}" "$T/cnn-on" "$T/cnn-off" 8
+check "resnet20: --overlap on and off train identically" "${SAME[@]}" "$T/res-on" "$T/res-off" 4
+check "resnet20 --sync-bn: --overlap on and off train identically" "${SAME[@]}" "$T/sbn-on" "$T/sbn-off" 4
 
 cat >"$T/summary.py" <<'PYEOF'
 import json, sys
@@ -93,5 +74,5 @@ check "resnet20 --bucket-mb 0.1 --overlap on: buckets and a hidden fraction" "$P
 check "resnet20 --overlap off: nothing hidden" "$PY" "$T/summary.py" "$T/res-off.json" many-none
 check "resnet20 --bucket-mb 25: one bucket (1 MiB of gradients)" "$PY" "$T/summary.py" "$T/res-big.json" one
 check "--trace: a span per bucket on the comm track" grep -q '"all-reduce bucket 2"' "$T/cnn-on.trace.json"
-check "the comparison tells runs apart" bash -c "! '$PY' '$T/same.py' '$T/cnn-on' '$T/res-on' 8 2>/dev/null"
+check "the comparison tells runs apart" bash -c "! ${SAME[*]} '$T/cnn-on' '$T/res-on' 8 2>/dev/null"
 harness_finish
