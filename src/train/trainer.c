@@ -507,7 +507,7 @@ static kiln_status run_compile(run *R) {
     co.fuse = c->fuse;
     co.autotune = c->autotune;
     co.dropout_off = c->dropout_off;
-    co.sync_bn = c->sync_bn; /* a world of one: the same statistics, by the same route */
+    co.sync_bn = c->sync_bn && R->world > 1; /* a world of one: plain batch norm gives the same bits */
     co.checkpoint_activations = c->checkpoint_activations;
     co.memory_budget = c->memory_budget;
     co.seed = (uint64_t)c->seed;
@@ -517,7 +517,7 @@ static kiln_status run_compile(run *R) {
     kiln_status st = kiln_compile(R->g, R->P, &R->m.loss, 1, &co, &R->plan);
     if (st == KILN_OK) st = kiln_ddp_attach(R->ddp, R->plan);
     if (st != KILN_OK) return st;
-    if (c->sync_bn && R->world > 1) kiln_plan_set_collective(R->plan, sync_bn_allreduce, R->comm);
+    if (co.sync_bn) kiln_plan_set_collective(R->plan, sync_bn_allreduce, R->comm);
     R->r->arena_bytes = kiln_plan_arena_bytes(R->plan);
     R->r->arena_bytes_no_reuse = kiln_plan_arena_bytes_no_reuse(R->plan);
     R->r->arena_bytes_plain = kiln_plan_arena_bytes_plain(R->plan);
