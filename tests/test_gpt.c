@@ -22,7 +22,7 @@ static kiln_model_opts golden_opts(kiln_st_file *f) {
     kiln_model_opts o = {0};
     o.gpt = (kiln_gpt_config){(int)atoi(kiln_st_meta(f, "layers")), (int)atoi(kiln_st_meta(f, "heads")),
                               (int)atoi(kiln_st_meta(f, "dim")), (int)atoi(kiln_st_meta(f, "block")),
-                              (int)atoi(kiln_st_meta(f, "vocab"))};
+                              (int)atoi(kiln_st_meta(f, "vocab")), 0};
     return o;
 }
 
@@ -111,9 +111,82 @@ static void test_bad_config(void) {
     kiln_graph *g = kiln_graph_new();
     kiln_model m;
     kiln_model_opts mo = {0};
-    mo.gpt = (kiln_gpt_config){2, 3, 16, 8, 256};
+    mo.gpt = (kiln_gpt_config){2, 3, 16, 8, 256, 0};
     CHECK(kiln_model_build_ex(g, "gpt", &mo, &m) == KILN_ERR_INVALID_ARG);
     CHECK(strstr(kiln_last_error(), "--heads 3") != NULL);
+    kiln_graph_free(g);
+}
+
+/* one gpt's loss and gradients on the ref backend: seq 0 (the block) or shorter, over P */
+static double short_run(kiln_params *P, int seq, int64_t B, const float *x, const int32_t *y, double *grad) {
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_model_opts mo = {0};
+    mo.gpt = (kiln_gpt_config){2, 2, 16, 8, 32, seq};
+    kiln_plan *pl = NULL;
+    double loss = NAN;
+    CHECK_OK(kiln_model_build_ex(g, "gpt", &mo, &m));
+    kiln_compile_opts o = kiln_compile_defaults();
+    o.training = 1;
+    o.max_batch = B;
+    if (kiln_graph_status(g) == KILN_OK) CHECK_OK(kiln_compile(g, P, &m.loss, 1, &o, &pl));
+    if (pl) {
+        kiln_plan_bind(pl, m.x, x);
+        kiln_plan_bind(pl, m.y, y);
+        CHECK_OK(kiln_plan_run(pl, B));
+        loss = kiln_plan_loss(pl);
+        memcpy(grad, kiln_params_grad(P), sizeof(double) * (size_t)kiln_params_total(P));
+    }
+    kiln_plan_free(pl);
+    kiln_graph_free(g);
+    return loss;
+}
+
+/* --batch-tokens' plans: a gpt over 5 positions maps onto the parameters of
+ * the 8-position one (wpe keeps 8 rows) and gives the loss and every gradient
+ * of the 8-position gpt on the same tokens padded with -1 labels (causal
+ * attention: padding after a sequence changes nothing before it); a graph of
+ * other parameter shapes is refused */
+static void test_shorter_sequences(void) {
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_model_opts mo = {0};
+    mo.gpt = (kiln_gpt_config){2, 2, 16, 8, 32, 0};
+    kiln_params *P = NULL;
+    CHECK_OK(kiln_model_build_ex(g, "gpt", &mo, &m));
+    CHECK_OK(kiln_params_new(g, KILN_F64, &P));
+    if (!P) return;
+    kiln_params_init(P, 5);
+    enum { B = 3, T = 5 };
+    float xs[B * T], xl[B * 8];
+    int32_t ys[B * T], yl[B * 8];
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < 8; t++) {
+            int in = t < T;
+            xl[b * 8 + t] = in ? (float)tu_int(0, 31) : (float)tu_int(0, 31); /* padding's inputs are anything */
+            yl[b * 8 + t] = in ? (int32_t)tu_int(0, 31) : -1;
+            if (in) xs[b * T + t] = xl[b * 8 + t], ys[b * T + t] = yl[b * 8 + t];
+        }
+    ys[2] = yl[2] = -1; /* a padded position inside a short sequence too */
+    int64_t n = kiln_params_total(P);
+    double *gs = calloc((size_t)n, 8), *gl = calloc((size_t)n, 8);
+    double ls = short_run(P, T, B, xs, ys, gs), ll = short_run(P, 0, B, xl, yl, gl);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(gs[i] - gl[i]));
+    CHECK_MSG(fabs(ls - ll) < 1e-12 && worst < 1e-12 && ls > 0, "5 positions: loss %.15g, 8 padded: %.15g, gradients apart by %g",
+              ls, ll, worst);
+    free(gs);
+    free(gl);
+    kiln_graph *g2 = kiln_graph_new();
+    mo.gpt.dim = 32;
+    kiln_plan *pl = NULL;
+    CHECK_OK(kiln_model_build_ex(g2, "gpt", &mo, &m));
+    kiln_compile_opts o = kiln_compile_defaults();
+    o.training = 1;
+    CHECK(kiln_compile(g2, P, &m.loss, 1, &o, &pl) == KILN_ERR_INVALID_ARG && strstr(kiln_last_error(), "another graph"));
+    kiln_plan_free(pl);
+    kiln_graph_free(g2);
+    kiln_params_free(P);
     kiln_graph_free(g);
 }
 
@@ -127,5 +200,6 @@ int main(void) {
         kiln_st_close(f);
     }
     test_bad_config();
+    test_shorter_sequences();
     return tu_finish("test_gpt");
 }

@@ -160,6 +160,53 @@ typedef struct kiln_sampler {
     void *ctx;
 } kiln_sampler;
 
+/* Batches of their own making (PyTorch's batch_sampler): epoch e's batches as
+ * lists of samples, each batch of one width (positions per sample: the
+ * dataset's get_width cuts or pads each sample to it, so a batch is [n, width]).
+ * nbatches, samples and max_numel must be the same every epoch; order must be a
+ * pure function of the epoch (prefetching across epochs, resuming). */
+typedef struct kiln_batch_sampler {
+    int64_t nbatches;   /* batches per epoch */
+    int64_t samples;    /* samples per epoch, all batches together */
+    int64_t max_numel;  /* the most samples x width of any batch: the ring's slots hold this */
+    /* index[start[b] .. start[b+1]) are batch b's samples (start has nbatches + 1 entries), width[b] its width */
+    kiln_status (*order)(const struct kiln_batch_sampler *s, int64_t epoch, int64_t *index, int64_t *start, int64_t *width);
+    void *ctx;
+} kiln_batch_sampler;
+
+/* Length-bucketed batches of about batch_tokens positions (--batch-tokens;
+ * src/data/length_batches.c says how): buckets of widths max_len, max_len/2, ...
+ * (at most 4), batch_tokens / width samples a batch, the batches grouped so
+ * that every rank gets as many, all a pure function of (seed, epoch). Not
+ * thread-safe: one per thread that asks for epochs. */
+#define KILN_MAX_LEN_BUCKETS 4
+typedef struct kiln_length_batches_info {
+    int nbuckets;
+    int64_t width[KILN_MAX_LEN_BUCKETS];     /* positions per sample, widest first */
+    int64_t per_batch[KILN_MAX_LEN_BUCKETS]; /* samples in a full batch */
+    int64_t count[KILN_MAX_LEN_BUCKETS];     /* samples in the bucket */
+    int64_t last[KILN_MAX_LEN_BUCKETS];      /* samples in its last batch */
+    int64_t groups;       /* batches per epoch of every rank (steps) */
+    int64_t samples;      /* this rank's samples per epoch (the same every epoch) */
+    int64_t max_numel;    /* this rank's largest batch: samples x width */
+    int rank, world;
+} kiln_length_batches_info;
+/* one epoch of this rank's batches, into arrays the caller sizes from the info */
+typedef struct kiln_length_epoch {
+    int64_t *index;          /* [samples]: batch b's samples are index[start[b] .. start[b+1]) */
+    int64_t *start;          /* [groups + 1] */
+    int64_t *width, *bucket; /* [groups]: the batch's width and bucket */
+    int64_t *tokens;         /* [groups]: its positions (the samples' lengths summed: the loss's terms) */
+    int64_t *group_tokens;   /* [groups]: the same summed over the ranks' batches of that step */
+} kiln_length_epoch;
+typedef struct kiln_length_batches kiln_length_batches;
+/* len[i] in 1..max_len: sample i's positions */
+kiln_status kiln_length_batches_new(const int64_t *len, int64_t n, int64_t max_len, int64_t batch_tokens, int rank,
+                                    int world, uint64_t seed, kiln_length_batches **out);
+const kiln_length_batches_info *kiln_length_batches_get_info(const kiln_length_batches *B);
+kiln_status kiln_length_batches_epoch(kiln_length_batches *B, int64_t epoch, kiln_length_epoch *e);
+void kiln_length_batches_free(kiln_length_batches *B);
+
 typedef struct kiln_loader_config {
     int64_t batch_size;
     int shuffle;        /* 1: a seeded permutation per epoch */
@@ -176,6 +223,9 @@ typedef struct kiln_loader_config {
      * unless drop_last, and takes every world-th sample from rank; world <= 1: all */
     int rank, world;
     const kiln_sampler *sampler; /* NULL: sequential, seeded random (shuffle) or distributed, from the fields above */
+    /* variable batches (NULL: batch_size samples of the dataset's shape each): needs a dataset of
+     * one-dim samples with get_width; batch_size, shuffle, drop_last, rank, world and sampler are unused */
+    const kiln_batch_sampler *batches;
     /* the ring's memory: NULL for kiln_alloc; a GPU backend's page-locked allocator
      * (kiln_params_host_allocator), so its copy of each batch runs asynchronously */
     void *(*host_alloc)(size_t bytes);
@@ -188,6 +238,7 @@ typedef struct kiln_batch {
     int32_t *y;         /* [n, label_numel] */
     int64_t n;
     int64_t index;      /* batch number within the epoch */
+    int64_t width;      /* with a batch sampler: positions per sample (x is [n, width]); else 0 */
     int slot;           /* ring slot, for release */
 } kiln_batch;
 

@@ -42,6 +42,9 @@ kiln_status kiln_model_build(kiln_graph *g, const char *name, kiln_model *out);
 /* the GPT's shape (0: the default of each, 4 layers, 4 heads, 256 wide, block 128, vocab 256) */
 typedef struct kiln_gpt_config {
     int layers, heads, dim, block, vocab;
+    /* positions of the input, 1..block (0: block): the same parameters (wpe keeps block rows, the
+     * first seq added) over shorter sequences, a graph per length bucket (--batch-tokens) */
+    int seq;
 } kiln_gpt_config;
 typedef struct kiln_model_opts {
     int num_classes;        /* the ResNets: 10 by default, up to KILN_MAX_CLASSES */

@@ -25,7 +25,12 @@
  * and message are kept and next() returns -1 with them on the training
  * thread) or, with skip_bad, is replaced by the next readable sample of the
  * dataset (index + 1, ..., wrapping), so batches keep their size (a compiled
- * plan runs fixed batch sizes) and stay the same for any worker count. */
+ * plan runs fixed batch sizes) and stay the same for any worker count.
+ *
+ * A batch sampler (cfg.batches) makes the batches instead: per epoch, lists
+ * of samples with a width each; batch b's samples are order[start[b]..) and
+ * each is written at x + i * width by the dataset's get_width. Everything
+ * else (slots, claims, keys by position in the epoch's order) is the same. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -59,6 +64,7 @@ typedef struct slot {
     int32_t *y;
     int64_t epoch, batch;
     int64_t n;         /* samples of the batch */
+    int64_t width;     /* batch sampler: positions per sample; else 0 */
     int64_t claimed;   /* samples handed to workers */
     int64_t done;      /* samples finished (loaded or failed) */
     uint64_t gen;
@@ -77,6 +83,7 @@ struct kiln_loader {
     slot *slots;
     size_t xb, yb;         /* bytes of a slot's x and y */
     int64_t *order[2];     /* the orders of two consecutive epochs, by epoch parity */
+    int64_t *start[2], *width[2]; /* batch sampler: each batch's first position in order, and its width */
     int64_t order_epoch[2];
 
     pthread_mutex_t mu;
@@ -113,10 +120,34 @@ kiln_loader_config kiln_loader_defaults(void) {
     return c;
 }
 
-/* samples in batch `batch` of an epoch */
-static int64_t batch_n(const kiln_loader *L, int64_t batch) {
+/* where batch `batch` of epoch e starts in its order */
+static int64_t batch_pos(const kiln_loader *L, int64_t e, int64_t batch) {
+    return L->cfg.batches ? L->start[e & 1][batch] : batch * L->cfg.batch_size;
+}
+
+/* samples in batch `batch` of epoch e */
+static int64_t batch_n(const kiln_loader *L, int64_t e, int64_t batch) {
+    if (L->cfg.batches) return L->start[e & 1][batch + 1] - L->start[e & 1][batch];
     int64_t n = L->epoch_len - batch * L->cfg.batch_size;
     return n < L->cfg.batch_size ? n : L->cfg.batch_size;
+}
+
+/* a batch sampler's epoch: its batches must tile the order, each of a width the dataset has */
+static kiln_status check_batches(const kiln_loader *L, int p) {
+    const int64_t *st = L->start[p], *w = L->width[p];
+    int64_t nb = L->nbatches;
+    int ok = st[0] == 0 && st[nb] == L->epoch_len;
+    for (int64_t b = 0; ok && b < nb; b++)
+        ok = st[b + 1] >= st[b] && w[b] >= 1 && w[b] <= L->numel && (st[b + 1] - st[b]) * w[b] <= L->cfg.batches->max_numel;
+    return ok ? KILN_OK : kiln_fail(KILN_ERR_INVALID_ARG, "loader: the batch sampler's batches do not tile its %lld samples "
+                                    "within %lld positions a batch", (long long)L->epoch_len, (long long)L->cfg.batches->max_numel);
+}
+
+static kiln_status order_of(kiln_loader *L, int64_t e, int p) {
+    const kiln_batch_sampler *bs = L->cfg.batches;
+    if (!bs) return L->sampler.order(&L->sampler, L->ds->len, e, L->order[p]);
+    kiln_status st = bs->order(bs, e, L->order[p], L->start[p], L->width[p]);
+    return st == KILN_OK ? check_batches(L, p) : st;
 }
 
 /* the order of epoch e in its parity's buffer, computed unless already there */
@@ -124,7 +155,7 @@ static kiln_status ensure_order(kiln_loader *L, int64_t e) {
     int p = (int)(e & 1);
     if (L->order_epoch[p] == e) return KILN_OK;
     L->order_epoch[p] = -1;
-    kiln_status st = L->sampler.order(&L->sampler, L->ds->len, e, L->order[p]);
+    kiln_status st = order_of(L, e, p);
     if (st != KILN_OK) return st;
     for (int64_t i = 0; i < L->epoch_len; i++)
         if (L->order[p][i] < 0 || L->order[p][i] >= L->ds->len)
@@ -164,7 +195,8 @@ static int open_batch(kiln_loader *L) {
     if (!s) return 0;
     s->epoch = L->a_epoch;
     s->batch = L->a_batch++;
-    s->n = batch_n(L, s->batch);
+    s->n = batch_n(L, s->epoch, s->batch);
+    s->width = L->cfg.batches ? L->width[s->epoch & 1][s->batch] : 0;
     s->claimed = s->done = 0;
     s->gen = L->gen;
     s->state = SLOT_FILLING;
@@ -202,7 +234,7 @@ static void plan_hints(kiln_loader *L, claim *c) {
 /* the hints take(...) planned; no lock needed (the orders of the two epochs in flight stay put) */
 static void send_hints(kiln_loader *L, const claim *c) {
     for (int64_t b = c->hint_from; b < c->hint_to; b++)
-        L->ds->will_need(L->ds, L->order[c->hint_epoch & 1] + b * L->cfg.batch_size, batch_n(L, b));
+        L->ds->will_need(L->ds, L->order[c->hint_epoch & 1] + batch_pos(L, c->hint_epoch, b), batch_n(L, c->hint_epoch, b));
 }
 
 static int take(kiln_loader *L, claim *c) {
@@ -214,7 +246,7 @@ static int take(kiln_loader *L, claim *c) {
         plan_hints(L, c);
     }
     slot *s = L->a_slot;
-    int64_t pos = s->batch * L->cfg.batch_size + s->claimed;
+    int64_t pos = batch_pos(L, s->epoch, s->batch) + s->claimed;
     c->s = s;
     c->i = s->claimed++;
     c->index = L->order[s->epoch & 1][pos];
@@ -225,7 +257,9 @@ static int take(kiln_loader *L, claim *c) {
 
 static kiln_status get(kiln_loader *L, int64_t index, const claim *c) {
     double t0 = kiln_trace_on() ? kiln_trace_now() : 0;
-    kiln_status st = L->ds->get(L->ds, index, c->key, c->s->x + c->i * L->numel, c->s->y + c->i * L->lnumel);
+    const slot *s = c->s;
+    kiln_status st = s->width ? L->ds->get_width(L->ds, index, c->key, s->width, s->x + c->i * s->width, s->y + c->i * s->width)
+                              : L->ds->get(L->ds, index, c->key, s->x + c->i * L->numel, s->y + c->i * L->lnumel);
     if (t0 > 0) kiln_trace_span("sample", "loader", t0, kiln_trace_now());
     return st;
 }
@@ -328,8 +362,11 @@ static void destroy(kiln_loader *L) {
         for (int i = 0; i < L->nslots; i++) free_slot_memory(L, &L->slots[i]);
         free(L->slots);
     }
-    free(L->order[0]);
-    free(L->order[1]);
+    for (int p = 0; p < 2; p++) {
+        free(L->order[p]);
+        free(L->start[p]);
+        free(L->width[p]);
+    }
     pthread_cond_destroy(&L->work);
     pthread_cond_destroy(&L->ready);
     pthread_cond_destroy(&L->idle);
@@ -352,6 +389,12 @@ static kiln_status check_config(const kiln_dataset *ds, const kiln_loader_config
     if (cfg->world > 1 && ds->len == 0) return kiln_fail(KILN_ERR_INVALID_ARG, "loader: dataset %s is empty", name);
     if (kiln_shape_numel(ds->sample_ndim, ds->sample_shape) < 1 || ds->label_numel < 0)
         return kiln_fail(KILN_ERR_INVALID_ARG, "loader: dataset %s has empty samples", name);
+    const kiln_batch_sampler *bs = cfg->batches;
+    if (bs && (!ds->get_width || ds->sample_ndim != 1 || ds->label_numel != ds->sample_shape[0]))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "loader: dataset %s has no variable-length samples for a batch sampler "
+                         "(--batch-tokens wants token documents)", name);
+    if (bs && (!bs->order || bs->nbatches < 0 || bs->samples < 0 || bs->max_numel < 1))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "loader: a batch sampler without batches");
     return KILN_OK;
 }
 
@@ -361,6 +404,10 @@ static kiln_status make_ring(kiln_loader *L) {
     int64_t per = cfg->batch_size < L->epoch_len ? cfg->batch_size : (L->epoch_len > 0 ? L->epoch_len : 1);
     L->xb = (size_t)per * (size_t)L->numel * sizeof(float);
     L->yb = (size_t)per * (size_t)L->lnumel * sizeof(int32_t);
+    if (cfg->batches) {
+        L->xb = (size_t)cfg->batches->max_numel * sizeof(float);
+        L->yb = (size_t)cfg->batches->max_numel * sizeof(int32_t);
+    }
     int warned = 0;
     for (int i = 0; i < L->nslots; i++) {
         slot *s = &L->slots[i];
@@ -413,8 +460,9 @@ kiln_status kiln_loader_new(kiln_dataset *ds, const kiln_loader_config *cfg, kil
     L->sampler = cfg->sampler ? *cfg->sampler : kiln_sampler_of(&L->cfg);
     L->numel = kiln_shape_numel(ds->sample_ndim, ds->sample_shape);
     L->lnumel = ds->label_numel > 0 ? ds->label_numel : 1;
-    L->epoch_len = L->sampler.len(&L->sampler, ds->len);
+    L->epoch_len = cfg->batches ? cfg->batches->samples : L->sampler.len(&L->sampler, ds->len);
     L->nbatches = cfg->drop_last ? L->epoch_len / cfg->batch_size : (L->epoch_len + cfg->batch_size - 1) / cfg->batch_size;
+    if (cfg->batches) L->nbatches = cfg->batches->nbatches;
     L->nslots = L->cfg.max_workers * cfg->prefetch;
     if (L->nslots < 2) L->nslots = 2;
     L->want = cfg->workers;
@@ -423,6 +471,11 @@ kiln_status kiln_loader_new(kiln_dataset *ds, const kiln_loader_config *cfg, kil
     size_t on = (size_t)(ds->len > L->epoch_len ? ds->len : L->epoch_len) + 1;
     L->order[0] = malloc(sizeof(int64_t) * on);
     L->order[1] = malloc(sizeof(int64_t) * on);
+    for (int p = 0; p < 2 && cfg->batches; p++) {
+        L->start[p] = malloc(sizeof(int64_t) * (size_t)(L->nbatches + 1));
+        L->width[p] = malloc(sizeof(int64_t) * (size_t)(L->nbatches + 1));
+        if (!L->start[p] || !L->width[p]) st = kiln_fail(KILN_ERR_NOMEM, "loader: out of memory");
+    }
     L->slots = calloc((size_t)L->nslots, sizeof(slot));
     L->threads = L->cfg.max_workers > 0 ? calloc((size_t)L->cfg.max_workers, sizeof(pthread_t)) : NULL;
     if (!L->order[0] || !L->order[1] || !L->slots || (L->cfg.max_workers > 0 && !L->threads))
@@ -567,7 +620,7 @@ int kiln_loader_next(kiln_loader *L, kiln_batch *b) {
     }
     if (rc == 1) {
         s->state = SLOT_HELD;
-        *b = (kiln_batch){s->x, s->y, s->n, s->batch, (int)(s - L->slots)};
+        *b = (kiln_batch){s->x, s->y, s->n, s->batch, s->width, (int)(s - L->slots)};
     }
     double t1 = kiln_trace_now();
     L->wait_s += t1 - t0;

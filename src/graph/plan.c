@@ -50,6 +50,18 @@ static kiln_status check_args(const kiln_graph *g0, kiln_params *P, const kiln_v
     if (n_outputs < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "compile: no outputs");
     if (!P || kiln_params_count(P) != g0->nparams || kiln_params_buffer_count(P) != g0->nbuffers)
         return kiln_fail(KILN_ERR_INVALID_ARG, "compile: the parameters were not made from this graph");
+    /* parameters are matched by position: another graph built the same way (a gpt over shorter
+     * sequences) may share them, one whose parameter i differs in name or shape may not */
+    for (int i = 0; i < g0->nparams; i++) {
+        const kiln_val *v = &g0->vals[g0->param_vals[i]];
+        int64_t shape[KILN_MAX_DIMS];
+        int nd = kiln_params_shape(P, i, shape);
+        int same = nd == v->ndim && strcmp(kiln_params_name(P, i), v->name) == 0;
+        for (int d = 0; same && d < nd; d++) same = shape[d] == v->shape[d];
+        if (!same)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "compile: parameter %d is '%s' in the graph but '%s' of another shape or "
+                             "name in the parameters: they were made from another graph", i, v->name, kiln_params_name(P, i));
+    }
     if (strcmp(kiln_params_backend(P), be->name) != 0)
         return kiln_fail(KILN_ERR_INVALID_ARG, "compile: the parameters live on the %s backend, the plan is for %s",
                          kiln_params_backend(P), be->name);

@@ -10,7 +10,8 @@
  *   ln_f.{weight,bias}.
  * The Conv1D weights are [in, out]: kiln_matmul reads them as they are. The
  * input is a window of `block` token ids (f32, as the token loader gives);
- * the positions are the whole block, so wpe is added as it is. No dropout
+ * the positions are the whole block, so wpe is added as it is (with seq < block,
+ * a graph for shorter sequences over the same parameters, its first seq rows). No dropout
  * (nanoGPT's default of 0 for training from scratch at this size). */
 #include <math.h>
 #include <stdio.h>
@@ -68,9 +69,11 @@ static kiln_value block(kiln_graph *g, kiln_value x, int i, const kiln_gpt_confi
 
 void kiln_zoo_gpt(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
     kiln_gpt_config c = kiln_gpt_resolve(&o->gpt);
-    if (c.layers < 1 || c.heads < 1 || c.dim < 1 || c.block < 1 || c.vocab < 1 || c.dim % c.heads) {
-        kiln_graph_fail(g, KILN_ERR_INVALID_ARG, "gpt: --layers %d --heads %d --dim %d --block %d --vocab %d (want "
-                        "positive sizes, --dim a multiple of --heads)", c.layers, c.heads, c.dim, c.block, c.vocab);
+    int T = c.seq ? c.seq : c.block;
+    if (c.layers < 1 || c.heads < 1 || c.dim < 1 || c.block < 1 || c.vocab < 1 || c.dim % c.heads || T < 1 || T > c.block) {
+        kiln_graph_fail(g, KILN_ERR_INVALID_ARG, "gpt: --layers %d --heads %d --dim %d --block %d --vocab %d, %d positions "
+                        "(want positive sizes, --dim a multiple of --heads, positions up to the block)", c.layers, c.heads,
+                        c.dim, c.block, c.vocab, T);
         return;
     }
     if (o->num_classes && o->num_classes != c.vocab) {
@@ -78,12 +81,14 @@ void kiln_zoo_gpt(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
                         o->num_classes, c.vocab);
         return;
     }
-    m->x = kiln_input(g, "x", KILN_F32, 2, (int64_t[]){KILN_BATCH, c.block});
-    m->y = kiln_input(g, "y", KILN_I32, 2, (int64_t[]){KILN_BATCH, c.block});
+    m->x = kiln_input(g, "x", KILN_F32, 2, (int64_t[]){KILN_BATCH, T});
+    m->y = kiln_input(g, "y", KILN_I32, 2, (int64_t[]){KILN_BATCH, T});
     m->num_classes = c.vocab;
-    m->block = c.block;
+    m->block = T;
     kiln_value wte = weight(g, "wte.weight", c.vocab, c.dim, 0.02f);
-    kiln_value h = kiln_add(g, kiln_embedding(g, m->x, wte), weight(g, "wpe.weight", c.block, c.dim, 0.02f));
+    kiln_value wpe = weight(g, "wpe.weight", c.block, c.dim, 0.02f);
+    if (T < c.block) wpe = kiln_slice(g, wpe, 0, 0, T);
+    kiln_value h = kiln_add(g, kiln_embedding(g, m->x, wte), wpe);
     for (int i = 0; i < c.layers; i++) h = block(g, h, i, &c);
     h = kiln_nn_layer_norm(g, "ln_f", h, c.dim);
     m->out = kiln_linear(g, h, wte, -1); /* tied: the logits are h . wte^T */
