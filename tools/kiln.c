@@ -180,6 +180,7 @@ static void print_train_json(const kiln_train_config *c, const kiln_train_result
     json_object_set_new(o, "compile_time_s", cli_json_num(r->compile_time_s));
     json_object_set_new(o, "images_per_s", cli_json_num(r->images_per_s));
     if (r->tokens_per_s > 0) json_object_set_new(o, "tokens_per_s", cli_json_num(r->tokens_per_s));
+    json_object_set_new(o, "step_allocs", json_integer(r->step_allocs));
     json_object_set_new(o, "data_wait_frac", cli_json_num(r->data_wait_frac));
     json_object_set_new(o, "final_loss", cli_json_num(r->final_loss));
     json_object_set_new(o, "test_loss", r->test_accuracy >= 0 ? cli_json_num(r->test_loss) : json_null());

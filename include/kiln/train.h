@@ -138,6 +138,7 @@ typedef struct kiln_train_result {
      * (0 in a world of one) */
     int world_size;
     int64_t global_batch;
+    int64_t step_allocs;        /* kiln_alloc calls made while running plans and updates (0: all preallocated) */
     int buckets;
     double allreduce_exposed_ms, allreduce_hidden_frac;
 } kiln_train_result;

@@ -21,6 +21,7 @@
 #include "train/internal/checkpoint.h"
 #include "train/internal/input_shape.h"
 #include "train/internal/metrics.h"
+#include "train/internal/token_plans.h"
 #include "dist/internal/ddp.h"
 #include "dist/internal/dist.h"
 
@@ -281,6 +282,12 @@ static kiln_status check_config(const kiln_train_config *c) {
     RANGE(c->clip_grad_norm >= 0, "--clip-grad-norm is %g; it must be > 0", (double)c->clip_grad_norm);
     RANGE(c->lr_step_gamma > 0, "--lr-step-gamma is %g; it must be > 0", (double)c->lr_step_gamma);
     RANGE(c->memory_budget >= 0, "--memory-budget-mb is %g; it must be > 0", c->memory_budget / 1048576.0);
+    RANGE(c->batch_tokens >= 0, "--batch-tokens is %lld; it must be >= 1 (0: off)", (long long)c->batch_tokens);
+    RANGE(!c->batch_tokens || (!strcmp(c->model, "gpt") && !strncmp(c->data, "tokens:", 7)),
+          "--batch-tokens is for --model gpt on --data tokens:FILE (documents of several lengths)");
+    RANGE(!c->batch_tokens || c->accumulate <= 1, "--batch-tokens with --accumulate is not built yet: use a larger "
+          "--batch-tokens instead");
+    RANGE(!c->batch_tokens || !c->find_batch_size, "--batch-tokens sets the batches: leave --batch-size alone");
 #undef RANGE
     if (!c->save) return KILN_OK;
     /* the checkpoint keeps the run's settings for --resume: each must be recordable */
@@ -367,6 +374,9 @@ typedef struct {
     kiln_ddp *ddp;
     int rank, world;            /* only rank 0 reports, evaluates and saves */
     int64_t rank_len;           /* training samples this rank visits per epoch */
+    kiln_token_plans tp;        /* --batch-tokens: a plan per length bucket (tp.plan[0] is `plan`) */
+    int64_t tokens;             /* --batch-tokens: positions trained on, all ranks */
+    uint64_t step_allocs;       /* kiln_alloc calls while running plans and updates */
 } run;
 
 static double elapsed(const run *R) { return now_s() - R->t0; }
@@ -434,7 +444,9 @@ static kiln_status run_open(run *R) {
     kiln_data_config dc;
     if ((st = kiln_train_data_config(c, &dc)) != KILN_OK) return st;
     if ((st = kiln_dataset_open_config(c->data, 1, &dc, &R->train)) != KILN_OK) return st;
-    if (c->test && (st = kiln_dataset_open_config(c->data, 0, &dc, &R->test)) != KILN_OK) return st;
+    kiln_data_config tdc = dc;
+    tdc.documents = 0; /* evaluation stays on the val file's windows of the block */
+    if (c->test && (st = kiln_dataset_open_config(c->data, 0, &tdc, &R->test)) != KILN_OK) return st;
 
     R->g = kiln_graph_new();
     if ((st = build_model(R->g, c, &R->m)) != KILN_OK) return st;
@@ -514,11 +526,17 @@ static kiln_status run_compile(run *R) {
     co.matmul_precision = c->matmul_precision;
     co.precision = c->precision;
     co.profile = c->profile;
-    kiln_status st = kiln_compile(R->g, R->P, &R->m.loss, 1, &co, &R->plan);
+    kiln_status st;
+    if (c->batch_tokens) {
+        st = kiln_token_plans_open(&R->tp, c, R->g, &R->m, R->P, R->train, R->rank, R->world, &co);
+        R->plan = R->tp.plan[0]; /* the widest (the run frees it): reports, and DDP's overlap hooks */
+    } else {
+        st = kiln_compile(R->g, R->P, &R->m.loss, 1, &co, &R->plan);
+    }
     if (st == KILN_OK) st = kiln_ddp_attach(R->ddp, R->plan);
     if (st != KILN_OK) return st;
     if (co.sync_bn) kiln_plan_set_collective(R->plan, sync_bn_allreduce, R->comm);
-    R->r->arena_bytes = kiln_plan_arena_bytes(R->plan);
+    R->r->arena_bytes = c->batch_tokens ? R->tp.arena_bytes : kiln_plan_arena_bytes(R->plan);
     R->r->arena_bytes_no_reuse = kiln_plan_arena_bytes_no_reuse(R->plan);
     R->r->arena_bytes_plain = kiln_plan_arena_bytes_plain(R->plan);
     if (c->checkpoint_activations)
@@ -543,6 +561,7 @@ static kiln_status run_compile(run *R) {
     lc.skip_bad = c->skip_bad;
     lc.rank = R->rank;
     lc.world = R->world;
+    lc.batches = c->batch_tokens ? &R->tp.bs : NULL;
     R->auto_on = c->workers == KILN_WORKERS_AUTO;
     if (R->auto_on) kiln_auto_workers_begin(&R->aw, kiln_cores_available(), R->r->workers_why, sizeof R->r->workers_why, &lc);
     kiln_params_host_allocator(R->P, &lc.host_alloc, &lc.host_free);
@@ -594,19 +613,36 @@ static void sample_kernels(run *R) {
  * batches train exactly as one N times larger (also the short group at an
  * epoch's end); each gets its own dropout counter. */
 static kiln_status run_batch(run *R, const kiln_batch *b, int64_t micro, int64_t group_n, double *group_loss) {
-    double share = (double)b->n / (double)group_n, t = now_s();
-    kiln_plan_bind(R->plan, R->m.x, b->x);
-    kiln_plan_bind(R->plan, R->m.y, b->y);
     /* divided by the world size: the ranks' summed gradients are their mean */
-    kiln_plan_set_accumulate(R->plan, micro > 0, share / R->world);
+    double share = (double)b->n / (double)group_n / R->world, t = now_s();
+    kiln_plan *plan = R->plan;
+    const kiln_model *m = &R->m;
+    int64_t group_tokens = 0;
+    if (b->width) { /* --batch-tokens: the bucket's plan; the batch's share of the step's positions on all ranks */
+        int k = kiln_token_plans_find(&R->tp, b->width);
+        kiln_status st = k < 0 ? kiln_fail(KILN_ERR_INVALID_ARG, "batch of width %lld has no plan", (long long)b->width)
+                               : kiln_token_plans_share(&R->tp, R->epoch, b->index, &share, &group_tokens);
+        if (st != KILN_OK) return st;
+        plan = R->tp.plan[k];
+        m = &R->tp.m[k];
+    }
+    kiln_alloc_stats a0;
+    kiln_alloc_get_stats(&a0);
+    kiln_plan_bind(plan, m->x, b->x);
+    kiln_plan_bind(plan, m->y, b->y);
+    kiln_plan_set_accumulate(plan, micro > 0, share);
     kiln_ddp_begin_micro(R->ddp, micro + 1 == R->accum || b->index + 1 >= R->per_epoch);
-    kiln_plan_set_step(R->plan, (uint64_t)(R->step * R->accum + micro));
+    kiln_plan_set_step(plan, (uint64_t)(R->step * R->accum + micro));
     sample_kernels(R);
-    kiln_status st = kiln_plan_run(R->plan, b->n);
+    kiln_status st = kiln_plan_run(plan, b->n);
+    kiln_alloc_stats a1;
+    kiln_alloc_get_stats(&a1);
+    R->step_allocs += a1.allocs - a0.allocs;
     R->runs++;
     R->step_s += now_s() - t;
+    R->tokens += group_tokens;
     if (st != KILN_OK) return st;
-    double l = kiln_plan_loss(R->plan);
+    double l = kiln_plan_loss(plan);
     if (!isfinite(l))
         return kiln_fail(KILN_ERR_NUMERIC, "step %lld (epoch %lld, batch %lld): the loss is %g; lower --lr or check the data%s",
                          (long long)R->step + 1, (long long)R->epoch + 1, (long long)b->index, l,
@@ -632,13 +668,18 @@ static void report_progress(run *R) {
 static kiln_status run_update(run *R, double loss) {
     double t = now_s();
     /* the loss, and a stop request seen by any rank (all ranks stop at the same step) */
-    double v[2] = {loss, R->c.stop_flag && *R->c.stop_flag};
+    /* --batch-tokens: each rank's loss comes weighted by its share of the step's positions: their sum is the mean */
+    double v[2] = {R->c.batch_tokens ? loss * R->world : loss, R->c.stop_flag && *R->c.stop_flag};
     kiln_status st = kiln_ddp_reduce(R->ddp);
     if (st == KILN_OK) st = kiln_ddp_mean(R->ddp, v, 2, "the loss all-reduce");
     if (st != KILN_OK) return st;
     loss = v[0];
     kiln_optim_set_lr(R->opt, lr_now(R));
+    kiln_alloc_stats a0, a1;
+    kiln_alloc_get_stats(&a0);
     st = kiln_optim_step(R->opt);
+    kiln_alloc_get_stats(&a1);
+    R->step_allocs += a1.allocs - a0.allocs;
     double t1 = now_s();
     kiln_trace_span("optimizer", "train", t, t1);
     R->optim_s += t1 - t;
@@ -820,6 +861,8 @@ static void fill_result(run *R) {
     r->epochs = R->epoch + (R->next >= R->per_epoch);
     r->images_per_s = r->train_time_s > 0 ? (double)R->samples / r->train_time_s : 0;
     r->tokens_per_s = r->images_per_s * (R->m.block > 0 ? R->m.block : 0); /* a language model's samples are windows */
+    if (R->c.batch_tokens) r->tokens_per_s = r->train_time_s > 0 ? (double)R->tokens / r->train_time_s : 0; /* not padding */
+    r->step_allocs = (int64_t)R->step_allocs;
     r->final_loss = R->loss;
     r->workers = kiln_loader_workers(R->L);
     r->skipped = kiln_loader_skipped(R->L);
@@ -856,6 +899,7 @@ static kiln_status run_finish(run *R) {
     /* the training plan's arena is not needed to evaluate: give it back to the OS */
     kiln_plan_free(R->plan);
     R->plan = NULL;
+    kiln_token_plans_close(&R->tp);
     kiln_alloc_release_cached();
     int eval = R->c.test && R->rank == 0 && !r->interrupted && R->evaluated_at != R->step;
     if (eval && (st = run_evaluate(R)) != KILN_OK) return st;
@@ -872,6 +916,7 @@ static void run_close(run *R) {
     kiln_metrics_close(R->metrics);
     kiln_loader_free(R->L);
     kiln_plan_free(R->plan);
+    kiln_token_plans_close(&R->tp);
     kiln_optim_free(R->opt);
     kiln_ddp_free(R->ddp);
     kiln_params_free(R->P);
@@ -984,6 +1029,7 @@ kiln_status kiln_train_data_config(const kiln_train_config *c, kiln_data_config 
     dc->skip_bad = c->skip_bad;
     dc->cache = c->cache;
     dc->block = c->gpt.block;
+    dc->documents = c->batch_tokens > 0;
     kiln_status st = KILN_OK;
     if (c->random_resized_crop && c->random_resized_crop[0]) st = kiln_data_parse_rrc(c->random_resized_crop, dc);
     if (st == KILN_OK && c->normalize && c->normalize[0]) st = kiln_data_parse_normalize(c->normalize, dc);
