@@ -613,8 +613,7 @@ static void sample_kernels(run *R) {
  * batches train exactly as one N times larger (also the short group at an
  * epoch's end); each gets its own dropout counter. */
 static kiln_status run_batch(run *R, const kiln_batch *b, int64_t micro, int64_t group_n, double *group_loss) {
-    /* divided by the world size: the ranks' summed gradients are their mean */
-    double share = (double)b->n / (double)group_n / R->world, t = now_s();
+    double share = (double)b->n / (double)group_n, t = now_s();
     kiln_plan *plan = R->plan;
     const kiln_model *m = &R->m;
     int64_t group_tokens = 0;
@@ -626,11 +625,13 @@ static kiln_status run_batch(run *R, const kiln_batch *b, int64_t micro, int64_t
         plan = R->tp.plan[k];
         m = &R->tp.m[k];
     }
+    /* backward's seed: the ranks' summed gradients are their mean (--batch-tokens: the share is of all ranks already) */
+    double seed = b->width ? share : share / R->world;
     kiln_alloc_stats a0;
     kiln_alloc_get_stats(&a0);
     kiln_plan_bind(plan, m->x, b->x);
     kiln_plan_bind(plan, m->y, b->y);
-    kiln_plan_set_accumulate(plan, micro > 0, share);
+    kiln_plan_set_accumulate(plan, micro > 0, seed);
     kiln_ddp_begin_micro(R->ddp, micro + 1 == R->accum || b->index + 1 >= R->per_epoch);
     kiln_plan_set_step(plan, (uint64_t)(R->step * R->accum + micro));
     sample_kernels(R);
