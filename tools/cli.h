@@ -46,6 +46,12 @@ int cli_inspect(int argc, char **argv);
 int cli_tune(int argc, char **argv);
 int cli_tokenize(int argc, char **argv); /* tokenize.c */
 int cli_sample(int argc, char **argv);   /* sample.c */
+int cli_doctor(int argc, char **argv);   /* doctor.c */
+/* kiln.c: kiln train itself, and train's options (without --json, --quiet) plus a command's own extra ones,
+ * parsed into c and extra_vals/extra_given; 0, 1 after --help, or an exit code after an error */
+int cli_train(int argc, char **argv);
+int cli_train_config(const char *cmd, const char *usage, const cli_opt *extra, int nextra, int argc, char **argv,
+                     kiln_train_config *c, const char **extra_vals, int *extra_given);
 
 /* progress.c */
 typedef struct progress_ui {

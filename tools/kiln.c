@@ -36,6 +36,7 @@ static const char *main_help =
     "  tune    time every convolution of a model ahead of a run and keep the fastest in the autotune cache\n"
     "  tokenize  text files to a byte-level token file (--data tokens:FILE) for the gpt\n"
     "  sample  text from a trained gpt, continuing a prompt\n"
+    "  doctor  doctor train ...: what holds a training run back, and the remedies (--apply runs the improved command)\n"
     "\n"
     "  kiln <command> --help   describes each command's options\n"
     "  kiln --version          prints the version\n"
@@ -257,6 +258,31 @@ static int cmd_train(int argc, char **argv) {
     if (json) print_train_json(&c, &r);
     json_decref(stored);
     return r.interrupted ? 128 + SIGINT : 0;
+}
+
+int cli_train(int argc, char **argv) { return cmd_train(argc, argv); }
+
+int cli_train_config(const char *cmd, const char *usage, const cli_opt *extra, int nextra, int argc, char **argv,
+                     kiln_train_config *c, const char **extra_vals, int *extra_given) {
+    static train_cli t;
+    memset(&t, 0, sizeof t);
+    train_options(&t);
+    t.n = t.ntrain; /* the caller's options instead of train's --json and --quiet */
+    for (int i = 0; i < nextra && t.n < MAX_OPTS; i++) t.opts[t.n++] = extra[i];
+    const char *vals[MAX_OPTS];
+    int given[MAX_OPTS];
+    int rc = cli_parse(cmd, usage, t.opts, t.n, argc, argv, vals, given);
+    if (rc) return rc > 0 ? 1 : EXIT_USAGE;
+    for (int i = 0; i < t.ntrain; i++)
+        if (given[i] && strcmp(t.opts[i].name, "resume") == 0)
+            return cli_usage_error(cmd, "--resume: give the run's own options instead (the doctor trains short windows from scratch)");
+    json_t *stored = NULL;
+    if ((rc = build_config(&t, vals, given, c, &stored)) != 0) return rc;
+    for (int i = 0; i < nextra; i++) {
+        extra_vals[i] = vals[t.ntrain + i];
+        extra_given[i] = given[t.ntrain + i];
+    }
+    return 0;
 }
 
 /* ---------------------------------------------------------------- eval */
@@ -555,6 +581,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tune")) return cli_tune(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "sample")) return cli_sample(argc - 1, argv + 1);
+    if (!strcmp(cmd, "doctor")) return cli_doctor(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command '%s'\n\n%s", cmd, main_help);
     return EXIT_USAGE;
 }

@@ -336,6 +336,10 @@ void kiln_plan_set_profile(kiln_plan *plan, int on);
 void kiln_plan_profile_report(const kiln_plan *plan, char *buf, size_t len);
 /* The k most expensive kernels so far: names and mean ms per run, most expensive first; returns how many. */
 int kiln_plan_profile_top(const kiln_plan *plan, int k, const char **names, double *ms);
+/* the same as step indices (kiln_plan_step_info) */
+int kiln_plan_profile_top_steps(const kiln_plan *plan, int k, int *steps, double *ms);
+/* the mean ms per run of the forward steps and of the backward ones (recomputations included) */
+void kiln_plan_profile_phases(const kiln_plan *plan, double *fwd_ms, double *bwd_ms);
 /* Sum over steps of the mean ms per run, and the number of timed runs. */
 double kiln_plan_profile_total_ms(const kiln_plan *plan, int64_t *runs);
 

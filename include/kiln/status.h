@@ -42,6 +42,7 @@ void kiln_clear_error(void);
 typedef enum { KILN_LOG_DEBUG, KILN_LOG_INFO, KILN_LOG_WARN, KILN_LOG_ERROR, KILN_LOG_OFF } kiln_log_level;
 typedef void (*kiln_log_sink)(kiln_log_level level, const char *msg, void *user);
 void kiln_log_set_level(kiln_log_level level);
+kiln_log_level kiln_log_get_level(void);
 void kiln_log_set_sink(kiln_log_sink sink, void *user);
 void kiln_log(kiln_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -111,10 +111,20 @@ typedef struct kiln_train_config {
 } kiln_train_config;
 kiln_train_config kiln_train_defaults(void);
 
+/* one kernel of a profiled run: its mean time per run and what it achieved */
+typedef struct kiln_kernel_stat {
+    char name[64];              /* the step as kiln inspect names it */
+    char op[32];
+    double ms;                  /* per run (micro-batch) */
+    double gflops;              /* conv and linear work per second (0 for other ops) */
+    double gbps;                /* bytes of its inputs and outputs per second */
+} kiln_kernel_stat;
+
 typedef struct kiln_train_result {
     int64_t epochs, steps, samples;
     double train_time_s;        /* from compiling the plan to the last step (incl. autotuning) */
     double compile_time_s;      /* of which compiling, autotuning and starting the loader */
+    double first_step_s;        /* of which the first step (first touches of memory, lazy kernel set-up) */
     double images_per_s, data_wait_frac;
     double tokens_per_s;        /* the gpt: images_per_s x block (0 for the image models) */
     double final_loss;          /* the last step's */
@@ -141,6 +151,9 @@ typedef struct kiln_train_result {
     int64_t step_allocs;        /* kiln_alloc calls made while running plans and updates (0: all preallocated) */
     int buckets;
     double allreduce_exposed_ms, allreduce_hidden_frac;
+    double fwd_ms, bwd_ms, optim_ms; /* with profile: the kernels of forward and backward, and the update, per step */
+    int ntop;                   /* with profile: the largest kernels, most expensive first */
+    kiln_kernel_stat top[3];
 } kiln_train_result;
 
 /* ---- the settings, as the command line names them ----

@@ -6,6 +6,7 @@ static kiln_log_sink g_sink;
 static void *g_user;
 
 void kiln_log_set_level(kiln_log_level level) { g_level = level; }
+kiln_log_level kiln_log_get_level(void) { return g_level; }
 
 void kiln_log_set_sink(kiln_log_sink sink, void *user) {
     g_sink = sink;

@@ -46,7 +46,7 @@ void kiln_plan_profile_report(const kiln_plan *pl, char *buf, size_t len) {
     }
 }
 
-int kiln_plan_profile_top(const kiln_plan *pl, int k, const char **names, double *ms) {
+int kiln_plan_profile_top_steps(const kiln_plan *pl, int k, int *steps, double *ms) {
     if (!pl->profiled_runs) return 0;
     int n = 0;
     for (int s = 0; s < nsteps(pl); s++) {
@@ -55,14 +55,32 @@ int kiln_plan_profile_top(const kiln_plan *pl, int k, const char **names, double
         while (at > 0 && ms[at - 1] < t) {
             if (at < k) {
                 ms[at] = ms[at - 1];
-                names[at] = names[at - 1];
+                steps[at] = steps[at - 1];
             }
             at--;
         }
         if (at < k) {
             ms[at] = t;
-            names[at] = pl->lists[0].steps[s].name;
+            steps[at] = s;
         }
     }
     return n;
+}
+
+int kiln_plan_profile_top(const kiln_plan *pl, int k, const char **names, double *ms) {
+    int steps[64];
+    if (k > 64) k = 64;
+    int n = kiln_plan_profile_top_steps(pl, k, steps, ms);
+    for (int i = 0; i < n; i++) names[i] = pl->lists[0].steps[steps[i]].name;
+    return n;
+}
+
+void kiln_plan_profile_phases(const kiln_plan *pl, double *fwd_ms, double *bwd_ms) {
+    *fwd_ms = *bwd_ms = 0;
+    if (!pl->profiled_runs) return;
+    for (int s = 0; s < nsteps(pl); s++) {
+        const kiln_step *st = &pl->lists[0].steps[s];
+        int bwd = pl->o.training && st->node >= pl->nfwd; /* autodiff appends its nodes (recomputations too) */
+        *(bwd ? bwd_ms : fwd_ms) += 1e3 * step_time(pl, s) / (double)pl->profiled_runs;
+    }
 }

@@ -20,6 +20,7 @@
 #include "train/internal/auto_workers.h"
 #include "train/internal/checkpoint.h"
 #include "train/internal/input_shape.h"
+#include "train/internal/fit.h"
 #include "train/internal/metrics.h"
 #include "train/internal/token_plans.h"
 #include "dist/internal/ddp.h"
@@ -301,46 +302,6 @@ static kiln_status check_config(const kiln_train_config *c) {
 static kiln_status build_model(kiln_graph *g, const kiln_train_config *c, kiln_model *m) {
     kiln_model_opts mo = {.num_classes = c->num_classes, .fix_bias = c->fix_bias, .gpt = c->gpt};
     return kiln_model_build_ex(g, c->model, &mo, m);
-}
-
-static kiln_status find_batch_size(const kiln_train_config *c, double budget, int64_t limit, int64_t *batch,
-                                   size_t *arena_bytes) {
-    *batch = 0;
-    if (!(budget > 0)) return kiln_fail(KILN_ERR_INVALID_ARG, "batch-size finder: the memory budget must be > 0");
-    kiln_graph *g = kiln_graph_new();
-    kiln_params *P = NULL;
-    kiln_model m;
-    kiln_status st = build_model(g, c, &m);
-    if (st == KILN_OK) st = kiln_params_new(g, KILN_F32, &P);
-    /* arena size grows with the batch: double until the budget refuses */
-    for (int64_t b = 1; st == KILN_OK && b <= limit; b *= 2) {
-        kiln_compile_opts o = kiln_compile_defaults();
-        o.training = 1;
-        o.max_batch = b;
-        o.plan_only = 1;
-        o.memory_budget = budget;
-        kiln_plan *pl = NULL;
-        kiln_status s2 = kiln_compile(g, P, &m.loss, 1, &o, &pl);
-        if (s2 == KILN_ERR_NOMEM) break;
-        if (s2 != KILN_OK) {
-            st = s2;
-            break;
-        }
-        *batch = b;
-        if (arena_bytes) *arena_bytes = kiln_plan_arena_bytes(pl);
-        kiln_plan_free(pl);
-    }
-    kiln_params_free(P);
-    kiln_graph_free(g);
-    if (st == KILN_OK && *batch == 0)
-        st = kiln_fail(KILN_ERR_NOMEM, "batch-size finder: not even a batch of 1 fits in %.1f MiB", budget / 1048576.0);
-    return st;
-}
-
-kiln_status kiln_find_batch_size(const char *model, double budget, int64_t limit, int64_t *batch, size_t *arena_bytes) {
-    kiln_train_config c = kiln_train_defaults();
-    c.model = model;
-    return find_batch_size(&c, budget, limit, batch, arena_bytes);
 }
 
 /* ---------------------------------------------------------------- a run */
@@ -687,6 +648,7 @@ static kiln_status run_update(run *R, double loss) {
     R->step_s += t1 - t;
     if (st != KILN_OK) return st;
     R->step++;
+    if (R->step == R->resumed.step + 1) R->r->first_step_s = elapsed(R) - R->r->compile_time_s;
     R->loss = loss;
     R->loss_smooth = R->step == R->resumed.step + 1 ? loss : 0.98 * R->loss_smooth + 0.02 * loss;
     R->epoch_loss += loss;
@@ -833,12 +795,45 @@ static void report_bottleneck(run *R) {
              "(--profile for all)", 100 * r->data_wait_frac, n ? top : "not timed");
 }
 
+static int64_t arg_bytes(const kiln_step_arg *a) {
+    int64_t n = 4;
+    for (int d = 0; d < a->ndim; d++) n *= a->shape[d];
+    return n;
+}
+
+/* the largest kernels with what they achieved (GFLOP/s of conv and linear work, GB/s of their tensors) */
+static void top_kernels(run *R) {
+    kiln_train_result *r = R->r;
+    int steps[3];
+    double ms[3];
+    r->ntop = kiln_plan_profile_top_steps(R->plan, 3, steps, ms);
+    for (int i = 0; i < r->ntop; i++) {
+        kiln_step_info info;
+        kiln_kernel_stat *k = &r->top[i];
+        if (kiln_plan_step_info(R->plan, steps[i], &info) != KILN_OK) continue;
+        int64_t bytes = 0;
+        for (int a = 0; a < info.nin; a++) bytes += arg_bytes(&info.in[a]);
+        for (int a = 0; a < info.nout; a++) bytes += arg_bytes(&info.out[a]);
+        snprintf(k->name, sizeof k->name, "%s", info.name);
+        snprintf(k->op, sizeof k->op, "%s", info.op);
+        k->ms = ms[i];
+        k->gflops = ms[i] > 0 ? info.flops / (ms[i] * 1e6) : 0;
+        k->gbps = ms[i] > 0 ? (double)bytes / (ms[i] * 1e6) : 0;
+    }
+}
+
 /* --profile: every kernel, the optimizer, and what the step spends outside kernels */
 static void report_profile(run *R) {
     kiln_train_result *r = R->r;
     int64_t steps = r->steps, runs = 0;
     double kernels = kiln_plan_profile_total_ms(R->plan, &runs);
     if (!R->c.profile || steps <= 0 || runs <= 0) return;
+    double per_step = (double)runs / (double)steps;
+    kiln_plan_profile_phases(R->plan, &r->fwd_ms, &r->bwd_ms);
+    r->fwd_ms *= per_step;
+    r->bwd_ms *= per_step;
+    r->optim_ms = 1e3 * R->optim_s / (double)steps;
+    top_kernels(R);
     char *report = malloc(16384);
     if (!report) return;
     kiln_plan_profile_report(R->plan, report, 16384);
@@ -930,7 +925,7 @@ static kiln_status resolve_batch(run *R) {
     kiln_train_config *c = &R->c;
     if (!c->find_batch_size) return KILN_OK;
     size_t arena = 0;
-    kiln_status st = find_batch_size(c, c->memory_budget, 60000, &c->batch_size, &arena);
+    kiln_status st = kiln_find_batch_size_config(c, c->memory_budget, 60000, &c->batch_size, &arena);
     if (st != KILN_OK) return st;
     c->find_batch_size = 0;
     kiln_log(KILN_LOG_INFO, "batch-size finder: %lld, the largest power of two whose activations and gradients fit in "

@@ -1,0 +1,60 @@
+/* The doctor (docs/doctor.md): runs short profiled windows of a training
+ * configuration, says where a step's time and the memory go, and ranks the
+ * guide's remedies that apply, each with the flag that applies it and the gain
+ * it predicts (and how it predicted it). */
+#ifndef KILN_DOCTOR_H
+#define KILN_DOCTOR_H
+
+#include "kiln/train.h"
+
+typedef struct kiln_doctor_opts {
+    int64_t window_steps;       /* steps of the baseline window and of each remedy's trial (12) */
+} kiln_doctor_opts;
+kiln_doctor_opts kiln_doctor_defaults(void);
+
+typedef struct kiln_remedy {
+    char flag[32];              /* the train option that applies it, as the command line spells it */
+    char value[160];            /* its value ("" for a flag without one) */
+    char technique[96];         /* the guide's technique */
+    char why[256];              /* what the doctor saw */
+    char how[192];              /* how the gain was predicted */
+    double predicted;           /* time per sample before / after (memory remedies: arena before / after) */
+    int memory;                 /* 1: the run does not fit without it */
+} kiln_remedy;
+
+#define KILN_DOCTOR_MAX_REMEDIES 12
+#define KILN_DOCTOR_MAX_CORES 64
+typedef struct kiln_doctor_report {
+    char cpu[96];               /* /proc/cpuinfo's model name */
+    int cores_online, cores_available;
+    double peak_gflops, copy_gbps; /* measured here, by the run's thread count */
+    /* memory: the plan's arena against the budget (plan-only, before anything runs) */
+    int fits;
+    double arena_mb, budget_mb;
+    /* the baseline window (with the memory remedy when it did not fit) */
+    int64_t steps, batch_size;
+    int threads, workers;
+    double window_s;            /* wall time of the window, compiling included */
+    double step_ms;             /* wall time per step after compiling */
+    double data_wait_ms, fwd_ms, bwd_ms, optim_ms, overhead_ms, samples_per_s;
+    int ncores;
+    double core_busy[KILN_DOCTOR_MAX_CORES];
+    double ring_mb, peak_rss_mb;
+    int ntop;
+    kiln_kernel_stat top[3];
+    char bottleneck[16];        /* what holds the run back most: memory, threads, data or compute */
+    int nremedies;              /* ranked: memory first, then by predicted gain */
+    kiln_remedy remedies[KILN_DOCTOR_MAX_REMEDIES];
+    double elapsed_s;           /* the doctor's own time */
+} kiln_doctor_report;
+
+/* diagnose c: bounded windows of window_steps each (the baseline and one per remedy tried) */
+kiln_status kiln_doctor_run(const kiln_train_config *c, const kiln_doctor_opts *o, kiln_doctor_report *r);
+/* c with every remedy of r applied (the strings stay r's: keep r alive while c is used) */
+kiln_status kiln_doctor_apply(const kiln_doctor_report *r, kiln_train_config *c);
+/* wall ms per step of a window of c (steps steps, profiled as the doctor's windows are) */
+kiln_status kiln_doctor_measure(const kiln_train_config *c, int64_t steps, double *step_ms, double *samples_per_s);
+/* the report as a JSON document (free it) */
+char *kiln_doctor_json(const kiln_doctor_report *r);
+
+#endif

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# kiln doctor on configurations made slow on purpose, each of which it must
+# diagnose (the bottleneck named, the expected remedy among its remedies):
+# PNG images loaded on the training thread (data: --workers, --cache), a
+# ResNet with --no-autotune (autotuning), a batch far below what memory
+# allows (the batch-size finder's batch), twice as many threads as cores
+# (threads), a gpt that does not fit its memory budget (memory: activation
+# checkpointing). The gains are measured and printed, never asserted (short
+# windows on a shared machine). --apply prints the improved command and runs
+# it; bad use exits 2.
+#
+# Needs $KILN_BIN, python3 and Debian's fashion-mnist and fortunes.
+set -u
+
+. "$(dirname "$0")/harness.sh"
+harness_init test_doctor
+export KILN_CACHE_DIR= XDG_CACHE_HOME="$T/cache"
+EXPECT_TIMEOUT=240
+W=(--window-steps 4)
+
+"$PY" - "$DATA" "$T/small" <<'PYEOF'
+import gzip, os, sys
+src, dst = sys.argv[1], sys.argv[2]
+os.makedirs(dst)
+for split, n in (("train", 512), ("t10k", 64)):
+    for kind, head, size in (("images-idx3", 16, 784), ("labels-idx1", 8, 1)):
+        raw = gzip.open(f"{src}/{split}-{kind}-ubyte.gz").read()
+        hdr = bytearray(raw[:head]); hdr[4:8] = n.to_bytes(4, "big")
+        open(f"{dst}/{split}-{kind}-ubyte", "wb").write(bytes(hdr) + raw[head:head + n * size])
+PYEOF
+expect 0 "PNG images, 256x256" -- "$KILN" pack --from "$T/small" --to "$T/png" --format png --size 256 --channels 1
+expect 0 "decoded shards, 3x32x32" -- "$KILN" pack --from "$T/small" --to "$T/shards" --format shard --decoded --size 32 --channels 3
+expect 0 "fortunes as tokens" -- "$KILN" tokenize --from /usr/share/games/fortunes/fortunes --to "$T/f.tokens"
+
+# diagnose NAME BOTTLENECK FLAG -- train options: the JSON report names both
+diagnose() {
+    local name=$1 want=$2 flag=$3
+    shift 4
+    expect 0 "doctor: $name" "what holds this run back" "remedies" -- "$KILN" doctor train "$@" "${W[@]}" --json
+    cp "$T/out" "$T/$want.json"  # "any": the batch case
+    sed -n '/where a step/,$p' "$T/err" | sed "s/^/    $name: /" >&2
+    check "$name: diagnosed as $want, remedy --$flag" "$PY" - "$T/$want.json" "$want" "$flag" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+flags = [m["flag"] for m in d["remedies"]]
+print("bottleneck", d["bottleneck"], "remedies", [(m["flag"], m["value"], round(m["predicted_gain"], 2)) for m in d["remedies"]])
+assert sys.argv[2] == "any" or d["bottleneck"] == sys.argv[2], d["bottleneck"]
+assert sys.argv[3] in flags, flags
+assert d["step"]["step_ms"] > 0 and len(d["top_kernels"]) == 3 and d["machine"]["fp32_peak_gflops"] > 0
+PYEOF
+}
+
+# under the sanitizers (several times slower) the cheap cases alone: the batch, the memory and bad use
+SAN=${KILN_SANITIZE:-0}
+[ "$SAN" = 1 ] || diagnose "PNG on the training thread" data workers -- --model mnist-cnn --data "$T/png" --random-resized-crop 28 \
+    --channels 1 --hflip --workers 0 --batch-size 64
+[ "$SAN" = 1 ] || check "data: --cache is offered too" grep -q '"flag":"cache"' "$T/data.json"
+[ "$SAN" = 1 ] || diagnose "resnet20 without autotuning" compute no-autotune -- --model resnet20 --data "$T/shards" --batch-size 16 \
+    --no-autotune --optimizer sgd --lr 0.1
+# a step of 4 samples may outrun one loader worker on a busy machine: only the remedy is asserted
+diagnose "batch 4" any batch-size -- --model mnist-cnn --data "$T/small" --batch-size 4 --workers 1
+cores=$(nproc)
+[ "$SAN" = 1 ] || diagnose "threads above the cores" threads threads -- --model mnist-cnn --data "$T/small" --batch-size 32 \
+    --threads $((2 * cores)) --workers 1
+[ "$SAN" = 1 ] || check "threads: the remedy is the core count" grep -q "\"flag\":\"threads\",\"value\":\"$cores\"" "$T/threads.json"
+diagnose "gpt over its memory budget" memory checkpoint-activations -- --model gpt --layers 2 --heads 2 --dim 64 \
+    --block 64 --data "tokens:$T/f.tokens" --batch-size 32 --optimizer adamw --memory-budget-mb 15
+
+# --apply: measured against the given command, the improved command printed, then run
+[ "$SAN" = 1 ] || expect 0 "doctor --apply" "measured" "predicted" "the improved command" "--workers" -- "$KILN" doctor train \
+    --model mnist-cnn --data "$T/png" --random-resized-crop 28 --channels 1 --workers 0 --batch-size 64 --max-steps 6 \
+    --no-test "${W[@]}" --apply
+grep -E "measured|improved|kiln train|kiln train" "$T/err" | sed 's/^/    apply: /' >&2
+
+expect 2 "doctor without what to diagnose" "kiln doctor train" -- "$KILN" doctor
+expect 2 "doctor train with an unknown model" "nope" -- "$KILN" doctor train --model nope
+expect 2 "doctor train --window-steps 0" "--window-steps" -- "$KILN" doctor train --window-steps 0
+expect 2 "doctor train --resume" "--resume" -- "$KILN" doctor train --resume x.safetensors
+harness_finish
