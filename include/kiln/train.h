@@ -64,6 +64,7 @@ typedef struct kiln_train_config {
     int prefetch, lock_memory;
     int skip_bad;               /* --bad-samples skip: a corrupt sample is replaced by the next readable one */
     const char *trace;          /* Chrome trace of the run written here (NULL: none) */
+    const char *trace_steps;    /* "A-B": the trace records steps A..B only (NULL: all) */
     int threads;                /* compute threads (OpenMP team, shared with oneDNN) */
     int64_t seed;
     int64_t max_steps;          /* 0: no limit; else stop when the run's global step reaches it */

@@ -23,6 +23,8 @@
 typedef struct event {
     const char *name, *cat;
     double t0, t1;
+    uint64_t id; /* flows: the batch */
+    char ph;     /* 'X' a span, 's' and 'f' a flow's start and end */
 } event;
 
 typedef struct chunk {
@@ -31,14 +33,23 @@ typedef struct chunk {
     struct chunk *next;
 } chunk;
 
+/* names copied for spans whose name does not outlive the trace (a plan's step names):
+ * by the caller's pointer, checked with strcmp (a later plan may reuse an address) */
+#define NAMES 4096
+typedef struct {
+    const char *key;
+    char *copy;
+} name_slot;
+
 typedef struct tbuf {
     int tid;
     char name[48];
     chunk *head, *tail;
+    name_slot *names; /* NAMES slots, made on first use */
     struct tbuf *next;
 } tbuf;
 
-static atomic_int g_on;
+static atomic_int g_on, g_paused;
 static atomic_long g_count, g_dropped;
 static atomic_uint g_gen; /* which trace a thread's buffer belongs to */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -49,7 +60,15 @@ static char *g_path;
 static _Thread_local tbuf *t_buf;
 static _Thread_local unsigned t_gen; /* t_buf is freed with its trace: compare the generation, never t_buf's */
 
-int kiln_trace_on(void) { return atomic_load_explicit(&g_on, memory_order_relaxed); }
+static _Thread_local int t_paused;
+
+int kiln_trace_on(void) {
+    return atomic_load_explicit(&g_on, memory_order_relaxed) && !atomic_load_explicit(&g_paused, memory_order_relaxed) &&
+           !t_paused;
+}
+
+void kiln_trace_pause(int paused) { atomic_store(&g_paused, paused); }
+void kiln_trace_pause_self(int paused) { t_paused = paused; }
 
 double kiln_trace_now(void) {
     struct timespec ts;
@@ -75,27 +94,63 @@ static tbuf *my_buf(void) {
 }
 
 void kiln_trace_thread(const char *name) {
-    if (!kiln_trace_on()) return;
+    if (!atomic_load(&g_on)) return; /* named even while paused: its spans may come later */
     tbuf *b = my_buf();
     if (b) snprintf(b->name, sizeof b->name, "%s", name);
 }
 
-void kiln_trace_span(const char *name, const char *cat, double t0, double t1) {
-    if (!kiln_trace_on()) return;
+static event *next_event(tbuf **out) {
+    if (!kiln_trace_on()) return NULL;
     if (atomic_fetch_add(&g_count, 1) >= MAX_EVENTS) {
         atomic_fetch_add(&g_dropped, 1);
-        return;
+        return NULL;
     }
     tbuf *b = my_buf();
-    if (!b) return;
+    if (!b) return NULL;
     if (!b->tail || b->tail->n == CHUNK) {
         chunk *c = calloc(1, sizeof *c);
-        if (!c) return;
+        if (!c) return NULL;
         if (b->tail) b->tail->next = c;
         else b->head = c;
         b->tail = c;
     }
-    b->tail->ev[b->tail->n++] = (event){name, cat, t0, t1};
+    if (out) *out = b;
+    return &b->tail->ev[b->tail->n++];
+}
+
+void kiln_trace_span(const char *name, const char *cat, double t0, double t1) {
+    event *e = next_event(NULL);
+    if (e) *e = (event){name, cat, t0, t1, 0, 'X'};
+}
+
+/* the thread's copy of name (NULL when out of memory or slots) */
+static const char *copied(tbuf *b, const char *name) {
+    if (!b->names && !(b->names = calloc(NAMES, sizeof *b->names))) return NULL;
+    size_t h = ((uintptr_t)name >> 3) % NAMES;
+    for (int probe = 0; probe < NAMES; probe++, h = (h + 1) % NAMES) {
+        name_slot *n = &b->names[h];
+        if (n->key == name && strcmp(n->copy, name) == 0) return n->copy;
+        if (n->key && n->key != name) continue;
+        char *c = strdup(name); /* a new name, or a reused address with another name */
+        if (!c) return NULL;
+        free(n->copy);
+        *n = (name_slot){name, c};
+        return c;
+    }
+    return NULL;
+}
+
+void kiln_trace_span_copy(const char *name, const char *cat, double t0, double t1) {
+    tbuf *b = NULL;
+    event *e = next_event(&b);
+    if (!e) return;
+    const char *c = copied(b, name);
+    *e = (event){c ? c : "(span)", cat, t0, t1, 0, 'X'};
+}
+
+void kiln_trace_flow(int begin, uint64_t id, double t) {
+    event *e = next_event(NULL);
+    if (e) *e = (event){"batch", "flow", t, t, id, begin ? 's' : 'f'};
 }
 
 kiln_status kiln_trace_start(const char *path) {
@@ -110,6 +165,7 @@ kiln_status kiln_trace_start(const char *path) {
     g_t0 = kiln_trace_now();
     atomic_store(&g_count, 0);
     atomic_store(&g_dropped, 0);
+    atomic_store(&g_paused, 0);
     atomic_fetch_add(&g_gen, 1);
     atomic_store(&g_on, 1);
     return KILN_OK;
@@ -126,6 +182,14 @@ static int put(FILE *f, json_t *o, int *first) {
 /* seconds to microseconds, to the nanosecond (the clock's resolution) */
 static double us(double s) { return round(s * 1e9) / 1e3; }
 
+/* a flow's end binds to the slice that encloses it (the step), its start to the loader's sample */
+static json_t *flow_json(const event *e, int tid) {
+    json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:i,s:i,s:f}", "name", e->name, "cat", e->cat, "ph", e->ph == 's' ? "s" : "f",
+                          "id", (json_int_t)e->id, "pid", 1, "tid", tid, "ts", us(e->t0 - g_t0));
+    if (o && e->ph == 'f') json_object_set_new(o, "bp", json_string("e"));
+    return o;
+}
+
 /* the events of one thread: its name (a metadata event), then its spans in microseconds */
 static int write_thread(FILE *f, const tbuf *b, int *first, long long *events) {
     if (put(f, json_pack("{s:s,s:s,s:i,s:i,s:{s:s}}", "name", "thread_name", "ph", "M", "pid", 1, "tid", b->tid, "args",
@@ -134,7 +198,7 @@ static int write_thread(FILE *f, const tbuf *b, int *first, long long *events) {
     for (const chunk *c = b->head; c; c = c->next)
         for (int i = 0; i < c->n; i++) {
             const event *e = &c->ev[i];
-            json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:i,s:f,s:f}", "name", e->name, "cat", e->cat, "ph", "X", "pid", 1,
+            json_t *o = e->ph != 'X' ? flow_json(e, b->tid) : json_pack("{s:s,s:s,s:s,s:i,s:i,s:f,s:f}", "name", e->name, "cat", e->cat, "ph", "X", "pid", 1,
                                   "tid", b->tid, "ts", us(e->t0 - g_t0), "dur", us(e->t1 - e->t0));
             if (put(f, o, first) != 0) return -1;
             ++*events;
@@ -149,6 +213,8 @@ static void free_bufs(void) {
             nc = c->next;
             free(c);
         }
+        for (int i = 0; b->names && i < NAMES; i++) free(b->names[i].copy);
+        free(b->names);
         free(b);
     }
     g_bufs = NULL;

@@ -260,7 +260,11 @@ static kiln_status get(kiln_loader *L, int64_t index, const claim *c) {
     const slot *s = c->s;
     kiln_status st = s->width ? L->ds->get_width(L->ds, index, c->key, s->width, s->x + c->i * s->width, s->y + c->i * s->width)
                               : L->ds->get(L->ds, index, c->key, s->x + c->i * L->numel, s->y + c->i * L->lnumel);
-    if (t0 > 0) kiln_trace_span("sample", "loader", t0, kiln_trace_now());
+    if (t0 > 0) {
+        /* a flow from the batch's first sample to the step that trains on it */
+        if (c->i == 0) kiln_trace_flow(1, ((uint64_t)s->epoch << 32) | (uint64_t)s->batch, t0);
+        kiln_trace_span("sample", "loader", t0, kiln_trace_now());
+    }
     return st;
 }
 

@@ -66,18 +66,29 @@ static kiln_status run_steps(kiln_plan *pl, const kiln_steplist *L, int from, in
     return KILN_OK;
 }
 
+/* steps [from, to) one by one, each a span named as kiln inspect names it */
+static kiln_status run_spans(kiln_plan *pl, const kiln_steplist *L, int from, int to) {
+    for (int i = from; i < to; i++) {
+        double t0 = kiln_trace_now();
+        kiln_status st = run_steps(pl, L, i, i + 1);
+        kiln_trace_span_copy(L->steps[i].name, "kernel", t0, kiln_trace_now());
+        if (st != KILN_OK) return st;
+    }
+    return KILN_OK;
+}
+
 /* --trace: the forward steps, then the backward ones (from the first step
- * that differentiates another), each a span; on a GPU the spans time the
- * launches, not the kernels */
+ * that differentiates another), each a span holding its kernels' spans; on a
+ * GPU the spans time the launches, not the kernels */
 static kiln_status run_traced(kiln_plan *pl, const kiln_steplist *L) {
     int k = 0;
     while (k < L->nsteps && L->steps[k].fwd_step < 0) k++;
     double t0 = kiln_trace_now();
-    kiln_status st = run_steps(pl, L, 0, k);
+    kiln_status st = run_spans(pl, L, 0, k);
     double t1 = kiln_trace_now();
     kiln_trace_span("forward", "train", t0, t1);
     if (st != KILN_OK || k == L->nsteps) return st;
-    st = run_steps(pl, L, k, L->nsteps);
+    st = run_spans(pl, L, k, L->nsteps);
     kiln_trace_span("backward", "train", t1, kiln_trace_now());
     return st;
 }

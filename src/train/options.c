@@ -105,6 +105,8 @@ static const field fields[] = {
                                                        "takes the next readable sample instead, counts and logs it"),
     OPT("trace", "FILE", 1, T_STR, trace, "write a Chrome trace (chrome://tracing, ui.perfetto.dev): the training thread's "
                                           "forward, backward, optimizer and data-wait, each loader worker's samples"),
+    OPT("trace-steps", "A-B", 1, T_STR, trace_steps, "--trace records steps A to B only (from 1), so a long run's trace "
+                                                    "stays small; the loading of a window's first batches may fall before it"),
     OPT("threads", "N", 1, T_INT, threads, "compute threads (one OpenMP team, shared with oneDNN); 0: every core"),
     OPT("save", "FILE", 1, T_STR, save, "write a checkpoint (safetensors) at the end, atomically"),
     OPT("save-every", "N", 1, T_I64, save_every, "also write the checkpoint every N steps (0: only at the end)"),

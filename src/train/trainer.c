@@ -335,6 +335,8 @@ typedef struct {
     kiln_ddp *ddp;
     int rank, world;            /* only rank 0 reports, evaluates and saves */
     int64_t rank_len;           /* training samples this rank visits per epoch */
+    int64_t trace_from, trace_to; /* --trace-steps: the steps recorded (0, 0: all) */
+    double step_t0;             /* when the step's first batch began (its trace span) */
     kiln_token_plans tp;        /* --batch-tokens: a plan per length bucket (tp.plan[0] is `plan`) */
     int64_t tokens;             /* --batch-tokens: positions trained on, all ranks */
     uint64_t step_allocs;       /* kiln_alloc calls while running plans and updates */
@@ -573,7 +575,22 @@ static void sample_kernels(run *R) {
  * add their gradients, each weighted by its share of the group's samples, so N
  * batches train exactly as one N times larger (also the short group at an
  * epoch's end); each gets its own dropout counter. */
+/* --trace: steps outside --trace-steps are not recorded; a step is a span, and the flow from its batch's loading ends in it */
+static void trace_batch(run *R, const kiln_batch *b, int64_t micro) {
+    if (R->trace_to > 0 && micro == 0) {
+        /* the loader works ahead by its ring: its threads record that many steps before the window */
+        int64_t s = R->step + 1, lead = R->r->ring_slots;
+        kiln_trace_pause(s + lead < R->trace_from || s > R->trace_to);
+        kiln_trace_pause_self(s < R->trace_from || s > R->trace_to);
+    }
+    if (!kiln_trace_on()) return;
+    double t = kiln_trace_now();
+    if (micro == 0) R->step_t0 = t;
+    kiln_trace_flow(0, ((uint64_t)R->epoch << 32) | (uint64_t)b->index, t);
+}
+
 static kiln_status run_batch(run *R, const kiln_batch *b, int64_t micro, int64_t group_n, double *group_loss) {
+    trace_batch(R, b, micro);
     double share = (double)b->n / (double)group_n, t = now_s();
     kiln_plan *plan = R->plan;
     const kiln_model *m = &R->m;
@@ -644,6 +661,7 @@ static kiln_status run_update(run *R, double loss) {
     R->step_allocs += a1.allocs - a0.allocs;
     double t1 = now_s();
     kiln_trace_span("optimizer", "train", t, t1);
+    if (kiln_trace_on()) kiln_trace_span("step", "train", R->step_t0, t1);
     R->optim_s += t1 - t;
     R->step_s += t1 - t;
     if (st != KILN_OK) return st;
@@ -995,6 +1013,21 @@ static kiln_status train_run(run *R) {
     return st;
 }
 
+/* --trace-steps A-B: 1 <= A <= B */
+static kiln_status parse_trace_steps(const kiln_train_config *c, int64_t *from, int64_t *to) {
+    *from = *to = 0;
+    if (!c->trace_steps || !c->trace_steps[0]) return KILN_OK;
+    long long a = 0, b = 0;
+    int n = 0;
+    if (sscanf(c->trace_steps, "%lld-%lld%n", &a, &b, &n) != 2 || c->trace_steps[n] || a < 1 || b < a)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--trace-steps %s: give A-B, the first and last step to record (1 <= A <= B)",
+                         c->trace_steps);
+    if (!c->trace) return kiln_fail(KILN_ERR_INVALID_ARG, "--trace-steps %s needs --trace FILE", c->trace_steps);
+    *from = a;
+    *to = b;
+    return KILN_OK;
+}
+
 kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
     memset(r, 0, sizeof *r);
     r->test_accuracy = r->test_loss = -1;
@@ -1005,11 +1038,14 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
     R.rank = kiln_comm_rank(R.comm);
     R.world = kiln_comm_size(R.comm);
     if ((st = resolve_batch(&R)) != KILN_OK) return st;
+    if ((st = parse_trace_steps(cfg, &R.trace_from, &R.trace_to)) != KILN_OK) return st;
     /* rank 0 alone traces (the ranks' files would collide; their steps are alike) */
     if (cfg->trace && R.rank == 0 && (st = kiln_trace_start(cfg->trace)) != KILN_OK) return st;
+    if (R.trace_to > 0) kiln_trace_pause(1); /* until the window comes near */
     st = train_run(&R);
     /* run_close freed the loader, so its workers are joined: every span is in */
     long long events = 0;
+    kiln_trace_pause_self(0);
     kiln_status ts = cfg->trace && R.rank == 0 ? kiln_trace_stop(&events) : KILN_OK;
     if (cfg->trace && R.rank == 0 && ts == KILN_OK) kiln_log(KILN_LOG_INFO, "trace: %lld spans written to %s", events, cfg->trace);
     return st != KILN_OK ? st : ts;
