@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the debugging aids cost a training step: --trace over a 20-step window
-# (--trace-steps 5-24 of 28 steps) and --detect-anomaly, each against the same
+# (--trace-steps 1-20 of 28 steps) and --detect-anomaly, each against the same
 # run without, for mnist-cnn (batch 64) and resnet20 (batch 32, 3x32x32 decoded
 # shards of Fashion-MNIST). The step time is the wall time after compiling
 # over the run's steps (--json); rounds alternate the variants so machine
@@ -31,7 +31,7 @@ run() { # $1 model, $2 variant, then options
     shift 2
     if [ "$m" = mnist-cnn ]; then base=(--model mnist-cnn --data fashion-mnist --batch-size 64)
     else base=(--model resnet20 --data "$SHARDS" --batch-size 32 --optimizer sgd --lr 0.1); fi
-    "$KILN" train "${base[@]}" --max-steps 28 --no-test --workers 1 --json --quiet "$@" >"$TMP/out" 2>/dev/null ||
+    "$KILN" train "${base[@]}" --max-steps 20 --no-test --workers 1 --json --quiet "$@" >"$TMP/out" 2>/dev/null ||
         die "$m $v failed"
     "$PY" -c 'import json,sys; r=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]);
 print(json.dumps({"model": sys.argv[2], "variant": sys.argv[3], "round": int(sys.argv[4]),
@@ -41,7 +41,7 @@ print(json.dumps({"model": sys.argv[2], "variant": sys.argv[3], "round": int(sys
 for i in $(seq 1 "$REPEAT"); do
     for m in mnist-cnn resnet20; do
         run "$m" plain
-        run "$m" trace --trace "$TMP/t.json" --trace-steps 5-24
+        run "$m" trace --trace "$TMP/t.json" --trace-steps 1-20
         [ ${#ANOMALY[@]} -gt 0 ] && run "$m" anomaly "${ANOMALY[@]}"
     done
 done
