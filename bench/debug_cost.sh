@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the debugging aids cost a training step: --trace over a 20-step window
-# (--trace-steps 1-20 of 28 steps) and --detect-anomaly, each against the same
+# (--trace-steps 1-20 of 20 steps) and --detect-anomaly, each against the same
 # run without, for mnist-cnn (batch 64) and resnet20 (batch 32, 3x32x32 decoded
 # shards of Fashion-MNIST). The step time is the wall time after compiling
 # over the run's steps (--json); rounds alternate the variants so machine
