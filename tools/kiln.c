@@ -199,6 +199,9 @@ static void print_train_json(const kiln_train_config *c, const kiln_train_result
         json_object_set_new(o, "step_ms", cli_json_num(r->step_ms));
         json_object_set_new(o, "kernel_ms", cli_json_num(r->kernel_ms));
         json_object_set_new(o, "overhead_ms", cli_json_num(r->overhead_ms));
+        json_object_set_new(o, "forward_ms", cli_json_num(r->fwd_ms));
+        json_object_set_new(o, "backward_ms", cli_json_num(r->bwd_ms));
+        json_object_set_new(o, "optimizer_ms", cli_json_num(r->optim_ms));
     }
     if (r->world_size > 1) {
         json_object_set_new(o, "buckets", json_integer(r->buckets));
