@@ -25,14 +25,15 @@ def model(name, fwd, bwd, opt, params, n, bw):
     grad = 4.0 * params
     nb = max(1, int(-(-grad // BUCKET)))
     sizes = [BUCKET] * (nb - 1) + [grad - BUCKET * (nb - 1)]
-    t, done = 0.0, 0.0
+    comm, done = 0.0, 0.0
     for i, s in enumerate(sizes):
         ready = bwd * (i + 1) / nb
-        start = max(ready, done)
-        done = start + 2 * (n - 1) / n * s / bw + 2 * (n - 1) * LATENCY
+        t = 2 * (n - 1) / n * s / bw + 2 * (n - 1) * LATENCY
+        done = max(ready, done) + t
+        comm += t
     exposed = max(0.0, done - bwd)
     step = fwd + bwd + opt + exposed
-    return nb, done - bwd * 1 / nb, exposed, step
+    return nb, comm, exposed, step
 
 
 def main():
