@@ -20,16 +20,7 @@ if ! command -v mpirun >/dev/null; then echo "test_ddp_overlap: skipped: mpirun 
 if [ ! -e "$(dirname "$KILN")/libkiln_mpi.so" ]; then echo "test_ddp_overlap: skipped: kiln was built without MPI (libkiln_mpi.so)"; exit 77; fi
 
 # a small set: 512 training samples, 64 test; resnet20 reads them as 3x32x32 PNGs
-"$PY" - "$DATA" "$T/small" <<'PYEOF'
-import gzip, os, sys
-src, dst = sys.argv[1], sys.argv[2]
-os.makedirs(dst)
-for split, n in (("train", 512), ("t10k", 64)):
-    for kind, head, size in (("images-idx3", 16, 784), ("labels-idx1", 8, 1)):
-        raw = gzip.open(f"{src}/{split}-{kind}-ubyte.gz").read()
-        hdr = bytearray(raw[:head]); hdr[4:8] = n.to_bytes(4, "big")
-        open(f"{dst}/{split}-{kind}-ubyte", "wb").write(bytes(hdr) + raw[head:head + n * size])
-PYEOF
+small_idx "$T/small" 512 64
 expect 0 "pack 3x32x32 images" -- "$KILN" pack --from "$T/small" --to "$T/img" --format png --size 32 --channels 3
 
 EXPECT_TIMEOUT=120
