@@ -6,7 +6,8 @@
 # small buckets; the JSON summary states the world, the global batch, more
 # than one bucket, the exposed all-reduce time and a hidden fraction above 0
 # with overlap and 0 without; --trace holds a span per bucket on the comm track.
-# With --sync-bn (collectives inside backward, between the buckets' starts) too.
+# With --sync-bn (collectives inside backward, between the buckets' starts)
+# and with --accumulate 2 (no_sync micro-batches) too.
 #
 # Needs $KILN_BIN, mpirun (Open MPI) and kiln's MPI plugin; exits 77 without them.
 # Under the sanitizers LeakSanitizer is off here (Open MPI's own allocations).
@@ -36,6 +37,9 @@ run() { # NAME MODEL DATA BATCH STEPS BUCKET_MB OVERLAP [more]
 }
 run cnn-on mnist-cnn "$T/small" 32 8 0.05 on --trace "$T/cnn-on.trace.json"
 run cnn-off mnist-cnn "$T/small" 32 8 0.05 off
+# --accumulate 2: the first micro-batch of a step starts no bucket (no_sync)
+run acc-on mnist-cnn "$T/small" 16 4 0.05 on --accumulate 2
+run acc-off mnist-cnn "$T/small" 16 4 0.05 off --accumulate 2
 run res-on resnet20 "$T/img" 8 4 0.1 on
 run res-off resnet20 "$T/img" 8 4 0.1 off
 run res-big resnet20 "$T/img" 8 2 25 on
@@ -45,6 +49,7 @@ run sbn-off resnet20 "$T/img" 8 4 0.1 off --sync-bn
 
 SAME=("$PY" "$(dirname "$0")/same_run.py" --exact) # the same step losses and checkpoint bytes
 check "mnist-cnn: --overlap on and off train identically" "${SAME[@]}" "$T/cnn-on" "$T/cnn-off" 8
+check "mnist-cnn --accumulate 2: --overlap on and off train identically" "${SAME[@]}" "$T/acc-on" "$T/acc-off" 4
 check "resnet20: --overlap on and off train identically" "${SAME[@]}" "$T/res-on" "$T/res-off" 4
 check "resnet20 --sync-bn: --overlap on and off train identically" "${SAME[@]}" "$T/sbn-on" "$T/sbn-off" 4
 
