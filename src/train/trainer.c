@@ -684,7 +684,10 @@ static kiln_status run_update(run *R, double loss) {
     }
     report_progress(R);
     /* a stop request (Ctrl-C in the CLI) seen after step s stops at s */
-    if (v[1] > 0 && !R->stop) {
+    /* one process: a request seen after step s stops at s; under mpirun the ranks agree on it through the
+     * next step's loss all-reduce (all stop at the same step, one later) */
+    int asked = R->world == 1 ? R->c.stop_flag && *R->c.stop_flag : v[1] > 0;
+    if (asked && !R->stop) {
         R->stop = 1;
         R->r->interrupted = 1;
         kiln_log(KILN_LOG_INFO, "interrupted at step %lld%s", (long long)R->step,
