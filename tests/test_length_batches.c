@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "kiln/data.h"
 #include "testutil.h"
 
@@ -142,6 +143,91 @@ static void test_errors(void) {
     CHECK(kiln_length_batches_new(g_len, N, MAXLEN, BT, 2, 2, 1, &B) == KILN_ERR_INVALID_ARG && !B);
 }
 
+/* the loader with the schedule as its batch sampler over token documents:
+ * each batch [n, width] holds its documents' tokens then -1 labels, and the
+ * same batches come for 0 and 2 workers */
+typedef struct {
+    kiln_length_batches *B;
+    kiln_length_epoch lep;
+} loader_ctx;
+
+static kiln_status ctx_order(const kiln_batch_sampler *s, int64_t epoch, int64_t *index, int64_t *start, int64_t *width) {
+    loader_ctx *c = s->ctx;
+    kiln_length_epoch e = c->lep;
+    e.index = index, e.start = start, e.width = width;
+    return kiln_length_batches_epoch(c->B, epoch, &e);
+}
+
+static uint64_t loader_epochs(kiln_dataset *ds, int workers, int *bad) {
+    int64_t n = ds->len, *len = malloc(sizeof *len * (size_t)n);
+    for (int64_t i = 0; i < n; i++) len[i] = ds->sample_len(ds, i);
+    loader_ctx c = {0};
+    uint64_t h = 1469598103934665603ull;
+    CHECK_OK(kiln_length_batches_new(len, n, 16, 64, 0, 1, 5, &c.B));
+    if (!c.B) return 0;
+    const kiln_length_batches_info *I = kiln_length_batches_get_info(c.B);
+    c.lep.bucket = calloc((size_t)I->groups + 1, 8), c.lep.tokens = calloc((size_t)I->groups + 1, 8);
+    c.lep.group_tokens = calloc((size_t)I->groups + 1, 8);
+    kiln_batch_sampler bs = {I->groups, I->samples, I->max_numel, ctx_order, &c};
+    kiln_loader_config lc = kiln_loader_defaults();
+    lc.workers = workers, lc.batches = &bs, lc.seed = 3;
+    kiln_loader *L = NULL;
+    CHECK_OK(kiln_loader_new(ds, &lc, &L));
+    for (int e = 0; e < 2 && L; e++) {
+        kiln_loader_start_epoch(L, e, 0);
+        kiln_batch b;
+        int64_t seen = 0;
+        while (kiln_loader_next(L, &b) == 1) {
+            seen++;
+            *bad += b.width < 1 || b.width > 16;
+            for (int64_t i = 0; i < b.n * b.width; i++) {
+                int pad = b.y[i] == -1;
+                *bad += pad && b.x[i] != 0; /* padding: x 0 */
+                *bad += i % b.width + 1 < b.width && !pad && b.y[i + 1] != -1 && b.x[i + 1] != (float)b.y[i];
+                h = (h ^ (uint32_t)b.y[i]) * 1099511628211ull;
+                h = (h ^ (uint32_t)b.x[i]) * 1099511628211ull;
+            }
+            kiln_loader_release(L, &b);
+        }
+        *bad += seen != I->groups;
+    }
+    kiln_loader_free(L);
+    kiln_length_batches_free(c.B);
+    free(c.lep.bucket), free(c.lep.tokens), free(c.lep.group_tokens), free(len);
+    return h;
+}
+
+static void test_loader(void) {
+    char dir[] = "/tmp/kiln_test_length_batches.XXXXXX", text[64], out[64], data[80];
+    if (!mkdtemp(dir)) return;
+    snprintf(text, sizeof text, "%s/t.txt", dir);
+    snprintf(out, sizeof out, "%s/t.tokens", dir);
+    FILE *f = fopen(text, "w");
+    for (int d = 0; f && d < 300; d++) { /* documents of 1 to 40 bytes */
+        for (int64_t k = tu_int(1, 40); k > 0; k--) fputc((int)tu_int('a', 'z'), f);
+        fputs("\n%\n", f);
+    }
+    if (f) fclose(f);
+    const char *files[1] = {text};
+    kiln_tokenize_result r;
+    CHECK_OK(kiln_tokenize_docs(files, 1, out, 0, "%", &r));
+    kiln_data_config dc = kiln_data_defaults();
+    dc.block = 16, dc.documents = 1;
+    kiln_dataset *ds = NULL;
+    snprintf(data, sizeof data, "tokens:%s", out);
+    CHECK_OK(kiln_dataset_open_config(data, 1, &dc, &ds));
+    if (ds) {
+        int b0 = 0, b2 = 0;
+        uint64_t h0 = loader_epochs(ds, 0, &b0), h2 = loader_epochs(ds, 2, &b2);
+        CHECK_MSG(b0 == 0 && b2 == 0 && h0 == h2, "loader: %d and %d bad, hashes %llx %llx", b0, b2, (unsigned long long)h0,
+                  (unsigned long long)h2);
+    }
+    kiln_dataset_free(ds);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 int main(void) {
     /* lengths skewed short, as documents are: many short, a few at the block */
     for (int i = 0; i < N; i++) {
@@ -152,5 +238,6 @@ int main(void) {
     test_ranks(2);
     test_ranks(3);
     test_errors();
+    test_loader();
     return tu_finish("test_length_batches");
 }

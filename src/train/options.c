@@ -128,8 +128,9 @@ static const field fields[] = {
                                                  "the job with an error naming it (a rank died or hangs; 300)"),
     OPT("bind", "none|core|numa", 1, T_STR, bind, "under mpirun: pin each rank's threads to its share of this host's cores "
                                                   "(core) or to one NUMA node (numa); none leaves it to the launcher"),
-    OPT("batch-tokens", "N", 0, T_I64, batch_tokens, "token data: batches of about N tokens made of samples of similar "
-                                                    "length (bucketed by length), the same work on every rank; 0: fixed batches"),
+    OPT("batch-tokens", "N", 0, T_I64, batch_tokens, "gpt on token documents (kiln tokenize's index): batches of about N "
+                                                    "tokens of documents of similar length (length buckets, a plan each), the "
+                                                    "same work on every rank; 0: fixed windows of --block"),
     OPT("device", "cpu|cuda|auto", 1, T_STR, device, "where to train: cpu, cuda (the GPU; an error without one) or auto (cuda when a GPU is here)"),
     OPT("matmul-precision", "highest|high|medium", 1, T_PRECISION, matmul_precision,
         "GPU matmuls and convolutions in fp32, TF32 or bf16 tensor-core math, fp32 accumulation (PyTorch's set_float32_matmul_precision)"),

@@ -1089,6 +1089,7 @@ kiln_status kiln_evaluate_config(const kiln_train_config *c, const char *load, i
     kiln_data_config dc;
     kiln_status st = kiln_train_data_config(c, &dc);
     if (st != KILN_OK) return st;
+    dc.documents = 0; /* the test split is windows of the block, as training evaluates */
     st = check_common("--batch-size", batch_size, workers, threads);
     if (st != KILN_OK) return st;
     if (!load) return kiln_fail(KILN_ERR_INVALID_ARG, "eval needs --load FILE");

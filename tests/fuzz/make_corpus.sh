@@ -293,6 +293,13 @@ tokens('five-tokens.bin', 3, bytes(short))
 tokens('bad-magic.bin', 0, b'\x00' + t[1:])
 tokens('cut.bin', 1, t[:-3])
 tokens('header-only.bin', 0, t[:1024])
+def docs(offs):  # a document index (docs.c): magic, version, count, 0, then the offsets
+    return struct.pack('<4i', 20240521, 1, len(offs) - 1, 0) + struct.pack(f'<{len(offs)}q', *offs)
+def with_docs(name, flags, index, data):
+    tokens(name, 128 | flags, struct.pack('<H', len(index)) + index + data)
+with_docs('docs-4.bin', 15, docs([0, 100, 350, 999, 1000]), t)
+with_docs('docs-test.bin', 64 + 7, docs([0, 2, 500, 1000]), t)
+with_docs('docs-foreign.bin', 15, docs([0, 100, 999]), t)
 EOF
 printf '%s\n' '# libFuzzer dictionary for fuzz_tokens (made by make_corpus.sh)' '"\x88\xd8\x34\x01"' '"\x01\x00\x00\x00"' \
     '"\xff\xff\xff\x7f"' '"\xff\xff"' >tokens.dict
