@@ -5,7 +5,9 @@
 #include "graph/internal/plan_hook.h"
 
 /* parameters from the last down, a bucket closed once it holds bucket_mb
- * (so one larger parameter makes a bucket of its own size) */
+ * (so one larger parameter makes a bucket of its own size); the first at most
+ * 1 MiB, as PyTorch DDP's first_bucket_bytes_cap: the last layers' gradients,
+ * ready first, start reducing early even in a model smaller than a bucket */
 static kiln_status split(kiln_params *P, double bucket_mb, kiln_buckets *B) {
     int np = kiln_params_count(P);
     size_t elem = kiln_params_dtype(P) == KILN_F64 ? 8 : 4;
@@ -13,10 +15,11 @@ static kiln_status split(kiln_params *P, double bucket_mb, kiln_buckets *B) {
     B->b = calloc((size_t)(np ? np : 1), sizeof *B->b);
     if (!B->b) return kiln_fail(KILN_ERR_NOMEM, "buckets: out of memory");
     for (int p = np - 1; p >= 0;) {
+        double limit = B->nb == 0 && cap > 1048576.0 ? 1048576.0 : cap;
         kiln_bucket *b = &B->b[B->nb++];
         b->last = p;
         double bytes = 0;
-        while (p >= 0 && (bytes == 0 || bytes + (double)kiln_params_numel(P, p) * (double)elem <= cap))
+        while (p >= 0 && (bytes == 0 || bytes + (double)kiln_params_numel(P, p) * (double)elem <= limit))
             bytes += (double)kiln_params_numel(P, p--) * (double)elem;
         b->first = p + 1;
         b->off = kiln_params_offset(P, b->first);
