@@ -25,16 +25,7 @@ expect 2 "under a launcher without the plugin" "libkiln_mpi.so" "KILN_MPI_PLUGIN
     env KILN_MPI_PLUGIN="$T/none.so" OMPI_COMM_WORLD_SIZE=2 "$KILN" train --max-steps 1 --no-test
 
 # a small set: 1000 training samples (500 a rank: 15 batches of 32 and one of 20), 100 test
-"$PY" - "$DATA" "$T/small" <<'PYEOF'
-import gzip, os, sys
-src, dst = sys.argv[1], sys.argv[2]
-os.makedirs(dst)
-for split, n in (("train", 1000), ("t10k", 100)):
-    for kind, head, size in (("images-idx3", 16, 784), ("labels-idx1", 8, 1)):
-        raw = gzip.open(f"{src}/{split}-{kind}-ubyte.gz").read()
-        hdr = bytearray(raw[:head]); hdr[4:8] = n.to_bytes(4, "big")
-        open(f"{dst}/{split}-{kind}-ubyte", "wb").write(bytes(hdr) + raw[head:head + n * size])
-PYEOF
+small_idx "$T/small" 1000 100
 A=(--model mnist-cnn --data "$T/small" --epochs 1 --optimizer sgd --lr 0.01 --momentum 0.9 --threads 1 --workers 1
    --no-autotune --dropout-off --no-test --log-every 1 --seed 3)
 EXPECT_TIMEOUT=120

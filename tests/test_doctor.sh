@@ -18,16 +18,7 @@ export KILN_CACHE_DIR= XDG_CACHE_HOME="$T/cache"
 EXPECT_TIMEOUT=240
 W=(--window-steps 4)
 
-"$PY" - "$DATA" "$T/small" <<'PYEOF'
-import gzip, os, sys
-src, dst = sys.argv[1], sys.argv[2]
-os.makedirs(dst)
-for split, n in (("train", 512), ("t10k", 64)):
-    for kind, head, size in (("images-idx3", 16, 784), ("labels-idx1", 8, 1)):
-        raw = gzip.open(f"{src}/{split}-{kind}-ubyte.gz").read()
-        hdr = bytearray(raw[:head]); hdr[4:8] = n.to_bytes(4, "big")
-        open(f"{dst}/{split}-{kind}-ubyte", "wb").write(bytes(hdr) + raw[head:head + n * size])
-PYEOF
+small_idx "$T/small" 512 64
 expect 0 "PNG images, 256x256" -- "$KILN" pack --from "$T/small" --to "$T/png" --format png --size 256 --channels 1
 expect 0 "decoded shards, 3x32x32" -- "$KILN" pack --from "$T/small" --to "$T/shards" --format shard --decoded --size 32 --channels 3
 expect 0 "fortunes as tokens" -- "$KILN" tokenize --from /usr/share/games/fortunes/fortunes --to "$T/f.tokens"
