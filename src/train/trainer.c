@@ -498,7 +498,8 @@ static kiln_status run_compile(run *R) {
     }
     if (st == KILN_OK) st = kiln_ddp_attach(R->ddp, R->plan);
     if (st != KILN_OK) return st;
-    if (co.sync_bn) kiln_plan_set_collective(R->plan, sync_bn_allreduce, R->comm);
+    for (int i = 0; co.sync_bn && i < (c->batch_tokens ? R->tp.n : 1); i++) /* every length bucket's plan */
+        kiln_plan_set_collective(c->batch_tokens ? R->tp.plan[i] : R->plan, sync_bn_allreduce, R->comm);
     R->r->arena_bytes = c->batch_tokens ? R->tp.arena_bytes : kiln_plan_arena_bytes(R->plan);
     R->r->arena_bytes_no_reuse = kiln_plan_arena_bytes_no_reuse(R->plan);
     R->r->arena_bytes_plain = kiln_plan_arena_bytes_plain(R->plan);
