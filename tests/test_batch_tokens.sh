@@ -3,7 +3,8 @@
 # fortune (between "%" lines) as a document; the gpt trains on length-bucketed
 # batches of about 1024 tokens (a plan per bucket, compiled once): the loss
 # falls from ln 256 = 5.55, no step allocates (step_allocs 0), and the log
-# names the buckets; a token file without a document index, another model or
+# names the buckets; a run resumed mid-epoch goes on with the uninterrupted
+# run's losses; a token file without a document index, another model or
 # --accumulate are refused naming the cause (exit 2). Under mpirun the same
 # run on 2 ranks trains (skipped, with a message, without mpirun or kiln's
 # MPI plugin).
@@ -36,6 +37,17 @@ r = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
 print("batch-tokens loss %.3f -> %.3f, %s tokens/s, step_allocs %s" % (first, last, r.get("tokens_per_s"), r["step_allocs"]))
 assert first > last + 0.5 and last < 3.6, (first, last)
 assert r["step_allocs"] == 0 and r["steps"] == 60, r
+PYEOF
+expect 0 "12 steps, every loss" -- "$KILN_BIN" train "${G[@]}" --data "tokens:$T/f.tokens" --batch-tokens 1024 \
+    --max-steps 12 --epochs 100 --log-every 1 --metrics "$T/m1.jsonl"
+expect 0 "8 steps, saved" -- "$KILN_BIN" train "${G[@]}" --data "tokens:$T/f.tokens" --batch-tokens 1024 \
+    --max-steps 8 --epochs 100 --save "$T/r.safetensors"
+expect 0 "resumed to 12" -- "$KILN_BIN" train --resume "$T/r.safetensors" --epochs 100 --max-steps 12 --threads 2 \
+    --workers 1 --no-test --log-every 1 --metrics "$T/r.jsonl"
+check "the resumed steps' losses are the uninterrupted run's" "$PY" - "$T/m1.jsonl" "$T/r.jsonl" <<'PYEOF'
+import json, sys
+a, b = ({r["step"]: r["loss"] for r in map(json.loads, open(f)) if r.get("kind") == "step"} for f in sys.argv[1:])
+assert sorted(b) == [9, 10, 11, 12] and all(a[s] == b[s] for s in b), (a, b)
 PYEOF
 
 "$PY" - "$T/f.tokens" "$T/old.tokens" <<'PYEOF'
