@@ -3,7 +3,7 @@
 # everything is present. --test adds clang and its runtime (libFuzzer, the
 # sanitizers) for the fuzz targets; the PyTorch peer comes with --bench/--oracle.
 set -euo pipefail
-need=(cmake make gcc pkg-config libdnnl-dev zlib1g-dev libjansson-dev libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libcurl4-openssl-dev dataset-fashion-mnist fortunes python3 openmpi-bin libopenmpi-dev)  # python3: test_cli reads JSON; fortunes: the gpt's English text; Open MPI: mpirun and the headers kiln's MPI plugin builds against
+need=(cmake make gcc pkg-config libdnnl-dev zlib1g-dev libjansson-dev libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libcurl4-openssl-dev libcairo2-dev dataset-fashion-mnist fortunes python3 openmpi-bin libopenmpi-dev)  # python3: test_cli reads JSON; cairo: kiln plot; fortunes: the gpt's English text; Open MPI: mpirun and the headers kiln's MPI plugin builds against
 case "${1:-}" in
   # fixtures are committed: the suite needs no PyTorch; tests/fuzz is built with clang's libFuzzer
   --test) need+=(clang libclang-rt-14-dev nginx-light) ;;  # nginx: test_http serves shards on loopback

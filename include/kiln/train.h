@@ -76,6 +76,7 @@ typedef struct kiln_train_config {
     int64_t eval_every;         /* epochs between evaluations; 0: only at the end */
     const char *metrics;        /* JSONL file: a line per log_every steps and per epoch (NULL: none) */
     int64_t log_every;          /* steps between metrics lines (and the CLI's progress lines) */
+    const char *tensorboard;    /* folder for TensorBoard event files with the metrics' scalars (NULL: none) */
     int fuse, autotune, dropout_off;
     const char *checkpoint_activations; /* "none", "block" or op names: recompute them inside backward (kiln_compile_opts) */
     int fix_bias;               /* --fix-bias: the model without the conv/linear biases its batch norms cancel */

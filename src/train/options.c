@@ -116,6 +116,8 @@ static const field fields[] = {
     OPT("no-test", NULL, 1, T_NOFLAG, test, "skip every test-set evaluation"),
     OPT("metrics", "FILE", 1, T_STR, metrics, "append one JSON line per --log-every steps and per epoch (JSONL) to FILE"),
     OPT("log-every", "N", 1, T_I64, log_every, "steps between progress and metrics lines"),
+    OPT("tensorboard", "DIR", 1, T_STR, tensorboard, "also write the metrics' scalars as TensorBoard events into DIR "
+                                                     "(created; `tensorboard --logdir DIR`)"),
     OPT("profile", NULL, 1, T_FLAG, profile, "time every kernel and print the per-step breakdown at the end"),
     OPT("memory-budget-mb", "X", 1, T_MIB, memory_budget, "refuse a plan whose activations and gradients need more (0: 90% of RAM)"),
     OPT("sync-bn", NULL, 0, T_FLAG, sync_bn, "under mpirun: batch norm's batch statistics over every rank's samples "

@@ -422,7 +422,9 @@ static kiln_status run_open(run *R) {
     if (c->clip_grad_norm > 0) kiln_optim_set_clip(R->opt, c->clip_grad_norm);
     if (c->resume && (st = restore(R)) != KILN_OK) return st;
     if ((st = ddp_open(R)) != KILN_OK) return st;
-    if (R->rank == 0 && c->metrics && (st = kiln_metrics_open(c->metrics, c->resume != NULL, &R->metrics)) != KILN_OK) return st;
+    if (R->rank == 0 && (c->metrics || c->tensorboard) &&
+        (st = kiln_metrics_open(c->metrics, c->tensorboard, c->resume != NULL, &R->metrics)) != KILN_OK)
+        return st;
     return KILN_OK;
 }
 

@@ -100,6 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (c.resume) c.resume = NOWHERE;
     if (c.load) c.load = NOWHERE;
     if (c.metrics) c.metrics = NOWHERE;
+    if (c.tensorboard) c.tensorboard = NOWHERE;
     c.progress = NULL;
     c.stop_flag = NULL;
     kiln_train_result r;
