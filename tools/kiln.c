@@ -37,6 +37,7 @@ static const char *main_help =
     "  tokenize  text files to a byte-level token file (--data tokens:FILE) for the gpt\n"
     "  sample  text from a trained gpt, continuing a prompt\n"
     "  doctor  doctor train ...: what holds a training run back, and the remedies (--apply runs the improved command)\n"
+    "  plot    runs' metrics files (train --metrics) as one PNG or SVG: loss, accuracy, throughput, data-wait\n"
     "\n"
     "  kiln <command> --help   describes each command's options\n"
     "  kiln --version          prints the version\n"
@@ -52,7 +53,8 @@ static const char *main_help =
     "  kiln bench loader --data fmnist-jpeg --workers 0,2 --random-resized-crop 56 --hflip --normalize imagenet\n"
     "  kiln tokenize --from /usr/share/games/fortunes/*.u8 --to fortunes.tokens --val-fraction 0.1\n"
     "  kiln train --model gpt --data tokens:fortunes.tokens --optimizer adamw --lr 3e-4 --batch-size 8 --save gpt.safetensors\n"
-    "  kiln sample --model gpt --load gpt.safetensors --prompt \"The \" --tokens 200\n";
+    "  kiln sample --model gpt --load gpt.safetensors --prompt \"The \" --tokens 200\n"
+    "  kiln plot run.jsonl other.jsonl --out curves.png\n";
 
 /* Ctrl-C (or SIGTERM) asks the trainer to stop after the current step and
  * write its checkpoint; a second one kills the process as usual. */
@@ -585,6 +587,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "sample")) return cli_sample(argc - 1, argv + 1);
     if (!strcmp(cmd, "doctor")) return cli_doctor(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plot")) return cli_plot(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command '%s'\n\n%s", cmd, main_help);
     return EXIT_USAGE;
 }

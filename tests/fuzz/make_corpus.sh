@@ -21,6 +21,9 @@
 #                (whole, one record, a cut record, a label out of range)
 #   tokens       the token file of tests/ref/fixtures/formats, a short one, a
 #                bad magic, a cut one, behind a flags byte (block, split)
+#   metrics      a metrics file of a real mlp run (--metrics), lines with test
+#                figures, nulls, a later kind, a resumed run's repeated steps,
+#                a cut line, behind a flags byte (draw as SVG, as PNG, or not)
 #
 # Regression inputs (crashes the fuzzers found, fixed) live in the same
 # folders under names starting with "regress-"; this script keeps them.
@@ -48,6 +51,7 @@ train --model mlp --max-steps 3 --optimizer novograd --weight-decay 0.01 --warmu
     --save "$T/novograd.safetensors"
 train --model mlp --max-steps 2 --optimizer lamb --lr-decay linear --lr-decay-steps 10 --save "$T/lamb.safetensors"
 train --model mnist-cnn --max-steps 1 --save "$T/mnist_cnn.safetensors"
+train --model mlp --max-steps 6 --log-every 2 --metrics "$T/metrics.jsonl"
 "$KILN" train --help >"$T/help.txt" 2>&1 || true
 
 for t in safetensors checkpoint idx options; do
@@ -304,6 +308,30 @@ EOF
 printf '%s\n' '# libFuzzer dictionary for fuzz_tokens (made by make_corpus.sh)' '"\x88\xd8\x34\x01"' '"\x01\x00\x00\x00"' \
     '"\xff\xff\xff\x7f"' '"\xff\xff"' >tokens.dict
 
-for t in safetensors checkpoint idx options image http shard cifar tokens; do
+# ---------- metrics: flags (bit 0 draw SVG, bit 1 draw PNG), a metrics file (fuzz_metrics.c) ----------
+mkdir -p corpus/metrics
+find corpus/metrics -type f ! -name 'regress-*' -delete
+python3 - "$T/metrics.jsonl" <<'EOF'
+import sys
+real = open(sys.argv[1], 'rb').read()
+def metrics(name, flags, text):
+    open(f'corpus/metrics/{name}', 'wb').write(bytes([flags]) + text)
+for flags in (0, 1, 2):
+    metrics(f'mlp-{flags}.jsonl', flags, real)
+epochs = (b'{"kind":"epoch","epoch":1,"step":60,"train_loss":0.61,"lr":1,"images_per_s":5234.5,"data_wait":0.01,'
+          b'"time_s":11.5,"test_loss":0.52,"test_accuracy":0.8125}\n'
+          b'{"kind":"epoch","epoch":2,"step":120,"train_loss":0.43,"lr":0.7,"images_per_s":5301,"data_wait":0.0,'
+          b'"time_s":22.9,"test_loss":0.47,"test_accuracy":0.834}\n')
+metrics('epochs.jsonl', 1, epochs)
+metrics('nulls.jsonl', 2, b'{"kind":"step","step":1,"epoch":1,"loss":null,"lr":0.5,"images_per_s":null,"data_wait":null,'
+        b'"time_s":0.1}\n\n{"kind":"eval","step":1}\n')
+metrics('resumed.jsonl', 1, real + real)
+metrics('cut.jsonl', 0, real[:-7])
+EOF
+printf '%s\n' '# libFuzzer dictionary for fuzz_metrics (made by make_corpus.sh)' '"\"kind\""' '"\"step\""' '"\"epoch\""' \
+    '"\"loss\""' '"\"train_loss\""' '"\"test_loss\""' '"\"test_accuracy\""' '"\"images_per_s\""' '"\"data_wait\""' \
+    '"null"' '"1e308"' '"-1e-308"' '"9223372036854775807"' >metrics.dict
+
+for t in safetensors checkpoint idx options image http shard cifar tokens metrics; do
     echo "make_corpus: corpus/$t: $(find "corpus/$t" -type f | wc -l) files, $(du -sk "corpus/$t" | cut -f1) KB"
 done

@@ -18,7 +18,7 @@ shift
 BUILD=$(cd "${FUZZ_BUILD:-$ROOT/build-fuzz}" 2>/dev/null && pwd) || { echo "fuzz: no build folder ${FUZZ_BUILD:-build-fuzz} (make fuzz builds it)" >&2; exit 1; }
 ART=${FUZZ_ARTIFACTS:-$BUILD/artifacts}
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz_safetensors fuzz_checkpoint fuzz_idx fuzz_options fuzz_image fuzz_http fuzz_shard fuzz_cifar fuzz_tokens)
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz_safetensors fuzz_checkpoint fuzz_idx fuzz_options fuzz_image fuzz_http fuzz_shard fuzz_cifar fuzz_tokens fuzz_metrics)
 mkdir -p "$ART" && ART=$(cd "$ART" && pwd) || exit 1
 S=$(mktemp -d /tmp/kiln_fuzz.XXXXXX) || exit 1
 trap 'rm -rf "$S"' EXIT
