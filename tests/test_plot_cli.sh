@@ -9,16 +9,7 @@ harness_init test_plot_cli
 Q=(--quiet --workers 1)
 
 SMALL="$T/small"
-mkdir -p "$SMALL"
-"$PY" - "$DATA" "$SMALL" <<'PYEOF'
-import gzip, struct, sys
-src, dst = sys.argv[1:3]
-for split, n in (("train", 256), ("t10k", 100)):
-    img = gzip.open(f"{src}/{split}-images-idx3-ubyte.gz").read()
-    lab = gzip.open(f"{src}/{split}-labels-idx1-ubyte.gz").read()
-    open(f"{dst}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 28, 28) + img[16:16 + n * 784])
-    open(f"{dst}/{split}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + lab[8:8 + n])
-PYEOF
+small_idx "$SMALL" 256 100
 for r in a b c; do
     opt=(); [ $r = b ] && opt=(--optimizer adamw --lr 1e-3); [ $r = c ] && opt=(--optimizer sgd --lr 0.05)
     "$KILN" train --model mlp --data "$SMALL" --epochs 2 --batch-size 32 --log-every 2 --metrics "$T/$r.jsonl" \
