@@ -3,10 +3,10 @@
 # everything is present. --test adds clang and its runtime (libFuzzer, the
 # sanitizers) for the fuzz targets; the PyTorch peer comes with --bench/--oracle.
 set -euo pipefail
-need=(cmake make gcc pkg-config libdnnl-dev zlib1g-dev libjansson-dev libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libcurl4-openssl-dev libcairo2-dev dataset-fashion-mnist fortunes python3 openmpi-bin libopenmpi-dev)  # python3: test_cli reads JSON; cairo: kiln plot; fortunes: the gpt's English text; Open MPI: mpirun and the headers kiln's MPI plugin builds against
+need=(cmake make gcc pkg-config libdnnl-dev zlib1g-dev libjansson-dev libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libcurl4-openssl-dev libcairo2-dev dataset-fashion-mnist fortunes python3 openmpi-bin libopenmpi-dev libnuma-dev)  # python3: test_cli reads JSON; cairo: kiln plot; libnuma-dev: --bind numa; fortunes: the gpt's English text; Open MPI: mpirun and the headers kiln's MPI plugin builds against
 case "${1:-}" in
   # fixtures are committed: the suite needs no PyTorch; tests/fuzz is built with clang's libFuzzer
-  --test) need+=(clang libclang-rt-14-dev nginx-light) ;;  # nginx: test_http serves shards on loopback
+  --test) need+=(clang libclang-rt-14-dev nginx-light iproute2) ;;  # nginx: test_http serves shards on loopback; iproute2: test_dist_netns's namespaces
   # the PyTorch peer at its best: without an optimised BLAS, Debian's python3-torch
   # falls back to the reference BLAS (libblas3) and its linear layers run ~40x slower;
   # OpenBLAS's OpenMP build shares torch's thread team instead of adding a second pool

@@ -79,6 +79,24 @@ small_idx() {
     done
 }
 
+# harness_mpi: Open MPI's environment (as root, oversubscribed), or exit 77
+# (skipped, saying why) without mpirun or kiln's MPI plugin. Open MPI's own
+# allocations are not ours to chase under LeakSanitizer.
+harness_mpi() {
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
+    if ! command -v mpirun >/dev/null; then echo "$HARNESS_NAME: skipped: mpirun is not installed (Debian: openmpi-bin)"; exit 77; fi
+    if [ ! -e "$(dirname "$KILN")/libkiln_mpi.so" ]; then echo "$HARNESS_NAME: skipped: kiln was built without MPI (libkiln_mpi.so)"; exit 77; fi
+}
+
+# rank_pid MPIRUN_PID RANK: the pid of that rank among mpirun's children (empty until it started)
+rank_pid() {
+    local p
+    for p in $(pgrep -P "$1"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$p"
+    done
+}
+
 harness_finish() {
     echo "$HARNESS_NAME: $pass passed, $fail failed"
     [ "$fail" -eq 0 ]

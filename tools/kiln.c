@@ -129,6 +129,41 @@ static int check_against(const char *name, const char *given, const char *stored
                            "--resume are marked * in 'kiln train --help'", name, given ? given : "", path, name, stored);
 }
 
+static int int_text(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || errno || end == s || *end || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+/* --batch-size is per rank: a run resumed on another number of ranks keeps the
+ * global batch (--batch-size x ranks) and so trains on as the saved run would.
+ * v: the per-rank batch to use (given, or the saved global one shared out) */
+static int resume_batch(const char *path, const char *given, const char *saved, char *v, size_t len) {
+    int64_t sworld = 1, world = kiln_dist_size(), sb, gb;
+    if (kiln_checkpoint_world_size(path, &sworld) != KILN_OK) {
+        fprintf(stderr, "kiln train: %s\n", kiln_last_error());
+        return EXIT_USAGE;
+    }
+    snprintf(v, len, "%s", given ? given : saved);
+    if (!int_text(saved, 1, KILN_MAX_BATCH, &sb)) return given ? check_against("batch-size", given, saved, path) : 0;
+    long long global = (long long)(sb * sworld);
+    if (given && (!int_text(given, 1, KILN_MAX_BATCH, &gb) || gb * world != global))
+        return cli_usage_error("train", "--batch-size %s on %lld rank%s contradicts the run saved in %s (--batch-size %lld on %lld "
+                               "rank%s, a global batch of %lld): --batch-size is per rank, and a resumed run keeps the global "
+                               "batch", given, (long long)world, world == 1 ? "" : "s", path, (long long)sb, (long long)sworld,
+                               sworld == 1 ? "" : "s", global);
+    if (given) return 0;
+    if (global % world)
+        return cli_usage_error("train", "the run saved in %s has a global batch of %lld (%lld rank%s x %lld), which %lld ranks "
+                               "cannot share evenly: resume on a number of ranks that divides it", path, global,
+                               (long long)sworld, sworld == 1 ? "" : "s", (long long)sb, (long long)world);
+    snprintf(v, len, "%lld", global / world);
+    return 0;
+}
+
 /* defaults, then the resumed run's settings, then what the command line gives, in table order */
 static int build_config(train_cli *t, const char **vals, const int *given, kiln_train_config *c, json_t **stored) {
     *c = kiln_train_defaults();
@@ -143,11 +178,14 @@ static int build_config(train_cli *t, const char **vals, const int *given, kiln_
         const char *name = t->opts[i].name;
         json_t *s = *stored ? json_object_get(*stored, name) : NULL;
         const char *saved = json_is_string(s) ? json_string_value(s) : NULL;
-        if (given[i] && saved && !kiln_train_option_at(i)->resumable) {
-            int rc = check_against(name, vals[i], saved, vals[resume]);
-            if (rc) return rc;
-        }
         const char *v = given[i] ? vals[i] : saved;
+        char batch[32];
+        int rc = 0;
+        if (saved && strcmp(name, "batch-size") == 0) {
+            rc = resume_batch(vals[resume], given[i] ? vals[i] : NULL, saved, batch, sizeof batch);
+            v = batch;
+        } else if (given[i] && saved && !kiln_train_option_at(i)->resumable) rc = check_against(name, vals[i], saved, vals[resume]);
+        if (rc) return rc;
         if ((given[i] || saved) && kiln_train_option_set(c, name, v) != KILN_OK) {
             if (given[i]) return cli_usage_error("train", "%s", kiln_last_error());
             fprintf(stderr, "kiln train: %s: its saved settings: %s\n", vals[resume], kiln_last_error());
@@ -214,6 +252,15 @@ static void print_train_json(const kiln_train_config *c, const kiln_train_result
     cli_print_json(o);
 }
 
+/* A rank that fails ends the whole job (MPI_Abort: mpirun then exits with this
+ * code): the other ranks may wait in a collective, and a rank that returned
+ * through MPI_Finalize could wait there for them. */
+static int train_failed(int code) {
+    if (kiln_dist_size() > 1) kiln_dist_abort(code);
+    kiln_dist_finalize();
+    return code;
+}
+
 static int cmd_train(int argc, char **argv) {
     static train_cli t;
     memset(&t, 0, sizeof t);
@@ -222,19 +269,20 @@ static int cmd_train(int argc, char **argv) {
     int given[MAX_OPTS];
     int rc = cli_parse("train", train_usage, t.opts, t.n, argc, argv, vals, given);
     if (rc) return rc > 0 ? 0 : EXIT_USAGE;
+    /* under mpirun: join the job first, as a resumed run's batch depends on the ranks (resume_batch) */
+    if (kiln_dist_init(kiln_train_defaults().timeout) != KILN_OK) {
+        fprintf(stderr, "kiln train: %s\n", kiln_last_error());
+        return EXIT_USAGE;
+    }
     kiln_train_config c;
     json_t *stored = NULL;
     if ((rc = build_config(&t, vals, given, &c, &stored)) != 0) {
         json_decref(stored);
-        return rc;
+        return train_failed(rc);
     }
+    kiln_dist_init(c.timeout);
     int json = given[t.ntrain], quiet = given[t.ntrain + 1];
-    /* under mpirun: join the job; only rank 0 reports (the others print warnings and errors) */
-    if (kiln_dist_init(c.timeout) != KILN_OK) {
-        fprintf(stderr, "kiln train: %s\n", kiln_last_error());
-        json_decref(stored);
-        return EXIT_USAGE;
-    }
+    /* only rank 0 reports (the others print warnings and errors) */
     int rank = kiln_dist_rank();
     if (rank != 0) quiet = 1, json = 0;
     progress_ui ui;
@@ -253,10 +301,7 @@ static int cmd_train(int argc, char **argv) {
     if (st != KILN_OK) {
         fprintf(stderr, "kiln train: %s\n", kiln_last_error());
         json_decref(stored);
-        /* the other ranks may wait in a collective: end the whole job now */
-        if (kiln_dist_size() > 1) kiln_dist_abort(cli_exit_code(st));
-        kiln_dist_finalize();
-        return cli_exit_code(st);
+        return train_failed(cli_exit_code(st));
     }
     kiln_dist_finalize();
     if (!quiet) print_summary(&c, &r);

@@ -39,6 +39,8 @@ typedef void (*kiln_progress_fn)(const kiln_progress *p, void *user);
 
 /* the largest batch (and test batch) size accepted: far beyond any memory, small enough to keep sizes exact */
 #define KILN_MAX_BATCH ((int64_t)1 << 24)
+/* the most ranks a checkpoint may name (kiln.world_size) */
+#define KILN_MAX_WORLD ((int64_t)1 << 20)
 
 /* --workers auto */
 #define KILN_WORKERS_AUTO (-1)
@@ -182,6 +184,9 @@ char *kiln_train_settings_json(const kiln_train_config *c);
 /* the settings a checkpoint was saved with (its "kiln.settings" metadata), as JSON; malloc'd.
  * *json is NULL for a checkpoint written before settings were kept. */
 kiln_status kiln_checkpoint_settings(const char *path, char **json);
+/* the ranks a checkpoint's run trained on (its "kiln.world_size"; 1 when absent): a
+ * resumed run keeps the global batch, --batch-size x ranks, not the per-rank one */
+kiln_status kiln_checkpoint_world_size(const char *path, int64_t *world);
 
 kiln_status kiln_train(const kiln_train_config *c, kiln_train_result *r);
 /* the dataset settings of a config as kiln_dataset_open_config takes them */

@@ -121,6 +121,7 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
     META("kiln.next_batch", "%" PRId64, s->next_batch);
     META("kiln.seed", "%" PRIu64, s->seed);
     META("kiln.batch_size", "%" PRId64, s->batch_size);
+    META("kiln.world_size", "%" PRId64, s->world_size > 0 ? s->world_size : 1);
     META("kiln.accumulate", "%" PRId64, s->accumulate);
     META("kiln.lr", "%.9g", (double)s->lr);
     META("kiln.optim_steps", "%" PRId64, s->optim_steps);
@@ -303,6 +304,8 @@ static kiln_status read_state(const kiln_st_file *f, const char *path, kiln_ckpt
     s->seed = (uint64_t)seed;
     s->accumulate = 1; /* absent in checkpoints of runs without accumulation */
     if (st == KILN_OK && kiln_st_meta(f, "kiln.accumulate")) st = meta_i64(f, "kiln.accumulate", 1, 1 << 20, &s->accumulate, path);
+    s->world_size = 1; /* absent in checkpoints written before data parallel training */
+    if (st == KILN_OK && kiln_st_meta(f, "kiln.world_size")) st = meta_i64(f, "kiln.world_size", 1, KILN_MAX_WORLD, &s->world_size, path);
     if (st != KILN_OK) return st;
     char *end = NULL;
     double v = lr ? strtod(lr, &end) : NAN;
@@ -376,6 +379,16 @@ kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim 
         }
     }
     kiln_free(stage);
+    kiln_st_close(f);
+    return st;
+}
+
+kiln_status kiln_checkpoint_world_size(const char *path, int64_t *world) {
+    *world = 1;
+    kiln_st_file *f;
+    kiln_status st = kiln_st_open(path, &f);
+    if (st != KILN_OK) return st;
+    if (kiln_st_meta(f, "kiln.world_size")) st = meta_i64(f, "kiln.world_size", 1, KILN_MAX_WORLD, world, path);
     kiln_st_close(f);
     return st;
 }

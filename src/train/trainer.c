@@ -23,6 +23,7 @@
 #include "train/internal/fit.h"
 #include "train/internal/metrics.h"
 #include "train/internal/token_plans.h"
+#include "dist/internal/bind.h"
 #include "dist/internal/ddp.h"
 #include "dist/internal/dist.h"
 
@@ -289,6 +290,8 @@ static kiln_status check_config(const kiln_train_config *c) {
     RANGE(!c->batch_tokens || c->accumulate <= 1, "--batch-tokens with --accumulate is not built yet: use a larger "
           "--batch-tokens instead");
     RANGE(!c->batch_tokens || !c->find_batch_size, "--batch-tokens sets the batches: leave --batch-size alone");
+    RANGE(c->timeout > 0, "--timeout is %g; it must be > 0 (seconds)", (double)c->timeout);
+    RANGE(kiln_bind_valid(c->bind), "--bind is '%s'; use none, core or numa", c->bind ? c->bind : "");
 #undef RANGE
     if (!c->save) return KILN_OK;
     /* the checkpoint keeps the run's settings for --resume: each must be recordable */
@@ -374,9 +377,13 @@ static kiln_status restore(run *R) {
     }
     if (strcmp(cs->model, c->model) != 0)
         return kiln_fail(KILN_ERR_INVALID_ARG, "%s: a checkpoint of model '%s', not '%s'", c->resume, cs->model, c->model);
-    if (cs->batch_size != c->batch_size)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved with --batch-size %lld; resume with the same", c->resume,
-                         (long long)cs->batch_size);
+    /* any world size continues the run when the global batch stays (docs/checkpoints.md) */
+    if (cs->batch_size * cs->world_size != c->batch_size * R->world)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved with --batch-size %lld on %lld rank%s (global batch %lld); resumed with "
+                         "--batch-size %lld on %d rank%s (global batch %lld): resume with the same global batch", c->resume,
+                         (long long)cs->batch_size, (long long)cs->world_size, cs->world_size == 1 ? "" : "s",
+                         (long long)(cs->batch_size * cs->world_size), (long long)c->batch_size, R->world,
+                         R->world == 1 ? "" : "s", (long long)c->batch_size * R->world);
     if (cs->accumulate != (c->accumulate > 0 ? c->accumulate : 1))
         return kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved with --accumulate %lld; resume with the same", c->resume,
                          (long long)cs->accumulate);
@@ -386,6 +393,10 @@ static kiln_status restore(run *R) {
     R->next = cs->next_batch;
     kiln_log(KILN_LOG_INFO, "resuming %s at step %lld (epoch %lld, batch %lld)", c->resume, (long long)cs->step,
              (long long)cs->epoch + 1, (long long)cs->next_batch);
+    if (cs->world_size != R->world)
+        kiln_log(KILN_LOG_INFO, "the run was saved on %lld rank%s x %lld; it continues on %d rank%s x %lld, the same global batch %lld",
+                 (long long)cs->world_size, cs->world_size == 1 ? "" : "s", (long long)cs->batch_size, R->world,
+                 R->world == 1 ? "" : "s", (long long)c->batch_size, (long long)c->batch_size * R->world);
     return KILN_OK;
 }
 
@@ -556,6 +567,7 @@ static kiln_status save(run *R, int64_t step, int64_t epoch, int64_t next) {
     s.next_batch = next;
     s.seed = (uint64_t)c->seed;
     s.batch_size = c->batch_size;
+    s.world_size = R->world;
     s.accumulate = R->accum;
     s.lr = kiln_optim_lr(R->opt);
     s.optim_steps = kiln_optim_steps(R->opt);
@@ -960,7 +972,7 @@ static kiln_status resolve_batch(run *R) {
 
 /* every rank's budget, logged by rank 0 (the other ranks report only warnings) */
 static kiln_status log_budgets(run *R, const char *mine) {
-    enum { LINE = 256 };
+    enum { LINE = 512 };
     if (R->world == 1) {
         kiln_log(KILN_LOG_INFO, "thread budget: %s", mine);
         return KILN_OK;
@@ -977,17 +989,22 @@ static kiln_status log_budgets(run *R, const char *mine) {
 }
 
 static kiln_status log_threads(run *R) {
+    char bound[192];
+    kiln_status st = kiln_bind_threads(R->comm, R->c.bind, bound, sizeof bound);
+    if (st != KILN_OK) return st;
+    /* after binding: the cores this rank may use are its share */
     int cores = kiln_cores_available(), workers = R->c.workers, local = kiln_comm_local_size(R->comm);
     /* ranks sharing a host share its cores (no oversubscription), unless the launcher bound each to its own */
     if (R->c.threads <= 0 && local > 1 && cores >= cores_online()) R->c.threads = cores / local > 0 ? cores / local : 1;
     int threads = set_threads(R->c.threads);
     R->r->threads = threads;
-    char wtext[48], line[224];
+    char wtext[48], line[448];
     if (workers == KILN_WORKERS_AUTO) snprintf(wtext, sizeof wtext, "loader workers chosen by measuring (auto)");
     else snprintf(wtext, sizeof wtext, "%d loader worker%s", workers, workers == 1 ? "" : "s");
     snprintf(line, sizeof line, "%d compute thread%s (OpenMP, shared with oneDNN), %s (low priority, asleep while the ring "
-             "is full), %d core%s available", threads, threads == 1 ? "" : "s", wtext, cores, cores == 1 ? "" : "s");
-    kiln_status st = log_budgets(R, line);
+             "is full), %d core%s available%s%s", threads, threads == 1 ? "" : "s", wtext, cores, cores == 1 ? "" : "s",
+             bound[0] ? ", " : "", bound);
+    st = log_budgets(R, line);
     if (threads > cores) kiln_log(KILN_LOG_WARN, "%d compute threads on %d cores: they will fight for the cores", threads, cores);
     return st;
 }

@@ -11,7 +11,8 @@ typedef struct kiln_ckpt_state {
     int64_t epoch;       /* epoch in progress */
     int64_t next_batch;  /* first batch of `epoch` still to run */
     uint64_t seed;       /* keys shuffling and dropout (counter = step) */
-    int64_t batch_size;
+    int64_t batch_size;  /* per rank */
+    int64_t world_size;  /* ranks that trained it: the global batch is batch_size * world_size */
     int64_t accumulate;  /* loader batches per step */
     float lr;            /* current learning rate */
     int64_t optim_steps;
