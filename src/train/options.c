@@ -52,7 +52,8 @@ static const field fields[] = {
     OPT("cache", "DIR", 1, T_STR, cache, "image folders and shards: the first epoch keeps each sample decoded (resized and "
                                          "cropped too unless the crop is random) in DIR; later epochs read it instead of decoding"),
     OPT("epochs", "N", 1, T_I64, epochs, "passes over the training set (the total, counting resumed ones)"),
-    OPT("batch-size", "N|auto", 0, T_BATCH, batch_size, "samples per step; the last batch of an epoch may be smaller; auto: "
+    OPT("batch-size", "N|auto", 0, T_BATCH, batch_size, "samples per step (per rank under mpirun: a resumed run keeps this x ranks); "
+                                                        "the last batch of an epoch may be smaller; auto: "
                                                         "the largest power of two whose activations and gradients fit in --memory-budget-mb"),
     OPT("test-batch-size", "N", 1, T_I64, test_batch_size, "samples per evaluation step"),
     OPT("accumulate", "N", 0, T_I64, accumulate, "gradient accumulation: N batches per optimizer step (their mean gradient, "
