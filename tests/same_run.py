@@ -1,8 +1,9 @@
 """Two training runs compared (the MPI tests: test_ddp.sh, test_ddp_overlap.sh,
-test_sync_bn_mpi.sh). Each run is a path prefix P: P.jsonl holds its step
-losses (--metrics, --log-every 1), P.safetensors its final checkpoint (--save),
-read as raw bytes (no torch); the optimizer's state is left out (it holds
-gradients, differences of nearly equal sums).
+test_sync_bn_mpi.sh, test_dist_resume.sh, test_dist_netns.sh). Each run is a
+path prefix P: P.jsonl holds its step losses (--metrics, --log-every 1),
+P.safetensors its final checkpoint (--save), read as raw bytes (no torch);
+the optimizer's state is left out (it holds gradients, differences of nearly
+equal sums).
 
     same_run.py A B STEPS [--exact] [--losses-only] [--floor F]
 

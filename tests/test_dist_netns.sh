@@ -50,6 +50,7 @@ small_idx "$T/small" 1000 100
 A=(--model mnist-cnn --data "$T/small" --batch-size 32 --max-steps 10 --optimizer sgd --lr 0.01 --momentum 0.9 --threads 1
    --workers 1 --no-autotune --dropout-off --no-test --log-every 1 --seed 3)
 EXPECT_TIMEOUT=60
+SAME=("$PY" "$(dirname "$0")/same_run.py")
 rx() { ip -n "$NB" -s link show "vb$$" | awk '/RX:/ { getline; print $1 }'; }
 
 expect 0 "2 ranks over shared memory" -- mpirun -np 2 "$KILN" train "${A[@]}" --metrics "$T/shm.jsonl" --save "$T/shm.safetensors"
@@ -63,21 +64,5 @@ rx1=$(rx)
 # 10 all-reduces of mnist-cnn's 1.2 M float gradients: well over 10 MB each way
 echo "test_dist_netns: $(((rx1 - rx0) / 1048576)) MiB received over the veth"
 check "the gradients crossed the veth ($rx0 -> $rx1 bytes)" test $((rx1 - rx0)) -gt 10000000
-check "the same step losses and final weights as over shared memory" "$PY" - "$T" <<'PYEOF'
-import json, struct, sys
-t = sys.argv[1]
-def losses(p): return [d["loss"] for d in map(json.loads, open(p)) if d.get("kind") == "step"]
-def params(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
-a, b = losses(f"{t}/shm.jsonl"), losses(f"{t}/tcp.jsonl")
-assert len(a) == len(b) == 10, (len(a), len(b))
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-pa, pb = params(f"{t}/shm.safetensors"), params(f"{t}/tcp.safetensors")
-same = sum(pa[k] == pb[k] for k in pa)
-print(f"10 step losses within {worst:.2e} (relative); {same} of {len(pa)} tensors bit-identical")
-assert worst < 1e-6 and pa.keys() == pb.keys() and same == len(pa)
-PYEOF
+check "the same step losses and final weights as over shared memory" "${SAME[@]}" "$T/shm" "$T/tcp" 10 --exact
 harness_finish
