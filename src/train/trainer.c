@@ -377,6 +377,11 @@ static kiln_status restore(run *R) {
     }
     if (strcmp(cs->model, c->model) != 0)
         return kiln_fail(KILN_ERR_INVALID_ARG, "%s: a checkpoint of model '%s', not '%s'", c->resume, cs->model, c->model);
+    /* token-budget batches are cut per rank: another world size cuts other batches */
+    if (c->batch_tokens && cs->world_size != R->world)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved on %lld rank(s) with --batch-tokens, resumed on %d: a run with "
+                         "--batch-tokens resumes on as many ranks as it was saved on", c->resume, (long long)cs->world_size,
+                         R->world);
     /* any world size continues the run when the global batch stays (docs/checkpoints.md) */
     if (cs->batch_size * cs->world_size != c->batch_size * R->world)
         return kiln_fail(KILN_ERR_INVALID_ARG, "%s: saved with --batch-size %lld on %lld rank%s (global batch %lld); resumed with "
