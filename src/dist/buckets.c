@@ -4,14 +4,16 @@
 #include <stdlib.h>
 #include "graph/internal/plan_hook.h"
 
-/* parameters from the last down, a bucket closed once it holds bucket_mb
+/* parameters from the last down, a bucket closed once it holds bucket_mb (or a quarter of all)
  * (so one larger parameter makes a bucket of its own size); the first at most
  * 1 MiB, as PyTorch DDP's first_bucket_bytes_cap: the last layers' gradients,
  * ready first, start reducing early even in a model smaller than a bucket */
 static kiln_status split(kiln_params *P, double bucket_mb, kiln_buckets *B) {
     int np = kiln_params_count(P);
     size_t elem = kiln_params_dtype(P) == KILN_F64 ? 8 : 4;
-    double cap = bucket_mb * 1048576.0;
+    /* at most a quarter of the gradients too: a model smaller than a few buckets still overlaps */
+    double cap = bucket_mb * 1048576.0, quarter = (double)kiln_params_total(P) * (double)elem / 4;
+    if (quarter > 0 && quarter < cap) cap = quarter;
     B->b = calloc((size_t)(np ? np : 1), sizeof *B->b);
     if (!B->b) return kiln_fail(KILN_ERR_NOMEM, "buckets: out of memory");
     for (int p = np - 1; p >= 0;) {
