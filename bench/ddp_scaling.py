@@ -1,7 +1,7 @@
 """A scaling model for data parallel training over more machines, from
 figures measured on this one (bench/ddp.sh's note, issue 10): for each model,
 the step's forward, backward and optimizer times (`kiln train --profile
---json` over a few steps) and its gradient bytes; gradients in 25 MiB buckets
+--json` over a few steps) and its gradient bytes; gradients in kiln's buckets (the first 1 MiB, then 25 MiB or a quarter of all)
 reduced by a ring all-reduce while backward goes on.
 
   ring all-reduce of S bytes over N nodes:  2 (N - 1) / N * S / B  +  2 (N - 1) * a
@@ -23,8 +23,13 @@ LATENCY = 20e-6
 
 def model(name, fwd, bwd, opt, params, n, bw):
     grad = 4.0 * params
-    nb = max(1, int(-(-grad // BUCKET)))
-    sizes = [BUCKET] * (nb - 1) + [grad - BUCKET * (nb - 1)]
+    # kiln's buckets (src/dist/buckets.c): the first at most 1 MiB, none above 25 MiB or a quarter of all
+    cap, sizes, left = min(BUCKET, grad / 4), [], grad
+    while left > 0:
+        s = min(left, MIB if not sizes else cap)
+        sizes.append(s)
+        left -= s
+    nb = len(sizes)
     comm, done = 0.0, 0.0
     for i, s in enumerate(sizes):
         ready = bwd * (i + 1) / nb
