@@ -53,6 +53,7 @@ int cli_train(int argc, char **argv);
 int cli_train_config(const char *cmd, const char *usage, const cli_opt *extra, int nextra, int argc, char **argv,
                      kiln_train_config *c, const char **extra_vals, int *extra_given);
 int cli_plot(int argc, char **argv);     /* plot.c */
+int cli_gradcheck(int argc, char **argv); /* gradcheck.c */
 
 /* progress.c */
 typedef struct progress_ui {

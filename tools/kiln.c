@@ -38,6 +38,7 @@ static const char *main_help =
     "  sample  text from a trained gpt, continuing a prompt\n"
     "  doctor  doctor train ...: what holds a training run back, and the remedies (--apply runs the improved command)\n"
     "  plot    runs' metrics files (train --metrics) as one PNG or SVG: loss, accuracy, throughput, data-wait\n"
+    "  gradcheck  a model's backward against finite differences in double (a debugging aid)\n"
     "\n"
     "  kiln <command> --help   describes each command's options\n"
     "  kiln --version          prints the version\n"
@@ -633,6 +634,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sample")) return cli_sample(argc - 1, argv + 1);
     if (!strcmp(cmd, "doctor")) return cli_doctor(argc - 1, argv + 1);
     if (!strcmp(cmd, "plot")) return cli_plot(argc - 1, argv + 1);
+    if (!strcmp(cmd, "gradcheck")) return cli_gradcheck(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command '%s'\n\n%s", cmd, main_help);
     return EXIT_USAGE;
 }

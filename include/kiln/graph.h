@@ -169,6 +169,7 @@ kiln_status kiln_checkpoint_check(const char *spec);
 /* shape of a value (shape[0] == KILN_BATCH when batched); returns ndim or -1 */
 int kiln_value_shape(const kiln_graph *g, kiln_value v, int64_t *shape);
 const char *kiln_value_name(const kiln_graph *g, kiln_value v);
+kiln_dtype kiln_value_dtype(const kiln_graph *g, kiln_value v); /* its logical dtype (f32, i32, ...) */
 
 /* ---- parameters: one flat buffer, one flat gradient buffer, named views ---- */
 typedef struct kiln_params kiln_params;
@@ -287,6 +288,11 @@ void kiln_plan_set_accumulate(kiln_plan *plan, int accumulate, double loss_scale
 void kiln_plan_set_collective(kiln_plan *plan, int (*allreduce)(void *user, double *buf, int64_t n), void *user);
 /* Runs the step list compiled for this batch size (max_batch or one of also_batches). */
 kiln_status kiln_plan_run(kiln_plan *plan, int64_t batch);
+/* A training plan's forward steps and the loss read-out only: the loss of the batch, no gradient written
+ * (kiln gradcheck's finite differences). Batch norm still updates its running statistics. In a plan compiled
+ * with reuse_memory = 0, `changed` (NULL: none) names the memory changed since the last run (a parameter):
+ * the steps before the first that reads it are not run again, their outputs being what they were. */
+kiln_status kiln_plan_run_forward(kiln_plan *plan, int64_t batch, const void *changed, size_t bytes);
 /* After a run: a value's data in host memory (float*, or double* in a reference
  * plan). Only outputs are guaranteed to survive the run; others may be overwritten. */
 const void *kiln_plan_value(const kiln_plan *plan, kiln_value v);
@@ -340,6 +346,11 @@ int kiln_plan_profile_top(const kiln_plan *plan, int k, const char **names, doub
 int kiln_plan_profile_top_steps(const kiln_plan *plan, int k, int *steps, double *ms);
 /* the mean ms per run of the forward steps and of the backward ones (recomputations included) */
 void kiln_plan_profile_phases(const kiln_plan *plan, double *fwd_ms, double *bwd_ms);
+/* Anomaly detection (--detect-anomaly, docs/debugging.md): with on, every run checks each step's float outputs
+ * for NaN/Inf after the step; the first found fails the run with KILN_ERR_NUMERIC naming the node, its phase,
+ * the output and the inputs already non-finite. Host-memory backends only (else an error, nothing changes). */
+kiln_status kiln_plan_set_detect_anomaly(kiln_plan *plan, int on);
+double kiln_plan_anomaly_seconds(const kiln_plan *plan); /* spent checking since switched on */
 /* Sum over steps of the mean ms per run, and the number of timed runs. */
 double kiln_plan_profile_total_ms(const kiln_plan *plan, int64_t *runs);
 

@@ -83,6 +83,7 @@ typedef struct kiln_train_config {
     const char *checkpoint_activations; /* "none", "block" or op names: recompute them inside backward (kiln_compile_opts) */
     int fix_bias;               /* --fix-bias: the model without the conv/linear biases its batch norms cancel */
     int profile;                /* 1: time every kernel and log the breakdown at the end */
+    int detect_anomaly;         /* 1: every step's outputs checked for NaN/Inf (kiln_plan_set_detect_anomaly) */
     double memory_budget;       /* bytes a plan's arena may take; 0: 90 % of the machine's memory */
     const char *device;         /* "cpu" (default), "cuda" or "auto" (cuda when a GPU is here) */
     int matmul_precision;       /* GPU: 0 highest (fp32), 1 high (tf32), 2 medium (bf16) */

@@ -555,3 +555,7 @@ int kiln_value_shape(const kiln_graph *g, kiln_value v, int64_t *shape) {
 const char *kiln_value_name(const kiln_graph *g, kiln_value v) {
     return (g && v >= 0 && v < g->nvals) ? g->vals[v].name : "?";
 }
+
+kiln_dtype kiln_value_dtype(const kiln_graph *g, kiln_value v) {
+    return (g && v >= 0 && v < g->nvals) ? g->vals[v].dtype : KILN_F32;
+}

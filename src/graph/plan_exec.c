@@ -93,6 +93,16 @@ static kiln_status run_traced(kiln_plan *pl, const kiln_steplist *L) {
     return st;
 }
 
+/* --detect-anomaly: the inputs when the run begins, then every step's outputs after it (plan_anomaly.c) */
+static kiln_status run_checked(kiln_plan *pl, const kiln_steplist *L) {
+    kiln_status st = kiln_plan_check_inputs(pl, L);
+    for (int i = 0; st == KILN_OK && i < L->nsteps; i++) {
+        st = run_steps(pl, L, i, i + 1);
+        if (st == KILN_OK) st = kiln_plan_check_step(pl, &L->steps[i]);
+    }
+    return st;
+}
+
 kiln_status kiln_plan_run(kiln_plan *pl, int64_t batch) {
     if (!pl->arena) return kiln_fail(KILN_ERR_INVALID_ARG, "run: the plan was compiled with plan_only (sizes, no memory)");
     const kiln_steplist *L = list_for(pl, batch);
@@ -107,8 +117,41 @@ kiln_status kiln_plan_run(kiln_plan *pl, int64_t batch) {
     kiln_status st = stage_inputs(pl, batch);
     if (st != KILN_OK) return st;
     pl->loss_host = NAN;
-    st = kiln_trace_on() ? run_traced(pl, L) : run_steps(pl, L, 0, L->nsteps);
+    st = pl->anomaly ? run_checked(pl, L) : kiln_trace_on() ? run_traced(pl, L) : run_steps(pl, L, 0, L->nsteps);
     if (pl->profile) pl->profiled_runs++;
+    return st;
+}
+
+static int is_forward(const kiln_plan *pl, const kiln_step *s) {
+    return s->node < pl->nfwd && (s->node < 0 || pl->g->nodes[s->node].recompute_of < 0);
+}
+
+static int reads(const kiln_step *s, uintptr_t lo, uintptr_t hi) {
+    for (int k = 0; k < s->nin; k++) {
+        const kiln_tdesc *t = &s->in[k];
+        uintptr_t a = (uintptr_t)t->data, e = a + (uintptr_t)kiln_tdesc_span(t) * kiln_dtype_size(t->dtype);
+        if (t->data && a < hi && lo < e) return 1;
+    }
+    return 0;
+}
+
+/* the forward nodes come first in the graph (autodiff appends its own); the read-out has none. Without
+ * memory reuse every value keeps its own storage, so the steps before the first reader of what changed
+ * still hold what the previous run computed from the same values. */
+kiln_status kiln_plan_run_forward(kiln_plan *pl, int64_t batch, const void *changed, size_t bytes) {
+    const kiln_steplist *L = list_for(pl, batch);
+    if (!pl->arena || !L) return kiln_plan_run(pl, batch); /* its error */
+    kiln_status st = stage_inputs(pl, batch);
+    pl->loss_host = NAN;
+    uintptr_t lo = (uintptr_t)changed, hi = lo + bytes;
+    int from = changed && !pl->o.reuse_memory ? -1 : 0;
+    for (int i = 0; st == KILN_OK && i < L->nsteps; i++) {
+        const kiln_step *s = &L->steps[i];
+        if (!is_forward(pl, s)) continue;
+        if (from < 0 && s->node >= 0 && !reads(s, lo, hi)) continue;
+        from = i;
+        st = kiln_backend_run(pl->be, s, 1, &pl->rc, NULL);
+    }
     return st;
 }
 

@@ -30,6 +30,12 @@ static double step_flops(const kiln_plan *pl, const kiln_step *s, int64_t batch)
     return d->flops(pl->g, &pl->g->nodes[s->node], batch);
 }
 
+/* autodiff appends its nodes after the forward ones */
+const char *kiln_plan_step_phase(const kiln_plan *pl, const kiln_step *s) {
+    return s->node < 0 ? "other" : pl->g->nodes[s->node].recompute_of >= 0 ? "recompute"
+           : pl->o.training && s->node >= pl->nfwd ? "backward" : "forward";
+}
+
 kiln_status kiln_plan_step_info(const kiln_plan *pl, int i, kiln_step_info *out) {
     memset(out, 0, sizeof *out);
     const kiln_steplist *L = first_list(pl);
@@ -38,9 +44,7 @@ kiln_status kiln_plan_step_info(const kiln_plan *pl, int i, kiln_step_info *out)
     const kiln_step *s = &L->steps[i];
     out->name = s->name;
     out->op = kiln_op_name(s->op);
-    /* autodiff appends its nodes after the forward ones */
-    out->phase = s->node < 0 ? "other" : pl->g->nodes[s->node].recompute_of >= 0 ? "recompute"
-                 : pl->o.training && s->node >= pl->nfwd ? "backward" : "forward";
+    out->phase = kiln_plan_step_phase(pl, s);
     out->nin = s->nin;
     out->nout = s->nout;
     for (int k = 0; k < s->nin; k++) arg(&s->in[k], &out->in[k]);

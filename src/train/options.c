@@ -119,6 +119,9 @@ static const field fields[] = {
     OPT("log-every", "N", 1, T_I64, log_every, "steps between progress and metrics lines"),
     OPT("tensorboard", "DIR", 1, T_STR, tensorboard, "also write the metrics' scalars as TensorBoard events into DIR "
                                                      "(created; `tensorboard --logdir DIR`)"),
+    OPT("detect-anomaly", NULL, 1, T_FLAG, detect_anomaly, "check every step's outputs for NaN/Inf (forward and backward); "
+                                                         "the first stops the run naming the node, the step and the input "
+                                                         "already non-finite, if any (a debugging aid: it costs step time)"),
     OPT("profile", NULL, 1, T_FLAG, profile, "time every kernel and print the per-step breakdown at the end"),
     OPT("memory-budget-mb", "X", 1, T_MIB, memory_budget, "refuse a plan whose activations and gradients need more (0: 90% of RAM)"),
     OPT("sync-bn", NULL, 0, T_FLAG, sync_bn, "under mpirun: batch norm's batch statistics over every rank's samples "

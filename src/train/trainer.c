@@ -17,6 +17,7 @@
 #include "base/internal/trace.h"
 #include "kiln/trace.h"
 #include "kiln/train.h"
+#include "train/internal/anomaly.h"
 #include "train/internal/auto_workers.h"
 #include "train/internal/checkpoint.h"
 #include "train/internal/input_shape.h"
@@ -516,6 +517,7 @@ static kiln_status run_compile(run *R) {
     }
     if (st == KILN_OK) st = kiln_ddp_attach(R->ddp, R->plan);
     if (st != KILN_OK) return st;
+    kiln_train_anomaly_begin(R->plan, c->detect_anomaly);
     for (int i = 0; co.sync_bn && i < (c->batch_tokens ? R->tp.n : 1); i++) /* every length bucket's plan */
         kiln_plan_set_collective(c->batch_tokens ? R->tp.plan[i] : R->plan, sync_bn_allreduce, R->comm);
     R->r->arena_bytes = c->batch_tokens ? R->tp.arena_bytes : kiln_plan_arena_bytes(R->plan);
@@ -639,6 +641,9 @@ static kiln_status run_batch(run *R, const kiln_batch *b, int64_t micro, int64_t
     R->step_allocs += a1.allocs - a0.allocs;
     R->runs++;
     R->step_s += now_s() - t;
+    if (st == KILN_ERR_NUMERIC) /* --detect-anomaly found one: where in the run */
+        return kiln_fail_context(st, "step %lld (epoch %lld, batch %lld)", (long long)R->step + 1, (long long)R->epoch + 1,
+                                 (long long)b->index);
     R->tokens += group_tokens;
     if (st != KILN_OK) return st;
     double l = kiln_plan_loss(plan);
@@ -933,6 +938,7 @@ static kiln_status run_finish(run *R) {
         return st;
     report_bottleneck(R);
     report_profile(R);
+    kiln_train_anomaly_report(R->plan, R->c.detect_anomaly, R->step_s, r->steps);
     /* the training plan's arena is not needed to evaluate: give it back to the OS */
     kiln_plan_free(R->plan);
     R->plan = NULL;

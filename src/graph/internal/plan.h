@@ -60,6 +60,10 @@ struct kiln_plan {
     int64_t profiled_runs;
     kiln_status (*hook)(void *user, int list, int done); /* plan_hook.h; NULL: none */
     void *hook_user;
+    int anomaly;              /* --detect-anomaly: steps run one by one, outputs checked (plan_anomaly.c) */
+    double anomaly_s;         /* seconds spent checking */
+    char plant_node[64];      /* tests: KILN_TEST_ANOMALY=NODE@STEP poisons that node's output */
+    uint64_t plant_step;      /* 0: nothing planted */
 };
 
 /* a value's storage dtype on the plan's backend */
@@ -69,5 +73,10 @@ void *kiln_plan_ptr(const kiln_plan *pl, kiln_value v);
 /* plan_steps.c: makes and prepares the step list of one batch size */
 kiln_status kiln_plan_build_list(kiln_plan *pl, int64_t batch, kiln_steplist *L, size_t *workspace);
 void kiln_plan_free_list(kiln_plan *pl, kiln_steplist *L);
+/* plan_info.c: "forward", "backward", "recompute" or "other" (the loss read-out), as kiln inspect says */
+const char *kiln_plan_step_phase(const kiln_plan *pl, const kiln_step *s);
+/* plan_anomaly.c (--detect-anomaly): the plan's float inputs when a run begins; a step's outputs after it ran */
+kiln_status kiln_plan_check_inputs(kiln_plan *pl, const kiln_steplist *L);
+kiln_status kiln_plan_check_step(kiln_plan *pl, const kiln_step *s);
 
 #endif
