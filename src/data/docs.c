@@ -77,9 +77,7 @@ kiln_status kiln_tokens_docs_write(const char *tokens_path, const int64_t *start
 
 /* the offsets of `path`'s n documents against a token file of `ntokens` */
 static kiln_status parse_docs(const char *path, const uint8_t *buf, int64_t size, int64_t ntokens, int64_t *off, int64_t n) {
-    if (size != DOCS_HEAD + 8 * (n + 1))
-        return kiln_fail(KILN_ERR_FORMAT, "%s: %lld bytes, but %lld documents need %lld: truncated or corrupt", path,
-                         (long long)size, (long long)n, (long long)(DOCS_HEAD + 8 * (n + 1)));
+    (void)size; /* checked by the caller before it allocated off */
     for (int64_t i = 0; i <= n; i++) {
         off[i] = (int64_t)get_le(buf + DOCS_HEAD + 8 * i, 8);
         if ((i == 0 && off[i] != 0) || (i > 0 && off[i] <= off[i - 1]) || off[i] > ntokens)
@@ -117,6 +115,10 @@ kiln_status kiln_tokens_docs_read(const char *tokens_path, int64_t ntokens, int6
     if (st == KILN_OK && (get_le(buf, 4) != KILN_DOCS_MAGIC || get_le(buf + 4, 4) != KILN_DOCS_VERSION || n < 0))
         st = kiln_fail(KILN_ERR_FORMAT, "%s: not a document index (magic %u version %u, want %d and %d)", path,
                        (unsigned)get_le(buf, 4), (unsigned)get_le(buf + 4, 4), KILN_DOCS_MAGIC, KILN_DOCS_VERSION);
+    /* the file's size bounds the count before anything is allocated for it */
+    if (st == KILN_OK && size != DOCS_HEAD + 8 * (n + 1))
+        st = kiln_fail(KILN_ERR_FORMAT, "%s: %lld bytes, but %lld documents need %lld: truncated or corrupt", path,
+                       (long long)size, (long long)n, (long long)(DOCS_HEAD + 8 * (n + 1)));
     int64_t *o = st == KILN_OK ? malloc(sizeof *o * (size_t)(n + 1)) : NULL;
     if (st == KILN_OK && !o) st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", path);
     if (st == KILN_OK) st = parse_docs(path, buf, size, ntokens, o, n);

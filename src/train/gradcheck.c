@@ -59,7 +59,7 @@ static void record(kiln_gradcheck_tensor *t, int64_t j, double a, double n, doub
 /* the central difference of element j at step eps */
 static kiln_status difference(kiln_plan *pl, int64_t batch, double *w, int64_t numel, int64_t j, double eps, span *dirty,
                               kiln_gradcheck_result *r, double *out) {
-    double p = w[j], lp, lm;
+    double p = w[j], lp = 0, lm = 0;
     w[j] = p + eps;
     touch(dirty, w, w + numel);
     kiln_status st = loss_at(pl, batch, dirty, r, &lp);
