@@ -14,11 +14,8 @@ set -u
 
 . "$(dirname "$0")/harness.sh"
 harness_init test_ddp
-export KILN_CACHE_DIR= OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-# Open MPI's own allocations are not ours to chase under LeakSanitizer
-export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
-if ! command -v mpirun >/dev/null; then echo "test_ddp: skipped: mpirun is not installed (Debian: openmpi-bin)"; exit 77; fi
-if [ ! -e "$(dirname "$KILN")/libkiln_mpi.so" ]; then echo "test_ddp: skipped: kiln was built without MPI (libkiln_mpi.so)"; exit 77; fi
+export KILN_CACHE_DIR=
+harness_mpi
 
 # launched by an MPI launcher but without the plugin: a clear error, before any work
 expect 2 "under a launcher without the plugin" "libkiln_mpi.so" "KILN_MPI_PLUGIN" -- \

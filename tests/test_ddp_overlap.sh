@@ -15,10 +15,8 @@ set -u
 
 . "$(dirname "$0")/harness.sh"
 harness_init test_ddp_overlap
-export KILN_CACHE_DIR= OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
-if ! command -v mpirun >/dev/null; then echo "test_ddp_overlap: skipped: mpirun is not installed (Debian: openmpi-bin)"; exit 77; fi
-if [ ! -e "$(dirname "$KILN")/libkiln_mpi.so" ]; then echo "test_ddp_overlap: skipped: kiln was built without MPI (libkiln_mpi.so)"; exit 77; fi
+export KILN_CACHE_DIR=
+harness_mpi
 
 # a small set: 512 training samples, 64 test; resnet20 reads them as 3x32x32 PNGs
 small_idx "$T/small" 512 64

@@ -14,14 +14,7 @@ set -u
 
 . "$(dirname "$0")/harness.sh"
 harness_init test_sync_bn_mpi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-# Open MPI's own allocations are not ours to chase under LeakSanitizer
-export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
-if ! command -v mpirun >/dev/null; then echo "test_sync_bn_mpi: skipped: mpirun is not installed (Debian: openmpi-bin)"; exit 77; fi
-if [ ! -e "$(dirname "$KILN")/libkiln_mpi.so" ]; then
-    echo "test_sync_bn_mpi: skipped: kiln was built without MPI (libkiln_mpi.so)"
-    exit 77
-fi
+harness_mpi
 EXPECT_TIMEOUT=120
 
 small_idx "$T/small" 288 16
