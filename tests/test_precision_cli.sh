@@ -4,8 +4,9 @@
 # at every logged step (same seed, same batches); --precision auto logs each
 # matmul-class node's measured fp32 and bf16 times and its choice; kiln
 # inspect shows each step's precision (bf16 exactly on the matmul-class steps);
-# bench step reports how many steps ran bf16; a bad --precision exits 2
-# naming the flag, on train, bench step and inspect.
+# bench step reports how many steps ran bf16; eval and predict in bf16 agree
+# with fp32 closely but not bit for bit; a bad --precision exits 2
+# naming the flag, on train, bench step, inspect, eval and predict.
 #
 # Needs $KILN_BIN (ctest sets it), python3 and Debian's fortunes.
 set -u
@@ -58,6 +59,46 @@ check "bench step reports its bf16 steps" "$PY" -c "
 import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert r['precision'] == 'bf16' and r['bf16_steps'] > 10, r" "$T/out"
+
+# eval, predict and the run's own evaluation follow --precision (autocast wraps evaluation too)
+if [ -d "$DATA" ]; then
+    small_idx "$T/idx" 2000 500
+    expect 0 "train mnist-cnn 120 steps (fp32), saved" -- "$KILN_BIN" train --model mnist-cnn --data "$T/idx" \
+        --batch-size 32 --max-steps 120 --epochs 5 --no-test --seed 3 --save "$T/m.safetensors"
+    for p in fp32 bf16; do
+        expect 0 "eval --precision $p" -- "$KILN_BIN" eval --model mnist-cnn --data "$T/idx" --load "$T/m.safetensors" \
+            --precision "$p" --json
+        tail -n 1 "$T/out" > "$T/eval_$p.json"
+    done
+    check "eval in bf16: fp32's accuracy within 2 points, a loss within 3 % yet not the same bits" "$PY" -c "
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+print(a, b)
+assert a['precision'] == 'fp32' and b['precision'] == 'bf16', (a, b)
+assert a['test_accuracy'] > 0.5 and abs(a['test_accuracy'] - b['test_accuracy']) <= 0.02, (a, b)
+assert a['test_loss'] != b['test_loss'] and abs(a['test_loss'] - b['test_loss']) <= 0.03 * a['test_loss'], (a, b)" \
+        "$T/eval_fp32.json" "$T/eval_bf16.json"
+    expect 0 "pack the test split as PNG" -- "$KILN_BIN" pack --from "$T/idx" --to "$T/png" --format png
+    for p in fp32 bf16; do
+        expect 0 "predict --precision $p" -- "$KILN_BIN" predict --model mnist-cnn --load "$T/m.safetensors" \
+            --data "$T/png/test" --channels 1 --out "$T/pred_$p.jsonl" --precision "$p" --json
+    done
+    check "predict in bf16: the same top-1 on >= 97 % of images, logits close but not equal" "$PY" -c "
+import json, sys
+a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:])
+assert len(a) == len(b) == 500 and [r['file'] for r in a] == [r['file'] for r in b]
+same = sum(x['top5'][0] == y['top5'][0] for x, y in zip(a, b)) / len(a)
+diff = max(abs(u - v) for x, y in zip(a, b) for u, v in zip(x['logits'], y['logits']))
+span = max(max(x['logits']) - min(x['logits']) for x in a)
+print('top-1 agreement %.3f, largest logit difference %.4f of a span %.2f' % (same, diff, span))
+assert same >= 0.97 and 0 < diff <= 0.1 * span" "$T/pred_fp32.jsonl" "$T/pred_bf16.jsonl"
+    expect 2 "predict --precision fp8" "--precision" -- "$KILN_BIN" predict --model mnist-cnn --load "$T/m.safetensors" \
+        --data "$T/png/test" --out "$T/p.jsonl" --precision fp8
+    expect 2 "eval --precision half" "--precision" -- "$KILN_BIN" eval --model mnist-cnn --data "$T/idx" \
+        --load "$T/m.safetensors" --precision half
+else
+    echo "test_precision_cli: note: $DATA absent; eval and predict precision skipped"
+fi
 
 expect 2 "train --precision fp16" "--precision" "fp16" -- "$KILN_BIN" train "${G[@]}" --data "tokens:$T/f.tokens" \
     --max-steps 1 --precision fp16

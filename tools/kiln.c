@@ -360,11 +360,12 @@ static const cli_opt eval_opts[] = {
     {"block", "N", "gpt: context length, as trained (test_loss: the file's consecutive windows of N + 1 tokens)", NULL},
     {"vocab", "N", "gpt: vocabulary size, as trained", NULL},
     {"num-classes", "N", "the ResNets: the classifier's outputs, as the run was trained with", NULL},
+    {"precision", "fp32|bf16|auto", "mixed precision (as kiln train): matmul-class steps with bf16 operands", NULL},
     {"fix-bias", NULL, "the model without the biases its batch norms cancel, as trained with --fix-bias", NULL},
     {"json", NULL, "print one JSON object as the last line of stdout", NULL},
 };
 enum { E_MODEL, E_DATA, E_LOAD, E_BATCH, E_WORKERS, E_THREADS, E_DEVICE, E_RESIZE, E_VAL_SPLIT = E_RESIZE + 5,
-       E_NUM_CLASSES = E_VAL_SPLIT + 6, E_FIX_BIAS, E_JSON, E_N };
+       E_NUM_CLASSES = E_VAL_SPLIT + 6, E_PRECISION, E_FIX_BIAS, E_JSON, E_N };
 
 static int cmd_eval(int argc, char **argv) {
     const char *vals[E_N];
@@ -376,7 +377,7 @@ static int cmd_eval(int argc, char **argv) {
     /* --workers and --threads parse as train's do; the library checks every value the same way for both */
     /* so do the transforms: they must be the test split's of the run */
     kiln_train_config c = kiln_train_defaults();
-    for (int i = E_WORKERS; i <= E_NUM_CLASSES; i++)
+    for (int i = E_WORKERS; i <= E_PRECISION; i++)
         if (i != E_DEVICE && vals[i] && kiln_train_option_set(&c, eval_opts[i].name, vals[i]) != KILN_OK)
             return cli_usage_error("eval", "%s", kiln_last_error());
     c.workers = vals[E_WORKERS] ? c.workers : 1;
@@ -401,6 +402,7 @@ static int cmd_eval(int argc, char **argv) {
         json_object_set_new(o, "samples", json_integer(samples));
         json_object_set_new(o, "test_loss", cli_json_num(loss));
         json_object_set_new(o, "test_accuracy", cli_json_num(acc));
+        json_object_set_new(o, "precision", json_string(kiln_precision_name(c.precision)));
         cli_print_json(o);
     }
     return 0;

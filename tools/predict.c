@@ -26,10 +26,11 @@ static const cli_opt opts[] = {
     {"workers", "N", "decoding threads (0: the compute thread decodes)", "1"},
     {"threads", "N", "compute threads; 0: all cores", "0"},
     {"autotune", "on|off", "time each convolution's algorithms on its real shape (remembered on disk)", "on"},
+    {"precision", "fp32|bf16|auto", "mixed precision (as kiln train): conv2d and linear with bf16 operands; auto: where timed faster", "fp32"},
     {"json", NULL, "print one JSON object with the totals as the last line of stdout", NULL},
 };
 enum { P_MODEL, P_LOAD, P_DATA, P_OUT, P_RESIZE, P_NORMALIZE = P_RESIZE + 2, P_CHANNELS, P_CLASSES, P_BATCH, P_WORKERS,
-       P_THREADS, P_AUTOTUNE, P_JSON, P_N };
+       P_THREADS, P_AUTOTUNE, P_PREC, P_JSON, P_N };
 
 /* the transforms go through the trainer's option table: they parse and fail exactly as train's and eval's */
 static int transforms(const char **vals, kiln_data_config *dc) {
@@ -46,7 +47,8 @@ static int settings(const char **vals, kiln_predict_config *c) {
     if (cli_int("predict", opts, P_BATCH, vals, 1, KILN_MAX_BATCH, &batch) ||
         cli_int("predict", opts, P_WORKERS, vals, 0, 64, &workers) || cli_int("predict", opts, P_THREADS, vals, 0, 1024, &threads) ||
         cli_model_opts("predict", opts, -1, P_CLASSES, vals, &c->model_opts) ||
-        (c->autotune = cli_on_off("predict", opts, P_AUTOTUNE, vals)) < 0)
+        (c->autotune = cli_on_off("predict", opts, P_AUTOTUNE, vals)) < 0 ||
+        cli_precision("predict", opts, P_PREC, vals, &c->precision))
         return EXIT_USAGE;
     for (int i = P_MODEL; i <= P_OUT; i++)
         if (!vals[i]) return cli_usage_error("predict", "--%s %s is required", opts[i].name, opts[i].metavar);
@@ -80,6 +82,7 @@ int cli_predict(int argc, char **argv) {
         json_object_set_new(o, "model", json_string(c.model));
         json_object_set_new(o, "images", json_integer(r.images));
         json_object_set_new(o, "classes", json_integer(r.num_classes));
+        json_object_set_new(o, "precision", json_string(kiln_precision_name(c.precision)));
         json_object_set_new(o, "out", json_string(c.out));
         json_object_set_new(o, "seconds", cli_json_num(r.seconds));
         json_object_set_new(o, "arena_mb", cli_json_num(r.arena_mb));

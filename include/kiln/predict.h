@@ -33,8 +33,9 @@ typedef struct kiln_predict_config {
     int workers;                  /* decoding threads (0: the calling thread) */
     int threads;                  /* compute threads; 0: every core */
     int autotune;                 /* as kiln_compile_opts.autotune */
+    int precision;                /* kiln_precision: as kiln_compile_opts.precision (--precision) */
 } kiln_predict_config;
-kiln_predict_config kiln_predict_defaults(void); /* batch 64, 1 worker, every core, autotune on */
+kiln_predict_config kiln_predict_defaults(void); /* batch 64, 1 worker, every core, autotune on, fp32 */
 
 typedef struct kiln_predict_result {
     int64_t images;

@@ -119,6 +119,7 @@ static kiln_status compile(job *J) {
     o.max_batch = J->c->batch_size < J->n ? J->c->batch_size : J->n;
     o.also_batches[0] = J->n % o.max_batch;
     o.autotune = J->c->autotune;
+    o.precision = J->c->precision;
     J->batch = o.max_batch;
     kiln_status st = kiln_compile(J->g, J->P, &J->m.out, 1, &o, &J->plan);
     if (st != KILN_OK) return st;

@@ -102,13 +102,14 @@ typedef struct {
 } eval_result;
 
 /* the chunk sizes a pass over n samples in batches of `batch` runs */
-static kiln_compile_opts eval_opts(int64_t n, int64_t batch, int fuse) {
+static kiln_compile_opts eval_opts(int64_t n, int64_t batch, int fuse, int precision) {
     kiln_compile_opts o = kiln_compile_defaults();
     o.max_batch = batch < EVAL_CHUNK ? batch : EVAL_CHUNK;
     int64_t last = n % batch;
     o.also_batches[0] = batch % o.max_batch;
     o.also_batches[1] = last % o.max_batch;
     o.fuse = fuse;
+    o.precision = precision;
     o.autotune = 0; /* one pass over the test set: timing candidates costs more than it saves */
     return o;
 }
@@ -127,9 +128,9 @@ static int argmax_hits(const float *logits, const int32_t *y, int64_t n, int cla
 
 /* test loss and accuracy of params P, with an inference plan (no backward, no saved activations) */
 static kiln_status evaluate(kiln_graph *g, const kiln_model *m, kiln_params *P, kiln_dataset *ds, int64_t batch,
-                            int workers, int fuse, eval_result *er) {
+                            int workers, int fuse, int precision, eval_result *er) {
     memset(er, 0, sizeof *er);
-    kiln_compile_opts o = eval_opts(ds->len, batch, fuse);
+    kiln_compile_opts o = eval_opts(ds->len, batch, fuse, precision);
     kiln_value outs[2] = {m->loss, m->out};
     kiln_plan *plan;
     kiln_status st = kiln_compile(g, P, outs, 2, &o, &plan);
@@ -759,7 +760,8 @@ static kiln_status run_epoch(run *R) {
 
 static kiln_status run_evaluate(run *R) {
     int workers = R->c.workers == KILN_WORKERS_AUTO ? kiln_loader_workers(R->L) : R->c.workers;
-    kiln_status st = evaluate(R->g, &R->m, R->P, R->test, R->c.test_batch_size, workers, R->c.fuse, &R->last_eval);
+    kiln_status st = evaluate(R->g, &R->m, R->P, R->test, R->c.test_batch_size, workers, R->c.fuse,
+                             KILN_PRECISION_FP32 /* test figures compare across precisions */, &R->last_eval);
     if (st == KILN_OK) R->evaluated_at = R->step;
     return st;
 }
@@ -1135,7 +1137,7 @@ kiln_status kiln_evaluate_config(const kiln_train_config *c, const char *load, i
     if (st == KILN_OK) st = check_samples(g, &m, test, model);
     if (st == KILN_OK) st = new_params(device, g, &P);
     if (st == KILN_OK) st = kiln_checkpoint_load_params(P, load);
-    if (st == KILN_OK) st = evaluate(g, &m, P, test, batch_size, workers, 1, &er);
+    if (st == KILN_OK) st = evaluate(g, &m, P, test, batch_size, workers, 1, c->precision, &er);
     if (loss) *loss = er.loss;
     if (accuracy) *accuracy = er.accuracy;
     if (samples) *samples = er.samples;
