@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include "kiln/dist.h"
 #include "kiln/doctor.h"
 
 static const char *usage =
@@ -34,6 +35,10 @@ static void print_step(const kiln_doctor_report *r) {
     fprintf(stderr, "  kiln's overhead  %8.2f ms %5.1f%%  (between kernels)\n", r->overhead_ms, 100 * r->overhead_ms / s);
     double rest = r->step_ms - r->data_wait_ms - kern - r->overhead_ms;
     if (rest > 0.05 * s) fprintf(stderr, "  the rest         %8.2f ms %5.1f%%  (the loss read-out, logging)\n", rest, 100 * rest / s);
+    if (r->world_size > 1)
+        fprintf(stderr, "  all-reduce wait  %8.2f ms %5.1f%%  (%d ranks, %d here; %d buckets of %.2f MiB in all, %.0f%% of "
+                "the all-reduce hidden behind backward)\n", r->allreduce_exposed_ms, 100 * r->allreduce_exposed_ms / s,
+                r->world_size, r->local_ranks, r->buckets, r->grad_mb, 100 * r->allreduce_hidden_frac);
     fprintf(stderr, "cores busy:");
     for (int i = 0; i < r->ncores; i++) fprintf(stderr, " %d:%.0f%%", i, 100 * r->core_busy[i]);
     fprintf(stderr, "\nmemory: arena %.1f MiB of a %.0f MiB budget%s, loader ring %.1f MiB, peak RSS %.0f MB\n", r->arena_mb,
@@ -56,10 +61,11 @@ static void print_report(const kiln_doctor_report *r) {
             r->cores_available, r->cores_online, r->peak_gflops, r->copy_gbps);
     print_step(r);
     static const char *const says[][2] = {{"memory", "memory: the run does not fit as given"},
+                                          {"all-reduce", "communication: the optimizer waits for the gradient all-reduce"},
                                           {"threads", "oversubscription: more compute threads than cores"},
                                           {"data", "data loading: the training thread waits for batches"},
                                           {"compute", "compute: the kernels themselves"}};
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (!strcmp(r->bottleneck, says[i][0])) fprintf(stderr, "what holds this run back: %s\n", says[i][1]);
     if (!r->nremedies) {
         fprintf(stderr, "remedies: none predicts 5%% or more; this run is limited by its kernels' own speed\n");
@@ -140,14 +146,17 @@ static int apply(const kiln_doctor_report *r, const kiln_train_config *given, in
         fprintf(stderr, "kiln doctor: the improved run failed: %s\n", kiln_last_error());
         return cli_exit_code(KILN_ERR_INVALID_ARG);
     }
-    fprintf(stderr, "kiln doctor: with the remedies, %.0f samples/s against %.0f: measured %.2fx, predicted %.2fx\n", sps,
+    int quiet = kiln_dist_rank() != 0; /* under mpirun rank 0 reports */
+    if (!quiet) fprintf(stderr, "kiln doctor: with the remedies, %.0f samples/s against %.0f: measured %.2fx, predicted %.2fx\n", sps,
             r->samples_per_s, r->samples_per_s > 0 ? sps / r->samples_per_s : 0, predicted_total(r));
     char **out = calloc((size_t)argc + 2 * KILN_DOCTOR_MAX_REMEDIES + 2, sizeof *out);
     if (!out) return 1;
     int n = remedied_argv(r, argc, argv, out);
-    fprintf(stderr, "kiln doctor: the improved command:\n  kiln");
-    for (int i = 0; i < n; i++) fprintf(stderr, " %s", out[i]);
-    fprintf(stderr, "\n");
+    if (!quiet) {
+        fprintf(stderr, "kiln doctor: the improved command:\n  kiln");
+        for (int i = 0; i < n; i++) fprintf(stderr, " %s", out[i]);
+        fprintf(stderr, "\n");
+    }
     int rc = cli_train(n, out);
     free(out);
     return rc;
@@ -171,19 +180,29 @@ int cli_doctor(int argc, char **argv) {
     kiln_doctor_opts o = kiln_doctor_defaults();
     o.window_steps = steps;
     static kiln_doctor_report r; /* large: off the stack */
-    fprintf(stderr, "kiln doctor: measuring (a baseline window of %lld steps, then a trial per remedy that needs one)...\n",
+    /* under mpirun every rank runs the windows (and trains in them), rank 0 reports */
+    if (kiln_dist_init(c.timeout) != KILN_OK) {
+        fprintf(stderr, "kiln doctor: %s\n", kiln_last_error());
+        return cli_exit_code(KILN_ERR_INVALID_ARG);
+    }
+    int rank = kiln_dist_rank();
+    if (rank != 0) kiln_log_set_level(KILN_LOG_WARN);
+    if (rank == 0) fprintf(stderr, "kiln doctor: measuring (a baseline window of %lld steps, then a trial per remedy that needs one)...\n",
             (long long)steps);
     kiln_status st = kiln_doctor_run(&c, &o, &r);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln doctor: %s\n", kiln_last_error());
+        if (kiln_dist_size() > 1) kiln_dist_abort(cli_exit_code(st));
         return cli_exit_code(st);
     }
-    print_report(&r);
-    if (given[X_JSON]) {
+    if (rank == 0) print_report(&r);
+    if (given[X_JSON] && rank == 0) {
         char *text = kiln_doctor_json(&r);
         if (text) printf("%s\n", text);
         free(text);
         fflush(stdout);
     }
-    return given[X_APPLY] ? apply(&r, &c, argc - 1, argv + 1, steps) : 0;
+    if (given[X_APPLY]) return apply(&r, &c, argc - 1, argv + 1, steps); /* train ends the job */
+    kiln_dist_finalize();
+    return 0;
 }

@@ -42,7 +42,11 @@ typedef struct kiln_doctor_report {
     double ring_mb, peak_rss_mb;
     int ntop;
     kiln_kernel_stat top[3];
-    char bottleneck[16];        /* what holds the run back most: memory, threads, data or compute */
+    /* under mpirun (docs/doctor.md): ranks, those on this host, the baseline's gradient all-reduce (means over
+     * the ranks: the optimizer's wait per step, the share hidden behind backward, buckets, MiB reduced a step) */
+    int world_size, local_ranks, buckets;
+    double allreduce_exposed_ms, allreduce_hidden_frac, grad_mb;
+    char bottleneck[16];        /* what holds the run back most: memory, threads, data, all-reduce or compute */
     int nremedies;              /* ranked: memory first, then by predicted gain */
     kiln_remedy remedies[KILN_DOCTOR_MAX_REMEDIES];
     double elapsed_s;           /* the doctor's own time */

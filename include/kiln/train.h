@@ -156,6 +156,7 @@ typedef struct kiln_train_result {
     int64_t step_allocs;        /* kiln_alloc calls made while running plans and updates (0: all preallocated) */
     int buckets;
     double allreduce_exposed_ms, allreduce_hidden_frac;
+    double grad_mb;             /* gradients all-reduced per step, MiB (0 in a world of one) */
     double fwd_ms, bwd_ms, optim_ms; /* with profile: the kernels of forward and backward, and the update, per step */
     int ntop;                   /* with profile: the largest kernels, most expensive first */
     kiln_kernel_stat top[3];

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "train/internal/doctor_dist.h"
 #include "train/internal/fit.h"
 #include "train/internal/machine.h"
 
@@ -185,6 +186,7 @@ static kiln_status baseline(const kiln_train_config *c, int64_t steps, kiln_doct
     r->ntop = res.ntop;
     memcpy(r->top, res.top, sizeof r->top);
     if (!r->arena_mb) r->arena_mb = (double)res.arena_bytes / MIB;
+    kiln_doctor_dist_baseline(&res, r);
     return KILN_OK;
 }
 
@@ -343,10 +345,12 @@ kiln_status kiln_doctor_run(const kiln_train_config *given, const kiln_doctor_op
     trial_ctx x = {&c, r, steps};
     trial_remedies(&c, &x);
     batch_remedy(&c, &x);
+    if ((st = kiln_doctor_dist_remedies(&c, steps, r)) != KILN_OK) return st;
     rank_remedies(r);
     /* the diagnosis: a run that cannot fit or fights for its cores before all else, then waiting for data */
     snprintf(r->bottleneck, sizeof r->bottleneck, "%s", !r->fits ? "memory" : c.threads > r->cores_available ? "threads"
              : r->data_wait_ms > 0.05 * r->step_ms ? "data" : "compute");
+    kiln_doctor_dist_bottleneck(r); /* under mpirun: the ranks' threads, the all-reduce */
     r->elapsed_s = now_s() - t0;
     return KILN_OK;
 }
@@ -437,6 +441,7 @@ char *kiln_doctor_json(const kiln_doctor_report *r) {
     json_object_set_new(o, "top_kernels", tops);
     json_object_set_new(o, "bottleneck", json_string(r->bottleneck));
     json_object_set_new(o, "remedies", rem);
+    json_object_set_new(o, "distributed", kiln_doctor_dist_json(r));
     json_object_set_new(o, "elapsed_s", json_real(r->elapsed_s));
     char *text = json_dumps(o, JSON_COMPACT);
     json_decref(o);

@@ -923,6 +923,7 @@ static kiln_status fill_comm(run *R) {
     double v[2] = {s.reductions ? 1e3 * s.exposed_s / (double)s.reductions : 0, s.hidden_frac};
     kiln_status st = kiln_ddp_mean(R->ddp, v, 2, "the all-reduce figures");
     r->buckets = s.buckets;
+    r->grad_mb = s.buckets ? (double)kiln_params_total(R->P) * 4 / 1048576.0 : 0; /* f32 gradients */
     r->allreduce_exposed_ms = v[0];
     r->allreduce_hidden_frac = v[1];
     return st;
