@@ -5,7 +5,9 @@
 # bit: the same sums of the same slices), for mnist-cnn and resnet20 with
 # small buckets; the JSON summary states the world, the global batch, more
 # than one bucket, the exposed all-reduce time and a hidden fraction above 0
-# with overlap and 0 without; --trace holds a span per bucket on the comm track.
+# with overlap and 0 without, the last-arriving rank's wait and the arrival
+# imbalance adding up to the mean wait; --trace with %r writes every rank's
+# file, each with a span per bucket and the wait on the comm track.
 # With --sync-bn (collectives inside backward, between the buckets' starts)
 # and with --accumulate 2 (no_sync micro-batches) too.
 #
@@ -33,7 +35,7 @@ run() { # NAME MODEL DATA BATCH STEPS BUCKET_MB OVERLAP [more]
         --metrics "$T/$name.jsonl" --save "$T/$name.safetensors" "$@"
     cp "$T/out" "$T/$name.json"
 }
-run cnn-on mnist-cnn "$T/small" 32 8 0.05 on --trace "$T/cnn-on.trace.json"
+run cnn-on mnist-cnn "$T/small" 32 8 0.05 on --trace "$T/cnn-on.%r.trace.json"
 run cnn-off mnist-cnn "$T/small" 32 8 0.05 off
 # --accumulate 2: the first micro-batch of a step starts no bucket (no_sync)
 run acc-on mnist-cnn "$T/small" 16 4 0.05 on --accumulate 2
@@ -58,6 +60,9 @@ j = json.loads(open(path).read())
 assert j["world_size"] == 2 and j["global_batch"] == 2 * j["batch_size"], j
 b, h, e = j["buckets"], j["allreduce_hidden_frac"], j["allreduce_exposed_ms"]
 assert e > 0, f"exposed {e} ms"
+# the mean wait is the last-arriving rank's (communication) plus the mean imbalance
+c, s = j["allreduce_comm_exposed_ms"], j["allreduce_skew_ms"]
+assert 0 <= c <= e and s >= 0 and abs(e - (c + s)) <= 1e-6 * e + 1e-9, (e, c, s)
 ok = {"many-hidden": b > 1 and 0 < h <= 1, "many-none": b > 1 and h == 0, "four": b >= 4}[rule]
 assert ok, f"{rule}: buckets {b}, hidden {h}"
 print(f"{path}: {b} buckets, {e:.3f} ms exposed per step, {100 * h:.0f}% hidden")
@@ -67,6 +72,10 @@ check "mnist-cnn --overlap off: nothing hidden" "$PY" "$T/summary.py" "$T/cnn-of
 check "resnet20 --bucket-mb 0.1 --overlap on: buckets and a hidden fraction" "$PY" "$T/summary.py" "$T/res-on.json" many-hidden
 check "resnet20 --overlap off: nothing hidden" "$PY" "$T/summary.py" "$T/res-off.json" many-none
 check "resnet20 --bucket-mb 25: 4 or more buckets (none above a quarter of its 1 MiB)" "$PY" "$T/summary.py" "$T/res-big.json" four
-check "--trace: a span per bucket on the comm track" grep -q '"all-reduce bucket 2"' "$T/cnn-on.trace.json"
+for r in 0 1; do # --trace with %r: every rank its own file, on the host's monotonic clock
+    check "--trace rank $r: a span per bucket and the wait on the comm track" grep -q '"all-reduce bucket 2".*"all-reduce wait"' \
+        <(tr '\n' ' ' <"$T/cnn-on.$r.trace.json")
+    check "--trace rank $r: the clock of ts 0" grep -q '"monotonic_s_at_ts0"' "$T/cnn-on.$r.trace.json"
+done
 check "the comparison tells runs apart" bash -c "! ${SAME[*]} '$T/cnn-on' '$T/res-on' 8 2>/dev/null"
 harness_finish

@@ -203,8 +203,9 @@ static void print_summary(const kiln_train_config *c, const kiln_train_result *r
     fprintf(stderr, ", peak RSS %.0f MB\n", r->peak_rss_mb);
     if (r->world_size > 1)
         fprintf(stderr, "kiln: %d ranks, global batch %lld; gradient all-reduce in %d bucket%s: %.3f ms per step exposed, "
-                "%.0f%% hidden behind backward\n", r->world_size, (long long)r->global_batch, r->buckets,
-                r->buckets == 1 ? "" : "s", r->allreduce_exposed_ms, 100 * r->allreduce_hidden_frac);
+                "%.0f%% hidden behind backward (the last rank to arrive waited %.3f ms; arrival imbalance added %.3f ms a rank)\n",
+                r->world_size, (long long)r->global_batch, r->buckets, r->buckets == 1 ? "" : "s", r->allreduce_exposed_ms,
+                100 * r->allreduce_hidden_frac, r->allreduce_comm_exposed_ms, r->allreduce_skew_ms);
     if (r->skipped) fprintf(stderr, "kiln: --bad-samples skip replaced %lld bad samples\n", (long long)r->skipped);
     if (c->save) fprintf(stderr, "kiln: saved %s%s\n", c->save, r->interrupted ? " (resume with --resume)" : "");
 }
@@ -248,6 +249,8 @@ static void print_train_json(const kiln_train_config *c, const kiln_train_result
         json_object_set_new(o, "buckets", json_integer(r->buckets));
         json_object_set_new(o, "allreduce_exposed_ms", cli_json_num(r->allreduce_exposed_ms)); /* per step */
         json_object_set_new(o, "allreduce_hidden_frac", cli_json_num(r->allreduce_hidden_frac));
+        json_object_set_new(o, "allreduce_comm_exposed_ms", cli_json_num(r->allreduce_comm_exposed_ms));
+        json_object_set_new(o, "allreduce_skew_ms", cli_json_num(r->allreduce_skew_ms));
     }
     json_object_set_new(o, "interrupted", json_boolean(r->interrupted));
     cli_print_json(o);

@@ -157,6 +157,9 @@ typedef struct kiln_train_result {
     int buckets;
     double allreduce_exposed_ms, allreduce_hidden_frac;
     double grad_mb;             /* gradients all-reduced per step, MiB (0 in a world of one) */
+    /* per reducing step: the wait of the rank that arrived last (communication alone, the same on
+     * every rank), and a rank's wait beyond it (arrival imbalance), the mean over the ranks */
+    double allreduce_comm_exposed_ms, allreduce_skew_ms;
     double fwd_ms, bwd_ms, optim_ms; /* with profile: the kernels of forward and backward, and the update, per step */
     int ntop;                   /* with profile: the largest kernels, most expensive first */
     kiln_kernel_stat top[3];

@@ -234,7 +234,9 @@ kiln_status kiln_trace_stop(long long *events) {
     if (!tmp || !(f = fopen(tmp, "w"))) {
         st = kiln_fail(KILN_ERR_IO, "--trace %s: cannot write", g_path);
     } else {
-        int first = 1, bad = fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [", f) < 0;
+        /* ts 0 on CLOCK_MONOTONIC: the ranks of one host (their own files, --trace with %r) line up on it */
+        int first = 1, bad = fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"monotonic_s_at_ts0\": %.9f}, "
+                                     "\"traceEvents\": [", g_t0) < 0;
         pthread_mutex_lock(&g_mu);
         for (const tbuf *b = g_bufs; b && !bad; b = b->next) bad = write_thread(f, b, &first, &n) != 0;
         pthread_mutex_unlock(&g_mu);

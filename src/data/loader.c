@@ -311,12 +311,26 @@ typedef struct worker_arg {
     int id;
 } worker_arg;
 
+/* A run started under a real-time policy (chrt -f, as the benchmarks time) gives its
+ * workers the compute threads' policy and priority, where nice counts for nothing:
+ * a FIFO worker then runs whenever a compute thread yields (an MPI wait that polls)
+ * until its batch is done, and holds up the poll. Ordinary scheduling puts it
+ * below them again. */
+static void leave_realtime(void) {
+    int policy;
+    struct sched_param p;
+    if (pthread_getschedparam(pthread_self(), &policy, &p) != 0 || (policy != SCHED_FIFO && policy != SCHED_RR)) return;
+    p.sched_priority = 0;
+    (void)pthread_setschedparam(pthread_self(), SCHED_OTHER, &p);
+}
+
 static void *worker_main(void *arg) {
     kiln_loader *L = ((worker_arg *)arg)->L;
     int id = ((worker_arg *)arg)->id;
     free(arg);
     /* On Linux the nice value is per thread; best effort, an unprivileged
      * process may always lower its own priority but never fails the run. */
+    leave_realtime();
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WORKER_NICE);
     char name[32];
     snprintf(name, sizeof name, "loader worker %d", id);

@@ -28,6 +28,8 @@ struct kiln_ddp {
     int next;             /* the next bucket to start (all ranks start them in index order) */
     int in_flight;
     double busy_from;     /* since when some bucket is in flight */
+    double step_wait;     /* this step's wait in kiln_ddp_reduce */
+    double *xbuf;         /* kiln_ddp_step_mean's values and the ranks' waits */
     kiln_ddp_stats st;
 };
 
@@ -172,6 +174,7 @@ void kiln_ddp_free(kiln_ddp *d) {
     kiln_buckets_free(&d->B);
     free(d->req);
     free(d->t_start);
+    free(d->xbuf);
     free(d);
 }
 
@@ -275,10 +278,35 @@ kiln_status kiln_ddp_reduce(kiln_ddp *d) {
     for (int i = 0; st == KILN_OK && i < d->B.nb; i++) st = wait_bucket(d, i);
     double t1 = now_s();
     if (st != KILN_OK) return st;
+    if (kiln_trace_on()) kiln_trace_span("all-reduce wait", "comm", t0, t1);
     d->next = 0;
     d->st.reductions++;
     d->st.exposed_s += t1 - t0;
+    d->step_wait = t1 - t0;
     return st;
+}
+
+/* one all-reduce for the step's values and every rank's wait (each in its slot, zeros
+ * elsewhere): the smallest wait is the last arriver's, whose wait is communication alone */
+kiln_status kiln_ddp_step_mean(kiln_ddp *d, double *v, int n, const char *what) {
+    int w = kiln_comm_size(d->c);
+    if (w == 1) return KILN_OK;
+    if (!d->xbuf && !(d->xbuf = malloc((size_t)(KILN_DDP_STEP_VALUES + w) * sizeof *d->xbuf)))
+        return kiln_fail(KILN_ERR_NOMEM, "ddp: out of memory");
+    if (n > KILN_DDP_STEP_VALUES) return kiln_fail(KILN_ERR_INVALID_ARG, "ddp: %d step values, at most %d", n, KILN_DDP_STEP_VALUES);
+    double *x = d->xbuf;
+    memcpy(x, v, (size_t)n * sizeof *x);
+    memset(x + n, 0, (size_t)w * sizeof *x);
+    x[n + kiln_comm_rank(d->c)] = d->step_wait;
+    kiln_status st = kiln_comm_allreduce_f64(d->c, x, n + w, what);
+    if (st != KILN_OK) return st;
+    double least = x[n];
+    for (int r = 1; r < w; r++) least = x[n + r] < least ? x[n + r] : least;
+    d->st.last_exposed_s += least;
+    d->st.skew_s += d->step_wait - least;
+    d->step_wait = 0;
+    for (int i = 0; i < n; i++) v[i] = x[i] / w;
+    return KILN_OK;
 }
 
 kiln_status kiln_ddp_mean(kiln_ddp *d, double *v, int n, const char *what) {

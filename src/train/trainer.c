@@ -676,7 +676,7 @@ static kiln_status run_update(run *R, double loss) {
     /* --batch-tokens: each rank's loss comes weighted by its share of the step's positions: their sum is the mean */
     double v[2] = {R->c.batch_tokens ? loss * R->world : loss, R->c.stop_flag && *R->c.stop_flag};
     kiln_status st = kiln_ddp_reduce(R->ddp);
-    if (st == KILN_OK) st = kiln_ddp_mean(R->ddp, v, 2, "the loss all-reduce");
+    if (st == KILN_OK) st = kiln_ddp_step_mean(R->ddp, v, 2, "the loss all-reduce");
     if (st != KILN_OK) return st;
     loss = v[0];
     kiln_optim_set_lr(R->opt, lr_now(R));
@@ -920,8 +920,11 @@ static void fill_result(run *R) {
 static kiln_status fill_comm(run *R) {
     kiln_train_result *r = R->r;
     kiln_ddp_stats s = kiln_ddp_stats_of(R->ddp);
-    double v[2] = {s.reductions ? 1e3 * s.exposed_s / (double)s.reductions : 0, s.hidden_frac};
-    kiln_status st = kiln_ddp_mean(R->ddp, v, 2, "the all-reduce figures");
+    double per = s.reductions ? 1e3 / (double)s.reductions : 0;
+    double v[4] = {per * s.exposed_s, s.hidden_frac, per * s.last_exposed_s, per * s.skew_s};
+    kiln_status st = kiln_ddp_mean(R->ddp, v, 4, "the all-reduce figures");
+    r->allreduce_comm_exposed_ms = v[2];
+    r->allreduce_skew_ms = v[3];
     r->buckets = s.buckets;
     r->grad_mb = s.buckets ? (double)kiln_params_total(R->P) * 4 / 1048576.0 : 0; /* f32 gradients */
     r->allreduce_exposed_ms = v[0];
@@ -1050,6 +1053,15 @@ static kiln_status train_run(run *R) {
     return st;
 }
 
+/* path with each %r replaced by the rank */
+static void rank_path(const char *path, int rank, char *out, size_t len) {
+    size_t o = 0;
+    for (const char *p = path; *p && o + 12 < len; p++)
+        if (p[0] == '%' && p[1] == 'r') o += (size_t)snprintf(out + o, len - o, "%d", rank), p++;
+        else out[o++] = *p;
+    out[o] = 0;
+}
+
 /* --trace-steps A-B: 1 <= A <= B */
 static kiln_status parse_trace_steps(const kiln_train_config *c, int64_t *from, int64_t *to) {
     *from = *to = 0;
@@ -1076,15 +1088,19 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *r) {
     R.world = kiln_comm_size(R.comm);
     if ((st = resolve_batch(&R)) != KILN_OK) return st;
     if ((st = parse_trace_steps(cfg, &R.trace_from, &R.trace_to)) != KILN_OK) return st;
-    /* rank 0 alone traces (the ranks' files would collide; their steps are alike) */
-    if (cfg->trace && R.rank == 0 && (st = kiln_trace_start(cfg->trace)) != KILN_OK) return st;
+    /* rank 0 alone traces (the ranks' files would collide; their steps are alike), or with %r in
+     * the name every rank its own file (to compare the ranks' steps and all-reduces) */
+    char trace[4096];
+    int traced = cfg->trace && (R.rank == 0 || strstr(cfg->trace, "%r"));
+    if (traced) rank_path(cfg->trace, R.rank, trace, sizeof trace);
+    if (traced && (st = kiln_trace_start(trace)) != KILN_OK) return st;
     if (R.trace_to > 0) kiln_trace_pause(1); /* until the window comes near */
     st = train_run(&R);
     /* run_close freed the loader, so its workers are joined: every span is in */
     long long events = 0;
     kiln_trace_pause_self(0);
-    kiln_status ts = cfg->trace && R.rank == 0 ? kiln_trace_stop(&events) : KILN_OK;
-    if (cfg->trace && R.rank == 0 && ts == KILN_OK) kiln_log(KILN_LOG_INFO, "trace: %lld spans written to %s", events, cfg->trace);
+    kiln_status ts = traced ? kiln_trace_stop(&events) : KILN_OK;
+    if (traced && ts == KILN_OK) kiln_log(KILN_LOG_INFO, "trace: %lld spans written to %s", events, trace);
     return st != KILN_OK ? st : ts;
 }
 

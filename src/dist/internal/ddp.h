@@ -34,6 +34,12 @@ void kiln_ddp_begin_micro(kiln_ddp *d, int sync);
 kiln_status kiln_ddp_reduce(kiln_ddp *d);
 /* the mean of a per-rank value over the ranks (the step's loss) */
 kiln_status kiln_ddp_mean(kiln_ddp *d, double *v, int n, const char *what);
+/* the same for a reducing step's values (the loss), with each rank's wait in
+ * kiln_ddp_reduce carried along in the same all-reduce: the last-arriving
+ * rank's wait (the smallest) is the communication the step waited for, the
+ * others' extra wait is arrival imbalance (stats last_exposed_s, skew_s) */
+#define KILN_DDP_STEP_VALUES 8
+kiln_status kiln_ddp_step_mean(kiln_ddp *d, double *v, int n, const char *what);
 /* rank 0's buffers (batch norm's running statistics) on every rank */
 kiln_status kiln_ddp_sync_buffers(kiln_ddp *d);
 
@@ -47,6 +53,8 @@ typedef struct {
     double exposed_s;     /* summed over them: from kiln_ddp_reduce's call to its return */
     double comm_s;        /* summed over them: some bucket in flight */
     double hidden_frac;   /* 1 - exposed / comm (0 when nothing was reduced) */
+    double last_exposed_s; /* summed: each step's wait of the rank that arrived last (kiln_ddp_step_mean) */
+    double skew_s;        /* summed: this rank's wait beyond that one (arrival imbalance) */
     int buckets;          /* 0 in a world of one */
 } kiln_ddp_stats;
 kiln_ddp_stats kiln_ddp_stats_of(const kiln_ddp *d);
