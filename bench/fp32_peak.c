@@ -2,8 +2,16 @@
  * independent chains of fused multiply-adds on the widest vectors the
  * compiler targets (bench/resnet.sh builds it with -march=native), so the
  * benches can say what share of the machine a model's GFLOP/s are. Best of
- * three rounds, GFLOP/s (an FMA is 2 FLOPs). */
+ * three rounds, GFLOP/s (an FMA is 2 FLOPs).
+ *
+ * `fp32_peak bf16`: the same for bf16 dot products with fp32 accumulation
+ * (AVX512-BF16's vdpbf16ps, what oneDNN's bf16 convolutions run on such a
+ * CPU: 32 products and 32 adds into 16 fp32 lanes per instruction), the
+ * ceiling of kiln's --precision bf16; prints 0 where the compiler targets no
+ * AVX512-BF16. */
+#include <immintrin.h>
 #include <omp.h>
+#include <string.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -15,8 +23,43 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-int main(void) {
+#ifdef __AVX512BF16__
+/* 24 independent accumulators, unrolled into registers: with 12, vdpbf16ps's latency
+ * bounded the loop (a third of this rate on a Zen 5) */
+static double bf16_peak(long iters) {
+    double best = 0;
+    for (int round = 0; round < 3; round++) {
+        double t0 = now(), sink = 0;
+#pragma omp parallel reduction(+ : sink)
+        {
+            __m512 a[24];
+            for (int i = 0; i < 24; i++) a[i] = _mm512_set1_ps((float)i);
+            __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.999f), _mm512_set1_ps(1e-4f));
+            for (long k = 0; k < iters; k++)
+#pragma GCC unroll 24
+                for (int i = 0; i < 24; i++) a[i] = _mm512_dpbf16_ps(a[i], b, b);
+            __m512 s = a[0];
+            for (int i = 1; i < 24; i++) s = _mm512_add_ps(s, a[i]);
+            sink += _mm512_reduce_add_ps(s);
+        }
+        double t = now() - t0, flops = 2.0 * 32 * 24 * iters * omp_get_max_threads();
+        if (flops / t > best) best = flops / t;
+        if (sink == 1234.5) printf(" ");
+    }
+    return best;
+}
+#endif
+
+int main(int argc, char **argv) {
     const long iters = 20000000;
+    if (argc > 1 && !strcmp(argv[1], "bf16")) {
+#ifdef __AVX512BF16__
+        printf("%.1f\n", bf16_peak(iters) / 1e9);
+#else
+        printf("0\n");
+#endif
+        return 0;
+    }
     double best = 0;
     for (int round = 0; round < 3; round++) {
         double t0 = now(), sink = 0;

@@ -53,7 +53,38 @@ static void outputs_of(const kiln_avg_pool_shape *ps, int64_t i, int64_t in, int
     *o1 = o;
 }
 
+/* a global pool (one output whose window is the whole plane: a ResNet's head)
+ * spreads dy / (h w) over each plane; blocked, 16 channels a pixel at once.
+ * The same values as the gather below, which pays a window search per element */
+static int global_pool(const kiln_avg_pool_shape *ps, int64_t *count) {
+    int64_t lo, hi, ch, cw;
+    if (ps->oh != 1 || ps->ow != 1) return 0;
+    kiln_avg_pool_window(ps, 0, ps->h, 1, &lo, &hi, &ch);
+    if (lo != 0 || hi != ps->h) return 0;
+    kiln_avg_pool_window(ps, 0, ps->w, 1, &lo, &hi, &cw);
+    if (lo != 0 || hi != ps->w) return 0;
+    *count = ch * cw;
+    return 1;
+}
+
+static void global_bwd(const kiln_avg_pool_shape *ps, int blocked, int64_t count, const float *dy, float *dx, int acc) {
+    int64_t hw = ps->h * ps->w, L = blocked ? 16 : 1, groups = ps->n * ps->c / L;
+#pragma omp parallel for schedule(static)
+    for (int64_t g = 0; g < groups; g++) { /* g: one plane, or one image's block of 16 channels */
+        float v[16];
+        for (int64_t l = 0; l < L; l++) v[l] = dy[g * L + l] / (float)count;
+        float *d = dx + g * hw * L;
+        for (int64_t q = 0; q < hw; q++)
+            for (int64_t l = 0; l < L; l++) d[q * L + l] = acc ? d[q * L + l] + v[l] : v[l];
+    }
+}
+
 void kiln_cpu_avg_pool2d_bwd(const kiln_avg_pool_shape *ps, int blocked, const float *dy, float *dx, int acc) {
+    int64_t count;
+    if (global_pool(ps, &count)) {
+        global_bwd(ps, blocked, count, dy, dx, acc);
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < ps->n * ps->c; p++) {
         int64_t st, base = plane_base(ps, blocked, p, &st);
