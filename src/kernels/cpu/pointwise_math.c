@@ -25,10 +25,13 @@ static float exp1(float x) {
 }
 
 static float erf1(float x) {
-    static const float p[] = KILN_ERF_P, q[] = KILN_ERF_Q;
-    x = fminf(fmaxf(x, -KILN_ERF_CLAMP), KILN_ERF_CLAMP);
-    float x2 = x * x;
-    return x * horner(p, KILN_ERF_NP, x2) / horner(q, KILN_ERF_NQ, x2);
+    static const float c[KILN_ERF_NP][KILN_ERF_PIECES] = KILN_ERF_TAB;
+    float u = fminf(fabsf(x) * (float)(KILN_ERF_PIECES / 4), KILN_ERF_UMAX);
+    float k = (u + KILN_ERF_ROUND) - KILN_ERF_ROUND; /* round(u), as the vector loop rounds it */
+    int i = (int)k;
+    float t = u - k, r = c[KILN_ERF_NP - 1][i];
+    for (int j = KILN_ERF_NP - 2; j >= 0; j--) r = r * t + c[j][i];
+    return copysignf(fminf(r, 1.0f), x);
 }
 
 static float tanh1(float x) {
