@@ -102,7 +102,7 @@ bench-shards: deps
 	bash bench/shards.sh
 
 # resnet20 (batch 128) and resnet18 (batch 32, 112x112) training and inference steps beside PyTorch
-# (needs python3-torch, torchvision and ../shared/bench/peers/conv_bench.py)
+# in fp32, bf16 and auto; PyTorch in both formats, fp32 and autocast bf16 (needs python3-torch, torchvision; bench/peers/resnet_peer.py)
 .PHONY: bench-resnet
 bench-resnet: deps
 	@bash scripts/install-deps.sh --bench
