@@ -243,11 +243,51 @@ static void expect_bad(const char *name, const uint8_t *bytes, size_t n, const c
     kiln_image im;
     kiln_status st = kiln_image_read(g_ctx, p, &d, &m);
     int fmt, w, h;
+    kiln_status read = st;
     if (st == KILN_OK) st = kiln_image_info(g_ctx, d, m, p, &fmt, &w, &h);
     if (st == KILN_OK) st = kiln_image_decode(g_ctx, d, m, p, 3, 1, &im);
     CHECK_MSG(st == KILN_ERR_FORMAT, "%s: %s", name, st == KILN_OK ? "decoded" : kiln_last_error());
     CHECK_MSG(st == KILN_OK || (contains(kiln_last_error(), p) && contains(kiln_last_error(), why)), "%s: '%s' lacks '%s'", name,
               kiln_last_error(), why);
+    /* the workers' way: the size peeked, then the region decoded (its header checked against that size) */
+    int ox, oy, whole[4] = {0, 0, 1, 1};
+    st = read;
+    if (st == KILN_OK) st = kiln_image_peek(g_ctx, d, m, p, &fmt, &w, &h);
+    if (st == KILN_OK) st = kiln_image_decode_region(g_ctx, d, m, p, 3, w, h, 1, whole, &im, &ox, &oy);
+    CHECK_MSG(st == KILN_ERR_FORMAT, "%s (peeked): %s", name, st == KILN_OK ? "decoded" : kiln_last_error());
+    CHECK_MSG(st == KILN_OK || (contains(kiln_last_error(), p) && contains(kiln_last_error(), why)),
+              "%s (peeked): '%s' lacks '%s'", name, kiln_last_error(), why);
+}
+
+/* kiln_image_peek gives kiln_image_info's answer without libjpeg; a decode checks the size it was given */
+static void test_peek(void) {
+    const char *files[3] = {FIX "rgb.jpg", FIX "gray.jpg", FIX "rgb.png"};
+    for (int i = 0; i < 3; i++) {
+        size_t n = 0;
+        uint8_t *b = slurp(files[i], &n);
+        CHECK(b && n > 100);
+        if (!b) continue;
+        int f1 = -1, w1 = -1, h1 = -1, f2 = -2, w2 = -2, h2 = -2, ox, oy, r[4] = {0, 0, 4, 4};
+        CHECK_OK(kiln_image_info(g_ctx, b, n, files[i], &f1, &w1, &h1));
+        CHECK_OK(kiln_image_peek(g_ctx, b, n, files[i], &f2, &w2, &h2));
+        CHECK_MSG(f1 == f2 && w1 == w2 && h1 == h2, "%s: peek %d %dx%d, info %d %dx%d", files[i], f2, w2, h2, f1, w1, h1);
+        /* fill bytes before a marker, as libjpeg allows: the same size */
+        uint8_t *fill = malloc(n + 3);
+        memcpy(fill, b, 2);
+        memset(fill + 2, 0xff, 3);
+        memcpy(fill + 5, b + 2, n - 2);
+        if (f1 == KILN_IMAGE_JPEG) {
+            CHECK_OK(kiln_image_peek(g_ctx, fill, n + 3, files[i], &f2, &w2, &h2));
+            CHECK_MSG(w2 == w1 && h2 == h1, "%s with fill bytes: %dx%d", files[i], w2, h2);
+            kiln_image im;
+            kiln_status st = kiln_image_decode_region(g_ctx, b, n, files[i], 3, w1 + 1, h1, 1, r, &im, &ox, &oy);
+            CHECK_MSG(st == KILN_ERR_FORMAT && contains(kiln_last_error(), files[i]) && contains(kiln_last_error(), "header"),
+                      "%s decoded as %dx%d: %s", files[i], w1 + 1, h1, st == KILN_OK ? "accepted" : kiln_last_error());
+            CHECK_OK(kiln_image_decode_region(g_ctx, b, n, files[i], 3, w1, h1, 1, r, &im, &ox, &oy));
+        }
+        free(fill);
+        free(b);
+    }
 }
 
 static void fix_png_crc(uint8_t *b, size_t at, size_t len) { /* chunk type + data at `at`, CRC after */
@@ -478,6 +518,7 @@ int main(void) {
     }
     g_ctx = kiln_image_ctx_new();
     test_fixtures();
+    test_peek();
     test_copy_crop();
     test_bad_files();
     char dir[256];

@@ -28,7 +28,7 @@ static void compare_region(const char *file, int c, int num, const kiln_image *f
     char p[256];
     snprintf(p, sizeof p, "%s", file);
     if (kiln_image_read(g_ctx, p, &d, &n) != KILN_OK) return;
-    kiln_status st = kiln_image_decode_region(g_ctx, d, n, p, c, num / 8.0, r, &part, &ox, &oy);
+    kiln_status st = kiln_image_decode_region(g_ctx, d, n, p, c, 0, 0, num / 8.0, r, &part, &ox, &oy);
     CHECK_MSG(st == KILN_OK, "%s: %s", file, kiln_last_error());
     if (st != KILN_OK) return;
     int covers = ox >= 0 && oy >= 0 && ox <= r[0] && oy <= r[1] && ox + part.w >= r[2] && oy + part.h >= r[3] && part.c == c;
@@ -133,10 +133,10 @@ static void test_cut(const char *file) {
     kiln_image im;
     CHECK_OK(kiln_image_info(g_ctx, b, cut, file, &fmt, &w, &h));
     int top[4] = {0, 0, w / 2, 4};
-    kiln_status st = kiln_image_decode_region(g_ctx, b, cut, file, 3, 1.0, top, &im, &ox, &oy);
+    kiln_status st = kiln_image_decode_region(g_ctx, b, cut, file, 3, w, h, 1.0, top, &im, &ox, &oy);
     CHECK_MSG(st == KILN_ERR_FORMAT && strstr(kiln_last_error(), file) && strstr(kiln_last_error(), "truncated"),
               "%s cut to %zu bytes, top rows: status %d (%s)", file, cut, (int)st, kiln_last_error());
-    CHECK_OK(kiln_image_decode_region(g_ctx, b, n, file, 3, 1.0, top, &im, &ox, &oy)); /* whole, it decodes */
+    CHECK_OK(kiln_image_decode_region(g_ctx, b, n, file, 3, w, h, 1.0, top, &im, &ox, &oy)); /* whole, it decodes */
     free(b);
 }
 

@@ -18,7 +18,7 @@ const char *kiln_file_kind(unsigned mode) {
     return "not a regular file";
 }
 
-/* the descriptor, checked to be a regular file and made blocking again */
+/* the descriptor, checked to be a regular file (O_NONBLOCK still set) */
 static int regular(int fd, const char *path, int64_t *size) {
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
@@ -31,23 +31,33 @@ static int regular(int fd, const char *path, int64_t *size) {
         close(fd);
         return -1;
     }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
-        kiln_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
     if (size) *size = (int64_t)sb.st_size;
     return fd;
 }
 
-int kiln_open_read(const char *path, int64_t *size) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+int kiln_fd_blocking(int fd, const char *path) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0 && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0) return 0;
+    kiln_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno));
+    return -1;
+}
+
+int kiln_open_read_at(int dir, const char *rel, const char *path, int64_t *size) {
+    int fd = openat(dir, rel, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
         kiln_fail(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     return regular(fd, path, size);
+}
+
+int kiln_open_read(const char *path, int64_t *size) {
+    int fd = kiln_open_read_at(AT_FDCWD, path, path, size);
+    if (fd >= 0 && kiln_fd_blocking(fd, path) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 int kiln_open_write(const char *path, int append) {
@@ -60,6 +70,10 @@ int kiln_open_write(const char *path, int append) {
         return -1;
     }
     fd = regular(fd, path, NULL);
+    if (fd >= 0 && kiln_fd_blocking(fd, path) != 0) {
+        close(fd);
+        return -1;
+    }
     if (fd >= 0 && !append && ftruncate(fd, 0) != 0) {
         kiln_fail(KILN_ERR_IO, "%s: cannot truncate: %s", path, strerror(errno));
         close(fd);

@@ -4,6 +4,7 @@
  * allocation, warnings treated as errors so a truncated JPEG is not silently
  * grey at the bottom) and PIL's colour conversions. */
 #include <errno.h>
+#include <fcntl.h>
 #include <spng.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,9 +49,10 @@ static kiln_status reserve(uint8_t **buf, size_t *cap, size_t need, const char *
     return KILN_OK;
 }
 
-kiln_status kiln_image_read(kiln_image_ctx *x, const char *path, const uint8_t **data, size_t *n) {
+kiln_status kiln_image_read_at(kiln_image_ctx *x, int dir, const char *rel, const char *path, const uint8_t **data,
+                               size_t *n) {
     int64_t size = 0;
-    int fd = kiln_open_read(path, &size); /* refuses FIFOs and devices, sets the message */
+    int fd = kiln_open_read_at(dir, rel, path, &size); /* refuses FIFOs and devices, sets the message */
     if (fd < 0) return KILN_ERR_IO;
     kiln_status st = KILN_OK;
     if (size > KILN_IMAGE_MAX_FILE)
@@ -60,6 +62,7 @@ kiln_status kiln_image_read(kiln_image_ctx *x, const char *path, const uint8_t *
     while (st == KILN_OK && got < (size_t)size) {
         ssize_t r = read(fd, x->file + got, (size_t)size - got);
         if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EAGAIN && kiln_fd_blocking(fd, path) == 0) continue; /* a file system that minds O_NONBLOCK */
         if (r < 0) st = kiln_fail(KILN_ERR_IO, "%s: read error: %s", path, strerror(errno));
         else if (r == 0) st = kiln_fail(KILN_ERR_IO, "%s: the file shrank while being read", path);
         else got += (size_t)r;
@@ -70,9 +73,42 @@ kiln_status kiln_image_read(kiln_image_ctx *x, const char *path, const uint8_t *
     return st;
 }
 
+kiln_status kiln_image_read(kiln_image_ctx *x, const char *path, const uint8_t **data, size_t *n) {
+    return kiln_image_read_at(x, AT_FDCWD, path, path, data, n);
+}
+
 static int is_jpeg(const uint8_t *d, size_t n) { return n >= 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff; }
 static int is_png(const uint8_t *d, size_t n) { return n >= 8 && memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0; }
 static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+static int be16(const uint8_t *p) { return p[0] << 8 | p[1]; }
+
+/* SOF0..SOF15 but DHT (C4), JPG (C8) and DAC (CC) */
+static int is_sof(uint8_t m) { return m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc; }
+
+/* A JPEG's size from its first frame header, reached as libjpeg reaches it:
+ * marker segments after SOI skipped by their lengths (fill bytes allowed);
+ * 0 when anything else comes first (a scan, an end, stray bytes) or the
+ * bytes end: libjpeg then says what is wrong. */
+static int jpeg_frame_size(const uint8_t *d, size_t n, int *w, int *h) {
+    size_t p = 2;
+    while (p + 4 <= n && d[p] == 0xff) {
+        uint8_t m = d[p + 1];
+        if (m == 0xff) {
+            p++;
+            continue;
+        }
+        if (m == 0x01 || (m >= 0xd0 && m <= 0xda)) return 0; /* TEM, RSTn, SOI, EOI, SOS before a frame */
+        size_t len = (size_t)be16(d + p + 2);
+        if (is_sof(m)) {
+            if (len < 8 || p + 9 > n) return 0;
+            *h = be16(d + p + 5), *w = be16(d + p + 7);
+            return 1;
+        }
+        if (len < 2) return 0;
+        p += 2 + len;
+    }
+    return 0;
+}
 
 kiln_status kiln_image_check_dims(const char *name, const char *format, int64_t w, int64_t h) {
     if (w < 1 || h < 1 || w > KILN_IMAGE_MAX_SIDE || h > KILN_IMAGE_MAX_SIDE || w * h > KILN_IMAGE_MAX_PIXELS)
@@ -80,6 +116,12 @@ kiln_status kiln_image_check_dims(const char *name, const char *format, int64_t 
                          "pixels): corrupt?", name, (long long)w, (long long)h, format, KILN_IMAGE_MAX_SIDE,
                          (long long)KILN_IMAGE_MAX_PIXELS);
     return KILN_OK;
+}
+
+kiln_status kiln_image_peek(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int *format, int *w, int *h) {
+    if (!is_jpeg(data, n) || !jpeg_frame_size(data, n, w, h)) return kiln_image_info(x, data, n, name, format, w, h);
+    *format = KILN_IMAGE_JPEG;
+    return kiln_image_check_dims(name, "JPEG", *w, *h);
 }
 
 static kiln_status tj_ready(tjhandle *h, const char *name) {
@@ -117,9 +159,10 @@ void kiln_image_scaled_size(int format, int w, int h, double min_scale, int *sw,
 }
 
 static kiln_status decode_jpeg(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels,
-                               double min_scale, const int *region, kiln_image *out, int *ox, int *oy) {
+                               const int *size, double min_scale, const int *region, kiln_image *out, int *ox, int *oy) {
     if (!x->dec && !(x->dec = kiln_jpeg_new())) return kiln_fail(KILN_ERR_NOMEM, "%s: cannot start libjpeg", name);
-    return kiln_jpeg_decode(x->dec, data, n, name, channels, pick_scale(min_scale), region, &x->px, &x->px_cap, out, ox, oy);
+    return kiln_jpeg_decode(x->dec, data, n, name, channels, size, pick_scale(min_scale), region, &x->px, &x->px_cap, out,
+                            ox, oy);
 }
 
 /* PIL's convert('L'): ITU-R 601-2 luma in 16-bit fixed point, rounded (dst may be src) */
@@ -184,15 +227,16 @@ kiln_status kiln_image_decode(kiln_image_ctx *x, const uint8_t *data, size_t n, 
     if (channels != 1 && channels != 3) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: channels must be 1 or 3", name);
     if (is_png(data, n)) return decode_png(x, data, n, name, channels, out);
     int ox, oy;
-    if (is_jpeg(data, n)) return decode_jpeg(x, data, n, name, channels, min_scale, NULL, out, &ox, &oy);
+    if (is_jpeg(data, n)) return decode_jpeg(x, data, n, name, channels, NULL, min_scale, NULL, out, &ox, &oy);
     return kiln_fail(KILN_ERR_FORMAT, "%s: not a JPEG or PNG file", name);
 }
 
 kiln_status kiln_image_decode_region(kiln_image_ctx *x, const uint8_t *data, size_t n, const char *name, int channels,
-                                     double min_scale, const int region[4], kiln_image *out, int *ox, int *oy) {
+                                     int w, int h, double min_scale, const int region[4], kiln_image *out, int *ox, int *oy) {
     if (channels != 1 && channels != 3) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: channels must be 1 or 3", name);
     *ox = *oy = 0;
-    if (is_jpeg(data, n)) return decode_jpeg(x, data, n, name, channels, min_scale, region, out, ox, oy);
+    const int size[2] = {w, h};
+    if (is_jpeg(data, n)) return decode_jpeg(x, data, n, name, channels, w || h ? size : NULL, min_scale, region, out, ox, oy);
     return kiln_image_decode(x, data, n, name, channels, min_scale, out);
 }
 

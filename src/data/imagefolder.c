@@ -9,25 +9,34 @@
  * a later odd one fails naming its file). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "data/internal/folder.h"
 #include "data/internal/records.h"
 
 /* a split of val_split is drawn with this fixed seed, so train and eval agree without --seed */
 #define SPLIT_SEED 0x73706c6974ull
 #define MAX_DEPTH 16
+/* folder descriptors kept open: at most this many, and a quarter of the descriptor limit */
+#define MAX_DIR_FDS 4096
 
 typedef struct {
     char *text;      /* NUL-separated paths */
     size_t len, cap;
     int64_t *off;    /* per sample */
     int32_t *label;
+    int32_t *dir;    /* per sample: its folder's descriptor in dirs, or -1 (opened by its whole path) */
+    int32_t *base;   /* per sample: where its name starts in its path */
     int64_t n, ncap;
+    int *dirs;       /* the image folders, kept open: a read looks up one name, not every folder of a path */
+    int ndirs, max_dirs;
 } file_list;
 
 typedef struct {
@@ -87,15 +96,21 @@ static kiln_status list_classes(const char *root, class_list *c) {
     return st;
 }
 
-static kiln_status add_file(file_list *f, const char *path, int32_t label) {
+static int grow32(int32_t **p, int64_t cap) {
+    int32_t *q = realloc(*p, (size_t)cap * sizeof *q);
+    if (q) *p = q;
+    return q != NULL;
+}
+
+/* path (its name at path + base) in the folder dirs[dir] (-1: none kept open) */
+static kiln_status add_file(file_list *f, const char *path, int32_t label, int32_t dir, int32_t base) {
     size_t l = strlen(path) + 1;
     if (f->n == f->ncap) {
         int64_t cap = f->ncap ? 2 * f->ncap : 1024;
         int64_t *o = realloc(f->off, (size_t)cap * sizeof *o);
         if (o) f->off = o;
-        int32_t *y = o ? realloc(f->label, (size_t)cap * sizeof *y) : NULL;
-        if (!y) return kiln_fail(KILN_ERR_NOMEM, "image folder: out of memory");
-        f->label = y;
+        if (!o || !grow32(&f->label, cap) || !grow32(&f->dir, cap) || !grow32(&f->base, cap))
+            return kiln_fail(KILN_ERR_NOMEM, "image folder: out of memory");
         f->ncap = cap;
     }
     if (f->len + l > f->cap) {
@@ -108,27 +123,60 @@ static kiln_status add_file(file_list *f, const char *path, int32_t label) {
     }
     memcpy(f->text + f->len, path, l);
     f->off[f->n] = (int64_t)f->len;
+    f->dir[f->n] = dir;
+    f->base[f->n] = base;
     f->label[f->n++] = label;
     f->len += l;
     return KILN_OK;
 }
 
+/* an entry of the folder open as fd is a folder (symbolic links followed, as stat) */
+static int entry_is_dir(int fd, const struct dirent *e) {
+    if (e->d_type == DT_DIR || e->d_type == DT_REG) return e->d_type == DT_DIR; /* no stat for each of many files */
+    struct stat sb;
+    return fstatat(fd, e->d_name, &sb, 0) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* keeps fd open for reads by name: its index in f->dirs, or -1 when enough are open already */
+static int32_t keep_dir(file_list *f, int fd) {
+    if (f->ndirs >= f->max_dirs) return -1;
+    if (!f->dirs && !(f->dirs = malloc((size_t)f->max_dirs * sizeof *f->dirs))) return -1;
+    f->dirs[f->ndirs] = fd;
+    return f->ndirs++;
+}
+
 /* a class folder's image files, sorted, then its sub-folders' */
 static kiln_status walk(file_list *f, const char *dir, int32_t label, int depth) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     struct dirent **e = NULL;
-    int n = scandir(dir, &e, not_dot, by_name);
-    if (n < 0) return kiln_fail(KILN_ERR_IO, "%s: cannot list the folder", dir);
+    int n = fd < 0 ? -1 : scandirat(fd, ".", &e, not_dot, by_name);
+    if (n < 0) {
+        kiln_status st = kiln_fail(KILN_ERR_IO, "%s: cannot list the folder: %s", dir, strerror(errno));
+        if (fd >= 0) close(fd);
+        return st;
+    }
     kiln_status st = KILN_OK;
     char p[PATH_MAX];
+    int32_t slot = -2, base = (int32_t)strlen(dir) + 1; /* slot: this folder's in f->dirs (-2: not asked yet) */
     for (int pass = 0; pass < 2 && st == KILN_OK; pass++)
         for (int i = 0; i < n && st == KILN_OK; i++) {
             if ((st = join(p, dir, e[i]->d_name)) != KILN_OK) break;
-            int d = is_dir(p);
-            if (pass == 0 && !d && is_image_name(e[i]->d_name)) st = add_file(f, p, label);
+            int d = entry_is_dir(fd, e[i]);
+            if (pass == 0 && !d && is_image_name(e[i]->d_name)) {
+                if (slot == -2) slot = keep_dir(f, fd);
+                st = add_file(f, p, label, slot, base);
+            }
             if (pass == 1 && d && depth < MAX_DEPTH) st = walk(f, p, label, depth + 1);
         }
     free_entries(e, n);
+    if (slot < 0) close(fd);
     return st;
+}
+
+static int max_dir_fds(void) {
+    struct rlimit rl;
+    rlim_t lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur / 4 : 0;
+    return lim < MAX_DIR_FDS ? (int)lim : MAX_DIR_FDS;
 }
 
 static kiln_status scan(const char *root, file_list *f, class_list *c) {
@@ -155,20 +203,25 @@ static kiln_status split(file_list *f, double val, int train, const char *root) 
     if (ntest < 1 || ntest >= n)
         return kiln_fail(KILN_ERR_INVALID_ARG, "%s: --val-split %g of %lld images leaves an empty split", root, val, (long long)n);
     int64_t *perm = malloc((size_t)n * sizeof *perm), *off = malloc((size_t)n * sizeof *off);
-    int32_t *lab = malloc((size_t)n * sizeof *lab);
-    if (!perm || !off || !lab) {
-        free(perm), free(off), free(lab);
+    int32_t *lab = malloc((size_t)n * sizeof *lab), *dir = malloc((size_t)n * sizeof *dir), *base = malloc((size_t)n * sizeof *base);
+    if (!perm || !off || !lab || !dir || !base) {
+        free(perm), free(off), free(lab), free(dir), free(base);
         return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", root);
     }
     kiln_shuffle_indices(perm, n, SPLIT_SEED, 0);
     int64_t *keep = train ? perm + ntest : perm, m = train ? n - ntest : ntest;
     qsort(keep, (size_t)m, sizeof *keep, cmp_i64);
-    for (int64_t i = 0; i < m; i++) off[i] = f->off[keep[i]], lab[i] = f->label[keep[i]];
+    for (int64_t i = 0; i < m; i++)
+        off[i] = f->off[keep[i]], lab[i] = f->label[keep[i]], dir[i] = f->dir[keep[i]], base[i] = f->base[keep[i]];
     free(f->off);
     free(f->label);
+    free(f->dir);
+    free(f->base);
     free(perm);
     f->off = off;
     f->label = lab;
+    f->dir = dir;
+    f->base = base;
     f->n = f->ncap = m;
     return KILN_OK;
 }
@@ -181,31 +234,49 @@ typedef struct folder_records {
     class_list classes;
 } folder_records;
 
+/* sample i's folder descriptor (or AT_FDCWD) and its path from there */
+static int at(const file_list *f, int64_t i, const char **rel) {
+    const char *path = f->text + f->off[i];
+    int32_t d = f->dir[i];
+    *rel = d >= 0 ? path + f->base[i] : path;
+    return d >= 0 ? f->dirs[d] : AT_FDCWD;
+}
+
 static kiln_status folder_read(const kiln_records *r, int64_t i, kiln_image_ctx *ctx, char *name, kiln_record *out) {
     const folder_records *f = (const folder_records *)r;
-    const char *path = f->files.text + f->files.off[i];
-    snprintf(name, KILN_RECORD_NAME, "%s", path);
-    return kiln_image_read(ctx, path, &out->data, &out->n);
+    const char *path = f->files.text + f->files.off[i], *rel;
+    memcpy(name, path, strlen(path) + 1); /* shorter than PATH_MAX (join); no printf for each sample */
+    int dir = at(&f->files, i, &rel);
+    return kiln_image_read_at(ctx, dir, rel, path, &out->data, &out->n);
 }
 
 /* every file's path, size and modification time */
 static kiln_status folder_fingerprint(const kiln_records *r, uint64_t *h) {
     const folder_records *f = (const folder_records *)r;
     for (int64_t i = 0; i < f->files.n; i++) {
-        const char *path = f->files.text + f->files.off[i];
+        const char *path = f->files.text + f->files.off[i], *rel;
+        int dir = at(&f->files, i, &rel);
         struct stat sb;
-        if (stat(path, &sb) != 0) return kiln_fail(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        if (fstatat(dir, rel, &sb, 0) != 0) return kiln_fail(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
         const int64_t id[4] = {(int64_t)sb.st_size, (int64_t)sb.st_mtim.tv_sec, (int64_t)sb.st_mtim.tv_nsec, f->files.label[i]};
         *h = kiln_hash(kiln_hash(*h, path, strlen(path) + 1), id, sizeof id);
     }
     return KILN_OK;
 }
 
+static void files_free(file_list *f) {
+    for (int i = 0; i < f->ndirs; i++) close(f->dirs[i]);
+    free(f->dirs);
+    free(f->text);
+    free(f->off);
+    free(f->label);
+    free(f->dir);
+    free(f->base);
+}
+
 static void folder_destroy(kiln_records *r) {
     folder_records *f = (folder_records *)r;
-    free(f->files.text);
-    free(f->files.off);
-    free(f->files.label);
+    files_free(&f->files);
     classes_free(&f->classes);
     free(f);
 }
@@ -270,6 +341,7 @@ kiln_status kiln_imagefolder_records(const char *folder, int train, const kiln_d
     folder_records *f = calloc(1, sizeof *f);
     if (!f) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", folder);
     f->r = (kiln_records){.read = folder_read, .fingerprint = folder_fingerprint, .destroy = folder_destroy};
+    f->files.max_dirs = max_dir_fds();
     st = scan(root, &f->files, &f->classes);
     if (st == KILN_OK && layout && !train) st = same_classes(folder, &f->classes);
     if (st == KILN_OK && !layout && dc->val_split > 0) st = split(&f->files, dc->val_split, train, folder);
@@ -313,9 +385,7 @@ kiln_status kiln_image_files(const char *dir, char ***paths, int64_t *n) {
     if (st == KILN_OK && !p) st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", dir);
     for (int64_t i = 0; st == KILN_OK && i < f.n; i++)
         if (!(p[i] = strdup(f.text + f.off[i]))) st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", dir);
-    free(f.text);
-    free(f.off);
-    free(f.label);
+    files_free(&f);
     if (st != KILN_OK) {
         kiln_image_files_free(p, f.n);
         return st;
@@ -341,7 +411,7 @@ kiln_status kiln_dataset_open_files(const char *const *paths, int64_t n, const c
     f->r = (kiln_records){.read = folder_read, .fingerprint = folder_fingerprint, .destroy = folder_destroy};
     f->classes = (class_list){cls, 1};
     kiln_status st = KILN_OK;
-    for (int64_t i = 0; st == KILN_OK && i < n; i++) st = add_file(&f->files, paths[i], 0);
+    for (int64_t i = 0; st == KILN_OK && i < n; i++) st = add_file(&f->files, paths[i], 0, -1, 0);
     f->r.len = f->files.n;
     f->r.labels = f->files.label;
     f->r.num_classes = 1;

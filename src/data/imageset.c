@@ -119,7 +119,7 @@ static kiln_status from_file(const imageset *d, worker_state *w, const kiln_tf *
     kiln_tf_box b;
     kiln_image im;
     double t0 = span_start();
-    kiln_status st = kiln_image_info(w->img, rec->data, rec->n, w->name, &fmt, &iw, &ih);
+    kiln_status st = kiln_image_peek(w->img, rec->data, rec->n, w->name, &fmt, &iw, &ih);
     if (st == KILN_OK) st = kiln_tf_plan(t, iw, ih, key, w->name, &b);
     if (st == KILN_OK) st = mixed(d, w->name, iw, ih, &b);
     if (st != KILN_OK) return st;

@@ -111,8 +111,8 @@ static void span(const struct jpeg_decompress_struct *d, const int *region, JDIM
     *x0 = (JDIMENSION)a, *w = (JDIMENSION)(b - a), *y0 = (JDIMENSION)top, *y1 = (JDIMENSION)bottom;
 }
 
-kiln_status kiln_jpeg_decode(kiln_jpeg *j, const uint8_t *data, size_t n, const char *name, int channels, int num,
-                             const int *region, uint8_t **buf, size_t *cap, kiln_image *out, int *ox, int *oy) {
+kiln_status kiln_jpeg_decode(kiln_jpeg *j, const uint8_t *data, size_t n, const char *name, int channels, const int *size,
+                             int num, const int *region, uint8_t **buf, size_t *cap, kiln_image *out, int *ox, int *oy) {
     if (setjmp(j->jump)) {
         jpeg_abort_decompress(&j->d);
         return kiln_fail(KILN_ERR_FORMAT, "%s: corrupt or truncated JPEG: %s", name, j->msg);
@@ -123,6 +123,11 @@ kiln_status kiln_jpeg_decode(kiln_jpeg *j, const uint8_t *data, size_t n, const 
     if (kiln_image_check_dims(name, "JPEG", d->image_width, d->image_height) != KILN_OK) { /* before any allocation */
         jpeg_abort_decompress(d);
         return KILN_ERR_FORMAT;
+    }
+    if (size && (d->image_width != (JDIMENSION)size[0] || d->image_height != (JDIMENSION)size[1])) {
+        jpeg_abort_decompress(d);
+        return kiln_fail(KILN_ERR_FORMAT, "%s: corrupt JPEG: its header reads as %dx%d, then as %ux%u", name, size[0], size[1],
+                         d->image_width, d->image_height);
     }
     d->scale_num = (unsigned)num;
     d->scale_denom = 8;

@@ -259,7 +259,7 @@ kiln_status kiln_tf_decode(kiln_image_ctx *x, const uint8_t *data, size_t n, con
     if (sw != w || sh != h) kiln_tf_rescale(b, w, h, sw, sh);
     axis_span(&b->x, sw, &region[0], &region[2]);
     axis_span(&b->y, sh, &region[1], &region[3]);
-    kiln_status st = kiln_image_decode_region(x, data, n, name, channels, need, region, out, &ox, &oy);
+    kiln_status st = kiln_image_decode_region(x, data, n, name, channels, w, h, need, region, out, &ox, &oy);
     if (st == KILN_OK && (ox || oy)) kiln_tf_shift(b, -ox, -oy);
     return st;
 }

@@ -6,6 +6,7 @@
  * a RandomResizedCrop(13) with a flip instead of Resize(16) + CenterCrop(16);
  * bit 4 decodes only what the transform needs (kiln_tf_decode: libjpeg's
  * cropped decoding) and checks its pixels against a full decode's.
+ * kiln_image_peek must agree with kiln_image_info where both accept.
  * An accepted image must decode to the size it claims (or its DCT-scaled
  * size) and resample to finite values; a refused one must say why. */
 #include <math.h>
@@ -29,6 +30,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int fmt = 0, w = 0, h = 0;
     kiln_status st = kiln_image_info(g_ctx, data, size, "fuzz", &fmt, &w, &h);
     fuzz_check_error(st);
+    int pfmt = 0, pw = 0, ph = 0; /* the workers' size from the frame header: libjpeg's, when both accept */
+    kiln_status pst = kiln_image_peek(g_ctx, data, size, "fuzz", &pfmt, &pw, &ph);
+    fuzz_check_error(pst);
+    if (st == KILN_OK && pst == KILN_OK && (pfmt != fmt || pw != w || ph != h)) abort();
     if (st != KILN_OK) return 0;
     if (w < 1 || h < 1 || (int64_t)w * h > KILN_IMAGE_MAX_PIXELS) abort();
     kiln_image im;

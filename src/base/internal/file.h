@@ -11,6 +11,14 @@
  * its size, or -1 with the message set ("PATH: cannot open: ...", "PATH: not
  * a regular file (a FIFO)"). */
 int kiln_open_read(const char *path, int64_t *size);
+/* As kiln_open_read, `rel` relative to the folder descriptor `dir` (or
+ * AT_FDCWD), `path` naming it in messages, and O_NONBLOCK left set: Linux
+ * ignores it when reading a regular file, and it spares the two fcntl calls
+ * of a reader that opens many small files (a read that answers EAGAIN all the
+ * same can call kiln_fd_blocking and read again). */
+int kiln_open_read_at(int dir, const char *rel, const char *path, int64_t *size);
+/* clears O_NONBLOCK: 0, or -1 with the message set */
+int kiln_fd_blocking(int fd, const char *path);
 /* A regular file for writing, created or truncated (or appended to): refuses
  * a FIFO or device in its place without blocking. -1 with the message set. */
 int kiln_open_write(const char *path, int append);
