@@ -9,7 +9,8 @@
  * name, then rename: atomic); otherwise by copying the records in order
  * through the shard writer. Finishing runs in a thread of its own, so no
  * loader waits for the fsync; the result is opened and checked as any cache
- * file, then published; until then every get misses. */
+ * file, then published; until then every get misses. Its fsync then runs at
+ * SCHED_IDLE, beside the next epoch instead of taking cores from it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -151,6 +152,15 @@ static kiln_status in_place(kiln_cache *c, int64_t slot) {
     return st;
 }
 
+/* The fsync writes the dirty pages out in the calling thread: at SCHED_IDLE
+ * that work takes only what the loader's workers and the compute team leave
+ * of the cores, so the epoch reading the cache meanwhile runs as fast as a
+ * later one. Best effort: a refusal leaves the thread as it was. */
+static void background_priority(void) {
+    struct sched_param p = {0};
+    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &p);
+}
+
 /* the complete unnamed file, made durable, then linked in as the cache file for later runs */
 static kiln_status link_in(kiln_cache *c, const char *proc) {
     kiln_status st = KILN_OK;
@@ -180,7 +190,8 @@ static kiln_status copied(kiln_cache *c, int64_t total) {
     return st;
 }
 
-static void complete(kiln_cache *c) {
+/* background: in the finisher thread (not a loader's, which finishes it when no thread starts) */
+static void complete(kiln_cache *c, int background) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int64_t slot = atomic_load(&c->slot), total = c->records_off + c->len * slot + atomic_load(&c->extra);
@@ -193,6 +204,7 @@ static void complete(kiln_cache *c) {
     kiln_status st = fast ? in_place(c, slot) : KILN_OK;
     if (fast && st == KILN_OK && (st = load(c, proc)) == KILN_OK) {
         atomic_store_explicit(&c->ready, 1, memory_order_release);
+        if (background) background_priority();
         if ((st = link_in(c, proc)) != KILN_OK)
             kiln_log(KILN_LOG_WARN, "cache: %s; this run reads it, later runs will build it again", kiln_last_error());
         st = KILN_OK;
@@ -215,7 +227,7 @@ static void complete(kiln_cache *c) {
 }
 
 static void *finish(void *c) {
-    complete(c);
+    complete(c, 1);
     return NULL;
 }
 
@@ -241,7 +253,7 @@ static void put_record(kiln_cache *c, int64_t i, const uint8_t *h, const void *b
     if (atomic_fetch_add(&c->stored, 1) + 1 != c->len) return;
     /* the fsync and checks take a while: off the loader's path; gets miss until the file is ready */
     if (pthread_create(&c->finisher, NULL, finish, c) == 0) c->finishing = 1;
-    else complete(c);
+    else complete(c, 0);
 }
 
 void kiln_cache_put(kiln_cache *c, int64_t i, const kiln_image *im) {
