@@ -25,7 +25,7 @@ static const cli_opt opts[] = {
     {"samples", "K", "elements checked per tensor (all of a smaller one); 0: 4, 1 for resnet18/34/50", "0"},
     {"tensors", "N", "check N parameter tensors spread evenly over the model (first and last included); 0: all", "0"},
     {"eps", "X", "the step of the central differences", "1e-6"},
-    {"tol", "X", "the largest relative error that passes (an element over it at eps is tried again at eps / 10 and / 100: a ReLU's kink)", "1e-3"},
+    {"tol", "X", "the largest relative error that passes (an element over it at eps is tried again at eps / 10 and / 100, a ReLU's kink, and at eps x 10, rounding)", "1e-3"},
     {"seed", "N", "the parameters, the batch and the sampled elements", "1"},
     {"size", "N", "the ResNets: the input's height and width; mlp-deep: its width", "32"},
     {"num-classes", "N", "the ResNets: the classifier's outputs", "10"},

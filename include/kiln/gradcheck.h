@@ -40,7 +40,7 @@ typedef struct kiln_gradcheck_tensor {
     char name[64];              /* the parameter: "conv1.weight" */
     int64_t numel;
     int checked;                /* elements compared */
-    int retried;                /* of which over tol at eps and better at eps / 10 or / 100 (a ReLU's kink nearby) */
+    int retried;                /* of which over tol at eps and better at eps / 10, / 100 or x 10 (a ReLU's kink, or rounding) */
     double worst_rel;           /* the largest |a - n| / max(|a|, |n|, 1e-5) over them */
     int64_t worst_at;           /* its element (flat index in the tensor) */
     double analytic, numeric;   /* backward's and the differences' value there */
