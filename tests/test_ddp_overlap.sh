@@ -63,6 +63,7 @@ assert e > 0, f"exposed {e} ms"
 # the mean wait is the last-arriving rank's (communication) plus the mean imbalance
 c, s = j["allreduce_comm_exposed_ms"], j["allreduce_skew_ms"]
 assert 0 <= c <= e and s >= 0 and abs(e - (c + s)) <= 1e-6 * e + 1e-9, (e, c, s)
+assert 0 <= j["allreduce_comm_exposed_median_ms"] <= c * j["steps"] + 1e-9, j  # one step's wait is at most all of theirs
 ok = {"many-hidden": b > 1 and 0 < h <= 1, "many-none": b > 1 and h == 0, "four": b >= 4}[rule]
 assert ok, f"{rule}: buckets {b}, hidden {h}"
 print(f"{path}: {b} buckets, {e:.3f} ms exposed per step, {100 * h:.0f}% hidden")

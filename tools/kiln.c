@@ -251,6 +251,7 @@ static void print_train_json(const kiln_train_config *c, const kiln_train_result
         json_object_set_new(o, "allreduce_hidden_frac", cli_json_num(r->allreduce_hidden_frac));
         json_object_set_new(o, "allreduce_comm_exposed_ms", cli_json_num(r->allreduce_comm_exposed_ms));
         json_object_set_new(o, "allreduce_skew_ms", cli_json_num(r->allreduce_skew_ms));
+        json_object_set_new(o, "allreduce_comm_exposed_median_ms", cli_json_num(r->allreduce_comm_exposed_median_ms));
     }
     json_object_set_new(o, "interrupted", json_boolean(r->interrupted));
     cli_print_json(o);

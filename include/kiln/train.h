@@ -160,6 +160,7 @@ typedef struct kiln_train_result {
     /* per reducing step: the wait of the rank that arrived last (communication alone, the same on
      * every rank), and a rank's wait beyond it (arrival imbalance), the mean over the ranks */
     double allreduce_comm_exposed_ms, allreduce_skew_ms;
+    double allreduce_comm_exposed_median_ms; /* that wait's median over the latest 256 steps */
     double fwd_ms, bwd_ms, optim_ms; /* with profile: the kernels of forward and backward, and the update, per step */
     int ntop;                   /* with profile: the largest kernels, most expensive first */
     kiln_kernel_stat top[3];

@@ -13,6 +13,8 @@
 #include "dist/internal/buckets.h"
 #include "graph/internal/plan_hook.h"
 
+/* steps whose last-arriving rank's wait gives the median */
+#define RECENT 256
 /* requests in flight at once, below the plugin's limit (KILN_MPI_MAX_REQS) */
 #define MAX_IN_FLIGHT 128
 
@@ -30,6 +32,8 @@ struct kiln_ddp {
     double busy_from;     /* since when some bucket is in flight */
     double step_wait;     /* this step's wait in kiln_ddp_reduce */
     double *xbuf;         /* kiln_ddp_step_mean's values and the ranks' waits */
+    double recent[RECENT]; /* the last-arriving rank's wait of the latest steps, a ring */
+    int64_t nrecent;
     kiln_ddp_stats st;
 };
 
@@ -303,6 +307,7 @@ kiln_status kiln_ddp_step_mean(kiln_ddp *d, double *v, int n, const char *what) 
     double least = x[n];
     for (int r = 1; r < w; r++) least = x[n + r] < least ? x[n + r] : least;
     d->st.last_exposed_s += least;
+    d->recent[d->nrecent++ % RECENT] = least;
     d->st.skew_s += d->step_wait - least;
     d->step_wait = 0;
     for (int i = 0; i < n; i++) v[i] = x[i] / w;
@@ -316,8 +321,18 @@ kiln_status kiln_ddp_mean(kiln_ddp *d, double *v, int n, const char *what) {
     return st;
 }
 
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 kiln_ddp_stats kiln_ddp_stats_of(const kiln_ddp *d) {
     kiln_ddp_stats s = d->st;
+    int n = d->nrecent < RECENT ? (int)d->nrecent : RECENT;
+    double v[RECENT];
+    memcpy(v, d->recent, (size_t)n * sizeof *v);
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    s.last_exposed_median_s = n ? (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2) : 0;
     /* exposed can exceed the in-flight time by the start-up and bookkeeping around the waits */
     s.hidden_frac = s.comm_s > 0 && s.exposed_s < s.comm_s ? 1 - s.exposed_s / s.comm_s : 0;
     return s;

@@ -921,8 +921,9 @@ static kiln_status fill_comm(run *R) {
     kiln_train_result *r = R->r;
     kiln_ddp_stats s = kiln_ddp_stats_of(R->ddp);
     double per = s.reductions ? 1e3 / (double)s.reductions : 0;
-    double v[4] = {per * s.exposed_s, s.hidden_frac, per * s.last_exposed_s, per * s.skew_s};
-    kiln_status st = kiln_ddp_mean(R->ddp, v, 4, "the all-reduce figures");
+    double v[5] = {per * s.exposed_s, s.hidden_frac, per * s.last_exposed_s, per * s.skew_s, 1e3 * s.last_exposed_median_s};
+    kiln_status st = kiln_ddp_mean(R->ddp, v, 5, "the all-reduce figures");
+    r->allreduce_comm_exposed_median_ms = v[4];
     r->allreduce_comm_exposed_ms = v[2];
     r->allreduce_skew_ms = v[3];
     r->buckets = s.buckets;

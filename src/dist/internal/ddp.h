@@ -55,6 +55,8 @@ typedef struct {
     double hidden_frac;   /* 1 - exposed / comm (0 when nothing was reduced) */
     double last_exposed_s; /* summed: each step's wait of the rank that arrived last (kiln_ddp_step_mean) */
     double skew_s;        /* summed: this rank's wait beyond that one (arrival imbalance) */
+    double last_exposed_median_s; /* the median step's last-arriving rank's wait, over the latest 256
+                                   * steps (a step where a peer was descheduled does not move it) */
     int buckets;          /* 0 in a world of one */
 } kiln_ddp_stats;
 kiln_ddp_stats kiln_ddp_stats_of(const kiln_ddp *d);
