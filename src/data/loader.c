@@ -313,15 +313,22 @@ typedef struct worker_arg {
 
 /* A run started under a real-time policy (chrt -f, as the benchmarks time) gives its
  * workers the compute threads' policy and priority, where nice counts for nothing:
- * a FIFO worker then runs whenever a compute thread yields (an MPI wait that polls)
- * until its batch is done, and holds up the poll. Ordinary scheduling puts it
- * below them again. */
-static void leave_realtime(void) {
+ * a worker then runs whenever a compute thread yields (an MPI wait that polls) and
+ * keeps the core until its batch is done, holding up the poll. One real-time
+ * priority below them, a compute thread that wakes takes its core back at once,
+ * and the workers still run before every ordinary process (a busy machine does
+ * not starve the loader); at the lowest priority, ordinary scheduling. */
+static void below_compute(void) {
     int policy;
     struct sched_param p;
     if (pthread_getschedparam(pthread_self(), &policy, &p) != 0 || (policy != SCHED_FIFO && policy != SCHED_RR)) return;
-    p.sched_priority = 0;
-    (void)pthread_setschedparam(pthread_self(), SCHED_OTHER, &p);
+    if (p.sched_priority > sched_get_priority_min(policy)) {
+        p.sched_priority--;
+    } else {
+        policy = SCHED_OTHER;
+        p.sched_priority = 0;
+    }
+    (void)pthread_setschedparam(pthread_self(), policy, &p);
 }
 
 static void *worker_main(void *arg) {
@@ -330,7 +337,7 @@ static void *worker_main(void *arg) {
     free(arg);
     /* On Linux the nice value is per thread; best effort, an unprivileged
      * process may always lower its own priority but never fails the run. */
-    leave_realtime();
+    below_compute();
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WORKER_NICE);
     char name[32];
     snprintf(name, sizeof name, "loader worker %d", id);
