@@ -102,23 +102,39 @@ static kiln_status shards_read(const kiln_records *r, int64_t i, kiln_image_ctx 
     return kiln_source_read(src, off, len, buf);
 }
 
-/* the records' byte ranges to their shards' sources, one call per shard */
+/* the records' byte ranges to their shards' sources, one call per shard for
+ * the whole hint (a remote source asks for a shard's ranges together); in
+ * chunks of HINT_CHUNK when there is no memory for the grouping */
+#define HINT_CHUNK 64
+static void hint_group(const shard_records *s, const int64_t *index, int64_t n, int *ks, int64_t *off, int64_t *len, int64_t *o,
+                       int64_t *l) {
+    for (int64_t j = 0; j < n; j++) range(s, index[j], &ks[j], &off[j], &len[j]);
+    for (int64_t j = 0; j < n; j++) {
+        int k = ks[j];
+        if (k < 0 || !s->src[k]->ops->will_need) continue;
+        int c = 0;
+        for (int64_t q = j; q < n; q++)
+            if (ks[q] == k) o[c] = off[q], l[c++] = len[q], ks[q] = -1;
+        s->src[k]->ops->will_need(s->src[k], c, o, l);
+    }
+}
+
 static void shards_will_need(const kiln_records *r, const int64_t *index, int64_t n) {
     const shard_records *s = (const shard_records *)r;
-    int64_t off[64], len[64];
-    int ks[64];
-    for (int64_t a = 0; a < n; a += 64) {
-        int m = n - a < 64 ? (int)(n - a) : 64;
-        for (int j = 0; j < m; j++) range(s, index[a + j], &ks[j], &off[j], &len[j]);
-        for (int j = 0; j < m; j++) {
-            if (ks[j] < 0 || !s->src[ks[j]]->ops->will_need) continue;
-            int k = ks[j], c = 0;
-            int64_t o[64], l[64];
-            for (int q = j; q < m; q++)
-                if (ks[q] == k) o[c] = off[q], l[c++] = len[q], ks[q] = -1;
-            s->src[k]->ops->will_need(s->src[k], c, o, l);
-        }
+    if (n <= 0 || n > INT_MAX) return;
+    int *ks = malloc((size_t)n * sizeof *ks);
+    int64_t *buf = malloc((size_t)n * 4 * sizeof *buf);
+    if (ks && buf) {
+        hint_group(s, index, n, ks, buf, buf + n, buf + 2 * n, buf + 3 * n);
+    } else {
+        int ks1[HINT_CHUNK];
+        int64_t b1[4 * HINT_CHUNK];
+        for (int64_t a = 0; a < n; a += HINT_CHUNK)
+            hint_group(s, index + a, n - a < HINT_CHUNK ? n - a : HINT_CHUNK, ks1, b1, b1 + HINT_CHUNK, b1 + 2 * HINT_CHUNK,
+                       b1 + 3 * HINT_CHUNK);
     }
+    free(ks);
+    free(buf);
 }
 
 /* the manifest's text and each shard's name, size and (local files) modification time */
