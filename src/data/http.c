@@ -3,7 +3,9 @@
  * read-ahead: will_need queues ranges that a background thread (the pump)
  * fetches with curl_multi (MAX_FLIGHT requests at once, each asking for up to
  * MAX_PARTS ranges of one object: a multipart/byteranges answer) into a
- * bounded cache that reads take from.
+ * bounded cache that reads take from. Requests go out in the order the
+ * ranges were hinted: each starts at the earliest queued range and takes the
+ * queued ranges of the same object after it.
  *
  * Connections: libcurl documents a shared connection cache (CURLSH with
  * CURL_LOCK_DATA_CONNECT) as unsupported between concurrent threads, so each
@@ -26,9 +28,10 @@
 #define MAX_FLIGHT 8                       /* read-ahead requests in flight */
 #define MAX_PARTS 64                       /* ranges of one source in one read-ahead request */
 #define GROUP_BYTES ((int64_t)4 << 20)     /* and their bytes */
-#define CACHE_ENTRIES 2048                 /* ranges queued, in flight or fetched and not yet read */
+#define CACHE_ENTRIES 4096                 /* ranges queued, in flight or fetched and not yet read */
 #define CACHE_BYTES ((int64_t)64 << 20)
-#define BUCKETS 4096                       /* the cache's hash of (source, offset): 2 x CACHE_ENTRIES */
+#define BUCKETS 8192                       /* the cache's hash of (source, offset): 2 x CACHE_ENTRIES */
+#define PACE_US 500                        /* the pump's pause between polls while transfers run (see pace) */
 #define TRIES 4                            /* one request and three retries */
 
 typedef struct http_config {
@@ -44,6 +47,8 @@ typedef enum { E_QUEUED, E_FLIGHT, E_DONE, E_FAILED } entry_state;
 typedef struct entry {
     struct entry *prev, *next;
     struct entry *hnext;                   /* in its hash bucket */
+    struct entry *qprev, *qnext;           /* queued: in the client's queue, in the order hinted */
+    struct entry *sprev, *snext;           /* queued: in its source's queue, in the order hinted */
     http_source *src;                      /* NULL: its source was closed (freed when its transfer ends) */
     const void *key;                       /* the source it was hinted for, for the hash (never dereferenced) */
     int64_t off, len, size;
@@ -76,9 +81,12 @@ struct kiln_http_client {
     pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
     pthread_mutex_t mu;                    /* the pool, the cache and the pump's state */
     pthread_cond_t done;                   /* a read-ahead transfer ended */
+    pthread_cond_t paced;                  /* a reader waits: the pump's pause ends (CLOCK_MONOTONIC) */
+    int waiting;                           /* readers waiting for a range in flight */
     CURL **idle;                           /* easy handles for reads, each with its kept-alive connection */
     int n_idle, cap_idle;
     entry *head, *tail;
+    entry *qhead, *qtail;                  /* the queued ranges, in the order hinted: the next request starts at qhead */
     entry *bucket[BUCKETS];
     int n_entries;
     int64_t cached_bytes;
@@ -87,7 +95,8 @@ struct kiln_http_client {
     struct request {                       /* a pump transfer: one range, or several (one multipart answer) */
         entry *e[MAX_PARTS];
         int n;
-        uint8_t *body;                     /* n > 1: the multipart body */
+        uint8_t *body;                     /* n > 1: the multipart body (kept for the slot's next request) */
+        int64_t body_cap;
         xfer x;
     } req[MAX_FLIGHT];
     int pump_free[MAX_FLIGHT], n_pump_free;
@@ -102,6 +111,7 @@ struct http_source {
     char *url;
     uint8_t *whole;                        /* the object, when the server ignores ranges */
     int single;                            /* read-ahead asks one range per request (several failed once) */
+    entry *qhead, *qtail;                  /* its queued ranges, in the order hinted: a request's parts */
 };
 
 /* ---------- one request ---------- */
@@ -307,7 +317,34 @@ static entry *find(kiln_http_client *c, const http_source *hs, int64_t off, int6
     return NULL;
 }
 
+/* a queued range joins the client's queue and its source's, at their ends */
+static void enqueue(kiln_http_client *c, entry *e) {
+    http_source *hs = e->src;
+    e->qprev = c->qtail, e->qnext = NULL;
+    if (c->qtail) c->qtail->qnext = e;
+    else c->qhead = e;
+    c->qtail = e;
+    e->sprev = hs->qtail, e->snext = NULL;
+    if (hs->qtail) hs->qtail->snext = e;
+    else hs->qhead = e;
+    hs->qtail = e;
+}
+
+/* a queued range leaves both queues (it goes in flight, fails or is dropped) */
+static void dequeue(kiln_http_client *c, entry *e) {
+    http_source *hs = e->src;
+    if (e->qprev) e->qprev->qnext = e->qnext;
+    else c->qhead = e->qnext;
+    if (e->qnext) e->qnext->qprev = e->qprev;
+    else c->qtail = e->qprev;
+    if (e->sprev) e->sprev->snext = e->snext;
+    else hs->qhead = e->snext;
+    if (e->snext) e->snext->sprev = e->sprev;
+    else hs->qtail = e->sprev;
+}
+
 static void unlink_free(kiln_http_client *c, entry *e) {
+    if (e->state == E_QUEUED) dequeue(c, e);
     entry **p = &c->bucket[bucket_of(e->key, e->off)];
     while (*p != e) p = &(*p)->hnext;
     *p = e->hnext;
@@ -337,11 +374,11 @@ static int make_room(kiln_http_client *c, int64_t len) {
  * GROUP_BYTES) into request r, marked in flight: "Range: bytes=a-b,c-d" is
  * answered with a multipart/byteranges body. 0 when out of memory (e is
  * then FAILED: its reader fetches it alone). Under c->mu. */
-static int gather(entry *e, int slot, struct request *r, char *range, size_t room) {
+static int gather(kiln_http_client *c, entry *e, int slot, struct request *r, char *range, size_t room) {
     int64_t bytes = 0;
     r->n = 0;
-    for (entry *f = e; f && r->n < (e->src->single ? 1 : MAX_PARTS); f = f->next) {
-        if (f->src != e->src || f->state != E_QUEUED || (r->n && bytes + f->len > GROUP_BYTES)) continue;
+    for (entry *f = e; f && r->n < (e->src->single ? 1 : MAX_PARTS); f = f->snext) {
+        if (r->n && bytes + f->len > GROUP_BYTES) continue;
         if (!(f->buf = malloc((size_t)f->len))) break;
         r->e[r->n++] = f;
         bytes += f->len;
@@ -352,9 +389,13 @@ static int gather(entry *e, int slot, struct request *r, char *range, size_t roo
                                (long long)(r->e[k]->off + r->e[k]->len - 1));
     /* a part's headers are ~100 bytes (boundary, type, range) */
     int64_t cap = r->n == 1 ? e->len : bytes + 512 * (int64_t)r->n + 1024;
-    r->body = r->n > 1 ? malloc((size_t)cap) : NULL;
-    if (r->n == 0 || (r->n > 1 && !r->body)) {
+    if (r->n > 1 && cap > r->body_cap) {
+        uint8_t *b = realloc(r->body, (size_t)cap);
+        if (b) r->body = b, r->body_cap = cap;
+    }
+    if (r->n == 0 || (r->n > 1 && cap > r->body_cap)) {
         for (int k = 0; k < r->n; k++) free(r->e[k]->buf), r->e[k]->buf = NULL;
+        dequeue(c, e);
         e->state = E_FAILED;
         return 0;
     }
@@ -362,6 +403,7 @@ static int gather(entry *e, int slot, struct request *r, char *range, size_t roo
     r->x.dst = r->n > 1 ? r->body : e->buf;
     r->x.cap = cap;
     for (int k = 0; k < r->n; k++) {
+        dequeue(c, r->e[k]);
         r->e[k]->slot = slot;
         r->e[k]->state = E_FLIGHT;
     }
@@ -373,7 +415,7 @@ static void start(kiln_http_client *c, entry *e) {
     int slot = c->pump_free[--c->n_pump_free];
     struct request *r = &c->req[slot];
     char range[MAX_PARTS * 42];
-    if (!gather(e, slot, r, range, sizeof range)) {
+    if (!gather(c, e, slot, r, range, sizeof range)) {
         c->pump_free[c->n_pump_free++] = slot;
         return;
     }
@@ -418,8 +460,6 @@ static void settle(kiln_http_client *c, struct request *r, CURLcode rc) {
     }
     for (int k = 0; k < r->n; k++)
         if (!r->e[k]->src) unlink_free(c, r->e[k]);
-    free(r->body);
-    r->body = NULL;
     pthread_cond_broadcast(&c->done);
 }
 
@@ -428,12 +468,28 @@ static void finish(kiln_http_client *c, struct request *r, CURLcode rc) {
     c->pump_free[c->n_pump_free++] = (int)(r - c->req);
 }
 
+/* A server such as nginx writes each part of a multipart answer as its own
+ * TCP segment, and a poll wakes the pump for each: on loopback at 2 workers
+ * that was about one wakeup per image, and the context switches cost more
+ * CPU than the decoding they fed. While transfers run and no reader waits,
+ * the pump pauses PACE_US between polls so each wakeup takes many parts; a
+ * reader that must wait ends the pause at once. */
+static void pace(kiln_http_client *c) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_nsec += PACE_US * 1000L;
+    if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop && c->waiting == 0 && pthread_cond_timedwait(&c->paced, &c->mu, &t) == 0) {
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void *pump(void *arg) {
     kiln_http_client *c = arg;
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {
-        for (entry *e = c->head; e && c->n_pump_free > 0; e = e->next)
-            if (e->state == E_QUEUED) start(c, e);
+        while (c->qhead && c->n_pump_free > 0) start(c, c->qhead);
         pthread_mutex_unlock(&c->mu);
         int running = 0, left = 0;
         curl_multi_perform(c->multi, &running);
@@ -450,6 +506,7 @@ static void *pump(void *arg) {
             pthread_mutex_unlock(&c->mu);
         }
         curl_multi_poll(c->multi, NULL, 0, 1000, NULL);
+        if (running) pace(c);
         pthread_mutex_lock(&c->mu);
     }
     pthread_mutex_unlock(&c->mu);
@@ -464,7 +521,8 @@ static void *pump(void *arg) {
 static void fetch_group(kiln_http_client *c, entry *e) {
     struct request *r = calloc(1, sizeof *r); /* zeroed: no whole-object mode (that is the probe's) */
     char range[MAX_PARTS * 42];
-    if (!r || !gather(e, -1, r, range, sizeof range)) {
+    if (!r || !gather(c, e, -1, r, range, sizeof range)) {
+        if (e->state == E_QUEUED) dequeue(c, e);
         e->state = E_FAILED;
         free(r);
         return;
@@ -483,6 +541,7 @@ static void fetch_group(kiln_http_client *c, entry *e) {
     pthread_mutex_unlock(&c->mu);
     if (easy) give_easy(c, easy);
     pthread_mutex_lock(&c->mu);
+    free(r->body);
     free(r);
 }
 
@@ -497,7 +556,12 @@ static int take_cached(http_source *hs, int64_t off, int64_t len, void *dst) {
     if (e) {
         e->readers++;
         if (e->state == E_QUEUED) fetch_group(c, e);
-        while (e->state == E_FLIGHT) pthread_cond_wait(&c->done, &c->mu);
+        if (e->state == E_FLIGHT) {
+            c->waiting++;
+            pthread_cond_signal(&c->paced);
+            while (e->state == E_FLIGHT) pthread_cond_wait(&c->done, &c->mu);
+            c->waiting--;
+        }
         if (e->state == E_DONE) {
             memcpy(dst, e->buf + (off - e->off), (size_t)len);
             got = 1;
@@ -546,6 +610,7 @@ static void http_will_need(kiln_source *s, int n, const int64_t *off, const int6
         if (c->tail) c->tail->next = e;
         else c->head = e;
         c->tail = e;
+        enqueue(c, e);
         c->n_entries++;
         c->cached_bytes += len[i];
         added++;
@@ -679,6 +744,11 @@ kiln_status kiln_http_client_new(kiln_http_client **out) {
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_init(&c->share_mu[i], NULL);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->done, NULL);
+    pthread_condattr_t ca_mono;
+    pthread_condattr_init(&ca_mono);
+    pthread_condattr_setclock(&ca_mono, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->paced, &ca_mono);
+    pthread_condattr_destroy(&ca_mono);
     c->share = curl_share_init();
     c->multi = curl_multi_init();
     int ok = c->share && c->multi;
@@ -697,6 +767,12 @@ kiln_status kiln_http_client_new(kiln_http_client **out) {
         kiln_http_client_free(c);
         return kiln_fail(KILN_ERR_NOMEM, "no memory for libcurl's handles");
     }
+    /* The pump starts here, on the thread that opens the dataset (the
+     * training thread), and so inherits its scheduling: above the loader's
+     * workers (nice 10, or one real-time priority below), so a range arrives
+     * while they decode instead of after. If it cannot start now, the first
+     * will_need tries again. */
+    if (pthread_create(&c->pump, NULL, pump, c) == 0) c->pump_on = 1;
     *out = c;
     return KILN_OK;
 }
@@ -706,6 +782,7 @@ void kiln_http_client_free(kiln_http_client *c) {
     if (c->pump_on) {
         pthread_mutex_lock(&c->mu);
         c->stop = 1;
+        pthread_cond_signal(&c->paced);
         pthread_mutex_unlock(&c->mu);
         curl_multi_wakeup(c->multi);
         pthread_join(c->pump, NULL);
@@ -722,6 +799,7 @@ void kiln_http_client_free(kiln_http_client *c) {
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_destroy(&c->share_mu[i]);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->done);
+    pthread_cond_destroy(&c->paced);
     free(c->cfg.ca_file);
     free(c);
 }

@@ -6,7 +6,6 @@
  * shards are opened through one opener, `open_part`, the only place that
  * knows whether the base is a folder or a URL. */
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,12 +101,16 @@ static kiln_status shards_read(const kiln_records *r, int64_t i, kiln_image_ctx 
     return kiln_source_read(src, off, len, buf);
 }
 
-/* the records' byte ranges to their shards' sources, one call per shard for
- * the whole hint (a remote source asks for a shard's ranges together); in
- * chunks of HINT_CHUNK when there is no memory for the grouping */
-#define HINT_CHUNK 64
-static void hint_group(const shard_records *s, const int64_t *index, int64_t n, int *ks, int64_t *off, int64_t *len, int64_t *o,
-                       int64_t *l) {
+/* the records' byte ranges to their shards' sources: one call per shard for
+ * each slice of HINT_SLICE records, slice after slice. A remote source queues
+ * ranges in the order it hears of them and asks for one shard's queued ranges
+ * together, so the earliest-needed records of every shard go out first; one
+ * call per shard for a whole 2,048-record hint queued shard 0's last records
+ * before shard 14's first, and the workers waited for them. */
+#define HINT_SLICE 64
+static void hint_slice(const shard_records *s, const int64_t *index, int64_t n) {
+    int ks[HINT_SLICE];
+    int64_t off[HINT_SLICE], len[HINT_SLICE], o[HINT_SLICE], l[HINT_SLICE];
     for (int64_t j = 0; j < n; j++) range(s, index[j], &ks[j], &off[j], &len[j]);
     for (int64_t j = 0; j < n; j++) {
         int k = ks[j];
@@ -121,20 +124,7 @@ static void hint_group(const shard_records *s, const int64_t *index, int64_t n, 
 
 static void shards_will_need(const kiln_records *r, const int64_t *index, int64_t n) {
     const shard_records *s = (const shard_records *)r;
-    if (n <= 0 || n > INT_MAX) return;
-    int *ks = malloc((size_t)n * sizeof *ks);
-    int64_t *buf = malloc((size_t)n * 4 * sizeof *buf);
-    if (ks && buf) {
-        hint_group(s, index, n, ks, buf, buf + n, buf + 2 * n, buf + 3 * n);
-    } else {
-        int ks1[HINT_CHUNK];
-        int64_t b1[4 * HINT_CHUNK];
-        for (int64_t a = 0; a < n; a += HINT_CHUNK)
-            hint_group(s, index + a, n - a < HINT_CHUNK ? n - a : HINT_CHUNK, ks1, b1, b1 + HINT_CHUNK, b1 + 2 * HINT_CHUNK,
-                       b1 + 3 * HINT_CHUNK);
-    }
-    free(ks);
-    free(buf);
+    for (int64_t a = 0; a < n; a += HINT_SLICE) hint_slice(s, index + a, n - a < HINT_SLICE ? n - a : HINT_SLICE);
 }
 
 /* the manifest's text and each shard's name, size and (local files) modification time */
