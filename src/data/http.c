@@ -28,9 +28,9 @@
 #define MAX_FLIGHT 8                       /* read-ahead requests in flight */
 #define MAX_PARTS 64                       /* ranges of one source in one read-ahead request */
 #define GROUP_BYTES ((int64_t)4 << 20)     /* and their bytes */
-#define CACHE_ENTRIES 4096                 /* ranges queued, in flight or fetched and not yet read */
+#define CACHE_ENTRIES 8192                 /* ranges queued, in flight or fetched and not yet read */
 #define CACHE_BYTES ((int64_t)64 << 20)
-#define BUCKETS 8192                       /* the cache's hash of (source, offset): 2 x CACHE_ENTRIES */
+#define BUCKETS 16384                      /* the cache's hash of (source, offset): 2 x CACHE_ENTRIES */
 #define PACE_US 500                        /* the pump's pause between polls while transfers run (see pace) */
 #define TRIES 4                            /* one request and three retries */
 

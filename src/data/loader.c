@@ -53,15 +53,15 @@
 #define SKIP_WARNINGS 10
 /* bad samples in a row that skip_bad replaces before it gives up */
 #define SKIP_RUN 64
-/* read-ahead: when batch b opens and fewer than HINT_AHEAD batches after it are named to
- * will_need, the window is refilled up to HINT_SAMPLES samples (at least 2 x HINT_AHEAD
- * batches) in one call. Over HTTP on loopback at 0 workers, 4 batches ahead loaded 20,000
+/* read-ahead: when batch b opens and fewer than HINT_AHEAD samples after it are named to
+ * will_need (at least 2 batches), the window is refilled up to HINT_SAMPLES samples (at
+ * least 2 batches more) in one call. Over HTTP on loopback at 0 workers, 4 batches ahead loaded 20,000
  * images/s where 2 loaded 15,500; at 2 workers (~50,000 images/s, a batch a millisecond)
  * 4 ahead with a 1,024-sample window left the workers waiting for ranges in flight;
  * 16 ahead with 3,072 gave 48,500-50,500 images/s where 8 with 2,048 gave 48,000-49,000.
  * A refill of many batches at once lets each shard's ranges go out as one multi-range
  * request (~40 ranges, not ~5) */
-#define HINT_AHEAD 16
+#define HINT_AHEAD 1024
 #define HINT_SAMPLES 3072
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
@@ -234,9 +234,11 @@ static void plan_hints(kiln_loader *L, claim *c) {
     }
     c->hint_epoch = s->epoch;
     c->hint_from = c->hint_to = L->hint_next;
-    if (L->hint_next >= s->batch + HINT_AHEAD) return; /* enough named ahead */
-    int64_t ahead = HINT_SAMPLES / L->cfg.batch_size;
-    if (ahead < 2 * HINT_AHEAD) ahead = 2 * HINT_AHEAD;
+    int64_t bs = L->cfg.batch_size;
+    int64_t low = (HINT_AHEAD + bs - 1) / bs < 2 ? 2 : (HINT_AHEAD + bs - 1) / bs;
+    if (L->hint_next >= s->batch + low) return; /* enough named ahead */
+    int64_t ahead = (HINT_SAMPLES + bs - 1) / bs;
+    if (ahead < low + 2) ahead = low + 2;
     int64_t to = s->batch + ahead < L->nbatches ? s->batch + ahead : L->nbatches;
     c->hint_from = L->hint_next;
     c->hint_to = to > L->hint_next ? to : L->hint_next;
