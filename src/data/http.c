@@ -25,7 +25,7 @@
 #include "data/internal/source.h"
 #include "kiln/status.h"
 
-#define MAX_FLIGHT 8                       /* read-ahead requests in flight */
+#define MAX_FLIGHT 16                      /* read-ahead requests in flight */
 #define MAX_PARTS 64                       /* ranges of one source in one read-ahead request */
 #define GROUP_BYTES ((int64_t)4 << 20)     /* and their bytes */
 #define CACHE_ENTRIES 8192                 /* ranges queued, in flight or fetched and not yet read */
