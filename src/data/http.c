@@ -3,7 +3,8 @@
  * read-ahead: will_need queues ranges that a background thread (the pump)
  * fetches with curl_multi (MAX_FLIGHT requests at once, each asking for up to
  * MAX_PARTS ranges of one object: a multipart/byteranges answer) into a
- * bounded cache that reads take from. Requests go out in the order the
+ * bounded cache that reads take from (each range points into its answer,
+ * a refcounted block; no copy per range). Requests go out in the order the
  * ranges were hinted: each starts at the earliest queued range and takes the
  * queued ranges of the same object after it.
  *
@@ -42,6 +43,17 @@ typedef struct http_config {
 
 typedef struct http_source http_source;
 
+/* a read-ahead request's answer; the ranges it brought point into it, and
+ * it is kept for a later request when the last of them is dropped (no copy
+ * per range, and no fresh pages of a large malloc per request) */
+typedef struct block {
+    struct block *next;                    /* among the spares */
+    int refs;                              /* its request while in flight, and each range that points into it */
+    int64_t cap;
+    uint8_t data[];
+} block;
+#define SPARE_BLOCKS 32
+
 /* one read-ahead range, in the client's list in the order hinted */
 typedef enum { E_QUEUED, E_FLIGHT, E_DONE, E_FAILED } entry_state;
 typedef struct entry {
@@ -52,7 +64,8 @@ typedef struct entry {
     http_source *src;                      /* NULL: its source was closed (freed when its transfer ends) */
     const void *key;                       /* the source it was hinted for, for the hash (never dereferenced) */
     int64_t off, len, size;
-    uint8_t *buf;
+    block *blk;                            /* done: its bytes are data[0..len), in blk */
+    const uint8_t *data;
     entry_state state;
     int readers;                           /* reads waiting for it or copying from it */
     int consumed;                          /* its last byte was read: dropped once no reader holds it */
@@ -83,6 +96,8 @@ struct kiln_http_client {
     pthread_cond_t done;                   /* a read-ahead transfer ended */
     pthread_cond_t paced;                  /* a reader waits: the pump's pause ends (CLOCK_MONOTONIC) */
     int waiting;                           /* readers waiting for a range in flight */
+    block *spare;                          /* answers no range points into any more, for later requests */
+    int n_spare;
     CURL **idle;                           /* easy handles for reads, each with its kept-alive connection */
     int n_idle, cap_idle;
     entry *head, *tail;
@@ -95,8 +110,7 @@ struct kiln_http_client {
     struct request {                       /* a pump transfer: one range, or several (one multipart answer) */
         entry *e[MAX_PARTS];
         int n;
-        uint8_t *body;                     /* n > 1: the multipart body (kept for the slot's next request) */
-        int64_t body_cap;
+        block *blk;                        /* the answer: one range, or a multipart body */
         xfer x;
     } req[MAX_FLIGHT];
     int pump_free[MAX_FLIGHT], n_pump_free;
@@ -317,6 +331,39 @@ static entry *find(kiln_http_client *c, const http_source *hs, int64_t off, int6
     return NULL;
 }
 
+/* a block of at least cap bytes, held once; NULL when out of memory. Under c->mu. */
+static block *block_take(kiln_http_client *c, int64_t cap) {
+    block **p = &c->spare;
+    while (*p && (*p)->cap < cap) p = &(*p)->next;
+    block *b = *p ? *p : c->spare;
+    if (b) {
+        *(b == *p ? p : &c->spare) = b->next;
+        c->n_spare--;
+    }
+    if (!b || b->cap < cap) {
+        block *g = realloc(b, sizeof *g + (size_t)cap);
+        if (!g) {
+            free(b);
+            return NULL;
+        }
+        b = g;
+        b->cap = cap;
+    }
+    b->refs = 1;
+    return b;
+}
+
+static void block_drop(kiln_http_client *c, block *b) {
+    if (!b || --b->refs > 0) return;
+    if (c->n_spare < SPARE_BLOCKS) {
+        b->next = c->spare;
+        c->spare = b;
+        c->n_spare++;
+    } else {
+        free(b);
+    }
+}
+
 /* a queued range joins the client's queue and its source's, at their ends */
 static void enqueue(kiln_http_client *c, entry *e) {
     http_source *hs = e->src;
@@ -354,7 +401,7 @@ static void unlink_free(kiln_http_client *c, entry *e) {
     else c->tail = e->prev;
     c->n_entries--;
     c->cached_bytes -= e->len;
-    free(e->buf);
+    block_drop(c, e->blk);
     free(e);
 }
 
@@ -379,7 +426,6 @@ static int gather(kiln_http_client *c, entry *e, int slot, struct request *r, ch
     r->n = 0;
     for (entry *f = e; f && r->n < (e->src->single ? 1 : MAX_PARTS); f = f->snext) {
         if (r->n && bytes + f->len > GROUP_BYTES) continue;
-        if (!(f->buf = malloc((size_t)f->len))) break;
         r->e[r->n++] = f;
         bytes += f->len;
     }
@@ -389,18 +435,13 @@ static int gather(kiln_http_client *c, entry *e, int slot, struct request *r, ch
                                (long long)(r->e[k]->off + r->e[k]->len - 1));
     /* a part's headers are ~100 bytes (boundary, type, range) */
     int64_t cap = r->n == 1 ? e->len : bytes + 512 * (int64_t)r->n + 1024;
-    if (r->n > 1 && cap > r->body_cap) {
-        uint8_t *b = realloc(r->body, (size_t)cap);
-        if (b) r->body = b, r->body_cap = cap;
-    }
-    if (r->n == 0 || (r->n > 1 && cap > r->body_cap)) {
-        for (int k = 0; k < r->n; k++) free(r->e[k]->buf), r->e[k]->buf = NULL;
+    if (!(r->blk = block_take(c, cap))) {
         dequeue(c, e);
         e->state = E_FAILED;
         return 0;
     }
     xfer_reset(&r->x);
-    r->x.dst = r->n > 1 ? r->body : e->buf;
+    r->x.dst = r->blk->data;
     r->x.cap = cap;
     for (int k = 0; k < r->n; k++) {
         dequeue(c, r->e[k]);
@@ -424,14 +465,12 @@ static void start(kiln_http_client *c, entry *e) {
     curl_multi_add_handle(c->multi, c->pump_easy[slot]);
 }
 
-/* e's bytes from the parts of a multipart answer (a part may hold more than e) */
-static int from_parts(entry *e, const kiln_http_part *p, int np) {
+/* e's bytes in the parts of a multipart answer (a part may hold more than e) */
+static const uint8_t *from_parts(const entry *e, const kiln_http_part *p, int np) {
     for (int k = 0; k < np; k++)
-        if (p[k].first <= e->off && e->off + e->len - 1 <= p[k].last && (p[k].total < 0 || p[k].total == e->size)) {
-            memcpy(e->buf, p[k].data + (e->off - p[k].first), (size_t)e->len);
-            return 1;
-        }
-    return 0;
+        if (p[k].first <= e->off && e->off + e->len - 1 <= p[k].last && (p[k].total < 0 || p[k].total == e->size))
+            return p[k].data + (e->off - p[k].first);
+    return NULL;
 }
 
 /* a request's transfer ended; under c->mu. A range it did not bring is left
@@ -445,21 +484,24 @@ static void settle(kiln_http_client *c, struct request *r, CURLcode rc) {
     if (r->n == 1) {
         np = judge(x, rc, r->e[0]->off, r->e[0]->len, r->e[0]->size, msg, sizeof msg) == R_OK ? 0 : -1;
     } else if (curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &st) == CURLE_OK && st == 206 && rc == CURLE_OK) {
-        if (x->multipart) np = kiln_http_parse_multipart(r->body, (size_t)x->got, x->boundary, parts, MAX_PARTS);
+        if (x->multipart) np = kiln_http_parse_multipart(r->blk->data, (size_t)x->got, x->boundary, parts, MAX_PARTS);
         else if (x->ans.have_range && x->ans.last - x->ans.first + 1 == x->got)
-            np = 1, parts[0] = (kiln_http_part){x->ans.first, x->ans.last, x->ans.total, r->body};
+            np = 1, parts[0] = (kiln_http_part){x->ans.first, x->ans.last, x->ans.total, r->blk->data};
     }
     for (int k = 0; k < r->n; k++) {
         entry *e = r->e[k];
-        int ok = np == 0 || (np > 0 && from_parts(e, parts, np));
+        e->data = np == 0 ? r->blk->data : np > 0 ? from_parts(e, parts, np) : NULL;
+        int ok = e->data != NULL;
         e->state = ok ? E_DONE : E_FAILED;
-        if (!ok) free(e->buf), e->buf = NULL;
+        if (ok) e->blk = r->blk, r->blk->refs++;
         /* a server that answers several ranges with fewer, or with the whole object (a transfer that failed
          * says nothing about that): one range per request from now on */
         if (!ok && e->src && ((st == 206 && rc == CURLE_OK) || st == 200)) e->src->single = 1;
     }
     for (int k = 0; k < r->n; k++)
         if (!r->e[k]->src) unlink_free(c, r->e[k]);
+    block_drop(c, r->blk);
+    r->blk = NULL;
     pthread_cond_broadcast(&c->done);
 }
 
@@ -541,7 +583,6 @@ static void fetch_group(kiln_http_client *c, entry *e) {
     pthread_mutex_unlock(&c->mu);
     if (easy) give_easy(c, easy);
     pthread_mutex_lock(&c->mu);
-    free(r->body);
     free(r);
 }
 
@@ -562,8 +603,10 @@ static int take_cached(http_source *hs, int64_t off, int64_t len, void *dst) {
             while (e->state == E_FLIGHT) pthread_cond_wait(&c->done, &c->mu);
             c->waiting--;
         }
-        if (e->state == E_DONE) {
-            memcpy(dst, e->buf + (off - e->off), (size_t)len);
+        if (e->state == E_DONE) { /* copied without the lock: the reader's hold keeps e and its block */
+            pthread_mutex_unlock(&c->mu);
+            memcpy(dst, e->data + (off - e->off), (size_t)len);
+            pthread_mutex_lock(&c->mu);
             got = 1;
             if (off + len == e->off + e->len) e->consumed = 1;
         }
@@ -789,8 +832,13 @@ void kiln_http_client_free(kiln_http_client *c) {
     }
     while (c->head) unlink_free(c, c->head);
     for (int i = 0; i < MAX_FLIGHT; i++) {
-        free(c->req[i].body); /* a request still in flight when the pump stopped */
+        block_drop(c, c->req[i].blk); /* a request still in flight when the pump stopped */
         if (c->pump_easy[i]) curl_easy_cleanup(c->pump_easy[i]);
+    }
+    while (c->spare) {
+        block *b = c->spare;
+        c->spare = b->next;
+        free(b);
     }
     for (int i = 0; i < c->n_idle; i++) curl_easy_cleanup(c->idle[i]);
     free(c->idle);
