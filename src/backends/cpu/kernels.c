@@ -4,6 +4,7 @@
  * (reshape, transpose, slice) have no kernel: they are never steps. */
 #include <math.h>
 #include "backends/cpu/internal/cpu.h"
+#include "kernels/cpu/pointwise_vec.h"
 
 #define F(t) ((float *)(t).data)
 #define I(t) ((const int32_t *)(t).data)
@@ -349,9 +350,6 @@ static kiln_status tiled(const kiln_step *s, const kiln_run_ctx *rc) {
     return kiln_pointwise_run(s, rc, kiln_cpu_kernels[s->op].tile, 1);
 }
 
-static kiln_status fused(const kiln_step *s, const kiln_run_ctx *rc) {
-    return kiln_fused_run(s, rc, kiln_cpu_kernels, sizeof(float), 1);
-}
 
 /* ---- steps outside the graph ---- */
 
@@ -461,8 +459,8 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_MATMUL_BWD_DATA] = {kiln_cpu_linear_bwd_data, kiln_cpu_linear_bwd_prepare, NULL, 0, 0, 0, kiln_cpu_linear_describe},
     [KILN_OP_MATMUL_BWD_WEIGHT] = {kiln_cpu_linear_bwd_weight, kiln_cpu_linear_bwd_prepare, NULL, 0, 0, 0,
                                    kiln_cpu_linear_describe},
-    [KILN_OP_RELU] = {relu, NULL, NULL, 0, 0, .tile = t_relu},
-    [KILN_OP_RELU_BWD] = {relu_bwd, NULL, NULL, 0, 0, .tile = t_relu_bwd},
+    [KILN_OP_RELU] = {relu, NULL, NULL, 0, 0, .tile = t_relu, .vec = &kiln_cpu_vform_relu},
+    [KILN_OP_RELU_BWD] = {relu_bwd, NULL, NULL, 0, 0, .tile = t_relu_bwd, .vec = &kiln_cpu_vform_relu_bwd},
     [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool, NULL, 1, 0},
     [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, kiln_prepare_pool, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
     [KILN_OP_DROPOUT] = {dropout, NULL, NULL, 0, 0, .tile = t_dropout},
@@ -475,11 +473,11 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, kiln_prepare_rows_of_out, NULL, 0, 0},
     [KILN_OP_MSE_LOSS] = {mse},
     [KILN_OP_MSE_LOSS_BWD] = {mse_bwd},
-    [KILN_OP_ADD] = {add, NULL, NULL, 0, 0, .tile = t_add},
-    [KILN_OP_MUL] = {mul, NULL, NULL, 0, 0, .tile = t_mul},
-    [KILN_OP_MUL_BWD] = {mul_bwd, NULL, NULL, 0, 0, .tile = t_mul_bwd},
+    [KILN_OP_ADD] = {add, NULL, NULL, 0, 0, .tile = t_add, .vec = &kiln_cpu_vform_add},
+    [KILN_OP_MUL] = {mul, NULL, NULL, 0, 0, .tile = t_mul, .vec = &kiln_cpu_vform_mul},
+    [KILN_OP_MUL_BWD] = {mul_bwd, NULL, NULL, 0, 0, .tile = t_mul_bwd, .vec = &kiln_cpu_vform_mul_bwd},
     [KILN_OP_ONES] = {ones, NULL, NULL, 0, 0},
-    [KILN_OP_GRAD_COPY] = {grad_copy, NULL, NULL, 1, 1, .tile = t_grad_copy},   /* also a reorder: layouts in and out may differ */
+    [KILN_OP_GRAD_COPY] = {grad_copy, NULL, NULL, 1, 1, .tile = t_grad_copy, .vec = &kiln_cpu_vform_copy},   /* also a reorder: layouts in and out may differ */
     [KILN_OP_CONTIGUOUS] = {contiguous, NULL, NULL, 1, 1},
     [KILN_OP_SLICE_BWD] = {slice_bwd, kiln_prepare_slice, NULL, 0, 0},
     [KILN_OP_PAD] = {pad, kiln_prepare_pad, NULL, 0, 0},
@@ -505,14 +503,14 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SOFTMAX_BWD] = {softmax_bwd, kiln_prepare_rows_of_out, NULL, 0, 0},
     [KILN_OP_ADD_BCAST] = {add_bcast, NULL, NULL, 0, 0},
     [KILN_OP_ADD_BCAST_BWD] = {add_bcast_bwd, NULL, NULL, 0, 0},
-    [KILN_OP_AFFINE] = {tiled, NULL, NULL, 0, 0, .tile = t_affine},
-    [KILN_OP_AFFINE_BWD] = {tiled, NULL, NULL, 0, 0, .tile = t_affine_bwd},
-    [KILN_OP_ERF] = {tiled, NULL, NULL, 0, 0, .tile = t_erf},
-    [KILN_OP_ERF_BWD] = {tiled, NULL, NULL, 0, 0, .tile = t_erf_bwd},
-    [KILN_OP_TANH] = {tiled, NULL, NULL, 0, 0, .tile = t_tanh},
-    [KILN_OP_TANH_BWD] = {tiled, NULL, NULL, 0, 0, .tile = t_tanh_bwd},
-    [KILN_OP_FUSED] = {fused, NULL, NULL, 0, 0},
-    [KILN_OP_FUSED_PLAIN] = {fused, NULL, NULL, 0, 0},
+    [KILN_OP_AFFINE] = {tiled, NULL, NULL, 0, 0, .tile = t_affine, .vec = &kiln_cpu_vform_affine},
+    [KILN_OP_AFFINE_BWD] = {tiled, NULL, NULL, 0, 0, .tile = t_affine_bwd, .vec = &kiln_cpu_vform_affine_bwd},
+    [KILN_OP_ERF] = {tiled, NULL, NULL, 0, 0, .tile = t_erf, .vec = &kiln_cpu_vform_erf},
+    [KILN_OP_ERF_BWD] = {tiled, NULL, NULL, 0, 0, .tile = t_erf_bwd, .vec = &kiln_cpu_vform_erf_bwd},
+    [KILN_OP_TANH] = {tiled, NULL, NULL, 0, 0, .tile = t_tanh, .vec = &kiln_cpu_vform_tanh},
+    [KILN_OP_TANH_BWD] = {tiled, NULL, NULL, 0, 0, .tile = t_tanh_bwd, .vec = &kiln_cpu_vform_tanh_bwd},
+    [KILN_OP_FUSED] = {kiln_cpu_fused_run, kiln_cpu_fused_prepare, kiln_cpu_fused_release, 0, 0, .describe = kiln_cpu_fused_describe},
+    [KILN_OP_FUSED_PLAIN] = {kiln_cpu_fused_run, kiln_cpu_fused_prepare, kiln_cpu_fused_release, 0, 0, .describe = kiln_cpu_fused_describe},
     [KILN_OP_READOUT] = {readout, NULL, NULL, 0, 0},
     [KILN_OP_SUMSQ] = {sumsq, NULL, NULL, 0, 0},
     [KILN_OP_CLIP_SCALE] = {clip_scale, NULL, NULL, 0, 0},

@@ -124,6 +124,7 @@ typedef struct kiln_kernel {
      * the reorders it would add to keep a family blocked */
     unsigned reorders_plain;
     kiln_tile_fn tile;                /* pointwise ops: may join a fused kernel (the fusion pass asks) */
+    const struct kiln_vform *vec;     /* cpu: the op's vector pass (src/kernels/cpu/pointwise_vec.h), or NULL */
 } kiln_kernel;
 #define KILN_TIE_OUT(k) (1u << (8 + (k)))
 

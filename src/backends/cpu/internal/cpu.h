@@ -10,6 +10,12 @@ extern const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT];
 /* the cpu backend's one layout tag: oneDNN's channel-blocked nChw16c */
 #define KILN_CPU_BLOCKED 16
 
+/* fused.c: fused pointwise steps; prepare folds the program into vector passes (AVX-512 CPUs) */
+kiln_status kiln_cpu_fused_prepare(kiln_step *s, kiln_prep *p);
+void kiln_cpu_fused_release(kiln_step *s);
+kiln_status kiln_cpu_fused_run(const kiln_step *s, const kiln_run_ctx *rc);
+int kiln_cpu_fused_describe(const kiln_step *s, char *buf, size_t len, int *weights);
+
 /* pass_layout.c: keeps conv chains in nChw16c where every reader and writer
  * takes it; returns the number of values moved, or -1 when out of memory */
 int kiln_cpu_pass_layout(kiln_graph *g);

@@ -1,0 +1,50 @@
+/* Vector passes: the cpu backend's fused kernel (src/backends/cpu/fused.c)
+ * runs a fused program as a few passes over a tile instead of one per member.
+ * A pass is one member op (its core) whose sources may first go through an
+ * affine (x * s + b: a scale or add_scalar member folded in), and whose result
+ * may then go through up to KILN_VPASS_MAX_EPI more members (affine, or add /
+ * mul with another register, itself optionally affine) before one store: the
+ * values stay in vector registers, a block of 64 floats at a time, between
+ * the members a pass holds. Each step rounds as the member's own kernel does
+ * (multiply, then add; no fused multiply-add), so the bits are those of the
+ * members run one by one. AVX-512 only (pointwise_vec_avx512.c); the caller
+ * checks kiln_cpu_has_avx512(). */
+#ifndef KILN_KERNELS_CPU_POINTWISE_VEC_H
+#define KILN_KERNELS_CPU_POINTWISE_VEC_H
+
+#include <stdint.h>
+#include "ops/internal/ops.h"
+
+#define KILN_VPASS_MAX_EPI 4
+/* how a member folds into a neighbouring pass (kiln_vform.fold) */
+enum { KILN_VFOLD_NONE, KILN_VFOLD_AFFINE, KILN_VFOLD_ADD, KILN_VFOLD_MUL };
+
+typedef struct {
+    uint8_t kind;  /* KILN_VFOLD_AFFINE: y = y * s + b; ADD / MUL: y = y op operand */
+    uint8_t pre;   /* ADD / MUL: the operand is read as operand * s + b */
+    float s, b;
+} kiln_vepi;
+
+typedef struct kiln_vpass {
+    const kiln_pw_instr *I; /* the core member: its attributes, acc (add into dst after the epilogue) */
+    uint8_t pre[2];         /* core source k is read as x * pre_s[k] + pre_b[k] */
+    float pre_s[2], pre_b[2];
+    uint8_t nepi;
+    kiln_vepi epi[KILN_VPASS_MAX_EPI];
+} kiln_vpass;
+
+/* n elements: ptr[0], ptr[1] the core's sources, ptr[2 + e] epilogue step e's operand */
+typedef void (*kiln_vpass_fn)(const kiln_vpass *V, int64_t n, float *dst, const float *const *ptr);
+
+/* an op's vector form, named by its cpu kernel-table entry (kiln_kernel.vec) */
+typedef struct kiln_vform {
+    kiln_vpass_fn fn;
+    uint8_t nsrc; /* 1 or 2 */
+    uint8_t fold; /* KILN_VFOLD_*: may become a step of a neighbouring pass (affine, add, mul) */
+} kiln_vform;
+
+extern const kiln_vform kiln_cpu_vform_relu, kiln_cpu_vform_relu_bwd, kiln_cpu_vform_add, kiln_cpu_vform_mul,
+    kiln_cpu_vform_mul_bwd, kiln_cpu_vform_copy, kiln_cpu_vform_affine, kiln_cpu_vform_affine_bwd, kiln_cpu_vform_erf,
+    kiln_cpu_vform_erf_bwd, kiln_cpu_vform_tanh, kiln_cpu_vform_tanh_bwd;
+
+#endif
