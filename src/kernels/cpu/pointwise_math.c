@@ -41,9 +41,15 @@ static float tanh1(float x) {
     return copysignf(1.0f - 2.0f / (exp1(2.0f * a) + 1.0f), x);
 }
 
-KILN_CPU_HOT void kiln_cpu_affine(int64_t n, const float *restrict x, float scale, float shift, float *restrict y) {
+/* one rounding (fmaf): what the fused kernel's folded affines compute in one
+ * instruction (pointwise_vec.h); the x86-64-v3 clone keeps fmaf a vector
+ * instruction on AVX2 machines, elsewhere it is libm's */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+void kiln_cpu_affine(int64_t n, const float *restrict x, float scale, float shift, float *restrict y) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale + shift;
+    for (int64_t i = 0; i < n; i++) y[i] = fmaf(x[i], scale, shift);
 }
 
 KILN_CPU_HOT void kiln_cpu_affine_bwd(int64_t n, const float *restrict dy, float scale, float *restrict dx, int acc) {

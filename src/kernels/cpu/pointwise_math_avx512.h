@@ -37,7 +37,8 @@ static inline __m512 erf16(__m512 x) {
                              _mm512_set1_ps(KILN_ERF_UMAX));
     __m512 kr = _mm512_add_ps(u, _mm512_set1_ps(KILN_ERF_ROUND));
     __m512i i = _mm512_castps_si512(kr);
-    __m512 t = _mm512_sub_ps(u, _mm512_sub_ps(kr, _mm512_set1_ps(KILN_ERF_ROUND)));
+    /* u - round(u), exact: vreduceps in one instruction where two subtractions gave the same bits */
+    __m512 t = _mm512_reduce_ps(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_permutex2var_ps(_mm512_loadu_ps(c[KILN_ERF_NP - 1]), i, _mm512_loadu_ps(c[KILN_ERF_NP - 1] + 16));
 #pragma GCC unroll 8
     for (int j = KILN_ERF_NP - 2; j >= 0; j--)

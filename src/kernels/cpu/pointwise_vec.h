@@ -4,10 +4,10 @@
  * affine (x * s + b: a scale or add_scalar member folded in), and whose result
  * may then go through up to KILN_VPASS_MAX_EPI more members (affine, or add /
  * mul with another register, itself optionally affine) before one store: the
- * values stay in vector registers, a block of 64 floats at a time, between
+ * values stay in vector registers, a block of 128 floats at a time, between
  * the members a pass holds. Each step rounds as the member's own kernel does
- * (multiply, then add; no fused multiply-add), so the bits are those of the
- * members run one by one. AVX-512 only (pointwise_vec_avx512.c); the caller
+ * (an affine is one fused multiply-add, as kiln_cpu_affine), so the bits are
+ * those of the members run one by one. AVX-512 only (pointwise_vec_avx512.c); the caller
  * checks kiln_cpu_has_avx512(). */
 #ifndef KILN_KERNELS_CPU_POINTWISE_VEC_H
 #define KILN_KERNELS_CPU_POINTWISE_VEC_H

@@ -1,49 +1,61 @@
 /* The vector passes of pointwise_vec.h: one function per core op, each the
  * same block loop (vpass_loop) with the op's arithmetic inlined. A block is
- * VB vectors (64 floats): sources loaded (and their affine applied), the core
+ * VB vectors (128 floats): sources loaded (and their affine applied), the core
  * computed, then each epilogue step applied to the whole block while it is in
  * registers, one store. The steps' kinds are read once per block, not per
  * vector. Each core computes what the op's tile function computes
- * (pointwise_tile.c, pointwise_math.c, pointwise_math_avx512.c: no fused
- * multiply-adds where those have none), so the bits match. */
+ * (pointwise_tile.c, pointwise_math.c, pointwise_math_avx512.c: a fused
+ * multiply-add exactly where those have one), so the bits match. */
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/pointwise_math_avx512.h"
 #include "kernels/cpu/pointwise_vec.h"
 
-#define VB 4
+#define VB 8 /* vectors per block: 8 independent chains hide erf's latencies; 16 spills */
 #define ALWAYS static inline __attribute__((always_inline))
 
 typedef __m512 (*core_fn)(const kiln_vpass *V, __m512 a, __m512 b);
 
-ALWAYS __m512 affine16(__m512 x, float s, float b) {
-    return _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(s)), _mm512_set1_ps(b));
+/* the affine op's one rounding (kiln_cpu_affine's fmaf) */
+ALWAYS __m512 affine16(__m512 x, float s, float b) { return _mm512_fmadd_ps(x, _mm512_set1_ps(s), _mm512_set1_ps(b)); }
+
+ALWAYS void affine_block(int nv, float s, float b, __m512 *x) {
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) x[u] = affine16(x[u], s, b);
 }
 
-/* nv vectors from p + i (nv < VB: one vector, masked by m), each x * s + b when pre */
+/* vector u of a block of nv from p + i (nv < VB: one vector, masked by m) */
+ALWAYS __m512 load1(const float *p, int64_t i, int u, int nv, __mmask16 m) {
+    return nv == VB ? _mm512_loadu_ps(p + i + 16 * u) : _mm512_maskz_loadu_ps(m, p + i);
+}
+
+/* a block, each x * s + b when pre */
 ALWAYS void load_block(const float *p, int64_t i, int nv, __mmask16 m, int pre, float s, float b, __m512 *x) {
-#pragma GCC unroll 4
-    for (int u = 0; u < nv; u++) x[u] = nv == VB ? _mm512_loadu_ps(p + i + 16 * u) : _mm512_maskz_loadu_ps(m, p + i);
-    if (pre)
-#pragma GCC unroll 4
-        for (int u = 0; u < nv; u++) x[u] = affine16(x[u], s, b);
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) x[u] = load1(p, i, u, nv, m);
+    if (pre) affine_block(nv, s, b, x);
 }
 
 ALWAYS void epilogue(const kiln_vpass *V, const float *const *ptr, int64_t i, int nv, __mmask16 m, __m512 *y) {
     for (int e = 0; e < V->nepi; e++) {
         const kiln_vepi *E = &V->epi[e];
         if (E->kind == KILN_VFOLD_AFFINE) {
-#pragma GCC unroll 4
-            for (int u = 0; u < nv; u++) y[u] = affine16(y[u], E->s, E->b);
+            affine_block(nv, E->s, E->b, y);
             continue;
         }
-        __m512 o[VB];
-        load_block(ptr[2 + e], i, nv, m, E->pre, E->s, E->b, o);
-        if (E->kind == KILN_VFOLD_ADD)
-#pragma GCC unroll 4
-            for (int u = 0; u < nv; u++) y[u] = _mm512_add_ps(y[u], o[u]);
+        /* operand by operand, not a block of them: a block's worth of registers would spill */
+        const float *p = ptr[2 + e];
+        if (E->kind == KILN_VFOLD_ADD && E->pre)
+#pragma GCC unroll 8
+            for (int u = 0; u < nv; u++) y[u] = _mm512_add_ps(y[u], affine16(load1(p, i, u, nv, m), E->s, E->b));
+        else if (E->kind == KILN_VFOLD_ADD)
+#pragma GCC unroll 8
+            for (int u = 0; u < nv; u++) y[u] = _mm512_add_ps(y[u], load1(p, i, u, nv, m));
+        else if (E->pre)
+#pragma GCC unroll 8
+            for (int u = 0; u < nv; u++) y[u] = _mm512_mul_ps(y[u], affine16(load1(p, i, u, nv, m), E->s, E->b));
         else
-#pragma GCC unroll 4
-            for (int u = 0; u < nv; u++) y[u] = _mm512_mul_ps(y[u], o[u]);
+#pragma GCC unroll 8
+            for (int u = 0; u < nv; u++) y[u] = _mm512_mul_ps(y[u], load1(p, i, u, nv, m));
     }
 }
 
@@ -52,16 +64,16 @@ ALWAYS void vblock(const kiln_vpass *V, int nsrc, core_fn core, float *dst, cons
     __m512 a[VB], b[VB], y[VB];
     load_block(ptr[0], i, nv, m, V->pre[0], V->pre_s[0], V->pre_b[0], a);
     if (nsrc > 1) load_block(ptr[1], i, nv, m, V->pre[1], V->pre_s[1], V->pre_b[1], b);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int u = 0; u < nv; u++) y[u] = core(V, a[u], nsrc > 1 ? b[u] : a[u]);
     epilogue(V, ptr, i, nv, m, y);
     if (V->I->acc) {
         __m512 d[VB];
         load_block(dst, i, nv, m, 0, 0, 0, d);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int u = 0; u < nv; u++) y[u] = _mm512_add_ps(d[u], y[u]);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int u = 0; u < nv; u++) {
         if (nv == VB) _mm512_storeu_ps(dst + i + 16 * u, y[u]);
         else _mm512_mask_storeu_ps(dst + i, m, y[u]);
