@@ -8,7 +8,6 @@
 #include "dist/internal/comm.h"
 #include <dlfcn.h>
 #include <libgen.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,10 +139,14 @@ int kiln_comm_test(kiln_comm *c, kiln_comm_req *req) {
 
 /* Small collectives (sync batch norm's, the loss) end within microseconds once
  * the others arrive, and MPI progresses them only inside MPI_Test: the first
- * 200 us test without a pause (yielding the core to any thread that wants it),
- * as MPI's own blocking calls spin; then a nap between tests (a nap costs 50 us
- * or more with the timer's slack: one per sync batch norm all-reduce made
- * --sync-bn cost 12 ms a step on resnet20). */
+ * 200 us test without a pause, as MPI's own blocking calls spin; then a nap
+ * between tests (a nap costs 50 us or more with the timer's slack: one per
+ * sync batch norm all-reduce made --sync-bn cost 12 ms a step on resnet20).
+ * The spin does not yield: a sched_yield handed the core to this rank's
+ * loader worker (nice 10, runnable all step long), which then loaded a whole
+ * batch (~0.4 ms on resnet20) before the thread got it back, so the last rank
+ * to arrive, whose all-reduce was done within microseconds, waited ~0.45 ms a
+ * step (median) with overlap as without; spinning, 0.01-0.03 ms. */
 #define SPIN_S 200e-6
 
 kiln_status kiln_comm_wait(kiln_comm *c, kiln_comm_req *req) {
@@ -156,8 +159,7 @@ kiln_status kiln_comm_wait(kiln_comm *c, kiln_comm_req *req) {
         if ((t = now_s() - t0) > c->timeout_s)
             return kiln_fail(KILN_ERR_IO, "rank %d: %s waited %.0f s for the other ranks (--timeout): a rank stopped, "
                              "hangs or diverged in its steps", c->rank, req->what, c->timeout_s);
-        if (t < SPIN_S) sched_yield();
-        else nanosleep(&nap, NULL);
+        if (t >= SPIN_S) nanosleep(&nap, NULL);
     }
 }
 
