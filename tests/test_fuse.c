@@ -270,7 +270,7 @@ static void test_gelu_one_kernel(void) {
     int fused = count_fused(pl), n = kiln_plan_step_count(pl);
     for (int i = 0; i < n && getenv("KILN_TEST_VERBOSE"); i++) {
         kiln_step_info si;
-        if (kiln_plan_step_info(pl, i, &si) == KILN_OK) printf("  %s %s: %s\n", si.name, si.op, si.kernel);
+        if (kiln_plan_step_info(pl, i, &si) == KILN_OK) printf("  %s %s: %s [%s]\n", si.name, si.op, si.kernel, si.attrs);
     }
     /* fused forward, sum, ones, sum's backward (a fill), fused backward, read-out */
     CHECK_MSG(fused == 2 && n == 6, "GELU training plan: %d steps, %d fused", n, fused);

@@ -93,7 +93,7 @@ static cpass *fold_target(folder *F, cprog *C, int j, int r, int d) {
     int p = F->pass_of[r], k = F->def[r];
     if (p < 0 || k < 0 || F->nread[k] != 1 || F->escapes[k]) return NULL;
     cpass *T = &C->p[p];
-    if (T->v.nepi >= KILN_VPASS_MAX_EPI || T->v.I->acc || between(F->P, T->pos, j, d, 1)) return NULL;
+    if (T->v.nepi >= KILN_VPASS_MAX_EPI || T->v.acc || between(F->P, T->pos, j, d, 1)) return NULL;
     for (int q = 0; q < KILN_FUSED_MAX_REGS; q++) /* a deferred read of d still to come, after the moved write */
         if (F->virt[q].on && F->virt[q].src == d && F->virt[q].last > T->pos) return NULL;
     return T;
@@ -105,27 +105,30 @@ static void wrote(folder *F, int d, int pass, int j) {
     F->pass_of[d] = pass, F->def[d] = j, F->virt[d].on = 0;
 }
 
-/* member j as a step of an earlier pass; 1 when it folded */
+/* member j as a step of an earlier pass (its acc then the pass's); 1 when it folded */
 static int fold_into_pass(folder *F, cprog *C, int j) {
     const kiln_pw_instr *I = &F->P->ins[j];
     int kind = F->form[j]->fold;
-    if (I->acc || kind == KILN_VFOLD_NONE) return 0;
+    if (kind == KILN_VFOLD_NONE) return 0;
     for (int side = 0; side < I->nsrc; side++) {
         int r = I->src[side];
         if (I->nsrc > 1 && I->src[0] == I->src[1]) return 0;
         cpass *T = fold_target(F, C, j, r, I->dst);
-        if (!T) continue;
+        if (!T || (I->acc && I->dst == r)) continue; /* adding into the value the pass no longer writes */
         kiln_vepi E = {.kind = (uint8_t)kind, .s = 1, .b = 0};
         uint8_t o = 0;
-        if (kind == KILN_VFOLD_AFFINE) {
+        if (kind == KILN_VFOLD_AFFINE || kind == KILN_VFOLD_SCALE) {
             E.s = I->attr.affine.scale, E.b = I->attr.affine.shift;
-        } else {
+        } else if (kind == KILN_VFOLD_ADD || kind == KILN_VFOLD_MUL) {
             resolve(F, I->src[1 - side], &o, &E.pre, &E.s, &E.b);
             if (between(F->P, T->pos, j, o, 0) || o == T->dst) continue;
         }
-        T->esrc[T->v.nepi] = o;
-        T->v.epi[T->v.nepi++] = E;
+        if (kind != KILN_VFOLD_COPY) {
+            T->esrc[T->v.nepi] = o;
+            T->v.epi[T->v.nepi++] = E;
+        }
         T->dst = I->dst;
+        T->v.acc = I->acc;
         wrote(F, I->dst, (int)(T - C->p), j);
         return 1;
     }
@@ -149,7 +152,7 @@ static void emit(folder *F, cprog *C, int j) {
     const kiln_pw_instr *I = &F->P->ins[j];
     cpass *T = &C->p[C->npass];
     memset(T, 0, sizeof *T);
-    T->v.I = I, T->form = F->form[j], T->pos = j, T->dst = I->dst;
+    T->v.I = I, T->v.acc = I->acc, T->form = F->form[j], T->pos = j, T->dst = I->dst;
     for (int k = 0; k < I->nsrc && k < 2; k++) {
         if (T->form) resolve(F, I->src[k], &T->src[k], &T->v.pre[k], &T->v.pre_s[k], &T->v.pre_b[k]);
         else T->src[k] = I->src[k]; /* never a deferred value: those are read by vector forms only */

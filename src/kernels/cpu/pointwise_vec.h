@@ -16,17 +16,19 @@
 #include "ops/internal/ops.h"
 
 #define KILN_VPASS_MAX_EPI 4
-/* how a member folds into a neighbouring pass (kiln_vform.fold) */
-enum { KILN_VFOLD_NONE, KILN_VFOLD_AFFINE, KILN_VFOLD_ADD, KILN_VFOLD_MUL };
+/* how a member folds into a neighbouring pass (kiln_vform.fold); the last
+ * member folded into a pass may add into its destination (backward's acc) */
+enum { KILN_VFOLD_NONE, KILN_VFOLD_AFFINE, KILN_VFOLD_ADD, KILN_VFOLD_MUL, KILN_VFOLD_SCALE, KILN_VFOLD_COPY };
 
 typedef struct {
-    uint8_t kind;  /* KILN_VFOLD_AFFINE: y = y * s + b; ADD / MUL: y = y op operand */
+    uint8_t kind;  /* AFFINE: y = y * s + b; SCALE: y = y * s; ADD / MUL: y = y op operand (COPY: no step) */
     uint8_t pre;   /* ADD / MUL: the operand is read as operand * s + b */
     float s, b;
 } kiln_vepi;
 
 typedef struct kiln_vpass {
-    const kiln_pw_instr *I; /* the core member: its attributes, acc (add into dst after the epilogue) */
+    const kiln_pw_instr *I; /* the core member: its attributes */
+    uint8_t acc;            /* add into dst after the epilogue (the core's or the last folded member's acc) */
     uint8_t pre[2];         /* core source k is read as x * pre_s[k] + pre_b[k] */
     float pre_s[2], pre_b[2];
     uint8_t nepi;
@@ -40,7 +42,7 @@ typedef void (*kiln_vpass_fn)(const kiln_vpass *V, int64_t n, float *dst, const 
 typedef struct kiln_vform {
     kiln_vpass_fn fn;
     uint8_t nsrc; /* 1 or 2 */
-    uint8_t fold; /* KILN_VFOLD_*: may become a step of a neighbouring pass (affine, add, mul) */
+    uint8_t fold; /* KILN_VFOLD_*: may become a step of the pass that wrote its source */
 } kiln_vform;
 
 extern const kiln_vform kiln_cpu_vform_relu, kiln_cpu_vform_relu_bwd, kiln_cpu_vform_add, kiln_cpu_vform_mul,

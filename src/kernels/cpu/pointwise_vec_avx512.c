@@ -42,6 +42,11 @@ ALWAYS void epilogue(const kiln_vpass *V, const float *const *ptr, int64_t i, in
             affine_block(nv, E->s, E->b, y);
             continue;
         }
+        if (E->kind == KILN_VFOLD_SCALE) { /* affine_bwd's scale * dy */
+#pragma GCC unroll 8
+            for (int u = 0; u < nv; u++) y[u] = _mm512_mul_ps(y[u], _mm512_set1_ps(E->s));
+            continue;
+        }
         /* operand by operand, not a block of them: a block's worth of registers would spill */
         const float *p = ptr[2 + e];
         if (E->kind == KILN_VFOLD_ADD && E->pre)
@@ -67,7 +72,7 @@ ALWAYS void vblock(const kiln_vpass *V, int nsrc, core_fn core, float *dst, cons
 #pragma GCC unroll 8
     for (int u = 0; u < nv; u++) y[u] = core(V, a[u], nsrc > 1 ? b[u] : a[u]);
     epilogue(V, ptr, i, nv, m, y);
-    if (V->I->acc) {
+    if (V->acc) {
         __m512 d[VB];
         load_block(dst, i, nv, m, 0, 0, 0, d);
 #pragma GCC unroll 8
@@ -110,9 +115,9 @@ VPASS(erf, 1, KILN_VFOLD_NONE, erf16(a))
 VPASS(tanh, 1, KILN_VFOLD_NONE, tanh16(a))
 /* backward: (y or x, dy) as the tile functions take them; acc adds into dst */
 VPASS(relu_bwd, 2, KILN_VFOLD_NONE, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, ZERO, _CMP_GT_OQ), b))
-VPASS(mul_bwd, 2, KILN_VFOLD_NONE, _mm512_mul_ps(a, b))
-VPASS(copy, 1, KILN_VFOLD_NONE, a)
-VPASS(affine_bwd, 1, KILN_VFOLD_NONE, _mm512_mul_ps(_mm512_set1_ps(AFF.scale), a))
+VPASS(mul_bwd, 2, KILN_VFOLD_MUL, _mm512_mul_ps(a, b))
+VPASS(copy, 1, KILN_VFOLD_COPY, a)
+VPASS(affine_bwd, 1, KILN_VFOLD_SCALE, _mm512_mul_ps(_mm512_set1_ps(AFF.scale), a))
 VPASS(erf_bwd, 2, KILN_VFOLD_NONE,
       _mm512_mul_ps(b, _mm512_mul_ps(_mm512_set1_ps(KILN_TWO_OVER_SQRTPI), exp16(_mm512_sub_ps(ZERO, _mm512_mul_ps(a, a))))))
 VPASS(tanh_bwd, 2, KILN_VFOLD_NONE, _mm512_mul_ps(b, _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(a, a))))
