@@ -60,8 +60,26 @@ diagnose "gpt over its memory budget" memory checkpoint-activations -- --model g
 # --apply: measured against the given command, the improved command printed, then run
 [ "$SAN" = 1 ] || expect 0 "doctor --apply" "measured" "predicted" "the improved command" "--workers" -- "$KILN" doctor train \
     --model mnist-cnn --data "$T/png" --random-resized-crop 28 --channels 1 --workers 0 --batch-size 64 --max-steps 6 \
-    --no-test "${W[@]}" --apply
+    --no-test "${W[@]}" --apply --json
 grep -E "measured|improved|kiln train|kiln train" "$T/err" | sed 's/^/    apply: /' >&2
+[ "$SAN" = 1 ] || check "--apply --json: the applied window and the improved command, the applied remedies' flags in it" \
+    "$PY" - "$T/out" <<'PYEOF'
+import json, sys
+d = json.loads(next(l for l in open(sys.argv[1]) if l.startswith("{")))
+a, rem = d["applied"], d["remedies"]
+print("applied", {k: a[k] for k in ("samples_per_s", "measured_gain", "predicted_gain")}, a["command"])
+assert a["samples_per_s"] > 0 and a["measured_gain"] > 0 and a["command"][0] == "train", a
+assert "--workers" in a["command"] and "--apply" not in a["command"] and "--json" not in a["command"]
+for m in rem:  # an applied remedy's flag is in the command, with its value; one not applied is not
+    assert m["applied"] == (m["memory"] or m["wrong_in_itself"] or m["predicted_gain"] >= 1.05), m
+    if m["flag"] != "cache":
+        assert ("--" + m["flag"] in a["command"]) == m["applied"], (m["flag"], a["command"])
+PYEOF
+# --measure-only: the baseline window alone
+expect 0 "doctor --measure-only" "where a step" -- "$KILN" doctor train --model mnist-cnn --data "$T/small" --batch-size 8 \
+    --threads $((2 * cores)) "${W[@]}" --measure-only --json
+check "--measure-only: no remedy, no diagnosis" grep -q '"bottleneck":"unknown","remedies":\[\]' "$T/out"
+expect 2 "doctor --measure-only --apply" "--measure-only" -- "$KILN" doctor train --model mnist-cnn --measure-only --apply
 
 expect 2 "doctor without what to diagnose" "kiln doctor train" -- "$KILN" doctor
 expect 2 "doctor train with an unknown model" "nope" -- "$KILN" doctor train --model nope

@@ -1,6 +1,7 @@
 /* kiln doctor train [train's options] [--apply] [--json] [--window-steps N]:
  * the report of kiln_doctor_run, and with --apply the improved command line,
  * measured against the given one, then run. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +21,9 @@ static const cli_opt extra[] = {
     {"apply", NULL, "measure the command with every remedy applied against the given one, print it and run it", NULL},
     {"json", NULL, "print the report as one JSON object on stdout", NULL},
     {"window-steps", "N", "steps per measured window", "12"},
+    {"measure-only", NULL, "measure the baseline window alone, no remedy looked for (to compare configurations)", NULL},
 };
-enum { X_APPLY, X_JSON, X_WINDOW, X_N };
+enum { X_APPLY, X_JSON, X_WINDOW, X_MEASURE, X_N };
 
 static void print_step(const kiln_doctor_report *r) {
     double s = r->step_ms > 0 ? r->step_ms : 1;
@@ -55,11 +57,12 @@ static void print_step(const kiln_doctor_report *r) {
     }
 }
 
-static void print_report(const kiln_doctor_report *r) {
+static void print_report(const kiln_doctor_report *r, int measure_only) {
     fprintf(stderr, "kiln doctor: %lld steps measured per window, %.1f s in all, on %s (%d of %d cores; measured FP32 "
             "peak %.0f GFLOP/s, copy %.0f GB/s)\n", (long long)r->steps, r->elapsed_s, r->cpu[0] ? r->cpu : "this CPU",
             r->cores_available, r->cores_online, r->peak_gflops, r->copy_gbps);
     print_step(r);
+    if (measure_only) return;
     static const char *const says[][2] = {{"memory", "memory: the run does not fit as given"},
                                           {"all-reduce", "communication: the optimizer waits for the gradient all-reduce"},
                                           {"threads", "oversubscription: more compute threads than cores"},
@@ -82,6 +85,7 @@ static void print_report(const kiln_doctor_report *r) {
         else
             fprintf(stderr, "  %d. %s  [%s]: predicts %.2fx the samples/s\n", i + 1, flag, m->technique, m->predicted);
         fprintf(stderr, "     seen: %s\n     predicted from: %s\n", m->why, m->how);
+        if (!m->applied) fprintf(stderr, "     not applied by --apply: predicted under 1.05x\n");
     }
 }
 
@@ -97,6 +101,7 @@ static int remedied_argv(const kiln_doctor_report *r, int argc, char **argv, cha
         }
         int drop = !strcmp(a, "--apply") || !strcmp(a, "--json") || !strncmp(a, "--window-steps", 14);
         for (int k = 0; k < r->nremedies && !drop; k++) {
+            if (!r->remedies[k].applied) continue;
             size_t len = strlen(r->remedies[k].flag);
             drop = !strncmp(a + 2, r->remedies[k].flag, len) && (a[2 + len] == 0 || a[2 + len] == '=');
         }
@@ -110,9 +115,9 @@ static int remedied_argv(const kiln_doctor_report *r, int argc, char **argv, cha
     }
     for (int k = 0; k < r->nremedies; k++) {
         const kiln_remedy *m = &r->remedies[k];
-        if (!strcmp(m->value, "false")) continue;
+        if (!m->applied || !strcmp(m->value, "false")) continue;
         int dup = 0;
-        for (int j = 0; j < k; j++) dup |= !strcmp(r->remedies[j].flag, m->flag);
+        for (int j = 0; j < k; j++) dup |= r->remedies[j].applied && !strcmp(r->remedies[j].flag, m->flag);
         if (dup) continue;
         static char flags[KILN_DOCTOR_MAX_REMEDIES][40];
         snprintf(flags[k], sizeof flags[k], "--%s", m->flag);
@@ -123,43 +128,40 @@ static int remedied_argv(const kiln_doctor_report *r, int argc, char **argv, cha
     return n;
 }
 
-static double predicted_total(const kiln_doctor_report *r) {
-    double g = 1;
-    int data = 0;
-    for (int i = 0; i < r->nremedies; i++) {
-        const kiln_remedy *m = &r->remedies[i];
-        int is_data = !strcmp(m->flag, "workers") || !strcmp(m->flag, "cache");
-        if (m->memory || (is_data && data++)) continue; /* workers and the cache remove the same wait */
-        g *= m->predicted;
-    }
-    return g;
-}
-
-static int apply(const kiln_doctor_report *r, const kiln_train_config *given, int argc, char **argv, int64_t steps) {
+/* --apply's window: the configuration with the applied remedies, measured into r */
+static int measure_applied(kiln_doctor_report *r, const kiln_train_config *given, int64_t steps) {
     kiln_train_config c = *given;
     if (kiln_doctor_apply(r, &c) != KILN_OK) {
         fprintf(stderr, "kiln doctor: %s\n", kiln_last_error());
         return EXIT_USAGE;
     }
-    double ms = 0, sps = 0;
-    if (kiln_doctor_measure(&c, steps, &ms, &sps) != KILN_OK) {
+    if (kiln_doctor_measure(&c, steps, &r->applied_step_ms, &r->applied_samples_per_s) != KILN_OK) {
         fprintf(stderr, "kiln doctor: the improved run failed: %s\n", kiln_last_error());
         return cli_exit_code(KILN_ERR_INVALID_ARG);
     }
-    int quiet = kiln_dist_rank() != 0; /* under mpirun rank 0 reports */
-    if (!quiet) fprintf(stderr, "kiln doctor: with the remedies, %.0f samples/s against %.0f: measured %.2fx, predicted %.2fx\n", sps,
-            r->samples_per_s, r->samples_per_s > 0 ? sps / r->samples_per_s : 0, predicted_total(r));
-    char **out = calloc((size_t)argc + 2 * KILN_DOCTOR_MAX_REMEDIES + 2, sizeof *out);
-    if (!out) return 1;
-    int n = remedied_argv(r, argc, argv, out);
-    if (!quiet) {
-        fprintf(stderr, "kiln doctor: the improved command:\n  kiln");
-        for (int i = 0; i < n; i++) fprintf(stderr, " %s", out[i]);
-        fprintf(stderr, "\n");
+    r->applied_predicted = kiln_doctor_predicted_total(r);
+    if (kiln_dist_rank() == 0) /* under mpirun rank 0 reports */
+        fprintf(stderr, "kiln doctor: with the remedies, %.0f samples/s against %.0f: measured %.2fx, predicted %.2fx\n",
+                r->applied_samples_per_s, r->samples_per_s,
+                r->samples_per_s > 0 ? r->applied_samples_per_s / r->samples_per_s : 0, r->applied_predicted);
+    return 0;
+}
+
+/* the report on stdout; with --apply, the improved command's words (after `kiln`) in "applied" */
+static void print_json(const kiln_doctor_report *r, char **cmd, int n) {
+    char *text = kiln_doctor_json(r);
+    json_t *o = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    json_t *applied = o ? json_object_get(o, "applied") : NULL;
+    if (cmd && json_is_object(applied)) {
+        json_t *words = json_array();
+        for (int i = 0; i < n; i++) json_array_append_new(words, json_string(cmd[i]));
+        json_object_set_new(applied, "command", words);
     }
-    int rc = cli_train(n, out);
-    free(out);
-    return rc;
+    if (o && (text = json_dumps(o, JSON_COMPACT))) printf("%s\n", text);
+    free(text);
+    json_decref(o);
+    fflush(stdout);
 }
 
 int cli_doctor(int argc, char **argv) {
@@ -177,8 +179,11 @@ int cli_doctor(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     int64_t steps = 12;
     if (cli_int("doctor", extra, X_WINDOW, vals, 2, 100000, &steps)) return EXIT_USAGE;
+    if (given[X_MEASURE] && given[X_APPLY])
+        return cli_usage_error("doctor", "--measure-only looks for no remedy: --apply would have none to apply");
     kiln_doctor_opts o = kiln_doctor_defaults();
     o.window_steps = steps;
+    o.measure_only = given[X_MEASURE];
     static kiln_doctor_report r; /* large: off the stack */
     /* under mpirun every rank runs the windows (and trains in them), rank 0 reports */
     if (kiln_dist_init(c.timeout) != KILN_OK) {
@@ -187,22 +192,32 @@ int cli_doctor(int argc, char **argv) {
     }
     int rank = kiln_dist_rank();
     if (rank != 0) kiln_log_set_level(KILN_LOG_WARN);
-    if (rank == 0) fprintf(stderr, "kiln doctor: measuring (a baseline window of %lld steps, then a trial per remedy that needs one)...\n",
-            (long long)steps);
+    if (rank == 0) fprintf(stderr, "kiln doctor: measuring (a baseline window of %lld steps%s)...\n", (long long)steps,
+                           o.measure_only ? "" : ", then a trial per remedy that needs one");
     kiln_status st = kiln_doctor_run(&c, &o, &r);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln doctor: %s\n", kiln_last_error());
         if (kiln_dist_size() > 1) kiln_dist_abort(cli_exit_code(st));
         return cli_exit_code(st);
     }
-    if (rank == 0) print_report(&r);
-    if (given[X_JSON] && rank == 0) {
-        char *text = kiln_doctor_json(&r);
-        if (text) printf("%s\n", text);
-        free(text);
-        fflush(stdout);
+    if (rank == 0) print_report(&r, o.measure_only);
+    if (!given[X_APPLY]) {
+        if (given[X_JSON] && rank == 0) print_json(&r, NULL, 0);
+        kiln_dist_finalize();
+        return 0;
     }
-    if (given[X_APPLY]) return apply(&r, &c, argc - 1, argv + 1, steps); /* train ends the job */
-    kiln_dist_finalize();
-    return 0;
+    if ((rc = measure_applied(&r, &c, steps)) != 0) return rc;
+    /* the improved command: argv without the doctor's own options and with every applied remedy's flag */
+    char **out = calloc((size_t)argc + 2 * KILN_DOCTOR_MAX_REMEDIES + 2, sizeof *out);
+    if (!out) return 1;
+    int n = remedied_argv(&r, argc - 1, argv + 1, out);
+    if (given[X_JSON] && rank == 0) print_json(&r, out, n);
+    if (rank == 0) {
+        fprintf(stderr, "kiln doctor: the improved command:\n  kiln");
+        for (int i = 0; i < n; i++) fprintf(stderr, " %s", out[i]);
+        fprintf(stderr, "\n");
+    }
+    rc = cli_train(n, out); /* train ends the job */
+    free(out);
+    return rc;
 }

@@ -9,6 +9,7 @@
 
 typedef struct kiln_doctor_opts {
     int64_t window_steps;       /* steps of the baseline window and of each remedy's trial (12) */
+    int measure_only;           /* 1: the baseline window alone, no remedy looked for (to compare configurations) */
 } kiln_doctor_opts;
 kiln_doctor_opts kiln_doctor_defaults(void);
 
@@ -20,6 +21,8 @@ typedef struct kiln_remedy {
     char how[192];              /* how the gain was predicted */
     double predicted;           /* time per sample before / after (memory remedies: arena before / after) */
     int memory;                 /* 1: the run does not fit without it */
+    int wrong;                  /* 1: the given setting is wrong in itself: offered and applied whatever its trial says */
+    int applied;                /* 1: --apply applies it (needed to fit, wrong in itself, or predicted >= 1.05x) */
 } kiln_remedy;
 
 #define KILN_DOCTOR_MAX_REMEDIES 12
@@ -50,14 +53,18 @@ typedef struct kiln_doctor_report {
     int nremedies;              /* ranked: memory first, then by predicted gain */
     kiln_remedy remedies[KILN_DOCTOR_MAX_REMEDIES];
     double elapsed_s;           /* the doctor's own time */
+    /* --apply: a window of the configuration with the applied remedies (0: not measured) */
+    double applied_step_ms, applied_samples_per_s, applied_predicted;
 } kiln_doctor_report;
 
 /* diagnose c: bounded windows of window_steps each (the baseline and one per remedy tried) */
 kiln_status kiln_doctor_run(const kiln_train_config *c, const kiln_doctor_opts *o, kiln_doctor_report *r);
-/* c with every remedy of r applied (the strings stay r's: keep r alive while c is used) */
+/* c with the remedies of r marked applied (the strings stay r's: keep r alive while c is used) */
 kiln_status kiln_doctor_apply(const kiln_doctor_report *r, kiln_train_config *c);
 /* wall ms per step of a window of c (steps steps, profiled as the doctor's windows are) */
 kiln_status kiln_doctor_measure(const kiln_train_config *c, int64_t steps, double *step_ms, double *samples_per_s);
+/* the predicted gain of the applied remedies together (the data remedies counted once) */
+double kiln_doctor_predicted_total(const kiln_doctor_report *r);
 /* the report as a JSON document (free it) */
 char *kiln_doctor_json(const kiln_doctor_report *r);
 

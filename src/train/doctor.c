@@ -20,7 +20,7 @@
 
 #define MIB 1048576.0
 
-kiln_doctor_opts kiln_doctor_defaults(void) { return (kiln_doctor_opts){12}; }
+kiln_doctor_opts kiln_doctor_defaults(void) { return (kiln_doctor_opts){.window_steps = 12}; }
 
 static double now_s(void) {
     struct timespec t;
@@ -89,7 +89,7 @@ static int fitting_checkpoint(const kiln_train_config *c, double budget, size_t 
         if (kiln_train_arena(&t, c->batch_size, &arena) != KILN_OK || arena >= before || (double)arena > budget) continue;
         kiln_remedy *m = add(r, "checkpoint-activations", tries[i], "activation checkpointing");
         if (!m) return 0;
-        m->memory = 1;
+        m->memory = m->applied = 1;
         m->predicted = (double)before / (double)arena;
         snprintf(m->why, sizeof m->why, "the training plan needs %.0f MiB at batch %lld, more than the %.0f MiB budget",
                  before / MIB, (long long)c->batch_size, budget / MIB);
@@ -108,7 +108,7 @@ static void fitting_batch(const kiln_train_config *c, double budget, size_t befo
     snprintf(v, sizeof v, "%lld", (long long)b);
     kiln_remedy *m = add(r, "batch-size", v, "the batch-size finder");
     if (!m) return;
-    m->memory = 1;
+    m->memory = m->applied = 1;
     m->predicted = (double)before / (double)arena;
     snprintf(m->why, sizeof m->why, "the training plan needs %.0f MiB at batch %lld, more than the %.0f MiB budget, and "
              "checkpointing does not bring it under", before / MIB, (long long)c->batch_size, budget / MIB);
@@ -117,7 +117,7 @@ static void fitting_batch(const kiln_train_config *c, double budget, size_t befo
     int64_t k = (c->batch_size + b - 1) / b * (c->accumulate > 0 ? c->accumulate : 1);
     snprintf(v, sizeof v, "%lld", (long long)k);
     if (!(m = add(r, "accumulate", v, "gradient accumulation"))) return;
-    m->memory = 1;
+    m->memory = m->applied = 1;
     m->predicted = (double)before / (double)arena;
     snprintf(m->why, sizeof m->why, "with --batch-size %lld, as many samples per optimizer step as batch %lld gave",
              (long long)b, (long long)c->batch_size);
@@ -246,10 +246,12 @@ typedef struct {
     int64_t steps;
 } trial_ctx;
 
-/* a trial window of t; adds the remedy when it is >= 5 % faster per sample, or always for a
- * setting the guide calls wrong in itself (then the measured gain is only reported) */
+/* how a trial's remedy is kept: when >= 5 % faster per sample; offered always (applied when faster); or, for a
+ * setting the guide calls wrong in itself, offered and applied always (the measured gain is only reported) */
+enum { IF_FASTER, OFFER, WRONG };
+/* a trial window of t, its remedy kept as `keep` says */
 static void trial(trial_ctx *x, const kiln_train_config *t, const char *flag, const char *value, const char *technique,
-                  const char *why, int always) {
+                  const char *why, int keep) {
     double ms = 0, sps = 0;
     if (kiln_doctor_measure(t, x->steps, &ms, &sps) != KILN_OK) {
         kiln_log(KILN_LOG_DEBUG, "doctor: the trial of --%s %s failed: %s", flag, value, kiln_last_error());
@@ -257,9 +259,10 @@ static void trial(trial_ctx *x, const kiln_train_config *t, const char *flag, co
     }
     double gain = sps / x->r->samples_per_s;
     kiln_log(KILN_LOG_DEBUG, "doctor: --%s %s: %.1f ms a step, %.0f samples/s (%.2fx)", flag, value, ms, sps, gain);
-    if (gain < 1.05 && !always) return;
+    if (gain < 1.05 && keep == IF_FASTER) return;
     kiln_remedy *m = add(x->r, flag, value, technique);
     if (!m) return;
+    m->wrong = keep == WRONG;
     m->predicted = gain;
     snprintf(m->why, sizeof m->why, "%s", why);
     snprintf(m->how, sizeof m->how, "a %lld-step trial window with it: %.0f -> %.0f samples/s (compiling excluded)",
@@ -275,25 +278,25 @@ static void trial_remedies(const kiln_train_config *c, trial_ctx *x) {
         snprintf(v, sizeof v, "%d", r->cores_available);
         snprintf(why, sizeof why, "%d compute threads on %d cores: threads preempt each other at every barrier",
                  c->threads, r->cores_available);
-        trial(x, &t, "threads", v, "avoid oversubscription (OpenMP threads)", why, 1);
+        trial(x, &t, "threads", v, "avoid oversubscription (OpenMP threads)", why, WRONG);
         t = *c;
     }
     if (!c->autotune && kiln_train_plan_has_op(c, "conv2d")) {
         t.autotune = 1;
         trial(x, &t, "no-autotune", "false", "cudnn.benchmark: autotune every convolution",
-              "convolutions run oneDNN's default implementation, untimed (--no-autotune)", 1);
+              "convolutions run oneDNN's default implementation, untimed (--no-autotune)", WRONG);
         t = *c;
     }
     if (!c->fuse) {
         t.fuse = 1;
-        trial(x, &t, "no-fuse", "false", "fuse pointwise operations", "fusion is off (--no-fuse): every pointwise op is its own pass", 1);
+        trial(x, &t, "no-fuse", "false", "fuse pointwise operations", "fusion is off (--no-fuse): every pointwise op is its own pass", WRONG);
         t = *c;
     }
     if (c->precision == KILN_PRECISION_FP32 && (kiln_train_plan_has_op(c, "conv2d") || kiln_train_plan_has_op(c, "linear") ||
                                                 kiln_train_plan_has_op(c, "matmul"))) {
         t.precision = KILN_PRECISION_AUTO;
         trial(x, &t, "precision", "auto", "mixed precision (bf16 where measured faster)",
-              "every matmul and convolution runs in fp32; bf16 operands may be faster on this CPU", 0);
+              "every matmul and convolution runs in fp32; bf16 operands may be faster on this CPU", IF_FASTER);
         t = *c;
     }
 }
@@ -312,7 +315,7 @@ static void batch_remedy(const kiln_train_config *c, trial_ctx *x) {
     snprintf(why, sizeof why, "batch %lld uses %.0f MiB of a %.0f MiB budget; batch %lld fits (%.0f MiB): fewer, larger "
              "kernels per sample (scale --lr with it, or use --optimizer lars/lamb)", (long long)c->batch_size,
              x->r->arena_mb, budget_bytes(c) / MIB, (long long)b, arena / MIB);
-    trial(x, &t, "batch-size", v, "increase the batch size (the batch-size finder)", why, 1);
+    trial(x, &t, "batch-size", v, "increase the batch size (the batch-size finder)", why, OFFER);
 }
 
 static void rank_remedies(kiln_doctor_report *r) {
@@ -325,6 +328,16 @@ static void rank_remedies(kiln_doctor_report *r) {
             *a = *b;
             *b = t;
         }
+}
+
+/* what --apply applies: what makes the run fit, what replaces a setting wrong in itself (a short trial on a
+ * busy machine may measure no gain), and what its prediction says is 5 % faster (a larger batch measured
+ * slower is reported, not applied) */
+static void choose_applied(kiln_doctor_report *r) {
+    for (int i = 0; i < r->nremedies; i++) {
+        kiln_remedy *m = &r->remedies[i];
+        m->applied = m->memory || m->wrong || m->predicted >= 1.05;
+    }
 }
 
 kiln_status kiln_doctor_run(const kiln_train_config *given, const kiln_doctor_opts *o, kiln_doctor_report *r) {
@@ -341,12 +354,18 @@ kiln_status kiln_doctor_run(const kiln_train_config *given, const kiln_doctor_op
                          "neither checkpointing nor a smaller batch fits", r->arena_mb, r->budget_mb);
     kiln_status st = baseline(&c, steps, r);
     if (st != KILN_OK) return st;
+    if (o && o->measure_only) {
+        snprintf(r->bottleneck, sizeof r->bottleneck, "unknown");
+        r->elapsed_s = now_s() - t0;
+        return KILN_OK;
+    }
     data_remedies(&c, r);
     trial_ctx x = {&c, r, steps};
     trial_remedies(&c, &x);
     batch_remedy(&c, &x);
     if ((st = kiln_doctor_dist_remedies(&c, steps, r)) != KILN_OK) return st;
     rank_remedies(r);
+    choose_applied(r);
     /* the diagnosis: a run that cannot fit or fights for its cores before all else, then waiting for data */
     snprintf(r->bottleneck, sizeof r->bottleneck, "%s", !r->fits ? "memory" : c.threads > r->cores_available ? "threads"
              : r->data_wait_ms > 0.05 * r->step_ms ? "data" : "compute");
@@ -370,9 +389,10 @@ static void make_parents(const char *dir) {
 kiln_status kiln_doctor_apply(const kiln_doctor_report *r, kiln_train_config *c) {
     for (int i = 0; i < r->nremedies; i++) {
         const kiln_remedy *m = &r->remedies[i];
-        /* two remedies for one flag (workers or cache both fix data-wait): the first, ranked higher, wins */
+        if (!m->applied) continue;
+        /* two remedies for one flag (under mpirun --threads twice): the first, ranked higher, wins */
         int seen = 0;
-        for (int j = 0; j < i; j++) seen |= strcmp(r->remedies[j].flag, m->flag) == 0;
+        for (int j = 0; j < i; j++) seen |= r->remedies[j].applied && strcmp(r->remedies[j].flag, m->flag) == 0;
         if (seen) continue;
         if (!strcmp(m->flag, "cache")) make_parents(m->value);
         kiln_status st = kiln_train_option_set(c, m->flag, m->value[0] ? m->value : NULL);
@@ -381,7 +401,29 @@ kiln_status kiln_doctor_apply(const kiln_doctor_report *r, kiln_train_config *c)
     return KILN_OK;
 }
 
+double kiln_doctor_predicted_total(const kiln_doctor_report *r) {
+    double g = 1;
+    int data = 0;
+    for (int i = 0; i < r->nremedies; i++) {
+        const kiln_remedy *m = &r->remedies[i];
+        int is_data = !strcmp(m->flag, "workers") || !strcmp(m->flag, "cache");
+        if (!m->applied || m->memory || (is_data && data++)) continue; /* workers and the cache remove the same wait */
+        g *= m->predicted;
+    }
+    return g;
+}
+
 /* ---- the report as JSON ---- */
+
+static json_t *applied_json(const kiln_doctor_report *r) {
+    if (r->applied_samples_per_s <= 0) return json_null();
+    json_t *o = json_object();
+    json_object_set_new(o, "step_ms", json_real(r->applied_step_ms));
+    json_object_set_new(o, "samples_per_s", json_real(r->applied_samples_per_s));
+    json_object_set_new(o, "measured_gain", json_real(r->samples_per_s > 0 ? r->applied_samples_per_s / r->samples_per_s : 0));
+    json_object_set_new(o, "predicted_gain", json_real(r->applied_predicted));
+    return o;
+}
 
 static json_t *remedy_json(const kiln_remedy *m) {
     json_t *o = json_object();
@@ -392,6 +434,8 @@ static json_t *remedy_json(const kiln_remedy *m) {
     json_object_set_new(o, "how", json_string(m->how));
     json_object_set_new(o, "predicted_gain", json_real(m->predicted));
     json_object_set_new(o, "memory", json_boolean(m->memory));
+    json_object_set_new(o, "wrong_in_itself", json_boolean(m->wrong));
+    json_object_set_new(o, "applied", json_boolean(m->applied));
     return o;
 }
 
@@ -442,6 +486,7 @@ char *kiln_doctor_json(const kiln_doctor_report *r) {
     json_object_set_new(o, "bottleneck", json_string(r->bottleneck));
     json_object_set_new(o, "remedies", rem);
     json_object_set_new(o, "distributed", kiln_doctor_dist_json(r));
+    json_object_set_new(o, "applied", applied_json(r));
     json_object_set_new(o, "elapsed_s", json_real(r->elapsed_s));
     char *text = json_dumps(o, JSON_COMPACT);
     json_decref(o);

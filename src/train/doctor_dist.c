@@ -46,6 +46,7 @@ static void trial(const kiln_train_config *t, int64_t steps, kiln_doctor_report 
     snprintf(m->technique, sizeof m->technique, "%s", technique);
     snprintf(m->why, sizeof m->why, "%s", why);
     m->predicted = gain;
+    m->wrong = always;
     /* the bound a wait alone sets: the step without it */
     double bound = r->step_ms > r->allreduce_exposed_ms ? r->step_ms / (r->step_ms - r->allreduce_exposed_ms) : 0;
     if (!strcmp(flag, "overlap") || !strcmp(flag, "bucket-mb"))
