@@ -31,10 +31,13 @@
 #define KILN_CPU_HOT
 #endif
 
-/* 1 when the running CPU has AVX-512F (the *_avx512.c files need it). */
+/* 1 when the running CPU has AVX-512 F, DQ, BW and VL: the *_avx512.c files
+ * are built for all four (erf's vreduceps is DQ); every AVX-512 CPU but Xeon
+ * Phi has them. */
 static inline int kiln_cpu_has_avx512(void) {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    return __builtin_cpu_supports("avx512f");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
 #else
     return 0;
 #endif
