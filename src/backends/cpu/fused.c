@@ -23,7 +23,6 @@
 #include "kernels/cpu/pointwise_vec.h"
 
 #define PAR_MIN 32768 /* elements: below, one thread (as pointwise.c) */
-#define NONE 255
 
 typedef struct {
     kiln_vpass v;
