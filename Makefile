@@ -101,6 +101,12 @@ bench-shards: deps
 	@$(MAKE) --no-print-directory all
 	bash bench/shards.sh
 
+# the doctor's five slow configurations: slow, what --apply reaches, the best found by hand (no PyTorch needed)
+.PHONY: bench-doctor
+bench-doctor: deps
+	@$(MAKE) --no-print-directory all
+	bash bench/doctor.sh
+
 # resnet20 (batch 128) and resnet18 (batch 32, 112x112) training and inference steps beside PyTorch
 # in fp32, bf16 and auto; PyTorch in both formats, fp32 and autocast bf16 (needs python3-torch, torchvision; bench/peers/resnet_peer.py)
 .PHONY: bench-resnet

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "data/internal/folder.h"
+#include "data/internal/source.h"
 #include "train/internal/doctor_dist.h"
 #include "train/internal/fit.h"
 #include "train/internal/machine.h"
@@ -192,12 +194,10 @@ static kiln_status baseline(const kiln_train_config *c, int64_t steps, kiln_doct
 
 /* ---- remedies predicted from the baseline's own figures ---- */
 
-/* data sources read through the decoding workers: image folders, shards, HTTP (not IDX, tokens or CIFAR binaries) */
+/* data sources read through the decoding workers, which --cache serves: image folders, shards, HTTP (not IDX, named
+ * or a folder of IDX files, tokens or CIFAR binaries) */
 static int decoded_source(const char *data) {
-    static const char *const plain[] = {"fashion-mnist", "mnist", "tokens:", "cifar10:"};
-    for (int i = 0; i < 4; i++)
-        if (strncmp(data, plain[i], strlen(plain[i])) == 0) return 0;
-    return 1; /* a folder of images or shards, or shards over HTTP */
+    return kiln_source_is_url(data) || kiln_shards_detect(data) || kiln_imagefolder_detect(data);
 }
 
 static void data_remedies(const kiln_train_config *c, kiln_doctor_report *r) {
