@@ -73,7 +73,7 @@ CASE_SLOW[3]="--model mnist-cnn --data $D/idx4k --batch-size 4 --workers 1"
 CASE_BEST[3]="--model mnist-cnn --data $D/idx4k --batch-size 32 --workers 1"
 CASE_NAME[4]="threads = 2x cores"
 CASE_STEPS[4]=20
-CASE_ORDINARY[4]=1  # under chrt it runs at the ordinary policy: real-time threads above the cores starve each other
+CASE_ORDINARY[4]=${ORDINARY4:-1}  # under chrt it runs at the ordinary policy: real-time threads above the cores starve each other
 CASE_SLOW[4]="--model mnist-cnn --data $D/idx4k --batch-size 32 --workers 1 --threads $((2 * $(nproc)))"
 CASE_BEST[4]="--model mnist-cnn --data $D/idx4k --batch-size 32 --workers 1 --threads $(nproc) --precision auto"
 CASE_NAME[5]="gpt over a 15 MiB budget"
@@ -122,7 +122,7 @@ for i in $(seq 1 "$REPEAT"); do
         echo "  round $i/$REPEAT, case $k: ${CASE_NAME[$k]}" >&2
         rm -rf "${XDG_CACHE_HOME:?}"/kiln/decoded-* "$WORK/best-cache"
         POLICY=(env)
-        [ -n "${CASE_ORDINARY[$k]:-}" ] && [ "$RT" = 1 ] && POLICY=(chrt -o 0)
+        [ "${CASE_ORDINARY[$k]:-0}" = 1 ] && [ "$RT" = 1 ] && POLICY=(chrt -o 0)
         # the slow configuration and the doctor's own window with what it applied
         # shellcheck disable=SC2086 # the cases' options are words
         "${POLICY[@]}" "$KILN" doctor train ${CASE_SLOW[$k]} --window-steps "${CASE_STEPS[$k]}" --max-steps 1 --no-test --seed "$i" \
