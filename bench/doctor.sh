@@ -73,9 +73,11 @@ CASE_SLOW[3]="--model mnist-cnn --data $D/idx4k --batch-size 4 --workers 1"
 CASE_BEST[3]="--model mnist-cnn --data $D/idx4k --batch-size 32 --workers 1"
 CASE_NAME[4]="threads = 2x cores"
 CASE_STEPS[4]=20
-CASE_ORDINARY[4]=${ORDINARY4:-1}  # under chrt it runs at the ordinary policy: real-time threads above the cores starve each other
-CASE_SLOW[4]="--model mnist-cnn --data $D/idx4k --batch-size 32 --workers 1 --threads $((2 * $(nproc)))"
-CASE_BEST[4]="--model mnist-cnn --data $D/idx4k --batch-size 32 --workers 1 --threads $(nproc) --precision auto"
+# under chrt case 4 runs at the ordinary policy and nice -20: real-time threads above the cores starve each other
+# (a 20-step window took minutes); IDX data in memory and no loader worker (a worker at nice 10 starves on a busy machine)
+CASE_ORDINARY[4]=${ORDINARY4:-1}
+CASE_SLOW[4]="--model mnist-cnn --data $D/idx4k --batch-size 32 --workers 0 --threads $((2 * $(nproc)))"
+CASE_BEST[4]="--model mnist-cnn --data $D/idx4k --batch-size 32 --workers 0 --threads $(nproc) --precision auto"
 CASE_NAME[5]="gpt over a 15 MiB budget"
 CASE_STEPS[5]=20
 CASE_SLOW[5]="--model gpt --layers 2 --heads 2 --dim 64 --block 64 --data tokens:$D/fortunes.tokens --optimizer adamw --batch-size 32 --memory-budget-mb 15"
@@ -122,7 +124,7 @@ for i in $(seq 1 "$REPEAT"); do
         echo "  round $i/$REPEAT, case $k: ${CASE_NAME[$k]}" >&2
         rm -rf "${XDG_CACHE_HOME:?}"/kiln/decoded-* "$WORK/best-cache"
         POLICY=(env)
-        [ "${CASE_ORDINARY[$k]:-0}" = 1 ] && [ "$RT" = 1 ] && POLICY=(chrt -o 0)
+        [ "${CASE_ORDINARY[$k]:-0}" = 1 ] && [ "$RT" = 1 ] && POLICY=(chrt -o 0 nice -n -20)
         # the slow configuration and the doctor's own window with what it applied
         # shellcheck disable=SC2086 # the cases' options are words
         "${POLICY[@]}" "$KILN" doctor train ${CASE_SLOW[$k]} --window-steps "${CASE_STEPS[$k]}" --max-steps 1 --no-test --seed "$i" \
@@ -157,7 +159,11 @@ for k, (name, slow_cfg, best_cfg) in sorted(cases.items()):
     own = med([r["applied"]["samples_per_s"] for r in doc])  # the doctor's own window (a --cache still filling)
     b_sps = med([r["step"]["samples_per_s"] for r in best])
     a_t, b_t = 1e3 / a_sps, 1e3 / b_sps
-    if fits:
+    verdict = None
+    if fits and b_sps <= s_sps:  # the machine's load can invert a case: then there is no gap to recover
+        s_t, frac_t, frac_s = 1e3 / s_sps, float("nan"), float("nan")
+        slow, verdict = f"{s_t:14.4f}", "no gap: hand-best not faster"
+    elif fits:
         s_t = 1e3 / s_sps
         frac_t = (s_t - a_t) / (s_t - b_t) if s_t != b_t else float("nan")
         frac_s = (a_sps - s_sps) / (b_sps - s_sps) if b_sps != s_sps else float("nan")
@@ -167,8 +173,9 @@ for k, (name, slow_cfg, best_cfg) in sorted(cases.items()):
         slow = f"{'does not fit':>14s}"
     ok = frac_t >= 0.5
     met_all &= ok
+    verdict = verdict or ("MET" if ok else "NOT MET")
     print(f"{k}. {name:37s} {slow}  {1e3 / own:8.4f}  {a_t:7.4f}  {b_t:9.4f}  {frac_t:9.2f}  {frac_s:11.2f}  "
-          f"{'MET' if ok else 'NOT MET'}")
+          f"{verdict}")
 print()
 for k, (name, slow_cfg, best_cfg) in sorted(cases.items()):
     last = [r for r in rows if r["case"] == k and r["kind"] == "doctor"][-1]
