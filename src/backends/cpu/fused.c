@@ -9,9 +9,10 @@
  * the passes that read its result (their sources read x * s + b); an add or
  * a mul folds into the pass that wrote one of its sources, the other read in
  * that pass. Every fold is checked against the program's registers (reused
- * as values die): the folded value has no other reader and is no output, and
- * nothing between the two positions writes what the moved reads read or
- * touches the register the moved write writes. Members without a vector form
+ * as values die): the folded value has no other reader and is no output, no
+ * pass made so far between the two positions writes what the moved reads
+ * read or touches the register the moved write writes, and no deferred read
+ * still to come reads that register (a deferral checks the members ahead). Members without a vector form
  * (gelu, dropout) stay tile passes. The same tiles as the generic runner;
  * the same bits as the members one by one (tests/test_fuse.c). Without
  * AVX-512 the generic runner runs the program as it is. */
@@ -57,10 +58,10 @@ static int reads(const kiln_pw_instr *I, int r) {
     return 0;
 }
 
-/* a member strictly between a and b writes r (touch: or reads it) */
-static int between(const kiln_fused_prog *P, int a, int b, int r, int touch) {
+/* a member strictly between a and b writes r (members not folded yet: the program as written) */
+static int written_between(const kiln_fused_prog *P, int a, int b, int r) {
     for (int k = a + 1; k < b; k++)
-        if (P->ins[k].dst == r || (touch && reads(&P->ins[k], r))) return 1;
+        if (P->ins[k].dst == r) return 1;
     return 0;
 }
 
@@ -87,12 +88,30 @@ static void resolve(const folder *F, int r, uint8_t *reg, uint8_t *pre, float *s
     if (F->virt[r].on) *reg = F->virt[r].src, *pre = 1, *s = F->virt[r].s, *b = F->virt[r].b;
 }
 
+static int pass_reads(const cpass *T, int r) {
+    for (int k = 0; k < T->v.I->nsrc; k++)
+        if ((T->form ? T->src[k] : T->v.I->src[k]) == r) return 1;
+    for (int e = 0; e < T->v.nepi; e++)
+        if ((T->v.epi[e].kind == KILN_VFOLD_ADD || T->v.epi[e].kind == KILN_VFOLD_MUL) && T->esrc[e] == r) return 1;
+    return T->v.acc && T->dst == r;
+}
+
+/* a pass made so far strictly between positions a and b writes r (touch: or reads it): what the folded
+ * program does there, not the members (a member folded into an earlier pass reads and writes there) */
+static int passes_between(const cprog *C, int a, int b, int r, int touch) {
+    for (int i = 0; i < C->npass; i++) {
+        const cpass *T = &C->p[i];
+        if (T->pos > a && T->pos < b && (T->dst == r || (touch && pass_reads(T, r)))) return 1;
+    }
+    return 0;
+}
+
 /* the pass that member j (reading r, writing d) may join as a step after its core, or NULL */
 static cpass *fold_target(folder *F, cprog *C, int j, int r, int d) {
     int p = F->pass_of[r], k = F->def[r];
     if (p < 0 || k < 0 || F->nread[k] != 1 || F->escapes[k]) return NULL;
     cpass *T = &C->p[p];
-    if (T->v.nepi >= KILN_VPASS_MAX_EPI || T->v.acc || between(F->P, T->pos, j, d, 1)) return NULL;
+    if (T->v.nepi >= KILN_VPASS_MAX_EPI || T->v.acc || passes_between(C, T->pos, j, d, 1)) return NULL;
     for (int q = 0; q < KILN_FUSED_MAX_REGS; q++) /* a deferred read of d still to come, after the moved write */
         if (F->virt[q].on && F->virt[q].src == d && F->virt[q].last > T->pos) return NULL;
     return T;
@@ -120,7 +139,7 @@ static int fold_into_pass(folder *F, cprog *C, int j) {
             E.s = I->attr.affine.scale, E.b = I->attr.affine.shift;
         } else if (kind == KILN_VFOLD_ADD || kind == KILN_VFOLD_MUL) {
             resolve(F, I->src[1 - side], &o, &E.pre, &E.s, &E.b);
-            if (between(F->P, T->pos, j, o, 0) || o == T->dst) continue;
+            if (passes_between(C, T->pos, j, o, 0) || o == T->dst) continue;
         }
         if (kind != KILN_VFOLD_COPY) {
             T->esrc[T->v.nepi] = o;
@@ -139,7 +158,7 @@ static int defer_affine(folder *F, int j) {
     const kiln_pw_instr *I = &F->P->ins[j];
     int r = I->src[0], d = I->dst;
     if (F->form[j]->fold != KILN_VFOLD_AFFINE || I->acc || F->escapes[j] || !F->vecread[j] || F->nread[j] == 0 ||
-        F->virt[r].on || between(F->P, j, F->last[j], r, 0))
+        F->virt[r].on || written_between(F->P, j, F->last[j], r))
         return 0;
     F->virt[d].on = 1, F->virt[d].src = (uint8_t)r, F->virt[d].last = F->last[j];
     F->virt[d].s = I->attr.affine.scale, F->virt[d].b = I->attr.affine.shift;
