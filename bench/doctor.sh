@@ -60,26 +60,26 @@ D=$DATA_DIR
 # 8x, checkpointing or accumulation; bench/README.md lists what was tried)
 CASE_NAME=() CASE_STEPS=() CASE_SLOW=() CASE_BEST=() CASE_ORDINARY=()
 CASE_NAME[1]="data: JPEG 256 + random crops, --workers 0"
-CASE_STEPS[1]=20
+CASE_STEPS[1]=50
 CASE_SLOW[1]="--model mnist-cnn --data $D/jpeg256 --random-resized-crop 28 --channels 1 --hflip --batch-size 64 --workers 0"
-CASE_BEST[1]="--model mnist-cnn --data $D/jpeg256 --random-resized-crop 28 --channels 1 --hflip --batch-size 64 --workers 2 --cache CACHE"
+CASE_BEST[1]="--model mnist-cnn --data $D/jpeg256 --random-resized-crop 28 --channels 1 --hflip --batch-size 64 --workers 2 --cache CACHE --precision auto"
 CASE_NAME[2]="resnet18 112x112, --no-autotune"
 CASE_STEPS[2]=8
 CASE_SLOW[2]="--model resnet18 --data $D/shard112 --optimizer sgd --lr 0.1 --batch-size 16 --no-autotune"
 CASE_BEST[2]="--model resnet18 --data $D/shard112 --optimizer sgd --lr 0.1 --batch-size 64 --precision auto"
 CASE_NAME[3]="mnist-cnn at batch 4"
-CASE_STEPS[3]=20
+CASE_STEPS[3]=100  # 1-2 ms steps
 CASE_SLOW[3]="--model mnist-cnn --data $D/idx4k --batch-size 4 --workers 1"
 CASE_BEST[3]="--model mnist-cnn --data $D/idx4k --batch-size 32 --workers 1"
 CASE_NAME[4]="threads = 2x cores"
-CASE_STEPS[4]=20
+CASE_STEPS[4]=50
 # under chrt case 4 runs at the ordinary policy and nice -20: real-time threads above the cores starve each other
 # (a 20-step window took minutes); IDX data in memory and no loader worker (a worker at nice 10 starves on a busy machine)
 CASE_ORDINARY[4]=${ORDINARY4:-1}
 CASE_SLOW[4]="--model mnist-cnn --data $D/idx4k --batch-size 32 --workers 0 --threads $((2 * $(nproc)))"
 CASE_BEST[4]="--model mnist-cnn --data $D/idx4k --batch-size 32 --workers 0 --threads $(nproc) --precision auto"
 CASE_NAME[5]="gpt over a 15 MiB budget"
-CASE_STEPS[5]=20
+CASE_STEPS[5]=50
 CASE_SLOW[5]="--model gpt --layers 2 --heads 2 --dim 64 --block 64 --data tokens:$D/fortunes.tokens --optimizer adamw --batch-size 32 --memory-budget-mb 15"
 CASE_BEST[5]="--model gpt --layers 2 --heads 2 --dim 64 --block 64 --data tokens:$D/fortunes.tokens --optimizer adamw --batch-size 16 --accumulate 2 --memory-budget-mb 15"
 
