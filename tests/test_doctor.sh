@@ -70,10 +70,13 @@ a, rem = d["applied"], d["remedies"]
 print("applied", {k: a[k] for k in ("samples_per_s", "measured_gain", "predicted_gain")}, a["command"])
 assert a["samples_per_s"] > 0 and a["measured_gain"] > 0 and a["command"][0] == "train", a
 assert "--workers" in a["command"] and "--apply" not in a["command"] and "--json" not in a["command"]
-for m in rem:  # an applied remedy's flag is in the command, with its value; one not applied is not
+def has(cmd, flag, value):  # "--flag value" (or "--flag" alone when the remedy has no value) in the command
+    return any(t == "--" + flag and (not value or (i + 1 < len(cmd) and cmd[i + 1] == value)) for i, t in enumerate(cmd))
+for m in rem:  # an applied remedy's flag is in the command with its value; one not applied is not (the given
+    # command's own flags stay: a --batch-size 512 not applied leaves the given --batch-size 64)
     assert m["applied"] == (m["memory"] or m["wrong_in_itself"] or m["predicted_gain"] >= 1.05), m
     if m["flag"] != "cache":
-        assert ("--" + m["flag"] in a["command"]) == m["applied"], (m["flag"], a["command"])
+        assert has(a["command"], m["flag"], m["value"]) == m["applied"], (m["flag"], m["value"], a["command"])
 PYEOF
 # --measure-only: the baseline window alone
 expect 0 "doctor --measure-only" "where a step" -- "$KILN" doctor train --model mnist-cnn --data "$T/small" --batch-size 8 \
