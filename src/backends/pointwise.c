@@ -46,15 +46,18 @@ static void fused_tile(const kiln_step *s, const kiln_run_ctx *rc, const kiln_ke
         for (int j = 0; j < I->nsrc; j++) src[j] = reg[I->src[j]];
         table[I->op].tile(I, start, m, reg[I->dst], src, rc);
     }
+    for (int k = 0; k < P->nout; k++)
+        if (acc[k]) kiln_fused_add_tile(rc, table, start, m, (char *)s->out[k].data + off, reg[P->out_reg[k]]);
+}
+
+void kiln_fused_add_tile(const kiln_run_ctx *rc, const kiln_kernel *table, int64_t start, int64_t m, void *dst,
+                         const void *src) {
     kiln_pw_instr add;
     memset(&add, 0, sizeof add);
     add.op = KILN_OP_GRAD_COPY;
     add.acc = 1;
-    for (int k = 0; k < P->nout; k++) {
-        if (!acc[k]) continue;
-        const void *src[1] = {reg[P->out_reg[k]]};
-        table[KILN_OP_GRAD_COPY].tile(&add, start, m, (char *)s->out[k].data + off, src, rc);
-    }
+    const void *from[1] = {src};
+    table[KILN_OP_GRAD_COPY].tile(&add, start, m, dst, from, rc);
 }
 
 kiln_status kiln_fused_run(const kiln_step *s, const kiln_run_ctx *rc, const kiln_kernel *table, size_t elem, int parallel) {

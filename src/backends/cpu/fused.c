@@ -238,15 +238,9 @@ static void run_tile(const kiln_step *s, const kiln_run_ctx *rc, const cprog *C,
         for (int e = 0; e < T->v.nepi; e++) ptr[2 + e] = reg[T->esrc[e]];
         T->form->fn(&T->v, m, reg[T->dst], ptr);
     }
-    kiln_pw_instr add;
-    memset(&add, 0, sizeof add);
-    add.op = KILN_OP_GRAD_COPY;
-    add.acc = 1;
-    for (int k = 0; k < P->nout; k++) {
-        if (!acc[k]) continue;
-        const void *src[1] = {reg[P->out_reg[k]]};
-        kiln_cpu_kernels[KILN_OP_GRAD_COPY].tile(&add, start, m, (float *)s->out[k].data + start, src, rc);
-    }
+    for (int k = 0; k < P->nout; k++)
+        if (acc[k])
+            kiln_fused_add_tile(rc, kiln_cpu_kernels, start, m, (float *)s->out[k].data + start, reg[P->out_reg[k]]);
 }
 
 kiln_status kiln_cpu_fused_run(const kiln_step *s, const kiln_run_ctx *rc) {

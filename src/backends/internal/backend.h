@@ -225,6 +225,9 @@ void kiln_attention_grads(const kiln_step *s, const kiln_run_ctx *rc, void *out[
 /* runs a pointwise op's tile function over its whole tensors, tile by tile
  * (parallel over the compute team when `parallel` and the tensor is large) */
 kiln_status kiln_pointwise_run(const kiln_step *s, const kiln_run_ctx *rc, kiln_tile_fn tile, int parallel);
+/* adds a tile of m values from src into dst (a fused step's output that accumulates), with the table's grad_copy */
+void kiln_fused_add_tile(const kiln_run_ctx *rc, const kiln_kernel *table, int64_t start, int64_t m, void *dst,
+                         const void *src);
 /* runs a fused step's program (s->attr.fused) tile by tile with the table's tile functions */
 kiln_status kiln_fused_run(const kiln_step *s, const kiln_run_ctx *rc, const kiln_kernel *table, size_t elem, int parallel);
 /* the ops whose table entry has a tile function, when the table runs fused steps: the fusion pass's material */
