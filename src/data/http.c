@@ -335,9 +335,10 @@ static entry *find(kiln_http_client *c, const http_source *hs, int64_t off, int6
 static block *block_take(kiln_http_client *c, int64_t cap) {
     block **p = &c->spare;
     while (*p && (*p)->cap < cap) p = &(*p)->next;
-    block *b = *p ? *p : c->spare;
+    if (!*p) p = &c->spare; /* none large enough: the first spare grows */
+    block *b = *p;
     if (b) {
-        *(b == *p ? p : &c->spare) = b->next;
+        *p = b->next;
         c->n_spare--;
     }
     if (!b || b->cap < cap) {
