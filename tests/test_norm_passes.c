@@ -9,7 +9,11 @@
  *     same outputs as unfolded evaluation on a small graph (ref and cpu), on
  *     resnet20 and on mnist-cnn-bn, all with random running statistics; no
  *     batch norm step left, relu fused into the folded conv; the inference
- *     arena against training's and unfolded inference's. */
+ *     arena against training's and unfolded inference's;
+ *   - relu's backward fused into the batch-norm backward before it (the
+ *     mask recomputed from x): resnet20's training gradients with fusion on
+ *     and off, on the cpu and the ref backend, and the cpu's against the
+ *     ref's; ten norms (the stem and each block's first) take the mask. */
 #include <stdio.h>
 #include "kiln/graph.h"
 #include "kiln/nn.h"
@@ -406,11 +410,79 @@ static void test_fold_model(const char *name, int64_t B, int64_t bns) {
     kiln_graph_free(g);
 }
 
+/* ---- relu's backward in the norm's: gradients the same with and without ---- */
+
+/* one training step of model m (fuse on or off) on x, y; every parameter gradient
+ * into grad (as double) and the steps whose epilogue is the relu mask counted */
+static int train_grads(kiln_graph *g, kiln_params *P, const kiln_model *m, const char *backend, int fuse, int64_t B,
+                       const float *x, const int32_t *y, double *grad) {
+    kiln_compile_opts o = kiln_compile_defaults();
+    o.training = 1;
+    o.max_batch = B;
+    o.autotune = 0;
+    o.fuse = fuse;
+    o.backend = backend;
+    kiln_plan *pl = NULL;
+    CHECK_OK(kiln_compile(g, P, &m->loss, 1, &o, &pl));
+    if (!pl) return -1;
+    kiln_plan_bind(pl, m->x, x);
+    kiln_plan_bind(pl, m->y, y);
+    CHECK_OK(kiln_plan_run(pl, B));
+    int masks = 0;
+    for (int i = 0; i < kiln_plan_step_count(pl); i++) {
+        kiln_step_info si;
+        if (kiln_plan_step_info(pl, i, &si) == KILN_OK) masks += strcmp(si.epilogue, "relu_bwd_mask") == 0;
+    }
+    int ref = strcmp(kiln_plan_backend(pl), "ref") == 0;
+    for (int64_t i = 0; i < kiln_params_total(P); i++)
+        grad[i] = ref ? ((const double *)kiln_params_grad(P))[i] : ((const float *)kiln_params_grad(P))[i];
+    kiln_plan_free(pl);
+    return masks;
+}
+
+static void test_relu_bwd_in_norm(void) {
+    const int64_t B = 4;
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_params *P = NULL, *P64 = NULL;
+    CHECK_OK(kiln_model_build(g, "resnet20", &m));
+    CHECK_OK(kiln_params_new(g, KILN_F32, &P));
+    CHECK_OK(kiln_params_new(g, KILN_F64, &P64));
+    if (!P || !P64) return;
+    randomize(P, 21);
+    to_double(P64, P);
+    float *x = kiln_alloc((size_t)(B * 3 * 32 * 32) * 4);
+    int32_t *y = kiln_alloc((size_t)B * 4);
+    tu_fill(x, B * 3 * 32 * 32, -1, 2);
+    for (int64_t i = 0; i < B; i++) y[i] = (int32_t)tu_int(0, m.num_classes - 1);
+    int64_t n = kiln_params_total(P);
+    double *g_on = malloc((size_t)n * 8), *g_off = malloc((size_t)n * 8), *r_on = malloc((size_t)n * 8),
+           *r_off = malloc((size_t)n * 8);
+    int masks_on = train_grads(g, P, &m, "cpu", 1, B, x, y, g_on), masks_off = train_grads(g, P, &m, "cpu", 0, B, x, y, g_off);
+    int ref_on = train_grads(g, P64, &m, "ref", 1, B, x, y, r_on), ref_off = train_grads(g, P64, &m, "ref", 0, B, x, y, r_off);
+    CHECK_MSG(masks_on == 10 && masks_off == 0 && ref_on == 10 && ref_off == 0,
+              "relu masks in norm backward: cpu %d fused, %d unfused; ref %d, %d (want 10, 0)", masks_on, masks_off, ref_on,
+              ref_off);
+    /* the same gradients fused and unfused: one pass computes exactly the masked dy that relu_bwd wrote */
+    CHECK_MSG(rel_d(g_on, g_off, n) <= 1e-6, "cpu: gradients fused vs unfused off by %.3g", rel_d(g_on, g_off, n));
+    CHECK_MSG(rel_d(r_on, r_off, n) <= 1e-12, "ref: gradients fused vs unfused off by %.3g", rel_d(r_on, r_off, n));
+    CHECK_MSG(rel_d(g_on, r_on, n) <= 1e-4, "fused: cpu vs ref gradients off by %.3g", rel_d(g_on, r_on, n));
+    printf("resnet20 relu_bwd in batch norm backward: gradients fused vs unfused differ by %.2g (cpu), %.2g (ref); "
+           "cpu vs ref %.2g\n", rel_d(g_on, g_off, n), rel_d(r_on, r_off, n), rel_d(g_on, r_on, n));
+    free(g_on), free(g_off), free(r_on), free(r_off);
+    kiln_free(x);
+    kiln_free(y);
+    kiln_params_free(P);
+    kiln_params_free(P64);
+    kiln_graph_free(g);
+}
+
 int main(void) {
     test_detection();
     test_fix_keeps_training();
     test_fold_small();
     test_fold_model("resnet20", 4, 19);
     test_fold_model("mnist-cnn-bn", 4, 2);
+    test_relu_bwd_in_norm();
     return tu_finish("test_norm_passes");
 }

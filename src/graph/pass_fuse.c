@@ -9,7 +9,13 @@
  *   - relu_bwd(y, max_pool2d_bwd(x = y, dy)) becomes one max-pool backward
  *     with a relu mask: the pool's gradient lands only on window maxima, and
  *     relu passes it iff that maximum is > 0, so one pass writes the final
- *     gradient. */
+ *     gradient.
+ *   - batch_norm2d_bwd(x, relu_bwd(y, dy)) where y is the norm's own output with
+ *     the relu epilogue becomes one batch-norm backward with a relu mask that
+ *     reads dy: the mask is y's sign, recomputed from x with the forward's scale
+ *     and shift (the bias joins the node as input 5), so relu's backward costs no
+ *     pass of its own (a read of y and dy and a write saved, and the norm reads
+ *     dy in place of relu's output). Only where the backend's kernel takes it. */
 #include <stdlib.h>
 #include "graph/internal/graph.h"
 
@@ -73,6 +79,48 @@ int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g) {
         fused++;
     }
     free(readers);
+    free(producer);
+    return fused;
+}
+
+int kiln_pass_fuse_norm_relu_bwd(kiln_graph *g) {
+    int *readers = calloc((size_t)g->nvals, sizeof(int)), *writers = calloc((size_t)g->nvals, sizeof(int));
+    int *producer = malloc((size_t)g->nvals * sizeof(int));
+    int fused = -1;
+    if (!readers || !writers || !producer) goto out;
+    for (int v = 0; v < g->nvals; v++) producer[v] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->nin; k++) readers[n->in[k]]++;
+        for (int k = 0; k < n->nout; k++)
+            if (n->out[k] >= 0) {
+                writers[n->out[k]]++;
+                if (producer[n->out[k]] < 0) producer[n->out[k]] = i;
+            }
+    }
+    fused = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        kiln_node *m = &g->nodes[i];
+        if (m->op != KILN_OP_BATCH_NORM2D_BWD || m->dead || m->epilogue || m->nin != 5 || m->fwd < 0) continue;
+        const kiln_node *f = &g->nodes[m->fwd];
+        kiln_value d = m->in[1];
+        int ri = producer[d];
+        if (f->op != KILN_OP_BATCH_NORM2D || f->epilogue != KILN_EPI_RELU || ri < 0 || readers[d] != 1 || writers[d] != 1)
+            continue;
+        kiln_node *r = &g->nodes[ri];
+        /* relu's backward writing d alone, its mask the norm's own (relu-fused) output */
+        if (r->op != KILN_OP_RELU_BWD || r->acc[0] || kiln_val_root(g, r->in[0]) != kiln_val_root(g, f->out[0])) continue;
+        m->in[1] = r->in[1];
+        m->in[5] = f->in[2]; /* the bias: the forward's shift */
+        m->nin = 6;
+        m->epilogue = KILN_EPI_RELU_BWD_MASK;
+        r->dead = 1;
+        fused++;
+    }
+out:
+    free(readers);
+    free(writers);
     free(producer);
     return fused;
 }

@@ -128,7 +128,8 @@ static kiln_status transform(kiln_plan *pl, kiln_value loss) {
     if (!o->training && o->fold_bn && pl->be->kernels[KILN_OP_BN_FOLD].run &&
         kiln_pass_fold_bn(g, pl->outputs, pl->nout) < 0)
         return kiln_graph_status(g);
-    if (o->fuse && (kiln_pass_fuse_epilogues(g, pl->nfwd) < 0 || kiln_pass_fuse_pool_relu_bwd(g) < 0))
+    if (o->fuse && (kiln_pass_fuse_epilogues(g, pl->nfwd) < 0 || kiln_pass_fuse_pool_relu_bwd(g) < 0 ||
+                    (pl->be->kernels[KILN_OP_BATCH_NORM2D_BWD].relu_bwd_mask && kiln_pass_fuse_norm_relu_bwd(g) < 0)))
         return kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
     if (o->fuse) { /* what is left of pointwise chains: one kernel per group */
         uint8_t tileable[KILN_OP_COUNT];

@@ -72,7 +72,8 @@ const kiln_op_def kiln_op_batch_norm2d = {
     .attrs = bn_attrs, .epilogues = KILN_EPI_RELU, /* a relu after it is applied as y is written */
     .infer = bn_infer, .backward = bn_backward, .specialize = bn_specialize,
 };
-const kiln_op_def kiln_op_batch_norm2d_bwd = {.name = "batch_norm2d_bwd", .min_in = 5, .max_in = 5, .attrs = bn_attrs};
+/* in: x, dy, w, mean, invstd, and with the fused relu's backward (pass_fuse.c) the bias */
+const kiln_op_def kiln_op_batch_norm2d_bwd = {.name = "batch_norm2d_bwd", .min_in = 5, .max_in = 6, .attrs = bn_attrs};
 
 /* bn_fold, for inference plans (src/graph/pass_fold_bn.c): batch norm in
  * evaluation folded into the weighted layer before it,

@@ -226,9 +226,10 @@ static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    if (kiln_cpu_batch_norm_bwd(s->sz.nchw.n, s->sz.nchw.c, s->sz.nchw.hw, s->in[0].layout, F(s->in[0]), F(s->in[1]),
-                                F(s->in[2]), F(s->in[3]), F(s->in[4]), F(s->out[0]), F(s->out[1]), F(s->out[2]), ACC(0),
-                                ACC(1), ACC(2), SYNC_CO(s, rc), rc->workspace))
+    const float *relu_b = s->epilogue == KILN_EPI_RELU_BWD_MASK ? F(s->in[5]) : NULL; /* the fused relu's bias */
+    if (kiln_cpu_batch_norm_relu_bwd(s->sz.nchw.n, s->sz.nchw.c, s->sz.nchw.hw, s->in[0].layout, F(s->in[0]),
+                                     F(s->in[1]), F(s->in[2]), relu_b, F(s->in[3]), F(s->in[4]), F(s->out[0]),
+                                     F(s->out[1]), F(s->out[2]), ACC(0), ACC(1), ACC(2), SYNC_CO(s, rc), rc->workspace))
         return kiln_fail_context(KILN_ERR_BACKEND, "%s: sync batch norm backward", s->name);
     return KILN_OK;
 }
@@ -487,7 +488,7 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SUM] = {sum, NULL, NULL, 1, 0},         /* layout-blind: the same elements in any order */
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL, NULL, 0, 1}, /* a fill */
     [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
-    [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare, NULL, 3, 1, 3 | KILN_TIE_OUT(0)},
+    [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare, NULL, 3, 1, 3 | KILN_TIE_OUT(0), .relu_bwd_mask = 1},
     [KILN_OP_BN_FOLD] = {bn_fold, NULL, NULL, 0, 0},
     [KILN_OP_BMM] = {kiln_cpu_bmm_fwd, kiln_cpu_bmm_prepare, kiln_cpu_bmm_release, 0, 0, 0, kiln_cpu_bmm_describe},
     [KILN_OP_BMM_BWD] = {kiln_cpu_bmm_bwd, kiln_cpu_bmm_bwd_prepare, kiln_cpu_bmm_release, 0, 0, 0, kiln_cpu_bmm_describe},

@@ -125,6 +125,9 @@ typedef struct kiln_kernel {
     unsigned reorders_plain;
     kiln_tile_fn tile;                /* pointwise ops: may join a fused kernel (the fusion pass asks) */
     const struct kiln_vform *vec;     /* cpu: the op's vector pass (src/kernels/cpu/pointwise_vec.h), or NULL */
+    /* batch norm backward: takes KILN_EPI_RELU_BWD_MASK (relu's backward folded in, the
+     * mask recomputed from x; input 5 the bias); the fusion pass fuses only where set */
+    int relu_bwd_mask;
 } kiln_kernel;
 #define KILN_TIE_OUT(k) (1u << (8 + (k)))
 

@@ -354,9 +354,10 @@ static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
 
 static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_tdesc *x = &s->in[0];
-    if (kiln_ref_batch_norm_bwd(x->shape[0], x->shape[1], x->shape[2] * x->shape[3], D(*x), D(s->in[1]), D(s->in[2]),
-                                D(s->in[3]), D(s->in[4]), D(s->out[0]), D(s->out[1]), D(s->out[2]), ACC(0), ACC(1), ACC(2),
-                                SYNC_CO(s, rc)))
+    const double *relu_b = s->epilogue == KILN_EPI_RELU_BWD_MASK ? D(s->in[5]) : NULL; /* the fused relu's bias */
+    if (kiln_ref_batch_norm_relu_bwd(x->shape[0], x->shape[1], x->shape[2] * x->shape[3], D(*x), D(s->in[1]),
+                                     D(s->in[2]), relu_b, D(s->in[3]), D(s->in[4]), D(s->out[0]), D(s->out[1]),
+                                     D(s->out[2]), ACC(0), ACC(1), ACC(2), SYNC_CO(s, rc)))
         return kiln_fail_context(KILN_ERR_BACKEND, "%s: sync batch norm backward", s->name);
     return KILN_OK;
 }
@@ -612,7 +613,7 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SUM] = {sum},
     [KILN_OP_SUM_BWD] = {sum_bwd},
     [KILN_OP_BATCH_NORM2D] = {bn},
-    [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd},
+    [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, .relu_bwd_mask = 1},
     [KILN_OP_BN_FOLD] = {bn_fold},
     [KILN_OP_BMM] = {bmm, kiln_prepare_bmm},
     [KILN_OP_BMM_BWD] = {bmm_bwd, kiln_prepare_bmm},

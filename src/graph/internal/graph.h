@@ -130,6 +130,8 @@ kiln_status kiln_plan_memory(const kiln_graph *g, const int *order, int norder, 
  * -1 when out of memory. */
 int kiln_pass_fuse_epilogues(kiln_graph *g, int nfwd);
 int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g);
+/* relu_bwd into the batch-norm backward after it (backends whose kernel takes the mask) */
+int kiln_pass_fuse_norm_relu_bwd(kiln_graph *g);
 /* pass_checkpoint.c (activation checkpointing): for the forward nodes that
  * `spec` chooses ("block": every block scope; op names: nodes of those ops;
  * both, comma-separated), each group's saved activations (forward values that

@@ -131,6 +131,13 @@ HOT static void affine_run(const float *x, float *y, int64_t len, const float *s
     }
 }
 
+/* a channel's scale and shift, y = x * sc + sh, from the mean and invstd as saved
+ * (float): backward's relu mask recomputes y's sign from x with these same bits */
+static void scale_shift(float mean, float invstd, float w, float b, float *sc, float *sh) {
+    *sc = (float)((double)invstd * w);
+    *sh = (float)(b - (double)mean * invstd * w);
+}
+
 typedef struct {
     const float *w, *b;
     float *rmean, *rvar, *save_mean, *save_invstd;
@@ -152,11 +159,10 @@ static void fwd_coef(const bn_shape *S, const bn_fwd_args *A, int64_t g, const d
             A->rmean[ch] = (float)((1.0 - A->momentum) * A->rmean[ch] + A->momentum * mu);
             A->rvar[ch] = (float)((1.0 - A->momentum) * A->rvar[ch] + A->momentum * v * m / (m - 1));
         }
-        double invstd = 1.0 / sqrt(v + A->eps);
-        if (A->save_mean) A->save_mean[ch] = (float)mu;
-        if (A->save_invstd) A->save_invstd[ch] = (float)invstd;
-        sc[l] = (float)(invstd * A->w[ch]);
-        sh[l] = (float)(A->b[ch] - mu * invstd * A->w[ch]);
+        float mean_f = (float)mu, invstd_f = (float)(1.0 / sqrt(v + A->eps));
+        if (A->save_mean) A->save_mean[ch] = mean_f;
+        if (A->save_invstd) A->save_invstd[ch] = invstd_f;
+        scale_shift(mean_f, invstd_f, A->w[ch], A->b[ch], &sc[l], &sh[l]);
     }
     for (int64_t l = nch; l < L; l++) sc[l] = sc[0], sh[l] = sh[0]; /* plain: one channel in every lane */
 }
@@ -289,17 +295,24 @@ int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const
     return 0;
 }
 
+/* dy where the forward's relu let y through, else 0: y's sign recomputed from x
+ * exactly as the forward computed y (relu 0: dy) */
+#define MASKED(relu, d, xv, sc, sh) ((relu) && !((xv) * (sc) + (sh) > 0.0f) ? 0.0f : (d))
+
 /* backward's two sums per lane over images [i0, i1): dy and dy * xhat (two sets of
- * accumulators, as add_run) */
-HOT static void bwd_sums(const bn_shape *S, const float *x, const float *dy, int64_t g, int64_t i0, int64_t i1,
-                         const float *mu, const float *is, double *sdy, double *sdyx) {
+ * accumulators, as add_run); relu: dy masked by relu's backward (sc, sh: the forward's) */
+static inline __attribute__((always_inline)) void bwd_sums_body(const bn_shape *S, const float *x, const float *dy,
+                                                                int64_t g, int64_t i0, int64_t i1, const float *mu,
+                                                                const float *is, const float *sc, const float *sh,
+                                                                int relu, double *sdy, double *sdyx) {
     double a[L] = {0}, b[L] = {0}, a2[L] = {0}, b2[L] = {0};
     for (int64_t i = i0; i < i1; i++) {
         int64_t len, o = run_at(S, g, i, &len), j = 0;
         const float *px = x + o, *pd = dy + o;
         for (; j + 2 * L <= len; j += 2 * L)
             for (int l = 0; l < L; l++) {
-                double d = pd[j + l], e = pd[j + L + l];
+                double d = MASKED(relu, pd[j + l], px[j + l], sc[l], sh[l]);
+                double e = MASKED(relu, pd[j + L + l], px[j + L + l], sc[l], sh[l]);
                 a[l] += d;
                 b[l] += d * ((px[j + l] - mu[l]) * is[l]);
                 a2[l] += e;
@@ -307,7 +320,7 @@ HOT static void bwd_sums(const bn_shape *S, const float *x, const float *dy, int
             }
         for (int l = 0; j + l < len && l < 2 * L; l++) { /* the rest, lane by lane */
             int k = l % L;
-            double d = pd[j + l];
+            double d = MASKED(relu, pd[j + l], px[j + l], sc[k], sh[k]);
             a[k] += d;
             b[k] += d * ((px[j + l] - mu[k]) * is[k]);
         }
@@ -315,8 +328,15 @@ HOT static void bwd_sums(const bn_shape *S, const float *x, const float *dy, int
     for (int l = 0; l < L; l++) sdy[l] = a[l] + a2[l], sdyx[l] = b[l] + b2[l];
 }
 
+HOT static void bwd_sums(const bn_shape *S, const float *x, const float *dy, int64_t g, int64_t i0, int64_t i1,
+                         const float *mu, const float *is, const float *sc, const float *sh, double *sdy, double *sdyx) {
+    if (sc) bwd_sums_body(S, x, dy, g, i0, i1, mu, is, sc, sh, 1, sdy, sdyx);
+    else bwd_sums_body(S, x, dy, g, i0, i1, mu, is, sc, sh, 0, sdy, sdyx);
+}
+
 typedef struct {
     const float *x, *dy, *w, *mean, *invstd;
+    const float *b; /* the bias: relu's backward mask recomputed from x (NULL: none) */
     float *dx, *dw, *db;
     int acc_dx, acc_dw, acc_db;
 } bn_bwd_args;
@@ -346,23 +366,45 @@ static void bwd_coef(const bn_shape *S, const bn_bwd_args *A, int64_t g, const d
     for (int64_t l = nch; l < L; l++) a[l] = a[0], bx[l] = bx[0], cc[l] = cc[0];
 }
 
-HOT static void bwd_dx(const bn_shape *S, const bn_bwd_args *A, int64_t g, int64_t i0, int64_t i1, const float *a,
-                       const float *bx, const float *cc) {
+static inline __attribute__((always_inline)) void bwd_dx_body(const bn_shape *S, const bn_bwd_args *A, int64_t g,
+                                                              int64_t i0, int64_t i1, const float *a, const float *bx,
+                                                              const float *cc, const float *sc, const float *sh,
+                                                              int relu) {
     for (int64_t i = i0; i < i1; i++) {
         int64_t len, o = run_at(S, g, i, &len), j = 0;
         const float *pd = A->dy + o, *px = A->x + o;
         float *po = A->dx + o;
         if (A->acc_dx)
             for (; j + L <= len; j += L)
-                for (int l = 0; l < L; l++) po[j + l] += a[l] * pd[j + l] + bx[l] * px[j + l] + cc[l];
+                for (int l = 0; l < L; l++)
+                    po[j + l] += a[l] * MASKED(relu, pd[j + l], px[j + l], sc[l], sh[l]) + bx[l] * px[j + l] + cc[l];
         else
             for (; j + L <= len; j += L)
-                for (int l = 0; l < L; l++) po[j + l] = a[l] * pd[j + l] + bx[l] * px[j + l] + cc[l];
+                for (int l = 0; l < L; l++)
+                    po[j + l] = a[l] * MASKED(relu, pd[j + l], px[j + l], sc[l], sh[l]) + bx[l] * px[j + l] + cc[l];
         for (int l = 0; j + l < len; l++) {
-            float v = a[l] * pd[j + l] + bx[l] * px[j + l] + cc[l];
+            float v = a[l] * MASKED(relu, pd[j + l], px[j + l], sc[l], sh[l]) + bx[l] * px[j + l] + cc[l];
             po[j + l] = A->acc_dx ? po[j + l] + v : v;
         }
     }
+}
+
+HOT static void bwd_dx(const bn_shape *S, const bn_bwd_args *A, int64_t g, int64_t i0, int64_t i1, const float *a,
+                       const float *bx, const float *cc, const float *sc, const float *sh) {
+    if (sc) bwd_dx_body(S, A, g, i0, i1, a, bx, cc, sc, sh, 1);
+    else bwd_dx_body(S, A, g, i0, i1, a, bx, cc, sc, sh, 0);
+}
+
+/* group g's forward scale and shift lanes (relu's mask), or NULL when there is no mask */
+static const float *mask_lanes(const bn_shape *S, const bn_bwd_args *A, int64_t g, float *sc, float *sh) {
+    if (!A->b) return NULL;
+    int64_t nch = S->blocked ? L : 1;
+    for (int64_t l = 0; l < nch; l++) {
+        int64_t ch = S->blocked ? g * L + l : g;
+        scale_shift(A->mean[ch], A->invstd[ch], A->w[ch], A->b[ch], &sc[l], &sh[l]);
+    }
+    for (int64_t l = nch; l < L; l++) sc[l] = sc[0], sh[l] = sh[0];
+    return sc;
 }
 
 /* the chunks' sums of every group into W->s1 (dy) and W->s2 (dy * xhat), folded; the
@@ -372,7 +414,9 @@ static int bwd_stats(const bn_shape *S, const bn_bwd_args *A, const kiln_collect
         float mu[L], is[L];
         lanes_of(S, A->mean, g, mu);
         lanes_of(S, A->invstd, g, is);
-        bwd_sums(S, A->x, A->dy, g, i0, i1, mu, is, W->part + w_ * 2 * L, W->part + w_ * 2 * L + L);
+        float sc[L], sh[L];
+        const float *msk = mask_lanes(S, A, g, sc, sh);
+        bwd_sums(S, A->x, A->dy, g, i0, i1, mu, is, msk, sh, W->part + w_ * 2 * L, W->part + w_ * 2 * L + L);
     });
     for (int64_t g = 0; g < S->ngroups; g++) {
         double *sdy = W->s1 + g * L, *sdyx = W->s2 + g * L;
@@ -398,32 +442,49 @@ static int bwd_stats(const bn_shape *S, const bn_bwd_args *A, const kiln_collect
     return 0;
 }
 
-int kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
-                            const float *w, const float *mean, const float *invstd, float *dx, float *dw, float *db,
-                            int acc_dx, int acc_dw, int acc_db, const kiln_collective *co, void *scratch) {
-    bn_shape S = shape_of(n, c, hw, blocked);
-    bn_bwd_args A = {x, dy, w, mean, invstd, dx, dw, db, acc_dx, acc_dw, acc_db};
-    if (S.nchunks == 1 && !co) {
+static int bwd_run(const bn_shape *S, const bn_bwd_args *A, const kiln_collective *co, void *scratch) {
+    if (S->nchunks == 1 && !co) {
 #pragma omp parallel for schedule(static)
-        for (int64_t g = 0; g < S.ngroups; g++) {
-            float mu[L], is[L], a[L], bx[L], cc[L];
+        for (int64_t g = 0; g < S->ngroups; g++) {
+            float mu[L], is[L], a[L], bx[L], cc[L], sc[L], sh[L];
             double sdy[L], sdyx[L];
-            lanes_of(&S, mean, g, mu);
-            lanes_of(&S, invstd, g, is);
-            bwd_sums(&S, x, dy, g, 0, n, mu, is, sdy, sdyx);
-            fold(&S, sdy);
-            fold(&S, sdyx);
-            bwd_params(&S, &A, g, sdy, sdyx);
-            bwd_coef(&S, &A, g, sdy, sdyx, (double)(n * hw), a, bx, cc);
-            if (dx) bwd_dx(&S, &A, g, 0, n, a, bx, cc);
+            lanes_of(S, A->mean, g, mu);
+            lanes_of(S, A->invstd, g, is);
+            const float *msk = mask_lanes(S, A, g, sc, sh);
+            bwd_sums(S, A->x, A->dy, g, 0, S->n, mu, is, msk, sh, sdy, sdyx);
+            fold(S, sdy);
+            fold(S, sdyx);
+            bwd_params(S, A, g, sdy, sdyx);
+            bwd_coef(S, A, g, sdy, sdyx, (double)(S->n * S->hw), a, bx, cc);
+            if (A->dx) bwd_dx(S, A, g, 0, S->n, a, bx, cc, msk, sh);
         }
         return 0;
     }
     double small[SMALL_SCRATCH], m;
-    bn_scratch W = carve(&S, co ? (double *)scratch : small);
-    if (bwd_stats(&S, &A, co, &W, &m)) return -2;
-    for (int64_t g = 0; g < S.ngroups; g++)
-        bwd_coef(&S, &A, g, W.s1 + g * L, W.s2 + g * L, m, W.f1 + g * L, W.f2 + g * L, W.f3 + g * L);
-    if (dx) FOR_WORK(&S, { bwd_dx(&S, &A, g, i0, i1, W.f1 + g * L, W.f2 + g * L, W.f3 + g * L); });
+    bn_scratch W = carve(S, co ? (double *)scratch : small);
+    if (bwd_stats(S, A, co, &W, &m)) return -2;
+    for (int64_t g = 0; g < S->ngroups; g++)
+        bwd_coef(S, A, g, W.s1 + g * L, W.s2 + g * L, m, W.f1 + g * L, W.f2 + g * L, W.f3 + g * L);
+    if (A->dx) FOR_WORK(S, {
+        float sc[L], sh[L];
+        const float *msk = mask_lanes(S, A, g, sc, sh);
+        bwd_dx(S, A, g, i0, i1, W.f1 + g * L, W.f2 + g * L, W.f3 + g * L, msk, sh);
+    });
     return 0;
+}
+
+int kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
+                            const float *w, const float *mean, const float *invstd, float *dx, float *dw, float *db,
+                            int acc_dx, int acc_dw, int acc_db, const kiln_collective *co, void *scratch) {
+    return kiln_cpu_batch_norm_relu_bwd(n, c, hw, blocked, x, dy, w, NULL, mean, invstd, dx, dw, db, acc_dx, acc_dw,
+                                        acc_db, co, scratch);
+}
+
+int kiln_cpu_batch_norm_relu_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
+                                 const float *w, const float *b, const float *mean, const float *invstd, float *dx,
+                                 float *dw, float *db, int acc_dx, int acc_dw, int acc_db, const kiln_collective *co,
+                                 void *scratch) {
+    bn_shape S = shape_of(n, c, hw, blocked);
+    bn_bwd_args A = {x, dy, w, mean, invstd, b, dx, dw, db, acc_dx, acc_dw, acc_db};
+    return bwd_run(&S, &A, co, scratch);
 }

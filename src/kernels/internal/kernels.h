@@ -203,6 +203,12 @@ int kiln_ref_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, const double *x, c
                             const double *mean, const double *invstd, double *dx, double *dw, double *db, int acc_dx,
                             int acc_dw, int acc_db, const kiln_collective *co);
 
+/* kiln_ref_batch_norm_bwd of relu(batch_norm(x)): dy taken where the forward's
+ * y = (x - mean) * invstd * w + b (recomputed as the forward computes it) is > 0 */
+int kiln_ref_batch_norm_relu_bwd(int64_t n, int64_t c, int64_t hw, const double *x, const double *dy, const double *w,
+                                 const double *b, const double *mean, const double *invstd, double *dx, double *dw,
+                                 double *db, int acc_dx, int acc_dw, int acc_db, const kiln_collective *co);
+
 /* batch norm in evaluation folded into the layer before it (per output channel k
  * of w [k, per]): s = gamma / sqrt(var + eps), w_out = w * s, b_out = (b - mean) * s
  * + beta; b may be NULL (zero) */
@@ -358,6 +364,14 @@ int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const
 int kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
                             const float *w, const float *mean, const float *invstd, float *dx, float *dw, float *db,
                             int acc_dx, int acc_dw, int acc_db, const kiln_collective *co, void *scratch);
+/* the backward of relu(batch_norm(x)) fused with the norm's (the fusion pass): dy
+ * where y > 0, else 0, then the norm's backward; y's sign recomputed from x with
+ * the forward's own scale and shift (from the saved mean and invstd, w and b), so
+ * the mask is bit for bit the forward relu's. b NULL: kiln_cpu_batch_norm_bwd */
+int kiln_cpu_batch_norm_relu_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
+                                 const float *w, const float *b, const float *mean, const float *invstd, float *dx,
+                                 float *dw, float *db, int acc_dx, int acc_dw, int acc_db, const kiln_collective *co,
+                                 void *scratch);
 size_t kiln_cpu_batch_norm_scratch(int64_t n, int64_t c, int blocked);
 /* kiln_ref_bn_fold in float, each channel's scale in double */
 void kiln_cpu_bn_fold(int64_t k, int64_t per, const float *w, const float *b, const float *gamma, const float *beta,

@@ -46,16 +46,24 @@ int kiln_ref_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, const double *x, c
     return 0;
 }
 
-int kiln_ref_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, const double *x, const double *dy, const double *w,
-                            const double *mean, const double *invstd, double *dx, double *dw, double *db, int acc_dx,
-                            int acc_dw, int acc_db, const kiln_collective *co) {
+/* dy, or 0 where relu cut the forward's y off (b given: the fused relu's backward),
+ * y recomputed by the forward's formula */
+static double masked_dy(const double *x, const double *dy, const double *w, const double *b, const double *mean,
+                        const double *invstd, int64_t c, int64_t hw, int64_t i, int64_t ch, int64_t j) {
+    if (b && !((AT(x, i, ch, j) - mean[ch]) * invstd[ch] * w[ch] + b[ch] > 0.0)) return 0.0;
+    return AT(dy, i, ch, j);
+}
+
+int kiln_ref_batch_norm_relu_bwd(int64_t n, int64_t c, int64_t hw, const double *x, const double *dy, const double *w,
+                                 const double *b, const double *mean, const double *invstd, double *dx, double *dw,
+                                 double *db, int acc_dx, int acc_dw, int acc_db, const kiln_collective *co) {
     for (int64_t ch = 0; ch < c; ch++) {
         double sdy = 0, sdyx = 0;
         for (int64_t i = 0; i < n; i++)
             for (int64_t j = 0; j < hw; j++) {
-                double xh = (AT(x, i, ch, j) - mean[ch]) * invstd[ch];
-                sdy += AT(dy, i, ch, j);
-                sdyx += AT(dy, i, ch, j) * xh;
+                double xh = (AT(x, i, ch, j) - mean[ch]) * invstd[ch], d = masked_dy(x, dy, w, b, mean, invstd, c, hw, i, ch, j);
+                sdy += d;
+                sdyx += d * xh;
             }
         if (dw) dw[ch] = acc_dw ? dw[ch] + sdyx : sdyx;
         if (db) db[ch] = acc_db ? db[ch] + sdy : sdy;
@@ -66,9 +74,15 @@ int kiln_ref_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, const double *x, c
         for (int64_t i = 0; i < n; i++)
             for (int64_t j = 0; j < hw; j++) {
                 double xh = (AT(x, i, ch, j) - mean[ch]) * invstd[ch];
-                double g = k * (m * AT(dy, i, ch, j) - g3[0] - xh * g3[1]);
+                double g = k * (m * masked_dy(x, dy, w, b, mean, invstd, c, hw, i, ch, j) - g3[0] - xh * g3[1]);
                 AT(dx, i, ch, j) = acc_dx ? AT(dx, i, ch, j) + g : g;
             }
     }
     return 0;
+}
+
+int kiln_ref_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, const double *x, const double *dy, const double *w,
+                            const double *mean, const double *invstd, double *dx, double *dw, double *db, int acc_dx,
+                            int acc_dw, int acc_db, const kiln_collective *co) {
+    return kiln_ref_batch_norm_relu_bwd(n, c, hw, x, dy, w, NULL, mean, invstd, dx, dw, db, acc_dx, acc_dw, acc_db, co);
 }
