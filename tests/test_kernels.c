@@ -889,6 +889,73 @@ static void test_layer_norm_gpt(void) {
     kiln_free(scratch);
 }
 
+/* batch norm's one-pass statistics and relu's backward folded into the norm's:
+ * plain and nChw16c, 16 channels (images summed in chunks) and 128 (each group
+ * whole), a tail of 37 pixels; x centred at 0, and far from 0 (mean / std near
+ * 600) with the running mean (the sums' shift) at 0 and near the batch's mean.
+ * The fused backward must give the bits of relu's backward on the forward's y
+ * followed by the plain backward, and both the reference's figures */
+static void bn_case(int blocked, int64_t c, double off, float shift) {
+    const int64_t n = 4, hw = 37, nx = n * c * hw;
+    double *xd = drand_(nx, off - 1, off + 2), *dyd = drand_(nx, -1, 1), *wd = drand_(c, -1.5, 1.5), *bd = drand_(c, -1, 1);
+    double *rmd = dalloc(c), *rvd = dalloc(c), *y = dalloc(nx), *mean = dalloc(c), *is = dalloc(c);
+    double *dx = dalloc(nx), *dw = dalloc(c), *db = dalloc(c);
+    float *x = falloc(nx), *dy = falloc(nx), *w = falloc(c), *b = falloc(c), *rm = falloc(c), *rv = falloc(c);
+    float *xb = falloc(nx), *dyb = falloc(nx), *yb = falloc(nx), *fy = falloc(nx), *fm = falloc(c), *fi = falloc(c);
+    float *g1 = falloc(nx), *g2 = falloc(nx), *dx1 = falloc(nx), *dx2 = falloc(nx), *dw1 = falloc(c), *dw2 = falloc(c),
+          *db1 = falloc(c), *db2 = falloc(c);
+    for (int64_t i = 0; i < nx; i++) x[i] = (float)xd[i], xd[i] = x[i], dy[i] = (float)dyd[i], dyd[i] = dy[i];
+    for (int64_t i = 0; i < c; i++) {
+        w[i] = (float)wd[i], wd[i] = w[i], b[i] = (float)bd[i], bd[i] = b[i];
+        rm[i] = shift, rmd[i] = shift, rv[i] = 1, rvd[i] = 1;
+    }
+    kiln_cpu_reorder_nchw(n, c, hw, 0, x, xb, 0); /* the kernels' layout (a copy when plain) */
+    kiln_cpu_reorder_nchw(n, c, hw, 0, dy, dyb, 0);
+    if (!blocked) memcpy(xb, x, (size_t)nx * 4), memcpy(dyb, dy, (size_t)nx * 4);
+    CHECK(kiln_cpu_batch_norm_fwd(n, c, hw, blocked, xb, w, b, rm, rv, 0.1f, 1e-5f, 1, 1, yb, fm, fi, NULL, NULL) == 0);
+    CHECK(kiln_ref_batch_norm_fwd(n, c, hw, xd, wd, bd, rmd, rvd, 0.1, 1e-5, 1, y, mean, is, NULL) == 0);
+    kiln_ref_relu_fwd(nx, y, y);
+    if (blocked) kiln_cpu_reorder_nchw(n, c, hw, 1, yb, fy, 0);
+    else memcpy(fy, yb, (size_t)nx * 4);
+    char what[96];
+    snprintf(what, sizeof what, "batch norm %s c=%lld x near %g, shift %g", blocked ? "nChw16c" : "plain", (long long)c, off,
+             (double)shift);
+    CLOSE(fm, mean, c, 1e-6, 1e-6, "%s: mean", what);
+    CLOSE(fi, is, c, 1e-6, 2e-6, "%s: invstd", what);
+    CLOSE(rv, rvd, c, 1e-6, 2e-6, "%s: running variance", what);
+    /* y = x * scale + shift in float: far from 0 its rounding, not the statistics, sets the error */
+    CLOSE(fy, y, nx, off > 1 ? 2e-4 : 2e-5, 2e-5, "%s: relu(y)", what);
+    /* relu's backward on the forward's y, then the norm's; and the fused kernel from dy */
+    for (int64_t i = 0; i < nx; i++) g1[i] = yb[i] > 0 ? dyb[i] : 0;
+    kiln_cpu_batch_norm_bwd(n, c, hw, blocked, xb, g1, w, fm, fi, dx1, dw1, db1, 0, 0, 0, NULL, NULL);
+    kiln_cpu_batch_norm_relu_bwd(n, c, hw, blocked, xb, dyb, w, b, fm, fi, dx2, dw2, db2, 0, 0, 0, NULL, NULL);
+    CHECK_MSG(!memcmp(dx1, dx2, (size_t)nx * 4) && !memcmp(dw1, dw2, (size_t)c * 4) && !memcmp(db1, db2, (size_t)c * 4),
+              "%s: relu backward folded into the norm's differs from the two kernels", what);
+    kiln_ref_batch_norm_relu_bwd(n, c, hw, xd, dyd, wd, bd, mean, is, dx, dw, db, 0, 0, 0, NULL);
+    if (blocked) kiln_cpu_reorder_nchw(n, c, hw, 1, dx2, g2, 0);
+    else memcpy(g2, dx2, (size_t)nx * 4);
+    /* far from 0 the float x - mean keeps fewer bits: the reference sees the same floats, the kernels round */
+    double tol = off > 1 ? 2e-3 : 1e-4;
+    CLOSE(g2, dx, nx, tol, tol, "%s: fused dx", what);
+    CLOSE(dw2, dw, c, tol, tol, "%s: fused dw", what);
+    CLOSE(db2, db, c, 1e-4, 1e-4, "%s: fused db", what);
+    /* accumulating: the same again on top */
+    kiln_cpu_batch_norm_relu_bwd(n, c, hw, blocked, xb, dyb, w, b, fm, fi, dx2, dw2, db2, 1, 1, 1, NULL, NULL);
+    for (int64_t i = 0; i < c; i++) CHECK_MSG(dw2[i] == 2 * dw1[i] && db2[i] == 2 * db1[i], "%s: acc dw, db", what);
+    free(xd), free(dyd), free(wd), free(bd), free(rmd), free(rvd), free(y), free(mean), free(is), free(dx), free(dw), free(db);
+    free(x), free(dy), free(w), free(b), free(rm), free(rv), free(xb), free(dyb), free(yb), free(fy), free(fm), free(fi);
+    free(g1), free(g2), free(dx1), free(dx2), free(dw1), free(dw2), free(db1), free(db2);
+}
+
+static void test_batch_norm(void) {
+    for (int blocked = 0; blocked <= 16; blocked += 16)
+        for (int64_t c = 16; c <= 128; c *= 8) {
+            bn_case(blocked, c, 0, 0);
+            bn_case(blocked, c, 500, 0);
+            bn_case(blocked, c, 500, 500.4f);
+        }
+}
+
 /* 1024 positions, skewed ids (half of them 0..3: text repeats a few tokens), C = 40 (not whole blocks of 16) */
 static void test_embedding_gpt(void) {
     int64_t n = 1024, V = 256, C = 40;
@@ -953,6 +1020,7 @@ int main(void) {
     test_layerwise();
     test_norm();
     test_layer_norm_gpt();
+    test_batch_norm();
     test_embedding_gpt();
     test_softmax_gelu_gpt();
     return tu_finish("test_kernels");

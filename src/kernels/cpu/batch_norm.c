@@ -5,16 +5,18 @@
  * A group is what one set of 16 lanes covers: a block of 16 channels (blocked),
  * or one channel (plain, whose contiguous pixels are spread over 16 lanes of
  * partial sums, folded at the end). The data of a group in one image is one
- * contiguous run. Statistics are summed in double, two passes (mean, then
- * squared deviations), in an order fixed by the shape alone: with fewer than
+ * contiguous run. Statistics are summed in double in one pass over x: the sums
+ * of x - k and (x - k)^2 with k the running mean (the variance from them loses
+ * to cancellation only as (mean - k)^2 / var grows; doubles leave 29 bits of
+ * room beyond float's), in an order fixed by the shape alone: with fewer than
  * 8 groups (ResNet-20's 16 channels are one) the images are cut into up to 8
  * chunks summed apart and added in chunk order, so both cores work and the
  * bits are the same for any thread count.
  *
  * Sync batch norm (a collective given) takes the two-phase route: every
  * group's sums first, packed per channel and summed over the processes (with
- * the count), the mean divided out, the squared deviations from that global
- * mean summed likewise; backward sums dy and dy * xhat the same way. Without a
+ * the count: one reduction, the running mean being every process's shift);
+ * backward sums dy and dy * xhat the same way. Without a
  * collective to call, it is the same arithmetic as the plain kernel, bit for
  * bit. Its buffers (C may be large) live in the workspace. */
 #include <math.h>
@@ -56,39 +58,36 @@ static void chunk_images(const bn_shape *S, int64_t k, int64_t *i0, int64_t *i1)
 #define HOT
 #endif
 
-/* s[l] += sum of (p[j] - mu[l])^sq over j = l mod 16 (sq 0: plain sum, mu unused);
- * two interleaved sets of accumulators keep two add chains in flight */
-HOT static void add_run(const float *p, int64_t len, const double *mu, int sq, double *s) {
-    double a[L] = {0}, b[L] = {0};
+/* s1[l] += sum of (p[j] - k[l]), s2[l] += sum of (p[j] - k[l])^2 over j = l mod 16:
+ * both statistics in one read; two interleaved sets of accumulators keep two add
+ * chains in flight */
+HOT static void add_run(const float *p, int64_t len, const double *k, double *s1, double *s2) {
+    double a[L] = {0}, b[L] = {0}, a2[L] = {0}, b2[L] = {0};
     int64_t j = 0;
-    if (sq) {
-        for (; j + 2 * L <= len; j += 2 * L)
-            for (int l = 0; l < L; l++) {
-                double d = p[j + l] - mu[l], e = p[j + L + l] - mu[l];
-                a[l] += d * d;
-                b[l] += e * e;
-            }
-        for (int l = 0; j + l < len && l < L; l++) a[l] += (p[j + l] - mu[l]) * (p[j + l] - mu[l]);
-        for (int l = 0; j + L + l < len; l++) b[l] += (p[j + L + l] - mu[l]) * (p[j + L + l] - mu[l]);
-    } else {
-        for (; j + 2 * L <= len; j += 2 * L)
-            for (int l = 0; l < L; l++) {
-                a[l] += p[j + l];
-                b[l] += p[j + L + l];
-            }
-        for (int l = 0; j + l < len && l < L; l++) a[l] += p[j + l];
-        for (int l = 0; j + L + l < len; l++) b[l] += p[j + L + l];
+    for (; j + 2 * L <= len; j += 2 * L)
+        for (int l = 0; l < L; l++) {
+            double d = p[j + l] - k[l], e = p[j + L + l] - k[l];
+            a[l] += d;
+            a2[l] += d * d;
+            b[l] += e;
+            b2[l] += e * e;
+        }
+    for (int l = 0; j + l < len && l < 2 * L; l++) { /* the rest, lane by lane */
+        int q = l % L;
+        double d = p[j + l] - k[q];
+        a[q] += d;
+        a2[q] += d * d;
     }
-    for (int l = 0; l < L; l++) s[l] += a[l] + b[l];
+    for (int l = 0; l < L; l++) s1[l] += a[l] + b[l], s2[l] += a2[l] + b2[l];
 }
 
-/* the sums of group g over images [i0, i1) */
-static void group_sums(const bn_shape *S, const float *x, int64_t g, int64_t i0, int64_t i1, const double *mu, int sq,
-                       double *s) {
-    for (int l = 0; l < L; l++) s[l] = 0;
+/* the shifted sums of group g over images [i0, i1) */
+static void group_sums(const bn_shape *S, const float *x, int64_t g, int64_t i0, int64_t i1, const double *k, double *s1,
+                       double *s2) {
+    for (int l = 0; l < L; l++) s1[l] = s2[l] = 0;
     for (int64_t i = i0; i < i1; i++) {
         int64_t len, o = run_at(S, g, i, &len);
-        add_run(x + o, len, mu, sq, s);
+        add_run(x + o, len, k, s1, s2);
     }
 }
 
@@ -167,15 +166,41 @@ static void fwd_coef(const bn_shape *S, const bn_fwd_args *A, int64_t g, const d
     for (int64_t l = nch; l < L; l++) sc[l] = sc[0], sh[l] = sh[0]; /* plain: one channel in every lane */
 }
 
-/* the chunks' sums of each group, added in chunk order and folded (mu: per group lanes) */
-static void chunk_stats(const bn_shape *S, const float *x, const double *mu, int sq, double *part, double *out) {
-    FOR_WORK(S, { group_sums(S, x, g, i0, i1, sq ? mu + g * L : NULL, sq, part + w_ * L); });
+/* the shift of group g's sums: the running mean, which every process of a sync norm
+ * holds alike and which lies near the batch's mean once training is under way, so
+ * the one-pass variance loses next to nothing to cancellation */
+static void shift_lanes(const bn_shape *S, const float *rmean, int64_t g, double *k) {
+    for (int l = 0; l < L; l++) k[l] = rmean[S->blocked ? g * L + l : g];
+}
+
+/* the chunks' shifted sums of each group into s1, s2, added in chunk order and folded */
+static void chunk_stats(const bn_shape *S, const float *x, const float *rmean, double *part, double *s1, double *s2) {
+    FOR_WORK(S, {
+        double k_[L];
+        shift_lanes(S, rmean, g, k_);
+        group_sums(S, x, g, i0, i1, k_, part + w_ * 2 * L, part + w_ * 2 * L + L);
+    });
     for (int64_t g = 0; g < S->ngroups; g++) {
-        double *s = out + g * L;
-        for (int l = 0; l < L; l++) s[l] = 0;
+        double *a = s1 + g * L, *b = s2 + g * L;
+        for (int l = 0; l < L; l++) a[l] = b[l] = 0;
         for (int64_t k = 0; k < S->nchunks; k++)
-            for (int l = 0; l < L; l++) s[l] += part[(g * S->nchunks + k) * L + l];
-        fold(S, s);
+            for (int l = 0; l < L; l++) {
+                a[l] += part[(g * S->nchunks + k) * 2 * L + l];
+                b[l] += part[(g * S->nchunks + k) * 2 * L + L + l];
+            }
+        fold(S, a);
+        fold(S, b);
+    }
+}
+
+/* a group's mean and biased variance lanes from its shifted sums over m values */
+static void moments(const bn_shape *S, const float *rmean, int64_t g, double m, double *s1, double *s2) {
+    double k[L];
+    shift_lanes(S, rmean, g, k);
+    for (int l = 0; l < L; l++) {
+        double d = s1[l] / m, v = s2[l] / m - d * d;
+        s1[l] = k[l] + d;
+        s2[l] = v > 0 ? v : 0;
     }
 }
 
@@ -224,32 +249,22 @@ static void unpack(const bn_shape *S, const double *chan, double *lanes) {
         for (int l = 0; l < L; l++) lanes[g * L + l] = chan[S->blocked ? g * L + l : g];
 }
 
-/* group lanes summed over the processes, through per-channel values at chan */
-static int reduce_lanes(const bn_shape *S, const kiln_collective *co, double *lanes, double *chan) {
-    if (!co) return 0;
-    pack(S, lanes, chan);
-    if (kiln_collective_sum(co, chan, S->c)) return -2;
-    unpack(S, chan, lanes);
-    return 0;
-}
-
 /* training's statistics of every group into W->s1 (mean) and W->s2 (biased variance),
- * over every process's batch when co is given; the count they cover into A->count */
+ * over every process's batch when co is given (the shifted sums and the count in one
+ * reduction); the count they cover into A->count */
 static int fwd_stats(const bn_shape *S, const float *x, const kiln_collective *co, bn_scratch *W, bn_fwd_args *A) {
-    int64_t lanes = S->ngroups * L;
     double m = (double)(S->n * S->hw);
-    chunk_stats(S, x, NULL, 0, W->part, W->s1);
+    chunk_stats(S, x, A->rmean, W->part, W->s1, W->s2);
     if (co) {
-        W->chan[S->c] = m; /* the count rides with the sums */
         pack(S, W->s1, W->chan);
-        if (kiln_collective_sum(co, W->chan, S->c + 1)) return -2;
+        pack(S, W->s2, W->chan + S->c);
+        W->chan[2 * S->c] = m; /* the count rides with the sums */
+        if (kiln_collective_sum(co, W->chan, 2 * S->c + 1)) return -2;
         unpack(S, W->chan, W->s1);
-        m = W->chan[S->c];
+        unpack(S, W->chan + S->c, W->s2);
+        m = W->chan[2 * S->c];
     }
-    for (int64_t i = 0; i < lanes; i++) W->s1[i] /= m;
-    chunk_stats(S, x, W->s1, 1, W->part, W->s2);
-    if (reduce_lanes(S, co, W->s2, W->chan)) return -2;
-    for (int64_t i = 0; i < lanes; i++) W->s2[i] /= m;
+    for (int64_t g = 0; g < S->ngroups; g++) moments(S, A->rmean, g, m, W->s1 + g * L, W->s2 + g * L);
     A->count = m;
     return 0;
 }
@@ -267,12 +282,12 @@ int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const
             double mean[L], var[L];
             float sc[L], sh[L];
             if (training) {
-                group_sums(&S, x, g, 0, n, NULL, 0, mean);
+                double k[L];
+                shift_lanes(&S, rmean, g, k);
+                group_sums(&S, x, g, 0, n, k, mean, var);
                 fold(&S, mean);
-                for (int l = 0; l < L; l++) mean[l] /= m;
-                group_sums(&S, x, g, 0, n, mean, 1, var);
                 fold(&S, var);
-                for (int l = 0; l < L; l++) var[l] /= m;
+                moments(&S, rmean, g, m, mean, var);
             }
             fwd_coef(&S, &A, g, mean, var, sc, sh);
             for (int64_t i = 0; i < n; i++) {
