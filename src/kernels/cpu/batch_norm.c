@@ -21,6 +21,8 @@
  * bit. Its buffers (C may be large) live in the workspace. */
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/internal/kernels.h"
 
@@ -116,16 +118,21 @@ static void lanes_of(const bn_shape *S, const float *v, int64_t g, float *out) {
     for (int l = 0; l < L; l++) out[l] = v[S->blocked ? g * L + l : g];
 }
 
-/* y = x * scale + shift per lane over a run (relu: max(0, y)) */
-HOT static void affine_run(const float *x, float *y, int64_t len, const float *scale, const float *shift, int relu) {
+/* y = x * scale + shift per lane over a run (relu: max(0, y)); the lanes copied to
+ * locals, which y cannot alias, so the compiler vectorizes the lane loop */
+HOT static void affine_run(const float *restrict x, float *restrict y, int64_t len, const float *scale, const float *shift,
+                           int relu) {
+    float sc[L], sh[L];
+    memcpy(sc, scale, sizeof sc);
+    memcpy(sh, shift, sizeof sh);
     int64_t j = 0;
     for (; j + L <= len; j += L)
         for (int l = 0; l < L; l++) {
-            float v = x[j + l] * scale[l] + shift[l];
+            float v = x[j + l] * sc[l] + sh[l];
             y[j + l] = relu && !(v > 0.0f) ? 0.0f : v;
         }
     for (int l = 0; j + l < len; l++) {
-        float v = x[j + l] * scale[l] + shift[l];
+        float v = x[j + l] * sc[l] + sh[l];
         y[j + l] = relu && !(v > 0.0f) ? 0.0f : v;
     }
 }
@@ -310,9 +317,19 @@ int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const
     return 0;
 }
 
+/* d where v > 0, else +0 (relu's backward, bits as its kernel's), without a branch:
+ * a select here kept GCC -O2 from vectorizing the loops around it */
+static inline float keep_if_pos(float d, float v) {
+    uint32_t bits;
+    memcpy(&bits, &d, 4);
+    bits &= -(uint32_t)(v > 0.0f);
+    memcpy(&d, &bits, 4);
+    return d;
+}
+
 /* dy where the forward's relu let y through, else 0: y's sign recomputed from x
  * exactly as the forward computed y (relu 0: dy) */
-#define MASKED(relu, d, xv, sc, sh) ((relu) && !((xv) * (sc) + (sh) > 0.0f) ? 0.0f : (d))
+#define MASKED(relu, d, xv, sc, sh) ((relu) ? keep_if_pos((d), (xv) * (sc) + (sh)) : (d))
 
 /* backward's two sums per lane over images [i0, i1): dy and dy * xhat (two sets of
  * accumulators, as add_run); relu: dy masked by relu's backward (sc, sh: the forward's) */
@@ -381,26 +398,38 @@ static void bwd_coef(const bn_shape *S, const bn_bwd_args *A, int64_t g, const d
     for (int64_t l = nch; l < L; l++) a[l] = a[0], bx[l] = bx[0], cc[l] = cc[0];
 }
 
+/* dx over one run, a dy + bx x + cc per lane (dy masked when relu), written or added */
+static inline __attribute__((always_inline)) void dx_run(const float *restrict pd, const float *restrict px,
+                                                         float *restrict po, int64_t len, const float *a, const float *bx,
+                                                         const float *cc, const float *sc, const float *sh, int relu,
+                                                         int acc) {
+    int64_t j = 0;
+    if (acc)
+        for (; j + L <= len; j += L)
+            for (int l = 0; l < L; l++)
+                po[j + l] += a[l] * MASKED(relu, pd[j + l], px[j + l], sc[l], sh[l]) + bx[l] * px[j + l] + cc[l];
+    else
+        for (; j + L <= len; j += L)
+            for (int l = 0; l < L; l++)
+                po[j + l] = a[l] * MASKED(relu, pd[j + l], px[j + l], sc[l], sh[l]) + bx[l] * px[j + l] + cc[l];
+    for (int l = 0; j + l < len; l++) {
+        float v = a[l] * MASKED(relu, pd[j + l], px[j + l], sc[l], sh[l]) + bx[l] * px[j + l] + cc[l];
+        po[j + l] = acc ? po[j + l] + v : v;
+    }
+}
+
 static inline __attribute__((always_inline)) void bwd_dx_body(const bn_shape *S, const bn_bwd_args *A, int64_t g,
-                                                              int64_t i0, int64_t i1, const float *a, const float *bx,
-                                                              const float *cc, const float *sc, const float *sh,
+                                                              int64_t i0, int64_t i1, const float *a_, const float *bx_,
+                                                              const float *cc_, const float *sc_, const float *sh_,
                                                               int relu) {
+    float a[L], bx[L], cc[L], sc[L] = {0}, sh[L] = {0}; /* locals dx cannot alias: the lane loops vectorize */
+    memcpy(a, a_, sizeof a);
+    memcpy(bx, bx_, sizeof bx);
+    memcpy(cc, cc_, sizeof cc);
+    if (relu) memcpy(sc, sc_, sizeof sc), memcpy(sh, sh_, sizeof sh);
     for (int64_t i = i0; i < i1; i++) {
-        int64_t len, o = run_at(S, g, i, &len), j = 0;
-        const float *pd = A->dy + o, *px = A->x + o;
-        float *po = A->dx + o;
-        if (A->acc_dx)
-            for (; j + L <= len; j += L)
-                for (int l = 0; l < L; l++)
-                    po[j + l] += a[l] * MASKED(relu, pd[j + l], px[j + l], sc[l], sh[l]) + bx[l] * px[j + l] + cc[l];
-        else
-            for (; j + L <= len; j += L)
-                for (int l = 0; l < L; l++)
-                    po[j + l] = a[l] * MASKED(relu, pd[j + l], px[j + l], sc[l], sh[l]) + bx[l] * px[j + l] + cc[l];
-        for (int l = 0; j + l < len; l++) {
-            float v = a[l] * MASKED(relu, pd[j + l], px[j + l], sc[l], sh[l]) + bx[l] * px[j + l] + cc[l];
-            po[j + l] = A->acc_dx ? po[j + l] + v : v;
-        }
+        int64_t len, o = run_at(S, g, i, &len);
+        dx_run(A->dy + o, A->x + o, A->dx + o, len, a, bx, cc, sc, sh, relu, A->acc_dx);
     }
 }
 
