@@ -6,6 +6,7 @@
 #include "kiln/inspect.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
+#include "graph/internal/graph.h"
 #include "testutil.h"
 
 #define STEPS 20
@@ -144,6 +145,25 @@ static void dropout_matters(void) {
     same_training(&n, "dropout", 16, "mlp 8x48 dropout 0.3, dropout");
     same_training(&n, "block,dropout", 16, "mlp 8x48 dropout 0.3, block,dropout");
     kiln_graph_free(n.g);
+    /* a block per layer: segments recomputed within recomputations, each mask drawn with its original's key */
+    n = deep_mlp(12, 48, 1, 0.3f);
+    same_training(&n, "block", 16, "mlp 12x48 dropout 0.3, a block per layer, block");
+    kiln_graph_free(n.g);
+}
+
+/* the binomial schedule (checkpoint_schedule.c): unit forwards recomputed for 16 units, as
+ * Griewank's revolve counts them (the forward's own sweep free) */
+static void schedule(void) {
+    kiln_ckpt_sched *k = kiln_ckpt_sched_new(16);
+    CHECK(k);
+    CHECK(kiln_ckpt_sched_cost(k, 1, 16, 15) == 0 && kiln_ckpt_sched_cost(k, 1, 16, 16) == 0);
+    CHECK(kiln_ckpt_sched_cost(k, 1, 16, 5) == 10 && kiln_ckpt_sched_cost(k, 1, 16, 4) == 12);
+    CHECK(kiln_ckpt_sched_cost(k, 1, 16, 3) == 18 && kiln_ckpt_sched_cost(k, 1, 16, 2) == 43);
+    CHECK(kiln_ckpt_sched_cost(k, 1, 16, 0) == -1 && kiln_ckpt_sched_cost(k, 0, 3, 1) == -1);
+    CHECK(kiln_ckpt_sched_cost(k, 0, 1, 0) == 0 && kiln_ckpt_sched_cost(k, 0, 2, 1) == 1);
+    /* 4 slots: checkpoints after units 5, 9, 13, 15; the first segment 5 long */
+    CHECK(kiln_ckpt_sched_split(k, 1, 16, 4) == 5 && kiln_ckpt_sched_split(k, 1, 11, 3) == 4);
+    kiln_ckpt_sched_free(k);
 }
 
 static void zoo_models(void) {
@@ -192,7 +212,15 @@ static void not_worth_it(void) {
     kiln_graph_free(n.g);
 }
 
-/* kiln inspect lists each recomputation as a step of phase "recompute", and both arenas */
+static size_t json_size(const char *json, const char *key) {
+    const char *p = json ? strstr(json, key) : NULL;
+    return p ? (size_t)strtoull(p + strlen(key), NULL, 10) : 0;
+}
+
+/* kiln inspect lists each recomputation as a step of phase "recompute", and both arenas; mlp-deep's
+ * 16 single-layer blocks are checkpointed on the schedule whose arena is smallest within one
+ * forward's recomputation: 4 slots, 12 layers recomputed (one twice), 7 tensors where the plain
+ * plan holds 18 (16 outputs and 2 gradients) */
 static void inspect_shows_it(void) {
     kiln_inspect_config c = kiln_inspect_defaults();
     c.model = "mlp-deep";
@@ -203,14 +231,20 @@ static void inspect_shows_it(void) {
     CHECK_OK(kiln_inspect(&c, &json));
     int steps = 0;
     for (const char *p = json; p && (p = strstr(p, "\"phase\": \"recompute\"")); p++) steps++;
-    /* 4 blocks x 3 of their 4 layers (the 4th's output is the next block's input), linear + relu (a view) each */
     CHECK_MSG(steps == 12, "%d recompute steps", steps);
     CHECK(json && strstr(json, "\"recomputed\": 24"));
-    CHECK(json && strstr(json, "\"name\": \"2:recompute\"") && !strstr(json, "\"name\": \"6:recompute\""));
+    /* layer 10 (\"18\") twice; 5's and 15's outputs (\"8\", \"28\") are checkpoints, 16's the output */
+    CHECK(json && strstr(json, "\"name\": \"18:recompute:recompute\"") && strstr(json, "\"name\": \"6:recompute\""));
+    CHECK(json && !strstr(json, "\"name\": \"8:recompute\"") && !strstr(json, "\"name\": \"28:recompute\"") &&
+          !strstr(json, "\"name\": \"30:recompute\""));
+    size_t tensor = 8 * 32 * 4, with = json_size(json, "\"arena_bytes\": "), plain = json_size(json, "\"arena_bytes_plain\": ");
+    CHECK_MSG(with >= 7 * tensor && with < 8 * tensor && plain >= 18 * tensor && plain < 19 * tensor,
+              "arena %zu with, %zu without (tensors of %zu)", with, plain, tensor);
     free(json);
 }
 
 int main(void) {
+    schedule();
     bad_choices();
     not_worth_it();
     dropout_matters();

@@ -20,7 +20,12 @@
  *     are never cloned, and a group whose clones would keep alive more than
  *     they free (a dropout whose input nothing else keeps) is left alone.
  * Groups are taken last first, so an earlier group's clones can serve a later
- * group's clones. */
+ * group's clones. With a schedule (kiln_pass_checkpoint_ex), "block" groups
+ * are segments of consecutive block scopes (checkpoint_schedule.c): the
+ * blocks inside a segment lose their outputs to the recomputation, and the
+ * segment's clones (a region of their own, carrying their blocks) are split
+ * into sub-segments that are recomputed again from the clones, so one
+ * recomputation sweep need not keep every output of its segment. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +39,10 @@ typedef struct {
     int nfwd;
     int blocks;                /* "block" named */
     uint8_t ops[KILN_OP_COUNT];/* op kinds named */
+    int lo, hi;                /* the forward region: the forward nodes, or one segment's clones */
+    int top;                   /* the region is the forward (op-named groups live there only) */
+    const int *seg;            /* per block: its segment in this region (its first block) */
+    const kiln_ckpt_sched *sched;
     int nvals;                 /* values before this group's clones */
     int *first_bwd;            /* per value: the first backward node reading it, or FAR */
     int *last;                 /* per value: the last node reading it, or -1 */
@@ -97,12 +106,12 @@ int kiln_node_key_id(const kiln_graph *g, int node) {
     return n->recompute_of >= 0 ? n->recompute_of : n->fwd >= 0 ? n->fwd : node;
 }
 
-/* the group of forward node i: its block (blocks chosen), else itself when its op is named, else -1 */
+/* the group of region node i: its segment (blocks chosen), else itself when its op is named, else -1 */
 static int group_of(const ckpt *c, int i) {
     const kiln_node *n = &c->g->nodes[i];
-    if (n->dead || i >= c->nfwd) return -1;
-    if (c->blocks && n->block >= 0) return n->block;
-    return c->ops[n->op] ? c->g->nblocks + i : -1;
+    if (n->dead || i < c->lo || i >= c->hi) return -1;
+    if (c->blocks && n->block >= 0) return c->seg[n->block];
+    return c->top && c->ops[n->op] ? c->g->nblocks + i : -1;
 }
 
 /* a clone must compute exactly what its original did and change nothing else */
@@ -111,6 +120,25 @@ static int cloneable(const kiln_graph *g, const kiln_node *n) {
     for (int k = 0; k < n->nin; k++)
         if (g->vals[n->in[k]].kind == KILN_VAL_BUFFER) return 0; /* it updates running statistics */
     return 1;
+}
+
+/* in a segment's clones, a sub-segment's outputs are those whose originals forward nodes of other
+ * blocks read: the next unit's clone may not exist (its output is the segment's checkpoint) */
+static void recomputed_outside(ckpt *c, int gid) {
+    const kiln_graph *g = c->g;
+    for (int j = 0; j < c->nfwd; j++) {
+        const kiln_node *n = &g->nodes[j];
+        if (n->dead || (n->block >= 0 && c->seg[n->block] == gid)) continue;
+        for (int k = 0; k < n->nin; k++) c->need[n->in[k]] = 1; /* scratch here: cleared below */
+    }
+    for (int i = c->lo; i < c->hi; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (group_of(c, i) != gid || n->recompute_of < 0) continue;
+        const kiln_node *o = &g->nodes[n->recompute_of];
+        for (int k = 0; k < n->nout && k < o->nout; k++)
+            if (n->out[k] >= 0 && o->out[k] >= 0 && c->need[o->out[k]]) c->outside[n->out[k]] = 1;
+    }
+    memset(c->need, 0, (size_t)c->nvals);
 }
 
 static void scan_readers(ckpt *c, int gid) {
@@ -125,7 +153,7 @@ static void scan_readers(ckpt *c, int gid) {
     for (int i = 0; i < g->nnodes; i++) {
         const kiln_node *n = &g->nodes[i];
         if (n->dead) continue;
-        int bwd = i >= c->nfwd, out = !bwd && group_of(c, i) != gid;
+        int bwd = i >= c->hi, out = !bwd && group_of(c, i) != gid;
         for (int k = 0; k < n->nin; k++) {
             kiln_value v = n->in[k];
             if (bwd && c->first_bwd[v] == FAR) c->first_bwd[v] = i;
@@ -133,6 +161,7 @@ static void scan_readers(ckpt *c, int gid) {
             c->last[kiln_val_root(g, v)] = i;
         }
     }
+    if (!c->top) recomputed_outside(c, gid);
 }
 
 /* an output of group node n the group may recompute */
@@ -146,7 +175,7 @@ static int eligible(const ckpt *c, int gid, kiln_value v) {
 static int mark(ckpt *c, int gid, uint8_t *clone) {
     kiln_graph *g = c->g;
     int at = FAR;
-    for (int i = c->nfwd - 1; i >= 0; i--) {
+    for (int i = c->hi - 1; i >= c->lo; i--) {
         const kiln_node *n = &g->nodes[i];
         clone[i] = 0;
         if (group_of(c, i) != gid || !cloneable(g, n)) continue;
@@ -173,7 +202,7 @@ static int worth_it(const ckpt *c, const uint8_t *clone, int at) {
     size_t freed = 0, kept = 0;
     uint8_t *seen = calloc((size_t)c->nvals, 1);
     if (!seen) return 0;
-    for (int i = 0; i < c->nfwd; i++) {
+    for (int i = c->lo; i < c->hi; i++) {
         const kiln_node *n = &g->nodes[i];
         if (!clone[i]) continue;
         for (int k = 0; k < n->nout; k++)
@@ -214,8 +243,8 @@ static int add_clone(ckpt *c, int i, int at) {
     kiln_node *m = &g->nodes[id];
     m->attr = n.attr;
     m->epilogue = n.epilogue;
-    m->recompute_of = i;
-    m->block = -1;
+    m->recompute_of = n.recompute_of >= 0 ? n.recompute_of : i; /* a recomputation's recomputation repeats the original */
+    m->block = n.block; /* the segment's clones are split again by block */
     snprintf(m->name, sizeof m->name, "%.37s:recompute", n.name);
     return kiln_graph_move_node(g, id, at);
 }
@@ -234,65 +263,124 @@ static void redirect(ckpt *c, int from) {
     }
 }
 
-/* one group: the number of clones added, or -1 */
-static int checkpoint_group(ckpt *c, int gid, uint8_t *clone) {
+/* one group: the number of clones added (placed from *at on), or -1 */
+static int checkpoint_group(ckpt *c, int gid, int *at_out) {
     kiln_graph *g = c->g;
+    uint8_t *clone = calloc((size_t)c->hi + 1, 1);
+    if (!clone) return -1;
     scan_readers(c, gid);
-    int at = mark(c, gid, clone);
-    if (at == FAR) return 0;
+    int at = mark(c, gid, clone), made = 0;
     /* group values the clones read are recomputed too; others are read as they are */
-    for (int i = 0; i < c->nfwd; i++) {
+    for (int i = c->lo; at != FAR && i < c->hi; i++) {
         if (group_of(c, i) != gid) continue;
         const kiln_node *n = &g->nodes[i];
         for (int k = 0; k < n->nout; k++)
             if (n->out[k] >= 0 && c->need[n->out[k]]) c->map[n->out[k]] = clone[i] && eligible(c, gid, n->out[k]) ? -2 : -1;
     }
-    for (int v = 0; v < c->nvals; v++)
+    for (int v = 0; at != FAR && v < c->nvals; v++)
         if (c->map[v] != -2) c->need[v] = 0;
-    if (!worth_it(c, clone, at)) return 0;
-    for (int v = 0; v < c->nvals; v++) c->map[v] = -1;
-    int made = 0;
-    for (int i = 0; i < c->nfwd; i++)
-        if (clone[i] && add_clone(c, i, at + made++) < 0) return -1;
-    redirect(c, at + made);
+    if (at != FAR && worth_it(c, clone, at)) {
+        for (int v = 0; v < c->nvals; v++) c->map[v] = -1;
+        for (int i = c->lo; made >= 0 && i < c->hi; i++)
+            if (clone[i] && add_clone(c, i, at + made++) < 0) made = -1;
+        if (made > 0) redirect(c, at + made);
+    }
+    free(clone);
+    *at_out = at;
     return made;
 }
 
-int kiln_pass_checkpoint(kiln_graph *g, int nfwd, const char *spec) {
+/* the per-value arrays for the graph as it is now (earlier groups' clones made values) */
+static int size_arrays(ckpt *c) {
+    c->nvals = c->g->nvals;
+    size_t n = (size_t)c->nvals + 1;
+    int *fb = realloc(c->first_bwd, n * sizeof(int)), *last = fb ? realloc(c->last, n * sizeof(int)) : NULL;
+    if (fb) c->first_bwd = fb;
+    if (last) c->last = last;
+    uint8_t *out = last ? realloc(c->outside, n) : NULL;
+    if (out) c->outside = out;
+    uint8_t *need = out ? realloc(c->need, n) : NULL;
+    if (need) c->need = need;
+    kiln_value *map = need ? realloc(c->map, n * sizeof(kiln_value)) : NULL;
+    if (map) c->map = map;
+    return map != NULL;
+}
+
+/* one level of the schedule: units [first, first + n) split into segments (top: the forward's,
+ * else a recomputation's), seg[] naming each block's segment; slots[u] for a segment starting at u */
+static void split_level(const ckpt *c, int top, int first, int n, int s, int *seg, int *slots) {
+    for (int a = first, left = n; left > 0; s--) {
+        int m = left == 1 ? 1 : kiln_ckpt_sched_split(c->sched, top, left, s);
+        for (int u = a; u < a + m; u++) seg[u] = a;
+        slots[a] = s;
+        a += m;
+        left -= m;
+    }
+}
+
+/* the groups of region [lo, hi), last first; a block segment's clones are split again.
+ * units: the blocks [first, first + n) of this region; keep_last: its last segment is not
+ * recomputed. The clones made, or -1 */
+static int checkpoint_region(ckpt *c, int lo, int hi, int top, int first, int n, int slots, int keep_last) {
+    kiln_graph *g = c->g;
+    int nb = g->nblocks, total = 0;
+    int *seg = malloc(((size_t)nb + 1) * sizeof(int)), *segslots = malloc(((size_t)nb + 1) * sizeof(int));
+    uint8_t *done = calloc((size_t)nb + (size_t)hi + 1, 1);
+    if (!seg || !segslots || !done) total = -1;
+    for (int u = 0; total >= 0 && u < nb; u++) seg[u] = -1; /* blocks outside this region's units */
+    if (total >= 0 && c->blocks && n > 0) split_level(c, top, first, n, slots, seg, segslots);
+    int last_seg = n > 0 && total >= 0 ? seg[first + n - 1] : -1;
+    for (int i = hi - 1; total >= 0 && i >= lo; i--) {
+        c->lo = lo, c->hi = hi, c->top = top, c->seg = seg;
+        int gid = group_of(c, i);
+        if (gid < 0 || done[gid]) continue;
+        done[gid] = 1;
+        int block = gid < nb, at = FAR;
+        if (block && gid == last_seg && (keep_last || !top)) continue; /* kept from the sweep that made it */
+        int made = size_arrays(c) ? checkpoint_group(c, gid, &at) : -1;
+        total = made < 0 ? -1 : total + made;
+        int len = 0;
+        for (int u = gid; block && u < first + n && seg[u] == gid; u++) len++;
+        if (made > 0 && len > 1) {
+            int sub = checkpoint_region(c, at, at + made, 0, gid, len, segslots[gid], 0);
+            total = sub < 0 ? -1 : total + sub;
+        }
+    }
+    free(seg);
+    free(segslots);
+    free(done);
+    return total;
+}
+
+int kiln_checkpoint_blocks(const char *spec) {
+    int blocks = 0;
+    uint8_t ops[KILN_OP_COUNT];
+    return parse(spec, &blocks, ops) == KILN_OK && blocks;
+}
+
+int kiln_pass_checkpoint_ex(kiln_graph *g, int nfwd, const char *spec, const kiln_ckpt_choice *choice) {
     ckpt c = {.g = g, .nfwd = nfwd};
     if (parse(spec, &c.blocks, c.ops) != KILN_OK)
         return kiln_graph_fail(g, KILN_ERR_INVALID_ARG, "checkpoint_activations: %s", kiln_last_error());
-    int ngroups = g->nblocks + nfwd, total = 0;
-    uint8_t *clone = calloc((size_t)nfwd + 1, 1), *done = calloc((size_t)ngroups + 1, 1);
-    int ok = clone && done;
-    for (int i = nfwd - 1; ok && i >= 0; i--) {
-        int gid = group_of(&c, i);
-        if (gid < 0 || done[gid]) continue;
-        done[gid] = 1;
-        /* values made by earlier groups' clones are never recomputed again */
-        c.nvals = g->nvals;
-        free(c.first_bwd);
-        free(c.last);
-        free(c.outside);
-        free(c.need);
-        free(c.map);
-        c.first_bwd = malloc((size_t)c.nvals * sizeof(int));
-        c.last = malloc((size_t)c.nvals * sizeof(int));
-        c.outside = malloc((size_t)c.nvals);
-        c.need = malloc((size_t)c.nvals);
-        c.map = malloc((size_t)c.nvals * sizeof(kiln_value));
-        ok = c.first_bwd && c.last && c.outside && c.need && c.map;
-        int made = ok ? checkpoint_group(&c, gid, clone) : -1;
-        ok = made >= 0;
-        total += ok ? made : 0;
-    }
+    int nb = g->nblocks;
+    kiln_ckpt_choice plain = {.slots = nb, .keep_last = 0};
+    if (!choice) choice = &plain;
+    kiln_ckpt_sched *k = kiln_ckpt_sched_new(nb);
+    c.sched = k;
+    int slots = choice->slots < 1 ? 1 : choice->slots;
+    int total = !k ? -1 : kiln_ckpt_sched_cost(k, 1, nb, slots) < 0 && nb > 0
+                              ? kiln_graph_fail(g, KILN_ERR_INVALID_ARG, "checkpoint_activations: %d blocks cannot be "
+                                                "checkpointed with %d slots", nb, slots)
+                              : checkpoint_region(&c, 0, nfwd, 1, 0, nb, slots, choice->keep_last);
+    kiln_ckpt_sched_free(k);
     free(c.first_bwd);
     free(c.last);
     free(c.outside);
     free(c.need);
     free(c.map);
-    free(clone);
-    free(done);
-    if (!ok) return kiln_graph_fail(g, KILN_ERR_NOMEM, "checkpoint-activations: out of memory");
-    return total;
+    if (total < 0 && kiln_graph_status(g) == KILN_OK)
+        return kiln_graph_fail(g, KILN_ERR_NOMEM, "checkpoint-activations: out of memory");
+    return total < 0 ? -1 : total;
 }
+
+int kiln_pass_checkpoint(kiln_graph *g, int nfwd, const char *spec) { return kiln_pass_checkpoint_ex(g, nfwd, spec, NULL); }

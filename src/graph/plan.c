@@ -100,15 +100,60 @@ static kiln_status arena_after_passes(kiln_plan *pl, kiln_graph *g, size_t *byte
     return st;
 }
 
+/* the work a checkpointed graph repeats: its recomputing nodes that are not views */
+static int recompute_work(const kiln_graph *g) {
+    int n = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        n += g->nodes[i].recompute_of >= 0 && !g->nodes[i].dead && !(kiln_op_get(g->nodes[i].op)->flags & KILN_OPF_VIEW);
+    return n;
+}
+
+/* "block": the schedule whose plan needs the smallest arena (fewer recomputations on a tie) among
+ * those recomputing at most one forward pass's nodes (checkpointing every block recomputes about
+ * that). Each candidate is planned as the plan would be: the arena decides, not a model of it. */
+static kiln_status choose_schedule(kiln_plan *pl, const char *spec, kiln_ckpt_choice *best) {
+    const kiln_graph *g = pl->g;
+    int budget = 0, nb = g->nblocks;
+    for (int i = 0; i < pl->nfwd; i++) budget += !g->nodes[i].dead && !(kiln_op_get(g->nodes[i].op)->flags & KILN_OPF_VIEW);
+    kiln_ckpt_sched *k = kiln_ckpt_sched_new(nb);
+    if (!k) return kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
+    size_t best_bytes = 0;
+    int best_work = 0, found = 0;
+    kiln_status st = KILN_OK;
+    for (int s = 1; st == KILN_OK && s <= nb; s++)
+        for (int keep = 0; st == KILN_OK && keep < 2 && kiln_ckpt_sched_cost(k, 1, nb, s) >= 0; keep++) {
+            kiln_ckpt_choice ch = {.slots = s, .keep_last = keep};
+            kiln_graph *t = kiln_graph_clone(g);
+            if (!t) st = kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
+            int made = t ? kiln_pass_checkpoint_ex(t, pl->nfwd, spec, &ch) : -1, work = t ? recompute_work(t) : 0;
+            size_t bytes = 0;
+            if (t && made < 0) st = kiln_graph_status(t);
+            else if (t && work <= budget) {
+                st = arena_after_passes(pl, t, &bytes);
+                if (st == KILN_OK && (!found || bytes < best_bytes || (bytes == best_bytes && work < best_work)))
+                    *best = ch, best_bytes = bytes, best_work = work, found = 1;
+            }
+            kiln_graph_free(t);
+        }
+    kiln_ckpt_sched_free(k);
+    if (st == KILN_OK && found && !pl->o.plan_only)
+        kiln_log(KILN_LOG_DEBUG, "checkpoint: %d blocks on %d slots%s: %.1f MiB, %d nodes recomputed", nb, best->slots,
+                 best->keep_last ? ", the last segment kept" : "", best_bytes / 1048576.0, best_work);
+    return st;
+}
+
 /* activation checkpointing (pass_checkpoint.c), and the arena the plan would need without it */
 static kiln_status checkpoint(kiln_plan *pl) {
     const char *spec = pl->o.checkpoint_activations;
     kiln_status st = kiln_checkpoint_check(spec);
     if (st != KILN_OK) return kiln_fail_context(st, "compile: checkpoint_activations");
     if (!spec || !*spec || strcmp(spec, "none") == 0) return st;
+    kiln_ckpt_choice choice = {.slots = pl->g->nblocks, .keep_last = 0}; /* every block its own segment */
+    if (kiln_checkpoint_blocks(spec) && pl->g->nblocks > 1 && (st = choose_schedule(pl, spec, &choice)) != KILN_OK)
+        return st;
     kiln_graph *plain = kiln_graph_clone(pl->g);
     if (!plain) return kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
-    int n = kiln_pass_checkpoint(pl->g, pl->nfwd, spec);
+    int n = kiln_pass_checkpoint_ex(pl->g, pl->nfwd, spec, &choice);
     if (n < 0) st = kiln_graph_status(pl->g);
     else if ((pl->recomputed = n) > 0) st = arena_after_passes(pl, plain, &pl->arena_plain);
     kiln_graph_free(plain);

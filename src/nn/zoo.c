@@ -26,9 +26,9 @@
  * mlp-deep is the activation-checkpointing benchmark's model
  * (../shared/bench/peers/w5_checkpoint.py): 16 x (Linear(width, width), ReLU)
  * as one nn.Sequential (parameters "0.weight" ... "30.bias"), width 1024 by
- * default (kiln_model_opts.width), MSE against an f32 target [B, width]; its
- * layers form 4 block scopes "blocks.0-3" of 4, so checkpointing "block" is
- * checkpoint_sequential(segments=4) (every segment recomputed, the last too).
+ * default (kiln_model_opts.width), MSE against an f32 target [B, width]; each
+ * layer is a block scope ("blocks.0-15"), so checkpointing "block" chooses
+ * its segments of layers itself (docs/plan-and-passes.md).
  * gpt is GPT-2's layout over tokens (src/nn/gpt.c). */
 #include <stdio.h>
 #include <string.h>
@@ -78,7 +78,7 @@ static void mlp(kiln_graph *g, kiln_model *m) {
     m->loss = kiln_nll_loss(g, m->out, m->y);
 }
 
-enum { DEEP_LAYERS = 16, DEEP_PER_BLOCK = 4 };
+enum { DEEP_LAYERS = 16 };
 
 static void mlp_deep(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
     int64_t w = o->width ? o->width : 1024;
@@ -88,13 +88,11 @@ static void mlp_deep(kiln_graph *g, kiln_model *m, const kiln_model_opts *o) {
     kiln_value h = m->x;
     for (int l = 0; l < DEEP_LAYERS; l++) {
         char name[32];
-        if (l % DEEP_PER_BLOCK == 0) {
-            snprintf(name, sizeof name, "blocks.%d", l / DEEP_PER_BLOCK);
-            kiln_graph_block_begin(g, name);
-        }
+        snprintf(name, sizeof name, "blocks.%d", l);
+        kiln_graph_block_begin(g, name);
         snprintf(name, sizeof name, "%d", 2 * l); /* nn.Sequential's index: Linear, ReLU, Linear, ... */
         h = kiln_relu(g, kiln_nn_linear(g, name, h, w, w, 1));
-        if (l % DEEP_PER_BLOCK == DEEP_PER_BLOCK - 1) kiln_graph_block_end(g);
+        kiln_graph_block_end(g);
     }
     m->out = h;
     m->loss = kiln_mse_loss(g, h, m->y);

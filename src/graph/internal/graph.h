@@ -142,6 +142,28 @@ int kiln_pass_fuse_norm_relu_bwd(kiln_graph *g);
  * nfwd: the forward nodes (before autodiff). The number of clones, or -1 (the
  * graph's error set). */
 int kiln_pass_checkpoint(kiln_graph *g, int nfwd, const char *spec);
+/* the same with the block scopes taken as a chain of units and checkpointed on
+ * a binomial schedule (checkpoint_schedule.c) of `slots` slots: segments of
+ * blocks, each recomputed once from its input checkpoint and split again
+ * inside its recomputation; keep_last keeps the last segment from the forward
+ * instead. slots >= the number of blocks is kiln_pass_checkpoint: every block
+ * its own segment. */
+typedef struct {
+    int slots;
+    int keep_last;
+} kiln_ckpt_choice;
+int kiln_pass_checkpoint_ex(kiln_graph *g, int nfwd, const char *spec, const kiln_ckpt_choice *choice);
+/* whether spec names "block" (kiln_checkpoint_check it first) */
+int kiln_checkpoint_blocks(const char *spec);
+/* checkpoint_schedule.c: the binomial schedule's tables for chains of up to
+ * `units` units. cost: the unit forwards a chain of n recomputes with s slots
+ * (top: the forward pass makes its first sweep), -1 when it cannot; split: the
+ * length of its first segment. */
+typedef struct kiln_ckpt_sched kiln_ckpt_sched;
+kiln_ckpt_sched *kiln_ckpt_sched_new(int units);
+void kiln_ckpt_sched_free(kiln_ckpt_sched *k);
+int kiln_ckpt_sched_cost(const kiln_ckpt_sched *k, int top, int n, int s);
+int kiln_ckpt_sched_split(const kiln_ckpt_sched *k, int top, int n, int s);
 /* the RNG key id of a node: a backward node's forward node, a recomputation's original */
 int kiln_node_key_id(const kiln_graph *g, int node);
 /* pass_fuse_pointwise.c: joins maximal groups of pointwise nodes (ops with
