@@ -229,6 +229,21 @@ static kiln_value build_shortcut(kiln_graph *g, kiln_value x, kiln_st_file *f) {
     return kiln_pad(g, v, 1, pad / 2, pad - pad / 2);
 }
 
+/* the op itself (the shortcut pass makes it from the chain above), stride 3, channels padded 1 and 2 */
+static kiln_value build_subsample_pad(kiln_graph *g, kiln_value x, kiln_st_file *f) {
+    kiln_attrs a = {.subsample = {(int64_t)fx_meta(f, "stride"), (int64_t)fx_meta(f, "before"), (int64_t)fx_meta(f, "after")}};
+    int n = kiln_graph_apply(g, KILN_OP_SUBSAMPLE_PAD, &x, 1, &a);
+    return n < 0 ? -1 : g->nodes[n].out[0];
+}
+
+/* the same as the chain slice, slice, pad: what the pass rewrites in resnet20 */
+static kiln_value build_subsample_chain(kiln_graph *g, kiln_value x, kiln_st_file *f) {
+    int64_t s[4], st = (int64_t)fx_meta(f, "stride");
+    kiln_value_shape(g, x, s);
+    kiln_value v = kiln_slice_step(g, kiln_slice_step(g, x, 2, 0, s[2], st), 3, 0, s[3], st);
+    return kiln_pad(g, v, 1, (int64_t)fx_meta(f, "before"), (int64_t)fx_meta(f, "after"));
+}
+
 static void test_conv2d(const char *fxname) {
     kiln_st_file *f = fx_open(fxname);
     if (!f) return;
@@ -1631,6 +1646,8 @@ int main(void) {
     test_one_input("op_adaptive_avg_pool2d.safetensors", build_adaptive);
     test_one_input("op_adaptive_avg_pool2d_global.safetensors", build_adaptive);
     test_one_input("op_shortcut_a.safetensors", build_shortcut);
+    test_one_input("op_subsample_pad.safetensors", build_subsample_pad);
+    test_one_input("op_subsample_pad.safetensors", build_subsample_chain);
     test_bmm();
     test_causal_attention("op_causal_attention.safetensors");
     test_causal_attention("op_causal_attention_d64.safetensors");

@@ -180,6 +180,19 @@ static int b_resnet_shortcut(hcase *h, int d) {
     return out1(h, kiln_adaptive_avg_pool2d(h->g, y, 1, 1));
 }
 
+/* subsample_pad itself (the shortcut pass makes it from the chain above): random
+ * strides, channels and sizes that the stride does not divide; on odd draws after
+ * a 16-channel conv and into 32 channels (the blocked layout on both sides) */
+static int b_subsample_pad(hcase *h, int d) {
+    int blocked = d % 2;
+    kiln_value x = P(h, "x", R(1, 2), blocked ? 3 : R(1, 4), R(2, 7), R(2, 7));
+    if (blocked) x = kiln_conv2d(h->g, x, P(h, "c.weight", 16, 3, 3, 3), -1, 1, 1);
+    int64_t before = blocked ? 8 : R(0, 2);
+    kiln_attrs a = {.subsample = {blocked ? 2 : R(1, 3), before, blocked ? 8 : R(0, 2)}};
+    int n = x < 0 ? -1 : kiln_graph_apply(h->g, KILN_OP_SUBSAMPLE_PAD, &x, 1, &a);
+    return out1(h, n < 0 ? -1 : h->g->nodes[n].out[0]);
+}
+
 /* the same shortcut on an activation: with the layout pass on, its family goes
  * blocked and is cut at the slice (a plain copy) and at the pad (reordered back) */
 static int b_resnet_shortcut_act(hcase *h, int d) {
@@ -443,6 +456,7 @@ static const struct {
     {"pad", b_pad, FILL_UNIFORM},
     {"conv2d slice pad add relu adaptive_avg_pool2d", b_resnet_shortcut, FILL_UNIFORM},
     {"conv2d slice pad add relu adaptive_avg_pool2d", b_resnet_shortcut_act, FILL_UNIFORM},
+    {"conv2d subsample_pad", b_subsample_pad, FILL_UNIFORM},
     {"dropout", b_dropout, FILL_UNIFORM},
     {"log_softmax", b_log_softmax, FILL_UNIFORM},
     {"nll_loss", b_nll_loss, FILL_UNIFORM},

@@ -168,6 +168,10 @@ static kiln_status transform(kiln_plan *pl, kiln_value loss) {
     kiln_status st = KILN_OK;
     kiln_pass_specialize(g, o);
     if (o->training && !o->plan_only) kiln_pass_warn_bias_before_norm(g);
+    /* the option-A shortcut's chain as one op, where the backend runs it (forward and backward) */
+    if (o->fuse && pl->be->kernels[KILN_OP_SUBSAMPLE_PAD].run && pl->be->kernels[KILN_OP_SUBSAMPLE_PAD_BWD].run &&
+        kiln_pass_subsample_pad(g) < 0)
+        return kiln_graph_status(g);
     if (o->training && (st = kiln_autodiff(g, loss)) != KILN_OK) return st;
     /* a backend without the fold kernel runs the norms as they are */
     if (!o->training && o->fold_bn && pl->be->kernels[KILN_OP_BN_FOLD].run &&

@@ -263,6 +263,11 @@ def shortcut_a(x, pad):
     return F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, pad // 2, pad - pad // 2))
 
 
+def subsample_pad(x, s, before, after):
+    """kiln's subsample_pad (the option-A shortcut as one op): subsample s, zero channels around"""
+    return F.pad(x[:, :, ::s, ::s], (0, 0, 0, 0, before, after))
+
+
 def op_log_softmax(folder):
     torch.manual_seed(50)
     x = (rnd(4, 7) * 2).requires_grad_()
@@ -936,6 +941,8 @@ def generate(folder):
                  lambda x: F.adaptive_avg_pool2d(x, 1), dict(op="adaptive_avg_pool2d", out_h=1, out_w=1))
     op_pool_like(folder, "op_shortcut_a.safetensors", 46, (2, 4, 7, 6), lambda x: shortcut_a(x, 4),
                  dict(op="shortcut_a", pad=4))
+    op_pool_like(folder, "op_subsample_pad.safetensors", 53, (2, 3, 8, 7), lambda x: subsample_pad(x, 3, 1, 2),
+                 dict(op="subsample_pad", stride=3, before=1, after=2))
     pointwise_fixtures(folder)
     op_log_softmax(folder)
     op_nll_loss(folder, "op_nll_loss.safetensors", 60, False)

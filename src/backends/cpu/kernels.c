@@ -173,6 +173,28 @@ static kiln_status pad(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* ---- the option-A shortcut: x and y each NCHW or nChw16c ---- */
+
+/* x's shape (the forward's input; the backward's output) and the attributes */
+static kiln_subsample_shape subsample_shape(const kiln_step *s, const kiln_tdesc *x) {
+    const kiln_subsample_attrs *a = &s->attr.subsample;
+    return (kiln_subsample_shape){x->shape[0], x->shape[1], x->shape[2], x->shape[3], a->stride, a->before, a->after};
+}
+
+static kiln_status subsample_pad(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_subsample_shape S = subsample_shape(s, &s->in[0]);
+    kiln_cpu_subsample_pad(&S, s->in[0].layout, s->out[0].layout, F(s->in[0]), F(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status subsample_pad_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_subsample_shape S = subsample_shape(s, &s->out[0]);
+    kiln_cpu_subsample_pad_bwd(&S, s->in[0].layout, s->out[0].layout, F(s->in[0]), F(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
 /* ---- average pooling: x (and dx) NCHW or nChw16c ---- */
 
 static kiln_status avg_pool(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -490,6 +512,8 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
     [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare, NULL, 3, 1, 3 | KILN_TIE_OUT(0), .relu_bwd_mask = 1},
     [KILN_OP_BN_FOLD] = {bn_fold, NULL, NULL, 0, 0},
+    [KILN_OP_SUBSAMPLE_PAD] = {subsample_pad, NULL, NULL, 1, 1},
+    [KILN_OP_SUBSAMPLE_PAD_BWD] = {subsample_pad_bwd, NULL, NULL, 1, 1},
     [KILN_OP_BMM] = {kiln_cpu_bmm_fwd, kiln_cpu_bmm_prepare, kiln_cpu_bmm_release, 0, 0, 0, kiln_cpu_bmm_describe},
     [KILN_OP_BMM_BWD] = {kiln_cpu_bmm_bwd, kiln_cpu_bmm_bwd_prepare, kiln_cpu_bmm_release, 0, 0, 0, kiln_cpu_bmm_describe},
     [KILN_OP_CAUSAL_ATTENTION] = {kiln_cpu_attention_fwd, kiln_cpu_attention_prepare, NULL, 0, 0},

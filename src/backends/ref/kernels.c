@@ -238,6 +238,26 @@ static kiln_status pad(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* the option-A shortcut: x's shape (the forward's input; the backward's output) and the attributes */
+static kiln_subsample_shape subsample_shape(const kiln_step *s, const kiln_tdesc *x) {
+    const kiln_subsample_attrs *a = &s->attr.subsample;
+    return (kiln_subsample_shape){x->shape[0], x->shape[1], x->shape[2], x->shape[3], a->stride, a->before, a->after};
+}
+
+static kiln_status subsample_pad(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_subsample_shape S = subsample_shape(s, &s->in[0]);
+    kiln_ref_subsample_pad(&S, D(s->in[0]), D(s->out[0]));
+    return KILN_OK;
+}
+
+static kiln_status subsample_pad_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_subsample_shape S = subsample_shape(s, &s->out[0]);
+    kiln_ref_subsample_pad_bwd(&S, D(s->in[0]), D(s->out[0]), ACC(0));
+    return KILN_OK;
+}
+
 static kiln_status avg_pool(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
     kiln_ref_avg_pool2d_fwd(&s->sz.avg_pool, D(s->in[0]), D(s->out[0]));
@@ -615,6 +635,8 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_BATCH_NORM2D] = {bn},
     [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, .relu_bwd_mask = 1},
     [KILN_OP_BN_FOLD] = {bn_fold},
+    [KILN_OP_SUBSAMPLE_PAD] = {subsample_pad},
+    [KILN_OP_SUBSAMPLE_PAD_BWD] = {subsample_pad_bwd},
     [KILN_OP_BMM] = {bmm, kiln_prepare_bmm},
     [KILN_OP_BMM_BWD] = {bmm_bwd, kiln_prepare_bmm},
     [KILN_OP_CAUSAL_ATTENTION] = {attention, kiln_prepare_attention},

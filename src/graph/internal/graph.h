@@ -130,6 +130,8 @@ kiln_status kiln_plan_memory(const kiln_graph *g, const int *order, int norder, 
  * -1 when out of memory. */
 int kiln_pass_fuse_epilogues(kiln_graph *g, int nfwd);
 int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g);
+/* pad(contiguous(x[:, :, ::s, ::s]), dim 1) as one subsample_pad node (before autodiff) */
+int kiln_pass_subsample_pad(kiln_graph *g);
 /* relu_bwd into the batch-norm backward after it (backends whose kernel takes the mask) */
 int kiln_pass_fuse_norm_relu_bwd(kiln_graph *g);
 /* pass_checkpoint.c (activation checkpointing): for the forward nodes that

@@ -209,6 +209,17 @@ int kiln_ref_batch_norm_relu_bwd(int64_t n, int64_t c, int64_t hw, const double 
                                  const double *b, const double *mean, const double *invstd, double *dx, double *dw,
                                  double *db, int acc_dx, int acc_dw, int acc_db, const kiln_collective *co);
 
+/* He et al.'s option-A shortcut as one op (src/graph/pass_subsample_pad.c):
+ * x [n, c, h, w] -> y [n, before + c + after, ceil(h / s), ceil(w / s)],
+ * y = x[:, :, ::s, ::s] with `before` zero channels in front and `after` behind */
+typedef struct { int64_t n, c, h, w, s, before, after; } kiln_subsample_shape;
+void kiln_ref_subsample_pad(const kiln_subsample_shape *S, const double *x, double *y);
+void kiln_ref_subsample_pad_bwd(const kiln_subsample_shape *S, const double *dy, double *dx, int acc);
+/* each side plain NCHW (0) or nChw16c (16: its channels a multiple of 16) */
+void kiln_cpu_subsample_pad(const kiln_subsample_shape *S, int x_blocked, int y_blocked, const float *x, float *y);
+void kiln_cpu_subsample_pad_bwd(const kiln_subsample_shape *S, int dy_blocked, int dx_blocked, const float *dy, float *dx,
+                                int acc);
+
 /* batch norm in evaluation folded into the layer before it (per output channel k
  * of w [k, per]): s = gamma / sqrt(var + eps), w_out = w * s, b_out = (b - mean) * s
  * + beta; b may be NULL (zero) */

@@ -38,6 +38,8 @@ typedef enum kiln_op {
     KILN_OP_AFFINE, KILN_OP_ERF, KILN_OP_TANH, /* pointwise: y = x*scale + shift, erf(x), tanh(x) */
     /* added by the fold pass (inference plans) */
     KILN_OP_BN_FOLD,           /* in: w, gamma, beta, mean, var, b?   out: w', b' (batch norm folded into w, b) */
+    /* added by the option-A shortcut pass (src/graph/pass_subsample_pad.c) */
+    KILN_OP_SUBSAMPLE_PAD,     /* in: x [N,C,H,W]   out: x[:, :, ::s, ::s] with zero channels around */
     /* added by the pointwise fusion pass */
     KILN_OP_FUSED,             /* a group of pointwise nodes as one kernel: attr.fused is its program */
     KILN_OP_FUSED_PLAIN,       /* the same, holding an op tied to row-major order (dropout's mask) */
@@ -70,6 +72,7 @@ typedef enum kiln_op {
     KILN_OP_AFFINE_BWD,        /* in: dy               out: dx = scale * dy */
     KILN_OP_ERF_BWD,           /* in: x, dy            out: dx = dy * 2/sqrt(pi) * exp(-x^2) */
     KILN_OP_TANH_BWD,          /* in: y, dy            out: dx = dy * (1 - y^2) */
+    KILN_OP_SUBSAMPLE_PAD_BWD, /* in: dy               out: dx (dy's middle channels on every s-th pixel) */
     /* steps outside the graph: the loss read-out, clipping, optimizer updates */
     KILN_OP_READOUT,           /* in: a scalar         out: a host f64 */
     KILN_OP_SUMSQ,             /* in: a gradient run   out: f64 accumulator (acc adds) */
@@ -113,6 +116,7 @@ typedef struct { float beta1, beta2, eps, weight_decay, momentum, trust; int pha
 typedef struct { float scale, shift; } kiln_affine_attrs; /* y = x * scale + shift */
 /* cross_entropy: ignore 1 skips targets of -1 (F.cross_entropy's ignore_index=-1, padding): the mean is over the rest */
 typedef struct { int ignore; } kiln_loss_attrs;
+typedef struct { int64_t stride, before, after; } kiln_subsample_attrs; /* subsample_pad: x[:, :, ::stride, ::stride], channels padded */
 struct kiln_fused_prog;
 typedef union kiln_attrs {
     kiln_conv_attrs conv;
@@ -134,6 +138,7 @@ typedef union kiln_attrs {
     kiln_layerwise_attrs layerwise;
     kiln_affine_attrs affine;
     kiln_loss_attrs loss;
+    kiln_subsample_attrs subsample;
     const struct kiln_fused_prog *fused; /* owned by the graph (kiln_graph.fused) */
 } kiln_attrs;
 
@@ -295,6 +300,7 @@ extern const kiln_op_def kiln_op_log_softmax, kiln_op_log_softmax_bwd, kiln_op_n
     kiln_op_cross_entropy, kiln_op_cross_entropy_bwd, kiln_op_mse_loss, kiln_op_mse_loss_bwd;
 extern const kiln_op_def kiln_op_reshape, kiln_op_transpose, kiln_op_slice, kiln_op_slice_bwd, kiln_op_contiguous;
 extern const kiln_op_def kiln_op_batch_norm2d, kiln_op_batch_norm2d_bwd, kiln_op_bn_fold;
+extern const kiln_op_def kiln_op_subsample_pad, kiln_op_subsample_pad_bwd;
 extern const kiln_op_def kiln_op_bmm, kiln_op_bmm_bwd, kiln_op_causal_attention, kiln_op_causal_attention_bwd;
 extern const kiln_op_def kiln_op_embedding, kiln_op_embedding_bwd, kiln_op_layer_norm, kiln_op_layer_norm_bwd,
     kiln_op_gelu, kiln_op_gelu_bwd, kiln_op_softmax, kiln_op_softmax_bwd, kiln_op_add_bcast, kiln_op_add_bcast_bwd;
