@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "backends/cpu/internal/cpu.h"
+#include "kernels/dnnl/internal/dnnl_util.h"
 #include "kernels/internal/dnnl_ops.h"
 #include "kiln/alloc.h"
 #include "kiln/graph.h"
@@ -248,10 +249,38 @@ static void test_all_candidates(void) {
     /* inside a blocked chain (Winograd's shape) */
     test_candidates_agree((kiln_conv_shape){.n = 2, .c = 32, .h = 8, .w = 8, .k = 32, .r = 3, .s = 3, .stride = 1, .pad = 1},
                           (kiln_dnnl_conv_opts){.has_bias = 1, .x_blocked = 1, .y_blocked = 1});
+    /* ResNet-20's first stage: 16 channels, where nChw16c and nhwc are the same bytes
+     * (an nhwc candidate reads and writes the plan's blocked tensors in place) */
+    test_candidates_agree((kiln_conv_shape){.n = 2, .c = 16, .h = 9, .w = 7, .k = 16, .r = 3, .s = 3, .stride = 1, .pad = 1},
+                          (kiln_dnnl_conv_opts){.x_blocked = 1, .y_blocked = 1});
     /* depthwise, blocked */
     test_candidates_agree((kiln_conv_shape){.n = 2, .c = 16, .h = 8, .w = 8, .k = 16, .r = 3, .s = 3, .stride = 1, .pad = 1,
                                             .groups = 16},
                           (kiln_dnnl_conv_opts){.x_blocked = 1, .y_blocked = 1});
+}
+
+/* an argument whose plan layout and primitive layout are the same bytes under two
+ * names (nChw16c and nhwc at 16 channels) needs no reorder; at 32 channels, or
+ * converting to bf16, it does */
+static void test_same_bytes(void) {
+    CHECK_OK(kiln_dnnl_init());
+    static const struct { int64_t c; dnnl_data_type_t prim_type; int reorder; } cases[] = {
+        {16, dnnl_f32, 0}, {32, dnnl_f32, 1}, {16, dnnl_bf16, 1}};
+    for (int k = 0; k < 3; k++) {
+        dnnl_dims_t d = {2, cases[k].c, 5, 7};
+        dnnl_memory_desc_t blocked, nhwc;
+        CHECK(dnnl_memory_desc_init_by_tag(&blocked, 4, d, dnnl_f32, dnnl_nChw16c) == dnnl_success);
+        CHECK(dnnl_memory_desc_init_by_tag(&nhwc, 4, d, cases[k].prim_type, dnnl_nhwc) == dnnl_success);
+        for (int in = 0; in <= 1; in++) {
+            kiln_dn_arg a;
+            size_t cursor = 0;
+            CHECK_OK(kiln_dn_arg_init(&a, &blocked, &nhwc, in, &cursor));
+            CHECK_MSG((a.reorder != NULL) == cases[k].reorder && (cursor > 0) == cases[k].reorder,
+                      "c=%lld %s %s: reorder %d, workspace %zu", (long long)cases[k].c,
+                      cases[k].prim_type == dnnl_bf16 ? "bf16" : "f32", in ? "input" : "output", a.reorder != NULL, cursor);
+            kiln_dn_arg_free(&a);
+        }
+    }
 }
 
 /* ---------- caches ---------- */
@@ -534,6 +563,7 @@ int main(void) {
     kiln_log_set_level(KILN_LOG_WARN);
     test_text();
     test_all_candidates();
+    test_same_bytes();
     test_warm_cache();
     test_budget();
     test_unavailable_decision();
