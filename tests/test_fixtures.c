@@ -1441,6 +1441,61 @@ out:
     kiln_st_close(f);
 }
 
+/* conv2d_add against PyTorch: relu(conv(x) + relu(r0)) (and without the last relu) compiled
+ * as an inference plan, where the residual fusion pass makes one conv2d_add of the conv and
+ * the add (the conv writing into relu(r0)'s storage), on the ref and the cpu backend */
+static void conv_add_plan(kiln_st_file *f, int relu, const char *backend) {
+    const char *fxname = "op_conv2d_add.safetensors";
+    const kiln_tensor *tx = fx_get(f, "x", KILN_F64), *tw = fx_get(f, "w", KILN_F64), *tr = fx_get(f, "r0", KILN_F64);
+    const double *y = fx_d(f, relu ? "y" : "y_norelu");
+    if (!tx || !tw || !tr || !y) return;
+    kiln_graph *g = kiln_graph_new();
+    kiln_value x = kiln_param(g, "x", 4, tx->shape, 1), r0 = kiln_param(g, "r0", 4, tr->shape, 1);
+    kiln_value z = kiln_add(g, kiln_nn_conv2d(g, "conv", x, tx->shape[1], tw->shape[0], 3, 1, 1, 1), kiln_relu(g, r0));
+    kiln_value out = relu ? kiln_relu(g, z) : z;
+    kiln_params *P = NULL;
+    CHECK_OK(kiln_params_new_on(g, backend, &P));
+    int ref = strcmp(backend, "ref") == 0;
+    static const char *names[4] = {"x", "conv.weight", "conv.bias", "r0"}, *keys[4] = {"x", "w", "b", "r0"};
+    for (int i = 0; P && i < 4; i++) {
+        int p = kiln_params_find(P, names[i]);
+        const double *v = fx_d(f, keys[i]);
+        char *dst = p >= 0 ? (char *)kiln_params_data(P) + kiln_params_offset(P, p) * (ref ? 8 : 4) : NULL;
+        for (int64_t j = 0; dst && v && j < kiln_params_numel(P, p); j++) {
+            if (ref) ((double *)dst)[j] = v[j];
+            else ((float *)dst)[j] = (float)v[j];
+        }
+    }
+    kiln_compile_opts o = kiln_compile_defaults();
+    o.autotune = 0;
+    o.max_batch = tx->shape[0];
+    kiln_plan *pl = NULL;
+    if (P) CHECK_OK(kiln_compile(g, P, &out, 1, &o, &pl));
+    char desc[2048];
+    if (pl) {
+        kiln_plan_describe(pl, desc, sizeof desc);
+        CHECK_MSG(strstr(desc, "conv2d_add") && !strstr(desc, " add"), "%s (%s): not fused:\n%s", fxname, backend, desc);
+        CHECK_OK(kiln_plan_run(pl, o.max_batch));
+        const void *got = kiln_plan_value(pl, out);
+        int64_t n = fx_numel(f, relu ? "y" : "y_norelu");
+        if (ref) CMP_D(relu ? "conv2d_add + relu" : "conv2d_add", (const double *)got, y, n);
+        else CMP_F(relu ? "conv2d_add + relu" : "conv2d_add", (const float *)got, y, n);
+    }
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+}
+
+static void test_conv2d_add(void) {
+    kiln_st_file *f = fx_open("op_conv2d_add.safetensors");
+    if (!f) return;
+    for (int relu = 0; relu < 2; relu++) {
+        conv_add_plan(f, relu, "ref");
+        conv_add_plan(f, relu, "cpu");
+    }
+    kiln_st_close(f);
+}
+
 /* ---------- transformer ops through graphs, both backends ---------- */
 
 /* A graph whose parameters are filled from the fixture tensors of the same
@@ -1667,6 +1722,7 @@ int main(void) {
     test_binary("op_mul.safetensors", 1);
     test_batch_norm2d();
     test_bn_fold();
+    test_conv2d_add();
     test_graph_fixture("op_embedding.safetensors", build_embedding, 1);
     test_graph_fixture("op_layer_norm.safetensors", build_layer_norm, 0);
     test_graph_fixture("op_gelu.safetensors", build_gelu, 0);

@@ -363,6 +363,19 @@ static int b_conv_bn_eval(hcase *h, int d) {
     return out1(h, kiln_conv2d(h->g, y, P(h, "c2.weight", 8, 16, 3, 3), -1, 1, 0));
 }
 
+/* a ResNet block's tail in evaluation: conv -> bn -> relu -> conv -> bn, + a residual, relu.
+ * The second conv folds its norm and then the add (conv2d_add, relu as its epilogue); the
+ * residual: draw 0 an activation dying at the add (the conv writes into its storage), 1 the
+ * conv's own input (copied first: the conv still reads it), 2 a parameter (copied first) */
+static int b_conv_add_eval(hcase *h, int d) {
+    kiln_value x = P(h, "x", R(1, 2), 16, R(3, 6), R(3, 6));
+    kiln_value y = kiln_conv2d(h->g, x, P(h, "c1.weight", 16, 16, 3, 3), d % 2 ? P(h, "c1.bias", 16) : -1, 1, 1);
+    y = kiln_relu(h->g, bn(h, "bn1", y, 16));
+    kiln_value z = bn(h, "bn2", kiln_conv2d(h->g, y, P(h, "c2.weight", 16, 16, 3, 3), -1, 1, 1), 16);
+    kiln_value r = d % 3 == 0 ? kiln_relu(h->g, kiln_mul(h->g, x, x)) : d % 3 == 1 ? y : x;
+    return out1(h, kiln_relu(h->g, kiln_add(h->g, z, r)));
+}
+
 /* resnet18's stem on 16 channels: conv, batch norm, relu, 3x3 stride-2 max-pool padded by 1 (blocked layout) */
 static int b_stem_pool(hcase *h, int d) {
     (void)d;
@@ -483,6 +496,7 @@ static const struct {
     {"conv2d batch_norm2d", b_conv_bn_wide, FILL_UNIFORM},
     {"conv2d batch_norm2d relu max_pool2d", b_stem_pool, FILL_UNIFORM},
     {"conv2d batch_norm2d bn_fold relu", b_conv_bn_eval, FILL_UNIFORM | INFERENCE},
+    {"conv2d batch_norm2d bn_fold conv2d_add add relu", b_conv_add_eval, FILL_UNIFORM | INFERENCE},
     {"bmm transpose", b_bmm, FILL_UNIFORM},
     {"causal_attention slice", b_causal_attention, FILL_UNIFORM},
     {"embedding", b_embedding, FILL_UNIFORM},

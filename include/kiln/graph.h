@@ -252,6 +252,8 @@ typedef struct kiln_compile_opts {
     int layout;         /* 1 (default): the layout pass keeps conv chains in oneDNN's blocked layout */
     int fold_bn;        /* 1 (default): inference plans fold each batch norm into the conv2d before it (a small
                            step recomputes the conv's weights and bias every run; the norm's pass is gone) */
+    int fuse_residual;  /* 1 (default): inference plans fold an add after a conv2d into it (conv2d_add: a ResNet
+                           block's shortcut sum, the conv writing into the shortcut's storage); needs fuse */
     int dropout_off;    /* 1: dropout is the identity even in training (golden tests) */
     int sync_bn;        /* training: batch norms take their statistics over every process of a data-parallel job
                            (SyncBatchNorm; the trainer gives the plan its collective); a world of one: the same */

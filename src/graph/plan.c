@@ -16,6 +16,7 @@ kiln_compile_opts kiln_compile_defaults(void) {
     o.autotune = 1;
     o.layout = 1;
     o.fold_bn = 1;
+    o.fuse_residual = 1;
     o.seed = 1;
     return o;
 }
@@ -176,6 +177,9 @@ static kiln_status transform(kiln_plan *pl, kiln_value loss) {
     /* a backend without the fold kernel runs the norms as they are */
     if (!o->training && o->fold_bn && pl->be->kernels[KILN_OP_BN_FOLD].run &&
         kiln_pass_fold_bn(g, pl->outputs, pl->nout) < 0)
+        return kiln_graph_status(g);
+    if (!o->training && o->fuse && o->fuse_residual && pl->be->kernels[KILN_OP_CONV2D_ADD].run &&
+        kiln_pass_fuse_residual(g, pl->outputs, pl->nout) < 0)
         return kiln_graph_status(g);
     if (o->fuse && (kiln_pass_fuse_epilogues(g, pl->nfwd) < 0 || kiln_pass_fuse_pool_relu_bwd(g) < 0 ||
                     (pl->be->kernels[KILN_OP_BATCH_NORM2D_BWD].relu_bwd_mask && kiln_pass_fuse_norm_relu_bwd(g) < 0)))

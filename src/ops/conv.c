@@ -1,6 +1,8 @@
 /* conv2d: y[N,K,OH,OW] = x[N,C,H,W] * w[K,C/groups,R,S] (+ b[K]), square
  * stride, zero padding and dilation, groups (C == groups: depthwise), as
- * PyTorch's F.conv2d; backward-data and backward-weight (with the bias) nodes. */
+ * PyTorch's F.conv2d; backward-data and backward-weight (with the bias) nodes;
+ * conv2d_add, y = conv2d(x, w, b) + r, which only the residual fusion pass
+ * makes (inference plans: src/graph/pass_fuse_residual.c). */
 #include "graph/internal/graph.h"
 
 static int conv_infer(kiln_infer *ix) {
@@ -35,6 +37,20 @@ static int conv_infer(kiln_infer *ix) {
     return 0;
 }
 
+/* x, w, b as conv2d; r (input 3) has y's shape */
+static int conv_add_infer(kiln_infer *ix) {
+    if (conv_infer(ix) < 0) return -1;
+    const kiln_val *R = ix->in[3];
+    const kiln_out_spec *y = &ix->out[0];
+    int same = R->ndim == 4 && R->dtype == KILN_F32;
+    for (int d = 0; d < 4 && same; d++) same = R->shape[d] == y->shape[d];
+    char s1[96];
+    if (!same || R->batched != y->batched)
+        return kiln_infer_fail(ix, KILN_ERR_SHAPE, "the residual %s does not have the output's shape",
+                               kiln_infer_shape(R, s1));
+    return 0;
+}
+
 static int conv_backward(kiln_ad *ad, const kiln_node *f) {
     return kiln_ops_weighted_backward(ad, f, KILN_OP_CONV2D_BWD_DATA, KILN_OP_CONV2D_BWD_WEIGHT);
 }
@@ -53,3 +69,8 @@ const kiln_op_def kiln_op_conv2d_bwd_data = {.name = "conv2d_bwd_data", .min_in 
                                              .flops = kiln_ops_weighted_flops, .bf16_in = 3};
 const kiln_op_def kiln_op_conv2d_bwd_weight = {.name = "conv2d_bwd_weight", .min_in = 2, .max_in = 2, .attrs = conv_attrs,
                                                .flops = kiln_ops_weighted_flops, .bf16_in = 3};
+/* no backward: the pass makes it in inference plans only */
+const kiln_op_def kiln_op_conv2d_add = {
+    .name = "conv2d_add", .min_in = 4, .max_in = 4, .nout = 1, .flags = KILN_OPF_LAYER | KILN_OPF_CHANNEL_BIAS,
+    .epilogues = KILN_EPI_RELU, .attrs = conv_attrs, .infer = conv_add_infer, .flops = kiln_ops_weighted_flops, .bf16_in = 3,
+};

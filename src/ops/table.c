@@ -38,6 +38,7 @@ static const kiln_op_def *const table[] = {
     [KILN_OP_TANH] = &kiln_op_tanh,
     [KILN_OP_BN_FOLD] = &kiln_op_bn_fold,
     [KILN_OP_SUBSAMPLE_PAD] = &kiln_op_subsample_pad,
+    [KILN_OP_CONV2D_ADD] = &kiln_op_conv2d_add,
     [KILN_OP_FUSED] = &kiln_op_fused,
     [KILN_OP_FUSED_PLAIN] = &kiln_op_fused_plain,
     [KILN_OP_ONES] = &kiln_op_ones,

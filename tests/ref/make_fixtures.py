@@ -466,6 +466,21 @@ def op_bn_fold(folder):
     return save(folder, "op_bn_fold.safetensors", t, dict(op="bn_fold", eps=fl(bn.eps), pad=1))
 
 
+def op_conv2d_add(folder):
+    """A ResNet block's tail in evaluation, relu(conv2d(x, w, b) + relu(r0)),
+    and the same without the last relu: the outside oracle for conv2d_add,
+    the node the residual fusion pass makes of a conv and the add after it
+    (the residual an activation that dies there, so the conv writes into its
+    storage)."""
+    torch.manual_seed(111)
+    N, C, H, W, K = 2, 16, 6, 5, 16
+    x, w, b, r0 = rnd(N, C, H, W), rnd(K, C, 3, 3) * 0.2, rnd(K), rnd(N, K, H, W)
+    with torch.no_grad():
+        z = F.conv2d(x, w, b, padding=1) + F.relu(r0)
+    t = [("x", x), ("w", w), ("b", b), ("r0", r0), ("y", F.relu(z)), ("y_norelu", z)]
+    return save(folder, "op_conv2d_add.safetensors", t, dict(op="conv2d_add", pad=1))
+
+
 def op_optim(folder, fname, seed, make, meta):
     torch.manual_seed(seed)
     n, steps = 50, 10
@@ -954,6 +969,7 @@ def generate(folder):
     op_binary(folder, "mul", 81, lambda a, b: a * b)
     op_batch_norm2d(folder)
     op_bn_fold(folder)
+    op_conv2d_add(folder)
     op_embedding(folder)
     op_layer_norm(folder)
     op_gelu(folder, "op_gelu.safetensors", 112, "none")

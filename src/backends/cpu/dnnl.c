@@ -2,6 +2,7 @@
  * makes the layer's kernel object for its batch size at compile (autotuned,
  * with the directions backward needs); the backward steps share it. */
 #include <stdio.h>
+#include <string.h>
 #include "backends/cpu/internal/cpu.h"
 #include "kernels/internal/dnnl_ops.h"
 
@@ -16,7 +17,8 @@ static kiln_status conv_make(kiln_step *s, const kiln_prep *p, int bf16) {
     kiln_conv_shape_infer(cs);
     kiln_dnnl_conv_opts co = {s->nin > 2, s->epilogue == KILN_EPI_RELU, kiln_step_has_bwd(s, KILN_OP_CONV2D_BWD_DATA),
                               kiln_step_has_bwd(s, KILN_OP_CONV2D_BWD_WEIGHT), p->o->autotune,
-                              x->layout == KILN_CPU_BLOCKED, s->out[0].layout == KILN_CPU_BLOCKED, bf16};
+                              x->layout == KILN_CPU_BLOCKED, s->out[0].layout == KILN_CPU_BLOCKED, bf16,
+                              s->op == KILN_OP_CONV2D_ADD};
     kiln_dnnl_conv *c;
     kiln_status st = kiln_dnnl_conv_new(cs, &co, &c);
     if (st != KILN_OK) return st;
@@ -59,6 +61,15 @@ kiln_status kiln_cpu_conv_bwd_prepare(kiln_step *s, kiln_prep *p) { return share
 
 kiln_status kiln_cpu_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
     return kiln_dnnl_conv_fwd(s->kobj, F(s->in[0]), F(s->in[1]), s->nin > 2 ? F(s->in[2]) : NULL, F(s->out[0]), rc->workspace);
+}
+
+/* conv2d_add: y starts as the residual (already there when y took its storage), the convolution adds into it */
+kiln_status kiln_cpu_conv_add_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_tdesc *r = &s->in[3], *y = &s->out[0];
+    if (!r->contiguous || r->layout != y->layout)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: the residual is not stored as the output is", s->name);
+    if (r->data != y->data) memcpy(y->data, r->data, (size_t)y->numel * sizeof(float));
+    return kiln_cpu_conv_fwd(s, rc);
 }
 
 kiln_status kiln_cpu_conv_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) {

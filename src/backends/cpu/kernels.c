@@ -470,6 +470,9 @@ static kiln_status novograd(const kiln_step *s, const kiln_run_ctx *rc) {
 const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_CONV2D] = {kiln_cpu_conv_fwd, kiln_cpu_conv_prepare, kiln_cpu_conv_release, 1, 1, 0, kiln_cpu_conv_describe_fwd,
                         1 | KILN_TIE_OUT(0)},
+    /* the residual (slot 3) shares the output's layout: the sum post-op adds into y as stored */
+    [KILN_OP_CONV2D_ADD] = {kiln_cpu_conv_add_fwd, kiln_cpu_conv_prepare, kiln_cpu_conv_release, 1 | 8, 1,
+                            8 | KILN_TIE_OUT(0), kiln_cpu_conv_describe_fwd, 1 | KILN_TIE_OUT(0)},
     [KILN_OP_CONV2D_BWD_DATA] = {kiln_cpu_conv_bwd_data, kiln_cpu_conv_bwd_prepare, NULL, 1, 1, 0,
                                  kiln_cpu_conv_describe_bwd_data, 1 | KILN_TIE_OUT(0)},
     [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cpu_conv_bwd_weight, kiln_cpu_conv_bwd_prepare, NULL, 3, 0, 0,

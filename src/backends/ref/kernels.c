@@ -3,6 +3,7 @@
  * (relu after conv and linear, relu's backward into max-pool's) are applied
  * here too, so reference plans can check fused fast plans step for step. */
 #include <math.h>
+#include <stdlib.h>
 #include "backends/ref/internal/ref.h"
 
 #define D(t) ((double *)(t).data)
@@ -36,6 +37,19 @@ static kiln_status from_fwd(kiln_step *s, kiln_prep *p) {
 static kiln_status conv(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
     kiln_ref_conv2d_fwd(&s->sz.conv, D(s->in[0]), D(s->in[1]), s->nin > 2 ? D(s->in[2]) : NULL, D(s->out[0]));
+    epilogue_relu(s);
+    return KILN_OK;
+}
+
+/* conv2d_add: the convolution, then the residual added (in place when y took r's storage), then the epilogue */
+static kiln_status conv_add(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    int64_t n = s->out[0].numel;
+    double *y = D(s->out[0]), *r = D(s->in[3]), *t = y;
+    if (r == y && !(t = malloc((size_t)n * sizeof *t))) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", s->name);
+    kiln_ref_conv2d_fwd(&s->sz.conv, D(s->in[0]), D(s->in[1]), D(s->in[2]), t);
+    for (int64_t i = 0; i < n; i++) y[i] = t[i] + r[i];
+    if (t != y) free(t);
     epilogue_relu(s);
     return KILN_OK;
 }
@@ -597,6 +611,7 @@ static kiln_status fused(const kiln_step *s, const kiln_run_ctx *rc) {
 
 const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_CONV2D] = {conv, conv_prepare},
+    [KILN_OP_CONV2D_ADD] = {conv_add, conv_prepare},
     [KILN_OP_CONV2D_BWD_DATA] = {conv_bwd_data, from_fwd},
     [KILN_OP_CONV2D_BWD_WEIGHT] = {conv_bwd_weight, from_fwd},
     [KILN_OP_LINEAR] = {linear},

@@ -195,5 +195,8 @@ int kiln_pass_mark_cancelled_biases(const kiln_graph *g, uint8_t *marks);
  * that alone feeds it, through a bn_fold node that recomputes the layer's
  * weight and bias every run; the number folded, or -1 (the graph's error set) */
 int kiln_pass_fold_bn(kiln_graph *g, const kiln_value *outputs, int noutputs);
+/* pass_fuse_residual.c: add(conv2d(x, w, b), r) becomes conv2d_add(x, w, b, r) in inference
+ * plans (the conv's output read by nothing else); returns how many, or -1 */
+int kiln_pass_fuse_residual(kiln_graph *g, const kiln_value *outputs, int noutputs);
 
 #endif

@@ -74,10 +74,11 @@ dnnl_status_t kiln_conv_op_desc(const kiln_dnnl_conv *c, int dir, dnnl_alg_kind_
     /* inference plans need no backward: oneDNN may then pick leaner kernels */
     dnnl_prop_kind_t prop = c->o.need_bwd_data || c->o.need_bwd_weight ? dnnl_forward_training : dnnl_forward_inference;
     dnnl_status_t s = dnnl_dilated_convolution_forward_desc_init(desc, prop, alg, &xa, &wa, ba, &ya, strides, dil, pad, pad_r);
-    if (s == dnnl_success && c->o.fuse_relu) {
+    if (s == dnnl_success && (c->o.fuse_relu || c->o.residual)) {
         dnnl_post_ops_t po;
         dnnl_post_ops_create(&po);
-        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+        if (c->o.residual) dnnl_post_ops_append_sum(po, 1.0f); /* y = conv + y, then the relu */
+        if (c->o.fuse_relu) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
         dnnl_primitive_attr_create(attr);
         dnnl_primitive_attr_set_post_ops(*attr, po);
         dnnl_post_ops_destroy(po);
@@ -142,9 +143,9 @@ void kiln_conv_setup(kiln_dnnl_conv *c, const kiln_conv_shape *shape, const kiln
     char gd[48] = "";
     if (cs->groups != 1) snprintf(gd, sizeof gd, "g%ld", (long)cs->groups);
     if (cs->dilation != 1) snprintf(gd + strlen(gd), sizeof gd - strlen(gd), "dh%ld", (long)cs->dilation - 1);
-    snprintf(c->problem, sizeof c->problem, "%smb%ldic%ldih%ldiw%ldoc%ldkh%ldkw%ldsh%ldph%ld%s%s%s%s%s", gd, (long)cs->n,
+    snprintf(c->problem, sizeof c->problem, "%smb%ldic%ldih%ldiw%ldoc%ldkh%ldkw%ldsh%ldph%ld%s%s%s%s%s%s", gd, (long)cs->n,
              (long)cs->c, (long)cs->h, (long)cs->w, (long)cs->k, (long)cs->r, (long)cs->s, (long)cs->stride,
-             (long)cs->pad, o->fuse_relu ? "+relu" : "", o->has_bias ? "" : "/nb", o->x_blocked ? "/xb" : "",
+             (long)cs->pad, o->residual ? "+sum" : "", o->fuse_relu ? "+relu" : "", o->has_bias ? "" : "/nb", o->x_blocked ? "/xb" : "",
              o->y_blocked ? "/yb" : "", o->bf16 ? "/bf16" : "");
     int64_t xd[4] = {cs->n, cs->c, cs->h, cs->w}, yd[4] = {cs->n, cs->k, cs->oh, cs->ow};
     int64_t bd[1] = {cs->k};
@@ -217,6 +218,9 @@ kiln_status kiln_conv_run_dir(kiln_dnnl_conv *c, int dir, float *in0, float *in1
         dnnl_memory_set_data_handle(c->bias_mem, bias);
         args[n++] = (dnnl_exec_arg_t){dir == KILN_CONV_FWD ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS, c->bias_mem};
     }
+    /* the sum post-op adds into y as the plan holds it: an implementation writing elsewhere would lose it */
+    if (dir == KILN_CONV_FWD && c->o.residual && d->a[2].reorder)
+        return kiln_fail(KILN_ERR_BACKEND, "conv2d %s: the residual sum needs y in the plan's layout", c->problem);
     kiln_status st = kiln_dn_execute(d->prim, n, args, kiln_conv_dir_names[dir]);
     kiln_dn_arg_out_done(&d->a[2]);
     return st;

@@ -23,6 +23,8 @@ typedef struct kiln_dnnl_conv_opts {
     int x_blocked;      /* x and dx are in nChw16c (layout pass), else NCHW */
     int y_blocked;      /* y and dy likewise */
     int bf16;           /* mixed precision: bf16 x, w and dy (reordered in through the workspace), fp32 outputs */
+    int residual;       /* forward only: y += conv(x) (oneDNN's sum post-op, before the relu): y holds the
+                           residual when called; only implementations writing y in the plan's layout qualify */
 } kiln_dnnl_conv_opts;
 kiln_status kiln_dnnl_conv_new(const kiln_conv_shape *cs, const kiln_dnnl_conv_opts *o, kiln_dnnl_conv **out);
 void kiln_dnnl_conv_free(kiln_dnnl_conv *c);

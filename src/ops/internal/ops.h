@@ -40,6 +40,8 @@ typedef enum kiln_op {
     KILN_OP_BN_FOLD,           /* in: w, gamma, beta, mean, var, b?   out: w', b' (batch norm folded into w, b) */
     /* added by the option-A shortcut pass (src/graph/pass_subsample_pad.c) */
     KILN_OP_SUBSAMPLE_PAD,     /* in: x [N,C,H,W]   out: x[:, :, ::s, ::s] with zero channels around */
+    /* added by the residual fusion pass (inference plans) */
+    KILN_OP_CONV2D_ADD,        /* in: x, w, b, r   out: y = conv2d(x, w, b) + r (in r's storage when r dies there) */
     /* added by the pointwise fusion pass */
     KILN_OP_FUSED,             /* a group of pointwise nodes as one kernel: attr.fused is its program */
     KILN_OP_FUSED_PLAIN,       /* the same, holding an op tied to row-major order (dropout's mask) */
@@ -289,7 +291,7 @@ const char *kiln_op_name(kiln_op op);
 void kiln_op_format_attrs(kiln_op op, const kiln_attrs *a, char *buf, size_t len);
 
 /* the family files' entries, gathered by table.c */
-extern const kiln_op_def kiln_op_conv2d, kiln_op_conv2d_bwd_data, kiln_op_conv2d_bwd_weight;
+extern const kiln_op_def kiln_op_conv2d, kiln_op_conv2d_bwd_data, kiln_op_conv2d_bwd_weight, kiln_op_conv2d_add;
 extern const kiln_op_def kiln_op_linear, kiln_op_linear_bwd_data, kiln_op_linear_bwd_weight;
 extern const kiln_op_def kiln_op_matmul, kiln_op_matmul_bwd_data, kiln_op_matmul_bwd_weight;
 extern const kiln_op_def kiln_op_max_pool2d, kiln_op_max_pool2d_bwd;

@@ -43,6 +43,7 @@ kiln_status kiln_cpu_conv_prepare(kiln_step *s, kiln_prep *p);
 kiln_status kiln_cpu_conv_bwd_prepare(kiln_step *s, kiln_prep *p);
 void kiln_cpu_conv_release(kiln_step *s);
 kiln_status kiln_cpu_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc);
+kiln_status kiln_cpu_conv_add_fwd(const kiln_step *s, const kiln_run_ctx *rc);
 kiln_status kiln_cpu_conv_bwd_data(const kiln_step *s, const kiln_run_ctx *rc);
 kiln_status kiln_cpu_conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc);
 kiln_status kiln_cpu_linear_prepare(kiln_step *s, kiln_prep *p);
