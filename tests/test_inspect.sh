@@ -76,7 +76,8 @@ EOF
 expect 0 "resnet50 at 64x64, 5 classes" -- "$KILN_BIN" inspect --model resnet50 --batch-size 2 --size 64 --num-classes 5 --eval --autotune off --json
 check "resnet50: 53 convs, torchvision's parameters" "$PY" -c "
 import json, sys; d = json.load(open(sys.argv[1]))
-assert sum(1 for s in d['steps'] if s['op'] == 'conv2d') == 53
+assert sum(1 for s in d['steps'] if s['op'] in ('conv2d', 'conv2d_add')) == 53
+assert sum(1 for s in d['steps'] if s['op'] == 'conv2d_add') == 16   # each block's last conv takes the shortcut's sum
 assert d['params'] == 23528522 - 2049 * 5, d['params']" "$T/out"
 
 expect 2 "batch 0" "--batch-size" -- "$KILN_BIN" inspect --batch-size 0

@@ -292,6 +292,8 @@ typedef struct {
     char desc[16384];
 } plan_info;
 
+static int fuse_residual = 1; /* the residual fusion pass in infer's plans */
+
 /* an inference plan of outputs outs (fold on or off) on x (and labels y when given);
  * the last output into out, the arena and the step listing into info */
 static void infer(kiln_graph *g, kiln_params *P, const kiln_value *outs, int nouts, kiln_value xv, kiln_value yv,
@@ -301,6 +303,7 @@ static void infer(kiln_graph *g, kiln_params *P, const kiln_value *outs, int nou
     o.max_batch = B;
     o.autotune = 0;
     o.fold_bn = fold;
+    o.fuse_residual = fuse_residual;
     o.backend = backend;
     kiln_plan *pl = NULL;
     CHECK_OK(kiln_compile(g, P, outs, nouts, &o, &pl));
@@ -358,12 +361,52 @@ static void test_fold_small(void) {
               "folded plan:\n%s", i_on->desc);
     CHECK_MSG(count_in(i_off->desc, "batch_norm2d") == 2 && count_in(i_off->desc, "bn_fold") == 0,
               "unfolded plan:\n%s", i_off->desc);
-    CHECK_MSG(count_in(i_on->desc, "+relu") == 1, "conv1's relu is not fused into the folded conv:\n%s", i_on->desc);
+    CHECK_MSG(count_in(i_on->desc, "+relu") == 2 && count_in(i_on->desc, "conv2d_add") == 1,
+              "conv1's relu, conv2's add and the relu after it are not fused into the folded convs:\n%s", i_on->desc);
     CHECK_MSG(count_in(i_on->desc, "blocked") >= 2, "the folded convs left the blocked layout:\n%s", i_on->desc);
     free(off), free(on), free(ref_off), free(ref_on), free(i_off), free(i_on);
     kiln_params_free(P32);
     kiln_params_free(P64);
     kiln_graph_free(g);
+}
+
+/* the residual fusion pass with and without: conv -> bn -> relu (h) -> conv -> bn, + r, relu,
+ * where r is h (the second conv's own input: the fused conv copies it into its output first)
+ * or relu(h + h) (dying at the add: the fused conv writes into its storage; test_fold_model
+ * checks that the arena shrinks on resnet20) */
+static void test_fuse_residual(void) {
+    for (int own = 0; own < 2; own++) {
+        kiln_graph *g = kiln_graph_new();
+        kiln_value x = kiln_input(g, "x", KILN_F32, 4, (int64_t[]){KILN_BATCH, 3, 7, 7});
+        kiln_value h = kiln_relu(g, batch_norm(g, "bn1", kiln_nn_conv2d(g, "conv1", x, 3, 16, 3, 1, 1, 1), 16));
+        kiln_value z = batch_norm(g, "bn2", kiln_nn_conv2d(g, "conv2", h, 16, 16, 3, 1, 1, 0), 16);
+        kiln_value r = own ? h : kiln_relu(g, kiln_add(g, h, h));
+        kiln_value out = kiln_adaptive_avg_pool2d(g, kiln_relu(g, kiln_add(g, z, r)), 2, 2);
+        kiln_params *P32 = NULL, *P64 = NULL;
+        CHECK_OK(kiln_params_new(g, KILN_F32, &P32));
+        CHECK_OK(kiln_params_new(g, KILN_F64, &P64));
+        if (!P32 || !P64) return;
+        randomize(P32, 21 + own);
+        to_double(P64, P32);
+        int64_t B = 3, n = B * 16 * 4;
+        float xs[3 * 147];
+        tu_fill(xs, B * 147, -1, 1.5);
+        double *off = malloc((size_t)n * 8), *on = malloc((size_t)n * 8), *ref = malloc((size_t)n * 8);
+        plan_info *i_off = malloc(sizeof *i_off), *i_on = malloc(sizeof *i_on);
+        fuse_residual = 0;
+        infer(g, P32, &out, 1, x, -1, xs, NULL, B, 1, NULL, n, off, i_off);
+        fuse_residual = 1;
+        infer(g, P32, &out, 1, x, -1, xs, NULL, B, 1, NULL, n, on, i_on);
+        infer(g, P64, &out, 1, x, -1, xs, NULL, B, 1, "ref", n, ref, NULL);
+        CHECK_MSG(rel_d(on, ref, n) <= 1e-5, "residual fused (own input %d) vs ref off by %.3g", own, rel_d(on, ref, n));
+        CHECK_MSG(rel_d(off, ref, n) <= 1e-5, "residual unfused (own input %d) vs ref off by %.3g", own, rel_d(off, ref, n));
+        CHECK_MSG(count_in(i_on->desc, "conv2d_add") == 1 && count_in(i_off->desc, "conv2d_add") == 0,
+                  "own input %d: fused plan:\n%s\nunfused plan:\n%s", own, i_on->desc, i_off->desc);
+        free(off), free(on), free(ref), free(i_off), free(i_on);
+        kiln_params_free(P32);
+        kiln_params_free(P64);
+        kiln_graph_free(g);
+    }
 }
 
 /* a zoo model: folded evaluation equals unfolded evaluation, and its arena is below training's */
@@ -391,6 +434,19 @@ static void test_fold_model(const char *name, int64_t B, int64_t bns) {
     CHECK_MSG(rel_d(on, off, n) <= 2e-5, "%s: folded vs unfolded evaluation off by %.3g", name, rel_d(on, off, n));
     CHECK_MSG(count_in(i_on->desc, "bn_fold") == bns && count_in(i_on->desc, "batch_norm2d") == 0,
               "%s: %d folds, %d norms left", name, count_in(i_on->desc, "bn_fold"), count_in(i_on->desc, "batch_norm2d"));
+    if (!strcmp(name, "resnet20")) { /* 9 blocks: each conv2 takes its shortcut's sum, and the shortcut's storage */
+        plan_info *i_nores = malloc(sizeof *i_nores);
+        double *nores = malloc((size_t)n * 8);
+        fuse_residual = 0;
+        infer(g, P, outs, 2, m.x, m.y, x, y, B, 1, NULL, n, nores, i_nores);
+        fuse_residual = 1;
+        CHECK_MSG(rel_d(on, nores, n) <= 2e-5, "%s: residual fused vs not off by %.3g", name, rel_d(on, nores, n));
+        CHECK_MSG(count_in(i_on->desc, "conv2d_add") == 9 && count_in(i_nores->desc, "conv2d_add") == 0,
+                  "%s: %d conv2d_add", name, count_in(i_on->desc, "conv2d_add"));
+        CHECK_MSG(i_on->arena < i_nores->arena, "%s: arena with the residual fusion %zu, without %zu", name, i_on->arena,
+                  i_nores->arena);
+        free(nores), free(i_nores);
+    }
     kiln_compile_opts o = kiln_compile_defaults();
     o.training = 1;
     o.max_batch = B;
@@ -481,6 +537,7 @@ int main(void) {
     test_detection();
     test_fix_keeps_training();
     test_fold_small();
+    test_fuse_residual();
     test_fold_model("resnet20", 4, 19);
     test_fold_model("mnist-cnn-bn", 4, 2);
     test_relu_bwd_in_norm();
