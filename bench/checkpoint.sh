@@ -2,8 +2,9 @@
 # Activation checkpointing on the model: 16 x (Linear(1024, 1024) +
 # ReLU), batch 4096, MSE against a fixed random target, SGD. kiln runs
 # `kiln bench step --model mlp-deep --json` without checkpointing and with
-# `--checkpoint-activations block` (4 blocks of 4 layers, each recomputed in
-# backward from its input); its activation memory is the plan's arena
+# `--checkpoint-activations block` (a block per layer, checkpointed on the
+# binomial schedule the planner picks: 4 slots, 12 layer forwards recomputed,
+# docs/plan-and-passes.md); its activation memory is the plan's arena
 # (activations and their gradients; the parameters and their gradients live
 # apart). PyTorch 1.13 runs the peer ../shared/bench/peers/w5_checkpoint.py
 # with --ckpt 0 and 1 (checkpoint_sequential, 4 segments: it recomputes the
