@@ -11,9 +11,10 @@
  *     batch norm step left, relu fused into the folded conv; the inference
  *     arena against training's and unfolded inference's;
  *   - relu's backward fused into the batch-norm backward before it (the
- *     mask recomputed from x): resnet20's training gradients with fusion on
- *     and off, on the cpu and the ref backend, and the cpu's against the
- *     ref's; ten norms (the stem and each block's first) take the mask. */
+ *     mask recomputed from x), and a block's residual add and relu into its
+ *     second norm: resnet20's training gradients with fusion on and off, on
+ *     the cpu and the ref backend, and the cpu's against the ref's; ten norms
+ *     (the stem and each block's first) take the mask, seven the add. */
 #include <stdio.h>
 #include "kiln/graph.h"
 #include "kiln/nn.h"
@@ -471,7 +472,7 @@ static void test_fold_model(const char *name, int64_t B, int64_t bns) {
 /* one training step of model m (fuse on or off) on x, y; every parameter gradient
  * into grad (as double) and the steps whose epilogue is the relu mask counted */
 static int train_grads(kiln_graph *g, kiln_params *P, const kiln_model *m, const char *backend, int fuse, int64_t B,
-                       const float *x, const int32_t *y, double *grad) {
+                       const float *x, const int32_t *y, double *grad, int *add_relu) {
     kiln_compile_opts o = kiln_compile_defaults();
     o.training = 1;
     o.max_batch = B;
@@ -487,7 +488,9 @@ static int train_grads(kiln_graph *g, kiln_params *P, const kiln_model *m, const
     int masks = 0;
     for (int i = 0; i < kiln_plan_step_count(pl); i++) {
         kiln_step_info si;
-        if (kiln_plan_step_info(pl, i, &si) == KILN_OK) masks += strcmp(si.epilogue, "relu_bwd_mask") == 0;
+        if (kiln_plan_step_info(pl, i, &si) != KILN_OK) continue;
+        masks += strcmp(si.epilogue, "relu_bwd_mask") == 0;
+        *add_relu += strcmp(si.epilogue, "add_relu") == 0;
     }
     int ref = strcmp(kiln_plan_backend(pl), "ref") == 0;
     for (int64_t i = 0; i < kiln_params_total(P); i++)
@@ -514,11 +517,17 @@ static void test_relu_bwd_in_norm(void) {
     int64_t n = kiln_params_total(P);
     double *g_on = malloc((size_t)n * 8), *g_off = malloc((size_t)n * 8), *r_on = malloc((size_t)n * 8),
            *r_off = malloc((size_t)n * 8);
-    int masks_on = train_grads(g, P, &m, "cpu", 1, B, x, y, g_on), masks_off = train_grads(g, P, &m, "cpu", 0, B, x, y, g_off);
-    int ref_on = train_grads(g, P64, &m, "ref", 1, B, x, y, r_on), ref_off = train_grads(g, P64, &m, "ref", 0, B, x, y, r_off);
+    int adds[4] = {0};
+    int masks_on = train_grads(g, P, &m, "cpu", 1, B, x, y, g_on, &adds[0]);
+    int masks_off = train_grads(g, P, &m, "cpu", 0, B, x, y, g_off, &adds[1]);
+    int ref_on = train_grads(g, P64, &m, "ref", 1, B, x, y, r_on, &adds[2]);
+    int ref_off = train_grads(g, P64, &m, "ref", 0, B, x, y, r_off, &adds[3]);
     CHECK_MSG(masks_on == 10 && masks_off == 0 && ref_on == 10 && ref_off == 0,
               "relu masks in norm backward: cpu %d fused, %d unfused; ref %d, %d (want 10, 0)", masks_on, masks_off, ref_on,
               ref_off);
+    /* the blocks' residual add and relu in their second norm: the 7 whose shortcut comes before the norm */
+    CHECK_MSG(adds[0] == 7 && adds[1] == 0 && adds[2] == 7 && adds[3] == 0,
+              "add-relu epilogues: cpu %d fused, %d unfused; ref %d, %d (want 7, 0)", adds[0], adds[1], adds[2], adds[3]);
     /* the same gradients fused and unfused: one pass computes exactly the masked dy that relu_bwd wrote */
     CHECK_MSG(rel_d(g_on, g_off, n) <= 1e-6, "cpu: gradients fused vs unfused off by %.3g", rel_d(g_on, g_off, n));
     CHECK_MSG(rel_d(r_on, r_off, n) <= 1e-12, "ref: gradients fused vs unfused off by %.3g", rel_d(r_on, r_off, n));

@@ -352,6 +352,15 @@ static int b_conv_bn_conv(hcase *h, int d) {
     return out1(h, kiln_conv2d(h->g, y, P(h, "c2.weight", 16, 16, 3, 3), P(h, "c2.bias", 16), 1, 0));
 }
 
+/* a ResNet block's end: conv -> batch norm -> + x -> relu with 16 channels; the
+ * fusion pass makes the add and relu the norm's epilogue (x its input 6) */
+static int b_conv_bn_add_relu(hcase *h, int d) {
+    (void)d;
+    kiln_value x = P(h, "x", R(2, 3), 16, R(3, 5), R(3, 5));
+    kiln_value y = bn(h, "bn", kiln_conv2d(h->g, x, P(h, "c.weight", 16, 16, 3, 3), -1, 1, 1), 16);
+    return out1(h, kiln_relu(h->g, kiln_add(h->g, y, x)));
+}
+
 /* conv (with a bias on odd draws) -> batch norm -> relu -> conv, 16 channels:
  * an inference case, where the norm folds into the first conv (bn_fold), relu
  * fuses into it and the middle stays blocked */
@@ -470,6 +479,7 @@ static const struct {
     {"conv2d slice pad add relu adaptive_avg_pool2d", b_resnet_shortcut, FILL_UNIFORM},
     {"conv2d slice pad add relu adaptive_avg_pool2d", b_resnet_shortcut_act, FILL_UNIFORM},
     {"conv2d subsample_pad", b_subsample_pad, FILL_UNIFORM},
+    {"conv2d batch_norm2d add relu", b_conv_bn_add_relu, FILL_UNIFORM},
     {"dropout", b_dropout, FILL_UNIFORM},
     {"log_softmax", b_log_softmax, FILL_UNIFORM},
     {"nll_loss", b_nll_loss, FILL_UNIFORM},

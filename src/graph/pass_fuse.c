@@ -15,7 +15,13 @@
  *     reads dy: the mask is y's sign, recomputed from x with the forward's scale
  *     and shift (the bias joins the node as input 5), so relu's backward costs no
  *     pass of its own (a read of y and dy and a write saved, and the norm reads
- *     dy in place of relu's output). Only where the backend's kernel takes it. */
+ *     dy in place of relu's output). Only where the backend's kernel takes it.
+ *   - relu(add(batch_norm(x), r)) (a ResNet block's end) becomes the norm with
+ *     an add-and-relu epilogue, r its input 6: the norm's output is never
+ *     written and read again. The norm must come after r's producer in node
+ *     order (it now reads r), and its output and the sum feed nothing else;
+ *     relu's output, which backward reads, is now the norm's. Runs after
+ *     autodiff (the norm's backward reads x, not y). */
 #include <stdlib.h>
 #include "graph/internal/graph.h"
 
@@ -122,5 +128,53 @@ out:
     free(readers);
     free(writers);
     free(producer);
+    return fused;
+}
+
+/* node i's output 0 is an activation root that only `reader` reads and no one returns */
+static int private_out(const kiln_graph *g, const int *readers, const kiln_node *n) {
+    kiln_value v = n->nout > 0 ? n->out[0] : -1;
+    return v >= 0 && readers[v] == 1 && g->vals[v].kind == KILN_VAL_ACT && g->vals[v].alias_of < 0 && !g->vals[v].output;
+}
+
+int kiln_pass_fuse_norm_add_relu(kiln_graph *g) {
+    int *readers = calloc((size_t)g->nvals + 1, sizeof(int)), *producer = malloc(((size_t)g->nvals + 1) * sizeof(int));
+    int *reader = malloc(((size_t)g->nvals + 1) * sizeof(int));
+    int fused = -1;
+    if (!readers || !producer || !reader) goto out;
+    for (int v = 0; v < g->nvals; v++) producer[v] = reader[v] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->nin; k++) readers[n->in[k]]++, reader[n->in[k]] = i;
+        for (int k = 0; k < n->nout; k++)
+            if (n->out[k] >= 0 && producer[n->out[k]] < 0) producer[n->out[k]] = i;
+    }
+    fused = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        kiln_node *a = &g->nodes[i];
+        if (a->op != KILN_OP_ADD || a->dead || a->nin != 2 || !private_out(g, readers, a)) continue;
+        kiln_node *r = &g->nodes[reader[a->out[0]]];
+        if (r->op != KILN_OP_RELU || r->dead || r->in[0] != a->out[0]) continue;
+        for (int k = 0; k < 2; k++) { /* the operand a norm makes, its residual made before it */
+            int fi = producer[a->in[k]], ri = producer[a->in[1 - k]];
+            if (fi < 0 || ri >= fi) continue;
+            kiln_node *f = &g->nodes[fi];
+            if (f->op != KILN_OP_BATCH_NORM2D || f->dead || f->epilogue || f->nin != 6 || !private_out(g, readers, f)) continue;
+            if (kiln_val_numel(&g->vals[a->in[1 - k]], 1) != kiln_val_numel(&g->vals[f->out[0]], 1)) continue;
+            f->in[6] = a->in[1 - k];
+            f->nin = 7;
+            f->out[0] = r->out[0];
+            f->epilogue = KILN_EPI_ADD_RELU;
+            a->dead = r->dead = 1;
+            a->nin = r->nin = 0;
+            fused++;
+            break;
+        }
+    }
+out:
+    free(readers);
+    free(producer);
+    free(reader);
     return fused;
 }

@@ -202,7 +202,8 @@ static kiln_status transform(kiln_plan *pl, kiln_value loss) {
         kiln_pass_fuse_residual(g, pl->outputs, pl->nout) < 0)
         return kiln_graph_status(g);
     if (o->fuse && (kiln_pass_fuse_epilogues(g, pl->nfwd) < 0 || kiln_pass_fuse_pool_relu_bwd(g) < 0 ||
-                    (pl->be->kernels[KILN_OP_BATCH_NORM2D_BWD].relu_bwd_mask && kiln_pass_fuse_norm_relu_bwd(g) < 0)))
+                    (pl->be->kernels[KILN_OP_BATCH_NORM2D_BWD].relu_bwd_mask && kiln_pass_fuse_norm_relu_bwd(g) < 0) ||
+                    (pl->be->kernels[KILN_OP_BATCH_NORM2D].add_relu && kiln_pass_fuse_norm_add_relu(g) < 0)))
         return kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
     if (o->fuse) { /* what is left of pointwise chains: one kernel per group */
         uint8_t tileable[KILN_OP_COUNT];
@@ -354,7 +355,7 @@ void kiln_plan_describe(const kiln_plan *pl, char *buf, size_t len) {
         kiln_op_format_attrs(s->op, &s->attr, attrs, sizeof attrs);
         o += (size_t)snprintf(buf + o, len - o, "%3d %-22s %-18s %-16s %s%s%s%s%s%s%s\n", i, s->name, kiln_op_name(s->op),
                               kiln_shape_str(t->ndim, t->shape, shape, sizeof shape), attrs,
-                              s->epilogue == KILN_EPI_RELU ? " +relu" : "",
+                              s->epilogue == KILN_EPI_RELU ? " +relu" : s->epilogue == KILN_EPI_ADD_RELU ? " +add+relu" : "",
                               s->epilogue == KILN_EPI_RELU_BWD_MASK ? " +relu_bwd" : "",
                               t->layout ? " blocked" : "", s->acc[0] ? " (accumulate)" : "",
                               s->nout > 0 && s->param_grad[0] ? " -> grad" : "",

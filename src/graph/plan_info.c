@@ -51,7 +51,10 @@ kiln_status kiln_plan_step_info(const kiln_plan *pl, int i, kiln_step_info *out)
     for (int k = 0; k < s->nout; k++) arg(&s->out[k], &out->out[k]);
     kiln_op_format_attrs(s->op, &s->attr, out->attrs, sizeof out->attrs);
     out->precision = kiln_precision_name(s->precision);
-    out->epilogue = s->epilogue == KILN_EPI_RELU ? "relu" : s->epilogue == KILN_EPI_RELU_BWD_MASK ? "relu_bwd_mask" : "";
+    out->epilogue = s->epilogue == KILN_EPI_RELU           ? "relu"
+                    : s->epilogue == KILN_EPI_RELU_BWD_MASK ? "relu_bwd_mask"
+                    : s->epilogue == KILN_EPI_ADD_RELU      ? "add_relu"
+                                                            : "";
     const kiln_kernel *k = &pl->be->kernels[s->op];
     if (k->describe) out->reorders = k->describe(s, out->kernel, sizeof out->kernel, &out->weight_reorders);
     out->flops = step_flops(pl, s, L->batch);

@@ -42,7 +42,10 @@ void kiln_plan_profile_report(const kiln_plan *pl, char *buf, size_t len) {
         const kiln_step *st = &pl->lists[0].steps[s];
         double ms = 1e3 * step_time(pl, s) / runs;
         o += (size_t)snprintf(buf + o, len - o, "  %-22s %7.3f ms  %5.1f%%%s\n", st->name, ms, total > 0 ? 100 * ms / total : 0,
-                              st->epilogue == KILN_EPI_RELU ? "  (+relu)" : st->epilogue == KILN_EPI_RELU_BWD_MASK ? "  (+relu:bwd)" : "");
+                              st->epilogue == KILN_EPI_RELU            ? "  (+relu)"
+                              : st->epilogue == KILN_EPI_RELU_BWD_MASK ? "  (+relu:bwd)"
+                              : st->epilogue == KILN_EPI_ADD_RELU      ? "  (+add+relu)"
+                                                                       : "");
     }
 }
 

@@ -67,8 +67,9 @@ static const kiln_attr_spec bn_attrs[] = {KILN_ATTR("momentum", KILN_ATTR_F32, b
                                           KILN_ATTR("training", KILN_ATTR_INT, bn.training),
                                           KILN_ATTR("sync", KILN_ATTR_INT, bn.sync), {0}};
 
+/* input 6, the residual of a fused add and relu (pass_fuse.c), joins after autodiff */
 const kiln_op_def kiln_op_batch_norm2d = {
-    .name = "batch_norm2d", .min_in = 6, .max_in = 6, .nout = 3, .flags = KILN_OPF_LAYER | KILN_OPF_CHANNEL_NORM,
+    .name = "batch_norm2d", .min_in = 6, .max_in = 7, .nout = 3, .flags = KILN_OPF_LAYER | KILN_OPF_CHANNEL_NORM,
     .attrs = bn_attrs, .epilogues = KILN_EPI_RELU, /* a relu after it is applied as y is written */
     .infer = bn_infer, .backward = bn_backward, .specialize = bn_specialize,
 };

@@ -235,10 +235,11 @@ static kiln_status bn_prepare(kiln_step *s, kiln_prep *p) {
 static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_bn_attrs *a = &s->attr.bn;
     float *save_mean = s->nout > 1 ? F(s->out[1]) : NULL, *save_invstd = s->nout > 2 ? F(s->out[2]) : NULL;
-    int r = kiln_cpu_batch_norm_fwd(s->sz.nchw.n, s->sz.nchw.c, s->sz.nchw.hw, s->in[0].layout, F(s->in[0]), F(s->in[1]),
-                                    F(s->in[2]), F(s->in[3]), F(s->in[4]), a->momentum, a->eps, a->training,
-                                    s->epilogue == KILN_EPI_RELU, F(s->out[0]), save_mean, save_invstd, SYNC_CO(s, rc),
-                                    rc->workspace);
+    const float *res = s->epilogue == KILN_EPI_ADD_RELU ? F(s->in[6]) : NULL; /* a fused residual add */
+    int r = kiln_cpu_batch_norm_add_fwd(s->sz.nchw.n, s->sz.nchw.c, s->sz.nchw.hw, s->in[0].layout, F(s->in[0]),
+                                        F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]), a->momentum, a->eps,
+                                        a->training, res, s->epilogue == KILN_EPI_RELU || res, F(s->out[0]), save_mean,
+                                        save_invstd, SYNC_CO(s, rc), rc->workspace);
     if (r == -2) return kiln_fail_context(KILN_ERR_BACKEND, "%s: sync batch norm", s->name);
     if (r)
         return kiln_fail(KILN_ERR_INVALID_ARG, "training needs more than one value per channel (batch %lld of %lldx%lld images)",
@@ -512,7 +513,7 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_AVG_POOL2D_BWD] = {avg_pool_bwd, kiln_prepare_avg_pool, NULL, 0, 1},
     [KILN_OP_SUM] = {sum, NULL, NULL, 1, 0},         /* layout-blind: the same elements in any order */
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL, NULL, 0, 1}, /* a fill */
-    [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
+    [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare, NULL, 1 | 1u << 6, 1, 1 | 1u << 6 | KILN_TIE_OUT(0), .add_relu = 1},
     [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare, NULL, 3, 1, 3 | KILN_TIE_OUT(0), .relu_bwd_mask = 1},
     [KILN_OP_BN_FOLD] = {bn_fold, NULL, NULL, 0, 0},
     [KILN_OP_SUBSAMPLE_PAD] = {subsample_pad, NULL, NULL, 1, 1},

@@ -128,6 +128,9 @@ typedef struct kiln_kernel {
     /* batch norm backward: takes KILN_EPI_RELU_BWD_MASK (relu's backward folded in, the
      * mask recomputed from x; input 5 the bias); the fusion pass fuses only where set */
     int relu_bwd_mask;
+    /* batch norm: takes KILN_EPI_ADD_RELU (a residual add and relu after it; input 6
+     * the residual, tied to x's layout); the fusion pass fuses only where set */
+    int add_relu;
 } kiln_kernel;
 #define KILN_TIE_OUT(k) (1u << (8 + (k)))
 

@@ -12,7 +12,13 @@
 #define UNUSED (void)rc
 
 static void epilogue_relu(const kiln_step *s) {
-    if (s->epilogue == KILN_EPI_RELU) kiln_ref_relu_fwd(s->out[0].numel, D(s->out[0]), D(s->out[0]));
+    if (s->epilogue == KILN_EPI_ADD_RELU) { /* batch norm's fused residual add (input 6), then relu */
+        double *y = D(s->out[0]);
+        const double *r = D(s->in[6]);
+        for (int64_t i = 0; i < s->out[0].numel; i++) y[i] += r[i];
+    }
+    if (s->epilogue == KILN_EPI_RELU || s->epilogue == KILN_EPI_ADD_RELU)
+        kiln_ref_relu_fwd(s->out[0].numel, D(s->out[0]), D(s->out[0]));
 }
 
 /* ---- conv2d and linear ---- */
@@ -647,7 +653,7 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_AVG_POOL2D_BWD] = {avg_pool_bwd, kiln_prepare_avg_pool},
     [KILN_OP_SUM] = {sum},
     [KILN_OP_SUM_BWD] = {sum_bwd},
-    [KILN_OP_BATCH_NORM2D] = {bn},
+    [KILN_OP_BATCH_NORM2D] = {bn, .add_relu = 1},
     [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, .relu_bwd_mask = 1},
     [KILN_OP_BN_FOLD] = {bn_fold},
     [KILN_OP_SUBSAMPLE_PAD] = {subsample_pad},

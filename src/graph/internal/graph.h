@@ -134,6 +134,8 @@ int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g);
 int kiln_pass_subsample_pad(kiln_graph *g);
 /* relu_bwd into the batch-norm backward after it (backends whose kernel takes the mask) */
 int kiln_pass_fuse_norm_relu_bwd(kiln_graph *g);
+/* relu(batch_norm(x) + r) as the norm with an add-and-relu epilogue (backends whose kernel takes it) */
+int kiln_pass_fuse_norm_add_relu(kiln_graph *g);
 /* pass_checkpoint.c (activation checkpointing): for the forward nodes that
  * `spec` chooses ("block": every block scope; op names: nodes of those ops;
  * both, comma-separated), each group's saved activations (forward values that

@@ -118,23 +118,33 @@ static void lanes_of(const bn_shape *S, const float *v, int64_t g, float *out) {
     for (int l = 0; l < L; l++) out[l] = v[S->blocked ? g * L + l : g];
 }
 
-/* y = x * scale + shift per lane over a run (relu: max(0, y)); the lanes copied to
- * locals, which y cannot alias, so the compiler vectorizes the lane loop */
-HOT static void affine_run(const float *restrict x, float *restrict y, int64_t len, const float *scale, const float *shift,
-                           int relu) {
-    float sc[L], sh[L];
-    memcpy(sc, scale, sizeof sc);
-    memcpy(sh, shift, sizeof sh);
+/* y = x * scale + shift per lane over a run, + r (a residual, when given), then
+ * relu: max(0, y) when asked; each step rounded as the unfused ops round. The
+ * lanes are copied to locals, which y cannot alias, so the lane loop vectorizes */
+static inline __attribute__((always_inline)) void affine_body(const float *restrict x, float *restrict y, int64_t len,
+                                                              const float *sc, const float *sh, int relu,
+                                                              const float *restrict r, int add) {
     int64_t j = 0;
     for (; j + L <= len; j += L)
         for (int l = 0; l < L; l++) {
             float v = x[j + l] * sc[l] + sh[l];
+            if (add) v = v + r[j + l];
             y[j + l] = relu && !(v > 0.0f) ? 0.0f : v;
         }
     for (int l = 0; j + l < len; l++) {
         float v = x[j + l] * sc[l] + sh[l];
+        if (add) v = v + r[j + l];
         y[j + l] = relu && !(v > 0.0f) ? 0.0f : v;
     }
+}
+
+HOT static void affine_run(const float *x, float *y, int64_t len, const float *scale, const float *shift, int relu,
+                           const float *r) {
+    float sc[L], sh[L];
+    memcpy(sc, scale, sizeof sc);
+    memcpy(sh, shift, sizeof sh);
+    if (r) affine_body(x, y, len, sc, sh, relu, r, 1);
+    else affine_body(x, y, len, sc, sh, relu, r, 0);
 }
 
 /* a channel's scale and shift, y = x * sc + sh, from the mean and invstd as saved
@@ -279,6 +289,14 @@ static int fwd_stats(const bn_shape *S, const float *x, const kiln_collective *c
 int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *w, const float *b,
                             float *rmean, float *rvar, float momentum, float eps, int training, int relu, float *y,
                             float *save_mean, float *save_invstd, const kiln_collective *co, void *scratch) {
+    return kiln_cpu_batch_norm_add_fwd(n, c, hw, blocked, x, w, b, rmean, rvar, momentum, eps, training, NULL, relu, y,
+                                       save_mean, save_invstd, co, scratch);
+}
+
+int kiln_cpu_batch_norm_add_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *w,
+                                const float *b, float *rmean, float *rvar, float momentum, float eps, int training,
+                                const float *res, int relu, float *y, float *save_mean, float *save_invstd,
+                                const kiln_collective *co, void *scratch) {
     bn_shape S = shape_of(n, c, hw, blocked);
     if (training && n * hw < 2) return -1;
     double m = (double)(n * hw);
@@ -299,7 +317,7 @@ int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const
             fwd_coef(&S, &A, g, mean, var, sc, sh);
             for (int64_t i = 0; i < n; i++) {
                 int64_t len, o = run_at(&S, g, i, &len);
-                affine_run(x + o, y + o, len, sc, sh, relu);
+                affine_run(x + o, y + o, len, sc, sh, relu, res ? res + o : NULL);
             }
         }
         return 0;
@@ -311,7 +329,7 @@ int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const
     FOR_WORK(&S, {
         for (int64_t i = i0; i < i1; i++) {
             int64_t len, o = run_at(&S, g, i, &len);
-            affine_run(x + o, y + o, len, W.f1 + g * L, W.f2 + g * L, relu);
+            affine_run(x + o, y + o, len, W.f1 + g * L, W.f2 + g * L, relu, res ? res + o : NULL);
         }
     });
     return 0;

@@ -375,6 +375,13 @@ int kiln_cpu_batch_norm_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const
 int kiln_cpu_batch_norm_bwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *dy,
                             const float *w, const float *mean, const float *invstd, float *dx, float *dw, float *db,
                             int acc_dx, int acc_dw, int acc_db, const kiln_collective *co, void *scratch);
+/* relu(batch_norm(x) + res) in one pass (the fusion pass: a ResNet block's second
+ * norm, residual add and relu), res in y's layout, each step rounded as the three
+ * ops round; relu 0: the sum alone */
+int kiln_cpu_batch_norm_add_fwd(int64_t n, int64_t c, int64_t hw, int blocked, const float *x, const float *w,
+                                const float *b, float *rmean, float *rvar, float momentum, float eps, int training,
+                                const float *res, int relu, float *y, float *save_mean, float *save_invstd,
+                                const kiln_collective *co, void *scratch);
 /* the backward of relu(batch_norm(x)) fused with the norm's (the fusion pass): dy
  * where y > 0, else 0, then the norm's backward; y's sign recomputed from x with
  * the forward's own scale and shift (from the saved mean and invstd, w and b), so

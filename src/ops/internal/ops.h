@@ -179,6 +179,7 @@ enum {
     KILN_EPI_NONE = 0,
     KILN_EPI_RELU = 1,          /* y = relu(op(...)) */
     KILN_EPI_RELU_BWD_MASK = 2, /* a backward that also applies relu's backward (max-pool) */
+    KILN_EPI_ADD_RELU = 4,      /* y = relu(op(...) + residual): batch norm's residual add, the residual its input 6 */
 };
 
 /* op flags */
