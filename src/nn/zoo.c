@@ -125,10 +125,11 @@ static kiln_value shortcut_a(kiln_graph *g, kiln_value x, int64_t cin, int64_t c
  * down: 'a' for option A, 'b' for a 1x1 conv + bn ("downsample.0/1"), 0 for the identity */
 static kiln_value basic_block(kiln_graph *g, const char *prefix, kiln_value x, int64_t cin, int64_t cout, int64_t stride,
                               char down) {
+    /* option A's shortcut first: it has no parameters, and made before bn2 it lets the fusion pass
+     * give bn2 the add and relu as its epilogue (the residual must exist when the norm runs) */
+    kiln_value sc = down == 'a' ? shortcut_a(g, x, cin, cout, stride) : x;
     kiln_value h = kiln_relu(g, conv_bn(g, prefix, "conv1", "bn1", x, cin, cout, 3, stride, 1));
     h = conv_bn(g, prefix, "conv2", "bn2", h, cout, cout, 3, 1, 1);
-    kiln_value sc = x;
-    if (down == 'a') sc = shortcut_a(g, x, cin, cout, stride);
     if (down == 'b') sc = conv_bn(g, prefix, "downsample.0", "downsample.1", x, cin, cout, 1, stride, 0);
     return kiln_relu(g, kiln_add(g, h, sc));
 }
