@@ -1361,6 +1361,21 @@ out:
     kiln_st_close(f);
 }
 
+/* fixture tensors keys[i] into the parameter or buffer names[i] of P (doubles on ref, else floats) */
+static void fx_fill(kiln_params *P, kiln_st_file *f, const char *const *names, const char *const *keys, int n, int ref) {
+    for (int i = 0; P && i < n; i++) {
+        int p = kiln_params_find(P, names[i]), bi = kiln_params_buffer_find(P, names[i]);
+        const double *v = fx_d(f, keys[i]);
+        int64_t m = p >= 0 ? kiln_params_numel(P, p) : bi >= 0 ? kiln_params_buffer_numel(P, bi) : 0;
+        char *dst = p >= 0 ? (char *)kiln_params_data(P) + kiln_params_offset(P, p) * (ref ? 8 : 4)
+                           : bi >= 0 ? kiln_params_buffer_data(P, bi) : NULL;
+        for (int64_t j = 0; dst && v && j < m; j++) {
+            if (ref) ((double *)dst)[j] = v[j];
+            else ((float *)dst)[j] = (float)v[j];
+        }
+    }
+}
+
 /* bn_fold against PyTorch's fuse_conv_bn_weights: both kernels (with the
  * conv's bias and without), then conv -> batch norm in evaluation compiled
  * with the fold pass on ref and cpu plans against PyTorch's unfolded output */
@@ -1381,17 +1396,7 @@ static void fold_plan(kiln_st_file *f, const char *fxname, int bias, const char 
     static const char *names[7] = {"x", "conv.weight", "conv.bias", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"};
     static const char *keys[7] = {"x", "w", "b", "weight", "bias", "running_mean", "running_var"};
     int ref = strcmp(backend, "ref") == 0;
-    for (int i = 0; i < 7; i++) {
-        int p = kiln_params_find(P, names[i]), bi = kiln_params_buffer_find(P, names[i]);
-        const double *v = fx_d(f, keys[i]);
-        int64_t n = p >= 0 ? kiln_params_numel(P, p) : bi >= 0 ? kiln_params_buffer_numel(P, bi) : 0;
-        char *dst = p >= 0 ? (char *)kiln_params_data(P) + kiln_params_offset(P, p) * (ref ? 8 : 4)
-                           : bi >= 0 ? kiln_params_buffer_data(P, bi) : NULL;
-        for (int64_t j = 0; dst && v && j < n; j++) {
-            if (ref) ((double *)dst)[j] = v[j];
-            else ((float *)dst)[j] = (float)v[j];
-        }
-    }
+    fx_fill(P, f, names, keys, 7, ref);
     kiln_compile_opts o = kiln_compile_defaults();
     o.autotune = 0;
     kiln_plan *pl = NULL;
@@ -1457,15 +1462,7 @@ static void conv_add_plan(kiln_st_file *f, int relu, const char *backend) {
     CHECK_OK(kiln_params_new_on(g, backend, &P));
     int ref = strcmp(backend, "ref") == 0;
     static const char *names[4] = {"x", "conv.weight", "conv.bias", "r0"}, *keys[4] = {"x", "w", "b", "r0"};
-    for (int i = 0; P && i < 4; i++) {
-        int p = kiln_params_find(P, names[i]);
-        const double *v = fx_d(f, keys[i]);
-        char *dst = p >= 0 ? (char *)kiln_params_data(P) + kiln_params_offset(P, p) * (ref ? 8 : 4) : NULL;
-        for (int64_t j = 0; dst && v && j < kiln_params_numel(P, p); j++) {
-            if (ref) ((double *)dst)[j] = v[j];
-            else ((float *)dst)[j] = (float)v[j];
-        }
-    }
+    fx_fill(P, f, names, keys, 4, ref);
     kiln_compile_opts o = kiln_compile_defaults();
     o.autotune = 0;
     o.max_batch = tx->shape[0];

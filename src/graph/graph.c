@@ -90,6 +90,22 @@ int kiln_val_contiguous(const kiln_val *v) {
     return 1;
 }
 
+int *kiln_graph_producers(const kiln_graph *g, int *writers) {
+    int *producer = malloc((size_t)(g->nvals ? g->nvals : 1) * sizeof *producer);
+    if (!producer) return NULL;
+    for (int v = 0; v < g->nvals; v++) producer[v] = -1;
+    for (int v = 0; writers && v < g->nvals; v++) writers[v] = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        for (int k = 0; k < n->nout && !n->dead; k++) {
+            if (n->out[k] < 0) continue; /* an optional output not produced */
+            if (producer[n->out[k]] < 0) producer[n->out[k]] = i;
+            if (writers) writers[n->out[k]]++;
+        }
+    }
+    return producer;
+}
+
 int *kiln_graph_readers(const kiln_graph *g, int *last) {
     int *count = calloc((size_t)(g->nvals ? g->nvals : 1), sizeof *count);
     if (!count) return NULL;

@@ -54,19 +54,11 @@ int kiln_pass_fuse_epilogues(kiln_graph *g, int nfwd) {
 }
 
 int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g) {
-    int *readers = calloc((size_t)g->nvals, sizeof(int)), *producer = malloc((size_t)g->nvals * sizeof(int));
+    int *readers = kiln_graph_readers(g, NULL), *producer = kiln_graph_producers(g, NULL);
     if (!readers || !producer) {
         free(readers);
         free(producer);
         return -1;
-    }
-    for (int v = 0; v < g->nvals; v++) producer[v] = -1;
-    for (int i = 0; i < g->nnodes; i++) {
-        const kiln_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int k = 0; k < n->nin; k++) readers[n->in[k]]++;
-        for (int k = 0; k < n->nout; k++)
-            if (n->out[k] >= 0 && producer[n->out[k]] < 0) producer[n->out[k]] = i;
     }
     int fused = 0;
     for (int i = 0; i < g->nnodes; i++) {
@@ -90,21 +82,10 @@ int kiln_pass_fuse_pool_relu_bwd(kiln_graph *g) {
 }
 
 int kiln_pass_fuse_norm_relu_bwd(kiln_graph *g) {
-    int *readers = calloc((size_t)g->nvals, sizeof(int)), *writers = calloc((size_t)g->nvals, sizeof(int));
-    int *producer = malloc((size_t)g->nvals * sizeof(int));
+    int *readers = kiln_graph_readers(g, NULL), *writers = malloc((size_t)(g->nvals ? g->nvals : 1) * sizeof(int));
+    int *producer = writers ? kiln_graph_producers(g, writers) : NULL;
     int fused = -1;
     if (!readers || !writers || !producer) goto out;
-    for (int v = 0; v < g->nvals; v++) producer[v] = -1;
-    for (int i = 0; i < g->nnodes; i++) {
-        const kiln_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int k = 0; k < n->nin; k++) readers[n->in[k]]++;
-        for (int k = 0; k < n->nout; k++)
-            if (n->out[k] >= 0) {
-                writers[n->out[k]]++;
-                if (producer[n->out[k]] < 0) producer[n->out[k]] = i;
-            }
-    }
     fused = 0;
     for (int i = 0; i < g->nnodes; i++) {
         kiln_node *m = &g->nodes[i];
@@ -138,18 +119,10 @@ static int private_out(const kiln_graph *g, const int *readers, const kiln_node 
 }
 
 int kiln_pass_fuse_norm_add_relu(kiln_graph *g) {
-    int *readers = calloc((size_t)g->nvals + 1, sizeof(int)), *producer = malloc(((size_t)g->nvals + 1) * sizeof(int));
-    int *reader = malloc(((size_t)g->nvals + 1) * sizeof(int));
+    int *reader = malloc((size_t)(g->nvals ? g->nvals : 1) * sizeof(int)); /* each value's last reader */
+    int *readers = reader ? kiln_graph_readers(g, reader) : NULL, *producer = kiln_graph_producers(g, NULL);
     int fused = -1;
     if (!readers || !producer || !reader) goto out;
-    for (int v = 0; v < g->nvals; v++) producer[v] = reader[v] = -1;
-    for (int i = 0; i < g->nnodes; i++) {
-        const kiln_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int k = 0; k < n->nin; k++) readers[n->in[k]]++, reader[n->in[k]] = i;
-        for (int k = 0; k < n->nout; k++)
-            if (n->out[k] >= 0 && producer[n->out[k]] < 0) producer[n->out[k]] = i;
-    }
     fused = 0;
     for (int i = 0; i < g->nnodes; i++) {
         kiln_node *a = &g->nodes[i];

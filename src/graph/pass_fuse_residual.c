@@ -52,17 +52,11 @@ static void fuse(kiln_graph *g, int i, int k, int c) {
 }
 
 int kiln_pass_fuse_residual(kiln_graph *g, const kiln_value *outputs, int noutputs) {
-    int nv = g->nvals ? g->nvals : 1;
-    int *last = malloc((size_t)nv * sizeof *last), *producer = malloc((size_t)nv * sizeof *producer);
-    uint8_t *keep = calloc((size_t)nv, 1);
-    int *count = last && producer && keep ? kiln_graph_readers(g, last) : NULL;
+    uint8_t *keep = calloc((size_t)(g->nvals ? g->nvals : 1), 1);
+    int *count = kiln_graph_readers(g, NULL), *producer = kiln_graph_producers(g, NULL);
     int fused = 0;
-    if (count) {
+    if (count && producer && keep) {
         for (int k = 0; k < noutputs; k++) keep[outputs[k]] = 1;
-        for (int v = 0; v < g->nvals; v++) producer[v] = -1;
-        for (int i = 0; i < g->nnodes; i++)
-            for (int k = 0; k < g->nodes[i].nout && !g->nodes[i].dead; k++)
-                if (g->nodes[i].out[k] >= 0) producer[g->nodes[i].out[k]] = i;
         for (int i = 0; i < g->nnodes; i++) {
             int k = conv_operand(g, count, keep, producer, i);
             if (k < 0) continue;
@@ -73,7 +67,6 @@ int kiln_pass_fuse_residual(kiln_graph *g, const kiln_value *outputs, int noutpu
         fused = kiln_graph_fail(g, KILN_ERR_NOMEM, "out of memory");
     }
     free(count);
-    free(last);
     free(producer);
     free(keep);
     return fused;

@@ -64,19 +64,11 @@ static int rewrite(kiln_graph *g, const int *readers, const int *producer, int i
 }
 
 int kiln_pass_subsample_pad(kiln_graph *g) {
-    int *readers = calloc((size_t)g->nvals + 1, sizeof(int)), *producer = malloc(((size_t)g->nvals + 1) * sizeof(int));
+    int *readers = kiln_graph_readers(g, NULL), *producer = kiln_graph_producers(g, NULL);
     if (!readers || !producer) {
         free(readers);
         free(producer);
         return kiln_graph_fail(g, KILN_ERR_NOMEM, "out of memory");
-    }
-    for (int v = 0; v < g->nvals; v++) producer[v] = -1;
-    for (int i = 0; i < g->nnodes; i++) {
-        const kiln_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int k = 0; k < n->nin; k++) readers[n->in[k]]++;
-        for (int k = 0; k < n->nout; k++)
-            if (n->out[k] >= 0 && producer[n->out[k]] < 0) producer[n->out[k]] = i;
     }
     int done = 0;
     for (int i = 0; i < g->nnodes; i++) done += rewrite(g, readers, producer, i);

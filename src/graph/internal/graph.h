@@ -109,6 +109,9 @@ kiln_value kiln_val_root(const kiln_graph *g, kiln_value v);
 /* how many live nodes read each value (a node reading it twice counts twice);
  * last[v], when given, is the last of them (-1: none). NULL when out of memory. */
 int *kiln_graph_readers(const kiln_graph *g, int *last);
+/* the first live node writing each value (-1: none); writers[v], when given, counts the live nodes
+ * writing it (accumulated gradients have several). NULL when out of memory. The fusion passes' maps. */
+int *kiln_graph_producers(const kiln_graph *g, int *writers);
 
 /* autodiff: appends backward nodes to g for d(loss)/d(every param), following
  * each op's backward rule in the table */
