@@ -3,8 +3,12 @@
 lr 1, Fashion-MNIST in memory) or resnet20 (CIFAR ResNet-20, option A
 shortcuts, SGD lr 0.1 momentum 0.9 weight decay 5e-4, random 3x32x32 data),
 as 1 process x --threads or --world processes x 1 thread, each rank taking
-its share of every global batch. Prints one RESULT line: global images/s over
---steps steps after --warmup (rank 0's clock, between barriers)."""
+its share of every global batch. --channels-last keeps the model and inputs
+channels_last (the guide's advice for conv nets); --bf16 runs forward and
+loss under torch.autocast("cpu", bfloat16) (PyTorch's mixed precision, the
+peer of kiln's --precision auto). Prints one RESULT line: global images/s
+over --steps steps after --warmup (rank 0's clock, between barriers)."""
+import contextlib
 import argparse, json, os, sys, time
 import torch, torch.distributed as dist, torch.nn as nn, torch.nn.functional as F
 
@@ -55,8 +59,12 @@ def run(rank, world, a, q):
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(a.port)
         dist.init_process_group("gloo", rank=rank, world_size=world)
     model, opt, X, Y, lossf = setup(a.model, a.global_batch)
+    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
+    X = [X[j].contiguous(memory_format=fmt) for j in range(X.shape[0])]  # a batch slice keeps the strides
+    model = model.to(memory_format=fmt)
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model)
+    cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.bf16 else contextlib.nullcontext
     per = a.global_batch // world
     lo, hi = rank * per, (rank + 1) * per
     t0 = 0.0
@@ -66,7 +74,8 @@ def run(rank, world, a, q):
                 dist.barrier()
             t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = lossf(model(X[i % X.shape[0], lo:hi]), Y[i % X.shape[0], lo:hi])
+        with cast():
+            loss = lossf(model(X[i % len(X)][lo:hi]), Y[i % len(X), lo:hi])
         loss.backward()
         opt.step()
     if world > 1:
@@ -74,7 +83,7 @@ def run(rank, world, a, q):
     wall = time.perf_counter() - t0
     if rank == 0:
         q.put(dict(model=a.model, world=world, threads=torch.get_num_threads(), global_batch=a.global_batch,
-                   steps=a.steps, images_per_s=a.global_batch * a.steps / wall, ms_per_step=1e3 * wall / a.steps))
+                   steps=a.steps, channels_last=a.channels_last, bf16=a.bf16, images_per_s=a.global_batch * a.steps / wall, ms_per_step=1e3 * wall / a.steps))
     if world > 1:
         dist.destroy_process_group()
 
@@ -88,6 +97,8 @@ def main():
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--port", type=int, default=29541)
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--bf16", action="store_true")
     a = p.parse_args()
     import torch.multiprocessing as mp
     q = mp.get_context("spawn").SimpleQueue()
