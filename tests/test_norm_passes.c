@@ -19,6 +19,7 @@
 #include "kiln/graph.h"
 #include "kiln/nn.h"
 #include "testutil.h"
+#include "train_once.h"
 
 /* ---- helpers ---- */
 
@@ -322,15 +323,6 @@ static void infer(kiln_graph *g, kiln_params *P, const kiln_value *outs, int nou
     kiln_plan_free(pl);
 }
 
-static double rel_d(const double *a, const double *b, int64_t n) {
-    double num = 0, den = 1e-30;
-    for (int64_t i = 0; i < n; i++) {
-        num = fmax(num, fabs(a[i] - b[i]));
-        den = fmax(den, fabs(b[i]));
-    }
-    return num / den;
-}
-
 /* conv+bias -> bn -> relu -> conv -> bn -> (+ the first relu) -> relu -> 2x2
  * average pool: 16 channels (the blocked layout), a residual reader after the
  * second norm; the pool writes its output plain */
@@ -355,9 +347,9 @@ static void test_fold_small(void) {
     infer(g, P32, &out, 1, x, -1, xs, NULL, B, 1, NULL, n, on, i_on);
     infer(g, P64, &out, 1, x, -1, xs, NULL, B, 0, "ref", n, ref_off, NULL);
     infer(g, P64, &out, 1, x, -1, xs, NULL, B, 1, "ref", n, ref_on, NULL);
-    CHECK_MSG(rel_d(ref_on, ref_off, n) <= 1e-12, "ref: folded vs unfolded off by %.3g", rel_d(ref_on, ref_off, n));
-    CHECK_MSG(rel_d(on, ref_off, n) <= 1e-5, "cpu folded vs ref off by %.3g", rel_d(on, ref_off, n));
-    CHECK_MSG(rel_d(off, ref_off, n) <= 1e-5, "cpu unfolded vs ref off by %.3g", rel_d(off, ref_off, n));
+    CHECK_MSG(tu_rel_max(ref_on, ref_off, n) <= 1e-12, "ref: folded vs unfolded off by %.3g", tu_rel_max(ref_on, ref_off, n));
+    CHECK_MSG(tu_rel_max(on, ref_off, n) <= 1e-5, "cpu folded vs ref off by %.3g", tu_rel_max(on, ref_off, n));
+    CHECK_MSG(tu_rel_max(off, ref_off, n) <= 1e-5, "cpu unfolded vs ref off by %.3g", tu_rel_max(off, ref_off, n));
     CHECK_MSG(count_in(i_on->desc, "batch_norm2d") == 0 && count_in(i_on->desc, "bn_fold") == 2,
               "folded plan:\n%s", i_on->desc);
     CHECK_MSG(count_in(i_off->desc, "batch_norm2d") == 2 && count_in(i_off->desc, "bn_fold") == 0,
@@ -399,8 +391,8 @@ static void test_fuse_residual(void) {
         fuse_residual = 1;
         infer(g, P32, &out, 1, x, -1, xs, NULL, B, 1, NULL, n, on, i_on);
         infer(g, P64, &out, 1, x, -1, xs, NULL, B, 1, "ref", n, ref, NULL);
-        CHECK_MSG(rel_d(on, ref, n) <= 1e-5, "residual fused (own input %d) vs ref off by %.3g", own, rel_d(on, ref, n));
-        CHECK_MSG(rel_d(off, ref, n) <= 1e-5, "residual unfused (own input %d) vs ref off by %.3g", own, rel_d(off, ref, n));
+        CHECK_MSG(tu_rel_max(on, ref, n) <= 1e-5, "residual fused (own input %d) vs ref off by %.3g", own, tu_rel_max(on, ref, n));
+        CHECK_MSG(tu_rel_max(off, ref, n) <= 1e-5, "residual unfused (own input %d) vs ref off by %.3g", own, tu_rel_max(off, ref, n));
         CHECK_MSG(count_in(i_on->desc, "conv2d_add") == 1 && count_in(i_off->desc, "conv2d_add") == 0,
                   "own input %d: fused plan:\n%s\nunfused plan:\n%s", own, i_on->desc, i_off->desc);
         free(off), free(on), free(ref), free(i_off), free(i_on);
@@ -432,7 +424,7 @@ static void test_fold_model(const char *name, int64_t B, int64_t bns) {
     kiln_value outs[2] = {m.loss, m.out};
     infer(g, P, outs, 2, m.x, m.y, x, y, B, 0, NULL, n, off, i_off);
     infer(g, P, outs, 2, m.x, m.y, x, y, B, 1, NULL, n, on, i_on);
-    CHECK_MSG(rel_d(on, off, n) <= 2e-5, "%s: folded vs unfolded evaluation off by %.3g", name, rel_d(on, off, n));
+    CHECK_MSG(tu_rel_max(on, off, n) <= 2e-5, "%s: folded vs unfolded evaluation off by %.3g", name, tu_rel_max(on, off, n));
     CHECK_MSG(count_in(i_on->desc, "bn_fold") == bns && count_in(i_on->desc, "batch_norm2d") == 0,
               "%s: %d folds, %d norms left", name, count_in(i_on->desc, "bn_fold"), count_in(i_on->desc, "batch_norm2d"));
     if (!strcmp(name, "resnet20")) { /* 9 blocks: each conv2 takes its shortcut's sum, and the shortcut's storage */
@@ -441,7 +433,7 @@ static void test_fold_model(const char *name, int64_t B, int64_t bns) {
         fuse_residual = 0;
         infer(g, P, outs, 2, m.x, m.y, x, y, B, 1, NULL, n, nores, i_nores);
         fuse_residual = 1;
-        CHECK_MSG(rel_d(on, nores, n) <= 2e-5, "%s: residual fused vs not off by %.3g", name, rel_d(on, nores, n));
+        CHECK_MSG(tu_rel_max(on, nores, n) <= 2e-5, "%s: residual fused vs not off by %.3g", name, tu_rel_max(on, nores, n));
         CHECK_MSG(count_in(i_on->desc, "conv2d_add") == 9 && count_in(i_nores->desc, "conv2d_add") == 0,
                   "%s: %d conv2d_add", name, count_in(i_on->desc, "conv2d_add"));
         CHECK_MSG(i_on->arena < i_nores->arena, "%s: arena with the residual fusion %zu, without %zu", name, i_on->arena,
@@ -458,7 +450,7 @@ static void test_fold_model(const char *name, int64_t B, int64_t bns) {
     /* the folded weights take arena space of their own, so a small batch may need a little more than unfolded */
     CHECK_MSG(i_on->arena < train, "%s: arena folded %zu, training %zu", name, i_on->arena, train);
     printf("%s, batch %lld: arena training %.2f MiB, inference %.2f MiB unfolded, %.2f MiB folded; outputs differ by %.2g\n",
-           name, (long long)B, train / 1048576.0, i_off->arena / 1048576.0, i_on->arena / 1048576.0, rel_d(on, off, n));
+           name, (long long)B, train / 1048576.0, i_off->arena / 1048576.0, i_on->arena / 1048576.0, tu_rel_max(on, off, n));
     kiln_plan_free(tp);
     free(off), free(on), free(i_off), free(i_on);
     kiln_free(x);
@@ -473,18 +465,8 @@ static void test_fold_model(const char *name, int64_t B, int64_t bns) {
  * into grad (as double) and the steps whose epilogue is the relu mask counted */
 static int train_grads(kiln_graph *g, kiln_params *P, const kiln_model *m, const char *backend, int fuse, int64_t B,
                        const float *x, const int32_t *y, double *grad, int *add_relu) {
-    kiln_compile_opts o = kiln_compile_defaults();
-    o.training = 1;
-    o.max_batch = B;
-    o.autotune = 0;
-    o.fuse = fuse;
-    o.backend = backend;
-    kiln_plan *pl = NULL;
-    CHECK_OK(kiln_compile(g, P, &m->loss, 1, &o, &pl));
+    kiln_plan *pl = tu_train_once(g, P, m, backend, fuse, B, x, y, grad);
     if (!pl) return -1;
-    kiln_plan_bind(pl, m->x, x);
-    kiln_plan_bind(pl, m->y, y);
-    CHECK_OK(kiln_plan_run(pl, B));
     int masks = 0;
     for (int i = 0; i < kiln_plan_step_count(pl); i++) {
         kiln_step_info si;
@@ -492,9 +474,6 @@ static int train_grads(kiln_graph *g, kiln_params *P, const kiln_model *m, const
         masks += strcmp(si.epilogue, "relu_bwd_mask") == 0;
         *add_relu += strcmp(si.epilogue, "add_relu") == 0;
     }
-    int ref = strcmp(kiln_plan_backend(pl), "ref") == 0;
-    for (int64_t i = 0; i < kiln_params_total(P); i++)
-        grad[i] = ref ? ((const double *)kiln_params_grad(P))[i] : ((const float *)kiln_params_grad(P))[i];
     kiln_plan_free(pl);
     return masks;
 }
@@ -529,11 +508,11 @@ static void test_relu_bwd_in_norm(void) {
     CHECK_MSG(adds[0] == 9 && adds[1] == 0 && adds[2] == 9 && adds[3] == 0,
               "add-relu epilogues: cpu %d fused, %d unfused; ref %d, %d (want 9, 0)", adds[0], adds[1], adds[2], adds[3]);
     /* the same gradients fused and unfused: one pass computes exactly the masked dy that relu_bwd wrote */
-    CHECK_MSG(rel_d(g_on, g_off, n) <= 1e-6, "cpu: gradients fused vs unfused off by %.3g", rel_d(g_on, g_off, n));
-    CHECK_MSG(rel_d(r_on, r_off, n) <= 1e-12, "ref: gradients fused vs unfused off by %.3g", rel_d(r_on, r_off, n));
-    CHECK_MSG(rel_d(g_on, r_on, n) <= 1e-4, "fused: cpu vs ref gradients off by %.3g", rel_d(g_on, r_on, n));
+    CHECK_MSG(tu_rel_max(g_on, g_off, n) <= 1e-6, "cpu: gradients fused vs unfused off by %.3g", tu_rel_max(g_on, g_off, n));
+    CHECK_MSG(tu_rel_max(r_on, r_off, n) <= 1e-12, "ref: gradients fused vs unfused off by %.3g", tu_rel_max(r_on, r_off, n));
+    CHECK_MSG(tu_rel_max(g_on, r_on, n) <= 1e-4, "fused: cpu vs ref gradients off by %.3g", tu_rel_max(g_on, r_on, n));
     printf("resnet20 relu_bwd in batch norm backward: gradients fused vs unfused differ by %.2g (cpu), %.2g (ref); "
-           "cpu vs ref %.2g\n", rel_d(g_on, g_off, n), rel_d(r_on, r_off, n), rel_d(g_on, r_on, n));
+           "cpu vs ref %.2g\n", tu_rel_max(g_on, g_off, n), tu_rel_max(r_on, r_off, n), tu_rel_max(g_on, r_on, n));
     free(g_on), free(g_off), free(r_on), free(r_off);
     kiln_free(x);
     kiln_free(y);

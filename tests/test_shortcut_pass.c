@@ -10,6 +10,7 @@
 #include "kiln/graph.h"
 #include "kiln/nn.h"
 #include "testutil.h"
+#include "train_once.h"
 
 typedef struct {
     int fwd, bwd, reorders;
@@ -20,18 +21,8 @@ typedef struct {
 static plan_counts train(kiln_graph *g, kiln_params *P, const kiln_model *m, const char *backend, int fuse, int64_t B,
                          const float *x, const int32_t *y, double *grad) {
     plan_counts c = {0, 0, 0, NAN};
-    kiln_compile_opts o = kiln_compile_defaults();
-    o.training = 1;
-    o.max_batch = B;
-    o.autotune = 0;
-    o.fuse = fuse;
-    o.backend = backend;
-    kiln_plan *pl = NULL;
-    CHECK_OK(kiln_compile(g, P, &m->loss, 1, &o, &pl));
+    kiln_plan *pl = tu_train_once(g, P, m, backend, fuse, B, x, y, grad);
     if (!pl) return c;
-    kiln_plan_bind(pl, m->x, x);
-    kiln_plan_bind(pl, m->y, y);
-    CHECK_OK(kiln_plan_run(pl, B));
     c.loss = kiln_plan_loss(pl);
     for (int i = 0; i < kiln_plan_step_count(pl); i++) {
         kiln_step_info si;
@@ -40,20 +31,8 @@ static plan_counts train(kiln_graph *g, kiln_params *P, const kiln_model *m, con
         c.bwd += !strcmp(si.op, "subsample_pad_bwd");
         c.reorders += strstr(si.name, ":reorder") != NULL;
     }
-    int ref = !strcmp(backend, "ref");
-    for (int64_t i = 0; i < kiln_params_total(P); i++)
-        grad[i] = ref ? ((const double *)kiln_params_grad(P))[i] : ((const float *)kiln_params_grad(P))[i];
     kiln_plan_free(pl);
     return c;
-}
-
-static double rel(const double *a, const double *b, int64_t n) {
-    double num = 0, den = 1e-30;
-    for (int64_t i = 0; i < n; i++) {
-        num = fmax(num, fabs(a[i] - b[i]));
-        den = fmax(den, fabs(b[i]));
-    }
-    return num / den;
 }
 
 int main(void) {
@@ -85,12 +64,12 @@ int main(void) {
     CHECK_MSG(on.loss == off.loss && ron.loss == roff.loss, "loss with and without: cpu %.9g %.9g, ref %.17g %.17g", on.loss,
               off.loss, ron.loss, roff.loss);
     /* the copies move the same values and the gradients add the same terms */
-    CHECK_MSG(rel(g_on, g_off, n) <= 1e-6, "cpu: gradients with and without the pass off by %.3g", rel(g_on, g_off, n));
-    CHECK_MSG(rel(r_on, r_off, n) <= 1e-12, "ref: gradients with and without the pass off by %.3g", rel(r_on, r_off, n));
-    CHECK_MSG(rel(g_on, r_on, n) <= 1e-4, "cpu vs ref with the pass: off by %.3g", rel(g_on, r_on, n));
+    CHECK_MSG(tu_rel_max(g_on, g_off, n) <= 1e-6, "cpu: gradients with and without the pass off by %.3g", tu_rel_max(g_on, g_off, n));
+    CHECK_MSG(tu_rel_max(r_on, r_off, n) <= 1e-12, "ref: gradients with and without the pass off by %.3g", tu_rel_max(r_on, r_off, n));
+    CHECK_MSG(tu_rel_max(g_on, r_on, n) <= 1e-4, "cpu vs ref with the pass: off by %.3g", tu_rel_max(g_on, r_on, n));
     printf("resnet20 batch %lld: reorder steps %d with the pass, %d without; gradients differ by %.2g (cpu), %.2g (ref); "
-           "cpu vs ref %.2g\n", (long long)B, on.reorders, off.reorders, rel(g_on, g_off, n), rel(r_on, r_off, n),
-           rel(g_on, r_on, n));
+           "cpu vs ref %.2g\n", (long long)B, on.reorders, off.reorders, tu_rel_max(g_on, g_off, n), tu_rel_max(r_on, r_off, n),
+           tu_rel_max(g_on, r_on, n));
     free(g_on), free(g_off), free(r_on), free(r_off), free(x);
     kiln_params_free(P);
     kiln_params_free(P64);
