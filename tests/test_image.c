@@ -200,6 +200,21 @@ static void test_copy_crop(void) {
                 }
         CHECK_MSG(bad == 0, "a scale-1 crop (flip %d): %d values are not the source's pixels", flip, bad);
     }
+    /* one channel, whole rows (--resize N of N-pixel grey images): the whole plane in one loop, then flipped */
+    kiln_tf t1;
+    dc.channels = 1;
+    kiln_tf_init(&t1, &dc, 0);
+    kiln_image grey = {.px = px, .w = S, .h = H, .c = 1};
+    for (int flip = 0; flip < 2; flip++) {
+        int box[4] = {5, 0, S, S}, bad = 0;
+        kiln_tf_box b;
+        kiln_tf_crop_box(box, S, &b);
+        b.flip = flip;
+        CHECK_OK(kiln_tf_apply(&grey, &b, &t1, &s, x, NULL));
+        for (int y = 0; y < S; y++)
+            for (int i = 0; i < S; i++) bad += x[y * S + (flip ? S - 1 - i : i)] != t1.lut[0][px[(box[0] + y) * S + i]];
+        CHECK_MSG(bad == 0, "a one-channel scale-1 crop of whole rows (flip %d): %d values are not the source's", flip, bad);
+    }
     int box[4] = {4, 11, S + 1, S + 1}, same = 1;
     kiln_tf_box b;
     kiln_tf_crop_box(box, S, &b);
@@ -332,6 +347,40 @@ static void test_bad_files(void) {
     free(big);
     free(jpg);
     free(png);
+}
+
+/* kiln_image_read: one read settles a short file; a long one, a FIFO or a folder where a
+ * file belongs go on to the fstat (the file whole, the others refused by kind) */
+static void test_read(void) {
+    enum { BIG = 200000 }; /* beyond the first read's 64 KiB */
+    char p[256];
+    uint8_t *big = malloc(BIG);
+    for (int i = 0; i < BIG; i++) big[i] = (uint8_t)(i * 131 + (i >> 9));
+    const size_t sizes[3] = {1, 777, BIG};
+    for (int k = 0; k < 3; k++) { /* the short file last read after the long one: the grown buffer */
+        snprintf(p, sizeof p, "%s/read%d.jpg", g_tmp, k);
+        spit(p, big, sizes[k]);
+        const uint8_t *d;
+        size_t n = 0;
+        CHECK_OK(kiln_image_read(g_ctx, p, &d, &n));
+        CHECK_MSG(n == sizes[k] && memcmp(d, big, n) == 0, "%s: %zu bytes read of %zu, or not its bytes", p, n, sizes[k]);
+    }
+    free(big);
+    const uint8_t *d;
+    size_t n;
+    tmp_path(p, "pipe.jpg");
+    CHECK(mkfifo(p, 0600) == 0);
+    CHECK_MSG(kiln_image_read(g_ctx, p, &d, &n) == KILN_ERR_IO && contains(kiln_last_error(), "not a regular file (a FIFO)"),
+              "a FIFO: %s", kiln_last_error());
+    unlink(p);
+    tmp_path(p, "dir.jpg");
+    mk(p);
+    CHECK_MSG(kiln_image_read(g_ctx, p, &d, &n) == KILN_ERR_IO && contains(kiln_last_error(), "a folder"), "a folder: %s",
+              kiln_last_error());
+    rmdir(p);
+    tmp_path(p, "missing.jpg");
+    CHECK_MSG(kiln_image_read(g_ctx, p, &d, &n) == KILN_ERR_IO && contains(kiln_last_error(), "cannot open"), "missing: %s",
+              kiln_last_error());
 }
 
 /* ---------- image folders ---------- */
@@ -521,6 +570,7 @@ int main(void) {
     test_peek();
     test_copy_crop();
     test_bad_files();
+    test_read();
     char dir[256];
     snprintf(dir, sizeof dir, "%s/folder", g_tmp);
     make_folder(dir, 6);

@@ -18,8 +18,7 @@ const char *kiln_file_kind(unsigned mode) {
     return "not a regular file";
 }
 
-/* the descriptor, checked to be a regular file (O_NONBLOCK still set) */
-static int regular(int fd, const char *path, int64_t *size) {
+int kiln_fd_regular(int fd, const char *path, int64_t *size) {
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         kiln_fail(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
@@ -42,13 +41,15 @@ int kiln_fd_blocking(int fd, const char *path) {
     return -1;
 }
 
-int kiln_open_read_at(int dir, const char *rel, const char *path, int64_t *size) {
+int kiln_open_at_unchecked(int dir, const char *rel, const char *path) {
     int fd = openat(dir, rel, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) {
-        kiln_fail(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    return regular(fd, path, size);
+    if (fd < 0) kiln_fail(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    return fd;
+}
+
+int kiln_open_read_at(int dir, const char *rel, const char *path, int64_t *size) {
+    int fd = kiln_open_at_unchecked(dir, rel, path);
+    return fd < 0 ? -1 : kiln_fd_regular(fd, path, size);
 }
 
 int kiln_open_read(const char *path, int64_t *size) {
@@ -69,7 +70,7 @@ int kiln_open_write(const char *path, int append) {
         else kiln_fail(KILN_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
         return -1;
     }
-    fd = regular(fd, path, NULL);
+    fd = kiln_fd_regular(fd, path, NULL);
     if (fd >= 0 && kiln_fd_blocking(fd, path) != 0) {
         close(fd);
         return -1;

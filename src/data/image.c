@@ -15,6 +15,9 @@
 #include "data/internal/image.h"
 #include "data/internal/jpeg.h"
 
+/* the first read of a file asks for this much (grown buffers ask for their size): most image files fit */
+#define READ_FIRST ((size_t)1 << 16)
+
 struct kiln_image_ctx {
     kiln_jpeg *dec;
     tjhandle enc;
@@ -49,16 +52,15 @@ static kiln_status reserve(uint8_t **buf, size_t *cap, size_t need, const char *
     return KILN_OK;
 }
 
-kiln_status kiln_image_read_at(kiln_image_ctx *x, int dir, const char *rel, const char *path, const uint8_t **data,
-                               size_t *n) {
+/* the rest of a file the first read did not settle: fd checked (a FIFO, a device, a folder refused), its
+ * size, the bytes after the `got` read already */
+static kiln_status read_rest(kiln_image_ctx *x, int fd, const char *path, size_t got, size_t *n) {
     int64_t size = 0;
-    int fd = kiln_open_read_at(dir, rel, path, &size); /* refuses FIFOs and devices, sets the message */
-    if (fd < 0) return KILN_ERR_IO;
+    if (kiln_fd_regular(fd, path, &size) < 0) return KILN_ERR_IO; /* closed it */
     kiln_status st = KILN_OK;
     if (size > KILN_IMAGE_MAX_FILE)
         st = kiln_fail(KILN_ERR_FORMAT, "%s: %lld bytes is too large for an image file", path, (long long)size);
     if (st == KILN_OK) st = reserve(&x->file, &x->file_cap, (size_t)size + 1, path);
-    size_t got = 0;
     while (st == KILN_OK && got < (size_t)size) {
         ssize_t r = read(fd, x->file + got, (size_t)size - got);
         if (r < 0 && errno == EINTR) continue;
@@ -68,8 +70,35 @@ kiln_status kiln_image_read_at(kiln_image_ctx *x, int dir, const char *rel, cons
         else got += (size_t)r;
     }
     close(fd);
-    *data = x->file;
     *n = got;
+    return st;
+}
+
+/* A file in one open, read and close (per file the kernel's work is most of the loader's
+ * CPU after the decoding): a read into a buffer of READ_FIRST bytes or more that comes back
+ * short has read a regular file to its end (POSIX: a regular file reads short only there),
+ * so no fstat; nothing (a FIFO without a writer), an error (EAGAIN, EISDIR) or a full buffer
+ * leave open what the file is and how long, and read_rest asks. */
+kiln_status kiln_image_read_at(kiln_image_ctx *x, int dir, const char *rel, const char *path, const uint8_t **data,
+                               size_t *n) {
+    int fd = kiln_open_at_unchecked(dir, rel, path); /* sets the message */
+    if (fd < 0) return KILN_ERR_IO;
+    kiln_status st = reserve(&x->file, &x->file_cap, READ_FIRST, path);
+    if (st != KILN_OK) {
+        close(fd);
+        return st;
+    }
+    ssize_t r;
+    do r = read(fd, x->file, x->file_cap - 1); /* one byte spare, as read_rest keeps */
+    while (r < 0 && errno == EINTR);
+    *data = x->file;
+    if (r > 0 && (size_t)r < x->file_cap - 1) {
+        close(fd);
+        *n = (size_t)r;
+        return KILN_OK;
+    }
+    st = read_rest(x, fd, path, r > 0 ? (size_t)r : 0, n);
+    *data = x->file; /* read_rest may have moved it */
     return st;
 }
 

@@ -369,15 +369,35 @@ static int axis_copy(const kiln_tf_axis *a, int size) {
     return first >= a->lo && first + a->out <= a->hi ? first : -1;
 }
 
+/* each of h rows of w floats reversed in place (the values as computed, only moved) */
+static void flip_rows(float *p, int w, int h) {
+    for (int y = 0; y < h; y++)
+        for (float *a = p + (size_t)y * w, *z = a + w - 1; a < z; a++, z--) {
+            float v = *a;
+            *a = *z, *z = v;
+        }
+}
+
 /* kiln_tf_apply where both axes copy: a crop, no resampling (e.g. a cache's
- * first epoch keeping an image at its own size) */
-static void apply_copy(const kiln_image *im, const kiln_tf_box *b, const kiln_tf *t, int x0, int y0, uint8_t *row, float *dst,
+ * first epoch keeping an image at its own size, or --resize N of N-pixel
+ * images). Inlined into kiln_tf_apply's clones, so its divisions use their
+ * widest vectors; one channel is planar already and needs no reordering. */
+__attribute__((always_inline)) static inline void apply_copy(const kiln_image *im, const kiln_tf_box *b, const kiln_tf *t, int x0, int y0, uint8_t *row, float *dst,
                        uint8_t *dst_u8) {
     int C = im->c, ow = b->x.out, oh = b->y.out;
+    if (dst && !dst_u8 && C == 1 && ow == im->w) { /* whole rows of one channel: one loop, no short tails */
+        write_row(im->px + (size_t)y0 * ow, ow * oh, 1, 0, t, dst, 0);
+        if (b->flip) flip_rows(dst, ow, oh);
+        return;
+    }
     for (int y = 0; y < oh; y++) {
         const uint8_t *src = im->px + ((size_t)(y0 + y) * im->w + x0) * C;
         if (dst_u8) memcpy(dst_u8 + (size_t)y * ow * C, src, (size_t)ow * C);
         if (!dst) continue;
+        if (C == 1) {
+            write_row(src, ow, 1, b->flip, t, dst + (size_t)y * ow, (size_t)ow * oh);
+            continue;
+        }
         for (int c = 0; c < C; c++)
             for (int i = 0; i < ow; i++) row[(size_t)c * ow + i] = src[(size_t)i * C + c];
         write_row(row, ow, C, b->flip, t, dst + (size_t)y * ow, (size_t)ow * oh);
