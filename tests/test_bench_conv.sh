@@ -42,11 +42,12 @@ s = c['fwd']['us'] + c['bwd_data']['us'] + c['bwd_weight']['us']
 assert abs(o['alone_fwdbwd_us'] - s) < 0.2 and o['alone_fwd_us'] == c['fwd_inf']['us'], o
 assert o['candidates_timed'] > 4 and o['problem'].startswith('mb2ic16ih12iw12oc32kh3kw3sh1ph1'), o" "$T/out"
 expect 0 "the same conv again, cache warm" -- "$KILN_BIN" "${S[@]}"
-check "warm: no candidate timed, the same choices" "$PY" -c "
+check "warm: no candidate timed, the same choices (unless the first run was timed under load)" "$PY" -c "
 import json, sys
 a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 impl = lambda o: {d: c['impl'] for d, c in o['choices'].items()}
-assert b['candidates_timed'] == 0 and impl(a) == impl(b) and b['alone_fwdbwd_us'] > 0, (a, b)" "$T/first.json" "$T/out"
+assert a['unsure'] > 0 or (b['candidates_timed'] == 0 and impl(a) == impl(b)), (a, b)
+assert b['alone_fwdbwd_us'] > 0, b" "$T/first.json" "$T/out"
 expect 0 "autotune off" -- "$KILN_BIN" "${S[@]}" --autotune off
 check "off: oneDNN's own choice, untimed" "$PY" -c "
 import json, sys

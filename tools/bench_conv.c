@@ -68,6 +68,7 @@ static json_t *result_json(const kiln_bench_conv_config *c, const kiln_bench_con
     json_object_set_new(o, "alone_fwd_us", r->alone_fwd_us > 0 ? cli_json_num(r->alone_fwd_us) : json_null());
     json_object_set_new(o, "alone_fwdbwd_us", r->alone_fwdbwd_us > 0 ? cli_json_num(r->alone_fwdbwd_us) : json_null());
     json_object_set_new(o, "candidates_timed", json_integer(r->candidates));
+    json_object_set_new(o, "unsure", json_integer(r->unsure));
     json_object_set_new(o, "tune_s", cli_json_num(r->tune_s));
     return o;
 }

@@ -33,13 +33,16 @@ static void print_text(const kiln_tune_config *c, const kiln_tune_result *r) {
         const kiln_tune_choice *t = &r->choices[i];
         char how[48];
         if (t->remembered) snprintf(how, sizeof how, "remembered");
-        else snprintf(how, sizeof how, "%d candidates timed", t->candidates);
+        else snprintf(how, sizeof how, "%d candidates timed%s", t->candidates, t->unsure ? ", under load: not kept" : "");
         printf("conv %-52s %-10s %-44s %9.1f us  %s\n", t->problem, t->dir, t->decision, t->us, how);
     }
     printf("kiln tune: %s batch %lld: %lld directions tuned (%lld candidates timed) in %.2f s, %lld remembered%s; %.2f s in "
            "all; ",
            c->model, (long long)c->batch, (long long)r->tuned, (long long)r->candidates, r->tune_seconds,
            (long long)r->remembered, r->over_budget ? " (the time budget left some candidates untimed)" : "", r->seconds);
+    if (r->unsure)
+        printf("%lld directions were timed while other work held the cores: their choices are not kept (run again when the "
+               "machine is quiet); ", (long long)r->unsure);
     if (r->cache[0]) printf("decisions kept in %s\n", r->cache);
     else printf("no on-disk cache (KILN_CACHE_DIR is empty): nothing is kept\n");
 }
@@ -52,6 +55,7 @@ static void print_json(const kiln_tune_config *c, const kiln_tune_result *r) {
     json_object_set_new(o, "remembered", json_integer(r->remembered));
     json_object_set_new(o, "candidates", json_integer(r->candidates));
     json_object_set_new(o, "over_budget", json_integer(r->over_budget));
+    json_object_set_new(o, "unsure", json_integer(r->unsure));
     json_object_set_new(o, "tune_seconds", cli_json_num(r->tune_seconds));
     json_object_set_new(o, "seconds", cli_json_num(r->seconds));
     json_object_set_new(o, "cache", r->cache[0] ? json_string(r->cache) : json_null());
@@ -64,6 +68,7 @@ static void print_json(const kiln_tune_config *c, const kiln_tune_result *r) {
         json_object_set_new(e, "us", cli_json_num(t->us));
         json_object_set_new(e, "remembered", json_boolean(t->remembered));
         json_object_set_new(e, "candidates", json_integer(t->candidates));
+        json_object_set_new(e, "unsure", json_boolean(t->unsure));
         json_array_append_new(list, e);
     }
     json_object_set_new(o, "choices", list);

@@ -81,6 +81,7 @@ typedef struct kiln_bench_conv_result {
     double alone_fwd_us;              /* choice_us[0]: the fastest oneDNN implementation measured alone */
     double alone_fwdbwd_us;           /* choice_us[1..3] summed; 0 when one was not timed */
     int64_t candidates;               /* implementations timed while compiling both plans (0: all remembered) */
+    int64_t unsure;                   /* directions timed while other work held the cores (not kept on disk) */
     double tune_s;                    /* seconds that took */
 } kiln_bench_conv_result;
 kiln_status kiln_bench_conv(const kiln_bench_conv_config *c, kiln_bench_conv_result *r);

@@ -40,12 +40,14 @@ typedef struct kiln_tune_choice {
     double us;                  /* its time per call, as measured when it was decided */
     int remembered;             /* 1: decided before (cache), nothing timed now */
     int candidates;             /* implementations timed now */
+    int unsure;                 /* 1: timed now while other work held the cores, so not remembered on disk */
 } kiln_tune_choice;
 
 typedef struct kiln_tune_result {
     int64_t tuned, remembered;  /* directions decided by timing now, and found decided */
     int64_t candidates;         /* implementations timed now */
     int64_t over_budget;        /* directions the time budget left to oneDNN's own choice */
+    int64_t unsure;             /* of the tuned, those timed while other work held the cores (not kept on disk) */
     double tune_seconds;        /* spent timing */
     double seconds;             /* the whole command: building, compiling, timing */
     kiln_tune_choice *choices;  /* each direction, once, in compile order (malloc'd) */

@@ -55,6 +55,7 @@ static void take_choices(kiln_bench_conv_result *r) {
     kiln_autotune_stats st;
     kiln_autotune_stats_get(&st);
     r->candidates += st.candidates;
+    r->unsure += st.unsure;
     r->tune_s += st.seconds;
 }
 

@@ -60,6 +60,7 @@ static kiln_status collect(kiln_tune_result *r) {
     r->remembered = s.remembered;
     r->candidates = s.candidates;
     r->over_budget = s.over_budget;
+    r->unsure = s.unsure;
     r->tune_seconds = s.seconds;
     int n = kiln_autotune_choices(NULL, 0);
     kiln_autotune_choice *all = calloc((size_t)(n ? n : 1), sizeof *all);
@@ -78,6 +79,7 @@ static kiln_status collect(kiln_tune_result *r) {
         t->us = all[i].us;
         t->remembered = all[i].remembered;
         t->candidates = all[i].candidates;
+        t->unsure = all[i].unsure;
     }
     free(all);
     return KILN_OK;

@@ -4,7 +4,8 @@
  * cudnn.benchmark's results would be if they were kept: no re-timing, and no
  * run-to-run difference in which kernel (and so which rounding) is used. The
  * machine is part of the key, so a cache copied from another CPU, thread count
- * or oneDNN version is kept but never used. */
+ * or oneDNN version is kept but never used. A decision timed while other work
+ * held the cores serves its process and is never exported (conv_tune.c). */
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@ typedef struct {
     char decision[KILN_AUTOTUNE_DECISION_MAX];
     double us;
     int fresh; /* timed in this process (not imported from a file or checkpoint) */
+    int keep;  /* exported to the cache file and checkpoints (0: timed under load) */
 } decision;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -86,7 +88,8 @@ int kiln_autotune_lookup(const char *problem, const char *dir, char *out, size_t
     return d != NULL;
 }
 
-static void store_locked(const char *problem, const char *machine, const char *dir, const char *dec, double us, int fresh) {
+static void store_locked(const char *problem, const char *machine, const char *dir, const char *dec, double us, int fresh,
+                         int keep) {
     decision *d = find(problem, machine, dir);
     if (!d && count == cap) {
         int nc = cap ? cap * 2 : 16;
@@ -106,28 +109,32 @@ static void store_locked(const char *problem, const char *machine, const char *d
     snprintf(d->decision, sizeof d->decision, "%s", dec);
     d->us = us;
     d->fresh = fresh;
+    d->keep = keep;
 }
 
-void kiln_autotune_store(const char *problem, const char *dir, const char *dec, double us) {
+void kiln_autotune_store(const char *problem, const char *dir, const char *dec, double us, int remember) {
     if (strlen(problem) >= KILN_AUTOTUNE_PROBLEM_MAX || strlen(dir) >= sizeof table[0].dir ||
         strlen(dec) >= KILN_AUTOTUNE_DECISION_MAX)
         return;
     const char *machine = kiln_autotune_machine();
     pthread_mutex_lock(&lock);
-    store_locked(problem, machine, dir, dec, us, 1);
+    store_locked(problem, machine, dir, dec, us, 1, remember);
     pthread_mutex_unlock(&lock);
 }
 
-static const char header[] = "# kiln autotune v2: problem machine direction algorithm/layout/implementation microseconds\n";
+static const char header[] = "# kiln autotune v3: problem machine direction algorithm/layout/implementation microseconds\n";
 
 size_t kiln_autotune_export(char *buf, size_t len) {
     size_t o = 0;
     pthread_mutex_lock(&lock);
+    int kept = 0;
+    for (int i = 0; i < count; i++) kept += table[i].keep;
     for (int i = -1; i < count; i++) {
+        if (i >= 0 && !table[i].keep) continue;
         /* buf may be NULL (len 0) to ask for the length */
         char *at = buf && o < len ? buf + o : NULL;
         size_t room = buf && o < len ? len - o : 0;
-        int n = i < 0 ? (count ? snprintf(at, room, "%s", header) : 0)
+        int n = i < 0 ? (kept ? snprintf(at, room, "%s", header) : 0)
                       : snprintf(at, room, "%s %s %s %s %.1f\n", table[i].problem, table[i].machine, table[i].dir,
                                  table[i].decision, table[i].us);
         if (n > 0) o += (size_t)n;
@@ -137,7 +144,7 @@ size_t kiln_autotune_export(char *buf, size_t len) {
     return o;
 }
 
-/* one line's fields; 1 when it is a v2 decision, 0 when it is blank, a comment or of the v1 form, -1 when malformed */
+/* one line's fields; 1 when it is a decision (v2 and v3 lines read alike), 0 when it is blank, a comment or of the v1 form, -1 when malformed */
 static int parse_line(const char *row, decision *d) {
     char extra[2], alg[4];
     if (!row[0] || row[0] == '#') return 0;
@@ -186,7 +193,7 @@ kiln_status kiln_autotune_import(const char *text, const char *source, int repla
         pthread_mutex_lock(&lock);
         for (int i = 0; i < n; i++)
             if (replace || !find(rows[i].problem, rows[i].machine, rows[i].dir))
-                store_locked(rows[i].problem, rows[i].machine, rows[i].dir, rows[i].decision, rows[i].us, 0);
+                store_locked(rows[i].problem, rows[i].machine, rows[i].dir, rows[i].decision, rows[i].us, 0, 1);
         pthread_mutex_unlock(&lock);
         if (old) kiln_log(KILN_LOG_INFO, "%s: %d autotune decisions of an older kiln are not used", source, old);
     }

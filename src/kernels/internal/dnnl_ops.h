@@ -79,7 +79,8 @@ const char *kiln_dnnl_bmm_impl(const kiln_dnnl_bmm *o); /* the first primitive's
 const char *kiln_autotune_machine(void);
 /* this machine's decision for (problem, dir): 1 and decision (len bytes) and its microseconds, or 0 */
 int kiln_autotune_lookup(const char *problem, const char *dir, char *decision, size_t len, double *us);
-void kiln_autotune_store(const char *problem, const char *dir, const char *decision, double us);
+/* remember 0: the decision serves this process but is never exported (timed under load) */
+void kiln_autotune_store(const char *problem, const char *dir, const char *decision, double us, int remember);
 /* "problem machine dir decision us" lines after a header comment; returns the full length (excluding NUL),
  * writing at most len bytes (buf may be NULL) */
 size_t kiln_autotune_export(char *buf, size_t len);
@@ -98,6 +99,7 @@ typedef struct kiln_autotune_stats {
     int64_t tuned;       /* directions decided by timing now */
     int64_t remembered;  /* directions made from a remembered decision (no timing) */
     int64_t over_budget; /* directions left untimed or cut short by the time budget */
+    int64_t unsure;      /* of the tuned, those timed while other work held the cores (not remembered on disk) */
     double seconds;      /* wall time spent choosing */
 } kiln_autotune_stats;
 void kiln_autotune_stats_get(kiln_autotune_stats *s);
@@ -110,9 +112,13 @@ typedef struct kiln_autotune_choice {
     double us;      /* the best measured time per call (reorders included); 0 when not timed */
     int remembered; /* 1: from a decision made before (this process, the cache, a checkpoint) */
     int candidates; /* implementations timed for it now */
+    int unsure;     /* timed now while other work held the cores: not remembered on disk */
 } kiln_autotune_choice;
 int kiln_autotune_choices(kiln_autotune_choice *out, int max); /* returns how many there are */
 /* the tuning budget in seconds: per direction of one conv, and for the whole process (0: the defaults) */
+/* the share of a timed call's time its threads may wait for a CPU before the call counts as disturbed
+ * (0: the default, 0.1; < 0: never: tests of the cache's mechanics on a machine that may be busy) */
+void kiln_autotune_set_wait_share(double share);
 void kiln_autotune_set_budget(double per_direction_s, double process_s);
 void kiln_autotune_get_budget(double *per_direction_s, double *process_s);
 /* every candidate a direction of this conv could use, as decisions (tests); returns how many */

@@ -25,6 +25,7 @@ typedef struct kiln_conv_dir {
     size_t acc_off; /* where an accumulated output is staged */
     char decision[KILN_AUTOTUNE_DECISION_MAX];
     double us;      /* its measured time per call (reorders included), 0 when not timed */
+    int unsure;     /* timed while other work held the cores: not remembered on disk */
 } kiln_conv_dir;
 
 struct kiln_dnnl_conv {
