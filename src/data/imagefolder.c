@@ -245,8 +245,9 @@ static int at(const file_list *f, int64_t i, const char **rel) {
 static kiln_status folder_read(const kiln_records *r, int64_t i, kiln_image_ctx *ctx, char *name, kiln_record *out) {
     const folder_records *f = (const folder_records *)r;
     const char *path = f->files.text + f->files.off[i], *rel;
-    memcpy(name, path, strlen(path) + 1); /* shorter than PATH_MAX (join); no printf for each sample */
     int dir = at(&f->files, i, &rel);
+    /* shorter than PATH_MAX (join); no printf for each sample, and only the file's own name measured */
+    memcpy(name, path, (size_t)(rel - path) + strlen(rel) + 1);
     return kiln_image_read_at(ctx, dir, rel, path, &out->data, &out->n);
 }
 
