@@ -18,8 +18,17 @@ export KILN_CACHE_DIR="$T/cache"
 # the JSON object's field
 field() { "$PY" -c "import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])" "$2" "$1"; }
 
-expect 0 "first run: an empty cache" -- "$KILN_BIN" tune --model mnist-cnn --batch-size 4 --json
+# a busy machine may leave every direction unsure (nothing kept): a few tries, then the checks of
+# what is kept are skipped, saying so
+for try in 1 2 3; do
+    rm -rf "$T/cache"
+    expect 0 "first run: an empty cache" -- "$KILN_BIN" tune --model mnist-cnn --batch-size 4 --json
+    [ "$(field unsure "$T/out")" != 7 ] && break
+    sleep 2
+done
 cp "$T/out" "$T/first.json"
+BUSY=0
+[ "$(field unsure "$T/first.json")" = 7 ] && BUSY=1
 check "first run: timed candidates for every direction" "$PY" - "$T/first.json" <<'PYEOF'
 import json, sys
 d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
@@ -30,6 +39,9 @@ assert d["tuned"] == 7 and d["candidates"] >= 7 and d["remembered"] == 0, d
 assert all(c["candidates"] >= 1 and not c["remembered"] and c["decision"] for c in d["choices"])
 assert d["cache"], d  # over_budget may be non-zero on a loaded machine: the decision is kept all the same
 PYEOF
+if [ $BUSY = 1 ]; then
+    echo "skip: what is kept on disk (other work held the cores in all three first runs)"
+else
 check "the cache folder holds the decisions" test -n "$(ls "$T/cache")"
 
 expect 0 "second run: the same cache" -- "$KILN_BIN" tune --model mnist-cnn --batch-size 4 --json
@@ -45,21 +57,6 @@ assert all(c["candidates"] == 0 for c in b["choices"] if c["remembered"])
 if a["unsure"]:
     print(f"note: {a['unsure']} directions of the first run were timed under load")
 PYEOF
-
-# a busy machine: both threads on one core, so each waits for the other in every timed call
-if [ -r /proc/self/schedstat ] && command -v taskset >/dev/null; then
-    expect 0 "two threads on one core" -- env KILN_CACHE_DIR="$T/busy" OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive \
-        taskset -c 0 "$KILN_BIN" tune --model mnist-cnn --batch-size 4 --json
-    check "two threads on one core: every direction unsure, none kept on disk" "$PY" - "$T/out" "$T/busy" <<'PYEOF'
-import glob, json, sys
-d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-assert d["tuned"] == 7 and d["unsure"] == 7 and all(c["unsure"] for c in d["choices"]), d
-kept = [l for f in glob.glob(sys.argv[2] + "/autotune-*.txt") for l in open(f) if l.strip() and not l.startswith("#")]
-assert kept == [], kept
-PYEOF
-else
-    echo "skip: two threads on one core (no /proc/self/schedstat or taskset here)"
-fi
 
 # --retune: remembered decisions are timed again and replaced (a cache filled on a busy
 # machine); here every remembered time is made up, and none may survive
@@ -80,6 +77,23 @@ PYEOF
 check "--retune: the planted times are replaced on disk" sh -c "! grep -q ' 987654.5$' $T/cache/autotune-*.txt"
 expect 0 "after --retune: nothing to tune" -- "$KILN_BIN" tune --model mnist-cnn --batch-size 4 --json
 check "after --retune: 0 tuned (but those timed under load)" test "$(field tuned "$T/out")" = "$(field unsure "$T/retune.json")"
+fi
+
+# a busy machine: both threads on one core, so each waits for the other in every timed call
+if [ -r /proc/self/schedstat ] && command -v taskset >/dev/null; then
+    expect 0 "two threads on one core" -- env KILN_CACHE_DIR="$T/busy" OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive \
+        taskset -c 0 "$KILN_BIN" tune --model mnist-cnn --batch-size 4 --json
+    check "two threads on one core: every direction unsure, none kept on disk" "$PY" - "$T/out" "$T/busy" <<'PYEOF'
+import glob, json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert d["tuned"] == 7 and d["unsure"] == 7 and all(c["unsure"] for c in d["choices"]), d
+kept = [l for f in glob.glob(sys.argv[2] + "/autotune-*.txt") for l in open(f) if l.strip() and not l.startswith("#")]
+assert kept == [], kept
+PYEOF
+else
+    echo "skip: two threads on one core (no /proc/self/schedstat or taskset here)"
+fi
+
 
 export KILN_CACHE_DIR="$T/cache2"
 expect 0 "--eval: the inference plan alone" -- "$KILN_BIN" tune --model mnist-cnn --batch-size 4 --eval --json
