@@ -754,12 +754,19 @@ static void to_blocked(const float *x, float *b, int64_t n, int64_t c, int64_t h
             for (int64_t p = 0; p < hw; p++) b[((i * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16] = x[(i * c + ch) * hw + p];
 }
 
+static void from_blocked(const float *b, float *x, int64_t n, int64_t c, int64_t hw) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t p = 0; p < hw; p++) x[(i * c + ch) * hw + p] = b[((i * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16];
+}
+
 /* aligned: 64-byte aligned blocks take the AVX-512 path; misaligned ones the portable loops */
 static void test_pool_layout(int aligned) {
-    /* 2x2/2 on even and odd sizes, and a 3x3/2 window; plain and blocked; relu mask on and off */
-    const int64_t cfg[3][4] = {{3, 32, 12, 12}, {2, 16, 9, 7}, {2, 32, 7, 7}};
-    for (int t = 0; t < 3; t++) {
-        kiln_pool_shape ps = {cfg[t][0], cfg[t][1], cfg[t][2], cfg[t][3], t == 2 ? 3 : 2, 2, 0, 0, 0};
+    /* 2x2/2 on even and odd sizes, a 3x3/2 window, and ResNet's stem pool (3x3/2 padded by 1); x and y
+     * each plain or blocked; relu mask on and off */
+    const int64_t cfg[4][4] = {{3, 32, 12, 12}, {2, 16, 9, 7}, {2, 32, 7, 7}, {2, 32, 10, 9}};
+    for (int t = 0; t < 4; t++) {
+        kiln_pool_shape ps = {cfg[t][0], cfg[t][1], cfg[t][2], cfg[t][3], t >= 2 ? 3 : 2, 2, 0, 0, t == 3};
         CHECK(kiln_pool_shape_infer(&ps) == 0);
         int64_t nx = ps.n * ps.c * ps.h * ps.w, ny = ps.n * ps.c * ps.oh * ps.ow, hw = ps.h * ps.w;
         double *xd = dalloc(nx), *dyd = drand_(ny, -1, 1), *yref = dalloc(ny), *dxref = dalloc(nx);
@@ -775,9 +782,13 @@ static void test_pool_layout(int aligned) {
         f2d(dyf, dyd, ny);
         to_blocked(xf, xb, ps.n, ps.c, hw);
         kiln_ref_max_pool2d_fwd(&ps, xd, yref);
-        for (int blocked = 0; blocked <= 16; blocked += 16) {
-            kiln_cpu_max_pool2d_fwd_layout(&ps, blocked, blocked ? xb : xf, y);
-            CHECK_MSG(tu_err(y, yref, ny, 1e-30, 0) <= 0, "pool fwd layout %d cfg %d", blocked, t);
+        float *yb = falloc(ny), *dyb = falloc(ny);
+        to_blocked(dyf, dyb, ps.n, ps.c, ps.oh * ps.ow);
+        for (int lay = 0; lay < 4; lay++) {
+            int blocked = lay % 2 ? 16 : 0, yblk = lay / 2;
+            kiln_cpu_max_pool2d_fwd_layout(&ps, blocked, yblk, blocked ? xb : xf, yblk ? yb : y);
+            if (yblk) from_blocked(yb, y, ps.n, ps.c, ps.oh * ps.ow);
+            CHECK_MSG(tu_err(y, yref, ny, 1e-30, 0) <= 0, "pool fwd layout x %d y %d cfg %d", blocked, yblk, t);
             for (int mask = 0; mask <= 1; mask++)
                 for (int acc = 0; acc <= 1; acc++) {
                     if (mask) kiln_ref_max_pool2d_relu_bwd(&ps, xd, dyd, dxref, 0);
@@ -787,7 +798,7 @@ static void test_pool_layout(int aligned) {
                         for (int64_t i = 0; i < nx; i++) dxref[i] += pre[i];
                     if (blocked) to_blocked(pre, dx, ps.n, ps.c, hw);
                     else memcpy(dx, pre, (size_t)nx * sizeof *dx);
-                    kiln_cpu_max_pool2d_bwd_layout(&ps, blocked, mask, blocked ? xb : xf, dyf, dx, acc);
+                    kiln_cpu_max_pool2d_bwd_layout(&ps, blocked, yblk, mask, blocked ? xb : xf, yblk ? dyb : dyf, dx, acc);
                     if (blocked) { /* back to NCHW to compare */
                         float *tmp = falloc(nx);
                         for (int64_t i = 0; i < nx; i++) tmp[i] = 0;
@@ -798,11 +809,12 @@ static void test_pool_layout(int aligned) {
                         memcpy(dxp, tmp, (size_t)nx * sizeof *dxp);
                         free(tmp);
                     } else memcpy(dxp, dx, (size_t)nx * sizeof *dxp);
-                    CHECK_MSG(tu_err(dxp, dxref, nx, 1e-6, 1e-6) <= 1, "pool bwd layout %d mask %d acc %d cfg %d", blocked, mask, acc, t);
+                    CHECK_MSG(tu_err(dxp, dxref, nx, 1e-6, 1e-6) <= 1, "pool bwd layout x %d dy %d mask %d acc %d cfg %d", blocked,
+                              yblk, mask, acc, t);
                     free(pre);
                 }
         }
-        free(xd); free(dyd); free(yref); free(dxref); free(xf); free(dyf); free(y); free(dxp);
+        free(xd); free(dyd); free(yref); free(dxref); free(xf); free(dyf); free(y); free(dxp); free(yb); free(dyb);
         kiln_free(xb_mem);
         kiln_free(dx_mem);
     }

@@ -26,12 +26,12 @@ static kiln_status relu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 
 static kiln_status pool(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
-    kiln_cpu_max_pool2d_fwd_layout(&s->sz.pool, s->in[0].layout, F(s->in[0]), F(s->out[0]));
+    kiln_cpu_max_pool2d_fwd_layout(&s->sz.pool, s->in[0].layout, s->out[0].layout, F(s->in[0]), F(s->out[0]));
     return KILN_OK;
 }
 
 static kiln_status pool_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_cpu_max_pool2d_bwd_layout(&s->sz.pool, s->in[0].layout, s->epilogue == KILN_EPI_RELU_BWD_MASK, F(s->in[0]),
+    kiln_cpu_max_pool2d_bwd_layout(&s->sz.pool, s->in[0].layout, s->in[1].layout, s->epilogue == KILN_EPI_RELU_BWD_MASK, F(s->in[0]),
                                    F(s->in[1]), F(s->out[0]), ACC(0));
     return KILN_OK;
 }
@@ -488,8 +488,8 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
                                    kiln_cpu_linear_describe},
     [KILN_OP_RELU] = {relu, NULL, NULL, 0, 0, .tile = t_relu, .vec = &kiln_cpu_vform_relu},
     [KILN_OP_RELU_BWD] = {relu_bwd, NULL, NULL, 0, 0, .tile = t_relu_bwd, .vec = &kiln_cpu_vform_relu_bwd},
-    [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool, NULL, 1, 0},
-    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, kiln_prepare_pool, NULL, 1, 1, 1 | KILN_TIE_OUT(0)},
+    [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool, NULL, 1, 1},
+    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, kiln_prepare_pool, NULL, 1 | 2, 1, 1 | KILN_TIE_OUT(0)},
     [KILN_OP_DROPOUT] = {dropout, NULL, NULL, 0, 0, .tile = t_dropout},
     [KILN_OP_DROPOUT_BWD] = {dropout_bwd, NULL, NULL, 0, 0, .tile = t_dropout},
     [KILN_OP_LOG_SOFTMAX] = {log_softmax, kiln_prepare_rows_of_out, NULL, 0, 0},

@@ -308,14 +308,14 @@ void kiln_cpu_relu_fwd(int64_t n, const float *x, float *y);
 void kiln_cpu_relu_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc);
 void kiln_cpu_max_pool2d_fwd(const kiln_pool_shape *ps, const float *x, float *y);
 void kiln_cpu_max_pool2d_bwd(const kiln_pool_shape *ps, const float *x, const float *dy, float *dx, int acc);
-/* Max-pool whose input x (and dx) is plain NCHW (blocked = 0) or oneDNN's
- * nChw16c (blocked = 16: [n, c/16, h, w, 16], c % 16 == 0), so a conv chain
- * kept in the blocked layout needs no reorder; y and dy are always NCHW.
- * relu_mask folds a preceding relu's backward in (x is the relu's output): a
- * window whose max is not > 0 passes no gradient. */
-void kiln_cpu_max_pool2d_fwd_layout(const kiln_pool_shape *ps, int blocked, const float *x, float *y);
-void kiln_cpu_max_pool2d_bwd_layout(const kiln_pool_shape *ps, int blocked, int relu_mask, const float *x,
-                                    const float *dy, float *dx, int acc);
+/* Max-pool whose input x (and dx) and output y (and dy) are each plain NCHW
+ * (blocked = 0) or oneDNN's nChw16c (non-zero: [n, c/16, h, w, 16], c % 16 ==
+ * 0), so a conv chain kept in the blocked layout needs no reorder on either
+ * side. relu_mask folds a preceding relu's backward in (x is the relu's
+ * output): a window whose max is not > 0 passes no gradient. */
+void kiln_cpu_max_pool2d_fwd_layout(const kiln_pool_shape *ps, int blocked, int y_blocked, const float *x, float *y);
+void kiln_cpu_max_pool2d_bwd_layout(const kiln_pool_shape *ps, int blocked, int dy_blocked, int relu_mask,
+                                    const float *x, const float *dy, float *dx, int acc);
 /* x and dx plain NCHW (blocked = 0) or nChw16c (blocked = 16); y and dy NCHW */
 void kiln_cpu_avg_pool2d_fwd(const kiln_avg_pool_shape *ps, int blocked, const float *x, float *y);
 void kiln_cpu_avg_pool2d_bwd(const kiln_avg_pool_shape *ps, int blocked, const float *dy, float *dx, int acc);
