@@ -49,6 +49,7 @@ OUT="bench/results/ddp-$(date +%Y%m%d-%H%M%S).jsonl"
 : >"$OUT"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+export KILN_CACHE_DIR="$TMP/cache" # an empty autotune cache for the run: its first runs tune (excluded, as compiling)
 
 args() { # the model's run
     if [ "$1" = mnist-cnn ]; then echo "--model mnist-cnn --data fashion-mnist --optimizer adadelta --lr 1.0"

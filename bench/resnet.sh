@@ -13,6 +13,9 @@
 # alternate kiln and PyTorch so drift in machine load hits both; the table
 # gives the medians over rounds and the targets: training step
 # <= 0.6 x PyTorch's best, inference throughput >= 2 x PyTorch's best.
+# kiln tunes its convolutions into an empty autotune cache made for the run
+# (its first round's compiles tune; later rounds remember), so the figures
+# never rest on choices an earlier, perhaps busy, moment left in ~/.cache.
 #
 #   MODELS="resnet20 resnet18"  PRECISIONS="fp32 bf16 auto"  REPEAT=N (rounds, default 3)
 #   STEPS=N (timed steps per run, default 20)  BLOCKS=N (PyTorch's blocks, default 2)
@@ -38,7 +41,8 @@ mkdir -p bench/results
 OUT="bench/results/resnet-$(date +%Y%m%d-%H%M%S).jsonl"
 # the machine's FP32 peak, measured here (bench/fp32_peak.c): the share of it kiln's GFLOP/s are
 PEAK_BIN=$(mktemp /tmp/kiln_fp32_peak.XXXXXX)
-trap 'rm -f "$PEAK_BIN"' EXIT
+export KILN_CACHE_DIR="$(mktemp -d)"
+trap 'rm -f "$PEAK_BIN"; rm -rf "$KILN_CACHE_DIR"' EXIT
 gcc -O2 -march=native -ffp-contract=fast -fopenmp bench/fp32_peak.c -o "$PEAK_BIN" || die "cannot build bench/fp32_peak.c"
 PEAK=$("$PEAK_BIN")
 BF16_PEAK=$("$PEAK_BIN" bf16) # 0 where the CPU has no AVX512-BF16
