@@ -656,11 +656,11 @@ static void test_mse_loss(void) {
     double rl = 1e30, *rdx = dbuf(n), *rdt = dbuf(n);
     float *fx = fcopy(x, n), *ft = fcopy(t, n), fdl = (float)*dl, gl = 1e30f, *gdx = fbuf(n), *gdt = fbuf(n);
     kiln_ref_mse_loss_fwd(n, x, t, &rl);
-    kiln_ref_mse_loss_bwd(n, x, t, dl, rdx, 0);
-    kiln_ref_mse_loss_bwd(n, t, x, dl, rdt, 0);
+    kiln_ref_mse_loss_bwd(n, x, t, dl, rdx, 0, 0);
+    kiln_ref_mse_loss_bwd(n, t, x, dl, rdt, 0, 0);
     kiln_cpu_mse_loss_fwd(n, fx, ft, &gl);
-    kiln_cpu_mse_loss_bwd(n, fx, ft, &fdl, gdx, 0);
-    kiln_cpu_mse_loss_bwd(n, ft, fx, &fdl, gdt, 0);
+    kiln_cpu_mse_loss_bwd(n, fx, ft, &fdl, gdx, 0, 0);
+    kiln_cpu_mse_loss_bwd(n, ft, fx, &fdl, gdt, 0, 0);
     CMP_D("loss", &rl, loss, 1);
     CMP_D("dx", rdx, dx, n);
     CMP_D("dtarget", rdt, dt, n);

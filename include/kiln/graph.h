@@ -247,6 +247,9 @@ typedef struct kiln_compile_opts {
     const char *backend; /* NULL: the parameters' backend; "cpu" (f32), "cuda" (f32 on the GPU, when built) or "ref"
                             (naive double kernels, f64: the test oracle) */
     int reuse_memory;   /* 1 (default): the planner shares arena space by liveness */
+    int in_place;       /* 1 (default): backward kernels that can write their gradient over a dying input of its
+                           shape do (cpu: relu's and mse's backward, linear's and matmul's backward-data); needs
+                           reuse_memory */
     int fuse;           /* 1 (default): the fusion pass folds relu into conv2d/linear */
     int autotune;       /* 1 (default): time each conv algorithm on its real shape, keep the fastest */
     int layout;         /* 1 (default): the layout pass keeps conv chains in oneDNN's blocked layout */

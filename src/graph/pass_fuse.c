@@ -9,7 +9,8 @@
  *   - relu_bwd(y, max_pool2d_bwd(x = y, dy)) becomes one max-pool backward
  *     with a relu mask: the pool's gradient lands only on window maxima, and
  *     relu passes it iff that maximum is > 0, so one pass writes the final
- *     gradient.
+ *     gradient. Likewise relu_bwd(y, mse_loss_bwd(x = y, t, dl)): one pass,
+ *     and y's last reader is then the loss's backward.
  *   - batch_norm2d_bwd(x, relu_bwd(y, dy)) where y is the norm's own output with
  *     the relu epilogue becomes one batch-norm backward with a relu mask that
  *     reads dy: the mask is y's sign, recomputed from x with the forward's scale

@@ -52,7 +52,7 @@ static int conv_add_infer(kiln_infer *ix) {
 }
 
 static int conv_backward(kiln_ad *ad, const kiln_node *f) {
-    return kiln_ops_weighted_backward(ad, f, KILN_OP_CONV2D_BWD_DATA, KILN_OP_CONV2D_BWD_WEIGHT);
+    return kiln_ops_weighted_backward(ad, f, KILN_OP_CONV2D_BWD_DATA, KILN_OP_CONV2D_BWD_WEIGHT, 0);
 }
 
 static const kiln_attr_spec conv_attrs[] = {KILN_ATTR("stride", KILN_ATTR_I64, conv.stride),

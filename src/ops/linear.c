@@ -36,11 +36,11 @@ static double matmul_flops(const kiln_graph *g, const kiln_node *n, int64_t batc
 }
 
 static int linear_backward(kiln_ad *ad, const kiln_node *f) {
-    return kiln_ops_weighted_backward(ad, f, KILN_OP_LINEAR_BWD_DATA, KILN_OP_LINEAR_BWD_WEIGHT);
+    return kiln_ops_weighted_backward(ad, f, KILN_OP_LINEAR_BWD_DATA, KILN_OP_LINEAR_BWD_WEIGHT, 1);
 }
 
 static int matmul_backward(kiln_ad *ad, const kiln_node *f) {
-    return kiln_ops_weighted_backward(ad, f, KILN_OP_MATMUL_BWD_DATA, KILN_OP_MATMUL_BWD_WEIGHT);
+    return kiln_ops_weighted_backward(ad, f, KILN_OP_MATMUL_BWD_DATA, KILN_OP_MATMUL_BWD_WEIGHT, 1);
 }
 
 const kiln_op_def kiln_op_linear = {

@@ -108,4 +108,7 @@ static int mse_backward(kiln_ad *ad, const kiln_node *f) {
 const kiln_op_def kiln_op_mse_loss = {
     .name = "mse_loss", .min_in = 2, .max_in = 2, .nout = 1, .infer = mse_infer, .backward = mse_backward,
 };
-const kiln_op_def kiln_op_mse_loss_bwd = {.name = "mse_loss_bwd", .min_in = 3, .max_in = 3};
+/* takes relu's backward as an epilogue when x is a relu's output (a regression head ending in relu):
+ * the gradient is written once, and x dies here, so the cpu may write it over x */
+const kiln_op_def kiln_op_mse_loss_bwd = {.name = "mse_loss_bwd", .min_in = 3, .max_in = 3,
+                                          .epilogues = KILN_EPI_RELU_BWD_MASK};

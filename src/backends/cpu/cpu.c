@@ -16,6 +16,7 @@ static kiln_status cpu_stage(void *dst, const void *host, int64_t n, kiln_dtype 
 
 static kiln_status cpu_passes(kiln_graph *g, const kiln_compile_opts *o) {
     if (o->layout && kiln_cpu_pass_layout(g) < 0) return kiln_fail(KILN_ERR_NOMEM, "layout pass: out of memory");
+    if (o->reuse_memory && o->in_place) kiln_cpu_pass_in_place(g);
     return KILN_OK;
 }
 

@@ -99,7 +99,8 @@ static kiln_status mse(const kiln_step *s, const kiln_run_ctx *rc) {
 
 static kiln_status mse_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
-    kiln_cpu_mse_loss_bwd(s->out[0].numel, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), ACC(0));
+    kiln_cpu_mse_loss_bwd(s->out[0].numel, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), ACC(0),
+                          s->epilogue == KILN_EPI_RELU_BWD_MASK);
     return KILN_OK;
 }
 

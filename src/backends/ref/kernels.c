@@ -363,7 +363,8 @@ static kiln_status mse(const kiln_step *s, const kiln_run_ctx *rc) {
 
 static kiln_status mse_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
-    kiln_ref_mse_loss_bwd(s->out[0].numel, D(s->in[0]), D(s->in[1]), D(s->in[2]), D(s->out[0]), ACC(0));
+    kiln_ref_mse_loss_bwd(s->out[0].numel, D(s->in[0]), D(s->in[1]), D(s->in[2]), D(s->out[0]), ACC(0),
+                          s->epilogue == KILN_EPI_RELU_BWD_MASK);
     return KILN_OK;
 }
 

@@ -50,7 +50,8 @@ typedef struct kiln_node {
     kiln_value out[KILN_OP_MAX_OUT];
     uint8_t acc[KILN_OP_MAX_OUT]; /* grad = None rule: 1 adds into an output that already holds a contribution */
     /* output k may take the storage of input reuse_in[k] - 1 when that input dies at this node (0: no):
-     * the node reads all of that input before it writes the output (a fused pointwise node's program) */
+     * the node reads all of that input before it writes the output (a fused pointwise node's program), or its
+     * kernel takes the overlap (linear's backward-data on the cpu) */
     uint8_t reuse_in[KILN_OP_MAX_OUT];
     kiln_attrs attr;              /* typed by the op (ops.h) */
     int epilogue;                 /* KILN_EPI_*: a following op folded into this one by the fusion pass */

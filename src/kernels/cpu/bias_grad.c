@@ -1,12 +1,25 @@
 /* Bias gradients: column sums (linear) and per-channel sums (conv). Every
  * output element is summed by one thread in a fixed order, so results do not
  * depend on the thread count. */
+#include <stdint.h>
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/internal/kernels.h"
 
 #define COL_BLOCK 64
 
-void kiln_cpu_bias_grad_rows(int64_t rows, int64_t cols, const float *restrict dy, float *restrict db, int acc) {
+/* v rounded to bf16, to nearest even (as oneDNN's f32 -> bf16 reorder), back in float */
+static inline float round_bf16(float v) {
+    union {
+        float f;
+        uint32_t u;
+    } x = {v};
+    if ((x.u & 0x7f800000u) != 0x7f800000u) x.u += 0x7fffu + ((x.u >> 16) & 1u); /* inf and NaN kept */
+    x.u &= 0xffff0000u;
+    return x.f;
+}
+
+static inline __attribute__((always_inline)) void rows_body(int64_t rows, int64_t cols, const float *restrict dy,
+                                                            float *restrict db, int acc, int bf16) {
     int64_t nblk = (cols + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static) if (rows * cols >= KILN_CPU_PAR_MIN && nblk > 1)
     for (int64_t b = 0; b < nblk; b++) {
@@ -16,10 +29,18 @@ void kiln_cpu_bias_grad_rows(int64_t rows, int64_t cols, const float *restrict d
         for (int64_t r = 0; r < rows; r++) {
             const float *row = dy + r * cols + c0;
 #pragma omp simd
-            for (int64_t j = 0; j < nc; j++) s[j] += row[j];
+            for (int64_t j = 0; j < nc; j++) s[j] += bf16 ? round_bf16(row[j]) : row[j];
         }
         for (int64_t j = 0; j < nc; j++) db[c0 + j] = acc ? db[c0 + j] + (float)s[j] : (float)s[j];
     }
+}
+
+void kiln_cpu_bias_grad_rows(int64_t rows, int64_t cols, const float *restrict dy, float *restrict db, int acc) {
+    rows_body(rows, cols, dy, db, acc, 0);
+}
+
+void kiln_cpu_bias_grad_rows_bf16(int64_t rows, int64_t cols, const float *restrict dy, float *restrict db, int acc) {
+    rows_body(rows, cols, dy, db, acc, 1);
 }
 
 void kiln_cpu_bias_grad_nchw(int64_t n, int64_t c, int64_t hw, const float *restrict dy, float *restrict db, int acc) {

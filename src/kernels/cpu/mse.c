@@ -30,12 +30,15 @@ void kiln_cpu_mse_loss_fwd(int64_t n, const float *x, const float *target, float
     *loss = (float)(s / (double)n);
 }
 
-/* dx = 2 (x - target) dloss / n */
-void kiln_cpu_mse_loss_bwd(int64_t n, const float *x, const float *target, const float *dloss, float *dx, int acc) {
+/* dx = 2 (x - target) dloss / n, times relu's mask (x > 0) when folded in;
+ * dx may be x: each element is read before it is written */
+void kiln_cpu_mse_loss_bwd(int64_t n, const float *x, const float *target, const float *dloss, float *dx, int acc,
+                           int relu_mask) {
     float g = (float)(2.0 * (double)*dloss / (double)n);
 #pragma omp parallel for schedule(static) if (n >= KILN_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
-        float v = g * (x[i] - target[i]);
+        float xi = x[i], v = g * (xi - target[i]);
+        if (relu_mask) v = xi > 0.0f ? v : 0.0f;
         dx[i] = acc ? dx[i] + v : v;
     }
 }

@@ -12,13 +12,19 @@
  * Accumulation (grad = None rule, later contributions) is a sum post-op. The
  * bias gradient is a column sum done by kiln's own kernel. In bf16 (mixed
  * precision) src and weights of every primitive are bf16 copies made by a
- * oneDNN reorder into the plan's workspace; bias, dst and accumulation stay f32. */
+ * oneDNN reorder into the plan's workspace; bias, dst and accumulation stay f32,
+ * and the bias gradient sums the same bf16-rounded dy the weight gradient reads.
+ * Backward-data may be asked to write dx over dy (in == out, the cpu's
+ * in-place pass): in bf16 the primitive reads dy's bf16 copy, so dx goes
+ * straight over it; in f32 dx is made in row blocks of at most 1 MiB in the
+ * workspace, each copied over the dy rows it was computed from (a row of dx
+ * reads only its own row of dy). */
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/dnnl/internal/dnnl_util.h"
 #include "kernels/internal/dnnl_ops.h"
 
-enum { L_FWD, L_BD, L_BD_ACC, L_BW, L_BW_ACC, L_N };
+enum { L_FWD, L_BD, L_BD_ACC, L_BW, L_BW_ACC, L_BD_BLK, L_BD_TAIL, L_N };
 
 struct kiln_dnnl_linear {
     int64_t n, in, out;
@@ -27,6 +33,8 @@ struct kiln_dnnl_linear {
     kiln_dn_arg op[L_N][2];  /* src, weights per primitive (converted to bf16 when bf16) */
     dnnl_memory_t m[L_N][2]; /* bias, dst */
     size_t ws;
+    int64_t blk;   /* in-place backward-data: rows per block (0: not made) */
+    size_t blk_off; /* its block buffer in the workspace */
 };
 
 static void md2(dnnl_memory_desc_t *md, int64_t r, int64_t c, int64_t sr, int64_t sc) {
@@ -71,6 +79,28 @@ static kiln_status make(kiln_dnnl_linear *l, int which, const dnnl_memory_desc_t
     return KILN_OK;
 }
 
+/* backward-data on blk rows (and on the n % blk left), for dx written over dy in f32 */
+static kiln_status make_in_place(kiln_dnnl_linear *l) {
+    int64_t blk = (1 << 18) / l->in, tail;
+    blk = blk < 1 ? 1 : blk > l->n ? l->n : blk;
+    tail = l->n % blk;
+    dnnl_memory_desc_t dy, dx, w_oi;
+    if (l->w_kn) md2(&w_oi, l->out, l->in, 1, l->out);
+    else md2(&w_oi, l->out, l->in, l->in, 1);
+    for (int k = 0; k < 2; k++) {
+        int64_t rows = k ? tail : blk;
+        if (!rows) continue;
+        md2(&dy, rows, l->out, l->out, 1);
+        md2(&dx, rows, l->in, l->in, 1);
+        kiln_status st = make(l, k ? L_BD_TAIL : L_BD_BLK, &dy, &w_oi, NULL, &dx, 0, 0);
+        if (st != KILN_OK) return st;
+    }
+    l->blk = blk;
+    l->blk_off = (l->ws + 63) & ~(size_t)63;
+    l->ws = l->blk_off + (size_t)blk * (size_t)l->in * sizeof(float);
+    return KILN_OK;
+}
+
 kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int w_kn, int has_bias, int fuse_relu,
                                  int need_bwd_data, int need_bwd_weight, int bf16, kiln_dnnl_linear **res) {
     *res = NULL;
@@ -104,6 +134,7 @@ kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int w_kn, i
     st = make(l, L_FWD, &x, &w_io, has_bias ? &b : NULL, &y, 0, fuse_relu);
     if (st == KILN_OK && need_bwd_data) st = make(l, L_BD, &y, &w_oi, NULL, &x, 0, 0);
     if (st == KILN_OK && need_bwd_data) st = make(l, L_BD_ACC, &y, &w_oi, NULL, &x, 1, 0);
+    if (st == KILN_OK && need_bwd_data && in == out && !bf16) st = make_in_place(l);
     if (st == KILN_OK && need_bwd_weight) st = make(l, L_BW, &bw_src, &bw_wei, NULL, &bw_dst, 0, 0);
     if (st == KILN_OK && need_bwd_weight) st = make(l, L_BW_ACC, &bw_src, &bw_wei, NULL, &bw_dst, 1, 0);
     if (st != KILN_OK) {
@@ -147,8 +178,26 @@ kiln_status kiln_dnnl_linear_fwd(kiln_dnnl_linear *l, const float *x, const floa
     return exec(l, L_FWD, x, w, b, y, ws, "linear forward");
 }
 
+/* dx over dy, block by block through the workspace */
+static kiln_status bwd_data_in_place(kiln_dnnl_linear *l, float *d, const float *w, void *ws) {
+    float *tmp = (float *)((char *)ws + l->blk_off);
+    kiln_status st = KILN_OK;
+    for (int64_t r = 0; st == KILN_OK && r < l->n; r += l->blk) {
+        int64_t rows = l->n - r < l->blk ? l->n - r : l->blk;
+        float *rowp = d + r * l->in;
+        st = exec(l, rows == l->blk ? L_BD_BLK : L_BD_TAIL, rowp, w, NULL, tmp, ws, "linear backward data (in place)");
+        if (st == KILN_OK) memcpy(rowp, tmp, (size_t)rows * (size_t)l->in * sizeof(float));
+    }
+    return st;
+}
+
 kiln_status kiln_dnnl_linear_bwd_data(kiln_dnnl_linear *l, const float *dy, const float *w, float *dx, int acc, void *ws) {
     if (!l->p[L_BD]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-data");
+    if (dx == dy && !l->bf16) {
+        if (acc || !l->blk) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: backward-data over its own dy needs a new "
+                                             "square output");
+        return bwd_data_in_place(l, dx, w, ws);
+    }
     return exec(l, acc ? L_BD_ACC : L_BD, dy, w, NULL, dx, ws, "linear backward data");
 }
 
@@ -157,6 +206,7 @@ kiln_status kiln_dnnl_linear_bwd_weight(kiln_dnnl_linear *l, const float *x, con
     if (!l->p[L_BW]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-weights");
     kiln_status st = l->w_kn ? exec(l, acc_w ? L_BW_ACC : L_BW, x, dy, NULL, dw, ws, "matmul backward weights")
                              : exec(l, acc_w ? L_BW_ACC : L_BW, dy, x, NULL, dw, ws, "linear backward weights");
-    if (st == KILN_OK && db) kiln_cpu_bias_grad_rows(l->n, l->out, dy, db, acc_b);
+    if (st == KILN_OK && db && l->bf16) kiln_cpu_bias_grad_rows_bf16(l->n, l->out, dy, db, acc_b);
+    else if (st == KILN_OK && db) kiln_cpu_bias_grad_rows(l->n, l->out, dy, db, acc_b);
     return st;
 }

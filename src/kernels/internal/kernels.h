@@ -145,7 +145,9 @@ void kiln_ref_log_softmax_bwd(int64_t rows, int64_t cols, const double *y, const
 /* mean reduction, as PyTorch's default; *loss is a scalar; dloss is d(out)/d(loss) */
 /* F.mse_loss(x, target) over n elements (mean); backward dx = 2 (x - target) dloss / n */
 void kiln_ref_mse_loss_fwd(int64_t n, const double *x, const double *target, double *loss);
-void kiln_ref_mse_loss_bwd(int64_t n, const double *x, const double *target, const double *dloss, double *dx, int acc);
+/* relu_mask: relu's backward folded in (x is a relu's output: the gradient passes where x > 0) */
+void kiln_ref_mse_loss_bwd(int64_t n, const double *x, const double *target, const double *dloss, double *dx, int acc,
+                           int relu_mask);
 void kiln_ref_nll_loss_fwd(int64_t rows, int64_t cols, const double *logp, const int32_t *target, double *loss);
 void kiln_ref_nll_loss_bwd(int64_t rows, int64_t cols, const int32_t *target, const double *dloss, double *dlogp, int acc);
 void kiln_ref_cross_entropy_fwd(int64_t rows, int64_t cols, const double *logits, const int32_t *target, double *loss);
@@ -305,7 +307,7 @@ void kiln_ref_scale(int64_t n, double *x, double s);
 
 /* ---- fast float kernels (same semantics) ---- */
 void kiln_cpu_relu_fwd(int64_t n, const float *x, float *y);
-void kiln_cpu_relu_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc);
+void kiln_cpu_relu_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc); /* dx may be dy (acc 0) */
 void kiln_cpu_max_pool2d_fwd(const kiln_pool_shape *ps, const float *x, float *y);
 void kiln_cpu_max_pool2d_bwd(const kiln_pool_shape *ps, const float *x, const float *dy, float *dx, int acc);
 /* Max-pool whose input x (and dx) and output y (and dy) are each plain NCHW
@@ -344,7 +346,9 @@ void kiln_cpu_tanh_bwd(int64_t n, const float *y, const float *dy, float *dx, in
 void kiln_cpu_log_softmax_fwd(int64_t rows, int64_t cols, const float *x, float *y);
 void kiln_cpu_log_softmax_bwd(int64_t rows, int64_t cols, const float *y, const float *dy, float *dx, int acc);
 void kiln_cpu_mse_loss_fwd(int64_t n, const float *x, const float *target, float *loss);
-void kiln_cpu_mse_loss_bwd(int64_t n, const float *x, const float *target, const float *dloss, float *dx, int acc);
+/* relu_mask: as the ref twin; dx may be x (elementwise, read before written) */
+void kiln_cpu_mse_loss_bwd(int64_t n, const float *x, const float *target, const float *dloss, float *dx, int acc,
+                           int relu_mask);
 void kiln_cpu_nll_loss_fwd(int64_t rows, int64_t cols, const float *logp, const int32_t *target, float *loss);
 void kiln_cpu_nll_loss_bwd(int64_t rows, int64_t cols, const int32_t *target, const float *dloss, float *dlogp, int acc);
 void kiln_cpu_cross_entropy_fwd(int64_t rows, int64_t cols, const float *logits, const int32_t *target, float *loss);
@@ -355,6 +359,9 @@ void kiln_cpu_grad_copy(int64_t n, const float *dy, float *dx, int acc);
 void kiln_cpu_mul_bwd(int64_t n, const float *dy, const float *b, float *da, int acc);
 /* db[cols] (=|+=) sum over rows of dy[rows, cols]: linear's bias gradient */
 void kiln_cpu_bias_grad_rows(int64_t rows, int64_t cols, const float *dy, float *db, int acc);
+/* the same over dy rounded to bf16 first: a bf16 linear's bias gradient, from the same bf16 dy as its weight
+ * gradient (as oneDNN's bf16 convolutions and the ref twin, src/backends/ref/bf16.c, take theirs) */
+void kiln_cpu_bias_grad_rows_bf16(int64_t rows, int64_t cols, const float *dy, float *db, int acc);
 /* db[c] (=|+=) sum over n and spatial of dy[n, c, hw]: conv's bias gradient */
 void kiln_cpu_bias_grad_nchw(int64_t n, int64_t c, int64_t hw, const float *dy, float *db, int acc);
 

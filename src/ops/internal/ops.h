@@ -253,7 +253,8 @@ int kiln_ad_targets(const kiln_ad *ad, const struct kiln_node *f, int n, kiln_va
  * Returns the node id, or -1. */
 int kiln_ad_emit(kiln_ad *ad, kiln_op op, const kiln_value *in, int nin, const kiln_value *targets, int ntargets);
 /* conv2d's and linear's rule: backward-data for x, backward-weight for w and b (weighted.c) */
-int kiln_ops_weighted_backward(kiln_ad *ad, const struct kiln_node *f, kiln_op bwd_data, kiln_op bwd_weight);
+int kiln_ops_weighted_backward(kiln_ad *ad, const struct kiln_node *f, kiln_op bwd_data, kiln_op bwd_weight,
+                               int weight_first);
 /* their flops: each output element is one filter's dot product; each backward node costs its forward's */
 double kiln_ops_weighted_flops(const kiln_graph *g, const struct kiln_node *n, int64_t batch);
 /* View op `op` (reshape, transpose, ...) applied to v, e.g. to an incoming

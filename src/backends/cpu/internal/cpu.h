@@ -20,6 +20,11 @@ int kiln_cpu_fused_describe(const kiln_step *s, char *buf, size_t len, int *weig
  * takes it; returns the number of values moved, or -1 when out of memory */
 int kiln_cpu_pass_layout(kiln_graph *g);
 
+/* pass_in_place.c: lets relu's backward and linear's and matmul's backward-data write dx over a dying dy
+ * of the same shape;
+ * returns the number of nodes marked */
+int kiln_cpu_pass_in_place(kiln_graph *g);
+
 /* autotune.c: the on-disk memory of conv algorithm decisions, loaded before the
  * first tuning of the process and written back when something new was decided */
 void kiln_cpu_autotune_begin(void);
