@@ -39,7 +39,12 @@ PYEOF
 
 expect 0 "train with --precision auto" "autocast:" "fp32" "bf16" "us" -- "$KILN_BIN" train "${G[@]}" \
     --data "tokens:$T/f.tokens" --batch-size 8 --max-steps 2 --epochs 1 --no-test --precision auto
-check "auto names each timed node with both times" grep -Eq "autocast: h\.0\.attn\.c_attn (fp32|bf16): fp32 [0-9]+ us, bf16 [0-9]+ us" "$T/err"
+# oneDNN 2.6 has bf16 kernels only with AVX-512: elsewhere auto says it found none
+if grep -qw avx512bw /proc/cpuinfo; then
+    check "auto names each timed node with both times" grep -Eq "autocast: h\.0\.attn\.c_attn (fp32|bf16): fp32 [0-9]+ us, bf16 [0-9]+ us" "$T/err"
+else
+    check "auto says the CPU has no bf16 kernel" grep -Eq "autocast: h\.0\.attn\.c_attn fp32: fp32 [0-9]+ us .*no bf16 kernel" "$T/err"
+fi
 
 expect 0 "inspect --precision bf16" -- "$KILN_BIN" inspect --model mnist-cnn --batch-size 4 --precision bf16 --json
 check "inspect: bf16 exactly on the matmul-class steps" "$PY" -c "

@@ -14,20 +14,22 @@ static int same_shape(const kiln_val *a, const kiln_val *b) {
     return same;
 }
 
+static int emit_data(kiln_ad *ad, kiln_op op, kiln_value dy, kiln_value x, kiln_value w) {
+    kiln_value in[2] = {dy, w};
+    return kiln_ad_needs(ad, x) ? kiln_ad_emit(ad, op, in, 2, &x, 1) : 0;
+}
+
+static int emit_weight(kiln_ad *ad, kiln_op op, kiln_value dy, kiln_value x, kiln_value w, kiln_value b) {
+    kiln_value in[2] = {x, dy}, t[2] = {w, b};
+    if (!kiln_ad_needs(ad, w) && !(b >= 0 && kiln_ad_needs(ad, b))) return 0;
+    return kiln_ad_emit(ad, op, in, 2, t, b >= 0 ? 2 : 1);
+}
+
 int kiln_ops_weighted_backward(kiln_ad *ad, const kiln_node *f, kiln_op bwd_data, kiln_op bwd_weight, int weight_first) {
     kiln_value dy = kiln_ad_dout(ad, 0), x = f->in[0], w = f->in[1], b = f->nin > 2 ? f->in[2] : -1;
-    weight_first = weight_first && same_shape(kiln_ad_value(ad, x), kiln_ad_value(ad, f->out[0]));
-    for (int pass = 0; pass < 2; pass++) {
-        if ((pass == 0) != !!weight_first && kiln_ad_needs(ad, x)) {
-            kiln_value in[2] = {dy, w};
-            if (kiln_ad_emit(ad, bwd_data, in, 2, &x, 1) < 0) return -1;
-        }
-        if ((pass == 0) == !!weight_first && (kiln_ad_needs(ad, w) || (b >= 0 && kiln_ad_needs(ad, b)))) {
-            kiln_value in[2] = {x, dy}, t[2] = {w, b};
-            if (kiln_ad_emit(ad, bwd_weight, in, 2, t, b >= 0 ? 2 : 1) < 0) return -1;
-        }
-    }
-    return 0;
+    if (weight_first && same_shape(kiln_ad_value(ad, x), kiln_ad_value(ad, f->out[0])))
+        return emit_weight(ad, bwd_weight, dy, x, w, b) < 0 || emit_data(ad, bwd_data, dy, x, w) < 0 ? -1 : 0;
+    return emit_data(ad, bwd_data, dy, x, w) < 0 || emit_weight(ad, bwd_weight, dy, x, w, b) < 0 ? -1 : 0;
 }
 
 /* y's every element is the dot product of one filter (w's numel / w.shape[0]

@@ -3,6 +3,7 @@
  * slot is read directly, no copy); its state in checkpoints is the autotune
  * decisions. */
 #include "backends/cpu/internal/cpu.h"
+#include "kernels/cpu/cpu_internal.h"
 #include "kernels/internal/dnnl_ops.h"
 
 static int cpu_in_place(kiln_dtype dtype) {
@@ -14,8 +15,11 @@ static kiln_status cpu_stage(void *dst, const void *host, int64_t n, kiln_dtype 
     return kiln_host_copy(dst, host, (size_t)n * kiln_dtype_size(dtype), 0);
 }
 
+/* nChw16c is AVX-512's block (16 floats to a register): oneDNN's AVX2 kernels
+ * block by 8 and have few implementations that read 16 (none with a residual
+ * sum), so without AVX-512 activations stay plain and each conv picks its own */
 static kiln_status cpu_passes(kiln_graph *g, const kiln_compile_opts *o) {
-    if (o->layout && kiln_cpu_pass_layout(g) < 0) return kiln_fail(KILN_ERR_NOMEM, "layout pass: out of memory");
+    if (o->layout && kiln_cpu_has_avx512() && kiln_cpu_pass_layout(g) < 0) return kiln_fail(KILN_ERR_NOMEM, "layout pass: out of memory");
     if (o->reuse_memory && o->in_place) kiln_cpu_pass_in_place(g);
     return KILN_OK;
 }

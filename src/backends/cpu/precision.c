@@ -1,7 +1,9 @@
 /* Mixed precision on the cpu: how a matmul-class step (conv2d, linear,
  * matmul, bmm) makes its oneDNN object in the precision the autocast pass
  * gave its node. fp32 and bf16 are made as asked; a bf16 object oneDNN cannot
- * make here falls back to fp32, with a warning. `auto` makes the object both
+ * make here (no bf16 kernels without AVX-512 in oneDNN 2.6) is emulated, with
+ * a warning: its operands rounded to bf16 on fp32 kernels, so --precision bf16
+ * gives the same numbers on every CPU. `auto` makes the object both
  * ways on the step's real shape, times every direction it will run (forward,
  * and the backward ones a training plan needs) on scratch data, and keeps
  * the faster: some CPUs run bf16 dot products at half the fp32 rate, others
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cpu/internal/cpu.h"
+#include "kernels/internal/dnnl_ops.h"
 #include "kiln/alloc.h"
 
 #define MAX_REMEMBERED 512
@@ -27,6 +30,7 @@ typedef struct {
 static remembered table[MAX_REMEMBERED];
 static int nremembered;
 static double spent_s;
+static int emulated; /* steps whose bf16 is emulated, this process: the first one warns */
 
 /* the step's shapes, strides, epilogue and backward directions: what its object depends on */
 static void key_of(const kiln_step *s, char *buf, size_t len) {
@@ -95,7 +99,7 @@ static kiln_status measure(kiln_step *s, const kiln_prep *p, const kiln_cpu_prec
     double best[2] = {1e30, 1e30};
     kiln_status st = scratch_make(s, &sc);
     for (int b = 0; b < 2 && st == KILN_OK; b++) {
-        if (ops->make(s, p, b) != KILN_OK) continue; /* no bf16 implementation here */
+        if (ops->make(s, p, b ? KILN_DN_BF16 : KILN_DN_FP32) != KILN_OK) continue; /* no bf16 implementation here */
         obj[b] = s->kobj;
         st = scratch_ws(&sc, ops->workspace(s));
     }
@@ -145,8 +149,12 @@ static kiln_status decide(kiln_step *s, const kiln_prep *p, const kiln_cpu_prec_
     if (st != KILN_OK) return st;
     int bf16 = us[1] >= 0 && us[1] < us[0];
     s->precision = bf16 ? KILN_PRECISION_BF16 : KILN_PRECISION_FP32;
-    kiln_log(KILN_LOG_INFO, "autocast: %s %s: fp32 %.0f us, bf16 %.0f us per call of its directions", s->name,
-             bf16 ? "bf16" : "fp32", us[0], us[1]);
+    if (us[1] < 0)
+        kiln_log(KILN_LOG_INFO, "autocast: %s fp32: fp32 %.0f us per call of its directions, no bf16 kernel on this CPU",
+                 s->name, us[0]);
+    else
+        kiln_log(KILN_LOG_INFO, "autocast: %s %s: fp32 %.0f us, bf16 %.0f us per call of its directions", s->name,
+                 bf16 ? "bf16" : "fp32", us[0], us[1]);
     if (nremembered < MAX_REMEMBERED) {
         remembered *e = &table[nremembered++];
         snprintf(e->key, sizeof e->key, "%s", key);
@@ -163,11 +171,14 @@ kiln_status kiln_cpu_precision_prepare(kiln_step *s, kiln_prep *p, const kiln_cp
     if (s->precision == KILN_PRECISION_AUTO) st = decide(s, p, ops);
     if (st != KILN_OK) return st;
     int bf16 = s->precision == KILN_PRECISION_BF16;
-    st = ops->make(s, p, bf16);
+    st = ops->make(s, p, bf16 ? KILN_DN_BF16 : KILN_DN_FP32);
     if (st != KILN_OK && bf16) {
-        kiln_log(KILN_LOG_WARN, "%s: oneDNN has no bf16 kernel for it here (%s); it runs in fp32", s->name, kiln_last_error());
-        s->precision = KILN_PRECISION_FP32;
-        st = ops->make(s, p, 0);
+        /* bf16 asked for by name: its numbers on fp32 kernels, not silently fp32's (auto never gets here:
+         * it times bf16 only where oneDNN has the kernel) */
+        kiln_log(emulated++ ? KILN_LOG_INFO : KILN_LOG_WARN,
+                 "%s: oneDNN has no bf16 kernel for it on this CPU (%s); bf16 is emulated: operands rounded to bf16, "
+                 "fp32 kernels (bf16's numbers, not its speed)", s->name, kiln_last_error());
+        st = ops->make(s, p, KILN_DN_BF16_EMULATED);
     }
     if (st != KILN_OK) return st;
     size_t ws = ops->workspace(s);

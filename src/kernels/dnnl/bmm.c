@@ -46,10 +46,8 @@ static kiln_status make(kiln_dnnl_bmm *o, int which, const dnnl_memory_desc_t *s
                         const dnnl_memory_desc_t *dst, int sum) {
     dnnl_matmul_desc_t desc;
     dnnl_memory_desc_t src_p = *src, wei_p = *wei;
-    if (o->bf16) {
-        kiln_dn_md_bf16(src, &src_p);
-        kiln_dn_md_bf16(wei, &wei_p);
-    }
+    kiln_dn_md_operand(src, o->bf16, &src_p);
+    kiln_dn_md_operand(wei, o->bf16, &wei_p);
     DN_TRY(dnnl_matmul_desc_init(&desc, &src_p, &wei_p, NULL, dst));
     dnnl_primitive_attr_t attr = NULL;
     if (sum) {
@@ -71,6 +69,8 @@ static kiln_status make(kiln_dnnl_bmm *o, int which, const dnnl_memory_desc_t *s
     size_t cur = 0; /* one primitive runs at a time */
     kiln_status ks = kiln_dn_arg_init(&o->op[which][0], src, &src_p, 1, &cur);
     if (ks == KILN_OK) ks = kiln_dn_arg_init(&o->op[which][1], wei, &wei_p, 1, &cur);
+    for (int i = 0; i < 2 && ks == KILN_OK && o->bf16 == KILN_DN_BF16_EMULATED; i++)
+        ks = kiln_dn_arg_round_bf16(&o->op[which][i], &cur);
     if (ks != KILN_OK) return ks;
     if (cur > o->ws) o->ws = cur;
     DN_TRY(dnnl_memory_create(&o->dst[which], dst, kiln_dnnl_engine, DNNL_MEMORY_NONE));

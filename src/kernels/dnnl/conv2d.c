@@ -5,7 +5,8 @@
  * through the shared workspace, and the tuner counted those reorders in the
  * time it measured. Weights stay in PyTorch's OIHW in the plan. In bf16
  * (mixed precision) each direction's two inputs are bf16 in the primitive
- * (the same reorders convert them from the plan's f32) and its output f32. */
+ * (the same reorders convert them from the plan's f32) and its output f32;
+ * emulated bf16 rounds them in the workspace for an fp32 primitive. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,7 @@ dnnl_status_t kiln_conv_op_desc(const kiln_dnnl_conv *c, int dir, dnnl_alg_kind_
     dnnl_dims_t pad_r = {(cs->oh - 1) * cs->stride + (cs->r - 1) * cs->dilation + 1 - cs->h - cs->pad,
                          (cs->ow - 1) * cs->stride + (cs->s - 1) * cs->dilation + 1 - cs->w - cs->pad};
     /* bf16: the direction's inputs (x and w forward, dy and w backward-data, x and dy backward-weights) */
-    dnnl_data_type_t lo = c->o.bf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_data_type_t lo = c->o.bf16 == KILN_DN_BF16 ? dnnl_bf16 : dnnl_f32; /* emulated: rounded by the args */
     dnnl_memory_desc_t xa, wa, ya;
     act_md(fmt, &c->x_md, dir == KILN_CONV_BWD_DATA ? dnnl_f32 : lo, &xa);
     act_md(fmt, &c->y_md, dir == KILN_CONV_FWD ? dnnl_f32 : lo, &ya);
@@ -120,6 +121,9 @@ kiln_status kiln_conv_dir_make(kiln_dnnl_conv *c, int dir, dnnl_primitive_desc_t
         ARG(2, &c->w_md, dnnl_query_diff_weights_md, 0);
     }
 #undef ARG
+    /* emulated bf16: the direction's two inputs, rounded on their way in */
+    for (int i = 0; i < 2 && c->o.bf16 == KILN_DN_BF16_EMULATED; i++)
+        if ((st = kiln_dn_arg_round_bf16(&d->a[i], &cur)) != KILN_OK) goto fail;
     /* staging for an accumulated output (grad = None rule, later contributions) */
     d->acc_off = cur;
     const dnnl_memory_desc_t *out = dir == KILN_CONV_FWD ? &c->y_md : dir == KILN_CONV_BWD_DATA ? &c->x_md : &c->w_md;
@@ -146,7 +150,7 @@ void kiln_conv_setup(kiln_dnnl_conv *c, const kiln_conv_shape *shape, const kiln
     snprintf(c->problem, sizeof c->problem, "%smb%ldic%ldih%ldiw%ldoc%ldkh%ldkw%ldsh%ldph%ld%s%s%s%s%s%s", gd, (long)cs->n,
              (long)cs->c, (long)cs->h, (long)cs->w, (long)cs->k, (long)cs->r, (long)cs->s, (long)cs->stride,
              (long)cs->pad, o->residual ? "+sum" : "", o->fuse_relu ? "+relu" : "", o->has_bias ? "" : "/nb", o->x_blocked ? "/xb" : "",
-             o->y_blocked ? "/yb" : "", o->bf16 ? "/bf16" : "");
+             o->y_blocked ? "/yb" : "", o->bf16 == KILN_DN_BF16 ? "/bf16" : o->bf16 ? "/bf16e" : "");
     int64_t xd[4] = {cs->n, cs->c, cs->h, cs->w}, yd[4] = {cs->n, cs->k, cs->oh, cs->ow};
     int64_t bd[1] = {cs->k};
     dnnl_dims_t wdd;

@@ -37,12 +37,13 @@ kiln_status kiln_dnnl_check(dnnl_status_t s, const char *what) {
     return kiln_fail(s == dnnl_out_of_memory ? KILN_ERR_NOMEM : KILN_ERR_BACKEND, "oneDNN: %s: %s", what, dn_status_str(s));
 }
 
-void kiln_dn_md_bf16(const dnnl_memory_desc_t *f32, dnnl_memory_desc_t *out) {
+void kiln_dn_md_operand(const dnnl_memory_desc_t *f32, int mode, dnnl_memory_desc_t *out) {
     int64_t numel = 1;
     for (int i = 0; i < f32->ndims; i++) numel *= f32->dims[i];
-    if (dnnl_memory_desc_get_size(f32) == (size_t)numel * sizeof(float)) {
+    dnnl_data_type_t dt = mode == KILN_DN_BF16 ? dnnl_bf16 : dnnl_f32;
+    if (mode == KILN_DN_FP32 || dnnl_memory_desc_get_size(f32) == (size_t)numel * sizeof(float)) {
         *out = *f32; /* dense (perhaps a transposed view): the same strides, converted in place of a gather */
-        out->data_type = dnnl_bf16;
+        out->data_type = dt;
         return;
     }
     /* a strided view with gaps (a slice of qkv): a dense row-major copy, not the whole span */
@@ -53,7 +54,7 @@ void kiln_dn_md_bf16(const dnnl_memory_desc_t *f32, dnnl_memory_desc_t *out) {
         s[i] = st;
         st *= d[i];
     }
-    dnnl_memory_desc_init_by_strides(out, f32->ndims, d, dnnl_bf16, s);
+    dnnl_memory_desc_init_by_strides(out, f32->ndims, d, dt, s);
 }
 
 void kiln_dn_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
@@ -111,6 +112,27 @@ kiln_status kiln_dn_arg_init(kiln_dn_arg *a, const dnnl_memory_desc_t *user_md, 
     return kiln_dnnl_check(s, "reorder");
 }
 
+kiln_status kiln_dn_arg_round_bf16(kiln_dn_arg *a, size_t *ws_cursor) {
+    a->round_bf16 = 1;
+    if (a->reorder) return KILN_OK; /* rounded in place after its reorder */
+    a->bytes = dnnl_memory_desc_get_size(&a->prim_md);
+    a->ws_off = *ws_cursor;
+    *ws_cursor += (a->bytes + 63) & ~(size_t)63;
+    DN_TRY(dnnl_memory_create(&a->prim, &a->prim_md, kiln_dnnl_engine, DNNL_MEMORY_NONE));
+    return KILN_OK;
+}
+
+/* to the nearest bf16, ties to even, as kiln_f32_to_bf16 and oneDNN's conversions; NaN stays NaN */
+static void round_bf16(const float *src, float *dst, size_t n) {
+    const uint32_t *s = (const uint32_t *)(const void *)src;
+    uint32_t *d = (uint32_t *)(void *)dst;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = s[i];
+        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        d[i] = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) & 0xffff0000u : r;
+    }
+}
+
 void kiln_dn_arg_free(kiln_dn_arg *a) {
     if (a->user) dnnl_memory_destroy(a->user);
     if (a->prim) dnnl_memory_destroy(a->prim);
@@ -120,10 +142,14 @@ void kiln_dn_arg_free(kiln_dn_arg *a) {
 
 dnnl_memory_t kiln_dn_arg_in(kiln_dn_arg *a, const void *ptr, void *ws) {
     dnnl_memory_set_data_handle(a->user, (void *)ptr);
-    if (!a->reorder) return a->user;
-    dnnl_memory_set_data_handle(a->prim, (char *)ws + a->ws_off);
-    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a->user}, {DNNL_ARG_TO, a->prim}};
-    dnnl_primitive_execute(a->reorder, kiln_dnnl_stream, 2, args);
+    if (!a->reorder && !a->round_bf16) return a->user;
+    float *copy = (float *)(void *)((char *)ws + a->ws_off);
+    dnnl_memory_set_data_handle(a->prim, copy);
+    if (a->reorder) {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a->user}, {DNNL_ARG_TO, a->prim}};
+        dnnl_primitive_execute(a->reorder, kiln_dnnl_stream, 2, args);
+    }
+    if (a->round_bf16) round_bf16(a->reorder ? copy : ptr, copy, a->bytes / sizeof(float));
     return a->prim;
 }
 

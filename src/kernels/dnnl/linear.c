@@ -15,7 +15,7 @@
  * oneDNN reorder into the plan's workspace; bias, dst and accumulation stay f32,
  * and the bias gradient sums the same bf16-rounded dy the weight gradient reads.
  * Backward-data may be asked to write dx over dy (in == out, the cpu's
- * in-place pass): in bf16 the primitive reads dy's bf16 copy, so dx goes
+ * in-place pass): in bf16 (and emulated bf16) the primitive reads dy's copy, so dx goes
  * straight over it; in f32 dx is made in row blocks of at most 1 MiB in the
  * workspace, each copied over the dy rows it was computed from (a row of dx
  * reads only its own row of dy). */
@@ -46,10 +46,8 @@ static kiln_status make(kiln_dnnl_linear *l, int which, const dnnl_memory_desc_t
                         const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst, int sum, int relu) {
     dnnl_matmul_desc_t desc;
     dnnl_memory_desc_t src_p = *src, wei_p = *wei;
-    if (l->bf16) {
-        kiln_dn_md_bf16(src, &src_p);
-        kiln_dn_md_bf16(wei, &wei_p);
-    }
+    kiln_dn_md_operand(src, l->bf16, &src_p);
+    kiln_dn_md_operand(wei, l->bf16, &wei_p);
     DN_TRY(dnnl_matmul_desc_init(&desc, &src_p, &wei_p, bias, dst));
     dnnl_primitive_attr_t attr = NULL;
     if (sum || relu) {
@@ -71,6 +69,8 @@ static kiln_status make(kiln_dnnl_linear *l, int which, const dnnl_memory_desc_t
     size_t cur = 0; /* the primitives run one at a time: each starts the workspace afresh */
     kiln_status st = kiln_dn_arg_init(&l->op[which][0], src, &src_p, 1, &cur);
     if (st == KILN_OK) st = kiln_dn_arg_init(&l->op[which][1], wei, &wei_p, 1, &cur);
+    for (int i = 0; i < 2 && st == KILN_OK && l->bf16 == KILN_DN_BF16_EMULATED; i++)
+        st = kiln_dn_arg_round_bf16(&l->op[which][i], &cur);
     if (st != KILN_OK) return st;
     if (cur > l->ws) l->ws = cur;
     const dnnl_memory_desc_t *mds[2] = {bias, dst};

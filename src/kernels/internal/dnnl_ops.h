@@ -10,6 +10,12 @@
 #include "kernels/internal/kernels.h"
 #include "kiln/status.h"
 
+/* The precision of a matmul-class object's operands (its `bf16` argument): fp32; bf16 on oneDNN's bf16
+ * kernels; or emulated, where oneDNN has no bf16 kernel for the shape on this CPU (oneDNN 2.6 has none
+ * without AVX-512): each operand rounded to bf16 values in f32 and run on the fp32 kernels. Emulated
+ * gives bf16's numbers (fp32 accumulation of bf16 products, as the ref twin) at fp32's speed or less. */
+enum { KILN_DN_FP32 = 0, KILN_DN_BF16 = 1, KILN_DN_BF16_EMULATED = 2 };
+
 /* the one engine and stream, made on first use */
 kiln_status kiln_dnnl_init(void);
 
@@ -22,7 +28,7 @@ typedef struct kiln_dnnl_conv_opts {
     int autotune;       /* time every implementation oneDNN offers on the real shape and keep the fastest */
     int x_blocked;      /* x and dx are in nChw16c (layout pass), else NCHW */
     int y_blocked;      /* y and dy likewise */
-    int bf16;           /* mixed precision: bf16 x, w and dy (reordered in through the workspace), fp32 outputs */
+    int bf16;           /* KILN_DN_*: bf16 x, w and dy (reordered in through the workspace), fp32 outputs */
     int residual;       /* forward only: y += conv(x) (oneDNN's sum post-op, before the relu): y holds the
                            residual when called; only implementations writing y in the plan's layout qualify */
 } kiln_dnnl_conv_opts;
@@ -38,7 +44,7 @@ kiln_status kiln_dnnl_conv_bwd_weight(kiln_dnnl_conv *c, const float *x, const f
 const char *kiln_dnnl_conv_describe(const kiln_dnnl_conv *c);
 
 typedef struct kiln_dnnl_linear kiln_dnnl_linear;
-/* w_kn: the weight is [in, out] (matmul) rather than [out, in] (linear); bf16: bf16 operands (converted
+/* w_kn: the weight is [in, out] (matmul) rather than [out, in] (linear); bf16 (KILN_DN_*): bf16 operands (converted
  * on every call into ws, kiln_dnnl_linear_workspace bytes), fp32 accumulation and outputs */
 kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int w_kn, int has_bias, int fuse_relu,
                                  int need_bwd_data, int need_bwd_weight, int bf16, kiln_dnnl_linear **res);
@@ -52,7 +58,7 @@ kiln_status kiln_dnnl_linear_bwd_weight(kiln_dnnl_linear *l, const float *x, con
 /* bmm on oneDNN matmul (kernels/dnnl/bmm.c): the directions asked for, each
  * reading a and b through their strides; backward's outputs write or add (acc) */
 typedef struct kiln_dnnl_bmm kiln_dnnl_bmm;
-/* bf16: bf16 operands converted on every call into ws (kiln_dnnl_bmm_workspace bytes), fp32 accumulation */
+/* bf16 (KILN_DN_*): bf16 operands converted on every call into ws (kiln_dnnl_bmm_workspace bytes), fp32 accumulation */
 kiln_status kiln_dnnl_bmm_new(const kiln_bmm_shape *s, int fwd, int bwd_a, int bwd_b, int bf16, kiln_dnnl_bmm **res);
 void kiln_dnnl_bmm_free(kiln_dnnl_bmm *o);
 size_t kiln_dnnl_bmm_workspace(const kiln_dnnl_bmm *o);
