@@ -415,7 +415,7 @@ __attribute__((always_inline)) static inline void apply_copy(const kiln_image *i
  * program starts (GCC's target_clones): the resampler's loops are written to
  * vectorise, and at -O2 for plain x86-64 they get 4-wide SSE only. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "default")))
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
 kiln_status kiln_tf_apply(const kiln_image *im, const kiln_tf_box *b, const kiln_tf *t, kiln_tf_scratch *s, float *dst,
                           uint8_t *dst_u8) {

@@ -55,7 +55,7 @@ static void chunk_images(const bn_shape *S, int64_t k, int64_t *i0, int64_t *i1)
 /* the loops below are built for AVX-512 machines and for any x86-64, chosen when
  * the program starts (GCC's target_clones), as the resampler's are */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define HOT __attribute__((target_clones("arch=x86-64-v4", "default")))
+#define HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define HOT
 #endif

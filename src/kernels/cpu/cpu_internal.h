@@ -26,7 +26,7 @@
  * the function a parallel region calls, not on the one holding the region:
  * OpenMP's outlined body does not inherit the clone's target. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define KILN_CPU_HOT __attribute__((target_clones("arch=x86-64-v4", "default")))
+#define KILN_CPU_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define KILN_CPU_HOT
 #endif
@@ -43,11 +43,23 @@ static inline int kiln_cpu_has_avx512(void) {
 #endif
 }
 
+/* 1 when the running CPU has AVX2 and FMA (x86-64-v3): the *_avx2.c files are built for both */
+static inline int kiln_cpu_has_avx2(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
 /* Dropout over `blocks` * 64 elements whose first has Philox group first_group
  * (a multiple of 16; 16 Philox calls per vector); bit-identical to the portable
  * path. add: y += ..., else y = ... */
 void kiln_cpu_dropout_blocks_avx512(int64_t first_group, int64_t blocks, float scale, uint32_t thr, uint64_t key, uint64_t counter,
                                     const float *x, float *y, int add, int parallel);
+/* the same over `blocks` * 32 elements, first_group a multiple of 8 (CPUs with AVX2 but not AVX-512) */
+void kiln_cpu_dropout_blocks_avx2(int64_t first_group, int64_t blocks, float scale, uint32_t thr, uint64_t key, uint64_t counter,
+                                  const float *x, float *y, int add, int parallel);
 
 /* Fused optimizer passes with vector sqrt (the portable loops cannot vectorise
  * sqrtf under -fmath-errno); same operation order, so bit-identical results. */

@@ -25,6 +25,9 @@ static void apply(int64_t start, int64_t n, float p, uint64_t key, uint64_t coun
     if (n >= 64 && kiln_cpu_has_avx512()) {
         kiln_cpu_dropout_blocks_avx512(g0, n / 64, scale, thr, key, counter, x, y, add, 1);
         g_start = n / 64 * 16; /* the tail of < 64 elements takes the portable loop */
+    } else if (n >= 32 && kiln_cpu_has_avx2()) {
+        kiln_cpu_dropout_blocks_avx2(g0, n / 32, scale, thr, key, counter, x, y, add, 1);
+        g_start = n / 32 * 8;
     }
 #pragma omp parallel for schedule(static) if (n - g_start * 4 >= KILN_CPU_PAR_MIN / 8)
     for (int64_t gi = g_start; gi < groups; gi++) {
@@ -58,6 +61,9 @@ void kiln_cpu_dropout_range(int64_t start, int64_t n, float p, uint64_t key, uin
     if (n >= 64 && kiln_cpu_has_avx512()) {
         kiln_cpu_dropout_blocks_avx512(g0, n / 64, scale, thr, key, counter, x, y, acc, 0);
         g_start = n / 64 * 16;
+    } else if (n >= 32 && kiln_cpu_has_avx2()) {
+        kiln_cpu_dropout_blocks_avx2(g0, n / 32, scale, thr, key, counter, x, y, acc, 0);
+        g_start = n / 32 * 8;
     }
     for (int64_t gi = g_start; gi < groups; gi++) {
         kiln_philox_out o = kiln_philox4x32(key, counter, (uint64_t)(g0 + gi));

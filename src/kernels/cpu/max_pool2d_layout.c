@@ -14,7 +14,7 @@
 
 /* the loops over 16 lanes are built for AVX-512 machines and any x86-64, chosen at start (as batch norm's) */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define HOT __attribute__((target_clones("arch=x86-64-v4", "default")))
+#define HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define HOT
 #endif
@@ -107,29 +107,6 @@ HOT static void block_bwd(const kiln_pool_shape *ps, int relu_mask, lanes16 x, l
 }
 
 /* offset of (n, c, h, w) in the input layout */
-static inline int64_t at(const kiln_pool_shape *ps, int blocked, int64_t n, int64_t c, int64_t h, int64_t w) {
-    if (!blocked) return ((n * ps->c + c) * ps->h + h) * ps->w + w;
-    return (((n * (ps->c / 16) + c / 16) * ps->h + h) * ps->w + w) * 16 + (c % 16);
-}
-
-static int64_t window_argmax(const kiln_pool_shape *ps, int blocked, const float *x, int64_t n, int64_t c, int64_t i,
-                             int64_t j) {
-    int64_t h0, h1, w0, w1;
-    kiln_pool_window(ps, i, ps->h, &h0, &h1);
-    kiln_pool_window(ps, j, ps->w, &w0, &w1);
-    int64_t best = at(ps, blocked, n, c, h0, w0);
-    float m = x[best];
-    for (int64_t r = h0; r < h1; r++)
-        for (int64_t q = w0; q < w1; q++) {
-            int64_t o = at(ps, blocked, n, c, r, q);
-            if (x[o] > m) {
-                m = x[o];
-                best = o;
-            }
-        }
-    return best;
-}
-
 /* 2x2 stride 2 over one [h, w, 16] block of 16 channels; y rows are NCHW planes */
 static void pool2_blocked_fwd(const kiln_pool_shape *ps, const float *restrict xb, float *restrict y0) {
     int64_t ohw = ps->oh * ps->ow;
@@ -224,18 +201,5 @@ void kiln_cpu_max_pool2d_bwd_layout(const kiln_pool_shape *ps, int blocked, int 
         }
         return;
     }
-    /* plain, relu folded in: per (n, c) plane, clear then scatter (windows may overlap) */
-#pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < ps->n * ps->c; p++) {
-        int64_t n = p / ps->c, c = p % ps->c;
-        if (!acc)
-            for (int64_t h = 0; h < ps->h; h++)
-                for (int64_t w = 0; w < ps->w; w++) dx[at(ps, 0, n, c, h, w)] = 0.0f;
-        for (int64_t i = 0; i < ps->oh; i++)
-            for (int64_t j = 0; j < ps->ow; j++) {
-                int64_t o = window_argmax(ps, 0, x, n, c, i, j);
-                float g = dy[p * ohw + i * ps->ow + j];
-                if (!relu_mask || x[o] > 0.0f) dx[o] += g;
-            }
-    }
+    kiln_cpu_max_pool2d_relu_bwd(ps, x, dy, dx, acc); /* plain, relu folded in */
 }

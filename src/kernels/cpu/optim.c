@@ -40,18 +40,18 @@ void kiln_cpu_sgd(int64_t n, float *restrict p, const float *restrict g, float *
     }
 }
 
-void kiln_cpu_adamw(int64_t n, float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
-                    float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {
-    const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-    const double bc1 = 1.0 - pow((double)beta1, (double)step), bc2 = 1.0 - pow((double)beta2, (double)step);
-    const float step_size = (float)((double)lr / bc1);
-    const float bc2_sqrt = (float)sqrt(bc2);
-    if (kiln_cpu_has_avx512()) {
-        kiln_cpu_adamw_avx512(n, p, g, m, v, decay, beta1, beta2, eps, step_size, bc2_sqrt);
-        return;
-    }
+/* The portable Adam and Adadelta loops go in spans a parallel loop hands out:
+ * each span is built for AVX2 machines as well (KILN_CPU_HOT; an OpenMP body
+ * would not inherit the clone's target), and this file's -fno-math-errno
+ * (CMakeLists.txt) lets sqrtf vectorise. sqrt is exact and ISO C keeps GCC
+ * from fusing multiply-adds, so every clone gives the AVX-512 loops' bits. */
+#define SPAN 4096
+
+KILN_CPU_HOT static void adamw_span(int64_t n, float *restrict p, const float *restrict g, float *restrict m,
+                                    float *restrict v, float decay, float beta1, float beta2, float eps,
+                                    float step_size, float bc2_sqrt) {
     const float b1c = 1.0f - beta1, b2c = 1.0f - beta2;
-#pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
+#pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i];
         float mi = beta1 * m[i] + b1c * gi;
@@ -63,14 +63,10 @@ void kiln_cpu_adamw(int64_t n, float *restrict p, const float *restrict g, float
     }
 }
 
-void kiln_cpu_adadelta(int64_t n, float *restrict p, const float *restrict g, float *restrict square_avg,
-                       float *restrict acc_delta, float lr, float rho, float eps, float weight_decay) {
-    if (kiln_cpu_has_avx512()) {
-        kiln_cpu_adadelta_avx512(n, p, g, square_avg, acc_delta, lr, rho, eps, weight_decay);
-        return;
-    }
+KILN_CPU_HOT static void adadelta_span(int64_t n, float *restrict p, const float *restrict g, float *restrict square_avg,
+                                       float *restrict acc_delta, float lr, float rho, float eps, float weight_decay) {
     const float rho1 = 1.0f - rho;
-#pragma omp parallel for simd schedule(static) if (n >= KILN_CPU_PAR_MIN)
+#pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         float d = g[i] + weight_decay * p[i];
         float sa = rho * square_avg[i] + rho1 * d * d;
@@ -79,6 +75,32 @@ void kiln_cpu_adadelta(int64_t n, float *restrict p, const float *restrict g, fl
         acc_delta[i] = rho * acc_delta[i] + rho1 * delta * delta;
         p[i] -= lr * delta;
     }
+}
+
+void kiln_cpu_adamw(int64_t n, float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
+                    float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+    const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    const double bc1 = 1.0 - pow((double)beta1, (double)step), bc2 = 1.0 - pow((double)beta2, (double)step);
+    const float step_size = (float)((double)lr / bc1);
+    const float bc2_sqrt = (float)sqrt(bc2);
+    if (kiln_cpu_has_avx512()) {
+        kiln_cpu_adamw_avx512(n, p, g, m, v, decay, beta1, beta2, eps, step_size, bc2_sqrt);
+        return;
+    }
+#pragma omp parallel for schedule(static) if (n >= KILN_CPU_PAR_MIN)
+    for (int64_t s = 0; s < n; s += SPAN)
+        adamw_span(n - s < SPAN ? n - s : SPAN, p + s, g + s, m + s, v + s, decay, beta1, beta2, eps, step_size, bc2_sqrt);
+}
+
+void kiln_cpu_adadelta(int64_t n, float *restrict p, const float *restrict g, float *restrict square_avg,
+                       float *restrict acc_delta, float lr, float rho, float eps, float weight_decay) {
+    if (kiln_cpu_has_avx512()) {
+        kiln_cpu_adadelta_avx512(n, p, g, square_avg, acc_delta, lr, rho, eps, weight_decay);
+        return;
+    }
+#pragma omp parallel for schedule(static) if (n >= KILN_CPU_PAR_MIN)
+    for (int64_t s = 0; s < n; s += SPAN)
+        adadelta_span(n - s < SPAN ? n - s : SPAN, p + s, g + s, square_avg + s, acc_delta + s, lr, rho, eps, weight_decay);
 }
 
 /* ---- the same over a run of tensors (segments.c's chunks: each call below is

@@ -41,7 +41,7 @@ static inline void lanes_at(const lane_src *L, int64_t pix, float *restrict dst,
 
 /* built for AVX-512 machines and for any x86-64, chosen when the program starts, as batch_norm.c's */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define HOT __attribute__((target_clones("arch=x86-64-v4", "default")))
+#define HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define HOT
 #endif

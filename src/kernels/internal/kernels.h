@@ -310,6 +310,8 @@ void kiln_cpu_relu_fwd(int64_t n, const float *x, float *y);
 void kiln_cpu_relu_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc); /* dx may be dy (acc 0) */
 void kiln_cpu_max_pool2d_fwd(const kiln_pool_shape *ps, const float *x, float *y);
 void kiln_cpu_max_pool2d_bwd(const kiln_pool_shape *ps, const float *x, const float *dy, float *dx, int acc);
+/* the same with relu's backward folded in (plain NCHW; as kiln_ref_max_pool2d_relu_bwd) */
+void kiln_cpu_max_pool2d_relu_bwd(const kiln_pool_shape *ps, const float *x, const float *dy, float *dx, int acc);
 /* Max-pool whose input x (and dx) and output y (and dy) are each plain NCHW
  * (blocked = 0) or oneDNN's nChw16c (non-zero: [n, c/16, h, w, 16], c % 16 ==
  * 0), so a conv chain kept in the blocked layout needs no reorder on either
