@@ -30,18 +30,23 @@
  * at GPT sizes (B = 8, 4 heads: 32 tasks).
  *
  * The tiles' inner loops are attention_avx512.c's where the cpu has AVX-512,
- * else the portable loops below (the same algorithm; not the same bits). */
+ * else the portable loops below (the same algorithm; not the same bits),
+ * built for AVX2 as well (KILN_CPU_HOT) with exp from vec_math.h, so that
+ * they vectorise (libm's expf is a call per element). */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/internal/kernels.h"
 
 #define BLK KILN_ATTN_BLK
 
 /* ---- portable tiles (same contracts as the AVX-512 ones, cpu_internal.h) ---- */
 
-static void scores_c(const float *a, int64_t lda, const float *bt, int64_t ldb, int64_t d, float *s) {
+/* restrict: every caller passes distinct buffers, and without it GCC keeps these loops scalar */
+KILN_CPU_HOT static void scores_c(const float *restrict a, int64_t lda, const float *restrict bt, int64_t ldb, int64_t d,
+                                  float *restrict s) {
     for (int r = 0; r < BLK; r++) {
         float acc[BLK] = {0};
         for (int64_t x = 0; x < d; x++)
@@ -50,27 +55,34 @@ static void scores_c(const float *a, int64_t lda, const float *bt, int64_t ldb, 
     }
 }
 
-static void accumulate_c(float *c, int64_t ldc, const float *cscale, const float *p, int64_t prs, int64_t pxs,
-                         const float *b, int64_t ldb, int64_t cols) {
+KILN_CPU_HOT static void accumulate_c(float *restrict c, int64_t ldc, const float *restrict cscale, const float *restrict p,
+                                      int64_t prs, int64_t pxs, const float *restrict b, int64_t ldb, int64_t cols) {
     for (int r = 0; r < BLK; r++) {
         float *cr = c + r * ldc, sc = cscale ? cscale[r] : 1.0f;
+#pragma omp simd
         for (int64_t j = 0; j < cols; j++) cr[j] *= sc;
         for (int x = 0; x < BLK; x++) {
             float w = p[r * prs + x * pxs];
-            for (int64_t j = 0; j < cols; j++) cr[j] += w * b[x * ldb + j];
+            const float *restrict bx = b + x * ldb;
+#pragma omp simd
+            for (int64_t j = 0; j < cols; j++) cr[j] += w * bx[j];
         }
     }
 }
 
-static void softmax_c(float *s, int64_t di, float *m, float *l, float *alpha) {
+KILN_CPU_HOT static void softmax_c(float *s, int64_t di, float *m, float *l, float *alpha) {
     for (int r = 0; r < BLK; r++) {
         float *sr = s + r * BLK, mt = -INFINITY, sum = 0;
         int64_t n = di + r + 1 < BLK ? di + r + 1 : BLK; /* the row's keys in this tile */
+#pragma omp simd reduction(max : mt)
         for (int64_t c = 0; c < n; c++) mt = sr[c] > mt ? sr[c] : mt;
-        float mnew = m[r] > mt ? m[r] : mt, a = expf(m[r] - mnew);
+        /* the first tile's m is -inf: e^(-inf) is 0 (kiln_vexpf would give e^-87, which scales zeros too) */
+        float mnew = m[r] > mt ? m[r] : mt, a = m[r] == -INFINITY ? 0.0f : kiln_vexpf(m[r] - mnew);
+#pragma omp simd reduction(+ : sum)
         for (int c = 0; c < BLK; c++) {
-            sr[c] = c < n ? expf(sr[c] - mnew) : 0.0f;
-            sum += sr[c];
+            float e = c < n ? kiln_vexpf(sr[c] - mnew) : 0.0f;
+            sr[c] = e;
+            sum += e;
         }
         l[r] = l[r] * a + sum;
         m[r] = mnew;
@@ -78,18 +90,19 @@ static void softmax_c(float *s, int64_t di, float *m, float *l, float *alpha) {
     }
 }
 
-static void bwd_tile_c(float *s, float *dp, const float *lse, const float *dvec, int64_t di, int64_t rows) {
+KILN_CPU_HOT static void bwd_tile_c(float *s, float *dp, const float *lse, const float *dvec, int64_t di, int64_t rows) {
     for (int r = 0; r < BLK; r++) {
         int64_t n = r >= rows ? 0 : di + r + 1 < BLK ? di + r + 1 : BLK;
+#pragma omp simd
         for (int c = 0; c < BLK; c++) {
-            float p = c < n ? expf(s[r * BLK + c] - lse[r]) : 0.0f;
+            float p = c < n ? kiln_vexpf(s[r * BLK + c] - lse[r]) : 0.0f;
             s[r * BLK + c] = p;
             dp[r * BLK + c] = p * (dp[r * BLK + c] - (c < n ? dvec[r] : 0.0f));
         }
     }
 }
 
-static void pack_rows_c(const float *src, int64_t rs, int64_t n, int64_t rows, int64_t d, int64_t dp, float scale,
+KILN_CPU_HOT static void pack_rows_c(const float *src, int64_t rs, int64_t n, int64_t rows, int64_t d, int64_t dp, float scale,
                         float *dst) {
     for (int64_t i = 0; i < rows; i++) {
         float *row = dst + i * dp;
@@ -99,14 +112,14 @@ static void pack_rows_c(const float *src, int64_t rs, int64_t n, int64_t rows, i
     }
 }
 
-static void pack_t_c(const float *src, int64_t rs, int64_t t, int64_t tp, int64_t d, float *dst) {
+KILN_CPU_HOT static void pack_t_c(const float *src, int64_t rs, int64_t t, int64_t tp, int64_t d, float *dst) {
     for (int64_t x = 0; x < d; x++) {
         for (int64_t i = 0; i < t; i++) dst[x * tp + i] = src[i * rs + x];
         for (int64_t i = t; i < tp; i++) dst[x * tp + i] = 0;
     }
 }
 
-static void store_rows_c(const float *src, int64_t dp, int64_t n, int64_t d, float *out, int64_t ldo, const float *scale,
+KILN_CPU_HOT static void store_rows_c(const float *src, int64_t dp, int64_t n, int64_t d, float *out, int64_t ldo, const float *scale,
                          int per_row, int acc) {
     for (int64_t i = 0; i < n; i++) {
         float sc = scale[per_row ? i : 0], *o = out + i * ldo;
@@ -114,7 +127,7 @@ static void store_rows_c(const float *src, int64_t dp, int64_t n, int64_t d, flo
     }
 }
 
-static void rowdot_c(const float *a, const float *b, int64_t ld, int64_t n, int64_t d, float *out) {
+KILN_CPU_HOT static void rowdot_c(const float *a, const float *b, int64_t ld, int64_t n, int64_t d, float *out) {
     for (int64_t i = 0; i < n; i++) {
         float sum = 0;
         for (int64_t x = 0; x < d; x++) sum += a[i * ld + x] * b[i * ld + x];
