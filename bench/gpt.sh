@@ -9,9 +9,13 @@
 # pools fight on 2 cores, so its best of the two is the reference. Rounds
 # alternate kiln and PyTorch. Target: kiln's step <= 0.5 x PyTorch's best.
 # The peer's MLP uses the erf GELU and kiln's GPT-2's tanh form (the same cost
-# class: one pointwise pass either way).
+# class: one pointwise pass either way). PRECISIONS="fp32 auto" also times
+# kiln's mixed precision (bf16 matmuls where the cpu measures them faster)
+# beside the same PyTorch fp32 runs (the peer has no bf16 mode; PyTorch
+# 1.13's CPU autocast is not its fast path).
 #
 #   REPEAT=N (rounds, default 3)  STEPS=N (timed steps, default 30)
+#   PRECISIONS="fp32 [bf16] [auto]" (kiln's --precision, default fp32)
 #   KILN=PATH (default build/kiln)  KILN_SHARED=DIR (default ../shared)
 set -euo pipefail
 
@@ -22,6 +26,7 @@ SHARED="${KILN_SHARED:-$ROOT/../shared}"
 PEER="$SHARED/bench/peers/w8_gpt.py"
 REPEAT="${REPEAT:-3}"
 STEPS="${STEPS:-30}"
+PRECISIONS="${PRECISIONS:-fp32}"
 CFG=(--layers 4 --heads 4 --dim 256 --block 128 --vocab 256)
 
 die() { echo "gpt: $*" >&2; exit 1; }
@@ -32,8 +37,11 @@ die() { echo "gpt: $*" >&2; exit 1; }
 mkdir -p bench/results
 OUT="bench/results/gpt-$(date +%Y%m%d-%H%M%S).jsonl"
 for r in $(seq 1 "$REPEAT"); do
-    line=$(OMP_NUM_THREADS=2 "$KILN" bench step --model gpt "${CFG[@]}" --batch-size 8 --steps "$STEPS" --warmup 5 --json)
-    echo "{\"side\": \"kiln\", \"round\": $r, \"result\": $line}" >>"$OUT"
+    for p in $PRECISIONS; do
+        line=$(OMP_NUM_THREADS=2 "$KILN" bench step --model gpt "${CFG[@]}" --batch-size 8 --steps "$STEPS" --warmup 5 \
+            --precision "$p" --json 2>/dev/null | tail -1)
+        echo "{\"side\": \"kiln\", \"precision\": \"$p\", \"round\": $r, \"result\": $line}" >>"$OUT"
+    done
     for th in 1 2; do
         OMP_NUM_THREADS=$th /usr/bin/python3 "$PEER" --threads "$th" --steps "$STEPS" --warmup 5 --no-wait-quiet 2>/dev/null |
             sed -n 's/^RESULT //p' | while read -r l; do echo "{\"side\": \"pytorch\", \"round\": $r, \"result\": $l}"; done >>"$OUT"
@@ -44,18 +52,23 @@ python3 - "$OUT" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 med = lambda xs: statistics.median(xs) if xs else float("nan")
-k = med([r["result"]["ms"] for r in rows if r["side"] == "kiln"])
+precs = list(dict.fromkeys(r.get("precision", "fp32") for r in rows if r["side"] == "kiln"))
+ks = {p: med([r["result"]["ms"] for r in rows if r["side"] == "kiln" and r.get("precision", "fp32") == p]) for p in precs}
 tok = 8 * 128
 print(f"GPT step (4 layers, 4 heads, 256 wide, block 128, vocab 256, batch 8; AdamW, clipping)")
 print(f"{'':22s} {'ms/step':>9s} {'tokens/s':>10s}")
-print(f"{'kiln (2 threads)':22s} {k:9.1f} {tok / k * 1e3:10.0f}")
+for p, k in ks.items():
+    name = "kiln (2 threads)" if p == "fp32" else f"kiln {p} (2 threads)"
+    print(f"{name:22s} {k:9.1f} {tok / k * 1e3:10.0f}")
 best = float("inf")
 for th in (1, 2):
     t = med([r["result"]["median_ms"] for r in rows if r["side"] == "pytorch" and r["result"]["threads"] == th])
     best = min(best, t)
     print(f"{'pytorch (%d thread%s)' % (th, 's' if th > 1 else ''):22s} {t:9.1f} {tok / t * 1e3:10.0f}")
-ratio = k / best
-print(f"kiln / PyTorch's best: {ratio:.2f} (target <= 0.5: {'MET' if ratio <= 0.5 else 'NOT MET'})")
-print(f"(medians over {len([r for r in rows if r['side'] == 'kiln'])} rounds; raw lines in {sys.argv[1]}; "
+for p, k in ks.items():
+    ratio = k / best
+    what = "kiln" if p == "fp32" else f"kiln {p}"
+    print(f"{what} / PyTorch's best (fp32): {ratio:.2f} (target <= 0.5: {'MET' if ratio <= 0.5 else 'NOT MET'})")
+print(f"(medians over {len([r for r in rows if r['side'] == 'pytorch']) // 2} rounds; raw lines in {sys.argv[1]}; "
       f"load average now {open('/proc/loadavg').read().split()[0]})")
 PY

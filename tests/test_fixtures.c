@@ -1703,6 +1703,7 @@ int main(void) {
     test_bmm();
     test_causal_attention("op_causal_attention.safetensors");
     test_causal_attention("op_causal_attention_d64.safetensors");
+    test_causal_attention("op_causal_attention_d40.safetensors");
     test_unary("op_relu.safetensors", OP_RELU);
     test_unary("op_max_pool2d.safetensors", OP_POOL);
     test_unary("op_max_pool2d_k3s2.safetensors", OP_POOL);

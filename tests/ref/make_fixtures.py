@@ -979,6 +979,7 @@ def generate(folder):
     op_bmm(folder)
     op_causal_attention(folder, "op_causal_attention.safetensors", 23, 2, 37, 24, 3)      # D = 8, 2 tiles of rows
     op_causal_attention(folder, "op_causal_attention_d64.safetensors", 24, 1, 34, 64, 1)  # GPT's D = 64
+    op_causal_attention(folder, "op_causal_attention_d40.safetensors", 25, 2, 45, 80, 2)  # D = 40: 32 + 16 columns
     op_optim(folder, "op_adadelta.safetensors", 90,
              lambda ps: torch.optim.Adadelta(ps, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0),
              dict(optimizer="adadelta", lr=fl(1.0), rho=fl(0.9), eps=fl(1e-6), weight_decay=fl(0)))

@@ -44,29 +44,70 @@
 
 /* ---- portable tiles (same contracts as the AVX-512 ones, cpu_internal.h) ---- */
 
-/* restrict: every caller passes distinct buffers, and without it GCC keeps these loops scalar */
+/* 8 floats as GCC's generic vector: one AVX2 register in the x86-64-v3 clone, two SSE ones in the default
+ * clone. The two products below keep their sums in such registers (8 accumulators, 2 rows at a time):
+ * written as plain loops, GCC kept them in memory. aligned(4) and may_alias: loads and stores at any float,
+ * as immintrin.h's __m256_u (macros, not functions: a vector argument would change the non-AVX ABI). */
+typedef float v8f __attribute__((vector_size(32), aligned(4), may_alias));
+#define ld8(p) (*(const v8f *)(const void *)(p))
+#define st8(p, v) (*(v8f *)(void *)(p) = (v))
+
 KILN_CPU_HOT static void scores_c(const float *restrict a, int64_t lda, const float *restrict bt, int64_t ldb, int64_t d,
                                   float *restrict s) {
-    for (int r = 0; r < BLK; r++) {
-        float acc[BLK] = {0};
-        for (int64_t x = 0; x < d; x++)
-            for (int c = 0; c < BLK; c++) acc[c] += a[r * lda + x] * bt[x * ldb + c];
-        memcpy(s + r * BLK, acc, sizeof acc);
+    for (int r = 0; r < BLK; r += 2) { /* BLK is 32: four vectors a row */
+        v8f c00 = {0}, c01 = {0}, c02 = {0}, c03 = {0}, c10 = {0}, c11 = {0}, c12 = {0}, c13 = {0};
+        const float *a0 = a + r * lda, *a1 = a0 + lda;
+        for (int64_t x = 0; x < d; x++) {
+            const float *b = bt + x * ldb;
+            v8f b0 = ld8(b), b1 = ld8(b + 8), b2 = ld8(b + 16), b3 = ld8(b + 24);
+            float u = a0[x], w = a1[x];
+            c00 += u * b0, c01 += u * b1, c02 += u * b2, c03 += u * b3;
+            c10 += w * b0, c11 += w * b1, c12 += w * b2, c13 += w * b3;
+        }
+        float *s0 = s + r * BLK, *s1 = s0 + BLK;
+        st8(s0, c00), st8(s0 + 8, c01), st8(s0 + 16, c02), st8(s0 + 24, c03);
+        st8(s1, c10), st8(s1 + 8, c11), st8(s1 + 16, c12), st8(s1 + 24, c13);
     }
+}
+
+/* rows c0 and c1, columns [j, j + 32): scaled, then the BLK weighted rows of b added in order */
+/* always_inline: a plain static inline helper is built for the default target and, called from a clone, not inlined */
+static inline __attribute__((always_inline)) void accumulate_32(float *c0, float *c1, float s0, float s1, const float *p0,
+                                                                const float *p1, int64_t pxs, const float *b, int64_t ldb) {
+    v8f y0 = ld8(c0) * s0, y1 = ld8(c0 + 8) * s0, y2 = ld8(c0 + 16) * s0, y3 = ld8(c0 + 24) * s0;
+    v8f z0 = ld8(c1) * s1, z1 = ld8(c1 + 8) * s1, z2 = ld8(c1 + 16) * s1, z3 = ld8(c1 + 24) * s1;
+    for (int x = 0; x < BLK; x++) {
+        const float *bx = b + x * ldb;
+        v8f b0 = ld8(bx), b1 = ld8(bx + 8), b2 = ld8(bx + 16), b3 = ld8(bx + 24);
+        float u = p0[x * pxs], w = p1[x * pxs];
+        y0 += u * b0, y1 += u * b1, y2 += u * b2, y3 += u * b3;
+        z0 += w * b0, z1 += w * b1, z2 += w * b2, z3 += w * b3;
+    }
+    st8(c0, y0), st8(c0 + 8, y1), st8(c0 + 16, y2), st8(c0 + 24, y3);
+    st8(c1, z0), st8(c1 + 8, z1), st8(c1 + 16, z2), st8(c1 + 24, z3);
+}
+
+/* the same over 16 columns (cols % 32 == 16) */
+static inline __attribute__((always_inline)) void accumulate_16(float *c0, float *c1, float s0, float s1, const float *p0,
+                                                                const float *p1, int64_t pxs, const float *b, int64_t ldb) {
+    v8f y0 = ld8(c0) * s0, y1 = ld8(c0 + 8) * s0, z0 = ld8(c1) * s1, z1 = ld8(c1 + 8) * s1;
+    for (int x = 0; x < BLK; x++) {
+        const float *bx = b + x * ldb;
+        v8f b0 = ld8(bx), b1 = ld8(bx + 8);
+        float u = p0[x * pxs], w = p1[x * pxs];
+        y0 += u * b0, y1 += u * b1, z0 += w * b0, z1 += w * b1;
+    }
+    st8(c0, y0), st8(c0 + 8, y1), st8(c1, z0), st8(c1 + 8, z1);
 }
 
 KILN_CPU_HOT static void accumulate_c(float *restrict c, int64_t ldc, const float *restrict cscale, const float *restrict p,
                                       int64_t prs, int64_t pxs, const float *restrict b, int64_t ldb, int64_t cols) {
-    for (int r = 0; r < BLK; r++) {
-        float *cr = c + r * ldc, sc = cscale ? cscale[r] : 1.0f;
-#pragma omp simd
-        for (int64_t j = 0; j < cols; j++) cr[j] *= sc;
-        for (int x = 0; x < BLK; x++) {
-            float w = p[r * prs + x * pxs];
-            const float *restrict bx = b + x * ldb;
-#pragma omp simd
-            for (int64_t j = 0; j < cols; j++) cr[j] += w * bx[j];
-        }
+    for (int r = 0; r < BLK; r += 2) {
+        float *c0 = c + r * ldc, *c1 = c0 + ldc, s0 = cscale ? cscale[r] : 1.0f, s1 = cscale ? cscale[r + 1] : 1.0f;
+        const float *p0 = p + r * prs, *p1 = p0 + prs;
+        int64_t j = 0;
+        for (; j + 32 <= cols; j += 32) accumulate_32(c0 + j, c1 + j, s0, s1, p0, p1, pxs, b + j, ldb);
+        if (j < cols) accumulate_16(c0 + j, c1 + j, s0, s1, p0, p1, pxs, b + j, ldb); /* cols % 16 == 0 */
     }
 }
 
