@@ -34,8 +34,11 @@ expect() {
         shift
     done
     shift
+    local t0=$EPOCHREALTIME
     timeout "${EXPECT_TIMEOUT:-300}" "$@" >"$T/out" 2>"$T/err"
     local rc=$? good=1
+    # KILN_TEST_TIMES=1: each command's seconds, to find what makes a test slow
+    [ -z "${KILN_TEST_TIMES:-}" ] || awk -v a="$EPOCHREALTIME" -v b="$t0" -v n="$name" 'BEGIN { printf "time: %7.2f s  %s\n", a - b, n }' >&2
     if [ $rc -eq 124 ]; then
         bad "$name: hung (killed after ${EXPECT_TIMEOUT:-300} s)"
         return

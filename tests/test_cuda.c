@@ -243,6 +243,12 @@ static void test_bad_target(void) {
 
 int main(void) {
     char why[192];
+    /* cuBLASLt is opened, not linked: its functions are found on any machine */
+    const char *blas = kiln_cuda_open_blas();
+    if (blas) {
+        printf("test_cuda: FAILED: %s\n", blas);
+        return 1;
+    }
     const kiln_backend *be = kiln_backend_get("cuda");
     if (!be || !kiln_backend_available(be, why, sizeof why)) {
         printf("test_cuda: skipped: %s\n", be ? why : "the CUDA backend was not built");

@@ -6,8 +6,8 @@
  * follows --matmul-precision (PyTorch's set_float32_matmul_precision):
  * highest fp32, high TF32, medium bf16 tensor cores, always fp32 accumulation. */
 #include <stdlib.h>
-#include <cublasLt.h>
 #include <cuda_runtime.h>
+#include "backends/cuda/internal/cublaslt.h"
 #include "backends/cuda/internal/cuda.h"
 
 typedef struct {
@@ -18,11 +18,12 @@ typedef struct {
 } matmul;
 
 static cublasLtHandle_t lt;
+static const kiln_cublaslt_api *LT; /* opened by the first matmul made */
 #define MAX_WS ((size_t)32 << 20)
 
 static int registered;
 static void destroy_handle(void) {
-    if (lt) cublasLtDestroy(lt);
+    if (lt) LT->cublasLtDestroy(lt);
     lt = NULL;
 }
 
@@ -33,10 +34,10 @@ static kiln_status blas(cublasStatus_t s, const char *what) {
 
 static void mm_free(matmul *m) {
     if (!m) return;
-    if (m->desc) cublasLtMatmulDescDestroy(m->desc);
-    if (m->a) cublasLtMatrixLayoutDestroy(m->a);
-    if (m->b) cublasLtMatrixLayoutDestroy(m->b);
-    if (m->c) cublasLtMatrixLayoutDestroy(m->c);
+    if (m->desc) LT->cublasLtMatmulDescDestroy(m->desc);
+    if (m->a) LT->cublasLtMatrixLayoutDestroy(m->a);
+    if (m->b) LT->cublasLtMatrixLayoutDestroy(m->b);
+    if (m->c) LT->cublasLtMatrixLayoutDestroy(m->c);
 }
 
 /* C[M, N] = op(A) op(B) (+ C), column-major; A is M×K (K×M when transposed), B is K×N (N×K when transposed) */
@@ -44,27 +45,29 @@ static kiln_status mm_make(matmul *m, int ta, int tb, int64_t M, int64_t N, int6
                            const void *bias, size_t *workspace) {
     static const cublasComputeType_t compute[3] = {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF};
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    kiln_status st = lt ? KILN_OK : blas(cublasLtCreate(&lt), "create");
+    const char *why = NULL;
+    if (!LT && !(LT = kiln_cublaslt(&why))) return kiln_fail(KILN_ERR_BACKEND, "%s", why);
+    kiln_status st = lt ? KILN_OK : blas(LT->cublasLtCreate(&lt), "create");
     if (st == KILN_OK && !registered) registered = !atexit(destroy_handle); /* runs before cuBLASLt's own teardown */
 #define B(call, what) \
     if (st == KILN_OK) st = blas(call, what)
-    B(cublasLtMatmulDescCreate(&m->desc, compute[kiln_cuda_precision() % 3], CUDA_R_32F), "descriptor");
-    B(cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "transa");
-    B(cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "transb");
-    B(cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
-    if (bias) B(cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "bias");
-    B(cublasLtMatrixLayoutCreate(&m->a, CUDA_R_32F, ta ? K : M, ta ? M : K, ta ? K : M), "layout");
-    B(cublasLtMatrixLayoutCreate(&m->b, CUDA_R_32F, tb ? N : K, tb ? K : N, tb ? N : K), "layout");
-    B(cublasLtMatrixLayoutCreate(&m->c, CUDA_R_32F, M, N, M), "layout");
+    B(LT->cublasLtMatmulDescCreate(&m->desc, compute[kiln_cuda_precision() % 3], CUDA_R_32F), "descriptor");
+    B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "transa");
+    B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "transb");
+    B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
+    if (bias) B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "bias");
+    B(LT->cublasLtMatrixLayoutCreate(&m->a, CUDA_R_32F, ta ? K : M, ta ? M : K, ta ? K : M), "layout");
+    B(LT->cublasLtMatrixLayoutCreate(&m->b, CUDA_R_32F, tb ? N : K, tb ? K : N, tb ? N : K), "layout");
+    B(LT->cublasLtMatrixLayoutCreate(&m->c, CUDA_R_32F, M, N, M), "layout");
     cublasLtMatmulPreference_t pref = NULL;
     size_t max_ws = MAX_WS;
-    B(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    B(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws), "preference");
+    B(LT->cublasLtMatmulPreferenceCreate(&pref), "preference");
+    B(LT->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws), "preference");
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    B(cublasLtMatmulAlgoGetHeuristic(lt, m->desc, m->a, m->b, m->c, m->c, pref, 1, &res, &found), "heuristic");
+    B(LT->cublasLtMatmulAlgoGetHeuristic(lt, m->desc, m->a, m->b, m->c, m->c, pref, 1, &res, &found), "heuristic");
 #undef B
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (pref) LT->cublasLtMatmulPreferenceDestroy(pref);
     if (st == KILN_OK && !found) st = kiln_fail(KILN_ERR_BACKEND, "cuBLASLt has no algorithm for %lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
     if (st != KILN_OK) return st;
     m->algo = res.algo;
@@ -75,7 +78,7 @@ static kiln_status mm_make(matmul *m, int ta, int tb, int64_t M, int64_t N, int6
 
 static kiln_status mm_run(const matmul *m, const void *a, const void *b, void *c, int acc, void *ws) {
     static const float one = 1.0f, zero = 0.0f;
-    return blas(cublasLtMatmul(lt, m->desc, &one, a, m->a, b, m->b, acc ? &one : &zero, c, m->c, c, m->c, &m->algo, ws, m->ws,
+    return blas(LT->cublasLtMatmul(lt, m->desc, &one, a, m->a, b, m->b, acc ? &one : &zero, c, m->c, c, m->c, &m->algo, ws, m->ws,
                                (cudaStream_t)kiln_cuda_stream()),
                 "matmul");
 }

@@ -18,9 +18,11 @@ int kiln_conv_shape_infer(kiln_conv_shape *cs) {
     return 0;
 }
 
-/* calls f(xi, wi, yi) for every (input, weight, output) element triple that
- * meets, in a fixed order: the three directions are this loop */
-#define CONV_FOR_EACH(cs, BODY)                                                                          \
+/* runs BODY for every (input xi, weight wi, output yi) element triple that
+ * meets, in a fixed order: the three directions are this loop; OPEN and CLOSE
+ * run around each output element's triples (the forward sums in a local, so
+ * the sum stays in a register: y may alias x as far as the compiler knows) */
+#define CONV_FOR_EACH_OUT(cs, OPEN, BODY, CLOSE)                                                         \
     do {                                                                                                 \
         int64_t cg_ = (cs)->c / (cs)->groups, kg_ = (cs)->k / (cs)->groups;                              \
         for (int64_t n = 0; n < (cs)->n; n++)                                                            \
@@ -28,6 +30,7 @@ int kiln_conv_shape_infer(kiln_conv_shape *cs) {
                 for (int64_t oh = 0; oh < (cs)->oh; oh++)                                                \
                     for (int64_t ow = 0; ow < (cs)->ow; ow++) {                                          \
                         int64_t yi = ((n * (cs)->k + k) * (cs)->oh + oh) * (cs)->ow + ow;                \
+                        OPEN;                                                                            \
                         for (int64_t cc = 0; cc < cg_; cc++) {                                           \
                             int64_t c = k / kg_ * cg_ + cc;                                              \
                             for (int64_t r = 0; r < (cs)->r; r++) {                                      \
@@ -42,13 +45,14 @@ int kiln_conv_shape_infer(kiln_conv_shape *cs) {
                                 }                                                                        \
                             }                                                                            \
                         }                                                                                \
+                        CLOSE;                                                                           \
                     }                                                                                    \
     } while (0)
+#define CONV_FOR_EACH(cs, BODY) CONV_FOR_EACH_OUT(cs, (void)0, BODY, (void)0)
 
 void kiln_ref_conv2d_fwd(const kiln_conv_shape *cs, const double *x, const double *w, const double *b, double *y) {
-    int64_t ny = cs->n * cs->k * cs->oh * cs->ow, plane = cs->oh * cs->ow;
-    for (int64_t i = 0; i < ny; i++) y[i] = b ? b[i / plane % cs->k] : 0.0;
-    CONV_FOR_EACH(cs, y[yi] += x[xi] * w[wi]);
+    double sum;
+    CONV_FOR_EACH_OUT(cs, sum = b ? b[k] : 0.0, sum += x[xi] * w[wi], y[yi] = sum);
 }
 
 void kiln_ref_conv2d_bwd_data(const kiln_conv_shape *cs, const double *dy, const double *w, double *dx, int acc) {

@@ -42,6 +42,9 @@ typedef struct kiln_cuda_flags {
 extern const kiln_backend kiln_backend_cuda;
 extern const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT];
 
+/* cublaslt.c: NULL once cuBLASLt is opened with every function linear.c calls
+ * (no GPU needed), else why not */
+const char *kiln_cuda_open_blas(void);
 /* cuda.c */
 kiln_cuda_stream_t kiln_cuda_stream(void);
 kiln_cuda_rc *kiln_cuda_rc_dev(void);
