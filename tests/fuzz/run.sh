@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every fuzz target (or those named) for SECONDS each from its committed
-# seed corpus, and prints one line per target: executions, exec/s, coverage
-# (libFuzzer's cov: and ft:), corpus size, and crashes.
+# seed corpus, FUZZ_JOBS at once (default: the cores), and prints one line per
+# target: executions, exec/s, coverage (libFuzzer's cov: and ft:), corpus
+# size, and crashes.
 #
 #     bash tests/fuzz/run.sh SECONDS [fuzz_safetensors fuzz_idx ...]
 #
@@ -25,19 +26,18 @@ trap 'rm -rf "$S"' EXIT
 # the library logs nothing and reads or writes no autotune cache
 export KILN_CACHE_DIR= OMP_NUM_THREADS=1
 
-failed=0
-for t in "${targets[@]}"; do
-    name=${t#fuzz_}
-    bin="$BUILD/fuzz_$name"
-    [ -x "$bin" ] || { echo "fuzz: $bin is not built (make fuzz builds it)" >&2; failed=1; continue; }
+# one target: its report line in $S/NAME.result, its status as the exit code
+fuzz_one() {
+    local name=$1 bin="$BUILD/fuzz_$1"
+    [ -x "$bin" ] || { echo "fuzz: $bin is not built (make fuzz builds it)" >"$S/$name.result"; return 1; }
     mkdir -p "$S/$name"
     cp "$ROOT/tests/fuzz/corpus/$name/"* "$S/$name/"
-    dict=()
+    local dict=()
     [ -f "$ROOT/tests/fuzz/$name.dict" ] && dict=(-dict="$ROOT/tests/fuzz/$name.dict")
-    log="$S/$name.log"
+    local log="$S/$name.log"
     (cd "$S" && "$bin" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$ART/$name-" "${dict[@]}" "$S/$name") >"$log" 2>&1
-    rc=$?
+    local rc=$? runs eps last cov ft files
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
     eps=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
     last=$(grep -E '^#[0-9]+[[:space:]]+(DONE|NEW|REDUCE|pulse|INITED)' "$log" | tail -n 1)
@@ -45,12 +45,34 @@ for t in "${targets[@]}"; do
     ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
     files=$(find "$S/$name" -type f | wc -l)
     if [ $rc -eq 0 ]; then
-        echo "fuzz_$name: ${runs:-?} runs in ${SECONDS_EACH} s (${eps:-?} exec/s), cov ${cov:-?} ft ${ft:-?}, corpus $files inputs, 0 crashes"
-    else
-        failed=1
-        cp "$log" "$ART/$name.log"
-        echo "fuzz_$name: FAILED (exit $rc) after ${runs:-?} runs; input and log in $ART/:" >&2
-        grep -E 'ERROR|SUMMARY|^fuzz:|Test unit written' "$log" | head -n 8 | sed 's/^/    /' >&2
+        echo "fuzz_$name: ${runs:-?} runs in ${SECONDS_EACH} s (${eps:-?} exec/s), cov ${cov:-?} ft ${ft:-?}, corpus $files inputs, 0 crashes" >"$S/$name.result"
+        return 0
     fi
+    cp "$log" "$ART/$name.log"
+    { echo "fuzz_$name: FAILED (exit $rc) after ${runs:-?} runs; input and log in $ART/:"
+      grep -E 'ERROR|SUMMARY|^fuzz:|Test unit written' "$log" | head -n 8 | sed 's/^/    /'; } >"$S/$name.result"
+    return 1
+}
+
+# FUZZ_JOBS targets at once (default: the cores; libFuzzer runs one thread),
+# reported in the order given
+jobs_max=${FUZZ_JOBS:-$(nproc)}
+failed=0
+running=0
+for t in "${targets[@]}"; do
+    if [ "$running" -ge "$jobs_max" ]; then
+        wait -n || failed=1
+        running=$((running - 1))
+    fi
+    fuzz_one "${t#fuzz_}" &
+    running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do
+    wait -n || failed=1
+    running=$((running - 1))
+done
+for t in "${targets[@]}"; do
+    name=${t#fuzz_}
+    if grep -q 'FAILED\|not built' "$S/$name.result"; then cat "$S/$name.result" >&2; else cat "$S/$name.result"; fi
 done
 exit $failed
