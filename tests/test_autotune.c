@@ -564,7 +564,7 @@ static void test_resume_with_autotune(void) {
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/kiln-autotune-XXXXXX");
     if (!mkdtemp(dir)) return 1;
-    snprintf(cache, sizeof cache, "%s/autotune-v3.txt", dir);
+    snprintf(cache, sizeof cache, "%s/autotune-v4.txt", dir);
     setenv("KILN_CACHE_DIR", dir, 1);
     kiln_log_set_level(KILN_LOG_WARN);
     /* these tests check what is remembered, not the load check (tests/test_tune.sh does): timings taken

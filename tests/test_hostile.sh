@@ -105,7 +105,7 @@ expect 2 "a FIFO as --metrics" "$T/ck.fifo" "a FIFO" -- \
     "$KILN" train --model mlp --max-steps 1 --metrics "$T/ck.fifo" "${Q[@]}"
 expect 2 "a folder as --resume" "$T" "a folder" -- "$KILN" train --model mlp --resume "$T" "${Q[@]}"
 mkdir -p "$T/cache"
-mkfifo "$T/cache/autotune-v3.txt"
+mkfifo "$T/cache/autotune-v4.txt"
 expect 0 "a FIFO as the autotune cache: ignored with a warning" "autotune cache" "a FIFO" -- \
     env KILN_CACHE_DIR="$T/cache" "$KILN" train --model mnist-cnn --max-steps 1 --no-test --workers 1
 

@@ -10,7 +10,7 @@
 
 static kiln_status import_keep(const char *text, const char *source) { return kiln_autotune_import(text, source, 0); }
 
-static kiln_decision_file file = KILN_DECISION_FILE("autotune-v3.txt", kiln_autotune_export, import_keep);
+static kiln_decision_file file = KILN_DECISION_FILE("autotune-v4.txt", kiln_autotune_export, import_keep);
 static kiln_autotune_stats at_begin;
 
 void kiln_cpu_autotune_begin(void) {

@@ -198,7 +198,7 @@ double kiln_host_now(void);
  * else $XDG_CACHE_HOME/kiln or ~/.cache/kiln; KILN_CACHE_DIR= : none) */
 #define KILN_DECISIONS_MAX (1 << 18)
 typedef struct kiln_decision_file {
-    const char *name;                                  /* "autotune-v3.txt" */
+    const char *name;                                  /* "autotune-v4.txt" */
     size_t (*export_all)(char *buf, size_t len);
     kiln_status (*import_keep)(const char *text, const char *source); /* decisions already made win */
     pthread_mutex_t lock;

@@ -110,7 +110,7 @@ kiln_status kiln_conv_dir_make(kiln_dnnl_conv *c, int dir, dnnl_primitive_desc_t
     if (dir == KILN_CONV_FWD) {
         ARG(0, &c->x_md, dnnl_query_src_md, 1);
         ARG(1, &c->w_md, dnnl_query_weights_md, 1);
-        ARG(2, &c->y_md, dnnl_query_dst_md, 0);
+        ARG(2, &c->y_md, dnnl_query_dst_md, c->o.residual ? KILN_DN_OUT_ACC : 0);
     } else if (dir == KILN_CONV_BWD_DATA) {
         ARG(0, &c->y_md, dnnl_query_diff_dst_md, 1);
         ARG(1, &c->w_md, dnnl_query_weights_md, 1);
@@ -222,9 +222,7 @@ kiln_status kiln_conv_run_dir(kiln_dnnl_conv *c, int dir, float *in0, float *in1
         dnnl_memory_set_data_handle(c->bias_mem, bias);
         args[n++] = (dnnl_exec_arg_t){dir == KILN_CONV_FWD ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS, c->bias_mem};
     }
-    /* the sum post-op adds into y as the plan holds it: an implementation writing elsewhere would lose it */
-    if (dir == KILN_CONV_FWD && c->o.residual && d->a[2].reorder)
-        return kiln_fail(KILN_ERR_BACKEND, "conv2d %s: the residual sum needs y in the plan's layout", c->problem);
+    /* the sum post-op adds into y: an implementation writing another layout gets y's values reordered in first */
     kiln_status st = kiln_dn_execute(d->prim, n, args, kiln_conv_dir_names[dir]);
     kiln_dn_arg_out_done(&d->a[2]);
     return st;

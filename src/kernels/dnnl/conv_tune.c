@@ -230,8 +230,7 @@ static int list_candidates(const kiln_dnnl_conv *c, int dir, candidate *out, int
                 snprintf(k.impl, sizeof k.impl, "%s", kiln_dn_impl_name(pd));
                 pd_mds(pd, dir, k.md);
                 dnnl_primitive_desc_destroy(pd);
-                int dup = !strncmp(k.impl, "ref", 3) || strchr(k.impl, ' ') || n == max ||
-                          (c->o.residual && dir == KILN_CONV_FWD && !dnnl_memory_desc_equal(&k.md[2], &c->y_md));
+                int dup = !strncmp(k.impl, "ref", 3) || strchr(k.impl, ' ') || n == max;
                 for (int i = 0; i < n && !dup; i++)
                     dup = out[i].alg == k.alg && !strcmp(out[i].impl, k.impl) && dnnl_memory_desc_equal(&out[i].md[0], &k.md[0]) &&
                           dnnl_memory_desc_equal(&out[i].md[1], &k.md[1]) && dnnl_memory_desc_equal(&out[i].md[2], &k.md[2]);

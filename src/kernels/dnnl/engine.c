@@ -103,11 +103,15 @@ kiln_status kiln_dn_arg_init(kiln_dn_arg *a, const dnnl_memory_desc_t *user_md, 
     *ws_cursor += (a->bytes + 63) & ~(size_t)63;
     DN_TRY(dnnl_memory_create(&a->prim, &a->prim_md, kiln_dnnl_engine, DNNL_MEMORY_NONE));
     dnnl_primitive_desc_t rpd;
-    if (is_input)
+    if (is_input == 1)
         DN_TRY(dnnl_reorder_primitive_desc_create(&rpd, user_md, kiln_dnnl_engine, prim_md, kiln_dnnl_engine, NULL));
     else
         DN_TRY(dnnl_reorder_primitive_desc_create(&rpd, prim_md, kiln_dnnl_engine, user_md, kiln_dnnl_engine, NULL));
     dnnl_status_t s = dnnl_primitive_create(&a->reorder, rpd);
+    dnnl_primitive_desc_destroy(rpd);
+    if (s != dnnl_success || is_input != KILN_DN_OUT_ACC) return kiln_dnnl_check(s, "reorder");
+    DN_TRY(dnnl_reorder_primitive_desc_create(&rpd, user_md, kiln_dnnl_engine, prim_md, kiln_dnnl_engine, NULL));
+    s = dnnl_primitive_create(&a->pre, rpd);
     dnnl_primitive_desc_destroy(rpd);
     return kiln_dnnl_check(s, "reorder");
 }
@@ -137,6 +141,7 @@ void kiln_dn_arg_free(kiln_dn_arg *a) {
     if (a->user) dnnl_memory_destroy(a->user);
     if (a->prim) dnnl_memory_destroy(a->prim);
     if (a->reorder) dnnl_primitive_destroy(a->reorder);
+    if (a->pre) dnnl_primitive_destroy(a->pre);
     memset(a, 0, sizeof *a);
 }
 
@@ -157,6 +162,10 @@ dnnl_memory_t kiln_dn_arg_out(kiln_dn_arg *a, void *ptr, void *ws) {
     dnnl_memory_set_data_handle(a->user, ptr);
     if (!a->reorder) return a->user;
     dnnl_memory_set_data_handle(a->prim, (char *)ws + a->ws_off);
+    if (a->pre) {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a->user}, {DNNL_ARG_TO, a->prim}};
+        dnnl_primitive_execute(a->pre, kiln_dnnl_stream, 2, args);
+    }
     return a->prim;
 }
 

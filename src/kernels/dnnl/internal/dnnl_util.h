@@ -24,12 +24,15 @@ typedef struct kiln_dn_arg {
     dnnl_memory_desc_t user_md, prim_md;
     dnnl_memory_t user, prim;
     dnnl_primitive_t reorder; /* NULL when the layouts are equal */
+    dnnl_primitive_t pre;     /* KILN_DN_OUT_ACC with a reorder: the tensor's values into the primitive's layout first */
     size_t bytes;             /* size of the primitive-layout buffer */
     size_t ws_off;
     int round_bf16;           /* emulated bf16: the workspace copy holds the values rounded to bf16 */
 } kiln_dn_arg;
 
-/* is_input: 1 for src/weights (user -> prim), 0 for outputs (prim -> user) */
+/* is_input: 1 for src/weights (user -> prim), 0 for outputs (prim -> user), KILN_DN_OUT_ACC for an
+ * output the primitive adds into (a sum post-op): both ways, the tensor's values reordered in first */
+#define KILN_DN_OUT_ACC 2
 kiln_status kiln_dn_arg_init(kiln_dn_arg *a, const dnnl_memory_desc_t *user_md, const dnnl_memory_desc_t *prim_md,
                              int is_input, size_t *ws_cursor);
 /* emulated bf16 (KILN_DN_BF16_EMULATED): the input reaches the primitive through the workspace, rounded
