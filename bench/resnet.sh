@@ -19,6 +19,8 @@
 #
 #   MODELS="resnet20 resnet18"  PRECISIONS="fp32 bf16 auto"  REPEAT=N (rounds, default 3)
 #   STEPS=N (timed steps per run, default 20)  BLOCKS=N (PyTorch's blocks, default 2)
+#   PEER_PRECISIONS="fp32" (PyTorch's variants, default "fp32 bf16"; its bf16 autocast is
+#   emulated and ~25x slower on CPUs without avx512_bf16, never its best there)
 #   KILN=PATH (default build/kiln)
 set -euo pipefail
 
