@@ -126,14 +126,19 @@ kiln_status kiln_dn_arg_round_bf16(kiln_dn_arg *a, size_t *ws_cursor) {
     return KILN_OK;
 }
 
-/* to the nearest bf16, ties to even, as kiln_f32_to_bf16 and oneDNN's conversions; NaN stays NaN */
+/* to the nearest bf16, ties to even, as kiln_f32_to_bf16 and oneDNN's conversions; NaN stays NaN.
+ * Branch-free with a signed compare (both sides below 2^31), so it vectorises, and split over
+ * the team: it runs on every operand of every emulated-bf16 call. src may be dst. */
 static void round_bf16(const float *src, float *dst, size_t n) {
     const uint32_t *s = (const uint32_t *)(const void *)src;
     uint32_t *d = (uint32_t *)(void *)dst;
-    for (size_t i = 0; i < n; i++) {
+    int64_t len = (int64_t)n;
+#pragma omp parallel for simd schedule(static) if (len > (1 << 16))
+    for (int64_t i = 0; i < len; i++) {
         uint32_t u = s[i];
         uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-        d[i] = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) & 0xffff0000u : r;
+        uint32_t q = (u | 0x00400000u) & 0xffff0000u;
+        d[i] = (int32_t)(u & 0x7fffffffu) > (int32_t)0x7f800000 ? q : r;
     }
 }
 
