@@ -281,6 +281,10 @@ static inline uint8_t round_u8(float v) {
  * does not mind and the write to the CHW slot prefers. */
 #define LANES 16
 typedef float lanes_f32 __attribute__((vector_size(LANES * 4)));
+/* Without AVX-512 a 16-float vector is not a register: GCC lowered the loop through
+ * the stack (vpinsrq and spills, 66 % of a loader worker's time on a Zen 3), so those
+ * CPUs take each block as two 8-float halves, which AVX2 holds in registers */
+typedef float half_f32 __attribute__((vector_size(LANES * 2)));
 
 static int n_blocks(int out) { return (out + LANES - 1) / LANES; }
 
@@ -312,30 +316,63 @@ static void block_weights(int out, int k, const int *first, const int *count, co
 
 /* one source row (u8, C interleaved) into a planar u8 row [C][out]; the row's
  * pixels [from, to) are made float once (srcf), so each tap is a broadcast load */
+/* a block's band as 16-float vectors into v[C][16] */
+__attribute__((always_inline)) static inline void block_sums16(const float *bw, const float *p, int nb, int C, float *v) {
+    const lanes_f32 *m = (const lanes_f32 *)bw;
+    lanes_f32 a0 = {0}, a1 = {0}, a2 = {0}; /* the channels' sums, in registers: independent chains of adds */
+    if (C == 3)
+        for (int x = 0; x < nb; x++) {
+            a0 += m[x] * p[3 * x];
+            a1 += m[x] * p[3 * x + 1];
+            a2 += m[x] * p[3 * x + 2];
+        }
+    else
+        for (int x = 0; x < nb; x++) a0 += m[x] * p[x];
+    lanes_f32 acc[3] = {a0, a1, a2};
+    memcpy(v, acc, (size_t)C * sizeof a0);
+}
+
+/* the same sums as two 8-float halves, the same values (each lane's adds in the same order) */
+__attribute__((always_inline)) static inline void block_sums8x2(const float *bw, const float *p, int nb, int C, float *v) {
+    const half_f32 *m = (const half_f32 *)bw;
+    half_f32 a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0};
+    if (C == 3)
+        for (int x = 0; x < nb; x++) {
+            half_f32 lo = m[2 * x], hi = m[2 * x + 1];
+            float p0 = p[3 * x], p1 = p[3 * x + 1], p2 = p[3 * x + 2];
+            a0 += lo * p0;
+            b0 += hi * p0;
+            a1 += lo * p1;
+            b1 += hi * p1;
+            a2 += lo * p2;
+            b2 += hi * p2;
+        }
+    else
+        for (int x = 0; x < nb; x++) {
+            a0 += m[2 * x] * p[x];
+            b0 += m[2 * x + 1] * p[x];
+        }
+    half_f32 acc[6] = {a0, b0, a1, b1, a2, b2};
+    memcpy(v, acc, (size_t)C * 2 * sizeof a0);
+}
+
 __attribute__((always_inline)) static inline void pass_row(const uint8_t *src, float *srcf, int from, int to, int out, int C, const int *bx, const int *bn,
-                            const float *bw, int band, uint8_t *dst) {
+                            const float *bw, int band, uint8_t *dst, int wide) {
     const uint8_t *s = src + (size_t)from * C;
     int n = (to - from) * C;
 #pragma omp simd
     for (int i = 0; i < n; i++) srcf[i] = (float)s[i];
     for (int b = 0; b < n_blocks(out); b++) {
-        const lanes_f32 *m = (const lanes_f32 *)bw + (size_t)b * band;
+        const float *m = bw + (size_t)b * band * LANES;
         const float *p = srcf + (size_t)(bx[b] - from) * C;
-        lanes_f32 a0 = {0}, a1 = {0}, a2 = {0}; /* the channels' sums, in registers: independent chains of adds */
-        if (C == 3)
-            for (int x = 0; x < bn[b]; x++) {
-                a0 += m[x] * p[3 * x];
-                a1 += m[x] * p[3 * x + 1];
-                a2 += m[x] * p[3 * x + 2];
-            }
-        else
-            for (int x = 0; x < bn[b]; x++) a0 += m[x] * p[x];
-        lanes_f32 acc[3] = {a0, a1, a2};
+        float sums[3][LANES];
+        if (wide) block_sums16(m, p, bn[b], C, sums[0]);
+        else block_sums8x2(m, p, bn[b], C, sums[0]);
         int n = out - b * LANES < LANES ? out - b * LANES : LANES;
         for (int c = 0; c < C; c++) {
             float v[LANES];
             uint8_t u[LANES];
-            memcpy(v, &acc[c], sizeof v);
+            memcpy(v, sums[c], sizeof v);
 #pragma omp simd
             for (int l = 0; l < LANES; l++) u[l] = round_u8(v[l]);
             memcpy(dst + (size_t)c * out + b * LANES, u, (size_t)n);
@@ -411,6 +448,14 @@ __attribute__((always_inline)) static inline void apply_copy(const kiln_image *i
     }
 }
 
+static int has_avx512f(void) {
+#if defined(__GNUC__) && defined(__x86_64__)
+    return __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
 /* Built twice, for AVX-512 machines and for any x86-64, and chosen when the
  * program starts (GCC's target_clones): the resampler's loops are written to
  * vectorise, and at -O2 for plain x86-64 they get 4-wide SSE only. */
@@ -445,13 +490,19 @@ kiln_status kiln_tf_apply(const kiln_image *im, const kiln_tf_box *b, const kiln
     axis_weights(&b->y, im->h, ky, fy, ny, wy);
     int band = block_bands(ow, fx, nx, bx, bn);
     block_weights(ow, kx, fx, nx, wx, bx, band, bw);
+    int wide = has_avx512f();
     int x0 = bx[0], x1 = bx[nb - 1] + bn[nb - 1];   /* the source columns any output column needs */
     int y0 = fy[0], y1 = fy[oh - 1] + ny[oh - 1]; /* the source rows any output row needs */
     for (int y = y0; y < y1; y++) {
         const uint8_t *src = im->px + (size_t)y * im->w * C;
         uint8_t *d = tmp + (size_t)(y - y0) * ow * C;
-        if (C == 1) pass_row(src, srcf, x0, x1, ow, 1, bx, bn, bw, band, d);
-        else pass_row(src, srcf, x0, x1, ow, 3, bx, bn, bw, band, d);
+        if (wide) {
+            if (C == 1) pass_row(src, srcf, x0, x1, ow, 1, bx, bn, bw, band, d, 1);
+            else pass_row(src, srcf, x0, x1, ow, 3, bx, bn, bw, band, d, 1);
+        } else {
+            if (C == 1) pass_row(src, srcf, x0, x1, ow, 1, bx, bn, bw, band, d, 0);
+            else pass_row(src, srcf, x0, x1, ow, 3, bx, bn, bw, band, d, 0);
+        }
     }
     size_t plane = (size_t)ow * oh, n = (size_t)ow * C;
     for (int y = 0; y < oh; y++) {
