@@ -456,9 +456,9 @@ static int has_avx512f(void) {
 #endif
 }
 
-/* Built twice, for AVX-512 machines and for any x86-64, and chosen when the
- * program starts (GCC's target_clones): the resampler's loops are written to
- * vectorise, and at -O2 for plain x86-64 they get 4-wide SSE only. */
+/* Built three times, for AVX-512, for AVX2 and for any x86-64, and chosen when
+ * the program starts (GCC's target_clones): the resampler's loops are written
+ * to vectorise, and at -O2 for plain x86-64 they get 4-wide SSE only. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
