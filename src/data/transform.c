@@ -370,11 +370,9 @@ __attribute__((always_inline)) static inline void pass_row(const uint8_t *src, f
         else block_sums8x2(m, p, bn[b], C, sums[0]);
         int n = out - b * LANES < LANES ? out - b * LANES : LANES;
         for (int c = 0; c < C; c++) {
-            float v[LANES];
             uint8_t u[LANES];
-            memcpy(v, sums[c], sizeof v);
 #pragma omp simd
-            for (int l = 0; l < LANES; l++) u[l] = round_u8(v[l]);
+            for (int l = 0; l < LANES; l++) u[l] = round_u8(sums[c][l]);
             memcpy(dst + (size_t)c * out + b * LANES, u, (size_t)n);
         }
     }
