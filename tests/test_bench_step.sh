@@ -32,6 +32,10 @@ check "resnet18: its parameters" test "$(field params)" = "11181642"
 expect 0 "resnet18 with 100 classes" -- "$KILN_BIN" bench step --model resnet18 --batch-size 2 --size 32 --num-classes 100 --steps 1 --warmup 0 --autotune off --json
 check "resnet18, 100 classes: fc 512x100 + 100" test "$(field params)" = "$((11181642 + 90 * 513))"
 
+expect 0 "--profile: the timed steps, not the warm-up" -- "$KILN_BIN" bench step --model mnist-cnn --batch-size 4 --steps 2 \
+    --warmup 3 --autotune off --profile
+check "--profile: over the 2 timed runs" grep -q "by kernel over 2 runs" "$T/out"
+
 expect 2 "an unknown model" "unknown model 'resnet9000'" -- "$KILN_BIN" bench step --model resnet9000
 expect 2 "batch 0" "--batch-size" -- "$KILN_BIN" bench step --batch-size 0
 expect 2 "bad --autotune" "--autotune" -- "$KILN_BIN" bench step --autotune maybe

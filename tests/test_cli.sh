@@ -100,6 +100,12 @@ expect 2 "--checkpoint-activations bogus" "--checkpoint-activations" "'bogus'" "
 expect 0 "--checkpoint-activations dropout" "arena" "MiB ->" -- \
     "$KILN" train --model mlp --checkpoint-activations dropout --max-steps 2 --no-test --workers 1 --no-autotune
 expect 0 "--accumulate trains" -- "$KILN" train --model mlp --accumulate 3 --batch-size 16 --max-steps 4 --no-test "${Q[@]}"
+# --profile times the steps after the first (its one-time costs would skew the breakdown), runs of micro-batches
+expect 0 "--profile: the steps after the first" "over 8 runs" "the first step left out" -- \
+    "$KILN" train --model mlp --accumulate 2 --batch-size 16 --max-steps 5 --no-test --no-autotune --workers 1 --profile
+expect 0 "--profile of a single step: that step" "over 2 runs" -- \
+    "$KILN" train --model mlp --accumulate 2 --batch-size 16 --max-steps 1 --no-test --no-autotune --workers 1 --profile
+check "--profile of a single step: nothing left out" sh -c "! grep -q 'left out' '$T/err'"
 expect 2 "--clip-grad-norm 0" "--clip-grad-norm" -- "$KILN" train --model mlp --clip-grad-norm 0 "${Q[@]}"
 expect 0 "--clip-grad-norm trains" -- "$KILN" train --model mlp --clip-grad-norm 0.5 --max-steps 5 --no-test "${Q[@]}"
 expect 2 "unknown model" "no-such-model" -- "$KILN" train --model no-such-model "${Q[@]}"

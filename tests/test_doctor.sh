@@ -7,7 +7,7 @@
 # (threads), a gpt that does not fit its memory budget (memory: activation
 # checkpointing). The gains are measured and printed, never asserted (short
 # windows on a shared machine). --apply prints the improved command and runs
-# it; bad use exits 2.
+# it; bad use exits 2. The phases of the breakdown add up to the step time.
 #
 # Needs $KILN_BIN, python3 and Debian's fashion-mnist and fortunes.
 set -u
@@ -38,6 +38,11 @@ print("bottleneck", d["bottleneck"], "remedies", [(m["flag"], m["value"], round(
 assert sys.argv[2] == "any" or d["bottleneck"] == sys.argv[2], d["bottleneck"]
 assert sys.argv[3] in flags, flags
 assert d["step"]["step_ms"] > 0 and len(d["top_kernels"]) == 3 and d["machine"]["fp32_peak_gflops"] > 0
+# the breakdown describes the steps the step time does (the first, with its one-time costs, left out of both)
+s = d["step"]
+parts = sum(s[k] for k in ("data_wait_ms", "forward_ms", "backward_ms", "optimizer_ms", "overhead_ms"))
+print("phases %.2f ms of a %.2f ms step" % (parts, s["step_ms"]))
+assert 0.5 * s["step_ms"] <= parts <= 1.1 * s["step_ms"], (parts, s["step_ms"])
 PYEOF
 }
 

@@ -130,6 +130,7 @@ typedef struct kiln_train_result {
     double train_time_s;        /* from compiling the plan to the last step (incl. autotuning) */
     double compile_time_s;      /* of which compiling, autotuning and starting the loader */
     double first_step_s;        /* of which the first step (first touches of memory, lazy kernel set-up) */
+    double first_step_wait_s;   /* the data-wait up to the first step's end (the loader's start included) */
     double images_per_s, data_wait_frac;
     double tokens_per_s;        /* the gpt: images_per_s x block (0 for the image models) */
     double final_loss;          /* the last step's */

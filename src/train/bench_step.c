@@ -60,6 +60,7 @@ static kiln_status bench_optimizer(const kiln_model *m, kiln_params *P, kiln_opt
 
 static kiln_status time_steps(const kiln_bench_step_config *c, kiln_plan *pl, kiln_optim *o, double *t) {
     for (int i = 0; i < c->warmup + c->steps; i++) {
+        if (c->profile && i == c->warmup && i > 0) kiln_plan_set_profile(pl, 1); /* the timed steps only */
         double t0 = kiln_bench_now_ms();
         kiln_plan_set_step(pl, (uint64_t)i);
         kiln_status st = kiln_plan_run(pl, c->batch);

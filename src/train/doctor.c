@@ -176,7 +176,9 @@ static kiln_status baseline(const kiln_train_config *c, int64_t steps, kiln_doct
     r->threads = res.threads;
     r->workers = res.workers;
     r->step_ms = step_wall_ms(&res);
-    r->data_wait_ms = 1e3 * res.data_wait_frac * res.train_time_s / (double)res.steps;
+    /* over the steps step_ms counts: the first (the loader's start, its first batch) left out as there */
+    double waited = res.data_wait_frac * res.train_time_s;
+    r->data_wait_ms = res.steps < 2 ? 1e3 * waited : 1e3 * (waited - res.first_step_wait_s) / (double)(res.steps - 1);
     if (r->data_wait_ms > r->step_ms) r->data_wait_ms = r->step_ms;
     r->fwd_ms = res.fwd_ms;
     r->bwd_ms = res.bwd_ms;
