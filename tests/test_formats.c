@@ -40,16 +40,20 @@ static int load_ints(const char *name, int64_t *v, int max) {
     return n;
 }
 
-/* every sample of the split against torchvision's tensors (tolerance tol) */
-static void against(const char *data, int train, const kiln_data_config *dc, const char *ref, double tol) {
+/* every sample of a split of `set` (cifar: 7 training and 3 test samples, idx: 5 and 3) against torchvision's
+ * tensors (tolerance tol) */
+static void against_set(const char *set, const char *data, int train, const kiln_data_config *dc, const char *ref,
+                        double tol) {
     kiln_dataset *ds = NULL;
     kiln_status st = kiln_dataset_open_config(data, train, dc, &ds);
     CHECK_MSG(st == KILN_OK, "%s: %s", ref, kiln_last_error());
     if (st != KILN_OK) return;
     int64_t labels[16];
-    int nl = load_ints(train ? "cifar_labels_train.txt" : "cifar_labels_test.txt", labels, 16);
+    char lname[64];
+    snprintf(lname, sizeof lname, "%s_labels_%s.txt", set, train ? "train" : "test");
+    int nl = load_ints(lname, labels, 16);
     int64_t numel = kiln_shape_numel(ds->sample_ndim, ds->sample_shape);
-    CHECK(ds->len == nl && ds->len == (train ? 7 : 3) && ds->num_classes == 10);
+    CHECK(ds->len == nl && ds->len == (train ? (strcmp(set, "idx") ? 7 : 5) : 3) && ds->num_classes == 10);
     float *want = load_f32(ref, (size_t)(ds->len * numel)), *x = malloc((size_t)numel * 4);
     double worst = 0;
     for (int64_t i = 0; want && i < ds->len; i++) {
@@ -65,6 +69,10 @@ static void against(const char *data, int train, const kiln_data_config *dc, con
     free(want);
     free(x);
     kiln_dataset_free(ds);
+}
+
+static void against(const char *data, int train, const kiln_data_config *dc, const char *ref, double tol) {
+    against_set("cifar", data, train, dc, ref, tol);
 }
 
 static kiln_data_config norm3(void) {
@@ -122,6 +130,32 @@ static void test_cifar_flip_rrc(void) {
     CHECK_OK(kiln_dataset_open_config("cifar10:" FIX "cifar", 0, &dc, &test)); /* Resize(24) + CenterCrop(24) */
     CHECK(test && test->sample_shape[1] == 24 && test->sample_shape[2] == 24);
     kiln_dataset_free(test);
+}
+
+/* IDX data through the image transforms, against torchvision's FashionMNIST over the same files */
+static void test_idx_transforms(void) {
+    const char *data = FIX "idx";
+    kiln_data_config dc = kiln_data_defaults();
+    dc.resize = 32, dc.channels = 3;
+    CHECK_OK(kiln_data_parse_normalize("0.3,0.4,0.5/0.2,0.25,0.3", &dc));
+    against_set("idx", data, 1, &dc, "idx_resize3_train.f32", 1.0 / 255 + 1e-6);
+    against_set("idx", data, 0, &dc, "idx_resize3_test.f32", 1.0 / 255 + 1e-6);
+    dc = kiln_data_defaults(); /* a crop resamples nothing: exact, with IDX's default normalisation */
+    dc.center_crop = 20;
+    against_set("idx", data, 1, &dc, "idx_crop_train.f32", 1e-6);
+    against_set("idx", data, 0, &dc, "idx_crop_test.f32", 1e-6);
+    /* RandomResizedCrop and a flip: the shape, and the same batches for 0 and 2 workers */
+    dc = kiln_data_defaults();
+    CHECK_OK(kiln_data_parse_rrc("24", &dc));
+    dc.hflip = 1, dc.channels = 3;
+    kiln_dataset *ds = NULL;
+    CHECK_OK(kiln_dataset_open_config(data, 1, &dc, &ds));
+    if (!ds) return;
+    CHECK(ds->sample_shape[0] == 3 && ds->sample_shape[1] == 24 && ds->sample_shape[2] == 24);
+    int e0 = 0, e2 = 0;
+    uint64_t h0 = loader_hash(ds, 0, 2, NULL, &e0), h2 = loader_hash(ds, 2, 2, NULL, &e2);
+    CHECK_MSG(!e0 && !e2 && h0 == h2, "IDX RandomResizedCrop batches differ for 0 and 2 workers: %s", kiln_last_error());
+    kiln_dataset_free(ds);
 }
 
 /* ---------- CIFAR errors ---------- */
@@ -446,6 +480,7 @@ int main(void) {
     kiln_log_set_level(KILN_LOG_OFF);
     test_cifar_values();
     test_cifar_flip_rrc();
+    test_idx_transforms();
     test_cifar_errors();
     test_tokens_read();
     test_tokens_loader();

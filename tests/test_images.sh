@@ -5,7 +5,7 @@
 # deterministic transforms, splits a class-folder layout with --val-split;
 # bad input exits 2 naming what is wrong: a corrupt file met by a loader
 # worker (or by the training thread with --workers 0), samples the model
-# cannot take, transforms on IDX data, malformed transform options, pack's
+# cannot take, transforms on IDX data (and what IDX data refuses), malformed transform options, pack's
 # options for shards given to another format (shards: test_shards.sh);
 # `kiln bench loader` gives a JSON line per workers
 # value and exits 2 on bad options.
@@ -143,7 +143,12 @@ expect 2 "--trace into a missing folder" "$T/no/such/trace.json" -- "$KILN" trai
 expect 2 "--workers lots" "--workers" -- "$KILN" train "${Q[@]}" --data "$T/jpg" --workers lots
 
 # ---- option errors ----
-expect 2 "transforms on IDX data" "IDX data" "--resize" -- "$KILN" train "${Q[@]}" --data "$T/idx" --resize 28 --max-steps 1
+expect 0 "transforms on IDX data (resnet20's input from 28x28 grey)" -- "$KILN" train "${Q[@]}" --model resnet20 --data "$T/idx" \
+    --resize 32 --channels 3 --hflip --batch-size 8 --max-steps 2 --no-test
+expect 2 "--val-split on IDX data" "IDX data" "--val-split" -- "$KILN" train "${Q[@]}" --data "$T/idx" --val-split 0.1 --max-steps 1
+expect 2 "three means for one IDX channel" "IDX data" "--channels 3" -- "$KILN" train "${Q[@]}" --data "$T/idx" \
+    --normalize 0.1,0.2,0.3/0.3,0.3,0.3 --max-steps 1
+expect 2 "a crop larger than the IDX images" "idx train" "crop is larger" -- "$KILN" train "${Q[@]}" --data "$T/idx" --center-crop 40 --max-steps 1
 expect 2 "a malformed --normalize" "--normalize" "imagenet" -- "$KILN" train "${Q[@]}" --data "$T/jpg" --normalize 0.5,0.5
 expect 2 "a malformed --random-resized-crop" "--random-resized-crop" -- "$KILN" train "${Q[@]}" --data "$T/jpg" \
     --random-resized-crop 28,0.9,0.1

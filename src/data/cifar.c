@@ -8,7 +8,6 @@
  * for, else through the image folders' transform code (transform.c). */
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +15,7 @@
 #include <unistd.h>
 #include "base/internal/file.h"
 #include "data/internal/folder.h"
-#include "data/internal/transform.h"
+#include "data/internal/raw_transform.h"
 
 #define CIFAR_SIDE 32
 #define CIFAR_PLANE (CIFAR_SIDE * CIFAR_SIDE)
@@ -28,21 +27,13 @@
 #define CIFAR_MAX_FILE ((int64_t)1 << 31)
 #define CIFAR_SOURCE "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
 
-/* a thread's buffers for the transform path: the image as HWC, the resampler's scratch */
-typedef struct scratch {
-    uint8_t hwc[CIFAR_PIXELS];
-    kiln_tf_scratch tf;
-    struct scratch *next;
-} scratch;
-
 typedef struct cifar {
     kiln_dataset ds;
     uint8_t *pixels; /* [len, 3, 32, 32] */
     uint8_t *labels; /* [len] */
     kiln_tf tf;
     int direct;      /* no resize or crop: only the table (and the flip) */
-    pthread_mutex_t mu;
-    scratch *pool;   /* free scratch buffers, one per thread that ever needed one */
+    kiln_raw_pool pool;
     char name[PATH_MAX + 32];
 } cifar;
 
@@ -66,31 +57,16 @@ static void write_direct(const cifar *d, const uint8_t *p, int flip, float *x) {
     }
 }
 
-static scratch *take(cifar *d) {
-    pthread_mutex_lock(&d->mu);
-    scratch *s = d->pool;
-    if (s) d->pool = s->next;
-    pthread_mutex_unlock(&d->mu);
-    return s ? s : calloc(1, sizeof *s);
-}
-
-static void give(cifar *d, scratch *s) {
-    pthread_mutex_lock(&d->mu);
-    s->next = d->pool;
-    d->pool = s;
-    pthread_mutex_unlock(&d->mu);
-}
-
 /* resize and crops: the sample as an HWC image through kiln_tf_apply */
 static kiln_status write_transformed(cifar *d, const uint8_t *p, const kiln_tf_box *b, float *x) {
-    scratch *s = take(d);
+    kiln_raw_buf *s = kiln_raw_pool_take(&d->pool);
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", d->name);
     int C = d->tf.channels;
     for (size_t i = 0; i < CIFAR_PLANE; i++)
         for (int c = 0; c < C; c++) s->hwc[i * C + c] = C == 1 ? grey(p, i) : p[(size_t)c * CIFAR_PLANE + i];
     kiln_image im = {s->hwc, CIFAR_SIDE, CIFAR_SIDE, C};
     kiln_status st = kiln_tf_apply(&im, b, &d->tf, &s->tf, x, NULL);
-    give(d, s);
+    kiln_raw_pool_give(&d->pool, s);
     return st;
 }
 
@@ -110,13 +86,7 @@ static kiln_status cifar_get(const kiln_dataset *ds, int64_t index, uint64_t key
 
 static void cifar_destroy(kiln_dataset *ds) {
     cifar *d = ds->impl;
-    while (d->pool) {
-        scratch *s = d->pool;
-        d->pool = s->next;
-        kiln_tf_scratch_free(&s->tf);
-        free(s);
-    }
-    pthread_mutex_destroy(&d->mu);
+    kiln_raw_pool_free(&d->pool);
     free(d->pixels);
     free(d->labels);
     free(d);
@@ -228,20 +198,8 @@ static kiln_status check_config(const kiln_data_config *dc, const char *dir) {
 
 /* the sample shape: the deterministic transforms of a 32x32 image (a crop too large fails here, at open) */
 static kiln_status shape(cifar *d) {
-    kiln_tf fixed = d->tf;
-    fixed.random = fixed.hflip = 0;
-    kiln_tf_box b;
-    kiln_status st = kiln_tf_plan(&fixed, CIFAR_SIDE, CIFAR_SIDE, 0, d->name, &b);
-    if (st != KILN_OK) return st;
-    if (d->tf.random) b.x.out = b.y.out = d->tf.rrc;
     d->ds.sample_ndim = 3;
-    d->ds.sample_shape[0] = d->tf.channels;
-    d->ds.sample_shape[1] = b.y.out;
-    d->ds.sample_shape[2] = b.x.out;
-    /* an identity box (no resize, no crop, or ones that change nothing) needs no resampling */
-    d->direct = !d->tf.random && b.x.out == CIFAR_SIDE && b.y.out == CIFAR_SIDE && b.x.s == 1 && b.y.s == 1 && !b.x.off &&
-                !b.y.off;
-    return KILN_OK;
+    return kiln_raw_shape(&d->tf, CIFAR_SIDE, CIFAR_SIDE, d->name, d->ds.sample_shape, &d->direct);
 }
 
 kiln_status kiln_cifar_open_files(const char *const *files, int n, const char *name, int train, const kiln_data_config *dc,
@@ -250,7 +208,7 @@ kiln_status kiln_cifar_open_files(const char *const *files, int n, const char *n
     if (n < 1 || n > CIFAR_TRAIN_FILES) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: %d batch files (1..%d)", name, n, CIFAR_TRAIN_FILES);
     cifar *d = calloc(1, sizeof *d);
     if (!d) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", name);
-    pthread_mutex_init(&d->mu, NULL);
+    kiln_raw_pool_init(&d->pool, CIFAR_PIXELS);
     snprintf(d->name, sizeof d->name, "%s", name);
     d->ds = (kiln_dataset){.name = d->name, .num_classes = CIFAR_CLASSES, .get = cifar_get, .destroy = cifar_destroy,
                            .impl = d};

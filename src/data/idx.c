@@ -5,7 +5,10 @@
  * and the data the header claims must fit what the file can hold (exactly,
  * when plain; within deflate's greatest ratio, when gzipped) before anything
  * is allocated. Pixels stay uint8 in memory (47 MB for the Fashion-MNIST
- * train split instead of 188 MB as float) and are normalised by `get`. */
+ * train split instead of 188 MB as float) and are normalised by `get`:
+ * through a table alone, or, when resizes, crops, flips or three channels are
+ * asked for (as torchvision's FashionMNIST takes any transform of its PIL
+ * image), through the image folders' transform code (raw_transform.h). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -16,6 +19,7 @@
 #include <zlib.h>
 #include "base/internal/file.h"
 #include "data/internal/folder.h"
+#include "data/internal/raw_transform.h"
 #include "data/internal/source.h"
 #include "kiln/data.h"
 
@@ -33,7 +37,11 @@ typedef struct idx_impl {
     uint8_t *pixels; /* [len, rows, cols] */
     uint8_t *labels; /* [len] */
     int64_t numel;   /* rows * cols */
+    int rows, cols;
     float lut[256];  /* normalised value of each pixel value */
+    kiln_tf tf;      /* the transforms, when any (get is idx_get_tf) */
+    kiln_raw_pool pool;
+    int transformed; /* the pool was made */
     char name[PATH_MAX + 16];
 } idx_impl;
 
@@ -49,6 +57,28 @@ static kiln_status idx_get(const kiln_dataset *ds, int64_t index, uint64_t key, 
     return KILN_OK;
 }
 
+/* a resize, crop, flip or three channels: the grey sample as an HWC image through kiln_tf_apply */
+static kiln_status idx_get_tf(const kiln_dataset *ds, int64_t index, uint64_t key, float *x, int32_t *y) {
+    idx_impl *d = ds->impl;
+    if (index < 0 || index >= ds->len)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: sample %lld is out of range (0..%lld)", d->name, (long long)index,
+                         (long long)ds->len - 1);
+    kiln_tf_box b;
+    kiln_status st = kiln_tf_plan(&d->tf, d->cols, d->rows, key, d->name, &b);
+    if (st != KILN_OK) return st;
+    kiln_raw_buf *buf = kiln_raw_pool_take(&d->pool);
+    if (!buf) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", d->name);
+    const uint8_t *p = d->pixels + index * d->numel;
+    int C = d->tf.channels; /* 3: the grey value thrice, as PIL's convert('RGB') */
+    for (int64_t i = 0; i < d->numel; i++)
+        for (int c = 0; c < C; c++) buf->hwc[i * C + c] = p[i];
+    kiln_image im = {buf->hwc, d->cols, d->rows, C};
+    st = kiln_tf_apply(&im, &b, &d->tf, &buf->tf, x, NULL);
+    kiln_raw_pool_give(&d->pool, buf);
+    *y = d->labels[index];
+    return st;
+}
+
 /* the raw pixels and labels, for kiln pack (data/internal/idx.h) */
 static void idx_destroy(kiln_dataset *ds);
 
@@ -57,13 +87,14 @@ kiln_status kiln_idx_raw(const kiln_dataset *ds, const uint8_t **pixels, const u
     const idx_impl *d = ds->impl;
     *pixels = d->pixels;
     *labels = d->labels;
-    *rows = (int)ds->sample_shape[1];
-    *cols = (int)ds->sample_shape[2];
+    *rows = d->rows; /* the stored images' (the sample shape is the transforms') */
+    *cols = d->cols;
     return KILN_OK;
 }
 
 static void idx_destroy(kiln_dataset *ds) {
     idx_impl *d = ds->impl;
+    if (d->transformed) kiln_raw_pool_free(&d->pool);
     free(d->pixels);
     free(d->labels);
     free(d);
@@ -278,6 +309,8 @@ kiln_status kiln_dataset_idx_open(const char *images_path, const char *labels_pa
     d->pixels = pixels;
     d->labels = labels;
     d->numel = (int64_t)idims[1] * idims[2];
+    d->rows = (int)idims[1];
+    d->cols = (int)idims[2];
     /* the exact float32 expression of torchvision's ToTensor + Normalize */
     for (int p = 0; p < 256; p++) d->lut[p] = ((float)p / 255.0f - mean) / std;
     snprintf(d->name, sizeof d->name, "%s", images_path);
@@ -336,16 +369,42 @@ static kiln_status check_config(const kiln_data_config *dc) {
     return KILN_OK;
 }
 
-/* IDX data is 28x28 grey already: only normalisation applies */
+/* IDX data has its own test split and is in memory already: --val-split and --cache do not apply */
 static kiln_status check_idx_config(const kiln_data_config *dc, const char *folder) {
-    if (dc->resize || dc->center_crop || dc->random_resized_crop || dc->hflip || dc->val_split > 0)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "%s is IDX data: --resize, --center-crop, --random-resized-crop, --hflip and "
-                         "--val-split apply to image folders", folder);
-    if (dc->channels == 3) return kiln_fail(KILN_ERR_INVALID_ARG, "%s is IDX data (grey): --channels 3 applies to image folders", folder);
+    if (dc->val_split > 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s is IDX data with its own test split (t10k-*): --val-split applies to image "
+                         "folders", folder);
     if (dc->cache && dc->cache[0])
         return kiln_fail(KILN_ERR_INVALID_ARG, "%s is IDX data (decoded already, in memory): --cache applies to image folders and shards", folder);
-    if (dc->normalize > 1)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "%s is IDX data (one channel): --normalize takes one mean and one std (m/s)", folder);
+    if (dc->normalize > 1 && dc->channels != 3)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s is IDX data (one channel): --normalize takes one mean and one std (m/s), "
+                         "or three with --channels 3", folder);
+    return KILN_OK;
+}
+
+/* any transform beyond the table: a resize, a crop, a flip, three channels */
+static int idx_transformed(const kiln_data_config *dc) {
+    return dc->resize || dc->center_crop || dc->random_resized_crop || dc->hflip || dc->channels == 3;
+}
+
+/* switches an opened IDX dataset to the transform path; normalisation as the table's (mean, std) unless given */
+static kiln_status idx_set_transforms(idx_impl *d, const kiln_data_config *dc, int train, float mean, float std) {
+    kiln_data_config t = *dc;
+    if (!t.normalize) {
+        t.normalize = 1;
+        for (int c = 0; c < 3; c++) {
+            t.mean[c] = mean;
+            t.std[c] = std;
+        }
+    }
+    if (!t.channels) t.channels = 1;
+    kiln_tf_init(&d->tf, &t, train);
+    int direct;
+    kiln_status st = kiln_raw_shape(&d->tf, d->cols, d->rows, d->name, d->ds.sample_shape, &direct);
+    if (st != KILN_OK) return st;
+    kiln_raw_pool_init(&d->pool, (size_t)d->numel * (size_t)d->tf.channels);
+    d->transformed = 1;
+    d->ds.get = idx_get_tf;
     return KILN_OK;
 }
 
@@ -397,7 +456,11 @@ kiln_status kiln_dataset_open_config(const char *name_or_folder, int train, cons
     if (st != KILN_OK) return st;
     idx_impl *d = (*out)->impl;
     snprintf(d->name, sizeof d->name, "%s %s", named ? name_or_folder : folder, train ? "train" : "test");
-    return KILN_OK;
+    if (idx_transformed(&dc) && (st = idx_set_transforms(d, &dc, train, mean, std)) != KILN_OK) {
+        kiln_dataset_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 void kiln_dataset_free(kiln_dataset *ds) {

@@ -13,6 +13,14 @@ makes of the same arrays. Writes tests/ref/fixtures/formats/:
           norm3      ToTensor, Normalize((0.49, 0.48, 0.45), (0.25, 0.24, 0.26))
           grey       convert('L'), ToTensor, Normalize((0.5,), (0.25,))
           resize     Resize(20), CenterCrop(16), ToTensor (antialiased shrink; test split)
+  idx/{train,t10k}-{images-idx3,labels-idx1}-ubyte
+        IDX files of random 28x28 grey images (5 training, 3 test) and labels
+  idx_<case>_<split>.f32, idx_labels_<split>.txt
+        float32 [n, C, H, W]: torchvision's own FashionMNIST reader over those files,
+        with these transforms of its PIL image (mode L):
+          resize3    Resize(32), Grayscale(3), ToTensor, Normalize((0.3, 0.4, 0.5), (0.2, 0.25, 0.3))
+          crop       CenterCrop(20), ToTensor, Normalize((0.1307,), (0.3081,)) (kiln's default
+                     normalisation of IDX data)
   tokens.bin   llm.c's token file: 256 int32 (magic 20240520, version 1, count), uint16 tokens
   tokens.txt   the same tokens as text, one line (the test's independent copy)
   jpeg/*.jpg   JPEGs PIL encoded (quality 90) from seeded smooth-plus-noise arrays, for
@@ -72,6 +80,39 @@ def cifar(rng):
     expected(splits["test"][1], resize, "cifar_resize_test.f32")
 
 
+def idx(rng):
+    import shutil
+    import struct
+    import tempfile
+
+    import torchvision
+
+    d = os.path.join(OUT, "idx")
+    os.makedirs(d, exist_ok=True)
+    root = tempfile.mkdtemp()
+    raw = os.path.join(root, "FashionMNIST", "raw")
+    os.makedirs(raw)
+    for split, n in (("train", 5), ("t10k", 3)):
+        pixels = rng.integers(0, 256, (n, 28, 28)).astype(np.uint8)
+        labels = rng.integers(0, 10, n).astype(np.uint8)
+        for kind, head, body in (("images-idx3", struct.pack(">IIII", 0x803, n, 28, 28), pixels),
+                                 ("labels-idx1", struct.pack(">II", 0x801, n), labels)):
+            for folder in (d, raw):
+                with open(os.path.join(folder, f"{split}-{kind}-ubyte"), "wb") as f:
+                    f.write(head + body.tobytes())
+    cases = {"resize3": T.Compose([T.Resize(32), T.Grayscale(3), T.ToTensor(),
+                                   T.Normalize((0.3, 0.4, 0.5), (0.2, 0.25, 0.3))]),
+             "crop": T.Compose([T.CenterCrop(20), T.ToTensor(), T.Normalize((0.1307,), (0.3081,))])}
+    for split, train in (("train", True), ("test", False)):
+        for case, tf in cases.items():
+            ds = torchvision.datasets.FashionMNIST(root, train=train, transform=tf, download=False)
+            torch.stack([ds[i][0] for i in range(len(ds))]).numpy().astype(np.float32).tofile(
+                os.path.join(OUT, f"idx_{case}_{split}.f32"))
+        with open(os.path.join(OUT, f"idx_labels_{split}.txt"), "w") as f:
+            f.write(" ".join(str(int(ds[i][1])) for i in range(len(ds))) + "\n")
+    shutil.rmtree(root)
+
+
 def tokens(rng):
     toks = rng.integers(0, 50257, 1000).astype(np.uint16)
     header = np.zeros(256, dtype=np.int32)
@@ -104,6 +145,7 @@ def main():
     cifar(rng)
     tokens(rng)
     jpegs(rng)
+    idx(rng)
     print(f"wrote {OUT}")
 
 
