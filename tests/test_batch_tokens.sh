@@ -16,7 +16,8 @@ set -u
 harness_init test_batch_tokens
 export KILN_CACHE_DIR=
 F=/usr/share/games/fortunes
-G=(--model gpt --layers 2 --heads 2 --dim 64 --block 64 --optimizer adamw --lr 3e-3 --no-test --threads 2 --workers 1)
+# --no-autotune: runs that must agree to the bit take the same matmul forms (linear_tune.c) without a shared cache
+G=(--model gpt --layers 2 --heads 2 --dim 64 --block 64 --optimizer adamw --lr 3e-3 --no-test --no-autotune --threads 2 --workers 1)
 
 expect 0 "tokenize the fortunes, one document each" -- "$KILN_BIN" tokenize --from "$F/fortunes" "$F/literature" "$F/science" \
     --to "$T/f.tokens" --val-fraction 0.1 --doc-separator % --json

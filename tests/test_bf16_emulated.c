@@ -65,7 +65,7 @@ static void test_linear(int w_kn) {
             }
         }
         kiln_dnnl_linear *l = NULL;
-        kiln_status st = kiln_dnnl_linear_new(n, in, out, w_kn, 1, 0, 1, 1, mode, &l);
+        kiln_status st = kiln_dnnl_linear_new(n, in, out, w_kn, 1, 0, 1, 1, mode, 0, &l);
         if (mode == KILN_DN_BF16 && st != KILN_OK) {
             printf("%s: no native bf16 kernel on this CPU (%s): only emulated bf16 checked\n", w_kn ? "matmul" : "linear",
                    kiln_last_error());

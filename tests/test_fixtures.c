@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "graph/internal/graph.h" /* kiln_params_has_grad_mut: the optimizer test has no plan */
 #include "kernels/cpu/cpu_internal.h" /* kiln_cpu_attention_force_portable */
+#include "kernels/dnnl/internal/linear.h" /* the forms the linear autotuner chooses among */
 #include "kernels/internal/dnnl_ops.h"
 #include "kernels/internal/kernels.h"
 #include "kiln/graph.h"
@@ -298,6 +299,38 @@ out:
     kiln_st_close(f);
 }
 
+/* every form of every direction (linear.h: operands copied dense or with padded rows, the autotuner's candidates)
+ * gives PyTorch's values, writing and adding: fwd and bwd_data take 2 forms, bwd_weight 4 */
+static void linear_forms(const char *fxname, int64_t n, int64_t in, int64_t outn, int w_kn, float *const f[4],
+                         const double *const want[3]) {
+    kiln_dnnl_linear *l = NULL;
+    CHECK_OK(kiln_dnnl_linear_new(n, in, outn, w_kn, 1, 0, 1, 1, 0, 0, &l));
+    if (!l) return;
+    const float *fx = f[0], *fw = f[1], *fb = f[2], *fdy = f[3];
+    int64_t size[3] = {n * outn, n * in, outn * in}, made = 0;
+    void *ws = kiln_alloc(kiln_dnnl_linear_workspace(l) + 64);
+    float *g = fbuf(n * (in > outn ? in : outn) + in * outn);
+    double *twice = dbuf(n * (in > outn ? in : outn) + in * outn);
+    for (int dir = 0; dir < L_NDIR; dir++)
+        for (int form = 0; form < KILN_LINEAR_FORMS; form++) {
+            if (!l->p[L_PRIM(dir, form, 0)]) continue;
+            made++;
+            const float *a = dir == L_DIR_BD ? fdy : fx, *b = dir == L_DIR_FWD ? fw : dir == L_DIR_BD ? fw : fdy;
+            char what[48];
+            snprintf(what, sizeof what, "dir %d form %d", dir, form);
+            CHECK_OK(kiln_dnnl_linear_call(l, dir, form, a, b, dir == L_DIR_FWD ? fb : NULL, g, 0, ws));
+            CMP_F(what, g, want[dir], size[dir]);
+            if (dir == L_DIR_FWD) continue; /* forward never adds */
+            CHECK_OK(kiln_dnnl_linear_call(l, dir, form, a, b, NULL, g, 1, ws));
+            for (int64_t i = 0; i < size[dir]; i++) twice[i] = 2 * want[dir][i];
+            snprintf(what, sizeof what, "dir %d form %d, added", dir, form);
+            CMP_F(what, g, twice, size[dir]);
+        }
+    CHECK_MSG(made == 8, "%s: %lld forms made, expected 2 + 2 + 4", fxname, (long long)made);
+    kiln_free(ws), kiln_free(g), free(twice);
+    kiln_dnnl_linear_free(l);
+}
+
 /* linear (w [O,I]) or matmul (w [I,O], HF Conv1D) over x [..., I] */
 static void test_linear(const char *fxname, int w_kn) {
     kiln_st_file *f = fx_open(fxname);
@@ -331,7 +364,7 @@ static void test_linear(const char *fxname, int w_kn) {
     float *fx = fcopy(x, n * in), *fw = fcopy(w, outn * in), *fb = fcopy(b, outn), *fdy = fcopy(dy, n * outn);
     float *gy = fbuf(n * outn), *gdx = fbuf(n * in), *gdw = fbuf(outn * in), *gdb = fbuf(outn);
     kiln_dnnl_linear *l = NULL;
-    CHECK_OK(kiln_dnnl_linear_new(n, in, outn, w_kn, 1, 0, 1, 1, 0, &l));
+    CHECK_OK(kiln_dnnl_linear_new(n, in, outn, w_kn, 1, 0, 1, 1, 0, 0, &l));
     if (l) {
         CHECK_OK(kiln_dnnl_linear_fwd(l, fx, fw, fb, gy, NULL));
         CHECK_OK(kiln_dnnl_linear_bwd_data(l, fdy, fw, gdx, 0, NULL));
@@ -342,6 +375,9 @@ static void test_linear(const char *fxname, int w_kn) {
         CMP_F("db", gdb, db, outn);
         kiln_dnnl_linear_free(l);
     }
+    float *const ops[4] = {fx, fw, fb, fdy};
+    const double *const want[3] = {y, dx, dw};
+    linear_forms(fxname, n, in, outn, w_kn, ops, want);
     kiln_free(fx), kiln_free(fw), kiln_free(fb), kiln_free(fdy);
     kiln_free(gy), kiln_free(gdx), kiln_free(gdw), kiln_free(gdb);
 out:

@@ -86,7 +86,6 @@ kiln_status kiln_cpu_conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc)
 static int w_kn_of(const kiln_step *s) { return s->op == KILN_OP_MATMUL; }
 
 static kiln_status weighted_make(kiln_step *s, const kiln_prep *p, int bf16) {
-    (void)p;
     const kiln_tdesc *x = &s->in[0], *w = &s->in[1];
     int w_kn = w_kn_of(s);
     int64_t in = w->shape[w_kn ? 0 : 1], out = w->shape[w_kn ? 1 : 0];
@@ -94,7 +93,8 @@ static kiln_status weighted_make(kiln_step *s, const kiln_prep *p, int bf16) {
     kiln_op bwd_weight = w_kn ? KILN_OP_MATMUL_BWD_WEIGHT : KILN_OP_LINEAR_BWD_WEIGHT;
     kiln_dnnl_linear *l;
     kiln_status st = kiln_dnnl_linear_new(x->numel / in, in, out, w_kn, s->nin > 2, s->epilogue == KILN_EPI_RELU,
-                                          kiln_step_has_bwd(s, bwd_data), kiln_step_has_bwd(s, bwd_weight), bf16, &l);
+                                          kiln_step_has_bwd(s, bwd_data), kiln_step_has_bwd(s, bwd_weight), bf16,
+                                          p->o->autotune, &l);
     if (st != KILN_OK) return st;
     s->kobj = l;
     s->owns_kobj = 1;

@@ -442,6 +442,19 @@ static int over_process_budget(void) {
     return over;
 }
 
+int kiln_autotune_budget_spent(void) {
+    pthread_mutex_lock(&lock);
+    int over = spent_s >= process_budget_s;
+    pthread_mutex_unlock(&lock);
+    return over;
+}
+
+void kiln_autotune_spend(double seconds) {
+    pthread_mutex_lock(&lock);
+    spent_s += seconds;
+    pthread_mutex_unlock(&lock);
+}
+
 static kiln_status choose_dir(kiln_dnnl_conv *c, int dir, probe *p, int *remembered, int *timed) {
     if (c->o.autotune && remake(c, dir)) {
         *remembered = 1;

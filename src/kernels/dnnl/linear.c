@@ -9,6 +9,14 @@
  *   forward      y[n,o]  = x[n,i] . w[i,o]
  *   bwd data     dx[n,i] = dy[n,o] . w^T  (w seen as [o,i] with strides {1,o})
  *   bwd weight   dw[i,o] = x^T[i,n] . dy[n,o]  (x seen as [i,n] with strides {1,i})
+ * Backward-weights reads one operand transposed (x^T or dy^T), which oneDNN's
+ * gemm does at half speed for some shapes (Zen 3, AVX2: 7 ms for 1024x1024x256
+ * against 3-4 ms untransposed), and every direction's weights operand is a
+ * plan tensor whose rows may be a power of two of floats apart, which slows
+ * the same gemm as much. So each direction comes in forms (linear.h): an
+ * operand copied into the workspace first (a oneDNN reorder: dense, or with
+ * padded rows), or not; linear_tune.c times them on the real shape and keeps
+ * the fastest.
  * Accumulation (grad = None rule, later contributions) is a sum post-op. The
  * bias gradient is a column sum done by kiln's own kernel. In bf16 (mixed
  * precision) src and weights of every primitive are bf16 copies made by a
@@ -21,33 +29,23 @@
  * reads only its own row of dy). */
 #include <stdlib.h>
 #include <string.h>
-#include "kernels/dnnl/internal/dnnl_util.h"
-#include "kernels/internal/dnnl_ops.h"
-
-enum { L_FWD, L_BD, L_BD_ACC, L_BW, L_BW_ACC, L_BD_BLK, L_BD_TAIL, L_N };
-
-struct kiln_dnnl_linear {
-    int64_t n, in, out;
-    int has_bias, w_kn, bf16;
-    dnnl_primitive_t p[L_N];
-    kiln_dn_arg op[L_N][2];  /* src, weights per primitive (converted to bf16 when bf16) */
-    dnnl_memory_t m[L_N][2]; /* bias, dst */
-    size_t ws;
-    int64_t blk;   /* in-place backward-data: rows per block (0: not made) */
-    size_t blk_off; /* its block buffer in the workspace */
-};
+#include "kernels/dnnl/internal/linear.h"
 
 static void md2(dnnl_memory_desc_t *md, int64_t r, int64_t c, int64_t sr, int64_t sc) {
     dnnl_dims_t d = {r, c}, s = {sr, sc};
     dnnl_memory_desc_init_by_strides(md, 2, d, dnnl_f32, s);
 }
 
+/* the primitive `which`; form bit 0: it reads src as a dense row-major copy, bit 1: weights as a copy with padded
+ * rows (each made by a reorder into the workspace) */
 static kiln_status make(kiln_dnnl_linear *l, int which, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei,
-                        const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst, int sum, int relu) {
+                        const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst, int sum, int relu, int form) {
     dnnl_matmul_desc_t desc;
-    dnnl_memory_desc_t src_p = *src, wei_p = *wei;
-    kiln_dn_md_operand(src, l->bf16, &src_p);
-    kiln_dn_md_operand(wei, l->bf16, &wei_p);
+    dnnl_memory_desc_t src_p = *src, wei_p = *wei, dense, padded;
+    md2(&dense, src->dims[0], src->dims[1], src->dims[1], 1);
+    md2(&padded, wei->dims[0], wei->dims[1], wei->dims[1] + KILN_LINEAR_PAD, 1);
+    kiln_dn_md_operand(form & 1 ? &dense : src, l->bf16, &src_p);
+    kiln_dn_md_operand(form & 2 ? &padded : wei, l->bf16, &wei_p);
     DN_TRY(dnnl_matmul_desc_init(&desc, &src_p, &wei_p, bias, dst));
     dnnl_primitive_attr_t attr = NULL;
     if (sum || relu) {
@@ -92,7 +90,7 @@ static kiln_status make_in_place(kiln_dnnl_linear *l) {
         if (!rows) continue;
         md2(&dy, rows, l->out, l->out, 1);
         md2(&dx, rows, l->in, l->in, 1);
-        kiln_status st = make(l, k ? L_BD_TAIL : L_BD_BLK, &dy, &w_oi, NULL, &dx, 0, 0);
+        kiln_status st = make(l, k ? L_BD_TAIL : L_BD_BLK, &dy, &w_oi, NULL, &dx, 0, 0, 0);
         if (st != KILN_OK) return st;
     }
     l->blk = blk;
@@ -102,7 +100,7 @@ static kiln_status make_in_place(kiln_dnnl_linear *l) {
 }
 
 kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int w_kn, int has_bias, int fuse_relu,
-                                 int need_bwd_data, int need_bwd_weight, int bf16, kiln_dnnl_linear **res) {
+                                 int need_bwd_data, int need_bwd_weight, int bf16, int autotune, kiln_dnnl_linear **res) {
     *res = NULL;
     kiln_status st = kiln_dnnl_init();
     if (st != KILN_OK) return st;
@@ -131,12 +129,16 @@ kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int w_kn, i
         bw_dst = w_oi;
     }
     l->w_kn = w_kn;
-    st = make(l, L_FWD, &x, &w_io, has_bias ? &b : NULL, &y, 0, fuse_relu);
-    if (st == KILN_OK && need_bwd_data) st = make(l, L_BD, &y, &w_oi, NULL, &x, 0, 0);
-    if (st == KILN_OK && need_bwd_data) st = make(l, L_BD_ACC, &y, &w_oi, NULL, &x, 1, 0);
+    for (int f = 0; f < KILN_LINEAR_FORMS && st == KILN_OK; f += 2) {
+        st = make(l, L_PRIM(L_DIR_FWD, f, 0), &x, &w_io, has_bias ? &b : NULL, &y, 0, fuse_relu, f);
+        for (int acc = 0; acc < 2 && st == KILN_OK && need_bwd_data; acc++)
+            st = make(l, L_PRIM(L_DIR_BD, f, acc), &y, &w_oi, NULL, &x, acc, 0, f);
+    }
     if (st == KILN_OK && need_bwd_data && in == out && !bf16) st = make_in_place(l);
-    if (st == KILN_OK && need_bwd_weight) st = make(l, L_BW, &bw_src, &bw_wei, NULL, &bw_dst, 0, 0);
-    if (st == KILN_OK && need_bwd_weight) st = make(l, L_BW_ACC, &bw_src, &bw_wei, NULL, &bw_dst, 1, 0);
+    for (int f = 0; f < KILN_LINEAR_FORMS && st == KILN_OK && need_bwd_weight; f++)
+        for (int acc = 0; acc < 2 && st == KILN_OK; acc++)
+            st = make(l, L_PRIM(L_DIR_BW, f, acc), &bw_src, &bw_wei, NULL, &bw_dst, acc, 0, f);
+    if (st == KILN_OK) st = kiln_dnnl_linear_choose(l, autotune);
     if (st != KILN_OK) {
         kiln_dnnl_linear_free(l);
         return kiln_fail_context(st, "linear [%lld, %lld] -> %lld", (long long)n, (long long)in, (long long)out);
@@ -174,8 +176,18 @@ static kiln_status exec(kiln_dnnl_linear *l, int which, const void *src, const v
     return kiln_dn_execute(l->p[which], n, args, what);
 }
 
+kiln_status kiln_dnnl_linear_call(kiln_dnnl_linear *l, int dir, int form, const float *a, const float *b,
+                                  const float *bias, float *out, int acc, void *ws) {
+    int which = L_PRIM(dir, form, acc != 0);
+    if (dir == L_DIR_FWD) return exec(l, which, a, b, bias, out, ws, "linear forward");
+    if (dir == L_DIR_BD) return exec(l, which, a, b, NULL, out, ws, "linear backward data");
+    /* backward-weights: a = x, b = dy */
+    return l->w_kn ? exec(l, which, a, b, NULL, out, ws, "matmul backward weights")
+                   : exec(l, which, b, a, NULL, out, ws, "linear backward weights");
+}
+
 kiln_status kiln_dnnl_linear_fwd(kiln_dnnl_linear *l, const float *x, const float *w, const float *b, float *y, void *ws) {
-    return exec(l, L_FWD, x, w, b, y, ws, "linear forward");
+    return kiln_dnnl_linear_call(l, L_DIR_FWD, l->form[L_DIR_FWD], x, w, b, y, 0, ws);
 }
 
 /* dx over dy, block by block through the workspace */
@@ -192,20 +204,19 @@ static kiln_status bwd_data_in_place(kiln_dnnl_linear *l, float *d, const float 
 }
 
 kiln_status kiln_dnnl_linear_bwd_data(kiln_dnnl_linear *l, const float *dy, const float *w, float *dx, int acc, void *ws) {
-    if (!l->p[L_BD]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-data");
+    if (!l->p[L_PRIM(L_DIR_BD, 0, 0)]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-data");
     if (dx == dy && !l->bf16) {
         if (acc || !l->blk) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: backward-data over its own dy needs a new "
                                              "square output");
         return bwd_data_in_place(l, dx, w, ws);
     }
-    return exec(l, acc ? L_BD_ACC : L_BD, dy, w, NULL, dx, ws, "linear backward data");
+    return kiln_dnnl_linear_call(l, L_DIR_BD, l->form[L_DIR_BD], dy, w, NULL, dx, acc, ws);
 }
 
 kiln_status kiln_dnnl_linear_bwd_weight(kiln_dnnl_linear *l, const float *x, const float *dy, float *dw, float *db,
                                         int acc_w, int acc_b, void *ws) {
-    if (!l->p[L_BW]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-weights");
-    kiln_status st = l->w_kn ? exec(l, acc_w ? L_BW_ACC : L_BW, x, dy, NULL, dw, ws, "matmul backward weights")
-                             : exec(l, acc_w ? L_BW_ACC : L_BW, dy, x, NULL, dw, ws, "linear backward weights");
+    if (!l->p[L_PRIM(L_DIR_BW, 0, 0)]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-weights");
+    kiln_status st = kiln_dnnl_linear_call(l, L_DIR_BW, l->form[L_DIR_BW], x, dy, NULL, dw, acc_w, ws);
     if (st == KILN_OK && db && l->bf16) kiln_cpu_bias_grad_rows_bf16(l->n, l->out, dy, db, acc_b);
     else if (st == KILN_OK && db) kiln_cpu_bias_grad_rows(l->n, l->out, dy, db, acc_b);
     return st;

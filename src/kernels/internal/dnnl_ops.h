@@ -44,10 +44,11 @@ kiln_status kiln_dnnl_conv_bwd_weight(kiln_dnnl_conv *c, const float *x, const f
 const char *kiln_dnnl_conv_describe(const kiln_dnnl_conv *c);
 
 typedef struct kiln_dnnl_linear kiln_dnnl_linear;
-/* w_kn: the weight is [in, out] (matmul) rather than [out, in] (linear); bf16 (KILN_DN_*): bf16 operands (converted
+/* w_kn: the weight is [in, out] (matmul) rather than [out, in] (linear); autotune: time backward-weights two ways
+ * (linear_tune.c); bf16 (KILN_DN_*): bf16 operands (converted
  * on every call into ws, kiln_dnnl_linear_workspace bytes), fp32 accumulation and outputs */
 kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int w_kn, int has_bias, int fuse_relu,
-                                 int need_bwd_data, int need_bwd_weight, int bf16, kiln_dnnl_linear **res);
+                                 int need_bwd_data, int need_bwd_weight, int bf16, int autotune, kiln_dnnl_linear **res);
 void kiln_dnnl_linear_free(kiln_dnnl_linear *l);
 size_t kiln_dnnl_linear_workspace(const kiln_dnnl_linear *l);
 kiln_status kiln_dnnl_linear_fwd(kiln_dnnl_linear *l, const float *x, const float *w, const float *b, float *y, void *ws);
@@ -126,6 +127,9 @@ int kiln_autotune_choices(kiln_autotune_choice *out, int max); /* returns how ma
  * (0: the default, 0.1; < 0: never: tests of the cache's mechanics on a machine that may be busy) */
 void kiln_autotune_set_wait_share(double share);
 void kiln_autotune_set_budget(double per_direction_s, double process_s);
+/* the process's budget, which the linear layers' tuning (linear_tune.c) draws on too: spent, and spending */
+int kiln_autotune_budget_spent(void);
+void kiln_autotune_spend(double seconds);
 void kiln_autotune_get_budget(double *per_direction_s, double *process_s);
 /* every candidate a direction of this conv could use, as decisions (tests); returns how many */
 int kiln_dnnl_conv_candidates(const kiln_conv_shape *cs, const kiln_dnnl_conv_opts *o, const char *dir,
