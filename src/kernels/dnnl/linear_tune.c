@@ -21,6 +21,8 @@
 /* a form that copies an operand is kept only below this share of plain's time: the forms round differently
  * (backward-weights' transposed copy sums in another order), so near-ties must not flip between runs */
 #define MARGIN 0.9
+/* below this a plain call is not worth a copy (whose own cost is about fixed): the other forms are not timed */
+#define WORTH_S 100e-6
 
 /* decisions as the cache's lines take them: algorithm/layout/implementation */
 static const char *const form_names[KILN_LINEAR_FORMS] = {"matmul/plain/onednn", "matmul/transposed/onednn",
@@ -83,12 +85,13 @@ static double time_form(kiln_dnnl_linear *l, int dir, int form, const probe *p, 
     return best;
 }
 
-/* every form of direction dir made; sets l->form[dir] and stores the decision */
-static void tune(kiln_dnnl_linear *l, int dir, const probe *p, const char *problem) {
+/* every form of direction dir made; sets l->form[dir], stores the decision and appends it to the log line */
+static void tune(kiln_dnnl_linear *l, int dir, const probe *p, const char *problem, char *line, size_t cap) {
     double t[KILN_LINEAR_FORMS], t0 = now_s();
     int disturbed = 0, best = 0;
     for (int f = 0; f < KILN_LINEAR_FORMS; f++) {
-        t[f] = l->p[L_PRIM(dir, f, 0)] ? time_form(l, dir, f, p, &disturbed) : -1;
+        int worth = f == 0 || t[0] < 0 || t[0] >= WORTH_S;
+        t[f] = l->p[L_PRIM(dir, f, 0)] && worth ? time_form(l, dir, f, p, &disturbed) : -1;
         if (t[f] >= 0 && (t[best] < 0 || t[f] < t[best])) best = f;
     }
     kiln_autotune_spend(now_s() - t0);
@@ -96,8 +99,13 @@ static void tune(kiln_dnnl_linear *l, int dir, const probe *p, const char *probl
     l->form[dir] = best;
     if (t[best] < 0) return; /* nothing ran: form 0, not remembered */
     kiln_autotune_store(problem, dir_names[dir], form_names[best], 1e6 * t[best], !disturbed);
-    kiln_log(KILN_LOG_INFO, "%s %s: %s (%.0f us; matmul/plain %.0f us)%s", problem, dir_names[dir], form_names[best], 1e6 * t[best],
-             1e6 * t[0], disturbed ? " (timed while other work held the cores: not remembered)" : "");
+    size_t n = strlen(line);
+    if (best)
+        snprintf(line + n, cap - n, " %s %s (%.0f us; plain %.0f us)%s", dir_names[dir], form_names[best], 1e6 * t[best],
+                 1e6 * t[0], disturbed ? " (timed under load: not remembered)" : "");
+    else
+        snprintf(line + n, cap - n, " %s %s (%.0f us)%s", dir_names[dir], form_names[best], 1e6 * t[best],
+                 disturbed ? " (timed under load: not remembered)" : "");
 }
 
 /* the remembered form of direction dir; -1: none */
@@ -118,6 +126,7 @@ kiln_status kiln_dnnl_linear_choose(kiln_dnnl_linear *l, int autotune) {
              l->w_kn ? "kn" : "nk", l->bf16 == KILN_DN_BF16 ? "bf16" : l->bf16 ? "bf16e" : "");
     probe p = {0};
     kiln_status st = KILN_OK;
+    char line[512] = "";
     for (int dir = 0; dir < L_NDIR && st == KILN_OK; dir++) {
         if (!l->p[L_PRIM(dir, 0, 0)]) continue;
         int f = remembered(problem, dir);
@@ -127,8 +136,9 @@ kiln_status kiln_dnnl_linear_choose(kiln_dnnl_linear *l, int autotune) {
         }
         if (kiln_autotune_budget_spent()) continue; /* form 0, tuned by a later run (conv_tune.c warns once) */
         if (!p.ws) st = probe_make(l, &p);
-        if (st == KILN_OK) tune(l, dir, &p, problem);
+        if (st == KILN_OK) tune(l, dir, &p, problem, line, sizeof line);
     }
     probe_free(&p);
+    if (line[0]) kiln_log(KILN_LOG_INFO, "%s:%s", problem, line); /* one line per layer tuned, as the convs' */
     return st;
 }
