@@ -5,7 +5,8 @@
 # not judged by wall time) and reports the same choices as remembered (a
 # direction timed while other work held the cores is "unsure" and not kept:
 # the second run times exactly those again); with both of kiln's threads
-# pinned to one core every timing is disturbed, so nothing is kept; --eval
+# pinned to one core every timing is disturbed, so nothing is kept (but the
+# plain matmul of linear layers too small to try copies on); --eval
 # tunes the inference plan alone; bad options exit 2 naming them.
 #
 # Needs $KILN_BIN (ctest sets it) and python3.
@@ -88,7 +89,8 @@ import glob, json, sys
 d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert d["tuned"] == 7 and d["unsure"] == 7 and all(c["unsure"] for c in d["choices"]), d
 kept = [l for f in glob.glob(sys.argv[2] + "/autotune-*.txt") for l in open(f) if l.strip() and not l.startswith("#")]
-assert kept == [], kept
+# a linear direction too small to be worth a copy keeps plain untimed against the others, which load cannot mislead
+assert all(l.startswith("linear:") and " matmul/plain/" in l for l in kept), kept
 PYEOF
 else
     echo "skip: two threads on one core (no /proc/self/schedstat or taskset here)"
