@@ -43,16 +43,20 @@ GPT=(bench step --model gpt --layers 1 --heads 2 --dim 64 --block 32 --batch-siz
 expect 0 "gpt: its linear layers' forms timed" "linear:n64i64o192kn: fwd" "bwd_weight" -- env KILN_CACHE_DIR="$T/cache" \
     "$KILN_BIN" "${GPT[@]}"
 cp "$T/err" "$T/tuned.log"
-check "the cache file holds them" grep -q "^linear:n64i64o192kn .* bwd_weight matmul/" "$T/cache/autotune-v4.txt"
 expect 0 "gpt again, the same cache" -- env KILN_CACHE_DIR="$T/cache" "$KILN_BIN" "${GPT[@]}"
-check "the second run times only what the first did not remember (timed under load)" "$PY" - "$T/tuned.log" "$T/err" <<'PYEOF'
+check "the cache holds what the first run remembered; the second times only what it did not (timed under load)" \
+    "$PY" - "$T/tuned.log" "$T/err" "$T/cache/autotune-v4.txt" <<'PYEOF'
 import re, sys
 key = lambda l: re.match(r"kiln: (linear:\S+):", l)
 first = [l for l in open(sys.argv[1]) if key(l)]
 unsure = {key(l).group(1) for l in first if "not remembered" in l}
 again = {key(l).group(1) for l in open(sys.argv[2]) if key(l)}
-print(len(first), "layers timed first,", len(unsure), "with a direction unsure,", len(again), "timed again")
+cached = {tuple(l.split()[0:3:2]) for l in open(sys.argv[3]) if l.startswith("linear:")}
+kept = {(key(l).group(1), d) for l in first for d, rest in re.findall(r" (fwd|bwd_data|bwd_weight) (\S+ \([^)]*\)(?: \(timed under load[^)]*\))?)", l)
+        if "not remembered" not in rest}
+print(len(first), "layers timed first,", len(unsure), "with a direction unsure,", len(again), "timed again,", len(kept), "kept")
 assert len(first) == 5 and all(" bwd_weight " in l for l in first) and again <= unsure, (first, again, unsure)
+assert kept <= cached and len(kept) + sum(l.count("not remembered") for l in first) == 15, (kept, cached)
 PYEOF
 expect 0 "--autotune off: nothing timed" -- env KILN_CACHE_DIR= "$KILN_BIN" "${GPT[@]}" --autotune off
 check "--autotune off: no form timed" sh -c "! grep -q 'linear:n' '$T/err'"
