@@ -38,6 +38,8 @@ print("bottleneck", d["bottleneck"], "remedies", [(m["flag"], m["value"], round(
 assert sys.argv[2] == "any" or d["bottleneck"] == sys.argv[2], d["bottleneck"]
 assert sys.argv[3] in flags, flags
 assert d["step"]["step_ms"] > 0 and len(d["top_kernels"]) == 3 and d["machine"]["fp32_peak_gflops"] > 0
+# where oneDNN has no bf16 kernel, --precision auto is fp32 itself: a trial of it would measure noise
+assert d["machine"]["bf16_kernels"] or "precision" not in flags, flags
 # the breakdown describes the steps the step time does (the first, with its one-time costs, left out of both)
 s = d["step"]
 parts = sum(s[k] for k in ("data_wait_ms", "forward_ms", "backward_ms", "optimizer_ms", "overhead_ms"))
@@ -55,6 +57,16 @@ SAN=${KILN_SANITIZE:-0}
     --no-autotune --optimizer sgd --lr 0.1
 # a step of 4 samples may outrun one loader worker on a busy machine: only the remedy is asserted
 diagnose "batch 4" any batch-size -- --model mnist-cnn --data "$T/small" --batch-size 4 --workers 1
+# the machine's bf16 answer is the one mixed precision meets: emulated exactly where the doctor says no bf16 kernels
+expect 0 "--precision bf16, one step" -- "$KILN" train --model mnist-cnn --data "$T/small" --batch-size 4 --max-steps 1 \
+    --no-test --workers 1 --no-autotune --precision bf16
+check "bf16_kernels agrees with --precision bf16 (emulated where there are none)" "$PY" - "$T/any.json" "$T/err" <<'PYEOF'
+import json, sys
+native = json.load(open(sys.argv[1]))["machine"]["bf16_kernels"]
+emulated = "bf16 is emulated" in open(sys.argv[2]).read()
+print("bf16 kernels:", native, "emulated:", emulated)
+assert native != emulated, (native, emulated)
+PYEOF
 cores=$(nproc)
 [ "$SAN" = 1 ] || diagnose "threads above the cores" threads threads -- --model mnist-cnn --data "$T/small" --batch-size 32 \
     --threads $((2 * cores)) --workers 1

@@ -59,8 +59,9 @@ static void print_step(const kiln_doctor_report *r) {
 
 static void print_report(const kiln_doctor_report *r, int measure_only) {
     fprintf(stderr, "kiln doctor: %lld steps measured per window, %.1f s in all, on %s (%d of %d cores; measured FP32 "
-            "peak %.0f GFLOP/s, copy %.0f GB/s)\n", (long long)r->steps, r->elapsed_s, r->cpu[0] ? r->cpu : "this CPU",
-            r->cores_available, r->cores_online, r->peak_gflops, r->copy_gbps);
+            "peak %.0f GFLOP/s, copy %.0f GB/s%s)\n", (long long)r->steps, r->elapsed_s, r->cpu[0] ? r->cpu : "this CPU",
+            r->cores_available, r->cores_online, r->peak_gflops, r->copy_gbps,
+            r->bf16_kernels ? "" : "; no bf16 kernels: mixed precision not offered");
     print_step(r);
     if (measure_only) return;
     static const char *const says[][2] = {{"memory", "memory: the run does not fit as given"},

@@ -31,6 +31,7 @@ typedef struct kiln_doctor_report {
     char cpu[96];               /* /proc/cpuinfo's model name */
     int cores_online, cores_available;
     double peak_gflops, copy_gbps; /* measured here, by the run's thread count */
+    int bf16_kernels;           /* oneDNN has bf16 kernels on this CPU (else mixed precision is not offered) */
     /* memory: the plan's arena against the budget (plan-only, before anything runs) */
     int fits;
     double arena_mb, budget_mb;

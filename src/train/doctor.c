@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "data/internal/folder.h"
 #include "data/internal/source.h"
+#include "kernels/internal/dnnl_ops.h"
 #include "train/internal/doctor_dist.h"
 #include "train/internal/fit.h"
 #include "train/internal/machine.h"
@@ -147,6 +148,7 @@ static void machine(const kiln_train_config *c, kiln_doctor_report *r) {
     int threads = c->threads > 0 && c->threads < r->cores_available ? c->threads : r->cores_available;
     r->peak_gflops = kiln_machine_peak_gflops(threads);
     r->copy_gbps = kiln_machine_copy_gbps(threads);
+    r->bf16_kernels = kiln_dnnl_has_bf16();
     FILE *f = fopen("/proc/cpuinfo", "r");
     char line[256];
     while (f && fgets(line, sizeof line, f))
@@ -271,6 +273,14 @@ static void trial(trial_ctx *x, const kiln_train_config *t, const char *flag, co
              (long long)x->steps, x->r->samples_per_s, sps);
 }
 
+/* mixed precision can only be faster on the cpu where oneDNN has bf16 kernels: elsewhere `auto` is fp32 itself
+ * (and a trial of it measures noise; the cuda backend runs fp32 whatever the precision) */
+static int bf16_may_help(const kiln_train_config *c) {
+    const char *backend = NULL;
+    if (kiln_device_backend(c->device, &backend) != KILN_OK || !backend || strcmp(backend, "cpu") != 0) return 0;
+    return kiln_dnnl_has_bf16();
+}
+
 static void trial_remedies(const kiln_train_config *c, trial_ctx *x) {
     kiln_doctor_report *r = x->r;
     kiln_train_config t = *c;
@@ -294,8 +304,8 @@ static void trial_remedies(const kiln_train_config *c, trial_ctx *x) {
         trial(x, &t, "no-fuse", "false", "fuse pointwise operations", "fusion is off (--no-fuse): every pointwise op is its own pass", WRONG);
         t = *c;
     }
-    if (c->precision == KILN_PRECISION_FP32 && (kiln_train_plan_has_op(c, "conv2d") || kiln_train_plan_has_op(c, "linear") ||
-                                                kiln_train_plan_has_op(c, "matmul"))) {
+    if (c->precision == KILN_PRECISION_FP32 && bf16_may_help(c) &&
+        (kiln_train_plan_has_op(c, "conv2d") || kiln_train_plan_has_op(c, "linear") || kiln_train_plan_has_op(c, "matmul"))) {
         t.precision = KILN_PRECISION_AUTO;
         trial(x, &t, "precision", "auto", "mixed precision (bf16 where measured faster)",
               "every matmul and convolution runs in fp32; bf16 operands may be faster on this CPU", IF_FASTER);
@@ -459,6 +469,7 @@ char *kiln_doctor_json(const kiln_doctor_report *r) {
     json_object_set_new(mach, "cores_online", json_integer(r->cores_online));
     json_object_set_new(mach, "cores_available", json_integer(r->cores_available));
     json_object_set_new(mach, "fp32_peak_gflops", json_real(r->peak_gflops));
+    json_object_set_new(mach, "bf16_kernels", json_boolean(r->bf16_kernels));
     json_object_set_new(mach, "copy_gbps", json_real(r->copy_gbps));
     json_object_set_new(step, "steps", json_integer(r->steps));
     json_object_set_new(step, "batch_size", json_integer(r->batch_size));

@@ -189,3 +189,22 @@ const char *kiln_dn_impl_name(const_dnnl_primitive_desc_t pd) {
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &s) != dnnl_success || !s) return "?";
     return s;
 }
+
+/* a 16 x 16 bf16 matmul either makes a primitive here or not: oneDNN 2.6 has bf16 kernels from AVX-512 on and
+ * none (not even its reference ones) below; probed once (a race makes the same answer twice) */
+int kiln_dnnl_has_bf16(void) {
+    static int known = -1;
+    if (known >= 0) return known;
+    if (kiln_dnnl_init() != KILN_OK) return known = 0;
+    dnnl_dims_t d = {16, 16};
+    dnnl_memory_desc_t a, b, c;
+    dnnl_memory_desc_init_by_tag(&a, 2, d, dnnl_bf16, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&b, 2, d, dnnl_bf16, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&c, 2, d, dnnl_f32, dnnl_ab);
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_desc_t pd = NULL;
+    int ok = dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c) == dnnl_success &&
+             dnnl_primitive_desc_create(&pd, &desc, NULL, kiln_dnnl_engine, NULL) == dnnl_success;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return known = ok;
+}

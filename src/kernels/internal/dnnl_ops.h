@@ -18,6 +18,8 @@ enum { KILN_DN_FP32 = 0, KILN_DN_BF16 = 1, KILN_DN_BF16_EMULATED = 2 };
 
 /* the one engine and stream, made on first use */
 kiln_status kiln_dnnl_init(void);
+/* 1 when oneDNN has bf16 matmul kernels on this CPU (else --precision bf16 is emulated and auto means fp32) */
+int kiln_dnnl_has_bf16(void);
 
 typedef struct kiln_dnnl_conv kiln_dnnl_conv;
 typedef struct kiln_dnnl_conv_opts {
