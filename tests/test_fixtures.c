@@ -304,7 +304,7 @@ out:
 static void linear_forms(const char *fxname, int64_t n, int64_t in, int64_t outn, int w_kn, float *const f[4],
                          const double *const want[3]) {
     kiln_dnnl_linear *l = NULL;
-    CHECK_OK(kiln_dnnl_linear_new(n, in, outn, w_kn, 1, 0, 1, 1, 0, 0, &l));
+    CHECK_OK(kiln_dnnl_linear_new(n, in, outn, w_kn, 1, 0, 1, 1, 0, KILN_LINEAR_ALL_FORMS, &l));
     if (!l) return;
     const float *fx = f[0], *fw = f[1], *fb = f[2], *fdy = f[3];
     int64_t size[3] = {n * outn, n * in, outn * in}, made = 0;
@@ -327,8 +327,40 @@ static void linear_forms(const char *fxname, int64_t n, int64_t in, int64_t outn
             CMP_F(what, g, twice, size[dir]);
         }
     CHECK_MSG(made == 8, "%s: %lld forms made, expected 2 + 2 + 4", fxname, (long long)made);
-    kiln_free(ws), kiln_free(g), free(twice);
+    kiln_free(ws), free(twice);
     kiln_dnnl_linear_free(l);
+    /* a remembered form other than plain (as a cache from another run holds): chosen, the others freed, right values */
+    char problem[KILN_AUTOTUNE_PROBLEM_MAX];
+    snprintf(problem, sizeof problem, "linear:n%lldi%lldo%lld%s", (long long)n, (long long)in, (long long)outn, w_kn ? "kn" : "nk");
+    kiln_autotune_store(problem, "fwd", "matmul/padded/onednn", 1, 0);
+    kiln_autotune_store(problem, "bwd_data", "matmul/padded/onednn", 1, 0);
+    kiln_autotune_store(problem, "bwd_weight", "matmul/transposed+padded/onednn", 1, 0);
+    CHECK_OK(kiln_dnnl_linear_new(n, in, outn, w_kn, 1, 0, 1, 1, 0, 1, &l));
+    if (l) {
+        CHECK_MSG(l->form[L_DIR_FWD] == 2 && l->form[L_DIR_BD] == 2 && l->form[L_DIR_BW] == 3, "%s: forms %d %d %d",
+                  fxname, l->form[0], l->form[1], l->form[2]);
+        ws = kiln_alloc(kiln_dnnl_linear_workspace(l) + 64);
+        float *gb = fbuf(outn);
+        CHECK_OK(kiln_dnnl_linear_fwd(l, fx, fw, fb, g, ws));
+        CMP_F("remembered padded forward", g, want[0], size[0]);
+        CHECK_OK(kiln_dnnl_linear_bwd_data(l, fdy, fw, g, 0, ws));
+        CMP_F("remembered padded backward-data", g, want[1], size[1]);
+        CHECK_OK(kiln_dnnl_linear_bwd_weight(l, fx, fdy, g, gb, 0, 0, ws));
+        CMP_F("remembered transposed+padded backward-weights", g, want[2], size[2]);
+        kiln_free(ws), kiln_free(gb);
+        kiln_dnnl_linear_free(l);
+    }
+    kiln_autotune_forget();
+    /* tuned, only each direction's chosen form is kept; untuned, form 0 alone is made */
+    for (int tune = 0; tune < 2; tune++) {
+        CHECK_OK(kiln_dnnl_linear_new(n, in, outn, w_kn, 1, 0, 1, 1, 0, tune, &l));
+        int kept = 0;
+        for (int i = 0; l && i < L_PRIM(L_NDIR, 0, 0); i++) kept += l->p[i] != NULL;
+        CHECK_MSG(kept == 5 && (tune || kiln_dnnl_linear_workspace(l) == 0), "%s, autotune %d: %d primitives kept, %zu "
+                  "bytes of workspace", fxname, tune, kept, l ? kiln_dnnl_linear_workspace(l) : 0);
+        kiln_dnnl_linear_free(l);
+    }
+    kiln_free(g);
 }
 
 /* linear (w [O,I]) or matmul (w [I,O], HF Conv1D) over x [..., I] */

@@ -70,6 +70,7 @@ static kiln_status make(kiln_dnnl_linear *l, int which, const dnnl_memory_desc_t
     for (int i = 0; i < 2 && st == KILN_OK && l->bf16 == KILN_DN_BF16_EMULATED; i++)
         st = kiln_dn_arg_round_bf16(&l->op[which][i], &cur);
     if (st != KILN_OK) return st;
+    l->need[which] = cur;
     if (cur > l->ws) l->ws = cur;
     const dnnl_memory_desc_t *mds[2] = {bias, dst};
     for (int i = 0; i < 2; i++)
@@ -97,6 +98,29 @@ static kiln_status make_in_place(kiln_dnnl_linear *l) {
     l->blk_off = (l->ws + 63) & ~(size_t)63;
     l->ws = l->blk_off + (size_t)blk * (size_t)l->in * sizeof(float);
     return KILN_OK;
+}
+
+static void free_prim(kiln_dnnl_linear *l, int i) {
+    if (l->p[i]) dnnl_primitive_destroy(l->p[i]);
+    l->p[i] = NULL;
+    for (int j = 0; j < 2; j++) {
+        kiln_dn_arg_free(&l->op[i][j]);
+        if (l->m[i][j]) dnnl_memory_destroy(l->m[i][j]);
+        l->m[i][j] = NULL;
+    }
+    l->need[i] = 0;
+}
+
+/* the forms not chosen are freed, and the workspace sized for those kept (a padded copy of a wide dy is large) */
+static void drop_unchosen(kiln_dnnl_linear *l) {
+    l->ws = 0;
+    for (int dir = 0; dir < L_NDIR; dir++)
+        for (int f = 0; f < KILN_LINEAR_FORMS; f++)
+            for (int acc = 0; acc < 2; acc++) {
+                int i = L_PRIM(dir, f, acc);
+                if (f != l->form[dir]) free_prim(l, i);
+                else if (l->need[i] > l->ws) l->ws = l->need[i];
+            }
 }
 
 kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int w_kn, int has_bias, int fuse_relu,
@@ -129,16 +153,18 @@ kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int w_kn, i
         bw_dst = w_oi;
     }
     l->w_kn = w_kn;
-    for (int f = 0; f < KILN_LINEAR_FORMS && st == KILN_OK; f += 2) {
+    int forms = autotune ? KILN_LINEAR_FORMS : 1; /* untuned, form 0 alone */
+    for (int f = 0; f < forms && st == KILN_OK; f += 2) {
         st = make(l, L_PRIM(L_DIR_FWD, f, 0), &x, &w_io, has_bias ? &b : NULL, &y, 0, fuse_relu, f);
         for (int acc = 0; acc < 2 && st == KILN_OK && need_bwd_data; acc++)
             st = make(l, L_PRIM(L_DIR_BD, f, acc), &y, &w_oi, NULL, &x, acc, 0, f);
     }
-    if (st == KILN_OK && need_bwd_data && in == out && !bf16) st = make_in_place(l);
-    for (int f = 0; f < KILN_LINEAR_FORMS && st == KILN_OK && need_bwd_weight; f++)
+    for (int f = 0; f < forms && st == KILN_OK && need_bwd_weight; f++)
         for (int acc = 0; acc < 2 && st == KILN_OK; acc++)
             st = make(l, L_PRIM(L_DIR_BW, f, acc), &bw_src, &bw_wei, NULL, &bw_dst, acc, 0, f);
-    if (st == KILN_OK) st = kiln_dnnl_linear_choose(l, autotune);
+    if (st == KILN_OK && autotune != KILN_LINEAR_ALL_FORMS) st = kiln_dnnl_linear_choose(l, autotune);
+    if (st == KILN_OK && autotune != KILN_LINEAR_ALL_FORMS) drop_unchosen(l);
+    if (st == KILN_OK && need_bwd_data && in == out && !bf16) st = make_in_place(l); /* its block after the others' */
     if (st != KILN_OK) {
         kiln_dnnl_linear_free(l);
         return kiln_fail_context(st, "linear [%lld, %lld] -> %lld", (long long)n, (long long)in, (long long)out);
@@ -149,13 +175,7 @@ kiln_status kiln_dnnl_linear_new(int64_t n, int64_t in, int64_t out, int w_kn, i
 
 void kiln_dnnl_linear_free(kiln_dnnl_linear *l) {
     if (!l) return;
-    for (int i = 0; i < L_N; i++) {
-        if (l->p[i]) dnnl_primitive_destroy(l->p[i]);
-        for (int j = 0; j < 2; j++) {
-            kiln_dn_arg_free(&l->op[i][j]);
-            if (l->m[i][j]) dnnl_memory_destroy(l->m[i][j]);
-        }
-    }
+    for (int i = 0; i < L_N; i++) free_prim(l, i);
     free(l);
 }
 
@@ -204,7 +224,7 @@ static kiln_status bwd_data_in_place(kiln_dnnl_linear *l, float *d, const float 
 }
 
 kiln_status kiln_dnnl_linear_bwd_data(kiln_dnnl_linear *l, const float *dy, const float *w, float *dx, int acc, void *ws) {
-    if (!l->p[L_PRIM(L_DIR_BD, 0, 0)]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-data");
+    if (!l->p[L_PRIM(L_DIR_BD, l->form[L_DIR_BD], 0)]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-data");
     if (dx == dy && !l->bf16) {
         if (acc || !l->blk) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: backward-data over its own dy needs a new "
                                              "square output");
@@ -215,7 +235,7 @@ kiln_status kiln_dnnl_linear_bwd_data(kiln_dnnl_linear *l, const float *dy, cons
 
 kiln_status kiln_dnnl_linear_bwd_weight(kiln_dnnl_linear *l, const float *x, const float *dy, float *dw, float *db,
                                         int acc_w, int acc_b, void *ws) {
-    if (!l->p[L_PRIM(L_DIR_BW, 0, 0)]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-weights");
+    if (!l->p[L_PRIM(L_DIR_BW, l->form[L_DIR_BW], 0)]) return kiln_fail(KILN_ERR_INVALID_ARG, "linear: made without backward-weights");
     kiln_status st = kiln_dnnl_linear_call(l, L_DIR_BW, l->form[L_DIR_BW], x, dy, NULL, dw, acc_w, ws);
     if (st == KILN_OK && db && l->bf16) kiln_cpu_bias_grad_rows_bf16(l->n, l->out, dy, db, acc_b);
     else if (st == KILN_OK && db) kiln_cpu_bias_grad_rows(l->n, l->out, dy, db, acc_b);

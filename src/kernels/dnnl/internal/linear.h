@@ -15,6 +15,9 @@ enum { L_DIR_FWD, L_DIR_BD, L_DIR_BW, L_NDIR };
 /* the primitive of a direction, form, and writing (acc 0) or adding (1); then backward-data in place by row blocks */
 #define L_PRIM(dir, form, acc) (((dir) * KILN_LINEAR_FORMS + (form)) * 2 + (acc))
 enum { L_BD_BLK = L_PRIM(L_NDIR, 0, 0), L_BD_TAIL, L_N };
+/* kiln_dnnl_linear_new's autotune: 0 form 0 alone, untimed; 1 every form made, timed, the unchosen freed; this: every
+ * form made and kept, none timed (tests run each) */
+#define KILN_LINEAR_ALL_FORMS 2
 /* the padding of that copy's rows, in floats */
 #define KILN_LINEAR_PAD 32
 
@@ -26,6 +29,7 @@ struct kiln_dnnl_linear {
     kiln_dn_arg op[L_N][2];  /* src, weights per primitive (converted to bf16 when bf16) */
     dnnl_memory_t m[L_N][2]; /* bias, dst */
     size_t ws;
+    size_t need[L_N]; /* each primitive's workspace: its operands' copies */
     int64_t blk;   /* in-place backward-data: rows per block (0: not made) */
     size_t blk_off; /* its block buffer in the workspace */
 };
