@@ -11,7 +11,7 @@
  * Runs with the working directory tests/. */
 #include <unistd.h>
 #include "graph/internal/graph.h" /* kiln_params_has_grad_mut: the optimizer test has no plan */
-#include "kernels/cpu/cpu_internal.h" /* kiln_cpu_attention_force_portable */
+#include "kernels/cpu/cpu_internal.h" /* kiln_cpu_attention_force */
 #include "kernels/dnnl/internal/linear.h" /* the forms the linear autotuner chooses among */
 #include "kernels/internal/dnnl_ops.h"
 #include "kernels/internal/kernels.h"
@@ -480,15 +480,15 @@ static void join_thirds(int64_t rows, int64_t c, const double *dq, const double 
         }
 }
 
-/* the fast kernel (AVX-512 tiles or the portable loops) on the strided thirds of x;
- * slots = 1 and 2 must give the same bits */
+/* the fast kernel on the strided thirds of x, in the tiles `tiles` picks (KILN_ATTN_TILES_*: the best this cpu has,
+ * the portable loops, the AVX2 tiles); slots = 1 and 2 must give the same bits */
 static void attention_cpu(const char *fxname, const kiln_attn_shape *s, const double *x, const double *y,
-                          const double *lse, const double *dy, const double *dx, int portable) {
+                          const double *lse, const double *dy, const double *dx, int tiles) {
     int64_t rows = s->b * s->t, c = s->c, nl = s->b * s->heads * s->t;
     size_t ws = 2 * kiln_cpu_attention_scratch(s);
     void *scratch = kiln_alloc(ws);
     float *fx = fcopy(x, rows * 3 * c), *fdy = fcopy(dy, rows * c), *gy[2], *gl[2], *gd[2][3];
-    kiln_cpu_attention_force_portable(portable);
+    kiln_cpu_attention_force(tiles);
     for (int t = 0; t < 2; t++) {
         gy[t] = fbuf(rows * c), gl[t] = fbuf(nl);
         for (int i = 0; i < 3; i++) gd[t][i] = fbuf(rows * c);
@@ -496,8 +496,8 @@ static void attention_cpu(const char *fxname, const kiln_attn_shape *s, const do
         kiln_cpu_causal_attention_bwd(s, fx, fx + c, fx + 2 * c, gy[t], gl[t], fdy, gd[t][0], gd[t][1], gd[t][2], 0, 0, 0,
                                       scratch, t + 1);
     }
-    kiln_cpu_attention_force_portable(0);
-    const char *what = portable ? "portable" : "cpu";
+    kiln_cpu_attention_force(KILN_ATTN_TILES_BEST);
+    const char *what = tiles == KILN_ATTN_TILES_PORTABLE ? "portable" : tiles == KILN_ATTN_TILES_AVX2 ? "avx2" : "cpu";
     CHECK_MSG(!memcmp(gy[0], gy[1], (size_t)(rows * c) * 4) && !memcmp(gl[0], gl[1], (size_t)nl * 4), "%s: %s forward differs on 2 threads", fxname, what);
     for (int i = 0; i < 3; i++)
         CHECK_MSG(!memcmp(gd[0][i], gd[1][i], (size_t)(rows * c) * 4), "%s: %s gradient %d differs on 2 threads", fxname, what, i);
@@ -507,8 +507,11 @@ static void attention_cpu(const char *fxname, const kiln_attn_shape *s, const do
         for (int64_t j = 0; j < rows * c; j++) d[i][j] = gd[1][i][j];
     }
     join_thirds(rows, c, d[0], d[1], d[2], got);
-    CMP_F(portable ? "portable y" : "y", gy[1], y, rows * c);
-    CMP_F(portable ? "portable lse" : "lse", gl[1], lse, nl);
+    char name[32];
+    snprintf(name, sizeof name, "%s y", what);
+    CMP_F(name, gy[1], y, rows * c);
+    snprintf(name, sizeof name, "%s lse", what);
+    CMP_F(name, gl[1], lse, nl);
     CHECK_MSG(err_d(got, dx, rows * 3 * c) <= TOL_F, "%s: %s dq, dk, dv off by %.3g", fxname, what, err_d(got, dx, rows * 3 * c));
     for (int t = 0; t < 2; t++) {
         kiln_free(gy[t]), kiln_free(gl[t]);
@@ -610,8 +613,10 @@ static void test_causal_attention(const char *fxname) {
     CMP_D("dq, dk, dv", got, dx, rows * 3 * c);
     free(ry), free(rl), free(got);
     for (int i = 0; i < 3; i++) free(d[i]);
-    attention_cpu(fxname, &s, x, y, lse, dy, dx, 0);
-    attention_cpu(fxname, &s, x, y, lse, dy, dx, 1);
+    attention_cpu(fxname, &s, x, y, lse, dy, dx, KILN_ATTN_TILES_BEST);
+    attention_cpu(fxname, &s, x, y, lse, dy, dx, KILN_ATTN_TILES_PORTABLE);
+    if (kiln_cpu_has_avx2()) attention_cpu(fxname, &s, x, y, lse, dy, dx, KILN_ATTN_TILES_AVX2);
+    else printf("test_fixtures: %s: the AVX2 attention tiles skipped: this cpu has no AVX2\n", fxname);
     attention_batched(fxname, f, "ref");
     attention_batched(fxname, f, "cpu");
 out:

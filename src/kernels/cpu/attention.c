@@ -30,8 +30,8 @@
  * at GPT sizes (B = 8, 4 heads: 32 tasks).
  *
  * The tiles' inner loops are attention_avx512.c's where the cpu has AVX-512,
- * else the portable loops below (the same algorithm; not the same bits),
- * built for AVX2 as well (KILN_CPU_HOT) with exp from vec_math.h, so that
+ * attention_avx2.c's where it has AVX2 and FMA, else the portable loops below
+ * (the same algorithm; not the same bits), with exp from vec_math.h so that
  * they vectorise (libm's expf is a call per element). */
 #include <math.h>
 #include <omp.h>
@@ -194,11 +194,18 @@ static const tiles portable = {scores_c, accumulate_c, softmax_c, bwd_tile_c, pa
 static const tiles avx512 = {kiln_cpu_attn_scores_avx512, kiln_cpu_attn_accumulate_avx512, kiln_cpu_attn_softmax_avx512,
                              kiln_cpu_attn_bwd_tile_avx512, kiln_cpu_attn_pack_rows_avx512, kiln_cpu_attn_pack_t_avx512,
                              kiln_cpu_attn_store_rows_avx512, kiln_cpu_attn_rowdot_avx512};
-static int force_portable;
+static const tiles avx2 = {kiln_cpu_attn_scores_avx2, kiln_cpu_attn_accumulate_avx2, kiln_cpu_attn_softmax_avx2,
+                           kiln_cpu_attn_bwd_tile_avx2, kiln_cpu_attn_pack_rows_avx2, kiln_cpu_attn_pack_t_avx2,
+                           kiln_cpu_attn_store_rows_avx2, kiln_cpu_attn_rowdot_avx2};
+static int forced = KILN_ATTN_TILES_BEST;
 
-void kiln_cpu_attention_force_portable(int on) { force_portable = on; }
+void kiln_cpu_attention_force(int tiles) { forced = tiles; }
 
-static const tiles *pick(void) { return kiln_cpu_has_avx512() && !force_portable ? &avx512 : &portable; }
+static const tiles *pick(void) {
+    if (forced == KILN_ATTN_TILES_PORTABLE) return &portable;
+    if (forced == KILN_ATTN_TILES_BEST && kiln_cpu_has_avx512()) return &avx512;
+    return kiln_cpu_has_avx2() ? &avx2 : &portable;
+}
 
 /* ---- one (batch, head): sizes and packing ---- */
 

@@ -120,7 +120,21 @@ void kiln_cpu_attn_store_rows_avx512(const float *src, int64_t dp, int64_t n, in
                                      const float *scale, int per_row, int acc);
 /* out[i] = a row i . b row i (d columns, row stride ld) */
 void kiln_cpu_attn_rowdot_avx512(const float *a, const float *b, int64_t ld, int64_t n, int64_t d, float *out);
-/* tests: 1 runs attention's portable loops even where AVX-512 is */
-void kiln_cpu_attention_force_portable(int on);
+/* the same tiles at 8 lanes (attention_avx2.c) for CPUs with AVX2 but not AVX-512 */
+void kiln_cpu_attn_scores_avx2(const float *a, int64_t lda, const float *bt, int64_t ldb, int64_t d, float *s);
+void kiln_cpu_attn_accumulate_avx2(float *c, int64_t ldc, const float *cscale, const float *p, int64_t prs, int64_t pxs,
+                                   const float *b, int64_t ldb, int64_t cols);
+void kiln_cpu_attn_softmax_avx2(float *s, int64_t di, float *m, float *l, float *alpha);
+void kiln_cpu_attn_bwd_tile_avx2(float *s, float *dp, const float *lse, const float *dvec, int64_t di, int64_t rows);
+void kiln_cpu_attn_pack_rows_avx2(const float *src, int64_t rs, int64_t n, int64_t rows, int64_t d, int64_t dp, float scale,
+                                  float *dst);
+void kiln_cpu_attn_pack_t_avx2(const float *src, int64_t rs, int64_t t, int64_t tp, int64_t d, float *dst);
+void kiln_cpu_attn_store_rows_avx2(const float *src, int64_t dp, int64_t n, int64_t d, float *out, int64_t ldo,
+                                   const float *scale, int per_row, int acc);
+void kiln_cpu_attn_rowdot_avx2(const float *a, const float *b, int64_t ld, int64_t n, int64_t d, float *out);
+/* which tiles attention runs: the best this cpu has (the default), or, for tests, the portable loops or the AVX2
+ * tiles (where the cpu has AVX2) even where AVX-512 is */
+enum { KILN_ATTN_TILES_BEST, KILN_ATTN_TILES_PORTABLE, KILN_ATTN_TILES_AVX2 };
+void kiln_cpu_attention_force(int tiles);
 
 #endif
