@@ -13,6 +13,7 @@ set -euo pipefail
 NAME=attention
 RUNS="${RUNS:-100}"
 ROOT="$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
+. "$ROOT/bench/openblas.sh" # OPENBLAS_CORETYPE from this CPU's flags
 cd "$ROOT"
 BENCH="${BENCH:-build/bench_attention}"
 [ -x "$BENCH" ] || { echo "$NAME: $BENCH not found: run 'make'" >&2; exit 1; }

@@ -37,7 +37,7 @@ for r in $(seq 1 "$REPEAT"); do
         echo "{\"side\": \"kiln\", \"round\": $r, \"ckpt\": \"$ck\", \"result\": $line}" >>"$OUT"
     done
     for ck in 0 1; do
-        OPENBLAS_CORETYPE=SkylakeX "$PY" "$PEER" --layers 16 --width 1024 --batch 4096 --ckpt "$ck" --threads 2 \
+        "$PY" "$PEER" --layers 16 --width 1024 --batch 4096 --ckpt "$ck" --threads 2 \
             --steps "$STEPS" --warmup 1 --no-wait-quiet 2>/dev/null | sed -n 's/^RESULT //p' |
             while read -r l; do echo "{\"side\": \"pytorch\", \"round\": $r, \"ckpt\": \"$ck\", \"result\": $l}"; done >>"$OUT"
     done

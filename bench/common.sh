@@ -8,6 +8,8 @@
 
 die() { echo "$NAME: $*" >&2; exit 1; }
 
+. "$(dirname "${BASH_SOURCE[0]}")/openblas.sh" # OPENBLAS_CORETYPE from this CPU's flags
+
 bench_init() {
     ROOT="$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
     cd "$ROOT"

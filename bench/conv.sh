@@ -5,7 +5,7 @@
 # autotuned run in a fresh cache folder, so it tunes on this run's machine
 # state and reports the time each chosen implementation took alone); PyTorch
 # 1.13 runs the peer ../shared/bench/peers/w2_conv.py (default and
-# channels_last, 2 threads, OPENBLAS_CORETYPE=SkylakeX as its common2.py
+# channels_last, 2 threads, OPENBLAS_CORETYPE from this CPU (bench/openblas.sh)
 # sets). Rounds alternate the sides so drift in machine load hits all alike;
 # the table gives medians over rounds and the targets: kiln's
 # forward+backward <= 0.8 x PyTorch's best of (default, channels_last), and
@@ -38,7 +38,7 @@ for r in $(seq 1 "$REPEAT"); do
         line=$(KILN_CACHE_DIR="$CACHE/$r" "$KILN" bench conv "${SHAPE[@]}" --autotune "$at" 2>/dev/null)
         echo "{\"side\": \"kiln\", \"round\": $r, \"result\": $line}" >>"$OUT"
     done
-    OPENBLAS_CORETYPE=SkylakeX "$PY" "$PEER" --threads 2 --warmup 3 --reps "$STEPS" --variants default,channels_last \
+    "$PY" "$PEER" --threads 2 --warmup 3 --reps "$STEPS" --variants default,channels_last \
         --no-wait-quiet 2>/dev/null | sed -n 's/^RESULT //p' |
         while read -r l; do echo "{\"side\": \"pytorch\", \"round\": $r, \"result\": $l}"; done >>"$OUT"
 done

@@ -36,7 +36,7 @@ PRECISIONS="${PRECISIONS:-fp32}"
 LOG=$((STEPS / 5))
 PEER=bench/peers/ddp_peer.py
 command -v mpirun >/dev/null || die "mpirun not found (Debian: openmpi-bin)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_CORETYPE=SkylakeX
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export KILN_PEERS="${KILN_SHARED:-$ROOT/../shared}/bench/peers"
 SHARDS="${XDG_CACHE_HOME:-$HOME/.cache}/kiln/bench/fmnist-shard32"
 if [ ! -f "$SHARDS/.complete" ]; then

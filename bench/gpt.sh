@@ -20,6 +20,7 @@
 set -euo pipefail
 
 ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
+. "$ROOT/bench/openblas.sh" # OPENBLAS_CORETYPE from this CPU's flags
 cd "$ROOT"
 KILN="${KILN:-build/kiln}"
 SHARED="${KILN_SHARED:-$ROOT/../shared}"

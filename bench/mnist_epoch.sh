@@ -15,6 +15,7 @@
 set -euo pipefail
 
 ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
+. "$ROOT/bench/openblas.sh" # OPENBLAS_CORETYPE from this CPU's flags
 cd "$ROOT"
 SHARED="${KILN_SHARED:-$ROOT/../shared}"
 REF="$SHARED/bench/pytorch_mnist.py"

@@ -42,7 +42,7 @@ for r in $(seq 1 "$REPEAT"); do
             echo "{\"side\": \"kiln\", \"round\": $r, \"result\": $line}" >>"$OUT"
         done
     done
-    OPENBLAS_CORETYPE=SkylakeX "$PY" "$PEER" --threads 2 --warmup 5 --reps "$STEPS" \
+    "$PY" "$PEER" --threads 2 --warmup 5 --reps "$STEPS" \
         --sizes "$(IFS=,; echo "${SIZES[*]}")" --nollvm-max-n 0 --no-wait-quiet 2>/dev/null | sed -n 's/^RESULT //p' |
         while read -r l; do echo "{\"side\": \"pytorch\", \"round\": $r, \"result\": $l}"; done >>"$OUT"
 done

@@ -25,6 +25,7 @@
 set -euo pipefail
 
 ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
+. "$ROOT/bench/openblas.sh" # OPENBLAS_CORETYPE from this CPU's flags
 cd "$ROOT"
 KILN="${KILN:-build/kiln}"
 PEER="$ROOT/bench/peers/resnet_peer.py"
