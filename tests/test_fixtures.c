@@ -1786,6 +1786,7 @@ int main(void) {
     test_loss("op_nll_loss.safetensors", 0);
     test_loss("op_nll_loss_dloss.safetensors", 0);
     test_loss("op_cross_entropy.safetensors", 1);
+    test_loss("op_cross_entropy_wide.safetensors", 1); /* 41 classes: the row loops' 16 lanes and their tail */
     test_loss("op_cross_entropy_masked.safetensors", 1);
     test_masked_loss_graph("op_cross_entropy_masked.safetensors");
     test_mse_loss();

@@ -307,6 +307,20 @@ def op_cross_entropy(folder):
                 dict(op="cross_entropy", reduction="mean", upstream="1"))
 
 
+def op_cross_entropy_wide(folder):
+    """41 classes: two blocks of 16 lanes and a tail in kiln's row loops; logits spread over +-8"""
+    torch.manual_seed(72)
+    N, C = 8, 41  # 8 int32 targets keep the next F64 tensor 8-byte aligned
+    logits = (rnd(N, C) * 8).requires_grad_()
+    target = torch.randint(0, C, (N,))
+    loss = F.cross_entropy(logits, target)
+    (dlogits,) = grads(loss, torch.ones((), dtype=D), logits)
+    return save(folder, "op_cross_entropy_wide.safetensors",
+                [("logits", logits), ("target", target.to(torch.int32)), ("loss", loss),
+                 ("dlogits", dlogits)],
+                dict(op="cross_entropy", reduction="mean", upstream="1"))
+
+
 def op_cross_entropy_masked(folder):
     """F.cross_entropy with ignore_index=-1: padded positions (-1) are left out of the mean"""
     torch.manual_seed(71)
@@ -963,6 +977,7 @@ def generate(folder):
     op_nll_loss(folder, "op_nll_loss.safetensors", 60, False)
     op_nll_loss(folder, "op_nll_loss_dloss.safetensors", 61, True)
     op_cross_entropy(folder)
+    op_cross_entropy_wide(folder)
     op_cross_entropy_masked(folder)
     op_mse_loss(folder)
     op_binary(folder, "add", 80, lambda a, b: a + b)

@@ -1,11 +1,17 @@
 /* Fast NLL and cross-entropy losses (mean over rows), float. Per-row terms are
  * summed serially in double so the loss does not depend on the thread count.
  * Cross entropy leaves rows of a negative target out (a masked loss's
- * padding; the backend refuses them otherwise): the mean is over the rest. */
+ * padding; the backend refuses them otherwise): the mean is over the rest.
+ * Its rows' exps are vec_math.h's, 16 lanes of registers as softmax.c's:
+ * libm's expf is a call per element, and a GPT-2 vocabulary (50,257 logits a
+ * token) made it seconds a step. */
 #include <math.h>
 #include <stdlib.h>
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/internal/kernels.h"
+
+#define L 16
 
 void kiln_cpu_nll_loss_fwd(int64_t rows, int64_t cols, const float *logp, const int32_t *target, float *loss) {
     double s = 0.0;
@@ -25,12 +31,34 @@ void kiln_cpu_nll_loss_bwd(int64_t rows, int64_t cols, const int32_t *target, co
     }
 }
 
-static double row_lse(int64_t cols, const float *x) {
-    float m = x[0];
-    for (int64_t j = 1; j < cols; j++) m = x[j] > m ? x[j] : m;
-    double s = 0.0;
-    for (int64_t j = 0; j < cols; j++) s += expf(x[j] - m);
-    return (double)m + log(s);
+/* log sum exp of a row: max and sum of exps in 16 lanes, folded in lane order (the same bits for any thread count) */
+KILN_CPU_HOT static double row_lse(int64_t n, const float *restrict x) {
+    float mv[L], sv[L], m = x[0], s = 0;
+    int64_t j = 0;
+    for (int l = 0; l < L; l++) mv[l] = x[0], sv[l] = 0;
+    for (; j + L <= n; j += L)
+        for (int l = 0; l < L; l++) mv[l] = x[j + l] > mv[l] ? x[j + l] : mv[l];
+    for (int l = 0; l < L; l++) m = mv[l] > m ? mv[l] : m;
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    for (j = 0; j + L <= n; j += L)
+        for (int l = 0; l < L; l++) sv[l] += kiln_vexpf(x[j + l] - m);
+    for (; j < n; j++) s += kiln_vexpf(x[j] - m);
+    double sum = s;
+    for (int l = 0; l < L; l++) sum += sv[l];
+    return (double)m + log(sum);
+}
+
+/* dr (=|+=) g (softmax(x) - onehot(t)) over a row */
+KILN_CPU_HOT static void ce_bwd_row(int64_t n, const float *restrict x, int32_t t, float g, float *restrict dr, int acc) {
+    float lse = (float)row_lse(n, x), old = acc ? dr[t] : 0.0f;
+    if (acc) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) dr[j] += g * kiln_vexpf(x[j] - lse);
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) dr[j] = g * kiln_vexpf(x[j] - lse);
+    }
+    dr[t] = old + g * (kiln_vexpf(x[t] - lse) - 1.0f);
 }
 
 static int64_t counted(int64_t rows, const int32_t *target) {
@@ -69,10 +97,6 @@ void kiln_cpu_cross_entropy_bwd(int64_t rows, int64_t cols, const float *logits,
             for (int64_t j = 0; j < cols; j++) dr[j] = acc ? dr[j] : 0.0f;
             continue;
         }
-        float lse = (float)row_lse(cols, xr);
-        for (int64_t j = 0; j < cols; j++) {
-            float v = g * (expf(xr[j] - lse) - (j == target[i] ? 1.0f : 0.0f));
-            dr[j] = acc ? dr[j] + v : v;
-        }
+        ce_bwd_row(cols, xr, target[i], g, dr, acc);
     }
 }
