@@ -13,7 +13,7 @@ function(kiln_cpu_kernel_flags root)
   # keeps GCC from fusing multiply-adds, which their AVX-512 and AVX2 clones need
   set_source_files_properties(${root}/src/kernels/cpu/gelu.c ${root}/src/kernels/cpu/softmax.c
                               ${root}/src/kernels/cpu/layer_norm.c ${root}/src/kernels/cpu/attention.c
-                              ${root}/src/kernels/cpu/losses.c
+                              ${root}/src/kernels/cpu/losses.c ${root}/src/kernels/cpu/log_softmax.c
                               PROPERTIES COMPILE_OPTIONS "-ffp-contract=fast")
   # the portable optimizer loops' sqrtf vectorises only without errno (sqrt is exact: the same bits)
   set_source_files_properties(${root}/src/kernels/cpu/optim.c PROPERTIES COMPILE_OPTIONS "-fno-math-errno")

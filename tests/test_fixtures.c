@@ -1783,6 +1783,7 @@ int main(void) {
     test_unary("op_max_pool2d_k3s2p1.safetensors", OP_POOL);
     test_one_input("op_max_pool2d_k3s2p1.safetensors", build_max_pool);
     test_unary("op_log_softmax.safetensors", OP_LOGSOFTMAX);
+    test_unary("op_log_softmax_wide.safetensors", OP_LOGSOFTMAX); /* 37 classes: the row loops' 16 lanes and their tail */
     test_loss("op_nll_loss.safetensors", 0);
     test_loss("op_nll_loss_dloss.safetensors", 0);
     test_loss("op_cross_entropy.safetensors", 1);

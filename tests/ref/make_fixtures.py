@@ -294,6 +294,17 @@ def op_nll_loss(folder, fname, seed, upstream):
                                        upstream=("dloss" if upstream else "1")))
 
 
+def op_log_softmax_wide(folder):
+    """37 classes: two blocks of 16 lanes and a tail in kiln's row loops"""
+    torch.manual_seed(51)
+    x = (rnd(5, 37) * 4).requires_grad_()
+    y = F.log_softmax(x, dim=1)
+    dy = rnd(*y.shape)
+    (dx,) = grads(y, dy, x)
+    return save(folder, "op_log_softmax_wide.safetensors", [("x", x), ("y", y), ("dy", dy), ("dx", dx)],
+                dict(op="log_softmax", dim=1))
+
+
 def op_cross_entropy(folder):
     torch.manual_seed(70)
     N, C = 6, 5
@@ -976,6 +987,7 @@ def generate(folder):
     op_log_softmax(folder)
     op_nll_loss(folder, "op_nll_loss.safetensors", 60, False)
     op_nll_loss(folder, "op_nll_loss_dloss.safetensors", 61, True)
+    op_log_softmax_wide(folder)
     op_cross_entropy(folder)
     op_cross_entropy_wide(folder)
     op_cross_entropy_masked(folder)

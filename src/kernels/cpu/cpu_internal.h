@@ -137,4 +137,7 @@ void kiln_cpu_attn_rowdot_avx2(const float *a, const float *b, int64_t ld, int64
 enum { KILN_ATTN_TILES_BEST, KILN_ATTN_TILES_PORTABLE, KILN_ATTN_TILES_AVX2 };
 void kiln_cpu_attention_force(int tiles);
 
+/* log sum exp of a row of n floats (log_softmax.c; cross entropy's too): exps in 16 lanes, folded in lane order */
+double kiln_cpu_row_lse(int64_t n, const float *x);
+
 #endif

@@ -2,16 +2,15 @@
  * summed serially in double so the loss does not depend on the thread count.
  * Cross entropy leaves rows of a negative target out (a masked loss's
  * padding; the backend refuses them otherwise): the mean is over the rest.
- * Its rows' exps are vec_math.h's, 16 lanes of registers as softmax.c's:
- * libm's expf is a call per element, and a GPT-2 vocabulary (50,257 logits a
- * token) made it seconds a step. */
+ * Its rows' exps are vec_math.h's in 16 lanes of registers (log_softmax.c's
+ * kiln_cpu_row_lse): libm's expf is a call per element, and a GPT-2
+ * vocabulary (50,257 logits a token) made it seconds a step. */
 #include <math.h>
 #include <stdlib.h>
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/internal/kernels.h"
 
-#define L 16
 
 void kiln_cpu_nll_loss_fwd(int64_t rows, int64_t cols, const float *logp, const int32_t *target, float *loss) {
     double s = 0.0;
@@ -31,26 +30,9 @@ void kiln_cpu_nll_loss_bwd(int64_t rows, int64_t cols, const int32_t *target, co
     }
 }
 
-/* log sum exp of a row: max and sum of exps in 16 lanes, folded in lane order (the same bits for any thread count) */
-KILN_CPU_HOT static double row_lse(int64_t n, const float *restrict x) {
-    float mv[L], sv[L], m = x[0], s = 0;
-    int64_t j = 0;
-    for (int l = 0; l < L; l++) mv[l] = x[0], sv[l] = 0;
-    for (; j + L <= n; j += L)
-        for (int l = 0; l < L; l++) mv[l] = x[j + l] > mv[l] ? x[j + l] : mv[l];
-    for (int l = 0; l < L; l++) m = mv[l] > m ? mv[l] : m;
-    for (; j < n; j++) m = x[j] > m ? x[j] : m;
-    for (j = 0; j + L <= n; j += L)
-        for (int l = 0; l < L; l++) sv[l] += kiln_vexpf(x[j + l] - m);
-    for (; j < n; j++) s += kiln_vexpf(x[j] - m);
-    double sum = s;
-    for (int l = 0; l < L; l++) sum += sv[l];
-    return (double)m + log(sum);
-}
-
 /* dr (=|+=) g (softmax(x) - onehot(t)) over a row */
 KILN_CPU_HOT static void ce_bwd_row(int64_t n, const float *restrict x, int32_t t, float g, float *restrict dr, int acc) {
-    float lse = (float)row_lse(n, x), old = acc ? dr[t] : 0.0f;
+    float lse = (float)kiln_cpu_row_lse(n, x), old = acc ? dr[t] : 0.0f;
     if (acc) {
 #pragma omp simd
         for (int64_t j = 0; j < n; j++) dr[j] += g * kiln_vexpf(x[j] - lse);
@@ -67,7 +49,7 @@ static int64_t counted(int64_t rows, const int32_t *target) {
     return n;
 }
 
-static double ce_term(int64_t cols, const float *row, int32_t t) { return t < 0 ? 0.0 : row_lse(cols, row) - row[t]; }
+static double ce_term(int64_t cols, const float *row, int32_t t) { return t < 0 ? 0.0 : kiln_cpu_row_lse(cols, row) - row[t]; }
 
 void kiln_cpu_cross_entropy_fwd(int64_t rows, int64_t cols, const float *logits, const int32_t *target,
                                 float *loss) {
