@@ -10,13 +10,9 @@
 #define L 16
 
 KILN_CPU_HOT double kiln_cpu_row_lse(int64_t n, const float *restrict x) {
-    float mv[L], sv[L], m = x[0], s = 0;
-    int64_t j = 0;
-    for (int l = 0; l < L; l++) mv[l] = x[0], sv[l] = 0;
-    for (; j + L <= n; j += L)
-        for (int l = 0; l < L; l++) mv[l] = x[j + l] > mv[l] ? x[j + l] : mv[l];
-    for (int l = 0; l < L; l++) m = mv[l] > m ? mv[l] : m;
-    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    float sv[L], m = kiln_row_max16(n, x), s = 0;
+    int64_t j;
+    for (int l = 0; l < L; l++) sv[l] = 0;
     for (j = 0; j + L <= n; j += L)
         for (int l = 0; l < L; l++) sv[l] += kiln_vexpf(x[j + l] - m);
     for (; j < n; j++) s += kiln_vexpf(x[j] - m);

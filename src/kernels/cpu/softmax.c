@@ -11,13 +11,9 @@
 /* max, exp and sum in 16 lanes of registers (an `omp simd` reduction keeps its
  * partials in memory, a store and a load per vector), folded in lane order */
 KILN_CPU_HOT static void softmax_row(int64_t n, const float *restrict x, float *restrict y) {
-    float mv[L], sv[L], m = x[0], s = 0;
-    int64_t j = 0;
-    for (int l = 0; l < L; l++) mv[l] = x[0], sv[l] = 0;
-    for (; j + L <= n; j += L)
-        for (int l = 0; l < L; l++) mv[l] = x[j + l] > mv[l] ? x[j + l] : mv[l];
-    for (int l = 0; l < L; l++) m = mv[l] > m ? mv[l] : m;
-    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    float sv[L], m = kiln_row_max16(n, x), s = 0;
+    int64_t j;
+    for (int l = 0; l < L; l++) sv[l] = 0;
     for (j = 0; j + L <= n; j += L)
         for (int l = 0; l < L; l++) {
             float e = kiln_vexpf(x[j + l] - m);

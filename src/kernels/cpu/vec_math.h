@@ -47,4 +47,17 @@ static inline float kiln_verff(float x) {
 /* 1 / (1 + e^-x) */
 static inline float kiln_vsigmoidf(float x) { return 1.0f / (1.0f + kiln_vexpf(-x)); }
 
+/* the largest of x[0 .. n): 16 lanes of running maxima, then the tail (always_inline: built into each clone that
+ * calls it, as a plain static inline helper called from a clone would not be) */
+static inline __attribute__((always_inline)) float kiln_row_max16(int64_t n, const float *restrict x) {
+    float mv[16], m = x[0];
+    int64_t j = 0;
+    for (int l = 0; l < 16; l++) mv[l] = x[0];
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++) mv[l] = x[j + l] > mv[l] ? x[j + l] : mv[l];
+    for (int l = 0; l < 16; l++) m = mv[l] > m ? mv[l] : m;
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
 #endif
