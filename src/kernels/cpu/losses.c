@@ -11,7 +11,6 @@
 #include "kernels/cpu/vec_math.h"
 #include "kernels/internal/kernels.h"
 
-
 void kiln_cpu_nll_loss_fwd(int64_t rows, int64_t cols, const float *logp, const int32_t *target, float *loss) {
     double s = 0.0;
     for (int64_t i = 0; i < rows; i++) s -= logp[i * cols + target[i]];

@@ -1,12 +1,12 @@
 /* Sum of squares and scaling over a flat buffer (gradient clipping). The sum
- * is split into fixed chunks, each summed in double in a fixed order (16 lanes, then the tail), then the
- * chunks are added in order: the result does not depend on the thread count,
- * so clipped runs stay bit-reproducible and resumable. */
+ * is split into fixed chunks, each summed in double in a fixed order (16
+ * lanes, then the tail), then the chunks are added in order: the result does
+ * not depend on the thread count, so clipped runs stay bit-reproducible and
+ * resumable. */
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/internal/kernels.h"
 
 #define CHUNK 16384
-
 #define LANES 16
 
 /* sum of x[i]^2 over [0, n) in double: 16 lanes of registers, folded in lane order, then the tail (one running
