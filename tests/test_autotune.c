@@ -85,12 +85,12 @@ static void test_text(void) {
 
 /* ---------- every candidate agrees with the reference ---------- */
 
-/* nChw16c <-> NCHW (c % 16 == 0) */
-static void reblock(float *dst, const float *src, const kiln_conv_shape *cs, int64_t c, int64_t hw, int to_blocked) {
+/* nChw<B>c <-> NCHW (c % B == 0) */
+static void reblock(float *dst, const float *src, const kiln_conv_shape *cs, int B, int64_t c, int64_t hw, int to_blocked) {
     for (int64_t n = 0; n < cs->n; n++)
         for (int64_t ch = 0; ch < c; ch++)
             for (int64_t p = 0; p < hw; p++) {
-                int64_t plain = (n * c + ch) * hw + p, blocked = ((n * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16;
+                int64_t plain = (n * c + ch) * hw + p, blocked = ((n * (c / B) + ch / B) * hw + p) * B + ch % B;
                 if (to_blocked) dst[blocked] = src[plain];
                 else dst[plain] = src[blocked];
             }
@@ -108,14 +108,14 @@ typedef struct {
 static float *plan_layout(agree_case *a, const float *plain, int is_y, float *buf) {
     int blocked = is_y ? a->o.y_blocked : a->o.x_blocked;
     if (!blocked) return (float *)plain;
-    reblock(buf, plain, &a->cs, is_y ? a->cs.k : a->cs.c, is_y ? a->cs.oh * a->cs.ow : a->cs.h * a->cs.w, 1);
+    reblock(buf, plain, &a->cs, blocked, is_y ? a->cs.k : a->cs.c, is_y ? a->cs.oh * a->cs.ow : a->cs.h * a->cs.w, 1);
     return buf;
 }
 
 static const float *plain_of(agree_case *a, const float *out, int is_y) {
     int blocked = is_y ? a->o.y_blocked : a->o.x_blocked;
     if (!blocked) return out;
-    reblock(a->plain, out, &a->cs, is_y ? a->cs.k : a->cs.c, is_y ? a->cs.oh * a->cs.ow : a->cs.h * a->cs.w, 0);
+    reblock(a->plain, out, &a->cs, blocked, is_y ? a->cs.k : a->cs.c, is_y ? a->cs.oh * a->cs.ow : a->cs.h * a->cs.w, 0);
     return a->plain;
 }
 
@@ -248,34 +248,39 @@ static void test_all_candidates(void) {
     tu_seed(7);
     /* a plain input feeding a blocked output, bias and relu fused */
     test_candidates_agree((kiln_conv_shape){.n = 2, .c = 16, .h = 10, .w = 10, .k = 32, .r = 3, .s = 3, .stride = 1, .pad = 1},
-                          (kiln_dnnl_conv_opts){.has_bias = 1, .fuse_relu = 1, .y_blocked = 1});
+                          (kiln_dnnl_conv_opts){.has_bias = 1, .fuse_relu = 1, .y_blocked = 16});
     /* a first layer: 3 channels, stride 2, no bias, plain */
     test_candidates_agree((kiln_conv_shape){.n = 3, .c = 3, .h = 9, .w = 9, .k = 16, .r = 3, .s = 3, .stride = 2, .pad = 1},
                           (kiln_dnnl_conv_opts){0});
-    /* inside a blocked chain (Winograd's shape) */
+    /* inside a blocked chain (Winograd's shape), by 16 and by 8 (AVX2's block) */
     test_candidates_agree((kiln_conv_shape){.n = 2, .c = 32, .h = 8, .w = 8, .k = 32, .r = 3, .s = 3, .stride = 1, .pad = 1},
-                          (kiln_dnnl_conv_opts){.has_bias = 1, .x_blocked = 1, .y_blocked = 1});
+                          (kiln_dnnl_conv_opts){.has_bias = 1, .x_blocked = 16, .y_blocked = 16});
+    test_candidates_agree((kiln_conv_shape){.n = 2, .c = 32, .h = 8, .w = 8, .k = 32, .r = 3, .s = 3, .stride = 1, .pad = 1},
+                          (kiln_dnnl_conv_opts){.has_bias = 1, .x_blocked = 8, .y_blocked = 8});
     /* ResNet-20's first stage: 16 channels, where nChw16c and nhwc are the same bytes
      * (an nhwc candidate reads and writes the plan's blocked tensors in place) */
     test_candidates_agree((kiln_conv_shape){.n = 2, .c = 16, .h = 9, .w = 7, .k = 16, .r = 3, .s = 3, .stride = 1, .pad = 1},
-                          (kiln_dnnl_conv_opts){.x_blocked = 1, .y_blocked = 1});
-    /* depthwise, blocked */
+                          (kiln_dnnl_conv_opts){.x_blocked = 16, .y_blocked = 16});
+    /* depthwise, blocked; and a stride-2 conv from 8 blocked channels into 16, plain out */
     test_candidates_agree((kiln_conv_shape){.n = 2, .c = 16, .h = 8, .w = 8, .k = 16, .r = 3, .s = 3, .stride = 1, .pad = 1,
                                             .groups = 16},
-                          (kiln_dnnl_conv_opts){.x_blocked = 1, .y_blocked = 1});
+                          (kiln_dnnl_conv_opts){.x_blocked = 16, .y_blocked = 16});
+    test_candidates_agree((kiln_conv_shape){.n = 2, .c = 8, .h = 9, .w = 9, .k = 16, .r = 3, .s = 3, .stride = 2, .pad = 1},
+                          (kiln_dnnl_conv_opts){.has_bias = 1, .x_blocked = 8});
 }
 
 /* an argument whose plan layout and primitive layout are the same bytes under two
- * names (nChw16c and nhwc at 16 channels) needs no reorder; at 32 channels, or
- * converting to bf16, it does */
+ * names (nChw16c and nhwc at 16 channels, nChw8c and nhwc at 8) needs no reorder;
+ * at 32 channels, nChw8c at 16, or converting to bf16, it does */
 static void test_same_bytes(void) {
     CHECK_OK(kiln_dnnl_init());
-    static const struct { int64_t c; dnnl_data_type_t prim_type; int reorder; } cases[] = {
-        {16, dnnl_f32, 0}, {32, dnnl_f32, 1}, {16, dnnl_bf16, 1}};
-    for (int k = 0; k < 3; k++) {
+    static const struct { int64_t c; int block; dnnl_data_type_t prim_type; int reorder; } cases[] = {
+        {16, 16, dnnl_f32, 0}, {32, 16, dnnl_f32, 1}, {16, 16, dnnl_bf16, 1}, {8, 8, dnnl_f32, 0}, {16, 8, dnnl_f32, 1}};
+    for (int k = 0; k < 5; k++) {
         dnnl_dims_t d = {2, cases[k].c, 5, 7};
         dnnl_memory_desc_t blocked, nhwc;
-        CHECK(dnnl_memory_desc_init_by_tag(&blocked, 4, d, dnnl_f32, dnnl_nChw16c) == dnnl_success);
+        CHECK(dnnl_memory_desc_init_by_tag(&blocked, 4, d, dnnl_f32, cases[k].block == 8 ? dnnl_nChw8c : dnnl_nChw16c) ==
+              dnnl_success);
         CHECK(dnnl_memory_desc_init_by_tag(&nhwc, 4, d, cases[k].prim_type, dnnl_nhwc) == dnnl_success);
         for (int in = 0; in <= 1; in++) {
             kiln_dn_arg a;

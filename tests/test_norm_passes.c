@@ -357,8 +357,7 @@ static void test_fold_small(void) {
               "unfolded plan:\n%s", i_off->desc);
     CHECK_MSG(count_in(i_on->desc, "+relu") == 2 && count_in(i_on->desc, "conv2d_add") == 1,
               "conv1's relu, conv2's add and the relu after it are not fused into the folded convs:\n%s", i_on->desc);
-    if (kiln_cpu_has_avx512()) /* the layout pass blocks only for AVX-512 (src/backends/cpu/cpu.c) */
-        CHECK_MSG(count_in(i_on->desc, "blocked") >= 2, "the folded convs left the blocked layout:\n%s", i_on->desc);
+    CHECK_MSG(count_in(i_on->desc, "blocked") >= 2, "the folded convs left the blocked layout:\n%s", i_on->desc);
     free(off), free(on), free(ref_off), free(ref_on), free(i_off), free(i_on);
     kiln_params_free(P32);
     kiln_params_free(P64);

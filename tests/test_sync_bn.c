@@ -5,7 +5,7 @@
  *     statistics, the running statistics, and dw, db as the sum of the shares
  *     (data parallel sums them with the other gradients). Ref and cpu kernels,
  *     plain NCHW with few and many channels (the cpu kernel's two routes) and
- *     nChw16c;
+ *     nChw16c and nChw8c;
  *   - a world of one: the sync kernels (collective present, nothing to call)
  *     give the plain kernels' bits;
  *   - plans: a conv -> bn -> relu -> conv -> bn -> mse graph compiled with
@@ -44,7 +44,7 @@ static int fake_allreduce(void *user, double *buf, int64_t n) {
     return 0;
 }
 
-/* one batch norm problem: x [n, c, hw] (blocked: nChw16c, c % 16 == 0) and dy, in double
+/* one batch norm problem: x [n, c, hw] (blocked: nChw16c or nChw8c, c a multiple of the block) and dy, in double
  * (the float kernels read float copies) */
 typedef struct {
     int64_t n, c, hw;
@@ -191,6 +191,7 @@ static void test_kernels(void) {
         {5, 3, 7, 3, 0},    /* few channels: the cpu's chunked route */
         {6, 40, 5, 2, 0},   /* many: its per-channel route */
         {7, 32, 6, 4, 16},  /* nChw16c, two blocks */
+        {7, 24, 5, 4, 8},   /* nChw8c, three blocks, an odd number of pixels */
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t n = shapes[s].n, c = shapes[s].c, nx = n * c * shapes[s].hw;

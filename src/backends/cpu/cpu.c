@@ -15,11 +15,17 @@ static kiln_status cpu_stage(void *dst, const void *host, int64_t n, kiln_dtype 
     return kiln_host_copy(dst, host, (size_t)n * kiln_dtype_size(dtype), 0);
 }
 
-/* nChw16c is AVX-512's block (16 floats to a register): oneDNN's AVX2 kernels
- * block by 8 and have few implementations that read 16 (none with a residual
- * sum), so without AVX-512 activations stay plain and each conv picks its own */
+static int forced_block;
+
+void kiln_cpu_force_layout_block(int block) { forced_block = block; }
+
+/* a register's floats: oneDNN's AVX2 kernels block by 8 and have few
+ * implementations that read 16 (none with a residual sum), its AVX-512 ones by 16 */
+int kiln_cpu_layout_block(void) { return forced_block ? forced_block : kiln_cpu_has_avx512() ? 16 : 8; }
+
 static kiln_status cpu_passes(kiln_graph *g, const kiln_compile_opts *o) {
-    if (o->layout && kiln_cpu_has_avx512() && kiln_cpu_pass_layout(g) < 0) return kiln_fail(KILN_ERR_NOMEM, "layout pass: out of memory");
+    if (o->layout && kiln_cpu_pass_layout(g, kiln_cpu_layout_block()) < 0)
+        return kiln_fail(KILN_ERR_NOMEM, "layout pass: out of memory");
     if (o->reuse_memory && o->in_place) kiln_cpu_pass_in_place(g);
     return KILN_OK;
 }

@@ -17,7 +17,7 @@ static kiln_status conv_make(kiln_step *s, const kiln_prep *p, int bf16) {
     kiln_conv_shape_infer(cs);
     kiln_dnnl_conv_opts co = {s->nin > 2, s->epilogue == KILN_EPI_RELU, kiln_step_has_bwd(s, KILN_OP_CONV2D_BWD_DATA),
                               kiln_step_has_bwd(s, KILN_OP_CONV2D_BWD_WEIGHT), p->o->autotune,
-                              x->layout == KILN_CPU_BLOCKED, s->out[0].layout == KILN_CPU_BLOCKED, bf16,
+                              x->layout, s->out[0].layout, bf16,
                               s->op == KILN_OP_CONV2D_ADD};
     kiln_dnnl_conv *c;
     kiln_status st = kiln_dnnl_conv_new(cs, &co, &c);

@@ -138,7 +138,8 @@ static kiln_status ones(const kiln_step *s, const kiln_run_ctx *rc) {
 static int reorder(const kiln_step *s, int acc) {
     const kiln_tdesc *x = &s->in[0], *y = &s->out[0];
     if (x->layout == y->layout) return 0;
-    kiln_cpu_reorder_nchw(x->shape[0], x->shape[1], x->shape[2] * x->shape[3], x->layout != 0, F(*x), F(*y), acc);
+    int block = x->layout ? x->layout : y->layout;
+    kiln_cpu_reorder_nchw(x->shape[0], x->shape[1], x->shape[2] * x->shape[3], block, x->layout != 0, F(*x), F(*y), acc);
     return 1;
 }
 

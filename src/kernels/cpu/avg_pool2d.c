@@ -1,5 +1,5 @@
-/* Average pooling, float, over x in plain NCHW (blocked = 0) or nChw16c
- * (blocked = 16), so the end of a conv chain kept blocked (a ResNet's global
+/* Average pooling, float, over x in plain NCHW (blocked = 0) or nChw16c or
+ * nChw8c (blocked = 16 or 8), so the end of a conv chain kept blocked (a ResNet's global
  * pool) needs no reorder; y and dy are plain NCHW. Planes (one image, one
  * channel) are split across the team; each sums its windows in float. The
  * backward gathers: every input element adds the outputs whose window holds
@@ -11,8 +11,8 @@
 /* where plane p = (n, c) starts in x, and the distance between its elements */
 static int64_t plane_base(const kiln_avg_pool_shape *ps, int blocked, int64_t p, int64_t *step) {
     int64_t n = p / ps->c, c = p % ps->c, hw = ps->h * ps->w;
-    *step = blocked ? 16 : 1;
-    return blocked ? ((n * (ps->c / 16) + c / 16) * hw) * 16 + c % 16 : p * hw;
+    *step = blocked ? blocked : 1;
+    return blocked ? ((n * (ps->c / blocked) + c / blocked) * hw) * blocked + c % blocked : p * hw;
 }
 
 void kiln_cpu_avg_pool2d_fwd(const kiln_avg_pool_shape *ps, int blocked, const float *x, float *y) {
@@ -54,7 +54,7 @@ static void outputs_of(const kiln_avg_pool_shape *ps, int64_t i, int64_t in, int
 }
 
 /* a global pool (one output whose window is the whole plane: a ResNet's head)
- * spreads dy / (h w) over each plane; blocked, 16 channels a pixel at once.
+ * spreads dy / (h w) over each plane; blocked, a block's channels a pixel at once.
  * The same values as the gather below, which pays a window search per element */
 static int global_pool(const kiln_avg_pool_shape *ps, int64_t *count) {
     int64_t lo, hi, ch, cw;
@@ -68,9 +68,9 @@ static int global_pool(const kiln_avg_pool_shape *ps, int64_t *count) {
 }
 
 static void global_bwd(const kiln_avg_pool_shape *ps, int blocked, int64_t count, const float *dy, float *dx, int acc) {
-    int64_t hw = ps->h * ps->w, L = blocked ? 16 : 1, groups = ps->n * ps->c / L;
+    int64_t hw = ps->h * ps->w, L = blocked ? blocked : 1, groups = ps->n * ps->c / L;
 #pragma omp parallel for schedule(static)
-    for (int64_t g = 0; g < groups; g++) { /* g: one plane, or one image's block of 16 channels */
+    for (int64_t g = 0; g < groups; g++) { /* g: one plane, or one image's block of channels */
         float v[16];
         for (int64_t l = 0; l < L; l++) v[l] = dy[g * L + l] / (float)count;
         float *d = dx + g * hw * L;

@@ -1,10 +1,11 @@
 /* Batch normalisation, float, over x[n, c, hw] in plain NCHW (blocked = 0) or
- * oneDNN's nChw16c (blocked = 16: [n, c/16, hw, 16]), so a conv chain kept
- * blocked by the layout pass needs no reorder around its norms.
+ * oneDNN's nChw16c or nChw8c (blocked = 16 or 8: [n, c/B, hw, B]), so a conv
+ * chain kept blocked by the layout pass needs no reorder around its norms.
  *
- * A group is what one set of 16 lanes covers: a block of 16 channels (blocked),
- * or one channel (plain, whose contiguous pixels are spread over 16 lanes of
- * partial sums, folded at the end). The data of a group in one image is one
+ * A group is what one set of 16 lanes covers: a block of 16 channels, a block
+ * of 8 (two pixels side by side, lanes l and l + 8 one channel), or one
+ * channel (plain, whose contiguous pixels are spread over 16 lanes); lanes of
+ * one channel hold partial sums, folded in lane order at the end. The data of a group in one image is one
  * contiguous run. Statistics are summed in double in one pass over x: the sums
  * of x - k and (x - k)^2 with k the running mean (the variance from them loses
  * to cancellation only as (mean - k)^2 / var grows; doubles leave 29 bits of
@@ -35,15 +36,26 @@ typedef struct {
 } bn_shape;
 
 static bn_shape shape_of(int64_t n, int64_t c, int64_t hw, int blocked) {
-    bn_shape S = {n, c, hw, blocked ? c / L : c, 1, blocked};
+    bn_shape S = {n, c, hw, blocked ? c / blocked : c, 1, blocked};
     if (S.ngroups < MAX_CHUNKS) S.nchunks = n < MAX_CHUNKS ? n : MAX_CHUNKS;
     return S;
 }
 
 /* group g's run in image i, and its length */
 static int64_t run_at(const bn_shape *S, int64_t g, int64_t i, int64_t *len) {
-    *len = S->blocked ? S->hw * L : S->hw;
+    *len = S->blocked ? S->hw * S->blocked : S->hw;
     return i * S->c * S->hw + g * *len;
+}
+
+/* the channels a group holds (lanes 0 .. nch-1 hold them, lane l the same as l % nch) */
+static int64_t nch_of(const bn_shape *S) { return S->blocked ? S->blocked : 1; }
+
+/* the channel of lane l of group g */
+static int64_t chan_of(const bn_shape *S, int64_t g, int l) { return S->blocked ? g * S->blocked + l % S->blocked : g; }
+
+/* lanes from nch on copy the lanes of their channel */
+static void spread(const bn_shape *S, float *a) {
+    for (int64_t l = nch_of(S); l < L; l++) a[l] = a[l % nch_of(S)];
 }
 
 /* images [i0, i1) of chunk k */
@@ -93,12 +105,13 @@ static void group_sums(const bn_shape *S, const float *x, int64_t g, int64_t i0,
     }
 }
 
-/* plain: the 16 partial sums of the one channel, folded in lane order, in every lane */
+/* each channel's partial sums folded in lane order, the total in every lane of the channel */
 static void fold(const bn_shape *S, double *s) {
-    if (S->blocked) return;
-    double t = 0;
-    for (int l = 0; l < L; l++) t += s[l];
-    for (int l = 0; l < L; l++) s[l] = t;
+    int64_t nch = nch_of(S);
+    if (nch == L) return;
+    double t[L] = {0};
+    for (int l = 0; l < L; l++) t[l % nch] += s[l];
+    for (int l = 0; l < L; l++) s[l] = t[l % nch];
 }
 
 /* every (group, chunk) of the shape, in parallel; body sees g, k (the chunk), i0, i1 */
@@ -113,9 +126,9 @@ static void fold(const bn_shape *S, double *s) {
         }                                                                                                              \
     } while (0)
 
-/* a group's 16 lanes of per-channel values: the 16 channels of a block, or the one channel */
+/* a group's 16 lanes of per-channel values */
 static void lanes_of(const bn_shape *S, const float *v, int64_t g, float *out) {
-    for (int l = 0; l < L; l++) out[l] = v[S->blocked ? g * L + l : g];
+    for (int l = 0; l < L; l++) out[l] = v[chan_of(S, g, l)];
 }
 
 /* y = x * scale + shift per lane over a run, + r (a residual, when given), then
@@ -166,10 +179,10 @@ typedef struct {
  * running statistics), the running statistics moved and mean and invstd saved for backward */
 static void fwd_coef(const bn_shape *S, const bn_fwd_args *A, int64_t g, const double *mean, const double *var, float *sc,
                      float *sh) {
-    int64_t nch = S->blocked ? L : 1;
+    int64_t nch = nch_of(S);
     double m = A->count;
-    for (int64_t l = 0; l < nch; l++) {
-        int64_t ch = S->blocked ? g * L + l : g;
+    for (int l = 0; l < nch; l++) {
+        int64_t ch = chan_of(S, g, l);
         double mu = A->training ? mean[l] : A->rmean[ch], v = A->training ? var[l] : A->rvar[ch];
         if (A->training) {
             A->rmean[ch] = (float)((1.0 - A->momentum) * A->rmean[ch] + A->momentum * mu);
@@ -180,14 +193,15 @@ static void fwd_coef(const bn_shape *S, const bn_fwd_args *A, int64_t g, const d
         if (A->save_invstd) A->save_invstd[ch] = invstd_f;
         scale_shift(mean_f, invstd_f, A->w[ch], A->b[ch], &sc[l], &sh[l]);
     }
-    for (int64_t l = nch; l < L; l++) sc[l] = sc[0], sh[l] = sh[0]; /* plain: one channel in every lane */
+    spread(S, sc);
+    spread(S, sh);
 }
 
 /* the shift of group g's sums: the running mean, which every process of a sync norm
  * holds alike and which lies near the batch's mean once training is under way, so
  * the one-pass variance loses next to nothing to cancellation */
 static void shift_lanes(const bn_shape *S, const float *rmean, int64_t g, double *k) {
-    for (int l = 0; l < L; l++) k[l] = rmean[S->blocked ? g * L + l : g];
+    for (int l = 0; l < L; l++) k[l] = rmean[chan_of(S, g, l)];
 }
 
 /* the chunks' shifted sums of each group into s1, s2, added in chunk order and folded */
@@ -256,14 +270,13 @@ static bn_scratch carve(const bn_shape *S, double *d) {
 
 /* group lanes -> per-channel values at chan (plain: lane 0, all lanes hold the channel) */
 static void pack(const bn_shape *S, const double *lanes, double *chan) {
-    int64_t nch = S->blocked ? L : 1;
     for (int64_t g = 0; g < S->ngroups; g++)
-        for (int64_t l = 0; l < nch; l++) chan[S->blocked ? g * L + l : g] = lanes[g * L + l];
+        for (int l = 0; l < nch_of(S); l++) chan[chan_of(S, g, l)] = lanes[g * L + l];
 }
 
 static void unpack(const bn_shape *S, const double *chan, double *lanes) {
     for (int64_t g = 0; g < S->ngroups; g++)
-        for (int l = 0; l < L; l++) lanes[g * L + l] = chan[S->blocked ? g * L + l : g];
+        for (int l = 0; l < L; l++) lanes[g * L + l] = chan[chan_of(S, g, l)];
 }
 
 /* training's statistics of every group into W->s1 (mean) and W->s2 (biased variance),
@@ -393,9 +406,8 @@ typedef struct {
 
 /* group g's parameter gradients from its (folded) sums: this process's alone */
 static void bwd_params(const bn_shape *S, const bn_bwd_args *A, int64_t g, const double *sdy, const double *sdyx) {
-    int64_t nch = S->blocked ? L : 1;
-    for (int64_t l = 0; l < nch; l++) {
-        int64_t ch = S->blocked ? g * L + l : g;
+    for (int l = 0; l < nch_of(S); l++) {
+        int64_t ch = chan_of(S, g, l);
         if (A->dw) A->dw[ch] = A->acc_dw ? A->dw[ch] + (float)sdyx[l] : (float)sdyx[l];
         if (A->db) A->db[ch] = A->acc_db ? A->db[ch] + (float)sdy[l] : (float)sdy[l];
     }
@@ -405,15 +417,16 @@ static void bwd_params(const bn_shape *S, const bn_bwd_args *A, int64_t g, const
  * dx = k (m dy - sum dy - xhat sum dy xhat), k = w invstd / m, as a dy + bx x + cc */
 static void bwd_coef(const bn_shape *S, const bn_bwd_args *A, int64_t g, const double *sdy, const double *sdyx, double m,
                      float *a, float *bx, float *cc) {
-    int64_t nch = S->blocked ? L : 1;
-    for (int64_t l = 0; l < nch; l++) {
-        int64_t ch = S->blocked ? g * L + l : g;
+    for (int l = 0; l < nch_of(S); l++) {
+        int64_t ch = chan_of(S, g, l);
         double k = A->w[ch] * (double)A->invstd[ch] / m, is = A->invstd[ch];
         a[l] = (float)(k * m);
         bx[l] = (float)(-k * sdyx[l] * is);
         cc[l] = (float)(k * (sdyx[l] * is * A->mean[ch] - sdy[l]));
     }
-    for (int64_t l = nch; l < L; l++) a[l] = a[0], bx[l] = bx[0], cc[l] = cc[0];
+    spread(S, a);
+    spread(S, bx);
+    spread(S, cc);
 }
 
 /* dx over one run, a dy + bx x + cc per lane (dy masked when relu), written or added */
@@ -460,12 +473,12 @@ HOT static void bwd_dx(const bn_shape *S, const bn_bwd_args *A, int64_t g, int64
 /* group g's forward scale and shift lanes (relu's mask), or NULL when there is no mask */
 static const float *mask_lanes(const bn_shape *S, const bn_bwd_args *A, int64_t g, float *sc, float *sh) {
     if (!A->b) return NULL;
-    int64_t nch = S->blocked ? L : 1;
-    for (int64_t l = 0; l < nch; l++) {
-        int64_t ch = S->blocked ? g * L + l : g;
+    for (int l = 0; l < nch_of(S); l++) {
+        int64_t ch = chan_of(S, g, l);
         scale_shift(A->mean[ch], A->invstd[ch], A->w[ch], A->b[ch], &sc[l], &sh[l]);
     }
-    for (int64_t l = nch; l < L; l++) sc[l] = sc[0], sh[l] = sh[0];
+    spread(S, sc);
+    spread(S, sh);
     return sc;
 }
 

@@ -27,41 +27,50 @@ void kiln_cpu_copy_strided(int ndim, const int64_t *shape, const float *src, con
     }
 }
 
-/* [n, c, hw] between plain NCHW and nChw16c (c a multiple of 16), either way,
- * written or (acc) added. A block of 16 channels is a transpose of [hw][16]
- * and [16][hw]; it goes through 16 x 16 tiles (1 KiB, in L1) so neither side
- * is walked with a stride of a whole plane. Blocks by images split across the team. */
-void kiln_cpu_reorder_nchw(int64_t n, int64_t c, int64_t hw, int from_blocked, const float *src, float *dst, int acc) {
-    int64_t nb = c / 16;
-#pragma omp parallel for schedule(static) if (n * c * hw >= KILN_CPU_PAR_MIN)
-    for (int64_t t = 0; t < n * nb; t++) {
-        const float *s = src + t * 16 * hw;
-        float *d = dst + t * 16 * hw;
-        for (int64_t j0 = 0; j0 < hw; j0 += 16) {
-            int64_t m = hw - j0 < 16 ? hw - j0 : 16;
-            float tile[16][16];
-            if (from_blocked) {
-                for (int64_t j = 0; j < m; j++)
-                    for (int l = 0; l < 16; l++) tile[l][j] = s[(j0 + j) * 16 + l];
-                for (int l = 0; l < 16; l++) {
-                    float *o = d + l * hw + j0;
-                    if (acc)
-                        for (int64_t j = 0; j < m; j++) o[j] += tile[l][j];
-                    else
-                        for (int64_t j = 0; j < m; j++) o[j] = tile[l][j];
-                }
-            } else {
-                for (int l = 0; l < 16; l++)
-                    for (int64_t j = 0; j < m; j++) tile[j][l] = s[l * hw + j0 + j];
-                for (int64_t j = 0; j < m; j++) {
-                    float *o = d + (j0 + j) * 16;
-                    if (acc)
-                        for (int l = 0; l < 16; l++) o[l] += tile[j][l];
-                    else
-                        for (int l = 0; l < 16; l++) o[l] = tile[j][l];
-                }
+/* one block of B channels of one image between [B][hw] (plain) and [hw][B]
+ * (blocked), through B x 16 tiles (at most 1 KiB, in L1) so neither side is
+ * walked with a stride of a whole plane; B a constant where it is inlined */
+static inline __attribute__((always_inline)) void reorder_block(const float *s, float *d, int64_t hw, int B,
+                                                                int from_blocked, int acc) {
+    for (int64_t j0 = 0; j0 < hw; j0 += 16) {
+        int64_t m = hw - j0 < 16 ? hw - j0 : 16;
+        float tile[16][16];
+        if (from_blocked) {
+            for (int64_t j = 0; j < m; j++)
+                for (int l = 0; l < B; l++) tile[l][j] = s[(j0 + j) * B + l];
+            for (int l = 0; l < B; l++) {
+                float *o = d + l * hw + j0;
+                if (acc)
+                    for (int64_t j = 0; j < m; j++) o[j] += tile[l][j];
+                else
+                    for (int64_t j = 0; j < m; j++) o[j] = tile[l][j];
+            }
+        } else {
+            for (int l = 0; l < B; l++)
+                for (int64_t j = 0; j < m; j++) tile[j][l] = s[l * hw + j0 + j];
+            for (int64_t j = 0; j < m; j++) {
+                float *o = d + (j0 + j) * B;
+                if (acc)
+                    for (int l = 0; l < B; l++) o[l] += tile[j][l];
+                else
+                    for (int l = 0; l < B; l++) o[l] = tile[j][l];
             }
         }
+    }
+}
+
+/* [n, c, hw] between plain NCHW and nChw16c or nChw8c (block 16 or 8, c a
+ * multiple of it), either way, written or (acc) added. Blocks by images split
+ * across the team. */
+void kiln_cpu_reorder_nchw(int64_t n, int64_t c, int64_t hw, int block, int from_blocked, const float *src, float *dst,
+                           int acc) {
+    int64_t nb = c / block;
+#pragma omp parallel for schedule(static) if (n * c * hw >= KILN_CPU_PAR_MIN)
+    for (int64_t t = 0; t < n * nb; t++) {
+        const float *s = src + t * block * hw;
+        float *d = dst + t * block * hw;
+        if (block == 16) reorder_block(s, d, hw, 16, from_blocked, acc);
+        else reorder_block(s, d, hw, 8, from_blocked, acc);
     }
 }
 

@@ -1,7 +1,7 @@
 /* conv2d on oneDNN: forward, backward-data and backward-weights primitives.
  * Each direction runs the implementation the tuner chose (conv_tune.c) in the
  * activation layout that implementation asked for; when that differs from the
- * plan's (NCHW, or nChw16c from the layout pass), data is reordered in and out
+ * plan's (NCHW, or nChw16c / nChw8c from the layout pass), data is reordered in and out
  * through the shared workspace, and the tuner counted those reorders in the
  * time it measured. Weights stay in PyTorch's OIHW in the plan. In bf16
  * (mixed precision) each direction's two inputs are bf16 in the primitive
@@ -137,6 +137,15 @@ fail:
     return st;
 }
 
+static dnnl_format_tag_t blocked_tag(int block) { return block == 8 ? dnnl_nChw8c : dnnl_nChw16c; }
+
+/* the problem's layout suffix: "/xb" for nChw16c (as before nChw8c existed), "/xb8" for nChw8c */
+static const char *blocked_key(int block, char side) {
+    if (!block) return "";
+    if (side == 'x') return block == 8 ? "/xb8" : "/xb";
+    return block == 8 ? "/yb8" : "/yb";
+}
+
 void kiln_conv_setup(kiln_dnnl_conv *c, const kiln_conv_shape *shape, const kiln_dnnl_conv_opts *o) {
     c->cs = *shape;
     if (c->cs.groups < 1) c->cs.groups = 1;
@@ -149,8 +158,9 @@ void kiln_conv_setup(kiln_dnnl_conv *c, const kiln_conv_shape *shape, const kiln
     if (cs->dilation != 1) snprintf(gd + strlen(gd), sizeof gd - strlen(gd), "dh%ld", (long)cs->dilation - 1);
     snprintf(c->problem, sizeof c->problem, "%smb%ldic%ldih%ldiw%ldoc%ldkh%ldkw%ldsh%ldph%ld%s%s%s%s%s%s", gd, (long)cs->n,
              (long)cs->c, (long)cs->h, (long)cs->w, (long)cs->k, (long)cs->r, (long)cs->s, (long)cs->stride,
-             (long)cs->pad, o->residual ? "+sum" : "", o->fuse_relu ? "+relu" : "", o->has_bias ? "" : "/nb", o->x_blocked ? "/xb" : "",
-             o->y_blocked ? "/yb" : "", o->bf16 == KILN_DN_BF16 ? "/bf16" : o->bf16 ? "/bf16e" : "");
+             (long)cs->pad, o->residual ? "+sum" : "", o->fuse_relu ? "+relu" : "", o->has_bias ? "" : "/nb",
+             blocked_key(o->x_blocked, 'x'), blocked_key(o->y_blocked, 'y'),
+             o->bf16 == KILN_DN_BF16 ? "/bf16" : o->bf16 ? "/bf16e" : "");
     int64_t xd[4] = {cs->n, cs->c, cs->h, cs->w}, yd[4] = {cs->n, cs->k, cs->oh, cs->ow};
     int64_t bd[1] = {cs->k};
     dnnl_dims_t wdd;
@@ -160,8 +170,8 @@ void kiln_conv_setup(kiln_dnnl_conv *c, const kiln_conv_shape *shape, const kiln
     kiln_dn_md_plain(&c->w_md, wnd, wd);
     kiln_dn_md_plain(&c->y_md, 4, yd);
     dnnl_dims_t dx = {xd[0], xd[1], xd[2], xd[3]}, dy = {yd[0], yd[1], yd[2], yd[3]};
-    if (o->x_blocked) dnnl_memory_desc_init_by_tag(&c->x_md, 4, dx, dnnl_f32, dnnl_nChw16c);
-    if (o->y_blocked) dnnl_memory_desc_init_by_tag(&c->y_md, 4, dy, dnnl_f32, dnnl_nChw16c);
+    if (o->x_blocked) dnnl_memory_desc_init_by_tag(&c->x_md, 4, dx, dnnl_f32, blocked_tag(o->x_blocked));
+    if (o->y_blocked) dnnl_memory_desc_init_by_tag(&c->y_md, 4, dy, dnnl_f32, blocked_tag(o->y_blocked));
     kiln_dn_md_plain(&c->b_md, 1, bd);
 }
 

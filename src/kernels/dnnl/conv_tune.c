@@ -4,7 +4,8 @@
  *
  * Candidates: the direct and Winograd algorithms, each with the activations
  * in the layout each implementation prefers ("any"), plain NCHW, NHWC and
- * blocked nChw16c, and every implementation oneDNN lists for each (its
+ * blocked nChw16c (with the plan's own layout, nChw8c where the layout pass
+ * blocks by 8, under "any" or "plan"), and every implementation oneDNN lists for each (its
  * primitive descriptor iterator), minus duplicates (same implementation and
  * layouts) and oneDNN's reference implementations (ref:*, orders of magnitude
  * slower). A candidate whose layout differs from the plan's pays reorders in

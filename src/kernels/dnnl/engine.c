@@ -68,26 +68,27 @@ void kiln_dn_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
     dnnl_memory_desc_init_by_strides(md, ndims, d, dnnl_f32, strides);
 }
 
-/* a 4-d activation of exactly 16 channels laid out [n][h][w][16]: nhwc, or nChw16c
- * (one block of 16: [n][1][h][w][16], the same bytes) */
-static int hw16(const dnnl_memory_desc_t *m) {
+/* a 4-d activation of exactly C = 16 or 8 channels laid out [n][h][w][C]: nhwc, or
+ * nChw16c / nChw8c with one block ([n][1][h][w][C], the same bytes) */
+static int hw_block(const dnnl_memory_desc_t *m) {
     const dnnl_blocking_desc_t *b = &m->format_desc.blocking;
-    if (m->ndims != 4 || m->format_kind != dnnl_blocked || m->dims[1] != 16 || m->offset0 != 0 || m->extra.flags) return 0;
+    int64_t C = m->dims[1];
+    if (m->ndims != 4 || m->format_kind != dnnl_blocked || (C != 16 && C != 8) || m->offset0 != 0 || m->extra.flags) return 0;
     for (int d = 0; d < 4; d++)
         if (m->padded_dims[d] != m->dims[d] || m->padded_offsets[d]) return 0;
     int64_t h = m->dims[2], w = m->dims[3];
-    if (b->strides[0] != h * w * 16 || b->strides[2] != w * 16 || b->strides[3] != 16) return 0;
+    if (b->strides[0] != h * w * C || b->strides[2] != w * C || b->strides[3] != C) return 0;
     if (b->inner_nblks == 0) return b->strides[1] == 1;
-    return b->inner_nblks == 1 && b->inner_blks[0] == 16 && b->inner_idxs[0] == 1;
+    return b->inner_nblks == 1 && b->inner_blks[0] == C && b->inner_idxs[0] == 1;
 }
 
 /* two descriptions of the same bytes that oneDNN calls different (nChw16c and nhwc
- * at 16 channels): a reorder between them would be a copy */
+ * at 16 channels, nChw8c and nhwc at 8): a reorder between them would be a copy */
 static int same_bytes(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b) {
     if (a->data_type != b->data_type || a->ndims != b->ndims) return 0;
     for (int d = 0; d < a->ndims; d++)
         if (a->dims[d] != b->dims[d]) return 0;
-    return hw16(a) && hw16(b);
+    return hw_block(a) && hw_block(b);
 }
 
 kiln_status kiln_dn_arg_init(kiln_dn_arg *a, const dnnl_memory_desc_t *user_md, const dnnl_memory_desc_t *prim_md,

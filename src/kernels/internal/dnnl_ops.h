@@ -28,7 +28,7 @@ typedef struct kiln_dnnl_conv_opts {
     int need_bwd_data;
     int need_bwd_weight;
     int autotune;       /* time every implementation oneDNN offers on the real shape and keep the fastest */
-    int x_blocked;      /* x and dx are in nChw16c (layout pass), else NCHW */
+    int x_blocked;      /* x and dx are in nChw16c or nChw8c (16 or 8: the layout pass's block), 0: NCHW */
     int y_blocked;      /* y and dy likewise */
     int bf16;           /* KILN_DN_*: bf16 x, w and dy (reordered in through the workspace), fp32 outputs */
     int residual;       /* forward only: y += conv(x) (oneDNN's sum post-op, before the relu): y holds the

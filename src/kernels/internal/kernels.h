@@ -217,7 +217,8 @@ int kiln_ref_batch_norm_relu_bwd(int64_t n, int64_t c, int64_t hw, const double 
 typedef struct { int64_t n, c, h, w, s, before, after; } kiln_subsample_shape;
 void kiln_ref_subsample_pad(const kiln_subsample_shape *S, const double *x, double *y);
 void kiln_ref_subsample_pad_bwd(const kiln_subsample_shape *S, const double *dy, double *dx, int acc);
-/* each side plain NCHW (0) or nChw16c (16: its channels a multiple of 16) */
+/* each side plain NCHW (0) or nChw16c / nChw8c (16 / 8: its channels a multiple of it;
+ * both sides blocked take the same block) */
 void kiln_cpu_subsample_pad(const kiln_subsample_shape *S, int x_blocked, int y_blocked, const float *x, float *y);
 void kiln_cpu_subsample_pad_bwd(const kiln_subsample_shape *S, int dy_blocked, int dx_blocked, const float *dy, float *dx,
                                 int acc);
@@ -313,14 +314,14 @@ void kiln_cpu_max_pool2d_bwd(const kiln_pool_shape *ps, const float *x, const fl
 /* the same with relu's backward folded in (plain NCHW; as kiln_ref_max_pool2d_relu_bwd) */
 void kiln_cpu_max_pool2d_relu_bwd(const kiln_pool_shape *ps, const float *x, const float *dy, float *dx, int acc);
 /* Max-pool whose input x (and dx) and output y (and dy) are each plain NCHW
- * (blocked = 0) or oneDNN's nChw16c (non-zero: [n, c/16, h, w, 16], c % 16 ==
- * 0), so a conv chain kept in the blocked layout needs no reorder on either
+ * (blocked = 0) or oneDNN's nChw16c or nChw8c (blocked = 16 or 8: [n, c/B, h,
+ * w, B], c % B == 0; both sides blocked take the same B), so a conv chain kept in the blocked layout needs no reorder on either
  * side. relu_mask folds a preceding relu's backward in (x is the relu's
  * output): a window whose max is not > 0 passes no gradient. */
 void kiln_cpu_max_pool2d_fwd_layout(const kiln_pool_shape *ps, int blocked, int y_blocked, const float *x, float *y);
 void kiln_cpu_max_pool2d_bwd_layout(const kiln_pool_shape *ps, int blocked, int dy_blocked, int relu_mask,
                                     const float *x, const float *dy, float *dx, int acc);
-/* x and dx plain NCHW (blocked = 0) or nChw16c (blocked = 16); y and dy NCHW */
+/* x and dx plain NCHW (blocked = 0) or nChw16c / nChw8c (blocked = 16 / 8); y and dy NCHW */
 void kiln_cpu_avg_pool2d_fwd(const kiln_avg_pool_shape *ps, int blocked, const float *x, float *y);
 void kiln_cpu_avg_pool2d_bwd(const kiln_avg_pool_shape *ps, int blocked, const float *dy, float *dx, int acc);
 void kiln_cpu_dropout_fwd(int64_t n, float p, uint64_t key, uint64_t counter, const float *x, float *y);
@@ -368,13 +369,15 @@ void kiln_cpu_bias_grad_rows_bf16(int64_t rows, int64_t cols, const float *dy, f
 void kiln_cpu_bias_grad_nchw(int64_t n, int64_t c, int64_t hw, const float *dy, float *db, int acc);
 
 void kiln_cpu_copy_strided(int ndim, const int64_t *shape, const float *src, const int64_t *stride, float *dst, int acc);
-void kiln_cpu_reorder_nchw(int64_t n, int64_t c, int64_t hw, int from_blocked, const float *src, float *dst, int acc);
+/* [n, c, hw] between NCHW and nChw<block>c (block 16 or 8), from_blocked saying which way */
+void kiln_cpu_reorder_nchw(int64_t n, int64_t c, int64_t hw, int block, int from_blocked, const float *src, float *dst,
+                           int acc);
 void kiln_cpu_slice_bwd(int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, int64_t step,
                         const float *dy, float *dx, int acc);
 /* fixed-order chunks summed in double: the same bits for any thread count */
 double kiln_cpu_sum(int64_t n, const float *x);
 void kiln_cpu_fill(int64_t n, float v, float *dx, int acc);
-/* batch norm in plain NCHW (blocked = 0) or nChw16c (blocked = 16, c % 16 == 0);
+/* batch norm in plain NCHW (blocked = 0) or nChw16c / nChw8c (blocked = 16 / 8, c a multiple of it);
  * relu = 1: relu applied to y as it is written (the fusion pass's epilogue);
  * co: sync batch norm as the ref kernels, in `scratch` (kiln_cpu_batch_norm_scratch
  * bytes; unused without co) */

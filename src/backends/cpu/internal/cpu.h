@@ -7,8 +7,11 @@
 extern const kiln_backend kiln_backend_cpu;
 extern const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT];
 
-/* the cpu backend's one layout tag: oneDNN's channel-blocked nChw16c */
-#define KILN_CPU_BLOCKED 16
+/* the cpu backend's layout tag: oneDNN's channel-blocked nChw<B>c, B floats to a
+ * vector register (16 with AVX-512, else 8: oneDNN's AVX2 kernels block by 8);
+ * a value's layout field holds B. force: tests run either block on any CPU (0: back to the CPU's) */
+int kiln_cpu_layout_block(void);
+void kiln_cpu_force_layout_block(int block);
 
 /* fused.c: fused pointwise steps; prepare folds the program into vector passes (AVX-512 CPUs) */
 kiln_status kiln_cpu_fused_prepare(kiln_step *s, kiln_prep *p);
@@ -16,9 +19,9 @@ void kiln_cpu_fused_release(kiln_step *s);
 kiln_status kiln_cpu_fused_run(const kiln_step *s, const kiln_run_ctx *rc);
 int kiln_cpu_fused_describe(const kiln_step *s, char *buf, size_t len, int *weights);
 
-/* pass_layout.c: keeps conv chains in nChw16c where every reader and writer
+/* pass_layout.c: keeps conv chains in nChw<block>c where every reader and writer
  * takes it; returns the number of values moved, or -1 when out of memory */
-int kiln_cpu_pass_layout(kiln_graph *g);
+int kiln_cpu_pass_layout(kiln_graph *g, int block);
 
 /* pass_in_place.c: lets relu's backward and linear's and matmul's backward-data write dx over a dying dy
  * of the same shape;
