@@ -133,6 +133,8 @@ static double run_and_compare(agree_case *a, kiln_dnnl_conv *c, int d) {
     double e = 1e30;
     kiln_status st;
     if (d == 0) {
+        if (a->o.residual) /* the sum post-op adds into y: dy's values stand for the residual */
+            memcpy(a->out, plan_layout(a, a->dy, 1, t1), (size_t)a->ny * sizeof(float));
         st = kiln_dnnl_conv_fwd(c, plan_layout(a, a->x, 0, t1), a->w, a->o.has_bias ? a->b : NULL, a->out, ws);
         if (st == KILN_OK) e = tu_err(plain_of(a, a->out, 1), a->ref, a->ny, 2e-5 * scale_of(a->ref, a->ny), 1e-4);
     } else if (d == 1) {
@@ -194,6 +196,7 @@ static void agree_case_free(agree_case *a) {
 static void reference(agree_case *a, int d) {
     if (d == 0) {
         kiln_ref_conv2d_fwd(&a->cs, a->xd, a->wd, a->o.has_bias ? a->bd : NULL, a->ref);
+        for (int64_t i = 0; i < a->ny && a->o.residual; i++) a->ref[i] += a->dyd[i];
         if (a->o.fuse_relu)
             for (int64_t i = 0; i < a->ny; i++) a->ref[i] = a->ref[i] > 0 ? a->ref[i] : 0;
     } else if (d == 1) {
@@ -267,6 +270,9 @@ static void test_all_candidates(void) {
                           (kiln_dnnl_conv_opts){.x_blocked = 16, .y_blocked = 16});
     test_candidates_agree((kiln_conv_shape){.n = 2, .c = 8, .h = 9, .w = 9, .k = 16, .r = 3, .s = 3, .stride = 2, .pad = 1},
                           (kiln_dnnl_conv_opts){.has_bias = 1, .x_blocked = 8});
+    /* a folded ResNet block's second conv in nChw8c: bias, the residual sum, relu (kiln's Winograd among them) */
+    test_candidates_agree((kiln_conv_shape){.n = 2, .c = 16, .h = 9, .w = 10, .k = 24, .r = 3, .s = 3, .stride = 1, .pad = 1},
+                          (kiln_dnnl_conv_opts){.has_bias = 1, .fuse_relu = 1, .residual = 1, .x_blocked = 8, .y_blocked = 8});
 }
 
 /* an argument whose plan layout and primitive layout are the same bytes under two

@@ -4,6 +4,7 @@
  * mask statistics, and optimizer steps cpu vs ref. */
 #include <omp.h>
 #include "base/internal/rng.h"
+#include "kernels/cpu/cpu_internal.h"
 #include "kernels/internal/kernels.h"
 #include "kiln/tensor.h"
 #include "testutil.h"
@@ -764,6 +765,76 @@ static void from_blocked(int B, const float *b, float *x, int64_t n, int64_t c, 
             for (int64_t p = 0; p < hw; p++) x[(i * c + ch) * hw + p] = b[blk_at(B, i, c, ch, hw, p)];
 }
 
+/* kiln's Winograd F(4x4, 3x3) (winograd_avx2.c) against the double reference: forward with bias, relu and
+ * the residual sum (acc), and backward-data as the same kernel on flipped filters, written and accumulated;
+ * sizes the 4x4 tiles do not divide, pad 0-2, channel counts with an odd number of 8-channel blocks (the
+ * product's 8-wide tail), more tiles than one thread's block. Error relative to the output's scale, as
+ * for fp32 Winograd (oneDNN's included) the transforms' constants cost a few bits */
+static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t pad, int bias, int relu, int acc) {
+    kiln_conv_shape cs = {.n = n, .c = c, .h = h, .w = w, .k = k, .r = 3, .s = 3, .stride = 1, .pad = pad};
+    CHECK(kiln_conv_shape_infer(&cs) == 0);
+    int64_t nx = n * c * h * w, ny = n * k * cs.oh * cs.ow, nw = k * c * 9;
+    double *xd = drand_(nx, -1, 1), *wd = drand_(nw, -0.5, 0.5), *bd = drand_(k, -1, 1), *yd = dalloc(ny), *dyd = drand_(ny, -1, 1);
+    double *dxd = dalloc(nx);
+    float *x = falloc(nx), *wf = falloc(nw), *b = falloc(k), *xb = falloc(nx), *y = falloc(ny), *yb = falloc(ny), *pre = frand(ny, -1, 1);
+    float *dy = falloc(ny), *dyb = falloc(ny), *dx = falloc(nx), *dxb = falloc(nx), *pre_x = frand(nx, -1, 1);
+    for (int64_t i = 0; i < nx; i++) x[i] = (float)xd[i], xd[i] = x[i];
+    for (int64_t i = 0; i < nw; i++) wf[i] = (float)wd[i], wd[i] = wf[i];
+    for (int64_t i = 0; i < k; i++) b[i] = (float)bd[i], bd[i] = b[i];
+    for (int64_t i = 0; i < ny; i++) dy[i] = (float)dyd[i], dyd[i] = dy[i];
+    kiln_ref_conv2d_fwd(&cs, xd, wd, bias ? bd : NULL, yd);
+    double scale = 0;
+    for (int64_t i = 0; i < ny; i++) {
+        if (acc) yd[i] += pre[i];
+        if (relu && yd[i] < 0) yd[i] = 0;
+        scale = fmax(scale, fabs(yd[i]));
+    }
+    kiln_wino_shape ws = {n, c, h, w, k, cs.oh, cs.ow, pad};
+    CHECK(kiln_cpu_wino_supported(&ws));
+    size_t nu = (size_t)(36 * c * k);
+    float *u = falloc((int64_t)nu), *wk = kiln_alloc(kiln_cpu_wino_workspace(&ws));
+    kiln_cpu_reorder_nchw(n, c, h * w, 8, 0, x, xb, 0);
+    kiln_cpu_reorder_nchw(n, k, cs.oh * cs.ow, 8, 0, pre, yb, 0);
+    kiln_cpu_wino_weights(&ws, wf, 0, u);
+    kiln_cpu_wino_fwd(&ws, xb, u, bias ? b : NULL, relu, acc, yb, wk);
+    kiln_cpu_reorder_nchw(n, k, cs.oh * cs.ow, 8, 1, yb, y, 0);
+    char what[128];
+    snprintf(what, sizeof what, "winograd %lldx%lldx%lldx%lld -> %lld pad %lld bias %d relu %d acc %d", (long long)n, (long long)c,
+             (long long)h, (long long)w, (long long)k, (long long)pad, bias, relu, acc);
+    CLOSE(y, yd, ny, 1e-5 * scale, 0, "%s: forward", what);
+    /* backward-data: dy through the flipped filters, the pad that undoes the forward's */
+    kiln_ref_conv2d_bwd_data(&cs, dyd, wd, dxd, 0);
+    double sx = 0;
+    for (int64_t i = 0; i < nx; i++) sx = fmax(sx, fabs(dxd[i] += acc ? pre_x[i] : 0));
+    kiln_wino_shape bs = {n, k, cs.oh, cs.ow, c, h, w, 2 - pad};
+    float *ub = falloc((int64_t)nu), *wk2 = kiln_alloc(kiln_cpu_wino_workspace(&bs));
+    CHECK(kiln_cpu_wino_supported(&bs));
+    kiln_cpu_reorder_nchw(n, k, cs.oh * cs.ow, 8, 0, dy, dyb, 0);
+    kiln_cpu_reorder_nchw(n, c, h * w, 8, 0, pre_x, dxb, 0);
+    kiln_cpu_wino_weights(&bs, wf, 1, ub);
+    kiln_cpu_wino_fwd(&bs, dyb, ub, NULL, 0, acc, dxb, wk2);
+    kiln_cpu_reorder_nchw(n, c, h * w, 8, 1, dxb, dx, 0);
+    CLOSE(dx, dxd, nx, 1e-5 * sx, 0, "%s: backward-data", what);
+    free(xd), free(wd), free(bd), free(yd), free(dyd), free(dxd), free(x), free(wf), free(b), free(xb), free(y), free(yb);
+    free(pre), free(dy), free(dyb), free(dx), free(dxb), free(pre_x), free(u), free(ub);
+    kiln_free(wk), kiln_free(wk2);
+}
+
+static void test_winograd(void) {
+    kiln_wino_shape no = {1, 12, 8, 8, 8, 8, 8, 1}, stride2 = {1, 8, 8, 8, 8, 4, 4, 1};
+    CHECK(!kiln_cpu_wino_supported(&no) && !kiln_cpu_wino_supported(&stride2)); /* 12 channels; not stride 1 */
+    if (!kiln_cpu_has_avx2()) {
+        printf("test_kernels: winograd skipped: the CPU has no AVX2\n");
+        return;
+    }
+    wino_case(2, 16, 9, 7, 16, 1, 1, 0, 0);   /* the 4x4 tiles do not divide 9x7 */
+    wino_case(3, 8, 11, 13, 24, 1, 0, 1, 1);  /* three output blocks: the 8-wide product tail; relu(conv + y) */
+    wino_case(1, 24, 6, 6, 8, 0, 1, 1, 0);    /* pad 0: one tile of 4x4 */
+    wino_case(2, 8, 5, 5, 16, 2, 0, 0, 1);    /* pad 2: 7x7 out; backward-data at pad 0 */
+    wino_case(8, 16, 32, 32, 16, 1, 1, 1, 0); /* resnet20's first stage: 512 tiles, blocks over both threads */
+    wino_case(4, 64, 8, 8, 64, 1, 0, 0, 1);   /* its last stage */
+}
+
 /* aligned: 64-byte aligned nChw16c blocks take the AVX-512 path; misaligned ones (and nChw8c) the portable loops */
 static void test_pool_layout(int aligned, int B) {
     /* 2x2/2 on even and odd sizes, a 3x3/2 window, and ResNet's stem pool (3x3/2 padded by 1); x and y
@@ -1033,5 +1104,6 @@ int main(void) {
     test_batch_norm();
     test_embedding_gpt();
     test_softmax_gelu_gpt();
+    test_winograd(); /* last: the cases above keep their draws */
     return tu_finish("test_kernels");
 }

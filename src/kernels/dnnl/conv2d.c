@@ -192,7 +192,7 @@ kiln_status kiln_dnnl_conv_new(const kiln_conv_shape *cs, const kiln_dnnl_conv_o
     size_t o2 = (size_t)snprintf(c->desc, sizeof c->desc, "%s", c->problem);
     for (int dir = 0; dir < KILN_CONV_NDIR; dir++) {
         if (c->d[dir].ws > c->ws) c->ws = c->d[dir].ws;
-        if (c->d[dir].pd && o2 < sizeof c->desc)
+        if (kiln_conv_dir_made(&c->d[dir]) && o2 < sizeof c->desc)
             o2 += (size_t)snprintf(c->desc + o2, sizeof c->desc - o2, " %s:%s", kiln_conv_dir_key(c, dir), c->d[dir].decision);
     }
     *out = c;
@@ -211,7 +211,7 @@ const char *kiln_dnnl_conv_describe(const kiln_dnnl_conv *c) { return c->desc; }
 
 const char *kiln_dnnl_conv_decision(const kiln_dnnl_conv *c, const char *dir) {
     for (int d = 0; d < KILN_CONV_NDIR; d++)
-        if (c->d[d].pd && !strcmp(dir, kiln_conv_dir_key(c, d))) return c->d[d].decision;
+        if (kiln_conv_dir_made(&c->d[d]) && !strcmp(dir, kiln_conv_dir_key(c, d))) return c->d[d].decision;
     return "";
 }
 
@@ -220,6 +220,7 @@ static void add_into(float *dst, const float *src, int64_t n) { kiln_cpu_grad_co
 /* in0, in1, bias, out are the direction's (x, w, b, y), (dy, w, -, dx) or (x, dy, db, dw) in the plan's layouts */
 kiln_status kiln_conv_run_dir(kiln_dnnl_conv *c, int dir, float *in0, float *in1, float *bias, float *out, void *ws) {
     kiln_conv_dir *d = &c->d[dir];
+    if (d->own) return kiln_conv_own_run(c, dir, in0, in1, bias, out, ws);
     dnnl_memory_t m0 = kiln_dn_arg_in(&d->a[0], in0, ws);
     dnnl_memory_t m1 = kiln_dn_arg_in(&d->a[1], in1, ws);
     dnnl_memory_t m2 = kiln_dn_arg_out(&d->a[2], out, ws);
@@ -243,7 +244,7 @@ kiln_status kiln_dnnl_conv_fwd(kiln_dnnl_conv *c, const float *x, const float *w
 }
 
 kiln_status kiln_dnnl_conv_bwd_data(kiln_dnnl_conv *c, const float *dy, const float *w, float *dx, int acc, void *ws) {
-    if (!c->d[KILN_CONV_BWD_DATA].prim) return kiln_fail(KILN_ERR_INVALID_ARG, "conv2d: made without backward-data");
+    if (!kiln_conv_dir_made(&c->d[KILN_CONV_BWD_DATA])) return kiln_fail(KILN_ERR_INVALID_ARG, "conv2d: made without backward-data");
     if (!acc) return kiln_conv_run_dir(c, KILN_CONV_BWD_DATA, (float *)dy, (float *)w, NULL, dx, ws);
     float *tmp = (float *)((char *)ws + c->d[KILN_CONV_BWD_DATA].acc_off);
     kiln_status st = kiln_conv_run_dir(c, KILN_CONV_BWD_DATA, (float *)dy, (float *)w, NULL, tmp, ws);

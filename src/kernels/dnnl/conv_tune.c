@@ -8,7 +8,8 @@
  * blocks by 8, under "any" or "plan"), and every implementation oneDNN lists for each (its
  * primitive descriptor iterator), minus duplicates (same implementation and
  * layouts) and oneDNN's reference implementations (ref:*, orders of magnitude
- * slower). A candidate whose layout differs from the plan's pays reorders in
+ * slower); then kiln's own Winograd kernel where it fits (conv_wino.c: AVX2,
+ * nChw8c, 3x3 stride 1; oneDNN 2.6 has Winograd only for AVX-512). A candidate whose layout differs from the plan's pays reorders in
  * and out on every call; they are part of what is timed, exactly as the plan
  * would run it.
  *
@@ -240,6 +241,11 @@ static int list_candidates(const kiln_dnnl_conv *c, int dir, candidate *out, int
             dnnl_primitive_desc_iterator_destroy(it);
             if (hint) dnnl_primitive_desc_destroy(hint);
         }
+    if (n < max && kiln_conv_own_fits(c, dir)) { /* kiln's own, after oneDNN's */
+        candidate k = {.alg = dnnl_convolution_winograd, .fmt = KILN_CONV_FMT_PLAN};
+        snprintf(k.impl, sizeof k.impl, "%s", KILN_CONV_OWN_IMPL);
+        out[n++] = k;
+    }
     return n;
 }
 
@@ -248,6 +254,7 @@ static kiln_status make_candidate(kiln_dnnl_conv *c, int dir, const candidate *k
     dnnl_convolution_desc_t desc;
     dnnl_primitive_desc_iterator_t it;
     dnnl_primitive_desc_t hint, pd = NULL;
+    if (!strcmp(k->impl, KILN_CONV_OWN_IMPL)) return kiln_conv_own_make(c, dir);
     if (!usable_fmt(c, k->fmt) || iterate(c, dir, k->alg, k->fmt, &desc, &it, &hint) != dnnl_success)
         return kiln_fail(KILN_ERR_BACKEND, "oneDNN cannot make %s/%s here", alg_name(k->alg), kiln_conv_fmt_names[k->fmt]);
     do {
@@ -480,7 +487,7 @@ static void log_choices(const kiln_dnnl_conv *c, int fresh, int any_timed, int t
     char line[1024];
     size_t o = (size_t)snprintf(line, sizeof line, "conv %s:", c->problem);
     for (int dir = 0; dir < KILN_CONV_NDIR && o < sizeof line; dir++)
-        if (c->d[dir].pd)
+        if (kiln_conv_dir_made(&c->d[dir]))
             o += (size_t)snprintf(line + o, sizeof line - o, " %s %s (%.0f us)", kiln_conv_dir_key(c, dir), c->d[dir].decision,
                                   c->d[dir].us);
     if (any_timed) kiln_log(KILN_LOG_INFO, "%s; %d candidates timed in %.2f s", line, timed, took);

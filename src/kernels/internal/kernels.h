@@ -217,6 +217,20 @@ int kiln_ref_batch_norm_relu_bwd(int64_t n, int64_t c, int64_t hw, const double 
 typedef struct { int64_t n, c, h, w, s, before, after; } kiln_subsample_shape;
 void kiln_ref_subsample_pad(const kiln_subsample_shape *S, const double *x, double *y);
 void kiln_ref_subsample_pad_bwd(const kiln_subsample_shape *S, const double *dy, double *dx, int acc);
+/* kiln's Winograd F(4x4, 3x3) convolution (winograd_avx2.c): 3x3, stride 1, pad 0-2, no groups or
+ * dilation, x and y in nChw8c (c and k multiples of 8), AVX2 CPUs. Backward-data of such a
+ * convolution is one too: dy as x, k and c swapped, pad 2 - p, the filters flipped (flip = 1) */
+typedef struct { int64_t n, c, h, w, k, oh, ow, pad; } kiln_wino_shape;
+int kiln_cpu_wino_supported(const kiln_wino_shape *s);
+/* per-thread buffers kiln_cpu_wino_fwd needs in ws (bytes) */
+size_t kiln_cpu_wino_workspace(const kiln_wino_shape *s);
+/* the filters transformed: u holds 36 * c * k floats; w is [k][c][3][3], or with flip the forward's
+ * [c][k][3][3] (backward-data) */
+void kiln_cpu_wino_weights(const kiln_wino_shape *s, const float *w, int flip, float *u);
+/* y (=, or += when acc) relu?(conv(x) + bias (NULL: none) [+ y]) */
+void kiln_cpu_wino_fwd(const kiln_wino_shape *s, const float *x, const float *u, const float *bias, int relu, int acc,
+                       float *y, void *ws);
+
 /* each side plain NCHW (0) or nChw16c / nChw8c (16 / 8: its channels a multiple of it;
  * both sides blocked take the same block) */
 void kiln_cpu_subsample_pad(const kiln_subsample_shape *S, int x_blocked, int y_blocked, const float *x, float *y);

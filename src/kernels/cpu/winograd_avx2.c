@@ -1,0 +1,339 @@
+/* kiln's own 3x3 stride-1 convolution for AVX2 CPUs: Winograd F(4x4, 3x3)
+ * (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks") over
+ * activations in nChw8c, the layout pass's block there. oneDNN 2.6 has
+ * Winograd kernels for AVX-512 only; on AVX2 its direct kernels are what the
+ * tuner had, and they run near the CPU's FMA peak, so fewer multiplications
+ * is the one way left to a faster convolution (36 products per 4x4 output
+ * tile and channel pair where the direct form takes 144).
+ *
+ * y = A^T [ (G g G^T) .* (B^T d B) ] A per 4x4 output tile d (its 6x6 input
+ * patch) and 3x3 filter g. Tiles of all images are taken TB at a time by one
+ * thread: their patches transformed into V [36][C/8][TB][8] (8 channels a
+ * vector), 36 small matrix products M[xi] = V[xi] U[xi] with the filters
+ * transformed once per call into U [36][C][K], then each tile's 36 products
+ * transformed back, with the bias, the residual (y added in: oneDNN's sum
+ * post-op, or an accumulated gradient) and relu applied as the 4x4 outputs
+ * are stored. Backward-data of a 3x3 stride-1 convolution is the same
+ * convolution of dy with the filters flipped and transposed (pad 2 - p), so
+ * it runs here too. Floats throughout, as oneDNN's Winograd kernels: the
+ * transforms' constants (up to 8 and 1/24) cost a few bits against direct
+ * summation (test_kernels bounds it against the double reference). */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/internal/kernels.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define V8 8
+#define NXI 36
+
+/* tiles a thread transforms at once, a multiple of the product's register block (6 tiles): 12 (their V
+ * and M in L2 up to 128 channels) or 6; measured on a Zen 3 at resnet20's and resnet18's shapes */
+static int64_t tile_block(const kiln_wino_shape *s) {
+    int64_t cmax = s->c > s->k ? s->c : s->k;
+    return cmax <= 128 ? 12 : 6;
+}
+
+static int threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+size_t kiln_cpu_wino_workspace(const kiln_wino_shape *s) {
+    int64_t tb = tile_block(s), per = NXI * tb * (s->c + s->k);
+    return (size_t)(per * threads()) * sizeof(float) + 64;
+}
+
+int kiln_cpu_wino_supported(const kiln_wino_shape *s) {
+    return kiln_cpu_has_avx2() && s->c % V8 == 0 && s->k % V8 == 0 && s->pad >= 0 && s->pad <= 2 &&
+           s->oh == s->h + 2 * s->pad - 2 && s->ow == s->w + 2 * s->pad - 2 && s->oh > 0 && s->ow > 0;
+}
+
+/* ---- the filters: U[xi][o / 8][i][o % 8] = (G g G^T)[xi] of input channel i, output channel o (a block
+ * of 8 outputs is one contiguous run over the inputs: the product streams it) ---- */
+
+/* G g G^T of 8 filters at once (g[r * 3 + q]: tap (r, q) of each), into U[xi * us] */
+static void filter_transform8(const __m256 g[9], float *U, int64_t us) {
+    static const float G[6][3] = {{0.25f, 0, 0},
+                                  {-1.0f / 6, -1.0f / 6, -1.0f / 6},
+                                  {-1.0f / 6, 1.0f / 6, -1.0f / 6},
+                                  {1.0f / 24, 1.0f / 12, 1.0f / 6},
+                                  {1.0f / 24, -1.0f / 12, 1.0f / 6},
+                                  {0, 0, 1}};
+    __m256 t[6][3];
+    for (int a = 0; a < 6; a++)
+        for (int j = 0; j < 3; j++)
+            t[a][j] = _mm256_fmadd_ps(_mm256_set1_ps(G[a][2]), g[6 + j],
+                                      _mm256_fmadd_ps(_mm256_set1_ps(G[a][1]), g[3 + j], _mm256_mul_ps(_mm256_set1_ps(G[a][0]), g[j])));
+    for (int a = 0; a < 6; a++)
+        for (int b = 0; b < 6; b++)
+            _mm256_storeu_ps(U + (a * 6 + b) * us,
+                             _mm256_fmadd_ps(_mm256_set1_ps(G[b][2]), t[a][2],
+                                             _mm256_fmadd_ps(_mm256_set1_ps(G[b][1]), t[a][1],
+                                                             _mm256_mul_ps(_mm256_set1_ps(G[b][0]), t[a][0]))));
+}
+
+void kiln_cpu_wino_weights(const kiln_wino_shape *s, const float *w, int flip, float *u) {
+    int64_t C = s->c, K = s->k, KB = K / V8;
+#pragma omp parallel for schedule(static)
+    for (int64_t ob = 0; ob < KB; ob++)
+        for (int64_t i = 0; i < C; i++) {
+            /* the taps of outputs ob * 8 .. + 7 and input i; forward: w is [K][C][3][3]; backward-data: w is
+             * the forward's [C][K][3][3] (here C is its K), flipped */
+            float tap[9][V8];
+            for (int l = 0; l < V8; l++) {
+                int64_t o = ob * V8 + l;
+                const float *f = flip ? w + (i * K + o) * 9 : w + (o * C + i) * 9;
+                for (int r = 0; r < 9; r++) tap[r][l] = flip ? f[8 - r] : f[r];
+            }
+            __m256 g[9];
+            for (int r = 0; r < 9; r++) g[r] = _mm256_loadu_ps(tap[r]);
+            filter_transform8(g, u + (ob * C + i) * V8, KB * C * V8);
+        }
+}
+
+/* ---- the input: B^T d B of each tile's 6x6 patch, 8 channels a vector ---- */
+
+/* B^T along one line of six vectors */
+static inline void bt6(const __m256 d[6], __m256 o[6]) {
+    const __m256 four = _mm256_set1_ps(4.0f), five = _mm256_set1_ps(5.0f), two = _mm256_set1_ps(2.0f);
+    __m256 t1 = _mm256_fnmadd_ps(four, d[2], d[4]);  /* d4 - 4 d2 */
+    __m256 t2 = _mm256_fnmadd_ps(four, d[1], d[3]);  /* d3 - 4 d1 */
+    __m256 t3 = _mm256_sub_ps(d[4], d[2]);           /* d4 - d2 */
+    __m256 t4 = _mm256_mul_ps(two, _mm256_sub_ps(d[3], d[1])); /* 2 (d3 - d1) */
+    o[0] = _mm256_fnmadd_ps(five, d[2], _mm256_fmadd_ps(four, d[0], d[4]));
+    o[1] = _mm256_add_ps(t1, t2);
+    o[2] = _mm256_sub_ps(t1, t2);
+    o[3] = _mm256_add_ps(t3, t4);
+    o[4] = _mm256_sub_ps(t3, t4);
+    o[5] = _mm256_fnmadd_ps(five, d[3], _mm256_fmadd_ps(four, d[1], d[5]));
+}
+
+typedef struct {
+    const kiln_wino_shape *s;
+    int64_t th, tw, ntiles, tb;
+} tiling;
+
+/* tile t's image and top-left output pixel */
+static void tile_at(const tiling *T, int64_t t, int64_t *img, int64_t *r0, int64_t *c0) {
+    int64_t per = T->th * T->tw;
+    *img = t / per;
+    *r0 = (t % per) / T->tw * 4;
+    *c0 = (t % per) % T->tw * 4;
+}
+
+/* B^T d B of one 6x6 patch whose rows lie `rs` floats apart (8 channels a pixel), into the 36 vectors
+ * V[xi * vs]: rows first, then columns, fully unrolled */
+static inline __attribute__((always_inline)) void patch_transform(const float *p, int64_t rs, float *V, int64_t vs) {
+    __m256 t[6][6];
+#pragma GCC unroll 6
+    for (int a = 0; a < 6; a++) {
+        __m256 d[6];
+#pragma GCC unroll 6
+        for (int b = 0; b < 6; b++) d[b] = _mm256_loadu_ps(p + a * rs + b * V8);
+        bt6(d, t[a]);
+    }
+#pragma GCC unroll 6
+    for (int b = 0; b < 6; b++) {
+        __m256 col[6] = {t[0][b], t[1][b], t[2][b], t[3][b], t[4][b], t[5][b]}, o[6];
+        bt6(col, o);
+#pragma GCC unroll 6
+        for (int a = 0; a < 6; a++) _mm256_storeu_ps(V + (a * 6 + b) * vs, o[a]);
+    }
+}
+
+/* V[xi][cb][j] for tiles t0 .. t0 + tb (those past the last tile: zeros); a patch that crosses the
+ * border is copied, zero-padded, into a local one first */
+static void input_transform(const tiling *T, const float *x, int64_t t0, float *V) {
+    const kiln_wino_shape *s = T->s;
+    int64_t CB = s->c / V8, tb = T->tb, vs = CB * tb * V8;
+    float pad[36 * V8] __attribute__((aligned(32)));
+    for (int64_t j = 0; j < tb; j++) {
+        int64_t t = t0 + j, img, r0, c0;
+        if (t >= T->ntiles) {
+            for (int xi = 0; xi < NXI; xi++)
+                for (int64_t cb = 0; cb < CB; cb++) _mm256_storeu_ps(V + ((xi * CB + cb) * tb + j) * V8, _mm256_setzero_ps());
+            continue;
+        }
+        tile_at(T, t, &img, &r0, &c0);
+        int64_t y0 = r0 - s->pad, x0 = c0 - s->pad;
+        int inside = y0 >= 0 && x0 >= 0 && y0 + 6 <= s->h && x0 + 6 <= s->w;
+        for (int64_t cb = 0; cb < CB; cb++) {
+            const float *p = x + ((img * CB + cb) * s->h) * s->w * V8;
+            float *v = V + (cb * tb + j) * V8;
+            if (inside) {
+                patch_transform(p + (y0 * s->w + x0) * V8, s->w * V8, v, vs);
+                continue;
+            }
+            for (int a = 0; a < 6; a++)
+                for (int b = 0; b < 6; b++) {
+                    int64_t yy = y0 + a, xx = x0 + b;
+                    __m256 e = yy >= 0 && yy < s->h && xx >= 0 && xx < s->w ? _mm256_loadu_ps(p + (yy * s->w + xx) * V8)
+                                                                          : _mm256_setzero_ps();
+                    _mm256_store_ps(pad + (a * 6 + b) * V8, e);
+                }
+            patch_transform(pad, 6 * V8, v, vs);
+        }
+    }
+}
+
+/* ---- the 36 products: M[xi][kb][j] = sum over c of V[xi][c][j] U[xi][c][kb] ---- */
+
+/* 6 tiles x 16 outputs in twelve named accumulators (an array of them GCC keeps on the stack) */
+#define ACC6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+static void product_6x16(const float *V, const float *U, int64_t C, int64_t tb, float *M0, float *M1) {
+#define ZERO(t) __m256 a##t = _mm256_setzero_ps(), b##t = _mm256_setzero_ps();
+    ACC6(ZERO)
+    for (int64_t c = 0; c < C; c++) {
+        const float *v = V + ((c / V8) * tb) * V8 + c % V8;
+        __m256 u0 = _mm256_loadu_ps(U + c * V8), u1 = _mm256_loadu_ps(U + (C + c) * V8);
+#define STEP(t)                                                                                                       \
+    {                                                                                                                  \
+        __m256 e = _mm256_broadcast_ss(v + (t) * V8);                                                                  \
+        a##t = _mm256_fmadd_ps(e, u0, a##t);                                                                           \
+        b##t = _mm256_fmadd_ps(e, u1, b##t);                                                                           \
+    }
+        ACC6(STEP)
+#undef STEP
+    }
+#define STORE(t) _mm256_storeu_ps(M0 + (t) * V8, a##t), _mm256_storeu_ps(M1 + (t) * V8, b##t);
+    ACC6(STORE)
+#undef STORE
+#undef ZERO
+}
+
+static void product_6x8(const float *V, const float *U, int64_t C, int64_t tb, float *M0) {
+#define ZERO(t) __m256 a##t = _mm256_setzero_ps();
+    ACC6(ZERO)
+    for (int64_t c = 0; c < C; c++) {
+        const float *v = V + ((c / V8) * tb) * V8 + c % V8;
+        __m256 u0 = _mm256_loadu_ps(U + c * V8);
+#define STEP(t) a##t = _mm256_fmadd_ps(_mm256_broadcast_ss(v + (t) * V8), u0, a##t);
+        ACC6(STEP)
+#undef STEP
+    }
+#define STORE(t) _mm256_storeu_ps(M0 + (t) * V8, a##t);
+    ACC6(STORE)
+#undef STORE
+#undef ZERO
+}
+
+static void products(const kiln_wino_shape *s, int64_t tb, const float *V, const float *U, float *M) {
+    int64_t C = s->c, K = s->k, KB = K / V8, CB = C / V8;
+    for (int xi = 0; xi < NXI; xi++) {
+        const float *Vx = V + xi * CB * tb * V8, *Ux = U + xi * C * K;
+        float *Mx = M + xi * KB * tb * V8;
+        for (int64_t j = 0; j < tb; j += 6) {
+            int64_t kb = 0;
+            for (; kb + 2 <= KB; kb += 2)
+                product_6x16(Vx + j * V8, Ux + kb * C * V8, C, tb, Mx + (kb * tb + j) * V8, Mx + ((kb + 1) * tb + j) * V8);
+            if (kb < KB) product_6x8(Vx + j * V8, Ux + kb * C * V8, C, tb, Mx + (kb * tb + j) * V8);
+        }
+    }
+}
+
+/* ---- the output: A^T M A per tile, the epilogue, the stores ---- */
+
+/* A^T along one line of six vectors: four */
+static inline void at6(const __m256 m[6], __m256 o[4]) {
+    const __m256 two = _mm256_set1_ps(2.0f), four = _mm256_set1_ps(4.0f), eight = _mm256_set1_ps(8.0f);
+    __m256 s12 = _mm256_add_ps(m[1], m[2]), d12 = _mm256_sub_ps(m[1], m[2]);
+    __m256 s34 = _mm256_add_ps(m[3], m[4]), d34 = _mm256_sub_ps(m[3], m[4]);
+    o[0] = _mm256_add_ps(_mm256_add_ps(m[0], s12), s34);
+    o[1] = _mm256_fmadd_ps(two, d34, d12);
+    o[2] = _mm256_fmadd_ps(four, s34, s12);
+    o[3] = _mm256_add_ps(_mm256_fmadd_ps(eight, d34, d12), m[5]);
+}
+
+/* A^T m A of one tile's 36 products m[xi * ms] into 4x4 vectors at out, rows `rs` floats apart, with the
+ * epilogue: + bias, + what out holds (acc), relu */
+static inline __attribute__((always_inline)) void tile_out(const float *m, int64_t ms, __m256 bias, int relu, int acc,
+                                                           float *out, int64_t rs) {
+    __m256 r[4][6], zero = _mm256_setzero_ps();
+#pragma GCC unroll 6
+    for (int b = 0; b < 6; b++) {
+        __m256 col[6], o[4];
+#pragma GCC unroll 6
+        for (int a = 0; a < 6; a++) col[a] = _mm256_loadu_ps(m + (a * 6 + b) * ms);
+        at6(col, o);
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) r[a][b] = o[a];
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++) {
+        __m256 o[4];
+        at6(r[a], o);
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++) {
+            float *dst = out + a * rs + b * V8;
+            __m256 v = _mm256_add_ps(o[b], bias);
+            if (acc) v = _mm256_add_ps(v, _mm256_loadu_ps(dst));
+            if (relu) v = _mm256_max_ps(v, zero);
+            _mm256_storeu_ps(dst, v);
+        }
+    }
+}
+
+typedef struct {
+    const float *bias;
+    int relu, acc;
+} epilogue;
+
+static void output_transform(const tiling *T, const float *M, int64_t t0, const epilogue *E, float *y) {
+    const kiln_wino_shape *s = T->s;
+    int64_t KB = s->k / V8, tb = T->tb, ms = KB * tb * V8;
+    float part[16 * V8] __attribute__((aligned(32)));
+    for (int64_t j = 0; j < tb && t0 + j < T->ntiles; j++) {
+        int64_t img, r0, c0;
+        tile_at(T, t0 + j, &img, &r0, &c0);
+        int whole = r0 + 4 <= s->oh && c0 + 4 <= s->ow;
+        for (int64_t kb = 0; kb < KB; kb++) {
+            const float *m = M + (kb * tb + j) * V8;
+            __m256 bias = E->bias ? _mm256_loadu_ps(E->bias + kb * V8) : _mm256_setzero_ps();
+            float *q = y + (((img * KB + kb) * s->oh + r0) * s->ow + c0) * V8;
+            if (whole) {
+                if (E->acc) tile_out(m, ms, bias, E->relu, 1, q, s->ow * V8);
+                else tile_out(m, ms, bias, E->relu, 0, q, s->ow * V8);
+                continue;
+            }
+            /* a tile past the edge: its part inside, through a local 4x4 */
+            int64_t hr = s->oh - r0 < 4 ? s->oh - r0 : 4, hc = s->ow - c0 < 4 ? s->ow - c0 : 4;
+            for (int64_t a = 0; a < hr; a++)
+                for (int64_t b = 0; b < hc && E->acc; b++) memcpy(part + (a * 4 + b) * V8, q + (a * s->ow + b) * V8, 32);
+            tile_out(m, ms, bias, E->relu, E->acc, part, 4 * V8);
+            for (int64_t a = 0; a < hr; a++)
+                for (int64_t b = 0; b < hc; b++) memcpy(q + (a * s->ow + b) * V8, part + (a * 4 + b) * V8, 32);
+        }
+    }
+}
+
+void kiln_cpu_wino_fwd(const kiln_wino_shape *s, const float *x, const float *u, const float *bias, int relu, int acc,
+                       float *y, void *ws) {
+    tiling T = {s, (s->oh + 3) / 4, (s->ow + 3) / 4, 0, tile_block(s)};
+    T.ntiles = s->n * T.th * T.tw;
+    int64_t nblocks = (T.ntiles + T.tb - 1) / T.tb, per = NXI * T.tb * (s->c + s->k);
+    float *base = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    epilogue E = {bias, relu, acc};
+#pragma omp parallel
+    {
+#ifdef _OPENMP
+        float *V = base + (int64_t)omp_get_thread_num() * per;
+#else
+        float *V = base;
+#endif
+        float *M = V + NXI * T.tb * s->c;
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < nblocks; blk++) {
+            input_transform(&T, x, blk * T.tb, V);
+            products(s, T.tb, V, u, M);
+            output_transform(&T, M, blk * T.tb, &E, y);
+        }
+    }
+}
