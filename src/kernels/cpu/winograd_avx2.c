@@ -172,13 +172,14 @@ static void input_transform(const tiling *T, const float *x, int64_t t0, float *
                 patch_transform(p + (y0 * s->w + x0) * V8, s->w * V8, v, vs);
                 continue;
             }
-            for (int a = 0; a < 6; a++)
-                for (int b = 0; b < 6; b++) {
-                    int64_t yy = y0 + a, xx = x0 + b;
-                    __m256 e = yy >= 0 && yy < s->h && xx >= 0 && xx < s->w ? _mm256_loadu_ps(p + (yy * s->w + xx) * V8)
-                                                                          : _mm256_setzero_ps();
-                    _mm256_store_ps(pad + (a * 6 + b) * V8, e);
-                }
+            /* the columns [b0, b1) of the patch lie inside; rows outside are zeros */
+            int64_t b0 = x0 < 0 ? -x0 : 0, b1 = s->w - x0 < 6 ? s->w - x0 : 6;
+            memset(pad, 0, sizeof pad);
+            for (int64_t a = 0; a < 6; a++) {
+                int64_t yy = y0 + a;
+                if (yy >= 0 && yy < s->h && b1 > b0)
+                    memcpy(pad + (a * 6 + b0) * V8, p + (yy * s->w + x0 + b0) * V8, (size_t)(b1 - b0) * V8 * sizeof(float));
+            }
             patch_transform(pad, 6 * V8, v, vs);
         }
     }
