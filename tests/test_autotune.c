@@ -270,6 +270,9 @@ static void test_all_candidates(void) {
                           (kiln_dnnl_conv_opts){.x_blocked = 16, .y_blocked = 16});
     test_candidates_agree((kiln_conv_shape){.n = 2, .c = 8, .h = 9, .w = 9, .k = 16, .r = 3, .s = 3, .stride = 2, .pad = 1},
                           (kiln_dnnl_conv_opts){.has_bias = 1, .x_blocked = 8});
+    /* a ResNet conv before batch norm in nChw8c, no bias: kiln's Winograd in all three directions */
+    test_candidates_agree((kiln_conv_shape){.n = 3, .c = 16, .h = 9, .w = 7, .k = 8, .r = 3, .s = 3, .stride = 1, .pad = 1},
+                          (kiln_dnnl_conv_opts){.x_blocked = 8, .y_blocked = 8});
     /* a folded ResNet block's second conv in nChw8c: bias, the residual sum, relu (kiln's Winograd among them) */
     test_candidates_agree((kiln_conv_shape){.n = 2, .c = 16, .h = 9, .w = 10, .k = 24, .r = 3, .s = 3, .stride = 1, .pad = 1},
                           (kiln_dnnl_conv_opts){.has_bias = 1, .fuse_relu = 1, .residual = 1, .x_blocked = 8, .y_blocked = 8});

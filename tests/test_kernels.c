@@ -789,7 +789,7 @@ static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int
         if (relu && yd[i] < 0) yd[i] = 0;
         scale = fmax(scale, fabs(yd[i]));
     }
-    kiln_wino_shape ws = {n, c, h, w, k, cs.oh, cs.ow, pad};
+    kiln_wino_shape ws = {n, c, h, w, k, cs.oh, cs.ow, pad, 0};
     CHECK(kiln_cpu_wino_supported(&ws));
     size_t nu = (size_t)(36 * c * k);
     float *u = falloc((int64_t)nu), *wk = kiln_alloc(kiln_cpu_wino_workspace(&ws));
@@ -806,7 +806,7 @@ static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int
     kiln_ref_conv2d_bwd_data(&cs, dyd, wd, dxd, 0);
     double sx = 0;
     for (int64_t i = 0; i < nx; i++) sx = fmax(sx, fabs(dxd[i] += acc ? pre_x[i] : 0));
-    kiln_wino_shape bs = {n, k, cs.oh, cs.ow, c, h, w, 2 - pad};
+    kiln_wino_shape bs = {n, k, cs.oh, cs.ow, c, h, w, 2 - pad, 1}; /* a team of one: the workspace for one thread */
     float *ub = falloc((int64_t)nu), *wk2 = kiln_alloc(kiln_cpu_wino_workspace(&bs));
     CHECK(kiln_cpu_wino_supported(&bs));
     kiln_cpu_reorder_nchw(n, k, cs.oh * cs.ow, 8, 0, dy, dyb, 0);
@@ -815,13 +815,24 @@ static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int
     kiln_cpu_wino_fwd(&bs, dyb, ub, NULL, 0, acc, dxb, wk2);
     kiln_cpu_reorder_nchw(n, c, h * w, 8, 1, dxb, dx, 0);
     CLOSE(dx, dxd, nx, 1e-5 * sx, 0, "%s: backward-data", what);
+    /* backward-weights: written, then accumulated on top */
+    double *dwd = dalloc(nw), sw = 0;
+    kiln_ref_conv2d_bwd_weight(&cs, xd, dyd, dwd, NULL, 0);
+    for (int64_t i = 0; i < nw; i++) sw = fmax(sw, fabs(dwd[i]));
+    float *dw = frand(nw, -1, 1), *wk3 = kiln_alloc(kiln_cpu_wino_bwd_weight_workspace(&ws));
+    kiln_cpu_wino_bwd_weight(&ws, xb, dyb, dw, 0, wk3);
+    CLOSE(dw, dwd, nw, 1e-5 * sw, 0, "%s: backward-weights", what);
+    for (int64_t i = 0; i < nw; i++) dwd[i] *= 2;
+    kiln_cpu_wino_bwd_weight(&ws, xb, dyb, dw, 1, wk3);
+    CLOSE(dw, dwd, nw, 2e-5 * sw, 0, "%s: backward-weights accumulated", what);
+    free(dwd), free(dw), kiln_free(wk3);
     free(xd), free(wd), free(bd), free(yd), free(dyd), free(dxd), free(x), free(wf), free(b), free(xb), free(y), free(yb);
     free(pre), free(dy), free(dyb), free(dx), free(dxb), free(pre_x), free(u), free(ub);
     kiln_free(wk), kiln_free(wk2);
 }
 
 static void test_winograd(void) {
-    kiln_wino_shape no = {1, 12, 8, 8, 8, 8, 8, 1}, stride2 = {1, 8, 8, 8, 8, 4, 4, 1};
+    kiln_wino_shape no = {1, 12, 8, 8, 8, 8, 8, 1, 0}, stride2 = {1, 8, 8, 8, 8, 4, 4, 1, 0};
     CHECK(!kiln_cpu_wino_supported(&no) && !kiln_cpu_wino_supported(&stride2)); /* 12 channels; not stride 1 */
     if (!kiln_cpu_has_avx2()) {
         printf("test_kernels: winograd skipped: the CPU has no AVX2\n");

@@ -15,7 +15,9 @@
  * post-op, or an accumulated gradient) and relu applied as the 4x4 outputs
  * are stored. Backward-data of a 3x3 stride-1 convolution is the same
  * convolution of dy with the filters flipped and transposed (pad 2 - p), so
- * it runs here too. Floats throughout, as oneDNN's Winograd kernels: the
+ * it runs here too, and backward-weights is the transpose of the forward's
+ * form in the filters (the same transforms of x, dy's tiles taken by A).
+ * Floats throughout, as oneDNN's Winograd kernels: the
  * transforms' constants (up to 8 and 1/24) cost a few bits against direct
  * summation (test_kernels bounds it against the double reference). */
 #include <immintrin.h>
@@ -38,17 +40,20 @@ static int64_t tile_block(const kiln_wino_shape *s) {
     return cmax <= 128 ? 12 : 6;
 }
 
-static int threads(void) {
+/* the team: the process's, at most the one the workspace was sized for */
+static int threads(const kiln_wino_shape *s) {
 #ifdef _OPENMP
-    return omp_get_max_threads();
+    int m = omp_get_max_threads();
+    return s->threads > 0 && s->threads < m ? s->threads : m;
 #else
+    (void)s;
     return 1;
 #endif
 }
 
 size_t kiln_cpu_wino_workspace(const kiln_wino_shape *s) {
     int64_t tb = tile_block(s), per = NXI * tb * (s->c + s->k);
-    return (size_t)(per * threads()) * sizeof(float) + 64;
+    return (size_t)(per * threads(s)) * sizeof(float) + 64;
 }
 
 int kiln_cpu_wino_supported(const kiln_wino_shape *s) {
@@ -322,7 +327,7 @@ void kiln_cpu_wino_fwd(const kiln_wino_shape *s, const float *x, const float *u,
     int64_t nblocks = (T.ntiles + T.tb - 1) / T.tb, per = NXI * T.tb * (s->c + s->k);
     float *base = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
     epilogue E = {bias, relu, acc};
-#pragma omp parallel
+#pragma omp parallel num_threads(threads(s))
     {
 #ifdef _OPENMP
         float *V = base + (int64_t)omp_get_thread_num() * per;
@@ -337,4 +342,156 @@ void kiln_cpu_wino_fwd(const kiln_wino_shape *s, const float *x, const float *u,
             output_transform(&T, M, blk * T.tb, &E, y);
         }
     }
+}
+
+/* ---- backward-weights: dw = sum over tiles of G^T [ (A dY A^T) .* (B^T d B) ] G (the transpose of the
+ * forward's bilinear form in the filters): the input transform as forward's, dy's 4x4 tiles taken up to
+ * 6x6 by A, the 36 products summed over the tiles into dU [36][C][K] (each thread its own, added in
+ * thread order: static schedule, so the bits depend on the thread count alone), then G^T dU G ---- */
+
+/* A along one line of four vectors: six */
+static inline void a6(const __m256 d[4], __m256 o[6]) {
+    const __m256 two = _mm256_set1_ps(2.0f), four = _mm256_set1_ps(4.0f), eight = _mm256_set1_ps(8.0f);
+    __m256 e = _mm256_fmadd_ps(four, d[2], d[0]), f = _mm256_fmadd_ps(eight, d[3], _mm256_mul_ps(two, d[1]));
+    __m256 s02 = _mm256_add_ps(d[0], d[2]), s13 = _mm256_add_ps(d[1], d[3]);
+    o[0] = d[0];
+    o[1] = _mm256_add_ps(s02, s13);
+    o[2] = _mm256_sub_ps(s02, s13);
+    o[3] = _mm256_add_ps(e, f);
+    o[4] = _mm256_sub_ps(e, f);
+    o[5] = d[3];
+}
+
+/* Mdy[xi][kb][j] = (A dY A^T)[xi] of each tile's 4x4 dy (zeros past the edge and past the last tile) */
+static void dy_transform(const tiling *T, const float *dy, int64_t t0, float *Mdy) {
+    const kiln_wino_shape *s = T->s;
+    int64_t KB = s->k / V8, tb = T->tb;
+    for (int64_t j = 0; j < tb; j++) {
+        int64_t img = 0, r0 = 0, c0 = 0, live = t0 + j < T->ntiles;
+        if (live) tile_at(T, t0 + j, &img, &r0, &c0);
+        for (int64_t kb = 0; kb < KB; kb++) {
+            const float *q = dy + ((img * KB + kb) * s->oh) * s->ow * V8;
+            __m256 r[6][4];
+            for (int b = 0; b < 4; b++) { /* columns: A dY */
+                __m256 col[4], o[6];
+                for (int a = 0; a < 4; a++)
+                    col[a] = live && r0 + a < s->oh && c0 + b < s->ow ? _mm256_loadu_ps(q + ((r0 + a) * s->ow + c0 + b) * V8)
+                                                                      : _mm256_setzero_ps();
+                a6(col, o);
+                for (int a = 0; a < 6; a++) r[a][b] = o[a];
+            }
+            for (int a = 0; a < 6; a++) { /* rows: (A dY) A^T */
+                __m256 o[6];
+                a6(r[a], o);
+                for (int b = 0; b < 6; b++) _mm256_storeu_ps(Mdy + (((a * 6 + b) * KB + kb) * tb + j) * V8, o[b]);
+            }
+        }
+    }
+}
+
+/* dU[c .. c + 3][kb, kb + 1] += sum over the block's tiles of V[c] Mdy[kb] (nk = 2), or one output block (nk = 1) */
+static inline __attribute__((always_inline)) void sums_4xn(const float *V, const float *Mdy, int64_t c, int64_t tb,
+                                                           int64_t K, int64_t kb, int nk, float *dU) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    const float *v = V + ((c / V8) * tb) * V8 + c % V8, *m0 = Mdy + kb * tb * V8, *m1 = m0 + tb * V8;
+    for (int64_t t = 0; t < tb; t++) {
+        __m256 x0 = _mm256_loadu_ps(m0 + t * V8), x1 = nk == 2 ? _mm256_loadu_ps(m1 + t * V8) : x0;
+        __m256 e0 = _mm256_broadcast_ss(v + t * V8), e1 = _mm256_broadcast_ss(v + t * V8 + 1);
+        __m256 e2 = _mm256_broadcast_ss(v + t * V8 + 2), e3 = _mm256_broadcast_ss(v + t * V8 + 3);
+        a0 = _mm256_fmadd_ps(e0, x0, a0), a1 = _mm256_fmadd_ps(e1, x0, a1);
+        a2 = _mm256_fmadd_ps(e2, x0, a2), a3 = _mm256_fmadd_ps(e3, x0, a3);
+        if (nk == 2) {
+            b0 = _mm256_fmadd_ps(e0, x1, b0), b1 = _mm256_fmadd_ps(e1, x1, b1);
+            b2 = _mm256_fmadd_ps(e2, x1, b2), b3 = _mm256_fmadd_ps(e3, x1, b3);
+        }
+    }
+    float *d = dU + c * K + kb * V8;
+    __m256 acc[4] = {a0, a1, a2, a3}, acc2[4] = {b0, b1, b2, b3};
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(d + i * K, _mm256_add_ps(_mm256_loadu_ps(d + i * K), acc[i]));
+        if (nk == 2) _mm256_storeu_ps(d + i * K + V8, _mm256_add_ps(_mm256_loadu_ps(d + i * K + V8), acc2[i]));
+    }
+}
+
+static void weight_sums(const kiln_wino_shape *s, int64_t tb, const float *V, const float *Mdy, float *dU) {
+    int64_t C = s->c, K = s->k, KB = K / V8, CB = C / V8;
+    for (int xi = 0; xi < NXI; xi++) {
+        const float *Vx = V + xi * CB * tb * V8, *Mx = Mdy + xi * KB * tb * V8;
+        float *Ux = dU + xi * C * K;
+        for (int64_t c = 0; c < C; c += 4) {
+            int64_t kb = 0;
+            for (; kb + 2 <= KB; kb += 2) sums_4xn(Vx, Mx, c, tb, K, kb, 2, Ux);
+            if (kb < KB) sums_4xn(Vx, Mx, c, tb, K, kb, 1, Ux);
+        }
+    }
+}
+
+/* dw[k][c] (=, or += when acc) = G^T dU[.][c][k] G, in double */
+static void filter_grad(const kiln_wino_shape *s, const float *dU, float *dw, int acc) {
+    static const double G[6][3] = {{0.25, 0, 0},
+                                   {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                   {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                   {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                   {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                   {0, 0, 1}};
+    int64_t C = s->c, K = s->k;
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t c = 0; c < C; c++) {
+            double t[3][6]; /* G^T dU */
+            for (int r = 0; r < 3; r++)
+                for (int b = 0; b < 6; b++) {
+                    double v = 0;
+                    for (int a = 0; a < 6; a++) v += G[a][r] * dU[((a * 6 + b) * C + c) * K + k];
+                    t[r][b] = v;
+                }
+            float *o = dw + (k * C + c) * 9;
+            for (int r = 0; r < 3; r++)
+                for (int q = 0; q < 3; q++) {
+                    double v = 0;
+                    for (int b = 0; b < 6; b++) v += t[r][b] * G[b][q];
+                    o[r * 3 + q] = acc ? o[r * 3 + q] + (float)v : (float)v;
+                }
+        }
+}
+
+/* tiles a thread sums at once in backward-weights: more than forward's, as each block adds into dU */
+static int64_t bw_tile_block(const kiln_wino_shape *s) {
+    int64_t cmax = s->c > s->k ? s->c : s->k;
+    return cmax <= 32 ? 24 : 12;
+}
+
+size_t kiln_cpu_wino_bwd_weight_workspace(const kiln_wino_shape *s) {
+    int64_t tb = bw_tile_block(s), per = NXI * (tb * (s->c + s->k) + s->c * s->k);
+    return (size_t)(per * threads(s)) * sizeof(float) + 64;
+}
+
+void kiln_cpu_wino_bwd_weight(const kiln_wino_shape *s, const float *x, const float *dy, float *dw, int acc, void *ws) {
+    tiling T = {s, (s->oh + 3) / 4, (s->ow + 3) / 4, 0, bw_tile_block(s)};
+    T.ntiles = s->n * T.th * T.tw;
+    int64_t nblocks = (T.ntiles + T.tb - 1) / T.tb, nu = NXI * s->c * s->k, per = NXI * T.tb * (s->c + s->k) + nu;
+    float *base = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    int nt = 1;
+#pragma omp parallel num_threads(threads(s))
+    {
+#ifdef _OPENMP
+        int me = omp_get_thread_num();
+#pragma omp single
+        nt = omp_get_num_threads();
+#else
+        int me = 0;
+#endif
+        float *dU = base + (int64_t)me * per, *V = dU + nu, *Mdy = V + NXI * T.tb * s->c;
+        memset(dU, 0, (size_t)nu * sizeof(float));
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < nblocks; blk++) {
+            input_transform(&T, x, blk * T.tb, V);
+            dy_transform(&T, dy, blk * T.tb, Mdy);
+            weight_sums(s, T.tb, V, Mdy, dU);
+        }
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < nu; i++) /* the threads' sums, added in thread order */
+            for (int k = 1; k < nt; k++) base[i] += base[(int64_t)k * per + i];
+    }
+    filter_grad(s, base, dw, acc);
 }

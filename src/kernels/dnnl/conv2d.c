@@ -254,7 +254,7 @@ kiln_status kiln_dnnl_conv_bwd_data(kiln_dnnl_conv *c, const float *dy, const fl
 
 kiln_status kiln_dnnl_conv_bwd_weight(kiln_dnnl_conv *c, const float *x, const float *dy, float *dw, float *db,
                                       int acc_w, int acc_b, void *ws) {
-    if (!c->d[KILN_CONV_BWD_WEIGHT].prim) return kiln_fail(KILN_ERR_INVALID_ARG, "conv2d: made without backward-weights");
+    if (!kiln_conv_dir_made(&c->d[KILN_CONV_BWD_WEIGHT])) return kiln_fail(KILN_ERR_INVALID_ARG, "conv2d: made without backward-weights");
     int64_t nw = c->cs.k * (c->cs.c / c->cs.groups) * c->cs.r * c->cs.s;
     if (!acc_w && !acc_b) return kiln_conv_run_dir(c, KILN_CONV_BWD_WEIGHT, (float *)x, (float *)dy, db, dw, ws);
     float *tw = (float *)((char *)ws + c->d[KILN_CONV_BWD_WEIGHT].acc_off);

@@ -7,7 +7,7 @@ const char *kiln_dnnl_conv_dir_info(const kiln_dnnl_conv *c, int dir, int *acts,
     *acts = *weights = 0;
     if (dir < 0 || dir >= KILN_CONV_NDIR || !kiln_conv_dir_made(&c->d[dir])) return "";
     if (c->d[dir].own) { /* kiln's Winograd: activations in place, the filters transformed on each call */
-        *weights = 1;
+        *weights = dir != KILN_CONV_BWD_WEIGHT;
         return c->d[dir].decision;
     }
     int wslot = dir == KILN_CONV_BWD_WEIGHT ? 2 : 1; /* forward and backward-data read w second; backward-weights writes dw */

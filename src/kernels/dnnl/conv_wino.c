@@ -5,23 +5,28 @@
  * them every step) into the workspace, where each thread's tile buffers also
  * live. Forward takes the bias, the residual sum and relu in its output
  * transform; backward-data is the same kernel on dy with the filters flipped
- * and transposed. */
+ * and transposed; backward-weights sums the transformed x and dy tiles
+ * (without a bias: its gradient is left to oneDNN's candidates). */
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 #include "kernels/dnnl/internal/conv2d.h"
 #include "kernels/internal/kernels.h"
 
-/* the Winograd problem of a direction: forward x -> y; backward-data dy -> dx (k and c swapped, pad 2 - p) */
-static kiln_wino_shape shape_of(const kiln_conv_shape *cs, int dir) {
-    if (dir == KILN_CONV_FWD) return (kiln_wino_shape){cs->n, cs->c, cs->h, cs->w, cs->k, cs->oh, cs->ow, cs->pad};
-    return (kiln_wino_shape){cs->n, cs->k, cs->oh, cs->ow, cs->c, cs->h, cs->w, 2 - cs->pad};
+/* the Winograd problem of a direction: forward (and backward-weights) x -> y; backward-data dy -> dx (k and c
+ * swapped, pad 2 - p) */
+static kiln_wino_shape shape_of(const kiln_conv_shape *cs, int dir, int threads) {
+    if (dir != KILN_CONV_BWD_DATA) return (kiln_wino_shape){cs->n, cs->c, cs->h, cs->w, cs->k, cs->oh, cs->ow, cs->pad, threads};
+    return (kiln_wino_shape){cs->n, cs->k, cs->oh, cs->ow, cs->c, cs->h, cs->w, 2 - cs->pad, threads};
 }
 
 int kiln_conv_own_fits(const kiln_dnnl_conv *c, int dir) {
     const kiln_conv_shape *cs = &c->cs;
-    if (dir == KILN_CONV_BWD_WEIGHT || c->o.bf16 != KILN_DN_FP32 || c->o.x_blocked != 8 || c->o.y_blocked != 8) return 0;
+    if (c->o.bf16 != KILN_DN_FP32 || c->o.x_blocked != 8 || c->o.y_blocked != 8) return 0;
+    /* backward-weights: no bias gradient; each thread's sums are 36 c k floats, so at most 128 x 128 */
+    if (dir == KILN_CONV_BWD_WEIGHT && (c->o.has_bias || cs->c * cs->k > 128 * 128)) return 0;
     if (cs->r != 3 || cs->s != 3 || cs->stride != 1 || cs->dilation != 1 || cs->groups != 1) return 0;
-    kiln_wino_shape s = shape_of(cs, dir);
+    kiln_wino_shape s = shape_of(cs, dir, 0);
     return kiln_cpu_wino_supported(&s);
 }
 
@@ -29,13 +34,19 @@ kiln_status kiln_conv_own_make(kiln_dnnl_conv *c, int dir) {
     if (!kiln_conv_own_fits(c, dir)) return kiln_fail(KILN_ERR_BACKEND, "kiln's Winograd kernel does not fit %s", c->problem);
     kiln_conv_dir *d = &c->d[dir];
     memset(d, 0, sizeof *d);
-    kiln_wino_shape s = shape_of(&c->cs, dir);
-    d->own = 1;
+    d->own = omp_get_max_threads(); /* the team its workspace is sized for */
+    kiln_wino_shape s = shape_of(&c->cs, dir, d->own);
     d->u_off = 0;
     d->t_off = ((size_t)(36 * s.c * s.k) * sizeof(float) + 63) & ~(size_t)63;
-    d->acc_off = d->t_off + ((kiln_cpu_wino_workspace(&s) + 63) & ~(size_t)63);
-    /* staging for an accumulated dx, as the primitives' directions have */
-    d->ws = d->acc_off + (((size_t)(s.n * s.k * s.oh * s.ow) * sizeof(float) + 63) & ~(size_t)63);
+    if (dir == KILN_CONV_BWD_WEIGHT) { /* no filters to transform: its threads' sums instead */
+        d->t_off = 0;
+        d->acc_off = (kiln_cpu_wino_bwd_weight_workspace(&s) + 63) & ~(size_t)63;
+        d->ws = d->acc_off + (((size_t)(s.k * s.c * 9 + s.k + 16) * sizeof(float) + 63) & ~(size_t)63);
+    } else {
+        d->acc_off = d->t_off + ((kiln_cpu_wino_workspace(&s) + 63) & ~(size_t)63);
+        /* staging for an accumulated dx, as the primitives' directions have */
+        d->ws = d->acc_off + (((size_t)(s.n * s.k * s.oh * s.ow) * sizeof(float) + 63) & ~(size_t)63);
+    }
     snprintf(d->decision, sizeof d->decision, "winograd/plan/%s", KILN_CONV_OWN_IMPL);
     return KILN_OK;
 }
@@ -43,7 +54,11 @@ kiln_status kiln_conv_own_make(kiln_dnnl_conv *c, int dir) {
 kiln_status kiln_conv_own_run(kiln_dnnl_conv *c, int dir, const float *in0, const float *w, const float *bias, float *out,
                               void *ws) {
     kiln_conv_dir *d = &c->d[dir];
-    kiln_wino_shape s = shape_of(&c->cs, dir);
+    kiln_wino_shape s = shape_of(&c->cs, dir, d->own);
+    if (dir == KILN_CONV_BWD_WEIGHT) { /* in0 is x, w is dy, out is dw */
+        kiln_cpu_wino_bwd_weight(&s, in0, w, out, 0, ws);
+        return KILN_OK;
+    }
     float *u = (float *)((char *)ws + d->u_off);
     kiln_cpu_wino_weights(&s, w, dir == KILN_CONV_BWD_DATA, u);
     int fwd = dir == KILN_CONV_FWD;

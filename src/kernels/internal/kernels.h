@@ -220,7 +220,10 @@ void kiln_ref_subsample_pad_bwd(const kiln_subsample_shape *S, const double *dy,
 /* kiln's Winograd F(4x4, 3x3) convolution (winograd_avx2.c): 3x3, stride 1, pad 0-2, no groups or
  * dilation, x and y in nChw8c (c and k multiples of 8), AVX2 CPUs. Backward-data of such a
  * convolution is one too: dy as x, k and c swapped, pad 2 - p, the filters flipped (flip = 1) */
-typedef struct { int64_t n, c, h, w, k, oh, ow, pad; } kiln_wino_shape;
+typedef struct {
+    int64_t n, c, h, w, k, oh, ow, pad;
+    int threads; /* the team its workspace is sized for (0: omp_get_max_threads() now); runs take at most that many */
+} kiln_wino_shape;
 int kiln_cpu_wino_supported(const kiln_wino_shape *s);
 /* per-thread buffers kiln_cpu_wino_fwd needs in ws (bytes) */
 size_t kiln_cpu_wino_workspace(const kiln_wino_shape *s);
@@ -230,6 +233,9 @@ void kiln_cpu_wino_weights(const kiln_wino_shape *s, const float *w, int flip, f
 /* y (=, or += when acc) relu?(conv(x) + bias (NULL: none) [+ y]) */
 void kiln_cpu_wino_fwd(const kiln_wino_shape *s, const float *x, const float *u, const float *bias, int relu, int acc,
                        float *y, void *ws);
+/* backward-weights of the forward shape s: dw [k][c][3][3] (=, or += when acc) from x and dy, both nChw8c */
+size_t kiln_cpu_wino_bwd_weight_workspace(const kiln_wino_shape *s);
+void kiln_cpu_wino_bwd_weight(const kiln_wino_shape *s, const float *x, const float *dy, float *dw, int acc, void *ws);
 
 /* each side plain NCHW (0) or nChw16c / nChw8c (16 / 8: its channels a multiple of it;
  * both sides blocked take the same block) */

@@ -26,7 +26,8 @@ typedef struct kiln_conv_dir {
     char decision[KILN_AUTOTUNE_DECISION_MAX];
     double us;      /* its measured time per call (reorders included), 0 when not timed */
     int unsure;     /* timed while other work held the cores: not remembered on disk */
-    int own;        /* kiln's own kernel (conv_wino.c) instead of a primitive: no pd, prim or reorders */
+    int own;        /* > 0: kiln's own kernel (conv_wino.c) instead of a primitive, its workspace sized for a team
+                       of `own` threads; no pd, prim or reorders */
     size_t u_off, t_off; /* its transformed filters and its threads' buffers in the workspace */
 } kiln_conv_dir;
 
@@ -60,8 +61,8 @@ void kiln_conv_dir_free(kiln_conv_dir *d);
 kiln_status kiln_conv_run_dir(kiln_dnnl_conv *c, int dir, float *in0, float *in1, float *bias, float *out, void *ws);
 
 /* conv_wino.c: kiln's Winograd F(4x4, 3x3) (src/kernels/cpu/winograd_avx2.c) as a direction of the conv
- * object: forward and backward-data of a 3x3 stride-1 fp32 convolution whose x and y the plan keeps in
- * nChw8c, on AVX2 CPUs. The tuner's candidate "winograd/plan/kiln:wino_4x3_avx2" */
+ * object: every direction of a 3x3 stride-1 fp32 convolution whose x and y the plan keeps in nChw8c
+ * (backward-weights without a bias), on AVX2 CPUs. The tuner's candidate "winograd/plan/kiln:wino_4x3_avx2" */
 #define KILN_CONV_OWN_IMPL "kiln:wino_4x3_avx2"
 int kiln_conv_own_fits(const kiln_dnnl_conv *c, int dir);
 kiln_status kiln_conv_own_make(kiln_dnnl_conv *c, int dir);
