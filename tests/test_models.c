@@ -3,11 +3,15 @@
  * initial weights on a batch of 4 gives PyTorch's loss and every parameter's
  * gradient, and after 3 SGD steps the same losses and batch norm running
  * statistics, on the ref backend (double) and the cpu backend (float, within
- * 1e-4 relative). The parameter names and shapes are PyTorch's state_dict's. */
+ * 1e-4 relative), the cpu also in nChw8c with kiln's Winograd kernel in every
+ * direction it fits (AVX2 CPUs). The parameter names and shapes are PyTorch's
+ * state_dict's. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cpu/internal/cpu.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/dnnl/internal/conv2d.h"
 #include "kiln/graph.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
@@ -47,7 +51,8 @@ static void check_stats(kiln_st_file *f, kiln_params *P, const char *backend, do
     CHECK_MSG(checked == 19 * 3, "%d running statistics checked (want 19 batch norms x 3)", checked);
 }
 
-static void run_backend(kiln_st_file *f, const char *backend) {
+/* own: the cpu's plan in nChw8c with kiln's Winograd taking every convolution direction it fits */
+static void run_backend(kiln_st_file *f, const char *backend, int own) {
     int ref = !strcmp(backend, "ref");
     double tol = ref ? 1e-6 : 1e-4; /* ref: the f32 storage of PyTorch's float64 gradients */
     const kiln_tensor *tx = kiln_st_find(f, "x"), *ty = kiln_st_find(f, "y"), *tl = kiln_st_find(f, "losses");
@@ -74,9 +79,21 @@ static void run_backend(kiln_st_file *f, const char *backend) {
     co.training = 1;
     co.max_batch = B;
     co.backend = backend;
-    co.autotune = 0;
+    co.autotune = own;
+    kiln_autotune_forget();
+    kiln_cpu_force_layout_block(own ? 8 : 0);
+    kiln_conv_prefer_own(own);
     kiln_value outs[2] = {m.loss, m.out};
     CHECK_OK(kiln_compile(g, P, outs, 2, &co, &pl));
+    kiln_conv_prefer_own(0);
+    kiln_cpu_force_layout_block(0);
+    if (own) { /* the three stages' 3x3 stride-1 problems in 3 directions each (the stem reads x plain) */
+        kiln_autotune_choice ch[128];
+        int n = kiln_autotune_choices(ch, 128), wino = 0;
+        for (int i = 0; i < n && i < 128; i++) wino += strstr(ch[i].decision, "kiln:wino") != NULL;
+        CHECK_MSG(wino >= 9, "kiln's Winograd took %d directions of resnet20's convolutions", wino);
+        printf("resnet20 on the cpu with kiln's Winograd in %d convolution directions\n", wino);
+    }
     if (!pl) goto out;
     CHECK_OK(kiln_plan_bind(pl, m.x, tx->data));
     CHECK_OK(kiln_plan_bind(pl, m.y, ty->data));
@@ -314,8 +331,10 @@ int main(void) {
     CHECK_OK(kiln_st_open(FIXTURE, &f));
     if (f) {
         test_names(f);
-        run_backend(f, "cpu");
-        run_backend(f, "ref");
+        run_backend(f, "cpu", 0);
+        if (kiln_cpu_has_avx2()) run_backend(f, "cpu", 1);
+        else printf("test_models: kiln's Winograd skipped: the CPU has no AVX2\n");
+        run_backend(f, "ref", 0);
         kiln_st_close(f);
     }
     test_missing_kernel();

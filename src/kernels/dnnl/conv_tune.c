@@ -463,7 +463,19 @@ void kiln_autotune_spend(double seconds) {
     pthread_mutex_unlock(&lock);
 }
 
+static int prefer_own;
+
+void kiln_conv_prefer_own(int on) {
+    pthread_mutex_lock(&lock);
+    prefer_own = on;
+    pthread_mutex_unlock(&lock);
+}
+
 static kiln_status choose_dir(kiln_dnnl_conv *c, int dir, probe *p, int *remembered, int *timed) {
+    pthread_mutex_lock(&lock);
+    int own = prefer_own;
+    pthread_mutex_unlock(&lock);
+    if (own && kiln_conv_own_fits(c, dir)) return kiln_conv_own_make(c, dir);
     if (c->o.autotune && remake(c, dir)) {
         *remembered = 1;
         return KILN_OK;

@@ -68,6 +68,8 @@ int kiln_conv_own_fits(const kiln_dnnl_conv *c, int dir);
 kiln_status kiln_conv_own_make(kiln_dnnl_conv *c, int dir);
 kiln_status kiln_conv_own_run(kiln_dnnl_conv *c, int dir, const float *in0, const float *w, const float *bias, float *out,
                               void *ws);
+/* tests: every direction kiln's kernel fits takes it, untimed (0: the tuner as usual) */
+void kiln_conv_prefer_own(int on);
 
 /* autotune_cache.c: drops every decision (kiln_autotune_forget also clears the tuner's counters) */
 void kiln_autotune_table_clear(void);
