@@ -33,6 +33,14 @@
 #define V8 8
 #define NXI 36
 
+/* F(4x4, 3x3)'s filter transform G (6 x 3); B^T and A^T are written out in bt6 and at6 */
+static const double G[6][3] = {{0.25, 0, 0},
+                               {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                               {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                               {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                               {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                               {0, 0, 1}};
+
 /* tiles a thread transforms at once, a multiple of the product's register block (6 tiles): 12 (their V
  * and M in L2 up to 128 channels) or 6; measured on a Zen 3 at resnet20's and resnet18's shapes */
 static int64_t tile_block(const kiln_wino_shape *s) {
@@ -66,23 +74,18 @@ int kiln_cpu_wino_supported(const kiln_wino_shape *s) {
 
 /* G g G^T of 8 filters at once (g[r * 3 + q]: tap (r, q) of each), into U[xi * us] */
 static void filter_transform8(const __m256 g[9], float *U, int64_t us) {
-    static const float G[6][3] = {{0.25f, 0, 0},
-                                  {-1.0f / 6, -1.0f / 6, -1.0f / 6},
-                                  {-1.0f / 6, 1.0f / 6, -1.0f / 6},
-                                  {1.0f / 24, 1.0f / 12, 1.0f / 6},
-                                  {1.0f / 24, -1.0f / 12, 1.0f / 6},
-                                  {0, 0, 1}};
     __m256 t[6][3];
     for (int a = 0; a < 6; a++)
         for (int j = 0; j < 3; j++)
-            t[a][j] = _mm256_fmadd_ps(_mm256_set1_ps(G[a][2]), g[6 + j],
-                                      _mm256_fmadd_ps(_mm256_set1_ps(G[a][1]), g[3 + j], _mm256_mul_ps(_mm256_set1_ps(G[a][0]), g[j])));
+            t[a][j] = _mm256_fmadd_ps(_mm256_set1_ps((float)G[a][2]), g[6 + j],
+                                      _mm256_fmadd_ps(_mm256_set1_ps((float)G[a][1]), g[3 + j],
+                                                      _mm256_mul_ps(_mm256_set1_ps((float)G[a][0]), g[j])));
     for (int a = 0; a < 6; a++)
         for (int b = 0; b < 6; b++)
             _mm256_storeu_ps(U + (a * 6 + b) * us,
-                             _mm256_fmadd_ps(_mm256_set1_ps(G[b][2]), t[a][2],
-                                             _mm256_fmadd_ps(_mm256_set1_ps(G[b][1]), t[a][1],
-                                                             _mm256_mul_ps(_mm256_set1_ps(G[b][0]), t[a][0]))));
+                             _mm256_fmadd_ps(_mm256_set1_ps((float)G[b][2]), t[a][2],
+                                             _mm256_fmadd_ps(_mm256_set1_ps((float)G[b][1]), t[a][1],
+                                                             _mm256_mul_ps(_mm256_set1_ps((float)G[b][0]), t[a][0]))));
 }
 
 void kiln_cpu_wino_weights(const kiln_wino_shape *s, const float *w, int flip, float *u) {
@@ -428,12 +431,6 @@ static void weight_sums(const kiln_wino_shape *s, int64_t tb, const float *V, co
 
 /* dw[k][c] (=, or += when acc) = G^T dU[.][c][k] G, in double */
 static void filter_grad(const kiln_wino_shape *s, const float *dU, float *dw, int acc) {
-    static const double G[6][3] = {{0.25, 0, 0},
-                                   {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                                   {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-                                   {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                                   {1.0 / 24, -1.0 / 12, 1.0 / 6},
-                                   {0, 0, 1}};
     int64_t C = s->c, K = s->k;
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < K; k++)
