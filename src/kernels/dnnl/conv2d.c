@@ -220,7 +220,7 @@ static void add_into(float *dst, const float *src, int64_t n) { kiln_cpu_grad_co
 /* in0, in1, bias, out are the direction's (x, w, b, y), (dy, w, -, dx) or (x, dy, db, dw) in the plan's layouts */
 kiln_status kiln_conv_run_dir(kiln_dnnl_conv *c, int dir, float *in0, float *in1, float *bias, float *out, void *ws) {
     kiln_conv_dir *d = &c->d[dir];
-    if (d->own) return kiln_conv_own_run(c, dir, in0, in1, bias, out, ws);
+    if (d->own) return kiln_conv_own_run(c, dir, in0, in1, bias, out, 0, ws);
     dnnl_memory_t m0 = kiln_dn_arg_in(&d->a[0], in0, ws);
     dnnl_memory_t m1 = kiln_dn_arg_in(&d->a[1], in1, ws);
     dnnl_memory_t m2 = kiln_dn_arg_out(&d->a[2], out, ws);
@@ -245,6 +245,7 @@ kiln_status kiln_dnnl_conv_fwd(kiln_dnnl_conv *c, const float *x, const float *w
 
 kiln_status kiln_dnnl_conv_bwd_data(kiln_dnnl_conv *c, const float *dy, const float *w, float *dx, int acc, void *ws) {
     if (!kiln_conv_dir_made(&c->d[KILN_CONV_BWD_DATA])) return kiln_fail(KILN_ERR_INVALID_ARG, "conv2d: made without backward-data");
+    if (c->d[KILN_CONV_BWD_DATA].own) return kiln_conv_own_run(c, KILN_CONV_BWD_DATA, dy, w, NULL, dx, acc, ws);
     if (!acc) return kiln_conv_run_dir(c, KILN_CONV_BWD_DATA, (float *)dy, (float *)w, NULL, dx, ws);
     float *tmp = (float *)((char *)ws + c->d[KILN_CONV_BWD_DATA].acc_off);
     kiln_status st = kiln_conv_run_dir(c, KILN_CONV_BWD_DATA, (float *)dy, (float *)w, NULL, tmp, ws);
@@ -256,6 +257,8 @@ kiln_status kiln_dnnl_conv_bwd_weight(kiln_dnnl_conv *c, const float *x, const f
                                       int acc_w, int acc_b, void *ws) {
     if (!kiln_conv_dir_made(&c->d[KILN_CONV_BWD_WEIGHT])) return kiln_fail(KILN_ERR_INVALID_ARG, "conv2d: made without backward-weights");
     int64_t nw = c->cs.k * (c->cs.c / c->cs.groups) * c->cs.r * c->cs.s;
+    if (c->d[KILN_CONV_BWD_WEIGHT].own) /* bias-free (conv_wino.c): the kernel adds into dw itself */
+        return kiln_conv_own_run(c, KILN_CONV_BWD_WEIGHT, x, dy, NULL, dw, acc_w, ws);
     if (!acc_w && !acc_b) return kiln_conv_run_dir(c, KILN_CONV_BWD_WEIGHT, (float *)x, (float *)dy, db, dw, ws);
     float *tw = (float *)((char *)ws + c->d[KILN_CONV_BWD_WEIGHT].acc_off);
     float *tb = tw + ((nw + 15) & ~(int64_t)15);

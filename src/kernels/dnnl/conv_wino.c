@@ -36,33 +36,29 @@ kiln_status kiln_conv_own_make(kiln_dnnl_conv *c, int dir) {
     memset(d, 0, sizeof *d);
     d->own = omp_get_max_threads(); /* the team its workspace is sized for */
     kiln_wino_shape s = shape_of(&c->cs, dir, d->own);
-    d->u_off = 0;
-    d->t_off = ((size_t)(36 * s.c * s.k) * sizeof(float) + 63) & ~(size_t)63;
+    /* no staging for accumulated outputs: the kernels add into them (kiln_conv_own_run's acc) */
     if (dir == KILN_CONV_BWD_WEIGHT) { /* no filters to transform: its threads' sums instead */
-        d->t_off = 0;
-        d->acc_off = (kiln_cpu_wino_bwd_weight_workspace(&s) + 63) & ~(size_t)63;
-        d->ws = d->acc_off + (((size_t)(s.k * s.c * 9 + s.k + 16) * sizeof(float) + 63) & ~(size_t)63);
+        d->ws = kiln_cpu_wino_bwd_weight_workspace(&s);
     } else {
-        d->acc_off = d->t_off + ((kiln_cpu_wino_workspace(&s) + 63) & ~(size_t)63);
-        /* staging for an accumulated dx, as the primitives' directions have */
-        d->ws = d->acc_off + (((size_t)(s.n * s.k * s.oh * s.ow) * sizeof(float) + 63) & ~(size_t)63);
+        d->t_off = ((size_t)(36 * s.c * s.k) * sizeof(float) + 63) & ~(size_t)63;
+        d->ws = d->t_off + kiln_cpu_wino_workspace(&s);
     }
     snprintf(d->decision, sizeof d->decision, "winograd/plan/%s", KILN_CONV_OWN_IMPL);
     return KILN_OK;
 }
 
 kiln_status kiln_conv_own_run(kiln_dnnl_conv *c, int dir, const float *in0, const float *w, const float *bias, float *out,
-                              void *ws) {
+                              int acc, void *ws) {
     kiln_conv_dir *d = &c->d[dir];
     kiln_wino_shape s = shape_of(&c->cs, dir, d->own);
     if (dir == KILN_CONV_BWD_WEIGHT) { /* in0 is x, w is dy, out is dw */
-        kiln_cpu_wino_bwd_weight(&s, in0, w, out, 0, ws);
+        kiln_cpu_wino_bwd_weight(&s, in0, w, out, acc, ws);
         return KILN_OK;
     }
-    float *u = (float *)((char *)ws + d->u_off);
+    float *u = ws; /* the transformed filters first, then the threads' buffers at t_off */
     kiln_cpu_wino_weights(&s, w, dir == KILN_CONV_BWD_DATA, u);
     int fwd = dir == KILN_CONV_FWD;
-    kiln_cpu_wino_fwd(&s, in0, u, fwd && c->o.has_bias ? bias : NULL, fwd && c->o.fuse_relu, fwd && c->o.residual, out,
-                      (char *)ws + d->t_off);
+    kiln_cpu_wino_fwd(&s, in0, u, fwd && c->o.has_bias ? bias : NULL, fwd && c->o.fuse_relu, fwd ? c->o.residual : acc,
+                      out, (char *)ws + d->t_off);
     return KILN_OK;
 }

@@ -28,7 +28,7 @@ typedef struct kiln_conv_dir {
     int unsure;     /* timed while other work held the cores: not remembered on disk */
     int own;        /* > 0: kiln's own kernel (conv_wino.c) instead of a primitive, its workspace sized for a team
                        of `own` threads; no pd, prim or reorders */
-    size_t u_off, t_off; /* its transformed filters and its threads' buffers in the workspace */
+    size_t t_off;   /* its threads' buffers in the workspace, after the transformed filters */
 } kiln_conv_dir;
 
 /* a direction is made: a oneDNN primitive or kiln's own kernel */
@@ -66,8 +66,9 @@ kiln_status kiln_conv_run_dir(kiln_dnnl_conv *c, int dir, float *in0, float *in1
 #define KILN_CONV_OWN_IMPL "kiln:wino_4x3_avx2"
 int kiln_conv_own_fits(const kiln_dnnl_conv *c, int dir);
 kiln_status kiln_conv_own_make(kiln_dnnl_conv *c, int dir);
+/* acc: backward-data and backward-weights add into out (forward adds when the object has the residual sum) */
 kiln_status kiln_conv_own_run(kiln_dnnl_conv *c, int dir, const float *in0, const float *w, const float *bias, float *out,
-                              void *ws);
+                              int acc, void *ws);
 /* tests: every direction kiln's kernel fits takes it, untimed (0: the tuner as usual) */
 void kiln_conv_prefer_own(int on);
 
