@@ -822,6 +822,14 @@ static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int
     float *dw = frand(nw, -1, 1), *wk3 = kiln_alloc(kiln_cpu_wino_bwd_weight_workspace(&ws));
     kiln_cpu_wino_bwd_weight(&ws, xb, dyb, dw, 0, wk3);
     CLOSE(dw, dwd, nw, 1e-5 * sw, 0, "%s: backward-weights", what);
+    if (c * k > 64 * 64) { /* past 64 x 64 one thread makes each sum, in tile order: the same bits on a team of one */
+        kiln_wino_shape one = ws;
+        one.threads = 1;
+        float *dw1 = falloc(nw), *wk4 = kiln_alloc(kiln_cpu_wino_bwd_weight_workspace(&one));
+        kiln_cpu_wino_bwd_weight(&one, xb, dyb, dw1, 0, wk4);
+        CHECK(!memcmp(dw1, dw, (size_t)nw * sizeof(float)));
+        free(dw1), kiln_free(wk4);
+    }
     for (int64_t i = 0; i < nw; i++) dwd[i] *= 2;
     kiln_cpu_wino_bwd_weight(&ws, xb, dyb, dw, 1, wk3);
     CLOSE(dw, dwd, nw, 2e-5 * sw, 0, "%s: backward-weights accumulated", what);
@@ -844,6 +852,13 @@ static void test_winograd(void) {
     wino_case(2, 8, 5, 5, 16, 2, 0, 0, 1);    /* pad 2: 7x7 out; backward-data at pad 0 */
     wino_case(8, 16, 32, 32, 16, 1, 1, 1, 0); /* resnet20's first stage: 512 tiles, blocks over both threads */
     wino_case(4, 64, 8, 8, 64, 1, 0, 0, 1);   /* its last stage */
+    /* past 64 x 64 channels backward-weights takes the tiles in chunks, its blocks of sums over threads */
+    wino_case(2, 96, 9, 7, 48, 1, 0, 1, 0);   /* blocks enough for the team: their sums straight into dw */
+    wino_case(2, 256, 6, 6, 24, 0, 1, 0, 1);  /* the same with an 8-wide block of outputs */
+    wino_case(1, 72, 5, 6, 64, 2, 0, 0, 1);   /* pad 2 */
+    kiln_cpu_wino_force_bw_chunk(7); /* chunks of 7 tiles: 6 of the 36 xi a block, the sums kept in dU, the last chunk partial */
+    wino_case(2, 96, 9, 7, 48, 1, 0, 0, 1);
+    kiln_cpu_wino_force_bw_chunk(0);
 }
 
 /* aligned: 64-byte aligned nChw16c blocks take the AVX-512 path; misaligned ones (and nChw8c) the portable loops */

@@ -157,13 +157,13 @@ static inline __attribute__((always_inline)) void patch_transform(const float *p
     }
 }
 
-/* V[xi][cb][j] for tiles t0 .. t0 + tb (those past the last tile: zeros); a patch that crosses the
- * border is copied, zero-padded, into a local one first */
-static void input_transform(const tiling *T, const float *x, int64_t t0, float *V) {
+/* V[xi][cb][j] for tiles t0 + j, j in [j0, j1) (those past the last tile: zeros), V's tile stride T->tb; a
+ * patch that crosses the border is copied, zero-padded, into a local one first */
+static void input_transform(const tiling *T, const float *x, int64_t t0, int64_t j0, int64_t j1, float *V) {
     const kiln_wino_shape *s = T->s;
     int64_t CB = s->c / V8, tb = T->tb, vs = CB * tb * V8;
     float pad[36 * V8] __attribute__((aligned(32)));
-    for (int64_t j = 0; j < tb; j++) {
+    for (int64_t j = j0; j < j1; j++) {
         int64_t t = t0 + j, img, r0, c0;
         if (t >= T->ntiles) {
             for (int xi = 0; xi < NXI; xi++)
@@ -340,7 +340,7 @@ void kiln_cpu_wino_fwd(const kiln_wino_shape *s, const float *x, const float *u,
         float *M = V + NXI * T.tb * s->c;
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < nblocks; blk++) {
-            input_transform(&T, x, blk * T.tb, V);
+            input_transform(&T, x, blk * T.tb, 0, T.tb, V);
             products(s, T.tb, V, u, M);
             output_transform(&T, M, blk * T.tb, &E, y);
         }
@@ -348,9 +348,15 @@ void kiln_cpu_wino_fwd(const kiln_wino_shape *s, const float *x, const float *u,
 }
 
 /* ---- backward-weights: dw = sum over tiles of G^T [ (A dY A^T) .* (B^T d B) ] G (the transpose of the
- * forward's bilinear form in the filters): the input transform as forward's, dy's 4x4 tiles taken up to
- * 6x6 by A, the 36 products summed over the tiles into dU [36][C][K] (each thread its own, added in
- * thread order: static schedule, so the bits depend on the thread count alone), then G^T dU G ---- */
+ * forward's bilinear form in the filters): x's patches transformed as forward's, dy's 4x4 tiles taken up to
+ * 6x6 by A, their products summed over the tiles into dU[xi][c][k], then G^T dU G. Up to 64 x 64 channels
+ * each thread sums its own tiles into its own dU (small_bwd_weight below). Past that the tiles are taken a
+ * chunk at a time: all threads transform the chunk's tiles into V [36][C/8][TC][8] and Mdy [36][K/8][TC][8],
+ * then take whole blocks of the sums (8 inputs x 16 outputs over all of the chunk's tiles, in tile order).
+ * One thread makes each sum, so the bits do not depend on the thread count. With one chunk and blocks
+ * enough for the team, a block's 36 sums go straight through G^T . G into dw; otherwise they are kept in
+ * dU across chunks (a block then covers 6 of the 36 xi, for more blocks) and dw is made from dU at the
+ * end ---- */
 
 /* A along one line of four vectors: six */
 static inline void a6(const __m256 d[4], __m256 o[6]) {
@@ -365,11 +371,11 @@ static inline void a6(const __m256 d[4], __m256 o[6]) {
     o[5] = d[3];
 }
 
-/* Mdy[xi][kb][j] = (A dY A^T)[xi] of each tile's 4x4 dy (zeros past the edge and past the last tile) */
-static void dy_transform(const tiling *T, const float *dy, int64_t t0, float *Mdy) {
+/* Mdy[xi][kb][j] = (A dY A^T)[xi] of the 4x4 dy of tiles t0 + j, j in [j0, j1) (zeros past the edge) */
+static void dy_transform(const tiling *T, const float *dy, int64_t t0, int64_t j0, int64_t j1, float *Mdy) {
     const kiln_wino_shape *s = T->s;
     int64_t KB = s->k / V8, tb = T->tb;
-    for (int64_t j = 0; j < tb; j++) {
+    for (int64_t j = j0; j < j1; j++) {
         int64_t img = 0, r0 = 0, c0 = 0, live = t0 + j < T->ntiles;
         if (live) tile_at(T, t0 + j, &img, &r0, &c0);
         for (int64_t kb = 0; kb < KB; kb++) {
@@ -392,12 +398,12 @@ static void dy_transform(const tiling *T, const float *dy, int64_t t0, float *Md
     }
 }
 
-/* dU[c .. c + 3][kb, kb + 1] += sum over the block's tiles of V[c] Mdy[kb] (nk = 2), or one output block (nk = 1) */
-static inline __attribute__((always_inline)) void sums_4xn(const float *V, const float *Mdy, int64_t c, int64_t tb,
-                                                           int64_t K, int64_t kb, int nk, float *dU) {
+/* s[i][0 .. 7 (, 8 .. 15)] += sum over tn tiles of v[t][i] m0[t] (, m1[t]) for 4 inputs i: a 4 x 16 (nk = 2)
+ * or 4 x 8 register block; v, m0 and m1 step 8 floats a tile; s's rows are ss floats apart */
+static inline __attribute__((always_inline)) void sums_4xn(const float *v, const float *m0, const float *m1, int64_t tn,
+                                                           int nk, float *s, int64_t ss) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    const float *v = V + ((c / V8) * tb) * V8 + c % V8, *m0 = Mdy + kb * tb * V8, *m1 = m0 + tb * V8;
-    for (int64_t t = 0; t < tb; t++) {
+    for (int64_t t = 0; t < tn; t++) {
         __m256 x0 = _mm256_loadu_ps(m0 + t * V8), x1 = nk == 2 ? _mm256_loadu_ps(m1 + t * V8) : x0;
         __m256 e0 = _mm256_broadcast_ss(v + t * V8), e1 = _mm256_broadcast_ss(v + t * V8 + 1);
         __m256 e2 = _mm256_broadcast_ss(v + t * V8 + 2), e3 = _mm256_broadcast_ss(v + t * V8 + 3);
@@ -408,87 +414,217 @@ static inline __attribute__((always_inline)) void sums_4xn(const float *V, const
             b2 = _mm256_fmadd_ps(e2, x1, b2), b3 = _mm256_fmadd_ps(e3, x1, b3);
         }
     }
-    float *d = dU + c * K + kb * V8;
     __m256 acc[4] = {a0, a1, a2, a3}, acc2[4] = {b0, b1, b2, b3};
     for (int i = 0; i < 4; i++) {
-        _mm256_storeu_ps(d + i * K, _mm256_add_ps(_mm256_loadu_ps(d + i * K), acc[i]));
-        if (nk == 2) _mm256_storeu_ps(d + i * K + V8, _mm256_add_ps(_mm256_loadu_ps(d + i * K + V8), acc2[i]));
+        _mm256_storeu_ps(s + i * ss, _mm256_add_ps(_mm256_loadu_ps(s + i * ss), acc[i]));
+        if (nk == 2) _mm256_storeu_ps(s + i * ss + V8, _mm256_add_ps(_mm256_loadu_ps(s + i * ss + V8), acc2[i]));
     }
 }
 
-static void weight_sums(const kiln_wino_shape *s, int64_t tb, const float *V, const float *Mdy, float *dU) {
+/* G^T along one line of six vectors: three (G's rows written out: 1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6;
+ * 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1) */
+static inline void gt6(const __m256 d[6], __m256 o[3]) {
+    const __m256 q = _mm256_set1_ps(0.25f), s6 = _mm256_set1_ps(1.0f / 6), s12 = _mm256_set1_ps(1.0f / 12),
+                 s24 = _mm256_set1_ps(1.0f / 24);
+    __m256 p12 = _mm256_add_ps(d[1], d[2]), m21 = _mm256_sub_ps(d[2], d[1]);
+    __m256 p34 = _mm256_add_ps(d[3], d[4]), m34 = _mm256_sub_ps(d[3], d[4]);
+    o[0] = _mm256_fmadd_ps(s24, p34, _mm256_fnmadd_ps(s6, p12, _mm256_mul_ps(q, d[0])));
+    o[1] = _mm256_fmadd_ps(s12, m34, _mm256_mul_ps(s6, m21));
+    o[2] = _mm256_fmadd_ps(s6, _mm256_sub_ps(p34, p12), d[5]);
+}
+
+/* G^T X G for 8 outputs (vector lanes) and one input from the 36 vectors X[xi * xs]: output lane l's 9 taps
+ * into o[l * os] */
+static void filter_grad8(const float *X, int64_t xs, float *o, int64_t os) {
+    __m256 t[3][6];
+    for (int b = 0; b < 6; b++) { /* columns: G^T X */
+        __m256 col[6], g[3];
+        for (int a = 0; a < 6; a++) col[a] = _mm256_loadu_ps(X + (a * 6 + b) * xs);
+        gt6(col, g);
+        for (int r = 0; r < 3; r++) t[r][b] = g[r];
+    }
+    float lanes[9][V8];
+    for (int r = 0; r < 3; r++) { /* rows: (G^T X) G */
+        __m256 g[3];
+        gt6(t[r], g);
+        for (int q = 0; q < 3; q++) _mm256_storeu_ps(lanes[r * 3 + q], g[q]);
+    }
+    for (int l = 0; l < V8; l++)
+        for (int i = 0; i < 9; i++) o[l * os + i] = lanes[i][l];
+}
+
+/* dw's rows k0 .. k0 + nk - 1 at inputs c0 .. c0 + 7 (=, or += when acc) from blk [nk][8][9], 72 floats a row */
+static void put_rows(const float *blk, int64_t nk, int64_t C, int64_t k0, int64_t c0, int acc, float *dw) {
+    for (int64_t k = 0; k < nk; k++) {
+        float *d = dw + ((k0 + k) * C + c0) * 9;
+        const float *b = blk + k * 72;
+        if (!acc) memcpy(d, b, 72 * sizeof(float));
+        else
+            for (int i = 0; i < 72; i++) d[i] += b[i];
+    }
+}
+
+#define BW_RUN 32                     /* tiles summed in registers before they are added to the block: the
+                                       * error of a float sum grows with its length */
+#define BW_XG 6                       /* xi a block covers when dU keeps the sums */
+#define BW_CHUNK_BYTES (12 << 20)     /* V and Mdy of a chunk: within a Zen 3's L3 (32 MiB) */
+
+typedef struct {
+    const kiln_wino_shape *s;
+    tiling T;
+    int64_t nchunks, nxg, nkp;
+    int fused;
+    float *V, *Mdy, *dU;
+} bw_plan;
+
+static int64_t forced_chunk;
+void kiln_cpu_wino_force_bw_chunk(int64_t tiles) { forced_chunk = tiles; }
+
+static bw_plan bw_plan_of(const kiln_wino_shape *s, int nt) {
+    bw_plan P = {.s = s, .T = {s, (s->oh + 3) / 4, (s->ow + 3) / 4, 0, 0}};
+    P.T.ntiles = s->n * P.T.th * P.T.tw;
+    int64_t tc = BW_CHUNK_BYTES / (int64_t)(NXI * (s->c + s->k) * sizeof(float));
+    tc = forced_chunk > 0 ? forced_chunk : tc < 16 ? 16 : tc;
+    P.T.tb = tc < P.T.ntiles ? tc : P.T.ntiles;
+    P.nchunks = (P.T.ntiles + P.T.tb - 1) / P.T.tb;
+    P.nkp = (s->k / V8 + 1) / 2;
+    P.fused = P.nchunks == 1 && (s->c / V8) * P.nkp >= 4 * nt;
+    P.nxg = P.fused ? 1 : NXI / BW_XG;
+    return P;
+}
+
+/* block `it` (xi group, 8 inputs, 16 outputs) of chunk ch: its sums over the chunk's tn tiles, from dU (or
+ * zeros in the first chunk) into dU, or in the fused form through G^T . G into dw */
+static void bw_block(const bw_plan *P, int64_t it, int64_t ch, int64_t tn, int acc_dw, float *dw) {
+    const kiln_wino_shape *s = P->s;
+    int64_t C = s->c, K = s->k, CB = C / V8, KB = K / V8, tc = P->T.tb;
+    int64_t kp = it % P->nkp, cb = it / P->nkp % CB, xg = it / P->nkp / CB;
+    int nk = 2 * kp + 1 < KB ? 2 : 1, x0 = P->fused ? 0 : (int)xg * BW_XG, x1 = P->fused ? NXI : x0 + BW_XG;
+    float acc[NXI][V8][16] __attribute__((aligned(32)));
+    if (ch == 0) memset(acc, 0, sizeof acc);
+    else
+        for (int xi = x0; xi < x1; xi++)
+            for (int i = 0; i < V8; i++)
+                memcpy(acc[xi - x0][i], P->dU + (xi * C + cb * V8 + i) * K + kp * 16, (size_t)nk * V8 * sizeof(float));
+    for (int xi = x0; xi < x1; xi++) {
+        const float *v = P->V + ((xi * CB + cb) * tc) * V8, *m0 = P->Mdy + ((xi * KB + 2 * kp) * tc) * V8;
+        for (int i = 0; i < V8; i += 4)
+            for (int64_t t = 0; t < tn; t += BW_RUN) { /* registers sum a run of tiles, the block sums the runs */
+                int64_t n = tn - t < BW_RUN ? tn - t : BW_RUN, o = t * V8;
+                if (nk == 2) sums_4xn(v + o + i, m0 + o, m0 + tc * V8 + o, n, 2, acc[xi - x0][i], 16);
+                else sums_4xn(v + o + i, m0 + o, m0 + o, n, 1, acc[xi - x0][i], 16);
+            }
+    }
+    if (P->fused) {
+        float blk[16 * 72];
+        for (int i = 0; i < V8; i++)
+            for (int h = 0; h < nk; h++) filter_grad8(acc[0][i] + h * V8, V8 * 16, blk + h * V8 * 72 + i * 9, 72);
+        put_rows(blk, nk * V8, C, kp * 16, cb * V8, acc_dw, dw);
+        return;
+    }
+    for (int xi = x0; xi < x1; xi++)
+        for (int i = 0; i < V8; i++)
+            memcpy(P->dU + (xi * C + cb * V8 + i) * K + kp * 16, acc[xi - x0][i], (size_t)nk * V8 * sizeof(float));
+}
+
+/* ---- small c k: each thread sums its own blocks of tiles into its own dU (in L2: 36 c k floats), V and Mdy
+ * a block at a time; the threads' sums are added in thread order (static schedule: the bits depend on the
+ * thread count alone). Faster than the chunks up to 64 x 64 channels, whose V and Mdy make a round trip
+ * through L3 (measured on a Zen 3 at resnet20's and resnet18's shapes) ---- */
+static int small_ck(const kiln_wino_shape *s) { return s->c * s->k <= 64 * 64; }
+
+static int64_t small_tb(const kiln_wino_shape *s) { return (s->c > s->k ? s->c : s->k) <= 32 ? 24 : 12; }
+
+static int64_t small_per_thread(const kiln_wino_shape *s) {
+    return NXI * (small_tb(s) * (s->c + s->k) + s->c * s->k);
+}
+
+/* dU[xi][c][k] += the block's sums (tb tiles) */
+static void small_sums(const kiln_wino_shape *s, int64_t tb, const float *V, const float *Mdy, float *dU) {
     int64_t C = s->c, K = s->k, KB = K / V8, CB = C / V8;
     for (int xi = 0; xi < NXI; xi++) {
         const float *Vx = V + xi * CB * tb * V8, *Mx = Mdy + xi * KB * tb * V8;
         float *Ux = dU + xi * C * K;
         for (int64_t c = 0; c < C; c += 4) {
+            const float *v = Vx + (c / V8) * tb * V8 + c % V8;
             int64_t kb = 0;
-            for (; kb + 2 <= KB; kb += 2) sums_4xn(Vx, Mx, c, tb, K, kb, 2, Ux);
-            if (kb < KB) sums_4xn(Vx, Mx, c, tb, K, kb, 1, Ux);
+            for (; kb + 2 <= KB; kb += 2) sums_4xn(v, Mx + kb * tb * V8, Mx + (kb + 1) * tb * V8, tb, 2, Ux + c * K + kb * V8, K);
+            if (kb < KB) sums_4xn(v, Mx + kb * tb * V8, Mx + kb * tb * V8, tb, 1, Ux + c * K + kb * V8, K);
         }
     }
 }
 
-/* dw[k][c] (=, or += when acc) = G^T dU[.][c][k] G, in double */
-static void filter_grad(const kiln_wino_shape *s, const float *dU, float *dw, int acc) {
-    int64_t C = s->c, K = s->k;
-#pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < K; k++)
-        for (int64_t c = 0; c < C; c++) {
-            double t[3][6]; /* G^T dU */
-            for (int r = 0; r < 3; r++)
-                for (int b = 0; b < 6; b++) {
-                    double v = 0;
-                    for (int a = 0; a < 6; a++) v += G[a][r] * dU[((a * 6 + b) * C + c) * K + k];
-                    t[r][b] = v;
-                }
-            float *o = dw + (k * C + c) * 9;
-            for (int r = 0; r < 3; r++)
-                for (int q = 0; q < 3; q++) {
-                    double v = 0;
-                    for (int b = 0; b < 6; b++) v += t[r][b] * G[b][q];
-                    o[r * 3 + q] = acc ? o[r * 3 + q] + (float)v : (float)v;
-                }
-        }
+/* dw (=, or += when acc) from the sums dU [36][c][k], 8 outputs x 8 inputs at a time (within a parallel region) */
+static void dw_from_sums(const kiln_wino_shape *s, const float *dU, int acc, float *dw) {
+    int64_t KB = s->k / V8;
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < KB * (s->c / V8); b++) {
+        int64_t kb = b % KB, c0 = b / KB * V8;
+        float blk[V8 * 72];
+        for (int i = 0; i < V8; i++) filter_grad8(dU + (c0 + i) * s->k + kb * V8, s->c * s->k, blk + i * 9, 72);
+        put_rows(blk, V8, s->c, kb * V8, c0, acc, dw);
+    }
 }
 
-/* tiles a thread sums at once in backward-weights: more than forward's, as each block adds into dU */
-static int64_t bw_tile_block(const kiln_wino_shape *s) {
-    int64_t cmax = s->c > s->k ? s->c : s->k;
-    return cmax <= 32 ? 24 : 12;
-}
-
-size_t kiln_cpu_wino_bwd_weight_workspace(const kiln_wino_shape *s) {
-    int64_t tb = bw_tile_block(s), per = NXI * (tb * (s->c + s->k) + s->c * s->k);
-    return (size_t)(per * threads(s)) * sizeof(float) + 64;
-}
-
-void kiln_cpu_wino_bwd_weight(const kiln_wino_shape *s, const float *x, const float *dy, float *dw, int acc, void *ws) {
-    tiling T = {s, (s->oh + 3) / 4, (s->ow + 3) / 4, 0, bw_tile_block(s)};
+static void small_bwd_weight(const kiln_wino_shape *s, const float *x, const float *dy, float *dw, int acc, float *base) {
+    tiling T = {s, (s->oh + 3) / 4, (s->ow + 3) / 4, 0, small_tb(s)};
     T.ntiles = s->n * T.th * T.tw;
-    int64_t nblocks = (T.ntiles + T.tb - 1) / T.tb, nu = NXI * s->c * s->k, per = NXI * T.tb * (s->c + s->k) + nu;
-    float *base = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-    int nt = 1;
+    int64_t nblocks = (T.ntiles + T.tb - 1) / T.tb, nu = NXI * s->c * s->k, per = small_per_thread(s);
 #pragma omp parallel num_threads(threads(s))
     {
 #ifdef _OPENMP
-        int me = omp_get_thread_num();
-#pragma omp single
-        nt = omp_get_num_threads();
+        int me = omp_get_thread_num(), nt = omp_get_num_threads();
 #else
-        int me = 0;
+        int me = 0, nt = 1;
 #endif
         float *dU = base + (int64_t)me * per, *V = dU + nu, *Mdy = V + NXI * T.tb * s->c;
         memset(dU, 0, (size_t)nu * sizeof(float));
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < nblocks; blk++) {
-            input_transform(&T, x, blk * T.tb, V);
-            dy_transform(&T, dy, blk * T.tb, Mdy);
-            weight_sums(s, T.tb, V, Mdy, dU);
+            input_transform(&T, x, blk * T.tb, 0, T.tb, V);
+            dy_transform(&T, dy, blk * T.tb, 0, T.tb, Mdy);
+            small_sums(s, T.tb, V, Mdy, dU);
         }
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < nu; i++) /* the threads' sums, added in thread order */
             for (int k = 1; k < nt; k++) base[i] += base[(int64_t)k * per + i];
+        dw_from_sums(s, base, acc, dw);
     }
-    filter_grad(s, base, dw, acc);
+}
+
+size_t kiln_cpu_wino_bwd_weight_workspace(const kiln_wino_shape *s) {
+    if (small_ck(s)) return (size_t)(small_per_thread(s) * threads(s)) * sizeof(float) + 64;
+    bw_plan P = bw_plan_of(s, threads(s));
+    int64_t n = NXI * P.T.tb * (s->c + s->k) + (P.fused ? 0 : NXI * s->c * s->k);
+    return (size_t)n * sizeof(float) + 64;
+}
+
+void kiln_cpu_wino_bwd_weight(const kiln_wino_shape *s, const float *x, const float *dy, float *dw, int acc, void *ws) {
+    float *base = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    if (small_ck(s)) {
+        small_bwd_weight(s, x, dy, dw, acc, base);
+        return;
+    }
+    int nt = threads(s);
+    bw_plan P = bw_plan_of(s, nt);
+    int64_t tc = P.T.tb, nblocks = P.nxg * (s->c / V8) * P.nkp;
+    P.V = base;
+    P.Mdy = P.V + NXI * tc * s->c;
+    P.dU = P.Mdy + NXI * tc * s->k;
+#pragma omp parallel num_threads(nt)
+    {
+        for (int64_t ch = 0; ch < P.nchunks; ch++) {
+            int64_t t0 = ch * tc, tn = P.T.ntiles - t0 < tc ? P.T.ntiles - t0 : tc;
+#pragma omp for schedule(static)
+            for (int64_t j = 0; j < tn; j++) {
+                input_transform(&P.T, x, t0, j, j + 1, P.V);
+                dy_transform(&P.T, dy, t0, j, j + 1, P.Mdy);
+            }
+            /* dynamic: a block's sums do not depend on the thread that makes them, and a core shared with
+             * another process then holds nobody up */
+#pragma omp for schedule(dynamic, 2)
+            for (int64_t it = 0; it < nblocks; it++) bw_block(&P, it, ch, tn, acc, dw);
+        }
+        if (!P.fused) dw_from_sums(s, P.dU, acc, dw);
+    }
 }

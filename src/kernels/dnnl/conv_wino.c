@@ -23,8 +23,7 @@ static kiln_wino_shape shape_of(const kiln_conv_shape *cs, int dir, int threads)
 int kiln_conv_own_fits(const kiln_dnnl_conv *c, int dir) {
     const kiln_conv_shape *cs = &c->cs;
     if (c->o.bf16 != KILN_DN_FP32 || c->o.x_blocked != 8 || c->o.y_blocked != 8) return 0;
-    /* backward-weights: no bias gradient; each thread's sums are 36 c k floats, so at most 128 x 128 */
-    if (dir == KILN_CONV_BWD_WEIGHT && (c->o.has_bias || cs->c * cs->k > 128 * 128)) return 0;
+    if (dir == KILN_CONV_BWD_WEIGHT && c->o.has_bias) return 0; /* backward-weights: no bias gradient */
     if (cs->r != 3 || cs->s != 3 || cs->stride != 1 || cs->dilation != 1 || cs->groups != 1) return 0;
     kiln_wino_shape s = shape_of(cs, dir, 0);
     return kiln_cpu_wino_supported(&s);

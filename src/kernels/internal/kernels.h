@@ -236,6 +236,8 @@ void kiln_cpu_wino_fwd(const kiln_wino_shape *s, const float *x, const float *u,
 /* backward-weights of the forward shape s: dw [k][c][3][3] (=, or += when acc) from x and dy, both nChw8c */
 size_t kiln_cpu_wino_bwd_weight_workspace(const kiln_wino_shape *s);
 void kiln_cpu_wino_bwd_weight(const kiln_wino_shape *s, const float *x, const float *dy, float *dw, int acc, void *ws);
+/* tests: backward-weights takes its tiles `tiles` at a time (0: as many as fit its chunk budget) */
+void kiln_cpu_wino_force_bw_chunk(int64_t tiles);
 
 /* each side plain NCHW (0) or nChw16c / nChw8c (16 / 8: its channels a multiple of it;
  * both sides blocked take the same block) */
