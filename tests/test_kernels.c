@@ -791,12 +791,10 @@ static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int
     }
     kiln_wino_shape ws = {n, c, h, w, k, cs.oh, cs.ow, pad, 0};
     CHECK(kiln_cpu_wino_supported(&ws));
-    size_t nu = (size_t)(36 * c * k);
-    float *u = falloc((int64_t)nu), *wk = kiln_alloc(kiln_cpu_wino_workspace(&ws));
+    float *wk = kiln_alloc(kiln_cpu_wino_workspace(&ws));
     kiln_cpu_reorder_nchw(n, c, h * w, 8, 0, x, xb, 0);
     kiln_cpu_reorder_nchw(n, k, cs.oh * cs.ow, 8, 0, pre, yb, 0);
-    kiln_cpu_wino_weights(&ws, wf, 0, u);
-    kiln_cpu_wino_fwd(&ws, xb, u, bias ? b : NULL, relu, acc, yb, wk);
+    kiln_cpu_wino_conv(&ws, xb, wf, 0, bias ? b : NULL, relu, acc, yb, wk);
     kiln_cpu_reorder_nchw(n, k, cs.oh * cs.ow, 8, 1, yb, y, 0);
     char what[128];
     snprintf(what, sizeof what, "winograd %lldx%lldx%lldx%lld -> %lld pad %lld bias %d relu %d acc %d", (long long)n, (long long)c,
@@ -807,12 +805,11 @@ static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int
     double sx = 0;
     for (int64_t i = 0; i < nx; i++) sx = fmax(sx, fabs(dxd[i] += acc ? pre_x[i] : 0));
     kiln_wino_shape bs = {n, k, cs.oh, cs.ow, c, h, w, 2 - pad, 1}; /* a team of one: the workspace for one thread */
-    float *ub = falloc((int64_t)nu), *wk2 = kiln_alloc(kiln_cpu_wino_workspace(&bs));
+    float *wk2 = kiln_alloc(kiln_cpu_wino_workspace(&bs));
     CHECK(kiln_cpu_wino_supported(&bs));
     kiln_cpu_reorder_nchw(n, k, cs.oh * cs.ow, 8, 0, dy, dyb, 0);
     kiln_cpu_reorder_nchw(n, c, h * w, 8, 0, pre_x, dxb, 0);
-    kiln_cpu_wino_weights(&bs, wf, 1, ub);
-    kiln_cpu_wino_fwd(&bs, dyb, ub, NULL, 0, acc, dxb, wk2);
+    kiln_cpu_wino_conv(&bs, dyb, wf, 1, NULL, 0, acc, dxb, wk2);
     kiln_cpu_reorder_nchw(n, c, h * w, 8, 1, dxb, dx, 0);
     CLOSE(dx, dxd, nx, 1e-5 * sx, 0, "%s: backward-data", what);
     /* backward-weights: written, then accumulated on top */
@@ -835,7 +832,7 @@ static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int
     CLOSE(dw, dwd, nw, 2e-5 * sw, 0, "%s: backward-weights accumulated", what);
     free(dwd), free(dw), kiln_free(wk3);
     free(xd), free(wd), free(bd), free(yd), free(dyd), free(dxd), free(x), free(wf), free(b), free(xb), free(y), free(yb);
-    free(pre), free(dy), free(dyb), free(dx), free(dxb), free(pre_x), free(u), free(ub);
+    free(pre), free(dy), free(dyb), free(dx), free(dxb), free(pre_x);
     kiln_free(wk), kiln_free(wk2);
 }
 
@@ -859,6 +856,17 @@ static void test_winograd(void) {
     kiln_cpu_wino_force_bw_chunk(7); /* chunks of 7 tiles: 6 of the 36 xi a block, the sums kept in dU, the last chunk partial */
     wino_case(2, 96, 9, 7, 48, 1, 0, 0, 1);
     kiln_cpu_wino_force_bw_chunk(0);
+    /* forward and backward-data outputs first (resnet18's last stages: all tiles' V, then 16 outputs at a
+     * time): more than one block of a thread's tiles, an 8-wide last block of outputs, edges, pad 0 and 2 */
+    kiln_cpu_wino_force_fwd_path(2);
+    wino_case(5, 16, 15, 14, 24, 1, 1, 1, 1);
+    wino_case(2, 24, 6, 6, 40, 0, 1, 0, 0);
+    wino_case(2, 8, 5, 5, 16, 2, 0, 1, 1);
+    kiln_cpu_wino_force_fwd_path(0);
+    wino_case(1, 256, 4, 4, 128, 1, 1, 1, 0); /* outputs first by size: U would be 4.5 MiB */
+    kiln_cpu_wino_force_fwd_path(1);          /* and tiles first there */
+    wino_case(1, 256, 4, 4, 128, 1, 1, 0, 1);
+    kiln_cpu_wino_force_fwd_path(0);
 }
 
 /* aligned: 64-byte aligned nChw16c blocks take the AVX-512 path; misaligned ones (and nChw8c) the portable loops */

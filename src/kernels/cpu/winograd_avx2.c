@@ -33,13 +33,7 @@
 #define V8 8
 #define NXI 36
 
-/* F(4x4, 3x3)'s filter transform G (6 x 3); B^T and A^T are written out in bt6 and at6 */
-static const double G[6][3] = {{0.25, 0, 0},
-                               {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                               {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-                               {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                               {1.0 / 24, -1.0 / 12, 1.0 / 6},
-                               {0, 0, 1}};
+/* F(4x4, 3x3)'s transforms G (6 x 3), B^T and A^T are written out in g3, bt6 and at6 (and G^T in gt6) */
 
 /* tiles a thread transforms at once, a multiple of the product's register block (6 tiles): 12 (their V
  * and M in L2 up to 128 channels) or 6; measured on a Zen 3 at resnet20's and resnet18's shapes */
@@ -59,11 +53,6 @@ static int threads(const kiln_wino_shape *s) {
 #endif
 }
 
-size_t kiln_cpu_wino_workspace(const kiln_wino_shape *s) {
-    int64_t tb = tile_block(s), per = NXI * tb * (s->c + s->k);
-    return (size_t)(per * threads(s)) * sizeof(float) + 64;
-}
-
 int kiln_cpu_wino_supported(const kiln_wino_shape *s) {
     return kiln_cpu_has_avx2() && s->c % V8 == 0 && s->k % V8 == 0 && s->pad >= 0 && s->pad <= 2 &&
            s->oh == s->h + 2 * s->pad - 2 && s->ow == s->w + 2 * s->pad - 2 && s->oh > 0 && s->ow > 0;
@@ -72,38 +61,79 @@ int kiln_cpu_wino_supported(const kiln_wino_shape *s) {
 /* ---- the filters: U[xi][o / 8][i][o % 8] = (G g G^T)[xi] of input channel i, output channel o (a block
  * of 8 outputs is one contiguous run over the inputs: the product streams it) ---- */
 
+/* G along one line of three vectors: six (G's rows: 1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6;
+ * 1/24 -1/12 1/6; 0 0 1) */
+static inline void g3(const __m256 d[3], __m256 o[6]) {
+    const __m256 q = _mm256_set1_ps(0.25f), s6 = _mm256_set1_ps(1.0f / 6), s12 = _mm256_set1_ps(1.0f / 12),
+                 s24 = _mm256_set1_ps(1.0f / 24), m6 = _mm256_set1_ps(-1.0f / 6);
+    __m256 p = _mm256_add_ps(d[0], d[2]), e = _mm256_fmadd_ps(s24, d[0], _mm256_mul_ps(s6, d[2])), f = _mm256_mul_ps(s12, d[1]);
+    o[0] = _mm256_mul_ps(q, d[0]);
+    o[1] = _mm256_mul_ps(m6, _mm256_add_ps(p, d[1]));
+    o[2] = _mm256_mul_ps(m6, _mm256_sub_ps(p, d[1]));
+    o[3] = _mm256_add_ps(e, f);
+    o[4] = _mm256_sub_ps(e, f);
+    o[5] = d[2];
+}
+
 /* G g G^T of 8 filters at once (g[r * 3 + q]: tap (r, q) of each), into U[xi * us] */
 static void filter_transform8(const __m256 g[9], float *U, int64_t us) {
     __m256 t[6][3];
-    for (int a = 0; a < 6; a++)
-        for (int j = 0; j < 3; j++)
-            t[a][j] = _mm256_fmadd_ps(_mm256_set1_ps((float)G[a][2]), g[6 + j],
-                                      _mm256_fmadd_ps(_mm256_set1_ps((float)G[a][1]), g[3 + j],
-                                                      _mm256_mul_ps(_mm256_set1_ps((float)G[a][0]), g[j])));
-    for (int a = 0; a < 6; a++)
-        for (int b = 0; b < 6; b++)
-            _mm256_storeu_ps(U + (a * 6 + b) * us,
-                             _mm256_fmadd_ps(_mm256_set1_ps((float)G[b][2]), t[a][2],
-                                             _mm256_fmadd_ps(_mm256_set1_ps((float)G[b][1]), t[a][1],
-                                                             _mm256_mul_ps(_mm256_set1_ps((float)G[b][0]), t[a][0]))));
+    for (int j = 0; j < 3; j++) { /* columns: G g */
+        __m256 col[3] = {g[j], g[3 + j], g[6 + j]}, o[6];
+        g3(col, o);
+        for (int a = 0; a < 6; a++) t[a][j] = o[a];
+    }
+    for (int a = 0; a < 6; a++) { /* rows: (G g) G^T */
+        __m256 o[6];
+        g3(t[a], o);
+        for (int b = 0; b < 6; b++) _mm256_storeu_ps(U + (a * 6 + b) * us, o[b]);
+    }
 }
 
-void kiln_cpu_wino_weights(const kiln_wino_shape *s, const float *w, int flip, float *u) {
-    int64_t C = s->c, K = s->k, KB = K / V8;
+/* the 8 x 8 transpose of r[0 .. 7] */
+static inline void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44), u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44), u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* the 9 taps of outputs ob * 8 .. + 7 and input i, a vector each; forward: w is [K][C][3][3]; backward-data
+ * (flip): w is the forward's [C][K][3][3] (here C is its K), flipped. Each output's first 8 taps are one
+ * load, turned into 8 tap vectors by a transpose */
+static void filter_taps(const kiln_wino_shape *s, const float *w, int flip, int64_t ob, int64_t i, __m256 g[9]) {
+    int64_t C = s->c, K = s->k;
+    const float *f[V8];
+    __m256 r[8];
+    for (int l = 0; l < V8; l++) {
+        int64_t o = ob * V8 + l;
+        f[l] = flip ? w + (i * K + o) * 9 : w + (o * C + i) * 9;
+        r[l] = _mm256_loadu_ps(f[l]);
+    }
+    transpose8(r);
+    __m256 last = _mm256_setr_ps(f[0][8], f[1][8], f[2][8], f[3][8], f[4][8], f[5][8], f[6][8], f[7][8]);
+    for (int t = 0; t < 8; t++) g[flip ? 8 - t : t] = r[t];
+    g[flip ? 0 : 8] = last;
+}
+
+/* U's xi stride for n floats of each xi: one cache line more, so that the 36 stores of a filter's transform
+ * (and the products' reads) do not all fall in one set of the L1 when n is a multiple of 4 KiB */
+static int64_t u_stride(int64_t n) { return n + 16; }
+
+static void wino_weights(const kiln_wino_shape *s, const float *w, int flip, float *u) {
+    int64_t C = s->c, KB = s->k / V8;
 #pragma omp parallel for schedule(static)
     for (int64_t ob = 0; ob < KB; ob++)
         for (int64_t i = 0; i < C; i++) {
-            /* the taps of outputs ob * 8 .. + 7 and input i; forward: w is [K][C][3][3]; backward-data: w is
-             * the forward's [C][K][3][3] (here C is its K), flipped */
-            float tap[9][V8];
-            for (int l = 0; l < V8; l++) {
-                int64_t o = ob * V8 + l;
-                const float *f = flip ? w + (i * K + o) * 9 : w + (o * C + i) * 9;
-                for (int r = 0; r < 9; r++) tap[r][l] = flip ? f[8 - r] : f[r];
-            }
             __m256 g[9];
-            for (int r = 0; r < 9; r++) g[r] = _mm256_loadu_ps(tap[r]);
-            filter_transform8(g, u + (ob * C + i) * V8, KB * C * V8);
+            filter_taps(s, w, flip, ob, i, g);
+            filter_transform8(g, u + (ob * C + i) * V8, u_stride(KB * C * V8));
         }
 }
 
@@ -197,7 +227,7 @@ static void input_transform(const tiling *T, const float *x, int64_t t0, int64_t
 
 /* 6 tiles x 16 outputs in twelve named accumulators (an array of them GCC keeps on the stack) */
 #define ACC6(X) X(0) X(1) X(2) X(3) X(4) X(5)
-static void product_6x16(const float *V, const float *U, int64_t C, int64_t tb, float *M0, float *M1) {
+static void product_6x16(const float *V, const float *U, int64_t C, int64_t tb, float *M0, float *M1, int add) {
 #define ZERO(t) __m256 a##t = _mm256_setzero_ps(), b##t = _mm256_setzero_ps();
     ACC6(ZERO)
     for (int64_t c = 0; c < C; c++) {
@@ -212,13 +242,16 @@ static void product_6x16(const float *V, const float *U, int64_t C, int64_t tb, 
         ACC6(STEP)
 #undef STEP
     }
+#define ADD(t) a##t = _mm256_add_ps(a##t, _mm256_loadu_ps(M0 + (t) * V8)), b##t = _mm256_add_ps(b##t, _mm256_loadu_ps(M1 + (t) * V8));
+    if (add) { ACC6(ADD) }
+#undef ADD
 #define STORE(t) _mm256_storeu_ps(M0 + (t) * V8, a##t), _mm256_storeu_ps(M1 + (t) * V8, b##t);
     ACC6(STORE)
 #undef STORE
 #undef ZERO
 }
 
-static void product_6x8(const float *V, const float *U, int64_t C, int64_t tb, float *M0) {
+static void product_6x8(const float *V, const float *U, int64_t C, int64_t tb, float *M0, int add) {
 #define ZERO(t) __m256 a##t = _mm256_setzero_ps();
     ACC6(ZERO)
     for (int64_t c = 0; c < C; c++) {
@@ -228,22 +261,29 @@ static void product_6x8(const float *V, const float *U, int64_t C, int64_t tb, f
         ACC6(STEP)
 #undef STEP
     }
+#define ADD(t) a##t = _mm256_add_ps(a##t, _mm256_loadu_ps(M0 + (t) * V8));
+    if (add) { ACC6(ADD) }
+#undef ADD
 #define STORE(t) _mm256_storeu_ps(M0 + (t) * V8, a##t);
     ACC6(STORE)
 #undef STORE
 #undef ZERO
 }
 
-static void products(const kiln_wino_shape *s, int64_t tb, const float *V, const float *U, float *M) {
-    int64_t C = s->c, K = s->k, KB = K / V8, CB = C / V8;
+/* M[xi][kb][j] (=, or += when add) for the KB output blocks of U [36][KB][C][8] (its xi stride ux floats)
+ * and tiles j in [j0, j1) of V (its xi stride vx floats, tile stride vt; j1 - j0 a multiple of 6): the sums
+ * over V's first C channels; M's tile stride mt, its tiles from j0 at M */
+static void products(int64_t C, int64_t KB, const float *V, int64_t vx, int64_t vt, int64_t j0, int64_t j1,
+                     const float *U, int64_t ux, float *M, int64_t mt, int add) {
     for (int xi = 0; xi < NXI; xi++) {
-        const float *Vx = V + xi * CB * tb * V8, *Ux = U + xi * C * K;
-        float *Mx = M + xi * KB * tb * V8;
-        for (int64_t j = 0; j < tb; j += 6) {
+        const float *Vx = V + xi * vx, *Ux = U + xi * ux;
+        float *Mx = M + xi * KB * mt * V8;
+        for (int64_t j = j0; j < j1; j += 6) {
+            float *m = Mx + (j - j0) * V8;
             int64_t kb = 0;
             for (; kb + 2 <= KB; kb += 2)
-                product_6x16(Vx + j * V8, Ux + kb * C * V8, C, tb, Mx + (kb * tb + j) * V8, Mx + ((kb + 1) * tb + j) * V8);
-            if (kb < KB) product_6x8(Vx + j * V8, Ux + kb * C * V8, C, tb, Mx + (kb * tb + j) * V8);
+                product_6x16(Vx + j * V8, Ux + kb * C * V8, C, vt, m + kb * mt * V8, m + (kb + 1) * mt * V8, add);
+            if (kb < KB) product_6x8(Vx + j * V8, Ux + kb * C * V8, C, vt, m + kb * mt * V8, add);
         }
     }
 }
@@ -295,16 +335,19 @@ typedef struct {
     int relu, acc;
 } epilogue;
 
-static void output_transform(const tiling *T, const float *M, int64_t t0, const epilogue *E, float *y) {
+/* the tiles t0 + j, j < tb, of output blocks kb0 .. kb0 + nkb - 1 from M [36][nkb][tb][8] */
+static void output_transform(const tiling *T, const float *M, int64_t t0, int64_t kb0, int64_t nkb, const epilogue *E,
+                             float *y) {
     const kiln_wino_shape *s = T->s;
-    int64_t KB = s->k / V8, tb = T->tb, ms = KB * tb * V8;
+    int64_t KB = s->k / V8, tb = T->tb, ms = nkb * tb * V8;
     float part[16 * V8] __attribute__((aligned(32)));
     for (int64_t j = 0; j < tb && t0 + j < T->ntiles; j++) {
         int64_t img, r0, c0;
         tile_at(T, t0 + j, &img, &r0, &c0);
         int whole = r0 + 4 <= s->oh && c0 + 4 <= s->ow;
-        for (int64_t kb = 0; kb < KB; kb++) {
-            const float *m = M + (kb * tb + j) * V8;
+        for (int64_t b = 0; b < nkb; b++) {
+            int64_t kb = kb0 + b;
+            const float *m = M + (b * tb + j) * V8;
             __m256 bias = E->bias ? _mm256_loadu_ps(E->bias + kb * V8) : _mm256_setzero_ps();
             float *q = y + (((img * KB + kb) * s->oh + r0) * s->ow + c0) * V8;
             if (whole) {
@@ -315,36 +358,125 @@ static void output_transform(const tiling *T, const float *M, int64_t t0, const 
             /* a tile past the edge: its part inside, through a local 4x4 */
             int64_t hr = s->oh - r0 < 4 ? s->oh - r0 : 4, hc = s->ow - c0 < 4 ? s->ow - c0 : 4;
             for (int64_t a = 0; a < hr; a++)
-                for (int64_t b = 0; b < hc && E->acc; b++) memcpy(part + (a * 4 + b) * V8, q + (a * s->ow + b) * V8, 32);
+                for (int64_t c = 0; c < hc && E->acc; c++) memcpy(part + (a * 4 + c) * V8, q + (a * s->ow + c) * V8, 32);
             tile_out(m, ms, bias, E->relu, E->acc, part, 4 * V8);
             for (int64_t a = 0; a < hr; a++)
-                for (int64_t b = 0; b < hc; b++) memcpy(q + (a * s->ow + b) * V8, part + (a * 4 + b) * V8, 32);
+                for (int64_t c = 0; c < hc; c++) memcpy(q + (a * s->ow + c) * V8, part + (a * 4 + c) * V8, 32);
         }
     }
 }
 
-void kiln_cpu_wino_fwd(const kiln_wino_shape *s, const float *x, const float *u, const float *bias, int relu, int acc,
-                       float *y, void *ws) {
+/* tile-first: the filters transformed once per call into U [36][C][K] (first in ws), then each thread takes
+ * TB tiles at a time: their V, their products with all of U, their outputs */
+static void tiles_first(const kiln_wino_shape *s, const float *x, const float *w, int flip, const epilogue *E, float *y,
+                        float *base) {
     tiling T = {s, (s->oh + 3) / 4, (s->ow + 3) / 4, 0, tile_block(s)};
     T.ntiles = s->n * T.th * T.tw;
-    int64_t nblocks = (T.ntiles + T.tb - 1) / T.tb, per = NXI * T.tb * (s->c + s->k);
-    float *base = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-    epilogue E = {bias, relu, acc};
+    int64_t nblocks = (T.ntiles + T.tb - 1) / T.tb, per = NXI * T.tb * (s->c + s->k), KB = s->k / V8;
+    float *u = base, *bufs = base + NXI * u_stride(s->c * s->k);
+    wino_weights(s, w, flip, u);
 #pragma omp parallel num_threads(threads(s))
     {
 #ifdef _OPENMP
-        float *V = base + (int64_t)omp_get_thread_num() * per;
+        float *V = bufs + (int64_t)omp_get_thread_num() * per;
 #else
-        float *V = base;
+        float *V = bufs;
 #endif
         float *M = V + NXI * T.tb * s->c;
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < nblocks; blk++) {
             input_transform(&T, x, blk * T.tb, 0, T.tb, V);
-            products(s, T.tb, V, u, M);
-            output_transform(&T, M, blk * T.tb, &E, y);
+            products(s->c, KB, V, s->c * T.tb, T.tb, 0, T.tb, u, u_stride(s->c * s->k), M, T.tb, 0);
+            output_transform(&T, M, blk * T.tb, 0, KB, E, y);
         }
     }
+}
+
+/* ---- outputs-first, for many channels over few tiles (resnet18's last stage at batch 32: 32 tiles), where
+ * U [36][C][K] would not stay in cache and tile-first reads it again for every block of 6 tiles: all
+ * threads transform every tile into V [36][C/8][T][8] (T a multiple of 6, tiles past the last zeros), then
+ * each thread takes 16 outputs at a time: their filters transformed into its own U, OF_CC inputs at a
+ * time, and the products summed. On a Zen 3, one thread: 512 channels over 32 tiles 12 ms against
+ * tile-first's 17-24; 256 over 128 tiles 11 against 8.5, so only up to OF_TB tiles ---- */
+#define OF_TB 48                    /* tiles a thread's M holds: 36 x 16 x 48 floats, in L2 */
+#define OF_CC 128                   /* inputs a thread's U holds: 36 x 16 x 128 floats, in L2 */
+#define OF_U_BYTES (4 << 20)        /* U past this: outputs-first, if the tiles fit one M */
+#define OF_V_BYTES (12 << 20)       /* and all of V fits this (Zen 3's L3: 32 MiB) */
+
+static int64_t of_tiles(const kiln_wino_shape *s) {
+    int64_t t = s->n * ((s->oh + 3) / 4) * ((s->ow + 3) / 4);
+    return (t + 5) / 6 * 6;
+}
+
+static int forced_path; /* 0: by size; 1 tile-first, 2 outputs-first (tests) */
+void kiln_cpu_wino_force_fwd_path(int path) { forced_path = path; }
+
+static int outputs_first(const kiln_wino_shape *s) {
+    if (forced_path) return forced_path == 2;
+    return (int64_t)(NXI * sizeof(float)) * s->c * s->k > OF_U_BYTES && of_tiles(s) <= OF_TB &&
+           (int64_t)(NXI * sizeof(float)) * s->c * of_tiles(s) <= OF_V_BYTES;
+}
+
+static int64_t of_per_thread(void) { return NXI * (u_stride(16 * OF_CC) + 16 * OF_TB); }
+
+/* outputs 16 kp .. (or 8 kp .. when the last block is 8 wide) of every tile: for each block of OF_TB tiles,
+ * the sums over OF_CC inputs at a time, their filters transformed just before (U stays in L2) */
+static void of_outputs(const tiling *T, const float *w, int flip, int64_t kp, const float *V, const epilogue *E,
+                       float *y, float *U) {
+    const kiln_wino_shape *s = T->s;
+    int64_t C = s->c, nkb = 2 * kp + 1 < s->k / V8 ? 2 : 1, vt = T->tb;
+    float *M = U + NXI * u_stride(2 * OF_CC * V8);
+    tiling Tm = *T;
+    Tm.tb = OF_TB;
+    for (int64_t j0 = 0; j0 < vt; j0 += OF_TB) {
+        int64_t j1 = j0 + OF_TB < vt ? j0 + OF_TB : vt;
+        for (int64_t c0 = 0; c0 < C; c0 += OF_CC) {
+            int64_t cc = C - c0 < OF_CC ? C - c0 : OF_CC;
+            for (int64_t b = 0; b < nkb; b++)
+                for (int64_t i = 0; i < cc; i++) {
+                    __m256 g[9];
+                    filter_taps(s, w, flip, 2 * kp + b, c0 + i, g);
+                    filter_transform8(g, U + (b * cc + i) * V8, u_stride(nkb * cc * V8));
+                }
+            products(cc, nkb, V + c0 * vt, C * vt, vt, j0, j1, U, u_stride(nkb * cc * V8), M, OF_TB, c0 > 0);
+        }
+        output_transform(&Tm, M, j0, 2 * kp, nkb, E, y);
+    }
+}
+
+static void outputs_first_run(const kiln_wino_shape *s, const float *x, const float *w, int flip, const epilogue *E,
+                              float *y, float *base) {
+    tiling T = {s, (s->oh + 3) / 4, (s->ow + 3) / 4, 0, of_tiles(s)};
+    T.ntiles = s->n * T.th * T.tw;
+    float *V = base, *bufs = base + NXI * s->c * T.tb;
+    int64_t nkp = (s->k / V8 + 1) / 2;
+#pragma omp parallel num_threads(threads(s))
+    {
+#ifdef _OPENMP
+        float *U = bufs + (int64_t)omp_get_thread_num() * of_per_thread();
+#else
+        float *U = bufs;
+#endif
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < T.tb; j++) input_transform(&T, x, 0, j, j + 1, V);
+        /* dynamic: each output is one block's, whichever thread takes it */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t kp = 0; kp < nkp; kp++) of_outputs(&T, w, flip, kp, V, E, y, U);
+    }
+}
+
+size_t kiln_cpu_wino_workspace(const kiln_wino_shape *s) {
+    int64_t n = outputs_first(s) ? NXI * s->c * of_tiles(s) + of_per_thread() * threads(s)
+                                 : NXI * u_stride(s->c * s->k) + NXI * tile_block(s) * (s->c + s->k) * threads(s);
+    return (size_t)n * sizeof(float) + 64;
+}
+
+void kiln_cpu_wino_conv(const kiln_wino_shape *s, const float *x, const float *w, int flip, const float *bias, int relu,
+                        int acc, float *y, void *ws) {
+    float *base = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    epilogue E = {bias, relu, acc};
+    if (outputs_first(s)) outputs_first_run(s, x, w, flip, &E, y, base);
+    else tiles_first(s, x, w, flip, &E, y, base);
 }
 
 /* ---- backward-weights: dw = sum over tiles of G^T [ (A dY A^T) .* (B^T d B) ] G (the transpose of the

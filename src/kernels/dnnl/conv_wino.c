@@ -2,7 +2,7 @@
  * a conv object, beside oneDNN's primitives: the tuner times it with them and
  * keeps the fastest. It reads and writes the plan's nChw8c tensors in place
  * (no reorders); the filters are transformed on every call (training changes
- * them every step) into the workspace, where each thread's tile buffers also
+ * them every step) in the workspace, where each thread's tile buffers also
  * live. Forward takes the bias, the residual sum and relu in its output
  * transform; backward-data is the same kernel on dy with the filters flipped
  * and transposed; backward-weights sums the transformed x and dy tiles
@@ -36,12 +36,7 @@ kiln_status kiln_conv_own_make(kiln_dnnl_conv *c, int dir) {
     d->own = omp_get_max_threads(); /* the team its workspace is sized for */
     kiln_wino_shape s = shape_of(&c->cs, dir, d->own);
     /* no staging for accumulated outputs: the kernels add into them (kiln_conv_own_run's acc) */
-    if (dir == KILN_CONV_BWD_WEIGHT) { /* no filters to transform: its threads' sums instead */
-        d->ws = kiln_cpu_wino_bwd_weight_workspace(&s);
-    } else {
-        d->t_off = ((size_t)(36 * s.c * s.k) * sizeof(float) + 63) & ~(size_t)63;
-        d->ws = d->t_off + kiln_cpu_wino_workspace(&s);
-    }
+    d->ws = dir == KILN_CONV_BWD_WEIGHT ? kiln_cpu_wino_bwd_weight_workspace(&s) : kiln_cpu_wino_workspace(&s);
     snprintf(d->decision, sizeof d->decision, "winograd/plan/%s", KILN_CONV_OWN_IMPL);
     return KILN_OK;
 }
@@ -54,10 +49,8 @@ kiln_status kiln_conv_own_run(kiln_dnnl_conv *c, int dir, const float *in0, cons
         kiln_cpu_wino_bwd_weight(&s, in0, w, out, acc, ws);
         return KILN_OK;
     }
-    float *u = ws; /* the transformed filters first, then the threads' buffers at t_off */
-    kiln_cpu_wino_weights(&s, w, dir == KILN_CONV_BWD_DATA, u);
     int fwd = dir == KILN_CONV_FWD;
-    kiln_cpu_wino_fwd(&s, in0, u, fwd && c->o.has_bias ? bias : NULL, fwd && c->o.fuse_relu, fwd ? c->o.residual : acc,
-                      out, (char *)ws + d->t_off);
+    kiln_cpu_wino_conv(&s, in0, w, !fwd, fwd && c->o.has_bias ? bias : NULL, fwd && c->o.fuse_relu, fwd ? c->o.residual : acc,
+                       out, ws);
     return KILN_OK;
 }

@@ -225,14 +225,14 @@ typedef struct {
     int threads; /* the team its workspace is sized for (0: omp_get_max_threads() now); runs take at most that many */
 } kiln_wino_shape;
 int kiln_cpu_wino_supported(const kiln_wino_shape *s);
-/* per-thread buffers kiln_cpu_wino_fwd needs in ws (bytes) */
+/* the bytes of ws kiln_cpu_wino_conv needs (the transformed filters and the threads' buffers) */
 size_t kiln_cpu_wino_workspace(const kiln_wino_shape *s);
-/* the filters transformed: u holds 36 * c * k floats; w is [k][c][3][3], or with flip the forward's
- * [c][k][3][3] (backward-data) */
-void kiln_cpu_wino_weights(const kiln_wino_shape *s, const float *w, int flip, float *u);
-/* y (=, or += when acc) relu?(conv(x) + bias (NULL: none) [+ y]) */
-void kiln_cpu_wino_fwd(const kiln_wino_shape *s, const float *x, const float *u, const float *bias, int relu, int acc,
-                       float *y, void *ws);
+/* y (=, or += when acc) relu?(conv(x) + bias (NULL: none) [+ y]); w is [k][c][3][3], or with flip the
+ * forward's [c][k][3][3] (backward-data) */
+void kiln_cpu_wino_conv(const kiln_wino_shape *s, const float *x, const float *w, int flip, const float *bias, int relu,
+                        int acc, float *y, void *ws);
+/* tests: the forward's loop order (0: by size; 1 tiles first; 2 outputs first) */
+void kiln_cpu_wino_force_fwd_path(int path);
 /* backward-weights of the forward shape s: dw [k][c][3][3] (=, or += when acc) from x and dy, both nChw8c */
 size_t kiln_cpu_wino_bwd_weight_workspace(const kiln_wino_shape *s);
 void kiln_cpu_wino_bwd_weight(const kiln_wino_shape *s, const float *x, const float *dy, float *dw, int acc, void *ws);

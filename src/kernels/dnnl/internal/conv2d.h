@@ -28,7 +28,6 @@ typedef struct kiln_conv_dir {
     int unsure;     /* timed while other work held the cores: not remembered on disk */
     int own;        /* > 0: kiln's own kernel (conv_wino.c) instead of a primitive, its workspace sized for a team
                        of `own` threads; no pd, prim or reorders */
-    size_t t_off;   /* its threads' buffers in the workspace, after the transformed filters */
 } kiln_conv_dir;
 
 /* a direction is made: a oneDNN primitive or kiln's own kernel */
