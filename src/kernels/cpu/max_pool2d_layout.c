@@ -104,8 +104,56 @@ static inline __attribute__((always_inline)) void bwd_body(const kiln_pool_shape
         }
 }
 
+/* 8 lanes in a vector (GCC's vector extensions, so every clone below has them) */
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+/* macros, not functions: a function taking or returning them would change the ABI in the portable clone */
+#define LD8(out, p) memcpy(&(out), (p), 32)
+#define ST8(p, v) memcpy((p), &(v), 32)
+#define PICK(m, a, b) (((a) & (m)) | ((b) & ~(m)))
+
+/* x, dy and dx all blocked (ResNet's stem pool in training): each window's maximum and its pixel per lane in
+ * vectors, then the gradient added to each pixel of the window under the mask "is its maximum": no
+ * scatter of single lanes. Windows in row-major order, each its first maximum, as the reference */
+static inline __attribute__((always_inline)) void bwd_blocked_body(const kiln_pool_shape *ps, int L, int relu_mask,
+                                                                   const float *x, const float *dy, float *dx, int acc) {
+    if (!acc) memset(dx, 0, (size_t)(ps->h * ps->w * L) * sizeof *dx);
+    for (int64_t i = 0; i < ps->oh; i++)
+        for (int64_t j = 0; j < ps->ow; j++) {
+            int64_t h0, h1, w0, w1;
+            kiln_pool_window(ps, i, ps->h, &h0, &h1);
+            kiln_pool_window(ps, j, ps->w, &w0, &w1);
+            for (int v = 0; v < L; v += 8) {
+                int32_t k0 = (int32_t)(h0 * ps->w + w0);
+                v8f m, a, d;
+                v8i g, best = (v8i){0} + k0;
+                LD8(m, x + k0 * L + v);
+                for (int64_t r = h0; r < h1; r++)
+                    for (int64_t q = w0; q < w1; q++) {
+                        int32_t k = (int32_t)(r * ps->w + q);
+                        LD8(a, x + k * L + v);
+                        v8i gt = a > m, kv = (v8i){0} + k;
+                        m = (v8f)PICK(gt, (v8i)a, (v8i)m);
+                        best = PICK(gt, kv, best);
+                    }
+                LD8(g, dy + (i * ps->ow + j) * L + v);
+                if (relu_mask) g &= m > 0.0f;
+                for (int64_t r = h0; r < h1; r++)
+                    for (int64_t q = w0; q < w1; q++) {
+                        int32_t k = (int32_t)(r * ps->w + q);
+                        float *p = dx + k * L + v;
+                        LD8(d, p);
+                        d += (v8f)(g & (best == k));
+                        ST8(p, d);
+                    }
+            }
+        }
+}
+
 HOT static void block_bwd(const kiln_pool_shape *ps, int B, int relu_mask, block_side x, block_side dy, float *dx, int acc) {
-    if (B == 16 && x.lane == 1) bwd_body(ps, 16, relu_mask, x, 16, 1, dy, dx, acc);
+    if (x.lane == 1 && dy.lane == 1 && B == 16) bwd_blocked_body(ps, 16, relu_mask, x.p, dy.p, dx, acc);
+    else if (x.lane == 1 && dy.lane == 1) bwd_blocked_body(ps, 8, relu_mask, x.p, dy.p, dx, acc);
+    else if (B == 16 && x.lane == 1) bwd_body(ps, 16, relu_mask, x, 16, 1, dy, dx, acc);
     else if (B == 16) bwd_body(ps, 16, relu_mask, x, x.pix, x.lane, dy, dx, acc);
     else if (x.lane == 1) bwd_body(ps, 8, relu_mask, x, 8, 1, dy, dx, acc);
     else bwd_body(ps, 8, relu_mask, x, x.pix, x.lane, dy, dx, acc);
