@@ -187,12 +187,29 @@ static inline __attribute__((always_inline)) void patch_transform(const float *p
     }
 }
 
-/* V[xi][cb][j] for tiles t0 + j, j in [j0, j1) (those past the last tile: zeros), V's tile stride T->tb; a
- * patch that crosses the border is copied, zero-padded, into a local one first */
+/* B^T d B of a patch that crosses the border: rows [a0, a1) and columns [b0, b1) of the 6x6 lie inside
+ * (at p: the patch's origin, perhaps outside the plane, given as the plane and the origin's offset o in
+ * floats, so no pointer is formed outside it); the rest are zeros, put in registers, not copied */
+static void patch_transform_edge(const float *plane, int64_t o, int64_t rs, int a0, int a1, int b0, int b1, float *V,
+                                 int64_t vs) {
+    __m256 t[6][6];
+    for (int a = 0; a < 6; a++) {
+        __m256 d[6];
+        for (int b = 0; b < 6; b++)
+            d[b] = a >= a0 && a < a1 && b >= b0 && b < b1 ? _mm256_loadu_ps(plane + o + a * rs + b * V8) : _mm256_setzero_ps();
+        bt6(d, t[a]);
+    }
+    for (int b = 0; b < 6; b++) {
+        __m256 col[6] = {t[0][b], t[1][b], t[2][b], t[3][b], t[4][b], t[5][b]}, out[6];
+        bt6(col, out);
+        for (int a = 0; a < 6; a++) _mm256_storeu_ps(V + (a * 6 + b) * vs, out[a]);
+    }
+}
+
+/* V[xi][cb][j] for tiles t0 + j, j in [j0, j1) (those past the last tile: zeros), V's tile stride T->tb */
 static void input_transform(const tiling *T, const float *x, int64_t t0, int64_t j0, int64_t j1, float *V) {
     const kiln_wino_shape *s = T->s;
     int64_t CB = s->c / V8, tb = T->tb, vs = CB * tb * V8;
-    float pad[36 * V8] __attribute__((aligned(32)));
     for (int64_t j = j0; j < j1; j++) {
         int64_t t = t0 + j, img, r0, c0;
         if (t >= T->ntiles) {
@@ -203,22 +220,14 @@ static void input_transform(const tiling *T, const float *x, int64_t t0, int64_t
         tile_at(T, t, &img, &r0, &c0);
         int64_t y0 = r0 - s->pad, x0 = c0 - s->pad;
         int inside = y0 >= 0 && x0 >= 0 && y0 + 6 <= s->h && x0 + 6 <= s->w;
+        /* the rows [a0, a1) and columns [b0, b1) of the patch inside the plane */
+        int a0 = y0 < 0 ? (int)-y0 : 0, a1 = s->h - y0 < 6 ? (int)(s->h - y0) : 6;
+        int b0 = x0 < 0 ? (int)-x0 : 0, b1 = s->w - x0 < 6 ? (int)(s->w - x0) : 6;
         for (int64_t cb = 0; cb < CB; cb++) {
             const float *p = x + ((img * CB + cb) * s->h) * s->w * V8;
             float *v = V + (cb * tb + j) * V8;
-            if (inside) {
-                patch_transform(p + (y0 * s->w + x0) * V8, s->w * V8, v, vs);
-                continue;
-            }
-            /* the columns [b0, b1) of the patch lie inside; rows outside are zeros */
-            int64_t b0 = x0 < 0 ? -x0 : 0, b1 = s->w - x0 < 6 ? s->w - x0 : 6;
-            memset(pad, 0, sizeof pad);
-            for (int64_t a = 0; a < 6; a++) {
-                int64_t yy = y0 + a;
-                if (yy >= 0 && yy < s->h && b1 > b0)
-                    memcpy(pad + (a * 6 + b0) * V8, p + (yy * s->w + x0 + b0) * V8, (size_t)(b1 - b0) * V8 * sizeof(float));
-            }
-            patch_transform(pad, 6 * V8, v, vs);
+            if (inside) patch_transform(p + (y0 * s->w + x0) * V8, s->w * V8, v, vs);
+            else patch_transform_edge(p, (y0 * s->w + x0) * V8, s->w * V8, a0, a1, b0, b1, v, vs);
         }
     }
 }
@@ -383,7 +392,9 @@ static void tiles_first(const kiln_wino_shape *s, const float *x, const float *w
         float *V = bufs;
 #endif
         float *M = V + NXI * T.tb * s->c;
-#pragma omp for schedule(static)
+        /* dynamic: each output is one block's, whichever thread takes it, and a core shared with another
+         * process then holds nobody up */
+#pragma omp for schedule(dynamic, 2)
         for (int64_t blk = 0; blk < nblocks; blk++) {
             input_transform(&T, x, blk * T.tb, 0, T.tb, V);
             products(s->c, KB, V, s->c * T.tb, T.tb, 0, T.tb, u, u_stride(s->c * s->k), M, T.tb, 0);
