@@ -13,7 +13,9 @@
  * transformed once per call into U [36][C][K], then each tile's 36 products
  * transformed back, with the bias, the residual (y added in: oneDNN's sum
  * post-op, or an accumulated gradient) and relu applied as the 4x4 outputs
- * are stored. Backward-data of a 3x3 stride-1 convolution is the same
+ * are stored. With many channels over few tiles the order turns round
+ * (outputs first: every tile's V, then 16 outputs at a time with their own
+ * part of U). Backward-data of a 3x3 stride-1 convolution is the same
  * convolution of dy with the filters flipped and transposed (pad 2 - p), so
  * it runs here too, and backward-weights is the transpose of the forward's
  * form in the filters (the same transforms of x, dy's tiles taken by A).
