@@ -57,6 +57,13 @@ HOT static void blocked_fwd(const kiln_subsample_shape *S, int B, const float *x
         for (int64_t b = 0; b < oc / B; b++) {
             lane_src L = block_src(x + i * S->c * hw, B, S->c / B, hw, b, -S->before);
             float *yb = y + i * oc * ohw + b * ohw * B;
+            if (L.r == 0) { /* `before` a multiple of B (ResNets' shortcuts): one source block, or zeros */
+                if (!L.lo) memset(yb, 0, (size_t)(ohw * B) * sizeof *yb);
+                for (int64_t p = 0; p < oh && L.lo; p++)
+                    for (int64_t q = 0; q < ow; q++)
+                        memcpy(yb + (p * ow + q) * B, L.lo + (p * S->s * S->w + q * S->s) * B, (size_t)B * sizeof *yb);
+                continue;
+            }
             for (int64_t p = 0; p < oh; p++)
                 for (int64_t q = 0; q < ow; q++) lanes_at(&L, p * S->s * S->w + q * S->s, yb + (p * ow + q) * B, 0);
         }
@@ -73,7 +80,12 @@ HOT static void blocked_bwd(const kiln_subsample_shape *S, int B, const float *d
             for (int64_t h = 0; h < S->h; h++)
                 for (int64_t w = 0; w < S->w; w++) {
                     float *d = db + (h * S->w + w) * B;
-                    if (h % S->s == 0 && w % S->s == 0) lanes_at(&L, (h / S->s) * ow + w / S->s, d, acc);
+                    if (h % S->s == 0 && w % S->s == 0 && L.r == 0 && L.lo) { /* one source block (ResNets') */
+                        const float *g = L.lo + ((h / S->s) * ow + w / S->s) * B;
+                        if (acc)
+                            for (int l = 0; l < B; l++) d[l] += g[l];
+                        else memcpy(d, g, (size_t)B * sizeof *d);
+                    } else if (h % S->s == 0 && w % S->s == 0) lanes_at(&L, (h / S->s) * ow + w / S->s, d, acc);
                     else if (!acc)
                         for (int l = 0; l < B; l++) d[l] = 0.0f;
                 }
