@@ -161,6 +161,13 @@ typedef struct {
     int64_t th, tw, ntiles, tb;
 } tiling;
 
+/* the 4x4 output tiles of s, taken tb at a time */
+static tiling tiling_of(const kiln_wino_shape *s, int64_t tb) {
+    tiling T = {s, (s->oh + 3) / 4, (s->ow + 3) / 4, 0, tb};
+    T.ntiles = s->n * T.th * T.tw;
+    return T;
+}
+
 /* tile t's image and top-left output pixel */
 static void tile_at(const tiling *T, int64_t t, int64_t *img, int64_t *r0, int64_t *c0) {
     int64_t per = T->th * T->tw;
@@ -381,8 +388,7 @@ static void output_transform(const tiling *T, const float *M, int64_t t0, int64_
  * TB tiles at a time: their V, their products with all of U, their outputs */
 static void tiles_first(const kiln_wino_shape *s, const float *x, const float *w, int flip, const epilogue *E, float *y,
                         float *base) {
-    tiling T = {s, (s->oh + 3) / 4, (s->ow + 3) / 4, 0, tile_block(s)};
-    T.ntiles = s->n * T.th * T.tw;
+    tiling T = tiling_of(s, tile_block(s));
     int64_t nblocks = (T.ntiles + T.tb - 1) / T.tb, per = NXI * T.tb * (s->c + s->k), KB = s->k / V8;
     float *u = base, *bufs = base + NXI * u_stride(s->c * s->k);
     wino_weights(s, w, flip, u);
@@ -417,7 +423,7 @@ static void tiles_first(const kiln_wino_shape *s, const float *x, const float *w
 #define OF_V_BYTES (12 << 20)       /* and all of V fits this (Zen 3's L3: 32 MiB) */
 
 static int64_t of_tiles(const kiln_wino_shape *s) {
-    int64_t t = s->n * ((s->oh + 3) / 4) * ((s->ow + 3) / 4);
+    int64_t t = tiling_of(s, 0).ntiles;
     return (t + 5) / 6 * 6;
 }
 
@@ -459,8 +465,7 @@ static void of_outputs(const tiling *T, const float *w, int flip, int64_t kp, co
 
 static void outputs_first_run(const kiln_wino_shape *s, const float *x, const float *w, int flip, const epilogue *E,
                               float *y, float *base) {
-    tiling T = {s, (s->oh + 3) / 4, (s->ow + 3) / 4, 0, of_tiles(s)};
-    T.ntiles = s->n * T.th * T.tw;
+    tiling T = tiling_of(s, of_tiles(s));
     float *V = base, *bufs = base + NXI * s->c * T.tb;
     int64_t nkp = (s->k / V8 + 1) / 2;
 #pragma omp parallel num_threads(threads(s))
@@ -626,8 +631,7 @@ static int64_t forced_chunk;
 void kiln_cpu_wino_force_bw_chunk(int64_t tiles) { forced_chunk = tiles; }
 
 static bw_plan bw_plan_of(const kiln_wino_shape *s, int nt) {
-    bw_plan P = {.s = s, .T = {s, (s->oh + 3) / 4, (s->ow + 3) / 4, 0, 0}};
-    P.T.ntiles = s->n * P.T.th * P.T.tw;
+    bw_plan P = {.s = s, .T = tiling_of(s, 0)};
     int64_t tc = BW_CHUNK_BYTES / (int64_t)(NXI * (s->c + s->k) * sizeof(float));
     tc = forced_chunk > 0 ? forced_chunk : tc < 16 ? 16 : tc;
     P.T.tb = tc < P.T.ntiles ? tc : P.T.ntiles;
@@ -712,8 +716,7 @@ static void dw_from_sums(const kiln_wino_shape *s, const float *dU, int acc, flo
 }
 
 static void small_bwd_weight(const kiln_wino_shape *s, const float *x, const float *dy, float *dw, int acc, float *base) {
-    tiling T = {s, (s->oh + 3) / 4, (s->ow + 3) / 4, 0, small_tb(s)};
-    T.ntiles = s->n * T.th * T.tw;
+    tiling T = tiling_of(s, small_tb(s));
     int64_t nblocks = (T.ntiles + T.tb - 1) / T.tb, nu = NXI * s->c * s->k, per = small_per_thread(s);
 #pragma omp parallel num_threads(threads(s))
     {
