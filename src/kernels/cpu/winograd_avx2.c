@@ -130,7 +130,7 @@ static int64_t u_stride(int64_t n) { return n + 16; }
 
 static void wino_weights(const kiln_wino_shape *s, const float *w, int flip, float *u) {
     int64_t C = s->c, KB = s->k / V8;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads(s))
     for (int64_t ob = 0; ob < KB; ob++)
         for (int64_t i = 0; i < C; i++) {
             __m256 g[9];
@@ -196,22 +196,49 @@ static inline __attribute__((always_inline)) void patch_transform(const float *p
     }
 }
 
-/* B^T d B of a patch that crosses the border: rows [a0, a1) and columns [b0, b1) of the 6x6 lie inside
- * (at p: the patch's origin, perhaps outside the plane, given as the plane and the origin's offset o in
- * floats, so no pointer is formed outside it); the rest are zeros, put in registers, not copied */
-static void patch_transform_edge(const float *plane, int64_t o, int64_t rs, int a0, int a1, int b0, int b1, float *V,
-                                 int64_t vs) {
+/* a tile whose patch crosses the border: its rows [a0, a1) lie inside the plane (from row y0); column b is read at
+ * col[b] floats into a row, clamped inside, and masked by cm[b] (all ones where the column is inside), so every load
+ * stays in the plane and the transform runs unrolled like an inner tile's, without a padded copy */
+typedef struct {
+    int a0, a1;
+    int64_t y0, col[6];
+    __m256 cm[6];
+} edge;
+
+static edge edge_of(const kiln_wino_shape *s, int64_t y0, int64_t x0) {
+    edge e = {y0 < 0 ? (int)-y0 : 0, s->h - y0 < 6 ? (int)(s->h - y0) : 6, y0, {0}, {_mm256_setzero_ps()}};
+    for (int b = 0; b < 6; b++) {
+        int64_t xc = x0 + b, in = xc >= 0 && xc < s->w;
+        e.col[b] = (xc < 0 ? 0 : xc >= s->w ? s->w - 1 : xc) * V8;
+        e.cm[b] = _mm256_castsi256_ps(_mm256_set1_epi32(in ? -1 : 0));
+    }
+    return e;
+}
+
+/* B^T d B of an edge tile's patch in `plane` (rows `rs` floats apart), the pixels outside taken as zeros: rows
+ * outside give zero lines, columns outside are masked */
+static inline __attribute__((always_inline)) void patch_transform_edge(const float *plane, const edge *e, int64_t rs,
+                                                                       float *V, int64_t vs) {
     __m256 t[6][6];
+#pragma GCC unroll 6
     for (int a = 0; a < 6; a++) {
+        if (a < e->a0 || a >= e->a1) {
+#pragma GCC unroll 6
+            for (int b = 0; b < 6; b++) t[a][b] = _mm256_setzero_ps();
+            continue;
+        }
+        const float *row = plane + (e->y0 + a) * rs;
         __m256 d[6];
-        for (int b = 0; b < 6; b++)
-            d[b] = a >= a0 && a < a1 && b >= b0 && b < b1 ? _mm256_loadu_ps(plane + o + a * rs + b * V8) : _mm256_setzero_ps();
+#pragma GCC unroll 6
+        for (int b = 0; b < 6; b++) d[b] = _mm256_and_ps(_mm256_loadu_ps(row + e->col[b]), e->cm[b]);
         bt6(d, t[a]);
     }
+#pragma GCC unroll 6
     for (int b = 0; b < 6; b++) {
-        __m256 col[6] = {t[0][b], t[1][b], t[2][b], t[3][b], t[4][b], t[5][b]}, out[6];
-        bt6(col, out);
-        for (int a = 0; a < 6; a++) _mm256_storeu_ps(V + (a * 6 + b) * vs, out[a]);
+        __m256 col[6] = {t[0][b], t[1][b], t[2][b], t[3][b], t[4][b], t[5][b]}, o[6];
+        bt6(col, o);
+#pragma GCC unroll 6
+        for (int a = 0; a < 6; a++) _mm256_storeu_ps(V + (a * 6 + b) * vs, o[a]);
     }
 }
 
@@ -229,14 +256,13 @@ static void input_transform(const tiling *T, const float *x, int64_t t0, int64_t
         tile_at(T, t, &img, &r0, &c0);
         int64_t y0 = r0 - s->pad, x0 = c0 - s->pad;
         int inside = y0 >= 0 && x0 >= 0 && y0 + 6 <= s->h && x0 + 6 <= s->w;
-        /* the rows [a0, a1) and columns [b0, b1) of the patch inside the plane */
-        int a0 = y0 < 0 ? (int)-y0 : 0, a1 = s->h - y0 < 6 ? (int)(s->h - y0) : 6;
-        int b0 = x0 < 0 ? (int)-x0 : 0, b1 = s->w - x0 < 6 ? (int)(s->w - x0) : 6;
+        edge e;
+        if (!inside) e = edge_of(s, y0, x0);
         for (int64_t cb = 0; cb < CB; cb++) {
             const float *p = x + ((img * CB + cb) * s->h) * s->w * V8;
             float *v = V + (cb * tb + j) * V8;
             if (inside) patch_transform(p + (y0 * s->w + x0) * V8, s->w * V8, v, vs);
-            else patch_transform_edge(p, (y0 * s->w + x0) * V8, s->w * V8, a0, a1, b0, b1, v, vs);
+            else patch_transform_edge(p, &e, s->w * V8, v, vs);
         }
     }
 }
