@@ -27,6 +27,7 @@ static const cli_opt opts[] = {
     {"num-classes", "N", "the ResNets: the classifier's outputs (default 10)", NULL},
     CLI_GPT_OPTS,
     {"autotune", "on|off", "time each convolution's algorithms on its real shape", "on"},
+    {"depth-first", "on|off", "inference: run chains of convolutions image slice by image slice (cpu)", "on"},
     {"checkpoint-activations", "none|block|OPS", "recompute saved activations in backward (as kiln train)", "none"},
     {"precision", "fp32|bf16|auto", "mixed precision (as kiln train): matmul-class steps with bf16 operands; auto: where "
                   "measured faster at compile", "fp32"},
@@ -34,7 +35,7 @@ static const cli_opt opts[] = {
     {"json", NULL, "one JSON object: model, batch, mode, ms, ms_min, ms_max, images_per_s, gflops, flops, arena_mb, "
                    "arena_mb_plain (without checkpointing), recomputed, params, precision, bf16_steps", NULL},
 };
-enum { S_MODEL, S_BATCH, S_EVAL, S_STEPS, S_WARMUP, S_SIZE, S_CLASSES, S_GPT, S_AUTOTUNE = S_GPT + CLI_GPT_NOPTS, S_CKPT,
+enum { S_MODEL, S_BATCH, S_EVAL, S_STEPS, S_WARMUP, S_SIZE, S_CLASSES, S_GPT, S_AUTOTUNE = S_GPT + CLI_GPT_NOPTS, S_DEPTH, S_CKPT,
        S_PREC, S_PROFILE, S_JSON, S_N };
 
 static void print_result(const kiln_bench_step_config *c, const kiln_bench_step_result *r, int json) {
@@ -73,13 +74,14 @@ int cli_bench_step(int argc, char **argv) {
     if (rc) return rc > 0 ? 0 : EXIT_USAGE;
     kiln_bench_step_config c = kiln_bench_step_defaults();
     int64_t batch, steps, warmup;
-    int autotune;
+    int autotune, depth;
     if (cli_int("bench step", opts, S_BATCH, vals, 1, 1 << 20, &batch) ||
         cli_int("bench step", opts, S_STEPS, vals, 1, 100000, &steps) ||
         cli_int("bench step", opts, S_WARMUP, vals, 0, 100000, &warmup) ||
         cli_model_opts("bench step", opts, S_SIZE, S_CLASSES, vals, &c.model_opts) ||
         cli_gpt_opts("bench step", opts, S_GPT, vals, &c.model_opts.gpt) ||
-        (autotune = cli_on_off("bench step", opts, S_AUTOTUNE, vals)) < 0)
+        (autotune = cli_on_off("bench step", opts, S_AUTOTUNE, vals)) < 0 ||
+        (depth = cli_on_off("bench step", opts, S_DEPTH, vals)) < 0)
         return EXIT_USAGE;
     c.model = vals[S_MODEL] ? vals[S_MODEL] : opts[S_MODEL].def;
     c.batch = batch;
@@ -87,6 +89,7 @@ int cli_bench_step(int argc, char **argv) {
     c.warmup = (int)warmup;
     c.eval = given[S_EVAL];
     c.autotune = autotune;
+    c.depth_first = depth;
     if (cli_checkpoint("bench step", opts, S_CKPT, vals, &c.checkpoint_activations) ||
         cli_precision("bench step", opts, S_PREC, vals, &c.precision))
         return EXIT_USAGE;

@@ -29,6 +29,7 @@ typedef struct kiln_bench_step_config {
     int warmup, steps;        /* untimed steps first, then the timed ones (the median is reported) */
     const char *backend;      /* NULL: cpu */
     int autotune;             /* as kiln_compile_opts.autotune */
+    int depth_first;          /* as kiln_compile_opts.depth_first (1 in the defaults) */
     const char *checkpoint_activations; /* as kiln_compile_opts (NULL: none) */
     int precision;            /* as kiln_compile_opts (kiln_precision) */
     uint64_t seed;

@@ -257,6 +257,9 @@ typedef struct kiln_compile_opts {
                            step recomputes the conv's weights and bias every run; the norm's pass is gone) */
     int fuse_residual;  /* 1 (default): inference plans fold an add after a conv2d into it (conv2d_add: a ResNet
                            block's shortcut sum, the conv writing into the shortcut's storage); needs fuse */
+    int depth_first;    /* 1 (default): inference plans run chains of convolutions image slice by image slice, each
+                           slice through the whole chain on one core while its tensors stay in that core's cache
+                           (cpu: kiln's Winograd convolutions, src/backends/cpu/depth_first.c); the same bits */
     int dropout_off;    /* 1: dropout is the identity even in training (golden tests) */
     int sync_bn;        /* training: batch norms take their statistics over every process of a data-parallel job
                            (SyncBatchNorm; the trainer gives the plan its collective); a world of one: the same */
@@ -331,7 +334,8 @@ typedef struct kiln_step_info {
     char attrs[128];                 /* "stride=2 pad=1 dilation=1 groups=1" */
     const char *epilogue;            /* "" or the op folded in: "relu", "relu_bwd_mask" */
     const char *precision;           /* "fp32", or "bf16" for a matmul-class step with bf16 operands (--precision) */
-    char kernel[128];                /* the backend's choice when it has several ("direct/nChw16c/jit:avx512_core"); "" */
+    char kernel[128];                /* the backend's choice when it has several ("direct/nChw16c/jit:avx512_core"),
+                                        then ", depth-first by N" in a depth-first segment (N images a slice); "" */
     int reorders;                    /* activations its kernel converts to or from its own layout on every run */
     int weight_reorders;             /* weights (or their gradients) likewise */
     double flops;                    /* 2 x multiply-adds: conv2d, linear and their backward steps; else 0 */

@@ -14,6 +14,7 @@ kiln_compile_opts kiln_compile_defaults(void) {
     o.max_batch = 64;
     o.reuse_memory = 1;
     o.in_place = 1;
+    o.depth_first = 1;
     o.fuse = 1;
     o.autotune = 1;
     o.layout = 1;

@@ -36,6 +36,16 @@ const char *kiln_plan_step_phase(const kiln_plan *pl, const kiln_step *s) {
            : pl->o.training && s->node >= pl->nfwd ? "backward" : "forward";
 }
 
+/* the images a slice of the depth-first segment holding step i takes (backend.h), 0 outside one */
+static int64_t depth_first_slice(const kiln_steplist *L, int i) {
+    for (int h = 0; h <= i; h++) {
+        int n = L->steps[h].depth_first.steps;
+        if (n > 1 && i < h + n) return L->steps[h].depth_first.images;
+        if (n > 1) h += n - 1;
+    }
+    return 0;
+}
+
 kiln_status kiln_plan_step_info(const kiln_plan *pl, int i, kiln_step_info *out) {
     memset(out, 0, sizeof *out);
     const kiln_steplist *L = first_list(pl);
@@ -57,6 +67,10 @@ kiln_status kiln_plan_step_info(const kiln_plan *pl, int i, kiln_step_info *out)
                                                             : "";
     const kiln_kernel *k = &pl->be->kernels[s->op];
     if (k->describe) out->reorders = k->describe(s, out->kernel, sizeof out->kernel, &out->weight_reorders);
+    int64_t slice = depth_first_slice(L, i);
+    size_t len = strlen(out->kernel);
+    if (slice && s->kobj && len < sizeof out->kernel)
+        snprintf(out->kernel + len, sizeof out->kernel - len, ", depth-first by %lld", (long long)slice);
     out->flops = step_flops(pl, s, L->batch);
     return KILN_OK;
 }

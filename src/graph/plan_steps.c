@@ -67,6 +67,7 @@ static kiln_status resolve(kiln_plan *pl, kiln_value v, int64_t batch, kiln_tdes
     }
     t->numel = kiln_val_numel(V, batch);
     t->contiguous = kiln_val_contiguous(V);
+    t->batched = V->batched;
     t->data = kiln_plan_ptr(pl, v);
     kiln_value r = kiln_val_root(pl->g, v);
     kiln_plan_input *in = pl->g->vals[r].kind == KILN_VAL_INPUT ? input_of(pl, r) : NULL;
@@ -135,6 +136,7 @@ kiln_status kiln_plan_build_list(kiln_plan *pl, int64_t batch, kiln_steplist *L,
     if (st == KILN_OK && readout) st = readout_step(pl, batch, &L->steps[L->nsteps++]);
     kiln_prep prep = {&pl->o, L->steps, L->nsteps, 0};
     for (int s = 0; st == KILN_OK && s < L->nsteps; s++) st = kiln_backend_prepare(pl->be, &L->steps[s], &prep);
+    if (st == KILN_OK && pl->be->prepare_list && pl->arena) st = pl->be->prepare_list(&prep);
     if (prep.workspace > *workspace) *workspace = prep.workspace;
     free(step_of);
     free(bwd_ops);

@@ -13,7 +13,7 @@
 #include "train/internal/bench_util.h"
 
 kiln_bench_step_config kiln_bench_step_defaults(void) {
-    kiln_bench_step_config c = {.model = "resnet20", .batch = 64, .warmup = 3, .steps = 20, .autotune = 1, .seed = 1};
+    kiln_bench_step_config c = {.model = "resnet20", .batch = 64, .warmup = 3, .steps = 20, .autotune = 1, .depth_first = 1, .seed = 1};
     return c;
 }
 
@@ -94,6 +94,7 @@ kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_res
     co.max_batch = c->batch;
     co.backend = c->backend;
     co.autotune = c->autotune;
+    co.depth_first = c->depth_first;
     co.checkpoint_activations = c->checkpoint_activations;
     co.precision = c->precision;
     co.seed = c->seed;

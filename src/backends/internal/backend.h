@@ -35,6 +35,7 @@ typedef struct kiln_tdesc {
     int64_t stride[KILN_MAX_DIMS];    /* in elements */
     int64_t numel;
     int contiguous;
+    int batched;                      /* the first dimension is the batch */
 } kiln_tdesc;
 
 /* what changes from run to run: set by the plan (or optimizer) before each run */
@@ -70,6 +71,14 @@ struct kiln_step {
     int64_t batch;
     void *kobj;                       /* the backend's kernel object (oneDNN primitives) */
     int owns_kobj;
+    struct {                          /* cpu: steps [this, this + steps) run image slice by image slice, `images` at a
+                                         time, each slice by one of `threads` threads in its own `ws` bytes of the
+                                         workspace, the convolutions' weights copied after those (`params` bytes)
+                                         (src/backends/cpu/depth_first.c); steps 0: not the head of one */
+        int steps, threads;
+        int64_t images;
+        size_t ws, params;
+    } depth_first;
     union {                           /* sizes the kernel needs, worked out at prepare */
         kiln_conv_shape conv;
         kiln_pool_shape pool;
@@ -155,6 +164,8 @@ typedef struct kiln_backend {
     kiln_status (*passes)(kiln_graph *g, const kiln_compile_opts *o);
     void (*prepare_begin)(const kiln_compile_opts *o);
     void (*prepare_end)(const kiln_compile_opts *o);
+    /* NULL, or a pass over a list once every step is prepared (the kernels chosen): cpu, depth-first segments */
+    kiln_status (*prepare_list)(kiln_prep *p);
     kiln_status (*run)(const kiln_step *steps, int n, const kiln_run_ctx *rc); /* NULL: one by one */
     kiln_status (*sync)(void);
     double (*now)(void);              /* seconds, for per-step timing */

@@ -62,11 +62,17 @@ static char model[64];
 static pthread_once_t model_once = PTHREAD_ONCE_INIT;
 static void read_model(void) { cpu_model(model, sizeof model); }
 
+/* kiln's own candidates' generation, raised whenever they change (the problems they take, their speed): the
+ * decisions made before, which never timed them, are then another machine's and tuned afresh (2: the Winograd
+ * forward with a bias, inference's folded batch norms) */
+#define OWN_GENERATION 2
+
 const char *kiln_autotune_machine(void) {
     pthread_once(&model_once, read_model);
     static _Thread_local char buf[MACHINE_MAX];
     const dnnl_version_t *v = dnnl_version();
-    snprintf(buf, sizeof buf, "t%d,%s,onednn-%d.%d.%d", omp_get_max_threads(), model, v->major, v->minor, v->patch);
+    snprintf(buf, sizeof buf, "t%d,%s,onednn-%d.%d.%d,kiln-%d", omp_get_max_threads(), model, v->major, v->minor, v->patch,
+             OWN_GENERATION);
     return buf;
 }
 

@@ -44,6 +44,15 @@ kiln_status kiln_dnnl_conv_bwd_weight(kiln_dnnl_conv *c, const float *x, const f
                                       int acc_w, int acc_b, void *ws);
 /* the problem and each direction's decision, for logs */
 const char *kiln_dnnl_conv_describe(const kiln_dnnl_conv *c);
+/* depth-first runs (src/backends/cpu/depth_first.c): the forward of images [i0, i0 + n) by the calling thread
+ * alone, in ws of kiln_dnnl_conv_slice_workspace(c, n) bytes; x and y are the whole batch's. Only where the forward
+ * runs kiln's own kernel: slice_images gives the images a slice needs to keep that kernel's tile blocks full, 0
+ * where the forward cannot run by slices */
+int64_t kiln_dnnl_conv_slice_images(const kiln_dnnl_conv *c);
+size_t kiln_dnnl_conv_slice_workspace(const kiln_dnnl_conv *c, int64_t n);
+void kiln_dnnl_conv_fwd_images(kiln_dnnl_conv *c, const float *x, const float *w, const float *b, float *y, int64_t i0,
+                               int64_t n, void *ws);
+
 
 typedef struct kiln_dnnl_linear kiln_dnnl_linear;
 /* w_kn: the weight is [in, out] (matmul) rather than [out, in] (linear); autotune: time backward-weights two ways

@@ -28,6 +28,11 @@ int kiln_cpu_pass_layout(kiln_graph *g, int block);
  * returns the number of nodes marked */
 int kiln_cpu_pass_in_place(kiln_graph *g);
 
+/* depth_first.c: inference plans' chains of convolutions on kiln's own kernel, run image slice by image slice:
+ * the list pass that finds them (after every step is prepared) and the backend's run */
+kiln_status kiln_cpu_depth_first_prepare(kiln_prep *p);
+kiln_status kiln_cpu_run(const kiln_step *steps, int n, const kiln_run_ctx *rc);
+
 /* autotune.c: the on-disk memory of conv algorithm decisions, loaded before the
  * first tuning of the process and written back when something new was decided */
 void kiln_cpu_autotune_begin(void);
