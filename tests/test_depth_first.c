@@ -124,12 +124,54 @@ static void test_resnet20(void) {
     kiln_graph_free(g);
 }
 
+/* timed: each segment is kept or dropped as measured, and the log says which with both times */
+static char logged[8192];
+static void keep_log(kiln_log_level level, const char *msg, void *user) {
+    (void)level;
+    (void)user;
+    if (strlen(logged) + strlen(msg) + 2 < sizeof logged) strcat(strcat(logged, msg), "\n");
+}
+
+static void test_timed(void) {
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_params *P = NULL;
+    CHECK_OK(kiln_model_build(g, "resnet20", &m));
+    CHECK_OK(kiln_params_new_on(g, "cpu", &P));
+    if (!P) return;
+    randomize(P, 5);
+    kiln_log_set_level(KILN_LOG_INFO);
+    kiln_log_set_sink(keep_log, NULL);
+    kiln_plan *pl = compile(g, P, m.out, 1, 0);
+    kiln_log_set_sink(NULL, NULL);
+    int segs = 0;
+    if (pl) segment_convs(pl, &segs);
+    /* each candidate segment's line ends with the choice */
+    const char *first[2] = {"depth-first layers.0.conv1 .. layers.2.conv2 (2 images a slice): ",
+                            "depth-first layers.3.conv2 .. layers.5.conv2 (8 images a slice): "};
+    int kept = 0, lines = 0;
+    for (int k = 0; k < 2; k++) {
+        const char *at = strstr(logged, first[k]), *end = at ? strchr(at, '\n') : NULL;
+        if (!end) continue;
+        lines++;
+        kept += end - at > 10 && !strncmp(end - 10, " by slices", 10);
+        CHECK_MSG(strstr(at, " ms against ") < end, "%.*s", (int)(end - at), at);
+    }
+    CHECK_MSG(lines == 2 && segs == kept, "%d segments made, %d kept by the log of %d lines: %s", segs, kept, lines, logged);
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+}
+
 int main(void) {
     if (!kiln_cpu_has_avx2()) {
         printf("test_depth_first: skipped: kiln's Winograd kernel needs AVX2\n");
         return tu_finish("test_depth_first");
     }
     omp_set_num_threads(2); /* the segments' rule counts slices per thread */
+    kiln_cpu_depth_first_untimed(1); /* each segment kept (timed, a busy machine could keep it step by step) */
     test_resnet20();
+    kiln_cpu_depth_first_untimed(0);
+    test_timed();
     return tu_finish("test_depth_first");
 }

@@ -13,15 +13,17 @@
  * stand at its turn). It is taken only where slicing cannot change what a
  * step reads: each batched tensor of the segment either shares no memory
  * with another or shares exactly its place and size (the planner's reuse),
- * so a slice only ever meets its own images. */
+ * so a slice only ever meets its own images. Compile then times it both ways
+ * and keeps it only where the slices won. */
 #include <omp.h>
 #include <string.h>
+#include "kiln/alloc.h"
+#include "kiln/status.h"
 #include "backends/cpu/internal/cpu.h"
 #include "kernels/internal/dnnl_ops.h"
 
-/* a slice a thread takes at a time, and at least this many per thread in a segment (the team stays busy as
- * slices finish unevenly) */
-#define SLICES_PER_THREAD 4
+/* slices per thread a segment needs at least (the team stays busy as slices finish unevenly) */
+#define SLICES_PER_THREAD 2
 
 static int is_conv(const kiln_step *s) {
     return (s->run == kiln_cpu_conv_fwd || s->run == kiln_cpu_conv_add_fwd) && s->kobj &&
@@ -103,27 +105,6 @@ static int plan_segment(kiln_step *seg, int n, int threads) {
     return 1;
 }
 
-kiln_status kiln_cpu_depth_first_prepare(kiln_prep *p) {
-    if (!p->o->depth_first || p->o->training) return KILN_OK;
-    int threads = omp_get_max_threads();
-    for (int i = 0; i < p->nsteps;) {
-        if (!is_conv(&p->steps[i])) {
-            i++;
-            continue;
-        }
-        int end = i + 1, last = i; /* the run of convolutions and unbatched steps, ending at a convolution */
-        for (; end < p->nsteps && (is_conv(&p->steps[end]) || unbatched(&p->steps[end])); end++)
-            if (is_conv(&p->steps[end])) last = end;
-        kiln_step *seg = &p->steps[i];
-        if (plan_segment(seg, last + 1 - i, threads)) {
-            size_t need = seg->depth_first.ws * (size_t)threads + seg->depth_first.params;
-            if (need > p->workspace) p->workspace = need;
-        }
-        i = last + 1;
-    }
-    return KILN_OK;
-}
-
 /* a convolution step on images [i0, i0 + n) with its weights and bias at p: conv2d_add's output first takes
  * its slice of the residual */
 static void conv_images(const kiln_step *s, const float *p, int64_t i0, int64_t n, void *ws) {
@@ -170,6 +151,82 @@ static kiln_status run_segment(const kiln_step *seg, const kiln_run_ctx *rc) {
                     w += params_floats(&seg[i]);
                 }
         }
+    }
+    return KILN_OK;
+}
+
+/* every tensor the segment reads is in memory (a bound input is not yet, at compile) */
+static int ready(const kiln_step *seg, int n) {
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < seg[i].nin; k++)
+            if (!seg[i].in[k].data && seg[i].in[k].numel) return 0;
+    return 1;
+}
+
+static kiln_status run_each(const kiln_step *seg, int n, const kiln_run_ctx *rc) {
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < n && st == KILN_OK; i++) st = seg[i].run(&seg[i], rc);
+    return st;
+}
+
+/* the segment timed both ways on the plan's memory as it stands at compile (zeros, or what a step left),
+ * alternating, after a round that warms pages and caches: the best of TIMING_ROUNDS each, into t */
+#define TIMING_ROUNDS 3
+static kiln_status time_both(const kiln_step *seg, size_t ws_bytes, double t[2]) {
+    void *ws = kiln_alloc(ws_bytes);
+    if (!ws) return kiln_fail(KILN_ERR_NOMEM, "depth-first: out of memory timing %s", seg->name);
+    kiln_run_ctx rc = {.workspace = ws};
+    kiln_status st = KILN_OK;
+    t[0] = t[1] = 1e30;
+    for (int r = 0; r <= TIMING_ROUNDS && st == KILN_OK; r++)
+        for (int way = 0; way < 2 && st == KILN_OK; way++) {
+            double t0 = omp_get_wtime();
+            st = way ? run_segment(seg, &rc) : run_each(seg, seg->depth_first.steps, &rc);
+            double dt = omp_get_wtime() - t0;
+            if (r && dt < t[way]) t[way] = dt;
+        }
+    kiln_free(ws);
+    return st;
+}
+
+/* a segment stays only where its slices ran faster than its steps, timed now (where its memory is ready):
+ * whether the slices' tensors stay in cache depends on the CPU's caches and the shapes, so it is measured,
+ * not guessed; the log says what was measured */
+static int untimed; /* tests: every segment kept, nothing timed */
+void kiln_cpu_depth_first_untimed(int on) { untimed = on; }
+
+static kiln_status keep_if_faster(kiln_step *seg, size_t ws_bytes) {
+    int n = seg->depth_first.steps;
+    if (untimed || !ready(seg, n)) return KILN_OK;
+    double t[2];
+    kiln_status st = time_both(seg, ws_bytes, t);
+    if (st != KILN_OK) return st;
+    int keep = t[1] < t[0];
+    kiln_log(KILN_LOG_INFO, "depth-first %s .. %s (%lld images a slice): %.2f ms against %.2f step by step: %s",
+             seg[0].name, seg[n - 1].name, (long long)seg->depth_first.images, t[1] * 1e3, t[0] * 1e3,
+             keep ? "by slices" : "step by step");
+    if (!keep) memset(&seg->depth_first, 0, sizeof seg->depth_first);
+    return KILN_OK;
+}
+
+kiln_status kiln_cpu_depth_first_prepare(kiln_prep *p) {
+    if (!p->o->depth_first || p->o->training) return KILN_OK;
+    int threads = omp_get_max_threads();
+    for (int i = 0; i < p->nsteps;) {
+        if (!is_conv(&p->steps[i])) {
+            i++;
+            continue;
+        }
+        int end = i + 1, last = i; /* the run of convolutions and unbatched steps, ending at a convolution */
+        for (; end < p->nsteps && (is_conv(&p->steps[end]) || unbatched(&p->steps[end])); end++)
+            if (is_conv(&p->steps[end])) last = end;
+        kiln_step *seg = &p->steps[i];
+        i = last + 1;
+        if (!plan_segment(seg, i - (int)(seg - p->steps), threads)) continue;
+        size_t need = seg->depth_first.ws * (size_t)threads + seg->depth_first.params;
+        kiln_status st = keep_if_faster(seg, need > p->workspace ? need : p->workspace);
+        if (st != KILN_OK) return st;
+        if (seg->depth_first.steps && need > p->workspace) p->workspace = need;
     }
     return KILN_OK;
 }

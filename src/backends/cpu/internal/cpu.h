@@ -32,6 +32,7 @@ int kiln_cpu_pass_in_place(kiln_graph *g);
  * the list pass that finds them (after every step is prepared) and the backend's run */
 kiln_status kiln_cpu_depth_first_prepare(kiln_prep *p);
 kiln_status kiln_cpu_run(const kiln_step *steps, int n, const kiln_run_ctx *rc);
+void kiln_cpu_depth_first_untimed(int on); /* tests: keep every segment the rules allow, untimed (0: timed) */
 
 /* autotune.c: the on-disk memory of conv algorithm decisions, loaded before the
  * first tuning of the process and written back when something new was decided */
