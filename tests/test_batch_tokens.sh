@@ -7,7 +7,8 @@
 # run's losses; a token file without a document index, another model or
 # --accumulate are refused naming the cause (exit 2). Under mpirun the same
 # run on 2 ranks trains (skipped, with a message, without mpirun or kiln's
-# MPI plugin).
+# MPI plugin), every length bucket's plan overlapping its all-reduce with its
+# backward: the same losses as with --overlap off.
 #
 # Needs $KILN_BIN (ctest sets it), python3 and Debian's fortunes.
 set -u
@@ -78,6 +79,16 @@ first, last = rows[0]["loss"], rows[-1]["loss"]
 r = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
 print("2 ranks: loss %.3f -> %.3f, step_allocs %s" % (first, last, r["step_allocs"]))
 assert first > last + 0.3 and r["world_size"] == 2 and r["steps"] == 40 and r["step_allocs"] == 0, (first, last, r)
+PYEOF
+    # every length bucket's plan starts the buckets inside its own backward: the same losses as all of them
+    # started after backward (--overlap off), bit for bit; a bucket started before its last gradient would differ
+    expect 0 "2 ranks, --overlap off" "2 ranks" -- mpirun -np 2 "$KILN_BIN" train "${G[@]}" --data "tokens:$T/f.tokens" \
+        --batch-tokens 1024 --max-steps 40 --epochs 100 --log-every 10 --metrics "$T/m2off.jsonl" --overlap off --json
+    check "2 ranks: overlap on and off give the same losses" "$PY" - "$T/m2.jsonl" "$T/m2off.jsonl" <<'PYEOF'
+import json, sys
+on, off = ([json.loads(l)["loss"] for l in open(f) if '"loss"' in l] for f in sys.argv[1:3])
+assert on == off and len(on) >= 4, (on, off)
+print("2 ranks: %d logged losses equal with overlap on and off" % len(on))
 PYEOF
 fi
 harness_finish

@@ -18,6 +18,12 @@
 /* requests in flight at once, below the plugin's limit (KILN_MPI_MAX_REQS) */
 #define MAX_IN_FLIGHT 128
 
+/* another plan of the run (a --batch-tokens length bucket's): the same buckets, its own ready steps */
+typedef struct {
+    kiln_ddp *d;
+    kiln_buckets B;
+} ddp_more;
+
 struct kiln_ddp {
     kiln_comm *c;
     kiln_params *P;
@@ -25,6 +31,8 @@ struct kiln_ddp {
     kiln_plan *plan;
     int sync;             /* this micro-batch reduces */
     kiln_buckets B;
+    ddp_more *more[KILN_DDP_MAX_PLANS]; /* kiln_ddp_attach_more's plans */
+    int nmore;
     kiln_comm_req *req;   /* per bucket */
     double *t_start;      /* per bucket: when its all-reduce started */
     int next;             /* the next bucket to start (all ranks start them in index order) */
@@ -176,6 +184,10 @@ kiln_status kiln_ddp_open(kiln_comm *c, kiln_params *P, const kiln_ddp_opts *o, 
 void kiln_ddp_free(kiln_ddp *d) {
     if (!d) return;
     kiln_buckets_free(&d->B);
+    for (int i = 0; i < d->nmore; i++) {
+        kiln_buckets_free(&d->more[i]->B);
+        free(d->more[i]);
+    }
     free(d->req);
     free(d->t_start);
     free(d->xbuf);
@@ -231,24 +243,34 @@ static kiln_status start_bucket(kiln_ddp *d) {
     return KILN_OK;
 }
 
-/* the plan's hook inside backward: start the buckets written by now, progress the others */
-static kiln_status on_step(void *user, int list, int done) {
-    kiln_ddp *d = user;
+/* inside backward of a plan whose ready steps are B's: start the buckets written by now, progress the others */
+static kiln_status advance(kiln_ddp *d, const kiln_buckets *B, int list, int done) {
     if (!d->sync) return KILN_OK; /* no_sync: --accumulate's first micro-batches */
     kiln_status st = KILN_OK;
-    while (st == KILN_OK && d->next < d->B.nb && kiln_bucket_ready(&d->B, list, d->next) < done) st = start_bucket(d);
+    while (st == KILN_OK && d->next < B->nb && kiln_bucket_ready(B, list, d->next) < done) st = start_bucket(d);
     return st == KILN_OK ? progress(d) : st;
+}
+
+/* the plans' hooks: the attached plan's (user: the ddp), another plan's (user: its ddp_more) */
+static kiln_status on_step(void *user, int list, int done) {
+    kiln_ddp *d = user;
+    return advance(d, &d->B, list, done);
+}
+
+static kiln_status on_step_more(void *user, int list, int done) {
+    ddp_more *m = user;
+    return advance(m->d, &m->B, list, done);
 }
 
 /* the hook after every backward step from the first bucket's ready point on:
  * a bucket starts at once and is tested after each step while in flight */
-static kiln_status place_hooks(kiln_ddp *d) {
-    kiln_status st = kiln_plan_set_hook(d->plan, on_step, d);
-    for (int l = 0; st == KILN_OK && l < d->B.nlists; l++) {
-        int from = kiln_plan_list_steps(d->plan, l);
-        for (int i = 0; i < d->B.nb; i++) from = kiln_bucket_ready(&d->B, l, i) < from ? kiln_bucket_ready(&d->B, l, i) : from;
-        for (int s = from < 0 ? 0 : from; st == KILN_OK && s < kiln_plan_list_steps(d->plan, l); s++)
-            st = kiln_plan_hook_after(d->plan, l, s);
+static kiln_status place_hooks(kiln_plan *plan, const kiln_buckets *B, kiln_status (*fn)(void *, int, int), void *user) {
+    kiln_status st = kiln_plan_set_hook(plan, fn, user);
+    for (int l = 0; st == KILN_OK && l < B->nlists; l++) {
+        int from = kiln_plan_list_steps(plan, l);
+        for (int i = 0; i < B->nb; i++) from = kiln_bucket_ready(B, l, i) < from ? kiln_bucket_ready(B, l, i) : from;
+        for (int s = from < 0 ? 0 : from; st == KILN_OK && s < kiln_plan_list_steps(plan, l); s++)
+            st = kiln_plan_hook_after(plan, l, s);
     }
     return st;
 }
@@ -269,7 +291,21 @@ kiln_status kiln_ddp_attach(kiln_ddp *d, kiln_plan *plan) {
     if (!d->req || !d->t_start) return kiln_fail(KILN_ERR_NOMEM, "ddp: out of memory");
     for (int i = 0; i < d->B.nb; i++) d->req[i].slot = -1;
     d->st.buckets = d->B.nb;
-    return d->o.overlap ? place_hooks(d) : kiln_plan_set_hook(plan, NULL, NULL);
+    return d->o.overlap ? place_hooks(plan, &d->B, on_step, d) : kiln_plan_set_hook(plan, NULL, NULL);
+}
+
+kiln_status kiln_ddp_attach_more(kiln_ddp *d, kiln_plan *plan) {
+    if (kiln_comm_size(d->c) == 1 || !d->o.overlap) return kiln_plan_set_hook(plan, NULL, NULL);
+    if (d->nmore == KILN_DDP_MAX_PLANS) return kiln_fail(KILN_ERR_INVALID_ARG, "ddp: more than %d plans", KILN_DDP_MAX_PLANS);
+    ddp_more *m = calloc(1, sizeof *m);
+    if (!m) return kiln_fail(KILN_ERR_NOMEM, "ddp: out of memory");
+    m->d = d;
+    d->more[d->nmore++] = m; /* freed with d, whatever follows */
+    kiln_status st = kiln_buckets_make(d->P, plan, d->o.bucket_mb, &m->B);
+    if (st == KILN_OK && m->B.nb != d->B.nb) /* the split depends on the parameters alone */
+        st = kiln_fail(KILN_ERR_INVALID_ARG, "ddp: a plan of the run splits the gradients into %d buckets, the first %d",
+                       m->B.nb, d->B.nb);
+    return st == KILN_OK ? place_hooks(plan, &m->B, on_step_more, m) : st;
 }
 
 void kiln_ddp_begin_micro(kiln_ddp *d, int sync) { d->sync = sync; }

@@ -526,6 +526,8 @@ static kiln_status run_compile(run *R) {
         st = kiln_compile(R->g, R->P, &R->m.loss, 1, &co, &R->plan);
     }
     if (st == KILN_OK) st = kiln_ddp_attach(R->ddp, R->plan);
+    for (int i = 1; st == KILN_OK && c->batch_tokens && i < R->tp.n; i++) /* the other length buckets' plans overlap too */
+        st = kiln_ddp_attach_more(R->ddp, R->tp.plan[i]);
     if (st != KILN_OK) return st;
     kiln_train_anomaly_begin(R->plan, c->detect_anomaly);
     for (int i = 0; co.sync_bn && i < (c->batch_tokens ? R->tp.n : 1); i++) /* every length bucket's plan */

@@ -26,6 +26,10 @@ void kiln_ddp_free(kiln_ddp *d);
 
 /* the training plan whose backward writes the gradients (buckets, overlap hooks) */
 kiln_status kiln_ddp_attach(kiln_ddp *d, kiln_plan *plan);
+/* another plan the run steps with (--batch-tokens: each length bucket's), attached after the first: its backward
+ * starts and progresses the same buckets, at its own ready steps */
+#define KILN_DDP_MAX_PLANS 16
+kiln_status kiln_ddp_attach_more(kiln_ddp *d, kiln_plan *plan);
 /* before a micro-batch's run: sync = 0 for the first K-1 micro-batches of
  * --accumulate K (no_sync: they accumulate locally), 1 for the one that reduces */
 void kiln_ddp_begin_micro(kiln_ddp *d, int sync);
