@@ -72,14 +72,24 @@ static void run(kiln_plan *pl, const kiln_model *m, const float *x, float *logit
 
 static int same_bits(const float *a, const float *b, int64_t n) { return memcmp(a, b, (size_t)n * sizeof(float)) == 0; }
 
-static void test_resnet20(void) {
+/* resnet20's graph and random parameters (NULL when either failed: the checks say so) */
+static kiln_graph *resnet20(kiln_model *m, kiln_params **P, uint64_t seed) {
     kiln_graph *g = kiln_graph_new();
+    *P = NULL;
+    CHECK_OK(kiln_model_build(g, "resnet20", m));
+    CHECK_OK(kiln_params_new_on(g, "cpu", P));
+    if (*P) randomize(*P, seed);
+    return g;
+}
+
+static void test_resnet20(void) {
     kiln_model m;
-    kiln_params *P = NULL;
-    CHECK_OK(kiln_model_build(g, "resnet20", &m));
-    CHECK_OK(kiln_params_new_on(g, "cpu", &P));
-    if (!P) return;
-    randomize(P, 3);
+    kiln_params *P;
+    kiln_graph *g = resnet20(&m, &P, 3);
+    if (!P) {
+        kiln_graph_free(g);
+        return;
+    }
     float *x = malloc(sizeof(float) * B * 3 * 32 * 32);
     tu_fill(x, B * 3 * 32 * 32, -1.5, 1.5);
     for (int i = 0; i < B; i++) labels[i] = (int32_t)(tu_u64() % CLASSES);
@@ -133,13 +143,13 @@ static void keep_log(kiln_log_level level, const char *msg, void *user) {
 }
 
 static void test_timed(void) {
-    kiln_graph *g = kiln_graph_new();
     kiln_model m;
-    kiln_params *P = NULL;
-    CHECK_OK(kiln_model_build(g, "resnet20", &m));
-    CHECK_OK(kiln_params_new_on(g, "cpu", &P));
-    if (!P) return;
-    randomize(P, 5);
+    kiln_params *P;
+    kiln_graph *g = resnet20(&m, &P, 5);
+    if (!P) {
+        kiln_graph_free(g);
+        return;
+    }
     kiln_log_set_level(KILN_LOG_INFO);
     kiln_log_set_sink(keep_log, NULL);
     kiln_plan *pl = compile(g, P, m.out, 1, 0);
