@@ -71,10 +71,14 @@ static int batched_apart(const kiln_step *seg, int n) {
     return 1;
 }
 
+/* a convolution's weights in the segment's copies, rounded up to whole cache lines (its bias follows) */
+static size_t weight_floats(const kiln_step *s) { return ((size_t)s->in[1].numel + 15) & ~(size_t)15; }
+
+static int has_bias(const kiln_step *s) { return s->nin > 2 && s->in[2].data; }
+
 /* a convolution's weights and bias, each rounded up to whole cache lines: its part of the segment's copies */
 static size_t params_floats(const kiln_step *s) {
-    size_t w = ((size_t)s->in[1].numel + 15) & ~(size_t)15;
-    return w + (s->nin > 2 && s->in[2].data ? ((size_t)s->in[2].numel + 15) & ~(size_t)15 : 0);
+    return weight_floats(s) + (has_bias(s) ? ((size_t)s->in[2].numel + 15) & ~(size_t)15 : 0);
 }
 
 /* steps [0, n) as one segment: its slice and each thread's workspace; 0 where it does not qualify */
@@ -113,7 +117,7 @@ static void conv_images(const kiln_step *s, const float *p, int64_t i0, int64_t 
         int64_t per = s->out[0].numel / s->batch;
         memcpy(y + i0 * per, (const float *)s->in[3].data + i0 * per, (size_t)(n * per) * sizeof(float));
     }
-    const float *b = s->nin > 2 && s->in[2].data ? p + (((size_t)s->in[1].numel + 15) & ~(size_t)15) : NULL;
+    const float *b = has_bias(s) ? p + weight_floats(s) : NULL;
     kiln_dnnl_conv_fwd_images(s->kobj, s->in[0].data, p, b, y, i0, n, ws);
 }
 
@@ -128,9 +132,8 @@ static kiln_status run_segment(const kiln_step *seg, const kiln_run_ctx *rc) {
     for (int i = 0; i < n; i++) {
         if (is_conv(&seg[i])) {
             memcpy(p, seg[i].in[1].data, (size_t)seg[i].in[1].numel * sizeof(float));
-            if (seg[i].nin > 2 && seg[i].in[2].data)
-                memcpy(p + (((size_t)seg[i].in[1].numel + 15) & ~(size_t)15), seg[i].in[2].data,
-                       (size_t)seg[i].in[2].numel * sizeof(float));
+            if (has_bias(&seg[i]))
+                memcpy(p + weight_floats(&seg[i]), seg[i].in[2].data, (size_t)seg[i].in[2].numel * sizeof(float));
             p += params_floats(&seg[i]);
             continue;
         }
