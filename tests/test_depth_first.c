@@ -1,11 +1,17 @@
-/* Depth-first inference (src/backends/cpu/depth_first.c), with and without
- * it: resnet20's inference plan at batch 64 (two threads), in nChw8c with
- * kiln's Winograd taking every 3x3 stride-1 convolution, random weights and
- * running statistics. With the pass the first stage's six convolutions and
- * the second's five run image slice by image slice; the logits are the same
- * bits as step by step, also after the weights change between runs (each
- * run folds and copies them again), and as a profiled run's (steps one at a
- * time). Without it (or in a training plan) no segment is made. */
+/* The cpu backend's inference list passes, each with and without it, on
+ * resnet20's inference plan at batch 64 (two threads), in nChw8c with kiln's
+ * Winograd taking every 3x3 stride-1 convolution, random weights and running
+ * statistics:
+ *   - batch norm folds that leave only their scales, which the Winograd
+ *     kernel applies as it reads the weights (src/backends/cpu/fold_scale.c):
+ *     16 convolutions take them; the logits are the same bits as with whole
+ *     folds;
+ *   - depth-first inference (src/backends/cpu/depth_first.c): the first
+ *     stage's six convolutions and the second's five run image slice by image
+ *     slice; the logits are the same bits as step by step, also after the
+ *     weights change between runs (each run folds and copies them again), and
+ *     as a profiled run's (steps one at a time). Without it (or in a training
+ *     plan) no segment is made. */
 #include <omp.h>
 #include <string.h>
 #include "backends/cpu/internal/cpu.h"
@@ -44,6 +50,14 @@ static int segment_convs(const kiln_plan *pl, int *segments) {
         i += n - 1;
     }
     return convs;
+}
+
+/* the convolutions that read their weights times a fold's scales (src/backends/cpu/fold_scale.c) */
+static int scaled_convs(const kiln_plan *pl) {
+    const kiln_steplist *L = &pl->lists[0];
+    int n = 0;
+    for (int i = 0; pl && i < L->nsteps; i++) n += L->steps[i].w_scale != NULL;
+    return n;
 }
 
 static kiln_plan *compile(kiln_graph *g, kiln_params *P, kiln_value out, int depth_first, int profile) {
@@ -94,16 +108,26 @@ static void test_resnet20(void) {
     tu_fill(x, B * 3 * 32 * 32, -1.5, 1.5);
     for (int i = 0; i < B; i++) labels[i] = (int32_t)(tu_u64() % CLASSES);
     kiln_plan *on = compile(g, P, m.out, 1, 0), *off = compile(g, P, m.out, 0, 0), *prof = compile(g, P, m.out, 1, 1);
+    kiln_cpu_fold_scale_off(1);
+    kiln_plan *whole = compile(g, P, m.out, 1, 0);
+    kiln_cpu_fold_scale_off(0);
+    /* the 16 Winograd convolutions each read their fold's scales (not the stem: 3 channels; not the two strided) */
+    CHECK_MSG(scaled_convs(on) == 16 && scaled_convs(off) == 16 && whole && scaled_convs(whole) == 0,
+              "%d, %d and %d convolutions scaled as read (want 16, 16, 0)", scaled_convs(on), scaled_convs(off),
+              whole ? scaled_convs(whole) : -1);
     int segs = 0, convs = on ? segment_convs(on, &segs) : 0, segs_off = 0;
     /* batch 64 on two threads: the 16-channel stage by 2 images, the 32-channel by 8; the 64-channel stage
      * would take 32 a slice, too few slices to share */
     CHECK_MSG(segs == 2 && convs == 11, "%d convolutions in %d depth-first segments (want 11 in 2)", convs, segs);
     CHECK(off && segment_convs(off, &segs_off) == 0 && segs_off == 0);
-    float a[B * CLASSES], b[B * CLASSES], c[B * CLASSES];
-    for (int round = 0; round < 2 && on && off && prof; round++) {
+    float a[B * CLASSES], b[B * CLASSES], c[B * CLASSES], d[B * CLASSES];
+    for (int round = 0; round < 2 && on && off && prof && whole; round++) {
         run(on, &m, x, a);
         run(off, &m, x, b);
         run(prof, &m, x, c);
+        run(whole, &m, x, d);
+        CHECK_MSG(same_bits(a, d, B * CLASSES), "round %d: logits with the folds' scales as read differ from whole folds'",
+                  round);
         CHECK_MSG(same_bits(a, b, B * CLASSES), "round %d: depth-first logits differ from step by step (%g, %g)",
                   round, a[0], b[0]);
         CHECK_MSG(same_bits(a, c, B * CLASSES), "round %d: depth-first logits differ from a profiled run's", round);
@@ -116,6 +140,7 @@ static void test_resnet20(void) {
     kiln_plan_free(on);
     kiln_plan_free(off);
     kiln_plan_free(prof);
+    kiln_plan_free(whole);
     /* training plans keep every step whole (the forward's batch norms need the batch anyway) */
     kiln_compile_opts o = kiln_compile_defaults();
     o.max_batch = B;

@@ -1510,6 +1510,13 @@ static void test_bn_fold(void) {
         kiln_cpu_bn_fold(k, per, fw, bias ? fb : NULL, fg, fbe, fm, fv, (float)eps, ow, ob);
         CMP_F("folded weight", ow, wf, nw);
         CMP_F(bias ? "folded bias" : "folded bias (no conv bias)", ob, bias ? bf : bf0, k);
+        /* the scales alone (for kiln's Winograd, which multiplies as it reads): w * scale is the fold's bits */
+        float *sc = fbuf(k), *sb = fbuf(k);
+        kiln_cpu_bn_fold_scale(k, bias ? fb : NULL, fg, fbe, fm, fv, (float)eps, sc, sb);
+        int same = !memcmp(sb, ob, (size_t)k * sizeof(float));
+        for (int64_t i = 0; i < nw; i++) same &= fw[i] * sc[i / per] == ow[i];
+        CHECK_MSG(same, "%s: bias %d: the fold's scales times w are not its folded weight", fxname, bias);
+        kiln_free(sc), kiln_free(sb);
         free(rw), free(rb);
         kiln_free(fw), kiln_free(fb), kiln_free(fg), kiln_free(fbe), kiln_free(fm), kiln_free(fv), kiln_free(ow), kiln_free(ob);
         fold_plan(f, fxname, bias, "ref");

@@ -770,6 +770,23 @@ static void from_blocked(int B, const float *b, float *x, int64_t n, int64_t c, 
  * sizes the 4x4 tiles do not divide, pad 0-2, channel counts with an odd number of 8-channel blocks (the
  * product's 8-wide tail), more tiles than one thread's block. Error relative to the output's scale, as
  * for fp32 Winograd (oneDNN's included) the transforms' constants cost a few bits */
+/* the forward with each output channel's filters scaled as read (a batch norm folded in: fold_scale.c): the same
+ * bits as the filters multiplied first, kiln_cpu_bn_fold's way */
+static void wino_scaled(const kiln_wino_shape *s, const float *xb, const float *w, const float *b, int relu, void *wk,
+                        const char *what) {
+    int64_t per = s->c * 9, nw = s->k * per, ny = s->n * s->k * s->oh * s->ow;
+    float *sc = falloc(s->k), *wsc = falloc(nw), *y1 = falloc(ny), *y2 = falloc(ny);
+    /* scales in (-2, 2) off the shared stream, whose draws the cases after this one keep */
+    for (int64_t o = 0; o < s->k; o++) sc[o] = (float)((o * 2654435761u) % 4001) / 1000.0f - 2.0005f;
+    for (int64_t i = 0; i < nw; i++) wsc[i] = w[i] * sc[i / per];
+    kiln_cpu_wino_conv(s, xb, wsc, 0, b, relu, 0, y1, wk);
+    kiln_wino_shape scaled = *s;
+    scaled.scale = sc;
+    kiln_cpu_wino_conv(&scaled, xb, w, 0, b, relu, 0, y2, wk);
+    CHECK_MSG(!memcmp(y1, y2, (size_t)ny * sizeof(float)), "%s: scaled filters differ from filters scaled first", what);
+    free(sc), free(wsc), free(y1), free(y2);
+}
+
 static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t pad, int bias, int relu, int acc) {
     kiln_conv_shape cs = {.n = n, .c = c, .h = h, .w = w, .k = k, .r = 3, .s = 3, .stride = 1, .pad = pad};
     CHECK(kiln_conv_shape_infer(&cs) == 0);
@@ -789,7 +806,7 @@ static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int
         if (relu && yd[i] < 0) yd[i] = 0;
         scale = fmax(scale, fabs(yd[i]));
     }
-    kiln_wino_shape ws = {n, c, h, w, k, cs.oh, cs.ow, pad, 0};
+    kiln_wino_shape ws = {n, c, h, w, k, cs.oh, cs.ow, pad, 0, NULL};
     CHECK(kiln_cpu_wino_supported(&ws));
     float *wk = kiln_alloc(kiln_cpu_wino_workspace(&ws));
     kiln_cpu_reorder_nchw(n, c, h * w, 8, 0, x, xb, 0);
@@ -800,11 +817,12 @@ static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int
     snprintf(what, sizeof what, "winograd %lldx%lldx%lldx%lld -> %lld pad %lld bias %d relu %d acc %d", (long long)n, (long long)c,
              (long long)h, (long long)w, (long long)k, (long long)pad, bias, relu, acc);
     CLOSE(y, yd, ny, 1e-5 * scale, 0, "%s: forward", what);
+    wino_scaled(&ws, xb, wf, bias ? b : NULL, relu, wk, what);
     /* backward-data: dy through the flipped filters, the pad that undoes the forward's */
     kiln_ref_conv2d_bwd_data(&cs, dyd, wd, dxd, 0);
     double sx = 0;
     for (int64_t i = 0; i < nx; i++) sx = fmax(sx, fabs(dxd[i] += acc ? pre_x[i] : 0));
-    kiln_wino_shape bs = {n, k, cs.oh, cs.ow, c, h, w, 2 - pad, 1}; /* a team of one: the workspace for one thread */
+    kiln_wino_shape bs = {n, k, cs.oh, cs.ow, c, h, w, 2 - pad, 1, NULL}; /* a team of one: the workspace for one thread */
     float *wk2 = kiln_alloc(kiln_cpu_wino_workspace(&bs));
     CHECK(kiln_cpu_wino_supported(&bs));
     kiln_cpu_reorder_nchw(n, k, cs.oh * cs.ow, 8, 0, dy, dyb, 0);
@@ -837,7 +855,7 @@ static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int
 }
 
 static void test_winograd(void) {
-    kiln_wino_shape no = {1, 12, 8, 8, 8, 8, 8, 1, 0}, stride2 = {1, 8, 8, 8, 8, 4, 4, 1, 0};
+    kiln_wino_shape no = {1, 12, 8, 8, 8, 8, 8, 1, 0, NULL}, stride2 = {1, 8, 8, 8, 8, 4, 4, 1, 0, NULL};
     CHECK(!kiln_cpu_wino_supported(&no) && !kiln_cpu_wino_supported(&stride2)); /* 12 channels; not stride 1 */
     if (!kiln_cpu_has_avx2()) {
         printf("test_kernels: winograd skipped: the CPU has no AVX2\n");

@@ -46,6 +46,14 @@ static int64_t depth_first_slice(const kiln_steplist *L, int i) {
     return 0;
 }
 
+/* step i writes the scales a later step's kernel applies to its weights (a backend's batch norm fold at no pass
+ * over the weights) */
+static int scales_only(const kiln_steplist *L, int i) {
+    for (int j = i + 1; L->steps[i].nout && j < L->nsteps; j++)
+        if (L->steps[j].w_scale && L->steps[j].w_scale == L->steps[i].out[0].data) return 1;
+    return 0;
+}
+
 kiln_status kiln_plan_step_info(const kiln_plan *pl, int i, kiln_step_info *out) {
     memset(out, 0, sizeof *out);
     const kiln_steplist *L = first_list(pl);
@@ -69,6 +77,10 @@ kiln_status kiln_plan_step_info(const kiln_plan *pl, int i, kiln_step_info *out)
     if (k->describe) out->reorders = k->describe(s, out->kernel, sizeof out->kernel, &out->weight_reorders);
     int64_t slice = depth_first_slice(L, i);
     size_t len = strlen(out->kernel);
+    if (s->w_scale && len < sizeof out->kernel)
+        len += (size_t)snprintf(out->kernel + len, sizeof out->kernel - len, ", weights times the fold's scales");
+    if (scales_only(L, i)) snprintf(out->kernel, sizeof out->kernel, "scales only");
+    len = strlen(out->kernel);
     if (slice && s->kobj && len < sizeof out->kernel)
         snprintf(out->kernel + len, sizeof out->kernel - len, ", depth-first by %lld", (long long)slice);
     out->flops = step_flops(pl, s, L->batch);

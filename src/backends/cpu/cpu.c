@@ -40,6 +40,12 @@ static void cpu_prepare_end(const kiln_compile_opts *o) {
 
 static kiln_status cpu_import(const char *text, const char *source) { return kiln_autotune_import(text, source, 1); }
 
+/* the list passes: the folds that become scales first, so that depth-first times what will run */
+static kiln_status cpu_prepare_list(kiln_prep *p) {
+    kiln_status st = kiln_cpu_fold_scale_prepare(p);
+    return st == KILN_OK ? kiln_cpu_depth_first_prepare(p) : st;
+}
+
 const kiln_backend kiln_backend_cpu = {
     .name = "cpu",
     .float_dtype = KILN_F32,
@@ -54,7 +60,7 @@ const kiln_backend kiln_backend_cpu = {
     .passes = cpu_passes,
     .prepare_begin = cpu_prepare_begin,
     .prepare_end = cpu_prepare_end,
-    .prepare_list = kiln_cpu_depth_first_prepare,
+    .prepare_list = cpu_prepare_list,
     .run = kiln_cpu_run,
     .now = kiln_host_now,
     .export_state = kiln_autotune_export,

@@ -71,8 +71,11 @@ static int batched_apart(const kiln_step *seg, int n) {
     return 1;
 }
 
-/* a convolution's weights in the segment's copies, rounded up to whole cache lines (its bias follows) */
-static size_t weight_floats(const kiln_step *s) { return ((size_t)s->in[1].numel + 15) & ~(size_t)15; }
+/* a convolution's weights in the segment's copies, rounded up to whole cache lines (its bias follows); a
+ * convolution whose fold left it scales (fold_scale.c) reads its weights where they are, the parameters no step
+ * writes, and only its scales are copied */
+static int64_t weight_numel(const kiln_step *s) { return s->w_scale ? s->in[1].shape[0] : s->in[1].numel; }
+static size_t weight_floats(const kiln_step *s) { return ((size_t)weight_numel(s) + 15) & ~(size_t)15; }
 
 static int has_bias(const kiln_step *s) { return s->nin > 2 && s->in[2].data; }
 
@@ -118,7 +121,8 @@ static void conv_images(const kiln_step *s, const float *p, int64_t i0, int64_t 
         memcpy(y + i0 * per, (const float *)s->in[3].data + i0 * per, (size_t)(n * per) * sizeof(float));
     }
     const float *b = has_bias(s) ? p + weight_floats(s) : NULL;
-    kiln_dnnl_conv_fwd_images(s->kobj, s->in[0].data, p, b, y, i0, n, ws);
+    const float *w = s->w_scale ? s->in[1].data : p, *scale = s->w_scale ? p : NULL;
+    kiln_dnnl_conv_fwd_images(s->kobj, s->in[0].data, w, scale, b, y, i0, n, ws);
 }
 
 /* the steps between the convolutions (batch norm folds) run first, in order, and each convolution's weights and
@@ -131,7 +135,7 @@ static kiln_status run_segment(const kiln_step *seg, const kiln_run_ctx *rc) {
     float *copies = (float *)((char *)rc->workspace + (size_t)nt * ws_each), *p = copies;
     for (int i = 0; i < n; i++) {
         if (is_conv(&seg[i])) {
-            memcpy(p, seg[i].in[1].data, (size_t)seg[i].in[1].numel * sizeof(float));
+            memcpy(p, seg[i].w_scale ? seg[i].w_scale : seg[i].in[1].data, (size_t)weight_numel(&seg[i]) * sizeof(float));
             if (has_bias(&seg[i]))
                 memcpy(p + weight_floats(&seg[i]), seg[i].in[2].data, (size_t)seg[i].in[2].numel * sizeof(float));
             p += params_floats(&seg[i]);

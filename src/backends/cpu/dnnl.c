@@ -60,6 +60,9 @@ static kiln_status share_fwd(kiln_step *s, kiln_prep *p) {
 kiln_status kiln_cpu_conv_bwd_prepare(kiln_step *s, kiln_prep *p) { return share_fwd(s, p); }
 
 kiln_status kiln_cpu_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    if (s->w_scale)
+        return kiln_dnnl_conv_fwd_scaled(s->kobj, F(s->in[0]), F(s->in[1]), s->w_scale, s->nin > 2 ? F(s->in[2]) : NULL,
+                                         F(s->out[0]), rc->workspace);
     return kiln_dnnl_conv_fwd(s->kobj, F(s->in[0]), F(s->in[1]), s->nin > 2 ? F(s->in[2]) : NULL, F(s->out[0]), rc->workspace);
 }
 

@@ -79,6 +79,9 @@ struct kiln_step {
         int64_t images;
         size_t ws, params;
     } depth_first;
+    const float *w_scale;             /* cpu: a forward convolution on kiln's kernel reads in[1] times these, one per
+                                         output channel (the scales of the batch norm fold before it, which then
+                                         writes them alone: src/backends/cpu/fold_scale.c); NULL: none */
     union {                           /* sizes the kernel needs, worked out at prepare */
         kiln_conv_shape conv;
         kiln_pool_shape pool;

@@ -122,6 +122,10 @@ static void filter_taps(const kiln_wino_shape *s, const float *w, int flip, int6
     __m256 last = _mm256_setr_ps(f[0][8], f[1][8], f[2][8], f[3][8], f[4][8], f[5][8], f[6][8], f[7][8]);
     for (int t = 0; t < 8; t++) g[flip ? 8 - t : t] = r[t];
     g[flip ? 0 : 8] = last;
+    if (s->scale && !flip) { /* lane l is output ob * 8 + l */
+        __m256 sc = _mm256_loadu_ps(s->scale + ob * V8);
+        for (int t = 0; t < 9; t++) g[t] = _mm256_mul_ps(g[t], sc);
+    }
 }
 
 /* U's xi stride for n floats of each xi: one cache line more, so that the 36 stores of a filter's transform

@@ -16,8 +16,8 @@
 /* the Winograd problem of a direction: forward (and backward-weights) x -> y; backward-data dy -> dx (k and c
  * swapped, pad 2 - p) */
 static kiln_wino_shape shape_of(const kiln_conv_shape *cs, int dir, int threads) {
-    if (dir != KILN_CONV_BWD_DATA) return (kiln_wino_shape){cs->n, cs->c, cs->h, cs->w, cs->k, cs->oh, cs->ow, cs->pad, threads};
-    return (kiln_wino_shape){cs->n, cs->k, cs->oh, cs->ow, cs->c, cs->h, cs->w, 2 - cs->pad, threads};
+    if (dir != KILN_CONV_BWD_DATA) return (kiln_wino_shape){cs->n, cs->c, cs->h, cs->w, cs->k, cs->oh, cs->ow, cs->pad, threads, NULL};
+    return (kiln_wino_shape){cs->n, cs->k, cs->oh, cs->ow, cs->c, cs->h, cs->w, 2 - cs->pad, threads, NULL};
 }
 
 int kiln_conv_own_fits(const kiln_dnnl_conv *c, int dir) {
@@ -43,8 +43,14 @@ kiln_status kiln_conv_own_make(kiln_dnnl_conv *c, int dir) {
 
 kiln_status kiln_conv_own_run(kiln_dnnl_conv *c, int dir, const float *in0, const float *w, const float *bias, float *out,
                               int acc, void *ws) {
+    return kiln_conv_own_run_scaled(c, dir, in0, w, NULL, bias, out, acc, ws);
+}
+
+kiln_status kiln_conv_own_run_scaled(kiln_dnnl_conv *c, int dir, const float *in0, const float *w, const float *scale,
+                                     const float *bias, float *out, int acc, void *ws) {
     kiln_conv_dir *d = &c->d[dir];
     kiln_wino_shape s = shape_of(&c->cs, dir, d->own);
+    s.scale = dir == KILN_CONV_FWD ? scale : NULL;
     if (dir == KILN_CONV_BWD_WEIGHT) { /* in0 is x, w is dy, out is dw */
         kiln_cpu_wino_bwd_weight(&s, in0, w, out, acc, ws);
         return KILN_OK;
@@ -53,6 +59,14 @@ kiln_status kiln_conv_own_run(kiln_dnnl_conv *c, int dir, const float *in0, cons
     kiln_cpu_wino_conv(&s, in0, w, !fwd, fwd && c->o.has_bias ? bias : NULL, fwd && c->o.fuse_relu, fwd ? c->o.residual : acc,
                        out, ws);
     return KILN_OK;
+}
+
+int kiln_dnnl_conv_own_fwd(const kiln_dnnl_conv *c) { return c->d[KILN_CONV_FWD].own != 0; }
+
+kiln_status kiln_dnnl_conv_fwd_scaled(kiln_dnnl_conv *c, const float *x, const float *w, const float *scale, const float *b,
+                                      float *y, void *ws) {
+    if (!c->d[KILN_CONV_FWD].own) return kiln_fail(KILN_ERR_INVALID_ARG, "%s: scaled filters need kiln's own kernel", c->problem);
+    return kiln_conv_own_run_scaled(c, KILN_CONV_FWD, x, w, scale, b, y, 0, ws);
 }
 
 /* a slice of images per call keeps at least this many tiles: the kernel takes them a block of 6 or 12 at a
@@ -75,11 +89,12 @@ size_t kiln_dnnl_conv_slice_workspace(const kiln_dnnl_conv *c, int64_t n) {
     return kiln_cpu_wino_workspace(&s);
 }
 
-void kiln_dnnl_conv_fwd_images(kiln_dnnl_conv *c, const float *x, const float *w, const float *b, float *y, int64_t i0,
-                               int64_t n, void *ws) {
+void kiln_dnnl_conv_fwd_images(kiln_dnnl_conv *c, const float *x, const float *w, const float *scale, const float *b,
+                               float *y, int64_t i0, int64_t n, void *ws) {
     const kiln_conv_shape *cs = &c->cs;
     kiln_wino_shape s = shape_of(cs, KILN_CONV_FWD, 1);
     s.n = n;
+    s.scale = scale;
     /* nChw8c: an image's channel blocks, rows and columns lie together, the images one after another */
     int64_t xs = cs->c * cs->h * cs->w, ys = cs->k * cs->oh * cs->ow;
     kiln_cpu_wino_conv(&s, x + i0 * xs, w, 0, c->o.has_bias ? b : NULL, c->o.fuse_relu, c->o.residual, y + i0 * ys, ws);

@@ -38,6 +38,11 @@ kiln_status kiln_dnnl_conv_new(const kiln_conv_shape *cs, const kiln_dnnl_conv_o
 void kiln_dnnl_conv_free(kiln_dnnl_conv *c);
 size_t kiln_dnnl_conv_workspace(const kiln_dnnl_conv *c);
 kiln_status kiln_dnnl_conv_fwd(kiln_dnnl_conv *c, const float *x, const float *w, const float *b, float *y, void *ws);
+/* the forward with output channel o's filters times scale[o], as kiln_cpu_bn_fold would have made them (the same
+ * bits): only where the forward runs kiln's own kernel (kiln_dnnl_conv_own_fwd) */
+int kiln_dnnl_conv_own_fwd(const kiln_dnnl_conv *c);
+kiln_status kiln_dnnl_conv_fwd_scaled(kiln_dnnl_conv *c, const float *x, const float *w, const float *scale, const float *b,
+                                      float *y, void *ws);
 kiln_status kiln_dnnl_conv_bwd_data(kiln_dnnl_conv *c, const float *dy, const float *w, float *dx, int acc, void *ws);
 /* db may be NULL when the layer has no bias */
 kiln_status kiln_dnnl_conv_bwd_weight(kiln_dnnl_conv *c, const float *x, const float *dy, float *dw, float *db,
@@ -47,11 +52,11 @@ const char *kiln_dnnl_conv_describe(const kiln_dnnl_conv *c);
 /* depth-first runs (src/backends/cpu/depth_first.c): the forward of images [i0, i0 + n) by the calling thread
  * alone, in ws of kiln_dnnl_conv_slice_workspace(c, n) bytes; x and y are the whole batch's. Only where the forward
  * runs kiln's own kernel: slice_images gives the images a slice needs to keep that kernel's tile blocks full, 0
- * where the forward cannot run by slices */
+ * where the forward cannot run by slices. scale: as kiln_dnnl_conv_fwd_scaled's (NULL: none) */
 int64_t kiln_dnnl_conv_slice_images(const kiln_dnnl_conv *c);
 size_t kiln_dnnl_conv_slice_workspace(const kiln_dnnl_conv *c, int64_t n);
-void kiln_dnnl_conv_fwd_images(kiln_dnnl_conv *c, const float *x, const float *w, const float *b, float *y, int64_t i0,
-                               int64_t n, void *ws);
+void kiln_dnnl_conv_fwd_images(kiln_dnnl_conv *c, const float *x, const float *w, const float *scale, const float *b,
+                               float *y, int64_t i0, int64_t n, void *ws);
 
 
 typedef struct kiln_dnnl_linear kiln_dnnl_linear;

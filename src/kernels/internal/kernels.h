@@ -223,6 +223,8 @@ void kiln_ref_subsample_pad_bwd(const kiln_subsample_shape *S, const double *dy,
 typedef struct {
     int64_t n, c, h, w, k, oh, ow, pad;
     int threads; /* the team its workspace is sized for (0: omp_get_max_threads() now); runs take at most that many */
+    const float *scale; /* forward: output channel o's filters times scale[o] as they are read, the product rounded
+                           as kiln_cpu_bn_fold's (a batch norm folded in at no pass over w); NULL: none */
 } kiln_wino_shape;
 int kiln_cpu_wino_supported(const kiln_wino_shape *s);
 /* the bytes of ws kiln_cpu_wino_conv needs (the transformed filters and the threads' buffers) */
@@ -428,6 +430,9 @@ size_t kiln_cpu_batch_norm_scratch(int64_t n, int64_t c, int blocked);
 /* kiln_ref_bn_fold in float, each channel's scale in double */
 void kiln_cpu_bn_fold(int64_t k, int64_t per, const float *w, const float *b, const float *gamma, const float *beta,
                       const float *mean, const float *var, float eps, float *w_out, float *b_out);
+/* its scales and b_out alone: w_out[j] of kiln_cpu_bn_fold is w[j] * scale[j / per], the same float product */
+void kiln_cpu_bn_fold_scale(int64_t k, const float *b, const float *gamma, const float *beta, const float *mean,
+                            const float *var, float eps, float *scale, float *b_out);
 
 /* FlashAttention-2 on the cpu (src/kernels/cpu/attention.c): blocked, online softmax,
  * backward recomputing the scores from q, k and lse. `scratch` holds `slots` areas of

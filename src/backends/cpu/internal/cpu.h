@@ -28,6 +28,11 @@ int kiln_cpu_pass_layout(kiln_graph *g, int block);
  * returns the number of nodes marked */
 int kiln_cpu_pass_in_place(kiln_graph *g);
 
+/* fold_scale.c: in inference plans, a batch norm fold before a convolution on kiln's own kernel writes only
+ * its scales, which the kernel applies as it reads the weights (a list pass, after every step is prepared) */
+kiln_status kiln_cpu_fold_scale_prepare(kiln_prep *p);
+void kiln_cpu_fold_scale_off(int on); /* tests: every fold whole (0: as the pass finds) */
+
 /* depth_first.c: inference plans' chains of convolutions on kiln's own kernel, run image slice by image slice:
  * the list pass that finds them (after every step is prepared) and the backend's run */
 kiln_status kiln_cpu_depth_first_prepare(kiln_prep *p);

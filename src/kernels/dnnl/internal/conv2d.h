@@ -68,6 +68,9 @@ kiln_status kiln_conv_own_make(kiln_dnnl_conv *c, int dir);
 /* acc: backward-data and backward-weights add into out (forward adds when the object has the residual sum) */
 kiln_status kiln_conv_own_run(kiln_dnnl_conv *c, int dir, const float *in0, const float *w, const float *bias, float *out,
                               int acc, void *ws);
+/* the same with the forward's filters multiplied per output channel by scale as they are read (NULL: none) */
+kiln_status kiln_conv_own_run_scaled(kiln_dnnl_conv *c, int dir, const float *in0, const float *w, const float *scale,
+                                     const float *bias, float *out, int acc, void *ws);
 /* tests: every direction kiln's kernel fits takes it, untimed (0: the tuner as usual) */
 void kiln_conv_prefer_own(int on);
 
