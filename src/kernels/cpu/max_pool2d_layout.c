@@ -112,6 +112,36 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 #define ST8(p, v) memcpy((p), &(v), 32)
 #define PICK(m, a, b) (((a) & (m)) | ((b) & ~(m)))
 
+/* x and y both blocked (ResNet's stem pool): each window's maximum in a vector per 8 lanes, kept in a register
+ * (fwd_body's lane loops go through memory). On a Zen 3, resnet18's 32x64x56x56 pool: medians 2.5 -> 2.1-2.5 ms,
+ * near what its 38 MB of memory traffic take at the machine's ~24 GB/s */
+static inline __attribute__((always_inline)) void fwd_blocked_body(const kiln_pool_shape *ps, int L, const float *x,
+                                                                   float *y) {
+    for (int64_t i = 0; i < ps->oh; i++) {
+        int64_t h0, h1;
+        kiln_pool_window(ps, i, ps->h, &h0, &h1);
+        for (int64_t j = 0; j < ps->ow; j++) {
+            int64_t w0, w1;
+            kiln_pool_window(ps, j, ps->w, &w0, &w1);
+            for (int v = 0; v < L; v += 8) {
+                v8f m, a;
+                LD8(m, x + (h0 * ps->w + w0) * L + v);
+                for (int64_t r = h0; r < h1; r++)
+                    for (int64_t q = w0; q < w1; q++) {
+                        LD8(a, x + (r * ps->w + q) * L + v);
+                        m = (v8f)PICK(a > m, (v8i)a, (v8i)m);
+                    }
+                ST8(y + (i * ps->ow + j) * L + v, m);
+            }
+        }
+    }
+}
+
+HOT static void blocked_fwd(const kiln_pool_shape *ps, int B, const float *x, float *y) {
+    if (B == 16) fwd_blocked_body(ps, 16, x, y);
+    else fwd_blocked_body(ps, 8, x, y);
+}
+
 /* x, dy and dx all blocked (ResNet's stem pool in training): each window's maximum and its pixel per lane in
  * vectors, then the gradient added to each pixel of the window under the mask "is its maximum": no
  * scatter of single lanes. Windows in row-major order, each its first maximum, as the reference */
@@ -235,6 +265,7 @@ void kiln_cpu_max_pool2d_fwd_layout(const kiln_pool_shape *ps, int blocked, int 
         float *y0 = y + (n * ps->c + c0) * ohw;
         if (fast && avx512) kiln_cpu_pool2_blocked_fwd_avx512(ps->w, ps->oh, ps->ow, x + p * blk, y0);
         else if (fast) pool2_blocked_fwd(ps, B, x + p * blk, y0);
+        else if (blocked && y_blocked) blocked_fwd(ps, B, x + p * blk, y + p * ohw * B);
         else block_fwd(ps, B, block_of(ps, B, blocked, x, p, ps->h * ps->w), block_of(ps, B, y_blocked, y, p, ohw));
     }
 }
