@@ -806,7 +806,7 @@ static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int
         if (relu && yd[i] < 0) yd[i] = 0;
         scale = fmax(scale, fabs(yd[i]));
     }
-    kiln_wino_shape ws = {n, c, h, w, k, cs.oh, cs.ow, pad, 0, NULL};
+    kiln_wino_shape ws = {n, c, h, w, k, cs.oh, cs.ow, pad, 0, NULL, 0};
     CHECK(kiln_cpu_wino_supported(&ws));
     float *wk = kiln_alloc(kiln_cpu_wino_workspace(&ws));
     kiln_cpu_reorder_nchw(n, c, h * w, 8, 0, x, xb, 0);
@@ -818,11 +818,19 @@ static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int
              (long long)h, (long long)w, (long long)k, (long long)pad, bias, relu, acc);
     CLOSE(y, yd, ny, 1e-5 * scale, 0, "%s: forward", what);
     wino_scaled(&ws, xb, wf, bias ? b : NULL, relu, wk, what);
+    if (!acc) { /* streaming stores (training plans): the same bits */
+        kiln_wino_shape st = ws;
+        st.stream = 1;
+        float *ys = kiln_alloc((size_t)ny * sizeof(float)); /* aligned: streaming takes whole 32-byte vectors */
+        kiln_cpu_wino_conv(&st, xb, wf, 0, bias ? b : NULL, relu, 0, ys, wk);
+        CHECK_MSG(!memcmp(ys, yb, (size_t)ny * sizeof(float)), "%s: streamed stores differ", what);
+        kiln_free(ys);
+    }
     /* backward-data: dy through the flipped filters, the pad that undoes the forward's */
     kiln_ref_conv2d_bwd_data(&cs, dyd, wd, dxd, 0);
     double sx = 0;
     for (int64_t i = 0; i < nx; i++) sx = fmax(sx, fabs(dxd[i] += acc ? pre_x[i] : 0));
-    kiln_wino_shape bs = {n, k, cs.oh, cs.ow, c, h, w, 2 - pad, 1, NULL}; /* a team of one: the workspace for one thread */
+    kiln_wino_shape bs = {n, k, cs.oh, cs.ow, c, h, w, 2 - pad, 1, NULL, 0}; /* a team of one: the workspace for one thread */
     float *wk2 = kiln_alloc(kiln_cpu_wino_workspace(&bs));
     CHECK(kiln_cpu_wino_supported(&bs));
     kiln_cpu_reorder_nchw(n, k, cs.oh * cs.ow, 8, 0, dy, dyb, 0);
@@ -855,7 +863,7 @@ static void wino_case(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int
 }
 
 static void test_winograd(void) {
-    kiln_wino_shape no = {1, 12, 8, 8, 8, 8, 8, 1, 0, NULL}, stride2 = {1, 8, 8, 8, 8, 4, 4, 1, 0, NULL};
+    kiln_wino_shape no = {1, 12, 8, 8, 8, 8, 8, 1, 0, NULL, 0}, stride2 = {1, 8, 8, 8, 8, 4, 4, 1, 0, NULL, 0};
     CHECK(!kiln_cpu_wino_supported(&no) && !kiln_cpu_wino_supported(&stride2)); /* 12 channels; not stride 1 */
     if (!kiln_cpu_has_avx2()) {
         printf("test_kernels: winograd skipped: the CPU has no AVX2\n");

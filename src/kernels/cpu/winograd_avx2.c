@@ -352,7 +352,7 @@ static inline void at6(const __m256 m[6], __m256 o[4]) {
 /* A^T m A of one tile's 36 products m[xi * ms] into 4x4 vectors at out, rows `rs` floats apart, with the
  * epilogue: + bias, + what out holds (acc), relu */
 static inline __attribute__((always_inline)) void tile_out(const float *m, int64_t ms, __m256 bias, int relu, int acc,
-                                                           float *out, int64_t rs) {
+                                                           int stream, float *out, int64_t rs) {
     __m256 r[4][6], zero = _mm256_setzero_ps();
 #pragma GCC unroll 6
     for (int b = 0; b < 6; b++) {
@@ -373,14 +373,15 @@ static inline __attribute__((always_inline)) void tile_out(const float *m, int64
             __m256 v = _mm256_add_ps(o[b], bias);
             if (acc) v = _mm256_add_ps(v, _mm256_loadu_ps(dst));
             if (relu) v = _mm256_max_ps(v, zero);
-            _mm256_storeu_ps(dst, v);
+            if (stream) _mm256_stream_ps(dst, v);
+            else _mm256_storeu_ps(dst, v);
         }
     }
 }
 
 typedef struct {
     const float *bias;
-    int relu, acc;
+    int relu, acc, stream;
 } epilogue;
 
 /* the tiles t0 + j, j < tb, of output blocks kb0 .. kb0 + nkb - 1 from M [36][nkb][tb][8] */
@@ -399,15 +400,16 @@ static void output_transform(const tiling *T, const float *M, int64_t t0, int64_
             __m256 bias = E->bias ? _mm256_loadu_ps(E->bias + kb * V8) : _mm256_setzero_ps();
             float *q = y + (((img * KB + kb) * s->oh + r0) * s->ow + c0) * V8;
             if (whole) {
-                if (E->acc) tile_out(m, ms, bias, E->relu, 1, q, s->ow * V8);
-                else tile_out(m, ms, bias, E->relu, 0, q, s->ow * V8);
+                if (E->acc) tile_out(m, ms, bias, E->relu, 1, 0, q, s->ow * V8);
+                else if (E->stream) tile_out(m, ms, bias, E->relu, 0, 1, q, s->ow * V8);
+                else tile_out(m, ms, bias, E->relu, 0, 0, q, s->ow * V8);
                 continue;
             }
             /* a tile past the edge: its part inside, through a local 4x4 */
             int64_t hr = s->oh - r0 < 4 ? s->oh - r0 : 4, hc = s->ow - c0 < 4 ? s->ow - c0 : 4;
             for (int64_t a = 0; a < hr; a++)
                 for (int64_t c = 0; c < hc && E->acc; c++) memcpy(part + (a * 4 + c) * V8, q + (a * s->ow + c) * V8, 32);
-            tile_out(m, ms, bias, E->relu, E->acc, part, 4 * V8);
+            tile_out(m, ms, bias, E->relu, E->acc, 0, part, 4 * V8);
             for (int64_t a = 0; a < hr; a++)
                 for (int64_t c = 0; c < hc; c++) memcpy(q + (a * s->ow + c) * V8, part + (a * 4 + c) * V8, 32);
         }
@@ -432,12 +434,13 @@ static void tiles_first(const kiln_wino_shape *s, const float *x, const float *w
         float *M = V + NXI * T.tb * s->c;
         /* dynamic: each output is one block's, whichever thread takes it, and a core shared with another
          * process then holds nobody up */
-#pragma omp for schedule(dynamic, 2)
+#pragma omp for schedule(dynamic, 2) nowait
         for (int64_t blk = 0; blk < nblocks; blk++) {
             input_transform(&T, x, blk * T.tb, 0, T.tb, V);
             products(s->c, KB, V, s->c * T.tb, T.tb, 0, T.tb, u, u_stride(s->c * s->k), M, T.tb, 0);
             output_transform(&T, M, blk * T.tb, 0, KB, E, y);
         }
+        if (E->stream) _mm_sfence(); /* this thread's streamed stores, visible before the region's barrier */
     }
 }
 
@@ -508,8 +511,9 @@ static void outputs_first_run(const kiln_wino_shape *s, const float *x, const fl
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < T.tb; j++) input_transform(&T, x, 0, j, j + 1, V);
         /* dynamic: each output is one block's, whichever thread takes it */
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
         for (int64_t kp = 0; kp < nkp; kp++) of_outputs(&T, w, flip, kp, V, E, y, U);
+        if (E->stream) _mm_sfence(); /* as tiles_first's */
     }
 }
 
@@ -522,7 +526,8 @@ size_t kiln_cpu_wino_workspace(const kiln_wino_shape *s) {
 void kiln_cpu_wino_conv(const kiln_wino_shape *s, const float *x, const float *w, int flip, const float *bias, int relu,
                         int acc, float *y, void *ws) {
     float *base = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-    epilogue E = {bias, relu, acc};
+    /* streaming stores need whole 32-byte vectors (every 8-channel pixel of an aligned y is one) */
+    epilogue E = {bias, relu, acc, s->stream && !acc && !((uintptr_t)y & 31)};
     if (outputs_first(s)) outputs_first_run(s, x, w, flip, &E, y, base);
     else tiles_first(s, x, w, flip, &E, y, base);
 }

@@ -225,6 +225,8 @@ typedef struct {
     int threads; /* the team its workspace is sized for (0: omp_get_max_threads() now); runs take at most that many */
     const float *scale; /* forward: output channel o's filters times scale[o] as they are read, the product rounded
                            as kiln_cpu_bn_fold's (a batch norm folded in at no pass over w); NULL: none */
+    int stream;         /* y written with streaming stores, past the caches (where y is too large to be read back
+                           from them; not when adding into y) */
 } kiln_wino_shape;
 int kiln_cpu_wino_supported(const kiln_wino_shape *s);
 /* the bytes of ws kiln_cpu_wino_conv needs (the transformed filters and the threads' buffers) */
