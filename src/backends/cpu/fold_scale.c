@@ -60,7 +60,7 @@ static int takes_scales(const kiln_step *c, const kiln_step *f) {
     const kiln_tdesc *w = &c->in[1], *wf = &f->out[0], *src = &f->in[0];
     return (c->run == kiln_cpu_conv_fwd || c->run == kiln_cpu_conv_add_fwd) && c->kobj && !c->w_scale &&
            kiln_dnnl_conv_own_fwd(c->kobj) && w->data == wf->data && w->numel == wf->numel && w->contiguous &&
-           src->contiguous && src->layout == w->layout && src->dtype == KILN_F32 && w->numel >= f->out[1].numel;
+           src->contiguous && src->layout == w->layout && src->dtype == KILN_F32;
 }
 
 kiln_status kiln_cpu_fold_scale_prepare(kiln_prep *p) {
