@@ -109,9 +109,7 @@ static kiln_status check_flags(void) {
     kiln_status st = kiln_cuda_check(cudaMemcpy(&f, G.flags, sizeof f, cudaMemcpyDeviceToHost), "reading the error flags");
     if (st != KILN_OK || (!f.bad_target && !f.nonfinite_norm)) return st;
     cudaMemset(G.flags, 0, sizeof f);
-    if (f.bad_target)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "target %d is %d, outside [0, %d)", f.bad_target - 1, f.target_value, f.classes);
-    return kiln_fail(KILN_ERR_NUMERIC, "clip_grad_norm: the gradient norm is not finite");
+    return kiln_cuda_flag_error(&f);
 }
 
 /* copies go on the compute stream, so they follow the kernels before them */

@@ -173,6 +173,13 @@ static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 /* ---- steps outside the graph ---- */
+kiln_status kiln_cuda_flag_error(const kiln_cuda_flags *f) {
+    if (f->bad_target)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "target %d is %d, outside [0, %d)", f->bad_target - 1, f->target_value, f->classes);
+    if (f->nonfinite_norm) return kiln_fail(KILN_ERR_NUMERIC, "clip_grad_norm: the gradient norm is not finite");
+    return KILN_OK;
+}
+
 static kiln_status sumsq(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
     kiln_cuda_sumsq(ST, s->in[0].numel, F(s->in[0]), s->out[0].data, s->acc[0]);
@@ -206,12 +213,14 @@ static kiln_status adadelta(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
+#ifndef KILN_SIMT /* cuDNN and cuBLASLt need the GPU: the host build (tests/simt/) has kiln's own kernels only */
     [KILN_OP_CONV2D] = {kiln_cuda_conv_fwd, kiln_cuda_conv_prepare, kiln_cuda_conv_release},
     [KILN_OP_CONV2D_BWD_DATA] = {kiln_cuda_conv_bwd_data, kiln_cuda_conv_bwd_prepare},
     [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cuda_conv_bwd_weight, kiln_cuda_conv_bwd_prepare},
     [KILN_OP_LINEAR] = {kiln_cuda_linear_fwd, kiln_cuda_linear_prepare, kiln_cuda_linear_release},
     [KILN_OP_LINEAR_BWD_DATA] = {kiln_cuda_linear_bwd_data, kiln_cuda_linear_prepare, kiln_cuda_linear_release},
     [KILN_OP_LINEAR_BWD_WEIGHT] = {kiln_cuda_linear_bwd_weight, kiln_cuda_linear_prepare, kiln_cuda_linear_release},
+#endif
     [KILN_OP_RELU] = {relu, NULL},
     [KILN_OP_RELU_BWD] = {relu_bwd, NULL},
     [KILN_OP_MAX_POOL2D] = {pool, pool_prepare},

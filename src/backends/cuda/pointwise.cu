@@ -173,20 +173,20 @@ __global__ void k_adadelta(int64_t n, float *p, const float *g, float *sq, float
 
 #define GO(n) blocks_for(n), THREADS, 0, st
 extern "C" {
-void kiln_cuda_relu(kcs st, int64_t n, const float *x, float *y) { k_relu<<<GO(n)>>>(n, x, y); }
+void kiln_cuda_relu(kcs st, int64_t n, const float *x, float *y) { KLAUNCH(k_relu, GO(n))(n, x, y); }
 void kiln_cuda_relu_bwd(kcs st, int64_t n, const float *y, const float *dy, float *dx, int acc) {
-    k_relu_bwd<<<GO(n)>>>(n, y, dy, dx, acc);
+    KLAUNCH(k_relu_bwd, GO(n))(n, y, dy, dx, acc);
 }
 void kiln_cuda_bias_relu(kcs st, int64_t rows, int64_t ch, int64_t inner, const float *b, int relu, float *y) {
     int64_t n = rows * ch * inner;
-    k_bias_relu<<<GO(n)>>>(n, ch, inner, b, relu, y);
+    KLAUNCH(k_bias_relu, GO(n))(n, ch, inner, b, relu, y);
 }
-void kiln_cuda_add(kcs st, int64_t n, const float *a, const float *b, float *y) { k_add<<<GO(n)>>>(n, a, b, y); }
-void kiln_cuda_mul(kcs st, int64_t n, const float *a, const float *b, float *y) { k_mul<<<GO(n)>>>(n, a, b, y); }
+void kiln_cuda_add(kcs st, int64_t n, const float *a, const float *b, float *y) { KLAUNCH(k_add, GO(n))(n, a, b, y); }
+void kiln_cuda_mul(kcs st, int64_t n, const float *a, const float *b, float *y) { KLAUNCH(k_mul, GO(n))(n, a, b, y); }
 void kiln_cuda_mul_bwd(kcs st, int64_t n, const float *dy, const float *o, float *dx, int acc) {
-    k_mul_bwd<<<GO(n)>>>(n, dy, o, dx, acc);
+    KLAUNCH(k_mul_bwd, GO(n))(n, dy, o, dx, acc);
 }
-void kiln_cuda_copy(kcs st, int64_t n, const float *x, float *y, int acc) { k_copy<<<GO(n)>>>(n, x, y, acc); }
+void kiln_cuda_copy(kcs st, int64_t n, const float *x, float *y, int acc) { KLAUNCH(k_copy, GO(n))(n, x, y, acc); }
 void kiln_cuda_copy_strided(kcs st, int ndim, const int64_t *shape, const int64_t *stride, const float *x, float *y, int acc) {
     strided d;
     d.ndim = ndim;
@@ -196,43 +196,43 @@ void kiln_cuda_copy_strided(kcs st, int ndim, const int64_t *shape, const int64_
         d.stride[k] = stride[k];
         n *= shape[k];
     }
-    k_copy_strided<<<GO(n)>>>(n, d, x, y, acc);
+    KLAUNCH(k_copy_strided, GO(n))(n, d, x, y, acc);
 }
 void kiln_cuda_slice_bwd(kcs st, int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, const float *dy,
                          float *dx, int acc) {
     int64_t n = outer * dim * inner;
-    k_slice_bwd<<<GO(n)>>>(n, dim, inner, start, len, dy, dx, acc);
+    KLAUNCH(k_slice_bwd, GO(n))(n, dim, inner, start, len, dy, dx, acc);
 }
-void kiln_cuda_ones(kcs st, const kiln_cuda_rc *rc, float *y) { k_ones<<<1, 1, 0, st>>>(rc, y); }
-void kiln_cuda_fill(kcs st, int64_t n, const float *v, float *y, int acc) { k_fill<<<GO(n)>>>(n, v, y, acc); }
+void kiln_cuda_ones(kcs st, const kiln_cuda_rc *rc, float *y) { KLAUNCH(k_ones, 1, 1, 0, st)(rc, y); }
+void kiln_cuda_fill(kcs st, int64_t n, const float *v, float *y, int acc) { KLAUNCH(k_fill, GO(n))(n, v, y, acc); }
 void kiln_cuda_scale_by_norm(kcs st, int64_t n, const double *sumsq, double max_norm, kiln_cuda_flags *f, float *g) {
-    k_scale_by_norm<<<GO(n)>>>(n, sumsq, max_norm, f, g);
+    KLAUNCH(k_scale_by_norm, GO(n))(n, sumsq, max_norm, f, g);
 }
 void kiln_cuda_dropout(kcs st, int64_t n, float p, uint64_t key, const kiln_cuda_rc *rc, const float *x, float *y, int acc) {
     double t = (double)p * 4294967296.0; // kiln_dropout_threshold
     uint32_t thr = t >= 4294967295.0 ? 0xffffffffu : (uint32_t)t;
-    k_dropout<<<GO(n)>>>(n, p, thr, key, rc, x, y, acc);
+    KLAUNCH(k_dropout, GO(n))(n, p, thr, key, rc, x, y, acc);
 }
 void kiln_cuda_max_pool(kcs st, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride,
                         const float *x, float *y) {
     int64_t n = planes * oh * ow;
-    k_max_pool<<<GO(n)>>>(n, h, w, oh, ow, k, stride, x, y);
+    KLAUNCH(k_max_pool, GO(n))(n, h, w, oh, ow, k, stride, x, y);
 }
 void kiln_cuda_max_pool_bwd(kcs st, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride,
                             int relu_mask, const float *x, const float *dy, float *dx, int acc) {
     int64_t n = planes * h * w;
-    k_max_pool_bwd<<<GO(n)>>>(n, h, w, oh, ow, k, stride, relu_mask, x, dy, dx, acc);
+    KLAUNCH(k_max_pool_bwd, GO(n))(n, h, w, oh, ow, k, stride, relu_mask, x, dy, dx, acc);
 }
 void kiln_cuda_sgd(kcs st, int64_t n, float *p, const float *g, float *mom, const kiln_cuda_rc *rc, float momentum,
                    float dampening, float weight_decay, int nesterov) {
-    k_sgd<<<GO(n)>>>(n, p, g, mom, rc, momentum, dampening, weight_decay, nesterov);
+    KLAUNCH(k_sgd, GO(n))(n, p, g, mom, rc, momentum, dampening, weight_decay, nesterov);
 }
 void kiln_cuda_adamw(kcs st, int64_t n, float *p, const float *g, float *m, float *v, const kiln_cuda_rc *rc, float beta1,
                      float beta2, float eps, float weight_decay) {
-    k_adamw<<<GO(n)>>>(n, p, g, m, v, rc, beta1, beta2, eps, weight_decay);
+    KLAUNCH(k_adamw, GO(n))(n, p, g, m, v, rc, beta1, beta2, eps, weight_decay);
 }
 void kiln_cuda_adadelta(kcs st, int64_t n, float *p, const float *g, float *sq, float *ad, const kiln_cuda_rc *rc,
                         float rho, float eps, float weight_decay) {
-    k_adadelta<<<GO(n)>>>(n, p, g, sq, ad, rc, rho, eps, weight_decay);
+    KLAUNCH(k_adadelta, GO(n))(n, p, g, sq, ad, rc, rho, eps, weight_decay);
 }
 }

@@ -179,43 +179,43 @@ __global__ void k_bn_bwd(int64_t n, int64_t c, int64_t hw, const float *x, const
 }
 
 extern "C" {
-void kiln_cuda_sum(kcs st, int64_t n, const float *x, float *y) { k_sum<<<1, RT, 0, st>>>(n, x, y); }
-void kiln_cuda_sumsq(kcs st, int64_t n, const float *x, double *acc, int add) { k_sumsq<<<1, RT, 0, st>>>(n, x, acc, add); }
+void kiln_cuda_sum(kcs st, int64_t n, const float *x, float *y) { KLAUNCH(k_sum, 1, RT, 0, st)(n, x, y); }
+void kiln_cuda_sumsq(kcs st, int64_t n, const float *x, double *acc, int add) { KLAUNCH(k_sumsq, 1, RT, 0, st)(n, x, acc, add); }
 void kiln_cuda_col_sums(kcs st, int64_t rows, int64_t cols, const float *x, float *y, int acc) {
-    k_col_sums<<<(unsigned)cols, RT, 0, st>>>(rows, cols, x, y, acc);
+    KLAUNCH(k_col_sums, (unsigned)cols, RT, 0, st)(rows, cols, x, y, acc);
 }
-void kiln_cuda_to_double(kcs st, const float *x, double *y) { k_to_double<<<1, 1, 0, st>>>(x, y); }
+void kiln_cuda_to_double(kcs st, const float *x, double *y) { KLAUNCH(k_to_double, 1, 1, 0, st)(x, y); }
 void kiln_cuda_log_softmax(kcs st, int64_t rows, int64_t cols, const float *x, float *y) {
-    k_log_softmax<<<(unsigned)rows, RT, 0, st>>>(cols, x, y);
+    KLAUNCH(k_log_softmax, (unsigned)rows, RT, 0, st)(cols, x, y);
 }
 void kiln_cuda_log_softmax_bwd(kcs st, int64_t rows, int64_t cols, const float *y, const float *dy, float *dx, int acc) {
-    k_log_softmax_bwd<<<(unsigned)rows, RT, 0, st>>>(cols, y, dy, dx, acc);
+    KLAUNCH(k_log_softmax_bwd, (unsigned)rows, RT, 0, st)(cols, y, dy, dx, acc);
 }
 void kiln_cuda_nll(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, kiln_cuda_flags *f, float *loss) {
-    k_nll<<<1, RT, 0, st>>>(rows, cols, x, t, f, loss);
+    KLAUNCH(k_nll, 1, RT, 0, st)(rows, cols, x, t, f, loss);
 }
 void kiln_cuda_nll_bwd(kcs st, int64_t rows, int64_t cols, const int32_t *t, const float *dloss, float *dx, int acc) {
     int64_t n = rows * cols, b = (n + RT - 1) / RT;
-    k_nll_bwd<<<(unsigned)(b > 4096 ? 4096 : b), RT, 0, st>>>(n, rows, cols, t, dloss, dx, acc);
+    KLAUNCH(k_nll_bwd, (unsigned)(b > 4096 ? 4096 : b), RT, 0, st)(n, rows, cols, t, dloss, dx, acc);
 }
 // terms: rows doubles of scratch (the plan's workspace)
 void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, kiln_cuda_flags *f,
                                   double *terms, float *loss) {
-    k_ce_rows<<<(unsigned)rows, RT, 0, st>>>(cols, x, t, f, terms);
-    k_mean<<<1, RT, 0, st>>>(rows, terms, loss);
+    KLAUNCH(k_ce_rows, (unsigned)rows, RT, 0, st)(cols, x, t, f, terms);
+    KLAUNCH(k_mean, 1, RT, 0, st)(rows, terms, loss);
 }
 void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, const float *dloss,
                                  float *dx, int acc) {
-    k_ce_bwd<<<(unsigned)rows, RT, 0, st>>>(rows, cols, x, t, dloss, dx, acc);
+    KLAUNCH(k_ce_bwd, (unsigned)rows, RT, 0, st)(rows, cols, x, t, dloss, dx, acc);
 }
 void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *w, const float *b,
                           float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,
                           float *sinvstd, int64_t *tracked) {
-    k_bn<<<(unsigned)c, RT, 0, st>>>(n, c, hw, x, w, b, rmean, rvar, momentum, eps, training, y, smean, sinvstd, tracked);
+    KLAUNCH(k_bn, (unsigned)c, RT, 0, st)(n, c, hw, x, w, b, rmean, rvar, momentum, eps, training, y, smean, sinvstd, tracked);
 }
 void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *dy, const float *w,
                               const float *mean, const float *invstd, float *dx, float *dw, float *db, int acc_dx,
                               int acc_dw, int acc_db) {
-    k_bn_bwd<<<(unsigned)c, RT, 0, st>>>(n, c, hw, x, dy, w, mean, invstd, dx, dw, db, acc_dx, acc_dw, acc_db);
+    KLAUNCH(k_bn_bwd, (unsigned)c, RT, 0, st)(n, c, hw, x, dy, w, mean, invstd, dx, dw, db, acc_dx, acc_dw, acc_db);
 }
 }

@@ -13,6 +13,15 @@
 
 #include <stdint.h>
 
+/* a launch: KLAUNCH(kernel, grid, block, shared bytes, stream)(arguments).
+ * Built with KILN_SIMT (tests/simt/), the *.cu files are host C++ and every
+ * launch runs on the CPU (internal/simt.h) */
+#if defined(KILN_SIMT) && defined(__cplusplus)
+#include "backends/cuda/internal/simt.h"
+#elif defined(__CUDACC__)
+#define KLAUNCH(k, ...) k<<<__VA_ARGS__>>>
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -36,7 +45,7 @@ typedef struct kiln_cuda_flags {
     int nonfinite_norm;
 } kiln_cuda_flags;
 
-#ifndef __CUDACC__
+#ifndef __cplusplus
 #include "backends/internal/backend.h"
 
 extern const kiln_backend kiln_backend_cuda;
@@ -62,6 +71,8 @@ void kiln_cuda_set_graphs(int on);
 /* the step's cached graph, if any, is dropped (the step list is being freed) */
 void kiln_cuda_release(kiln_step *s);
 kiln_status kiln_cuda_readout(const kiln_step *s, const kiln_run_ctx *rc);
+/* kernels.c: the error a raised flag stands for (KILN_OK: none raised) */
+kiln_status kiln_cuda_flag_error(const kiln_cuda_flags *f);
 
 /* conv.c: cuDNN convolutions, algorithms timed on the real shape at compile */
 kiln_status kiln_cuda_conv_prepare(kiln_step *s, kiln_prep *p);

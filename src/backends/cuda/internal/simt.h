@@ -1,0 +1,59 @@
+/* The CUDA thread model on the host, for tests (tests/simt/): the backend's
+ * own *.cu files compile as plain C++ with this header, and each launch runs
+ * every thread of its grid on the CPU, block after block. Threads of a block
+ * that meet at __syncthreads() run as fibers (one stack each), round by
+ * round, so shared-memory reductions see what they would on a GPU; kernels
+ * without a barrier run their threads as plain calls. __shared__ becomes a
+ * static: one copy, which the block running now owns. What it cannot show:
+ * timing, memory coalescing, races between blocks and warp-level intrinsics
+ * (none are used). Never part of a kiln build that runs. */
+#ifndef KILN_BACKEND_CUDA_SIMT_H
+#define KILN_BACKEND_CUDA_SIMT_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <functional>
+
+#define __global__ static /* internal linkage: the GPU build of the same kernels links beside */
+#define __device__ static
+#define __host__
+#define __shared__ static
+#define __forceinline__ inline
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+extern dim3 kiln_simt_thread, kiln_simt_block, kiln_simt_bdim, kiln_simt_gdim;
+#define threadIdx kiln_simt_thread
+#define blockIdx kiln_simt_block
+#define blockDim kiln_simt_bdim
+#define gridDim kiln_simt_gdim
+
+void __syncthreads(void);
+static inline int atomicCAS(int *p, int cmp, int val) {
+    int old = *p; /* one thread runs at a time */
+    if (old == cmp) *p = val;
+    return old;
+}
+static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
+
+/* runs body once per thread of the grid */
+void kiln_simt_run(dim3 grid, dim3 block, const std::function<void()> &body);
+
+template <class... P> struct kiln_simt_launcher {
+    void (*k)(P...);
+    dim3 grid, block;
+    template <class... A> void operator()(A... a) const {
+        kiln_simt_run(grid, block, [&] { k(a...); });
+    }
+};
+template <class... P>
+kiln_simt_launcher<P...> kiln_simt_launch(void (*k)(P...), dim3 grid, dim3 block, size_t shmem = 0, const void *stream = 0) {
+    (void)shmem, (void)stream;
+    return kiln_simt_launcher<P...>{k, grid, block};
+}
+#define KLAUNCH(k, ...) kiln_simt_launch(k, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,87 @@
+/* "simt": the CUDA backend's kernel table and its own kernels (*.cu built as
+ * host C++, every launch run on the CPU by internal/simt.h), behind the
+ * backend interface like a device: memory apart from the host's (host
+ * memory, but reached only through copy), inputs staged. What cuda.c does on
+ * a GPU (streams, graphs, the device run struct, the error flags) is done
+ * here in host memory. cuDNN and cuBLASLt are not there: their ops have no
+ * kernel. tests/test_ops.c runs its harness over it (test_simt). Built with
+ * -include simt_names.h: every kiln_cuda_ name below is kiln_simt_. */
+#include <string.h>
+#include "backends/cuda/internal/cuda.h"
+
+static kiln_cuda_rc run_values;
+static kiln_cuda_flags flags;
+static int precision;
+
+kiln_cuda_stream_t kiln_cuda_stream(void) { return NULL; }
+kiln_cuda_rc *kiln_cuda_rc_dev(void) { return &run_values; }
+kiln_cuda_flags *kiln_cuda_flags_dev(void) { return &flags; }
+int kiln_cuda_available(char *why, size_t len) {
+    (void)why, (void)len;
+    return 1;
+}
+kiln_status kiln_cuda_check(int err, const char *what) {
+    return err ? kiln_fail(KILN_ERR_BACKEND, "simt: %s failed (%d)", what, err) : KILN_OK;
+}
+kiln_status kiln_cuda_launched(const char *what) {
+    (void)what;
+    return KILN_OK;
+}
+int kiln_cuda_precision(void) { return precision; }
+void kiln_cuda_set_graphs(int on) { (void)on; }
+void kiln_cuda_release(kiln_step *s) { (void)s; }
+
+static kiln_status check_flags(void) {
+    kiln_cuda_flags f = flags;
+    memset(&flags, 0, sizeof flags);
+    return kiln_cuda_flag_error(&f);
+}
+
+kiln_status kiln_cuda_readout(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    *(double *)s->out[0].data = *(const float *)s->in[0].data;
+    return check_flags();
+}
+
+static kiln_status simt_run(const kiln_step *steps, int n, const kiln_run_ctx *rc) {
+    run_values = (kiln_cuda_rc){.lr = rc->lr, .loss_scale = rc->loss_scale, .optim_step = rc->optim_step, .counter = rc->counter};
+    kiln_status st = KILN_OK;
+    for (int i = 0; st == KILN_OK && i < n; i++) st = steps[i].run(&steps[i], rc);
+    return st;
+}
+
+static kiln_status simt_copy(void *dst, const void *src, size_t bytes, int async) {
+    (void)async;
+    memmove(dst, src, bytes);
+    return KILN_OK;
+}
+static int simt_in_place(kiln_dtype dtype) {
+    (void)dtype;
+    return 0;
+}
+static kiln_status simt_stage(void *dst, const void *host, int64_t n, kiln_dtype dtype) {
+    memcpy(dst, host, (size_t)n * kiln_dtype_size(dtype));
+    return KILN_OK;
+}
+static kiln_status simt_sync(void) { return check_flags(); }
+static void simt_prepare_begin(const kiln_compile_opts *o) { precision = o->matmul_precision; }
+
+static const kiln_backend simt = {
+    .name = "simt",
+    .float_dtype = KILN_F32,
+    .host_memory = 0,
+    .kernels = kiln_cuda_kernels,
+    .alloc = kiln_host_alloc,
+    .free = kiln_host_free,
+    .copy = simt_copy,
+    .memory_available = kiln_host_memory,
+    .input_in_place = simt_in_place,
+    .stage_input = simt_stage,
+    .prepare_begin = simt_prepare_begin,
+    .run = simt_run,
+    .sync = simt_sync,
+    .now = kiln_host_now,
+    .step_freed = kiln_cuda_release,
+};
+
+kiln_status kiln_test_simt_register(void) { return kiln_backend_register(&simt); }
