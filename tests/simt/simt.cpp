@@ -1,9 +1,6 @@
 // The host side of src/backends/cuda/internal/simt.h: a launch runs its grid
-// block after block. The first block's threads run as fibers (ucontext), one
-// round per barrier; if none of them met __syncthreads(), the kernel has no
-// barrier and the other blocks' threads run as plain calls (a barrier met
-// there after all is reported and aborts: it would mean threads of one
-// kernel disagree on barriers, which CUDA leaves undefined too).
+// block after block, each block's threads as fibers (ucontext) when they meet
+// at __syncthreads(), as plain calls when they do not (run_block).
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -23,7 +20,7 @@ struct fiber {
 };
 std::vector<fiber> fibers;
 ucontext_t scheduler;
-int current = -1, synced;
+int current = -1;
 const std::function<void()> *body_now;
 
 dim3 unflatten(unsigned i, dim3 d) { return dim3(i % d.x, i / d.x % d.y, i / (d.x * d.y)); }
@@ -46,38 +43,59 @@ void grow(size_t n) {
     }
 }
 
-// every thread of the block as a fiber, round after round until all are done
-void run_fibers(unsigned n) {
+void start(unsigned t) {
+    fiber &f = fibers[t];
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = STACK;
+    f.ctx.uc_link = &scheduler;
+    makecontext(&f.ctx, fiber_main, 0);
+    f.done = 0;
+}
+
+// runs fiber t until its next barrier or its end
+void step(unsigned t) {
+    current = (int)t;
+    kiln_simt_thread = unflatten(t, kiln_simt_bdim);
+    swapcontext(&scheduler, &fibers[t].ctx);
+    current = -1;
+}
+
+// Thread 0 runs as a fiber first. If it ends without a barrier, so must the
+// block's other threads (a barrier only some threads meet is undefined on a
+// GPU too): they run as plain calls. Otherwise every thread is a fiber, and
+// each round runs each to its next barrier.
+void run_block(unsigned n) {
     grow(n);
-    for (unsigned t = 0; t < n; t++) {
-        fiber &f = fibers[t];
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack;
-        f.ctx.uc_stack.ss_size = STACK;
-        f.ctx.uc_link = &scheduler;
-        makecontext(&f.ctx, fiber_main, 0);
-        f.done = 0;
+    start(0);
+    step(0);
+    if (fibers[0].done) {
+        for (unsigned t = 1; t < n; t++) {
+            kiln_simt_thread = unflatten(t, kiln_simt_bdim);
+            (*body_now)();
+        }
+        return;
+    }
+    for (unsigned t = 1; t < n; t++) {
+        start(t);
+        step(t); /* to its first barrier, where thread 0 waits */
     }
     for (int left = 1; left;) {
         left = 0;
-        for (unsigned t = 0; t < n; t++) {
-            if (fibers[t].done) continue;
-            current = (int)t;
-            kiln_simt_thread = unflatten(t, kiln_simt_bdim);
-            swapcontext(&scheduler, &fibers[t].ctx);
-            current = -1;
-            left |= !fibers[t].done;
-        }
+        for (unsigned t = 0; t < n; t++)
+            if (!fibers[t].done) {
+                step(t);
+                left |= !fibers[t].done;
+            }
     }
 }
 } // namespace
 
 void __syncthreads(void) {
     if (current < 0) {
-        fprintf(stderr, "simt: a barrier in a block whose first block met none\n");
+        fprintf(stderr, "simt: a barrier met by a thread after thread 0 of its block met none\n");
         abort();
     }
-    synced = 1;
     swapcontext(&fibers[(size_t)current].ctx, &scheduler);
 }
 
@@ -86,16 +104,8 @@ void kiln_simt_run(dim3 grid, dim3 block, const std::function<void()> &body) {
     kiln_simt_bdim = block;
     body_now = &body;
     unsigned nb = grid.x * grid.y * grid.z, nt = block.x * block.y * block.z;
-    synced = 0;
     for (unsigned b = 0; b < nb; b++) {
         kiln_simt_block = unflatten(b, grid);
-        if (b == 0 || synced) {
-            run_fibers(nt);
-            continue;
-        }
-        for (unsigned t = 0; t < nt; t++) {
-            kiln_simt_thread = unflatten(t, block);
-            body();
-        }
+        run_block(nt);
     }
 }

@@ -78,14 +78,19 @@ static kiln_status nll_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     DONE("nll loss backward");
 }
 static kiln_status cross_entropy(const kiln_step *s, const kiln_run_ctx *rc) {
-    if (s->attr.loss.ignore)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: the cuda backend has no masked cross entropy (ignored -1 targets) yet; "
-                         "--device cpu has one", s->name);
-    kiln_cuda_cross_entropy_rows(ST, RC, F(s->in[0]), I(s->in[1]), kiln_cuda_flags_dev(), rc->workspace, F(s->out[0]));
+    kiln_cuda_cross_entropy_rows(ST, RC, F(s->in[0]), I(s->in[1]), s->attr.loss.ignore, kiln_cuda_flags_dev(), rc->workspace,
+                                 F(s->out[0]));
     DONE("cross entropy");
 }
+/* the count of rows the mean is over, in the workspace */
+static kiln_status rows_of_out_count(kiln_step *s, kiln_prep *p) {
+    kiln_prepare_rows_of_out(s, p);
+    if (p && p->workspace < sizeof(double)) p->workspace = sizeof(double);
+    return KILN_OK;
+}
+/* a -1 target reaching backward is padding: forward refused it otherwise */
 static kiln_status cross_entropy_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_cuda_cross_entropy_bwd(ST, RC, F(s->in[0]), I(s->in[1]), F(s->in[2]), F(s->out[0]), ACC(0));
+    kiln_cuda_cross_entropy_bwd(ST, RC, F(s->in[0]), I(s->in[1]), 1, F(s->in[2]), rc->workspace, F(s->out[0]), ACC(0));
     DONE("cross entropy backward");
 }
 
@@ -172,10 +177,145 @@ static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     DONE("batch norm backward");
 }
 
+/* ---- transformer ops (transformer.cu) ---- */
+#define N s->out[0].numel
+static kiln_status gelu(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    kiln_cuda_gelu(ST, N, s->attr.gelu.tanh_form, F(s->in[0]), F(s->out[0]));
+    DONE("gelu");
+}
+static kiln_status gelu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cuda_gelu_bwd(ST, N, s->attr.gelu.tanh_form, F(s->in[0]), F(s->in[1]), F(s->out[0]), ACC(0));
+    DONE("gelu backward");
+}
+static kiln_status affine(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    kiln_cuda_affine(ST, N, s->attr.affine.scale, s->attr.affine.shift, F(s->in[0]), F(s->out[0]));
+    DONE("affine");
+}
+static kiln_status affine_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cuda_scale(ST, N, s->attr.affine.scale, F(s->in[0]), F(s->out[0]), ACC(0));
+    DONE("affine backward");
+}
+static kiln_status erf_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    kiln_cuda_erf(ST, N, F(s->in[0]), F(s->out[0]));
+    DONE("erf");
+}
+static kiln_status erf_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cuda_erf_bwd(ST, N, F(s->in[0]), F(s->in[1]), F(s->out[0]), ACC(0));
+    DONE("erf backward");
+}
+static kiln_status tanh_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    kiln_cuda_tanh(ST, N, F(s->in[0]), F(s->out[0]));
+    DONE("tanh");
+}
+static kiln_status tanh_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cuda_tanh_bwd(ST, N, F(s->in[0]), F(s->in[1]), F(s->out[0]), ACC(0));
+    DONE("tanh backward");
+}
+static kiln_status add_bcast(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    kiln_cuda_add_bcast(ST, N, s->in[1].numel, F(s->in[0]), F(s->in[1]), F(s->out[0]));
+    DONE("broadcast add");
+}
+/* db = dy summed over the broadcast dims: column sums */
+static kiln_status add_bcast_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    int64_t inner = s->out[0].numel;
+    kiln_cuda_col_sums(ST, s->in[0].numel / inner, inner, F(s->in[0]), F(s->out[0]), ACC(0));
+    DONE("broadcast add backward");
+}
+static kiln_status mse(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    kiln_cuda_mse(ST, s->in[0].numel, F(s->in[0]), F(s->in[1]), F(s->out[0]));
+    DONE("mse loss");
+}
+static kiln_status mse_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cuda_mse_bwd(ST, N, F(s->in[0]), F(s->in[1]), F(s->in[2]), s->epilogue == KILN_EPI_RELU_BWD_MASK, F(s->out[0]), ACC(0));
+    DONE("mse loss backward");
+}
+static kiln_status softmax(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    kiln_cuda_softmax(ST, RC, F(s->in[0]), F(s->out[0]));
+    DONE("softmax");
+}
+static kiln_status softmax_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cuda_softmax_bwd(ST, RC, F(s->in[0]), F(s->in[1]), F(s->out[0]), ACC(0));
+    DONE("softmax backward");
+}
+static kiln_status layer_norm(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    kiln_cuda_layer_norm(ST, RC, F(s->in[0]), F(s->in[1]), F(s->in[2]), (float)s->attr.ln.eps, F(s->out[0]), F(s->out[1]),
+                         F(s->out[2]));
+    DONE("layer norm");
+}
+static kiln_status layer_norm_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cuda_layer_norm_bwd(ST, RC, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]), F(s->out[0]),
+                             F(s->out[1]), F(s->out[2]), ACC(0), ACC(1), ACC(2));
+    DONE("layer norm backward");
+}
+#define IDF(t) ((t).dtype == KILN_F32 ? (const float *)(t).data : NULL)
+static kiln_status embedding(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    const kiln_tdesc *idx = &s->in[0], *w = &s->in[1];
+    kiln_cuda_embedding(ST, idx->numel, w->shape[1], w->shape[0], IDF(*idx), IDF(*idx) ? NULL : I(*idx), F(*w), F(s->out[0]),
+                        s->name, kiln_cuda_flags_dev());
+    DONE("embedding");
+}
+static kiln_status embedding_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_tdesc *idx = &s->in[0], *dw = &s->out[0];
+    kiln_cuda_embedding_bwd(ST, idx->numel, dw->shape[1], dw->shape[0], IDF(*idx), IDF(*idx) ? NULL : I(*idx), F(s->in[1]),
+                            F(*dw), ACC(0));
+    DONE("embedding backward");
+}
+/* a query row per thread holds its head's row of the output: heads up to kiln_cuda_attention_max_head() */
+static kiln_status attention_prepare(kiln_step *s, kiln_prep *p) {
+    kiln_prepare_attention(s, p);
+    const kiln_attn_shape *z = &s->sz.attn.shape;
+    if (z->c / z->heads > kiln_cuda_attention_max_head())
+        return kiln_fail(KILN_ERR_BACKEND, "%s: the cuda backend has no causal_attention kernel for heads of %lld (at most %d)",
+                         s->name, (long long)(z->c / z->heads), kiln_cuda_attention_max_head());
+    size_t need = (size_t)(z->b * z->heads * z->t) * sizeof(float); /* backward's D_i */
+    if (p && need > p->workspace) p->workspace = need;
+    return KILN_OK;
+}
+static void attn_strides(const kiln_attn_shape *z, int64_t st[8]) {
+    for (int i = 0; i < 2; i++) {
+        st[i] = z->q_stride[i];
+        st[2 + i] = z->k_stride[i];
+        st[4 + i] = z->v_stride[i];
+        st[6 + i] = z->d_stride[i];
+    }
+}
+static kiln_status attention(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    const kiln_attn_shape *z = &s->sz.attn.shape;
+    int64_t st[8];
+    attn_strides(z, st);
+    kiln_cuda_attention(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
+    DONE("causal attention");
+}
+static kiln_status attention_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    const kiln_attn_shape *z = &s->sz.attn.shape;
+    int64_t st[8];
+    attn_strides(z, st);
+    void *d[3];
+    int acc[3];
+    kiln_attention_grads(s, rc, d, acc);
+    kiln_cuda_attention_bwd(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]),
+                            F(s->in[5]), rc->workspace, d[0], d[1], d[2], acc[0], acc[1], acc[2]);
+    DONE("causal attention backward");
+}
+#undef N
+
 /* ---- steps outside the graph ---- */
 kiln_status kiln_cuda_flag_error(const kiln_cuda_flags *f) {
     if (f->bad_target)
         return kiln_fail(KILN_ERR_INVALID_ARG, "target %d is %d, outside [0, %d)", f->bad_target - 1, f->target_value, f->classes);
+    if (f->bad_token)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: token id %.9g at position %d is outside [0, %d)", f->node ? f->node : "embedding",
+                         f->token_value, f->bad_token - 1, f->vocab);
     if (f->nonfinite_norm) return kiln_fail(KILN_ERR_NUMERIC, "clip_grad_norm: the gradient norm is not finite");
     return KILN_OK;
 }
@@ -220,6 +360,9 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_LINEAR] = {kiln_cuda_linear_fwd, kiln_cuda_linear_prepare, kiln_cuda_linear_release},
     [KILN_OP_LINEAR_BWD_DATA] = {kiln_cuda_linear_bwd_data, kiln_cuda_linear_prepare, kiln_cuda_linear_release},
     [KILN_OP_LINEAR_BWD_WEIGHT] = {kiln_cuda_linear_bwd_weight, kiln_cuda_linear_prepare, kiln_cuda_linear_release},
+    [KILN_OP_MATMUL] = {kiln_cuda_linear_fwd, kiln_cuda_matmul_prepare, kiln_cuda_linear_release},
+    [KILN_OP_MATMUL_BWD_DATA] = {kiln_cuda_linear_bwd_data, kiln_cuda_matmul_prepare, kiln_cuda_linear_release},
+    [KILN_OP_MATMUL_BWD_WEIGHT] = {kiln_cuda_matmul_bwd_weight, kiln_cuda_matmul_prepare, kiln_cuda_linear_release},
 #endif
     [KILN_OP_RELU] = {relu, NULL},
     [KILN_OP_RELU_BWD] = {relu_bwd, NULL},
@@ -232,7 +375,7 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_NLL_LOSS] = {nll, rows_of_in},
     [KILN_OP_NLL_LOSS_BWD] = {nll_bwd, kiln_prepare_rows_of_out},
     [KILN_OP_CROSS_ENTROPY] = {cross_entropy, rows_of_in},
-    [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, kiln_prepare_rows_of_out},
+    [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, rows_of_out_count},
     [KILN_OP_ADD] = {add, NULL},
     [KILN_OP_MUL] = {mul, NULL},
     [KILN_OP_MUL_BWD] = {mul_bwd, NULL},
@@ -244,6 +387,26 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL},
     [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare},
     [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare},
+    [KILN_OP_GELU] = {gelu, NULL},
+    [KILN_OP_GELU_BWD] = {gelu_bwd, NULL},
+    [KILN_OP_AFFINE] = {affine, NULL},
+    [KILN_OP_AFFINE_BWD] = {affine_bwd, NULL},
+    [KILN_OP_ERF] = {erf_fwd, NULL},
+    [KILN_OP_ERF_BWD] = {erf_bwd, NULL},
+    [KILN_OP_TANH] = {tanh_fwd, NULL},
+    [KILN_OP_TANH_BWD] = {tanh_bwd, NULL},
+    [KILN_OP_ADD_BCAST] = {add_bcast, NULL},
+    [KILN_OP_ADD_BCAST_BWD] = {add_bcast_bwd, NULL},
+    [KILN_OP_MSE_LOSS] = {mse, NULL},
+    [KILN_OP_MSE_LOSS_BWD] = {mse_bwd, NULL},
+    [KILN_OP_SOFTMAX] = {softmax, kiln_prepare_rows_of_out},
+    [KILN_OP_SOFTMAX_BWD] = {softmax_bwd, kiln_prepare_rows_of_out},
+    [KILN_OP_LAYER_NORM] = {layer_norm, kiln_prepare_rows_of_in},
+    [KILN_OP_LAYER_NORM_BWD] = {layer_norm_bwd, kiln_prepare_rows_of_in},
+    [KILN_OP_EMBEDDING] = {embedding, NULL},
+    [KILN_OP_EMBEDDING_BWD] = {embedding_bwd, NULL},
+    [KILN_OP_CAUSAL_ATTENTION] = {attention, attention_prepare},
+    [KILN_OP_CAUSAL_ATTENTION_BWD] = {attention_bwd, attention_prepare},
     [KILN_OP_READOUT] = {kiln_cuda_readout, NULL},
     [KILN_OP_SUMSQ] = {sumsq, NULL},
     [KILN_OP_CLIP_SCALE] = {clip_scale, NULL},

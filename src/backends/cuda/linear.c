@@ -143,3 +143,51 @@ kiln_status kiln_cuda_linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *
         kiln_cuda_col_sums(kiln_cuda_stream(), rows, out, s->in[1].data, s->out[1].data, kiln_step_acc(s, rc, 1));
     return st;
 }
+
+/* matmul: x[..., K] @ w[K, N] (+ b), w row-major or a transposed view (the tied
+ * output embedding, wte^T: strides (1, K)); the same column-major reading as
+ * linear's, with w's transposition chosen by its strides */
+static int w_transposed(const kiln_tdesc *w) { return w->stride[1] != 1; }
+
+kiln_status kiln_cuda_matmul_prepare(kiln_step *s, kiln_prep *p) {
+    const kiln_tdesc *a = &s->in[0], *w = s->op == KILN_OP_MATMUL_BWD_WEIGHT ? &s->out[0] : &s->in[1];
+    int64_t K = w->shape[0], N = w->shape[1];
+    int64_t rows = a->numel / a->shape[a->ndim - 1];
+    int contiguous = w->stride[1] == 1 && w->stride[0] == N, transposed = w->stride[0] == 1 && w->stride[1] == K;
+    if (!contiguous && !transposed)
+        return kiln_fail(KILN_ERR_BACKEND, "%s: the cuda backend has no matmul kernel for a weight of strides (%lld, %lld)",
+                         s->name, (long long)w->stride[0], (long long)w->stride[1]);
+    matmul *m = calloc(1, sizeof *m);
+    if (!m) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status st;
+    if (s->op == KILN_OP_MATMUL) {
+        int relu = s->epilogue == KILN_EPI_RELU, bias = s->nin > 2;
+        cublasLtEpilogue_t e = bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                    : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+        st = mm_make(m, w_transposed(w), 0, N, rows, K, e, bias ? s->in[2].data : NULL, &p->workspace);
+    } else if (s->op == KILN_OP_MATMUL_BWD_DATA) {
+        st = mm_make(m, !w_transposed(w), 0, K, rows, N, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
+    } else if (!transposed) { /* column-major dw^T [N, K] = dy^T [N, rows] x [rows, K] */
+        st = mm_make(m, 0, 1, N, K, rows, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
+    } else { /* dw stored as [N, K]: column-major dw [K, N] = x^T [K, rows] dy [rows, N] */
+        st = mm_make(m, 0, 1, K, N, rows, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
+    }
+    if (st != KILN_OK) {
+        mm_free(m);
+        free(m);
+        return st;
+    }
+    s->kobj = m;
+    s->owns_kobj = 1;
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_matmul_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
+    int tr = w_transposed(&s->out[0]);
+    kiln_status st = mm_run(s->kobj, s->in[tr ? 0 : 1].data, s->in[tr ? 1 : 0].data, s->out[0].data, kiln_step_acc(s, rc, 0),
+                            rc->workspace);
+    int64_t N = s->out[0].shape[1], rows = s->in[1].numel / N;
+    if (st == KILN_OK && s->nout > 1 && s->out[1].data)
+        kiln_cuda_col_sums(kiln_cuda_stream(), rows, N, s->in[1].data, s->out[1].data, kiln_step_acc(s, rc, 1));
+    return st;
+}

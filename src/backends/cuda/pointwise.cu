@@ -4,17 +4,7 @@
 // a reference twin in src/kernels/ref/ and is checked against it by the op
 // harness (tests/test_ops.c). Grid-stride loops: any size, one launch.
 #include "backends/cuda/internal/cuda.h"
-
-#define THREADS 256
-
-static unsigned blocks_for(int64_t n) {
-    int64_t b = (n + THREADS - 1) / THREADS;
-    if (b > 65535LL * 8) b = 65535LL * 8;
-    return (unsigned)(b < 1 ? 1 : b);
-}
-
-#define FOR_N for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-#define PUT(dst, v) ((dst) = acc ? (dst) + (v) : (v))
+#include "backends/cuda/internal/block.h"
 
 __global__ void k_relu(int64_t n, const float *x, float *y) { FOR_N y[i] = x[i] > 0.f ? x[i] : 0.f; }
 __global__ void k_relu_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc) {
@@ -171,7 +161,6 @@ __global__ void k_adadelta(int64_t n, float *p, const float *g, float *sq, float
     }
 }
 
-#define GO(n) blocks_for(n), THREADS, 0, st
 extern "C" {
 void kiln_cuda_relu(kcs st, int64_t n, const float *x, float *y) { KLAUNCH(k_relu, GO(n))(n, x, y); }
 void kiln_cuda_relu_bwd(kcs st, int64_t n, const float *y, const float *dy, float *dx, int acc) {

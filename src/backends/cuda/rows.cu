@@ -3,21 +3,7 @@
 // log-softmax and the losses (mean over rows, as PyTorch), and batch norm
 // (per-channel statistics in double). Reference twins in src/kernels/ref/.
 #include "backends/cuda/internal/cuda.h"
-
-#define RT 256
-
-// the sum over a block of per-thread doubles, in a fixed tree order; every thread gets it
-__device__ double block_sum(double v) {
-    __shared__ double sh[RT];
-    __syncthreads();
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = RT / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    return sh[0];
-}
+#include "backends/cuda/internal/block.h"
 
 __global__ void k_sum(int64_t n, const float *x, float *y) {
     double s = 0;
@@ -42,17 +28,6 @@ __global__ void k_col_sums(int64_t rows, int64_t cols, const float *x, float *y,
 __global__ void k_to_double(const float *x, double *y) { y[0] = x[0]; }
 
 // ---- row-wise: one block per row ----
-__device__ float block_max(float v) {
-    __shared__ float sh[RT];
-    __syncthreads();
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = RT / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
-        __syncthreads();
-    }
-    return sh[0];
-}
 // log-sum-exp of a row, in double after the max (as the reference)
 __device__ double row_lse(int64_t cols, const float *x) {
     float m = -INFINITY;
@@ -103,24 +78,41 @@ __global__ void k_nll_bwd(int64_t n, int64_t rows, int64_t cols, const int32_t *
         dx[i] = acc ? dx[i] + v : v;
     }
 }
-// per-row terms lse - x[t], then their mean in one fixed-order block
-__global__ void k_ce_rows(int64_t cols, const float *x, const int32_t *t, kiln_cuda_flags *f, double *terms) {
+// per-row terms lse - x[t], then their mean in one fixed-order block. With
+// ignore, a target of -1 is padding: its term is 0 and it leaves the mean
+// (0 when every row is padding)
+__global__ void k_ce_rows(int64_t cols, const float *x, const int32_t *t, int ignore, kiln_cuda_flags *f, double *terms) {
     const float *xr = x + blockIdx.x * cols;
     double lse = row_lse(cols, xr);
-    if (threadIdx.x == 0) terms[blockIdx.x] = lse - xr[checked_target(t, blockIdx.x, cols, f)];
+    if (threadIdx.x != 0) return;
+    terms[blockIdx.x] = ignore && t[blockIdx.x] == -1 ? 0.0 : lse - xr[checked_target(t, blockIdx.x, cols, f)];
 }
-__global__ void k_mean(int64_t rows, const double *terms, float *loss) {
+// rows counted: every row, or with ignore those whose target is not -1
+__device__ double counted(int64_t rows, const int32_t *t, int ignore) {
+    if (!ignore) return (double)rows;
+    double c = 0;
+    for (int64_t r = threadIdx.x; r < rows; r += RT) c += t[r] != -1;
+    return block_sum(c);
+}
+__global__ void k_mean(int64_t rows, const double *terms, const int32_t *t, int ignore, float *loss) {
     double s = 0;
     for (int64_t r = threadIdx.x; r < rows; r += RT) s += terms[r];
     s = block_sum(s);
-    if (threadIdx.x == 0) loss[0] = (float)(s / (double)rows);
+    double c = counted(rows, t, ignore);
+    if (threadIdx.x == 0) loss[0] = c > 0 ? (float)(s / c) : 0.f;
 }
-__global__ void k_ce_bwd(int64_t rows, int64_t cols, const float *x, const int32_t *t, const float *dloss, float *dx, int acc) {
+__global__ void k_count(int64_t rows, const int32_t *t, int ignore, double *c) {
+    double v = counted(rows, t, ignore);
+    if (threadIdx.x == 0) c[0] = v;
+}
+__global__ void k_ce_bwd(int64_t cols, const float *x, const int32_t *t, int ignore, const float *dloss, const double *count,
+                         float *dx, int acc) {
     int64_t o = blockIdx.x * cols;
-    double g = (double)dloss[0] / (double)rows, lse = row_lse(cols, x + o);
+    int pad = ignore && t[blockIdx.x] == -1;
+    double g = count[0] > 0 ? (double)dloss[0] / count[0] : 0.0, lse = pad ? 0.0 : row_lse(cols, x + o);
     int32_t tr = t[blockIdx.x] >= 0 && t[blockIdx.x] < cols ? t[blockIdx.x] : 0;
     for (int64_t j = threadIdx.x; j < cols; j += RT) {
-        float v = (float)(g * (exp((double)x[o + j] - lse) - (j == tr ? 1.0 : 0.0)));
+        float v = pad ? 0.f : (float)(g * (exp((double)x[o + j] - lse) - (j == tr ? 1.0 : 0.0)));
         dx[o + j] = acc ? dx[o + j] + v : v;
     }
 }
@@ -199,14 +191,15 @@ void kiln_cuda_nll_bwd(kcs st, int64_t rows, int64_t cols, const int32_t *t, con
     KLAUNCH(k_nll_bwd, (unsigned)(b > 4096 ? 4096 : b), RT, 0, st)(n, rows, cols, t, dloss, dx, acc);
 }
 // terms: rows doubles of scratch (the plan's workspace)
-void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, kiln_cuda_flags *f,
-                                  double *terms, float *loss) {
-    KLAUNCH(k_ce_rows, (unsigned)rows, RT, 0, st)(cols, x, t, f, terms);
-    KLAUNCH(k_mean, 1, RT, 0, st)(rows, terms, loss);
+void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
+                                  kiln_cuda_flags *f, double *terms, float *loss) {
+    KLAUNCH(k_ce_rows, (unsigned)rows, RT, 0, st)(cols, x, t, ignore, f, terms);
+    KLAUNCH(k_mean, 1, RT, 0, st)(rows, terms, t, ignore, loss);
 }
-void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, const float *dloss,
-                                 float *dx, int acc) {
-    KLAUNCH(k_ce_bwd, (unsigned)rows, RT, 0, st)(rows, cols, x, t, dloss, dx, acc);
+void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
+                                 const float *dloss, double *count, float *dx, int acc) {
+    KLAUNCH(k_count, 1, RT, 0, st)(rows, t, ignore, count);
+    KLAUNCH(k_ce_bwd, (unsigned)rows, RT, 0, st)(cols, x, t, ignore, dloss, count, dx, acc);
 }
 void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *w, const float *b,
                           float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,

@@ -43,6 +43,10 @@ typedef struct kiln_cuda_flags {
     int target_value;
     int classes;          /* of the bad target's loss */
     int nonfinite_norm;
+    int bad_token;        /* 1 + the position of the first token id outside the vocabulary, 0: none */
+    int vocab;
+    double token_value;
+    const char *node;     /* the embedding's name (host memory; the kernel only stores the pointer) */
 } kiln_cuda_flags;
 
 #ifndef __cplusplus
@@ -90,6 +94,9 @@ void kiln_cuda_linear_release(kiln_step *s);
 kiln_status kiln_cuda_linear_fwd(const kiln_step *s, const kiln_run_ctx *rc);
 kiln_status kiln_cuda_linear_bwd_data(const kiln_step *s, const kiln_run_ctx *rc);
 kiln_status kiln_cuda_linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc);
+/* matmul (x @ w): forward and backward-data run as linear's; its own prepare and backward-weight */
+kiln_status kiln_cuda_matmul_prepare(kiln_step *s, kiln_prep *p);
+kiln_status kiln_cuda_matmul_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc);
 #endif
 
 /* ---- launchers (pointwise.cu, rows.cu, norm.cu, optim.cu) ---- */
@@ -120,10 +127,12 @@ void kiln_cuda_log_softmax(kcs st, int64_t rows, int64_t cols, const float *x, f
 void kiln_cuda_log_softmax_bwd(kcs st, int64_t rows, int64_t cols, const float *y, const float *dy, float *dx, int acc);
 void kiln_cuda_nll(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, kiln_cuda_flags *f, float *loss);
 void kiln_cuda_nll_bwd(kcs st, int64_t rows, int64_t cols, const int32_t *t, const float *dloss, float *dx, int acc);
-void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, kiln_cuda_flags *f,
-                                  double *terms, float *loss);
-void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, const float *dloss,
-                                 float *dx, int acc);
+/* ignore: targets of -1 are padding (left out of the mean and the gradient); terms: rows doubles of
+ * scratch, count: one */
+void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
+                                  kiln_cuda_flags *f, double *terms, float *loss);
+void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
+                                 const float *dloss, double *count, float *dx, int acc);
 void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *w, const float *b,
                           float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,
                           float *sinvstd, int64_t *tracked);
@@ -134,6 +143,37 @@ void kiln_cuda_sgd(kcs st, int64_t n, float *p, const float *g, float *mom, cons
                    float dampening, float weight_decay, int nesterov);
 void kiln_cuda_adamw(kcs st, int64_t n, float *p, const float *g, float *m, float *v, const kiln_cuda_rc *rc, float beta1,
                      float beta2, float eps, float weight_decay);
+/* transformer.cu */
+int kiln_cuda_attention_max_head(void);
+void kiln_cuda_gelu(kcs st, int64_t n, int tanh_form, const float *x, float *y);
+void kiln_cuda_gelu_bwd(kcs st, int64_t n, int tanh_form, const float *x, const float *dy, float *dx, int acc);
+void kiln_cuda_affine(kcs st, int64_t n, float scale, float shift, const float *x, float *y);
+void kiln_cuda_scale(kcs st, int64_t n, float scale, const float *dy, float *dx, int acc);
+void kiln_cuda_erf(kcs st, int64_t n, const float *x, float *y);
+void kiln_cuda_erf_bwd(kcs st, int64_t n, const float *x, const float *dy, float *dx, int acc);
+void kiln_cuda_tanh(kcs st, int64_t n, const float *x, float *y);
+void kiln_cuda_tanh_bwd(kcs st, int64_t n, const float *y, const float *dy, float *dx, int acc);
+void kiln_cuda_add_bcast(kcs st, int64_t n, int64_t inner, const float *a, const float *b, float *y);
+void kiln_cuda_mse(kcs st, int64_t n, const float *x, const float *t, float *loss);
+void kiln_cuda_mse_bwd(kcs st, int64_t n, const float *x, const float *t, const float *dloss, int relu_mask, float *dx, int acc);
+void kiln_cuda_softmax(kcs st, int64_t rows, int64_t cols, const float *x, float *y);
+void kiln_cuda_softmax_bwd(kcs st, int64_t rows, int64_t cols, const float *y, const float *dy, float *dx, int acc);
+void kiln_cuda_layer_norm(kcs st, int64_t rows, int64_t C, const float *x, const float *w, const float *b, float eps, float *y,
+                          float *mean, float *rstd);
+void kiln_cuda_layer_norm_bwd(kcs st, int64_t rows, int64_t C, const float *x, const float *dy, const float *w,
+                              const float *mean, const float *rstd, float *dx, float *dw, float *db, int acc_dx, int acc_dw,
+                              int acc_db);
+/* idf or idi: the ids as f32 or i32; a bad id is recorded in f (with node) and reads row 0 */
+void kiln_cuda_embedding(kcs st, int64_t n, int64_t C, int64_t V, const float *idf, const int32_t *idi, const float *w, float *y,
+                         const char *node, kiln_cuda_flags *f);
+void kiln_cuda_embedding_bwd(kcs st, int64_t n, int64_t C, int64_t V, const float *idf, const int32_t *idi, const float *dy,
+                             float *dw, int acc);
+/* strides: q's, k's, v's and the gradients' batch and row strides (8); D: b*heads*t floats of scratch */
+void kiln_cuda_attention(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
+                         const float *k, const float *v, float *y, float *lse);
+void kiln_cuda_attention_bwd(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
+                             const float *k, const float *v, const float *y, const float *lse, const float *dy, float *D,
+                             float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
 void kiln_cuda_adadelta(kcs st, int64_t n, float *p, const float *g, float *sq, float *acc_delta, const kiln_cuda_rc *rc,
                         float rho, float eps, float weight_decay);
 

@@ -1,0 +1,326 @@
+// kiln's own CUDA kernels for the transformer ops: embedding (backward
+// gathered per vocabulary row, tokens in order: deterministic, no atomics),
+// layer norm and softmax (a block per row, statistics in double), GELU in
+// both forms, affine / erf / tanh, the broadcast add, MSE, and causal
+// attention that never holds the T x T scores: a thread per query row keeps
+// the running max and sum (FlashAttention's online softmax) and saves the
+// row's log-sum-exp; backward recomputes each score from q, k and that
+// log-sum-exp, dq a query row per thread, dk and dv a key row per thread.
+// Reference twins in src/kernels/ref/; checked by the op harness on the host
+// (test_simt) and on a GPU (test_ops).
+#include "backends/cuda/internal/cuda.h"
+#include "backends/cuda/internal/block.h"
+
+#define MAX_HEAD 256 // attention's head size: its rows live in each thread's registers (local memory)
+
+// ---- pointwise ----
+__device__ float gelu_f(float x, int tanh_form) {
+    if (tanh_form) return 0.5f * x * (1.f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.f + erff(x * 0.70710678118f));
+}
+__device__ float gelu_grad(float x, int tanh_form) {
+    if (tanh_form) {
+        float t = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));
+        return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * 0.7978845608f * (1.f + 3.f * 0.044715f * x * x);
+    }
+    return 0.5f * (1.f + erff(x * 0.70710678118f)) + x * 0.3989422804f * expf(-0.5f * x * x);
+}
+__global__ void k_gelu(int64_t n, int tf, const float *x, float *y) { FOR_N y[i] = gelu_f(x[i], tf); }
+__global__ void k_gelu_bwd(int64_t n, int tf, const float *x, const float *dy, float *dx, int acc) {
+    FOR_N PUT(dx[i], dy[i] * gelu_grad(x[i], tf));
+}
+__global__ void k_affine(int64_t n, float s, float b, const float *x, float *y) { FOR_N y[i] = fmaf(x[i], s, b); }
+__global__ void k_scale(int64_t n, float s, const float *dy, float *dx, int acc) { FOR_N PUT(dx[i], s * dy[i]); }
+__global__ void k_erf(int64_t n, const float *x, float *y) { FOR_N y[i] = erff(x[i]); }
+__global__ void k_erf_bwd(int64_t n, const float *x, const float *dy, float *dx, int acc) {
+    FOR_N PUT(dx[i], dy[i] * (1.1283791671f * expf(-x[i] * x[i])));
+}
+__global__ void k_tanh(int64_t n, const float *x, float *y) { FOR_N y[i] = tanhf(x[i]); }
+__global__ void k_tanh_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc) {
+    FOR_N PUT(dx[i], dy[i] * (1.f - y[i] * y[i]));
+}
+__global__ void k_add_bcast(int64_t n, int64_t inner, const float *a, const float *b, float *y) { FOR_N y[i] = a[i] + b[i % inner]; }
+
+// ---- mse: one block sums, in double ----
+__global__ void k_mse(int64_t n, const float *x, const float *t, float *loss) {
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < n; i += RT) {
+        double d = (double)x[i] - t[i];
+        s += d * d;
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) loss[0] = (float)(s / (double)n);
+}
+__global__ void k_mse_bwd(int64_t n, const float *x, const float *t, const float *dloss, int relu_mask, float *dx, int acc) {
+    float g = (float)(2.0 * dloss[0] / (double)n);
+    FOR_N PUT(dx[i], relu_mask && !(x[i] > 0.f) ? 0.f : (x[i] - t[i]) * g);
+}
+
+// ---- row-wise: a block per row ----
+__global__ void k_softmax(int64_t cols, const float *x, float *y) {
+    const float *xr = x + blockIdx.x * cols;
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < cols; j += RT) m = fmaxf(m, xr[j]);
+    m = block_max(m);
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += RT) s += exp((double)xr[j] - m);
+    s = block_sum(s);
+    for (int64_t j = threadIdx.x; j < cols; j += RT) y[blockIdx.x * cols + j] = (float)(exp((double)xr[j] - m) / s);
+}
+__global__ void k_softmax_bwd(int64_t cols, const float *y, const float *dy, float *dx, int acc) {
+    int64_t o = blockIdx.x * cols;
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += RT) s += (double)dy[o + j] * y[o + j];
+    s = block_sum(s);
+    for (int64_t j = threadIdx.x; j < cols; j += RT) PUT(dx[o + j], (float)(y[o + j] * (dy[o + j] - s)));
+}
+__global__ void k_layer_norm(int64_t C, const float *x, const float *w, const float *b, float eps, float *y, float *mean,
+                             float *rstd) {
+    int64_t o = blockIdx.x * C;
+    double s = 0, q = 0;
+    for (int64_t c = threadIdx.x; c < C; c += RT) s += x[o + c];
+    double m = block_sum(s) / (double)C;
+    for (int64_t c = threadIdx.x; c < C; c += RT) q += (x[o + c] - m) * (x[o + c] - m);
+    double rs = 1.0 / sqrt(block_sum(q) / (double)C + eps);
+    for (int64_t c = threadIdx.x; c < C; c += RT) y[o + c] = (float)((x[o + c] - m) * rs * w[c] + b[c]);
+    if (threadIdx.x == 0) {
+        mean[blockIdx.x] = (float)m;
+        rstd[blockIdx.x] = (float)rs;
+    }
+}
+// dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w
+__global__ void k_layer_norm_dx(int64_t C, const float *x, const float *dy, const float *w, const float *mean, const float *rstd,
+                                float *dx, int acc) {
+    int64_t r = blockIdx.x, o = r * C;
+    double m = mean[r], rs = rstd[r], sg = 0, sgx = 0;
+    for (int64_t c = threadIdx.x; c < C; c += RT) {
+        double g = (double)dy[o + c] * w[c];
+        sg += g;
+        sgx += g * (x[o + c] - m) * rs;
+    }
+    sg = block_sum(sg) / (double)C;
+    sgx = block_sum(sgx) / (double)C;
+    for (int64_t c = threadIdx.x; c < C; c += RT) {
+        double xh = (x[o + c] - m) * rs;
+        PUT(dx[o + c], (float)(rs * ((double)dy[o + c] * w[c] - sg - xh * sgx)));
+    }
+}
+// dw = sum over rows of dy xhat, db = sum of dy: a block per column
+__global__ void k_layer_norm_dwb(int64_t rows, int64_t C, const float *x, const float *dy, const float *mean,
+                                 const float *rstd, float *dw, float *db, int acc_w, int acc_b) {
+    int64_t c = blockIdx.x;
+    double sw = 0, sb = 0;
+    for (int64_t r = threadIdx.x; r < rows; r += RT) {
+        double g = dy[r * C + c];
+        sw += g * ((x[r * C + c] - (double)mean[r]) * rstd[r]);
+        sb += g;
+    }
+    sw = block_sum(sw);
+    sb = block_sum(sb);
+    if (threadIdx.x == 0 && dw) dw[c] = acc_w ? dw[c] + (float)sw : (float)sw;
+    if (threadIdx.x == 0 && db) db[c] = acc_b ? db[c] + (float)sb : (float)sb;
+}
+
+// ---- embedding ----
+__device__ int64_t token(const float *idf, const int32_t *idi, int64_t i) { return idf ? (int64_t)idf[i] : (int64_t)idi[i]; }
+__device__ int bad_token(const float *idf, const int32_t *idi, int64_t i, int64_t V) {
+    if (idf) return !(idf[i] >= 0.f && idf[i] < (float)V && idf[i] == floorf(idf[i]));
+    return idi[i] < 0 || idi[i] >= V;
+}
+// one block: the first id outside [0, V) (or no integer) is recorded with the node's name
+__global__ void k_embedding_check(int64_t n, int64_t V, const float *idf, const int32_t *idi, const char *node,
+                                  kiln_cuda_flags *f) {
+    float first = (float)n; // positions below 2^24 are exact in float
+    for (int64_t i = threadIdx.x; i < n; i += RT)
+        if (bad_token(idf, idi, i, V)) {
+            first = fminf(first, (float)i);
+            break;
+        }
+    first = -block_max(-first);
+    if (threadIdx.x == 0 && first < (float)n && f->bad_token == 0) {
+        int64_t i = (int64_t)first;
+        f->bad_token = (int)i + 1;
+        f->token_value = idf ? (double)idf[i] : (double)idi[i];
+        f->vocab = (int)V;
+        f->node = node;
+    }
+}
+// a bad id reads row 0 (the step fails at the read-out)
+__global__ void k_embedding(int64_t n, int64_t C, int64_t V, const float *idf, const int32_t *idi, const float *w, float *y) {
+    FOR_N {
+        int64_t t = i / C;
+        int64_t id = bad_token(idf, idi, t, V) ? 0 : token(idf, idi, t);
+        y[i] = w[id * C + i % C];
+    }
+}
+// a block per vocabulary row, its threads over the columns, every token in order
+__global__ void k_embedding_bwd(int64_t n, int64_t C, int64_t V, const float *idf, const int32_t *idi, const float *dy,
+                                float *dw, int acc) {
+    int64_t v = blockIdx.x;
+    for (int64_t c = threadIdx.x; c < C; c += RT) {
+        float s = 0.f;
+        for (int64_t t = 0; t < n; t++)
+            if (!bad_token(idf, idi, t, V) && token(idf, idi, t) == v) s += dy[t * C + c];
+        PUT(dw[v * C + c], s);
+    }
+}
+
+// ---- causal attention: a thread per (batch, head, row) ----
+struct attn {
+    int64_t b, t, c, heads, d;
+    int64_t qs[2], ks[2], vs[2], ds[2];
+    float scale;
+};
+__device__ const float *arow(const float *x, const int64_t *s, const attn &a, int64_t b, int64_t h, int64_t i) {
+    return x + b * s[0] + i * s[1] + h * a.d;
+}
+__device__ float dotf(const float *p, const float *q, int64_t d) {
+    float s = 0.f;
+    for (int64_t c = 0; c < d; c++) s += p[c] * q[c];
+    return s;
+}
+#define HEAD_OF(i) int64_t row = (i) % a.t, h = (i) / a.t % a.heads, b = (i) / (a.t * a.heads)
+__global__ void k_attention(int64_t n, attn a, const float *q, const float *k, const float *v, float *y, float *lse) {
+    FOR_N {
+        HEAD_OF(i);
+        const float *qi = arow(q, a.qs, a, b, h, row);
+        float o[MAX_HEAD], m = -INFINITY, l = 0.f;
+        for (int64_t c = 0; c < a.d; c++) o[c] = 0.f;
+        for (int64_t j = 0; j <= row; j++) {
+            const float *vj = arow(v, a.vs, a, b, h, j);
+            float s = dotf(qi, arow(k, a.ks, a, b, h, j), a.d) * a.scale, mn = fmaxf(m, s);
+            float keep = expf(m - mn), p = expf(s - mn);
+            l = l * keep + p;
+            for (int64_t c = 0; c < a.d; c++) o[c] = o[c] * keep + p * vj[c];
+            m = mn;
+        }
+        float *yi = y + (b * a.t + row) * a.c + h * a.d;
+        for (int64_t c = 0; c < a.d; c++) yi[c] = o[c] / l;
+        lse[i] = m + logf(l);
+    }
+}
+// D_i = dy_i . y_i (= sum_j P_ij dP_ij) into D; dq_i = scale sum_j P_ij (dy_i . v_j - D_i) k_j
+__global__ void k_attention_dq(int64_t n, attn a, const float *q, const float *k, const float *v, const float *y,
+                               const float *lse, const float *dy, float *D, float *dq, int acc) {
+    FOR_N {
+        HEAD_OF(i);
+        const float *qi = arow(q, a.qs, a, b, h, row), *dyi = dy + (b * a.t + row) * a.c + h * a.d;
+        float Di = dotf(dyi, y + (b * a.t + row) * a.c + h * a.d, a.d), g[MAX_HEAD];
+        D[i] = Di;
+        if (!dq) continue;
+        for (int64_t c = 0; c < a.d; c++) g[c] = 0.f;
+        for (int64_t j = 0; j <= row; j++) {
+            const float *kj = arow(k, a.ks, a, b, h, j);
+            float p = expf(dotf(qi, kj, a.d) * a.scale - lse[i]);
+            float ds = p * (dotf(dyi, arow(v, a.vs, a, b, h, j), a.d) - Di);
+            for (int64_t c = 0; c < a.d; c++) g[c] += ds * kj[c];
+        }
+        float *d = dq + b * a.ds[0] + row * a.ds[1] + h * a.d;
+        for (int64_t c = 0; c < a.d; c++) PUT(d[c], g[c] * a.scale);
+    }
+}
+// key row j: dk_j = scale sum_{i >= j} P_ij (dy_i . v_j - D_i) q_i, dv_j = sum_{i >= j} P_ij dy_i
+__global__ void k_attention_dkv(int64_t n, attn a, const float *q, const float *k, const float *v, const float *lse,
+                                const float *dy, const float *D, float *dk, float *dv, int acc_k, int acc_v) {
+    FOR_N {
+        HEAD_OF(i);
+        const float *kj = arow(k, a.ks, a, b, h, row), *vj = arow(v, a.vs, a, b, h, row);
+        float gk[MAX_HEAD], gv[MAX_HEAD];
+        for (int64_t c = 0; c < a.d; c++) gk[c] = gv[c] = 0.f;
+        for (int64_t r = row; r < a.t; r++) {
+            int64_t at = i - row + r; // (b, h, r)'s lse and D
+            const float *qr = arow(q, a.qs, a, b, h, r), *dyr = dy + (b * a.t + r) * a.c + h * a.d;
+            float p = expf(dotf(qr, kj, a.d) * a.scale - lse[at]);
+            float ds = p * (dotf(dyr, vj, a.d) - D[at]);
+            for (int64_t c = 0; c < a.d; c++) {
+                gk[c] += ds * qr[c];
+                gv[c] += p * dyr[c];
+            }
+        }
+        float *pk = dk ? dk + b * a.ds[0] + row * a.ds[1] + h * a.d : NULL;
+        float *pv = dv ? dv + b * a.ds[0] + row * a.ds[1] + h * a.d : NULL;
+        for (int64_t c = 0; pk && c < a.d; c++) pk[c] = acc_k ? pk[c] + gk[c] * a.scale : gk[c] * a.scale;
+        for (int64_t c = 0; pv && c < a.d; c++) pv[c] = acc_v ? pv[c] + gv[c] : gv[c];
+    }
+}
+
+static attn attn_of(int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides) {
+    attn a;
+    a.b = b, a.t = t, a.c = c, a.heads = heads, a.d = c / heads;
+    for (int k = 0; k < 2; k++) {
+        a.qs[k] = strides[k];
+        a.ks[k] = strides[2 + k];
+        a.vs[k] = strides[4 + k];
+        a.ds[k] = strides[6 + k];
+    }
+    a.scale = 1.f / sqrtf((float)a.d);
+    return a;
+}
+
+extern "C" {
+int kiln_cuda_attention_max_head(void) { return MAX_HEAD; }
+void kiln_cuda_gelu(kcs st, int64_t n, int tanh_form, const float *x, float *y) { KLAUNCH(k_gelu, GO(n))(n, tanh_form, x, y); }
+void kiln_cuda_gelu_bwd(kcs st, int64_t n, int tanh_form, const float *x, const float *dy, float *dx, int acc) {
+    KLAUNCH(k_gelu_bwd, GO(n))(n, tanh_form, x, dy, dx, acc);
+}
+void kiln_cuda_affine(kcs st, int64_t n, float scale, float shift, const float *x, float *y) {
+    KLAUNCH(k_affine, GO(n))(n, scale, shift, x, y);
+}
+void kiln_cuda_scale(kcs st, int64_t n, float scale, const float *dy, float *dx, int acc) {
+    KLAUNCH(k_scale, GO(n))(n, scale, dy, dx, acc);
+}
+void kiln_cuda_erf(kcs st, int64_t n, const float *x, float *y) { KLAUNCH(k_erf, GO(n))(n, x, y); }
+void kiln_cuda_erf_bwd(kcs st, int64_t n, const float *x, const float *dy, float *dx, int acc) {
+    KLAUNCH(k_erf_bwd, GO(n))(n, x, dy, dx, acc);
+}
+void kiln_cuda_tanh(kcs st, int64_t n, const float *x, float *y) { KLAUNCH(k_tanh, GO(n))(n, x, y); }
+void kiln_cuda_tanh_bwd(kcs st, int64_t n, const float *y, const float *dy, float *dx, int acc) {
+    KLAUNCH(k_tanh_bwd, GO(n))(n, y, dy, dx, acc);
+}
+void kiln_cuda_add_bcast(kcs st, int64_t n, int64_t inner, const float *a, const float *b, float *y) {
+    KLAUNCH(k_add_bcast, GO(n))(n, inner, a, b, y);
+}
+void kiln_cuda_mse(kcs st, int64_t n, const float *x, const float *t, float *loss) { KLAUNCH(k_mse, 1, RT, 0, st)(n, x, t, loss); }
+void kiln_cuda_mse_bwd(kcs st, int64_t n, const float *x, const float *t, const float *dloss, int relu_mask, float *dx, int acc) {
+    KLAUNCH(k_mse_bwd, GO(n))(n, x, t, dloss, relu_mask, dx, acc);
+}
+void kiln_cuda_softmax(kcs st, int64_t rows, int64_t cols, const float *x, float *y) {
+    KLAUNCH(k_softmax, (unsigned)rows, RT, 0, st)(cols, x, y);
+}
+void kiln_cuda_softmax_bwd(kcs st, int64_t rows, int64_t cols, const float *y, const float *dy, float *dx, int acc) {
+    KLAUNCH(k_softmax_bwd, (unsigned)rows, RT, 0, st)(cols, y, dy, dx, acc);
+}
+void kiln_cuda_layer_norm(kcs st, int64_t rows, int64_t C, const float *x, const float *w, const float *b, float eps, float *y,
+                          float *mean, float *rstd) {
+    KLAUNCH(k_layer_norm, (unsigned)rows, RT, 0, st)(C, x, w, b, eps, y, mean, rstd);
+}
+void kiln_cuda_layer_norm_bwd(kcs st, int64_t rows, int64_t C, const float *x, const float *dy, const float *w,
+                              const float *mean, const float *rstd, float *dx, float *dw, float *db, int acc_dx, int acc_dw,
+                              int acc_db) {
+    if (dx) KLAUNCH(k_layer_norm_dx, (unsigned)rows, RT, 0, st)(C, x, dy, w, mean, rstd, dx, acc_dx);
+    if (dw || db) KLAUNCH(k_layer_norm_dwb, (unsigned)C, RT, 0, st)(rows, C, x, dy, mean, rstd, dw, db, acc_dw, acc_db);
+}
+void kiln_cuda_embedding(kcs st, int64_t n, int64_t C, int64_t V, const float *idf, const int32_t *idi, const float *w, float *y,
+                         const char *node, kiln_cuda_flags *f) {
+    KLAUNCH(k_embedding_check, 1, RT, 0, st)(n, V, idf, idi, node, f);
+    KLAUNCH(k_embedding, GO(n * C))(n * C, C, V, idf, idi, w, y);
+}
+void kiln_cuda_embedding_bwd(kcs st, int64_t n, int64_t C, int64_t V, const float *idf, const int32_t *idi, const float *dy,
+                             float *dw, int acc) {
+    KLAUNCH(k_embedding_bwd, (unsigned)V, RT, 0, st)(n, C, V, idf, idi, dy, dw, acc);
+}
+void kiln_cuda_attention(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
+                         const float *k, const float *v, float *y, float *lse) {
+    attn a = attn_of(b, t, c, heads, strides);
+    int64_t n = b * heads * t;
+    KLAUNCH(k_attention, GO(n))(n, a, q, k, v, y, lse);
+}
+void kiln_cuda_attention_bwd(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
+                             const float *k, const float *v, const float *y, const float *lse, const float *dy, float *D,
+                             float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v) {
+    attn a = attn_of(b, t, c, heads, strides);
+    int64_t n = b * heads * t;
+    KLAUNCH(k_attention_dq, GO(n))(n, a, q, k, v, y, lse, dy, D, dq, acc_q);
+    if (dk || dv) KLAUNCH(k_attention_dkv, GO(n))(n, a, q, k, v, lse, dy, D, dk, dv, acc_k, acc_v);
+}
+}
