@@ -139,8 +139,9 @@ static int b_relu(hcase *h, int d) {
     return out1(h, kiln_relu(h->g, P(h, "x", R(1, 4), R(1, 40))));
 }
 
+/* draw 0: no padding; 1: drawn; 2: a 3x3 window padded by 1 (the ResNet stem's) */
 static int b_max_pool2d(hcase *h, int d) {
-    int64_t k = R(1, 3), st = R(1, 3), pad = d == 0 ? 0 : R(0, k / 2);
+    int64_t k = d == 2 ? 3 : R(1, 3), st = R(1, 3), pad = d == 0 ? 0 : d == 2 ? 1 : R(0, k / 2);
     return out1(h, kiln_max_pool2d_ex(h->g, P(h, "x", R(1, 2), R(1, 3), R(k, 7), R(k, 7)), k, st, pad));
 }
 

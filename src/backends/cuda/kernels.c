@@ -19,24 +19,59 @@ static kiln_status relu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     DONE("relu backward");
 }
 
-/* ---- max-pool ---- */
-/* the GPU kernel knows unpadded windows only: padding is refused by name */
-static kiln_status pool_prepare(kiln_step *s, kiln_prep *p) {
-    if (s->attr.pool.pad != 0)
-        return kiln_fail(KILN_ERR_BACKEND, "%s: the cuda backend has no max_pool2d kernel with padding yet", s->name);
-    return kiln_prepare_pool(s, p);
+/* ---- pooling ---- */
+static void pool_dims(const kiln_pool_shape *p, int64_t d[7]) {
+    d[0] = p->h, d[1] = p->w, d[2] = p->oh, d[3] = p->ow, d[4] = p->k, d[5] = p->stride, d[6] = p->pad;
 }
 static kiln_status pool(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
-    const kiln_pool_shape *p = &s->sz.pool;
-    kiln_cuda_max_pool(ST, p->n * p->c, p->h, p->w, p->oh, p->ow, p->k, p->stride, F(s->in[0]), F(s->out[0]));
+    int64_t d[7];
+    pool_dims(&s->sz.pool, d);
+    kiln_cuda_max_pool(ST, s->sz.pool.n * s->sz.pool.c, d, F(s->in[0]), F(s->out[0]));
     DONE("max-pool");
 }
 static kiln_status pool_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    const kiln_pool_shape *p = &s->sz.pool;
-    kiln_cuda_max_pool_bwd(ST, p->n * p->c, p->h, p->w, p->oh, p->ow, p->k, p->stride, s->epilogue == KILN_EPI_RELU_BWD_MASK,
-                           F(s->in[0]), F(s->in[1]), F(s->out[0]), ACC(0));
+    int64_t d[7];
+    pool_dims(&s->sz.pool, d);
+    kiln_cuda_max_pool_bwd(ST, s->sz.pool.n * s->sz.pool.c, d, s->epilogue == KILN_EPI_RELU_BWD_MASK, F(s->in[0]), F(s->in[1]),
+                           F(s->out[0]), ACC(0));
     DONE("max-pool backward");
+}
+static void avg_dims(const kiln_avg_pool_shape *p, int64_t d[9]) {
+    d[0] = p->h, d[1] = p->w, d[2] = p->oh, d[3] = p->ow, d[4] = p->k, d[5] = p->stride, d[6] = p->pad;
+    d[7] = p->include_pad, d[8] = p->adaptive;
+}
+static kiln_status avg_pool(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    int64_t d[9];
+    avg_dims(&s->sz.avg_pool, d);
+    kiln_cuda_avg_pool(ST, s->sz.avg_pool.n * s->sz.avg_pool.c, d, F(s->in[0]), F(s->out[0]));
+    DONE("average pool");
+}
+static kiln_status avg_pool_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    int64_t d[9];
+    avg_dims(&s->sz.avg_pool, d);
+    kiln_cuda_avg_pool_bwd(ST, s->sz.avg_pool.n * s->sz.avg_pool.c, d, F(s->in[0]), F(s->out[0]), ACC(0));
+    DONE("average pool backward");
+}
+/* the option-A shortcut: x's shape (the forward's input, the backward's output) and the attributes */
+static void subsample_dims(const kiln_step *s, const kiln_tdesc *x, int64_t d[7]) {
+    const kiln_subsample_attrs *a = &s->attr.subsample;
+    d[0] = x->shape[0], d[1] = x->shape[1], d[2] = x->shape[2], d[3] = x->shape[3];
+    d[4] = a->stride, d[5] = a->before, d[6] = a->after;
+}
+static kiln_status subsample_pad(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    int64_t d[7];
+    subsample_dims(s, &s->in[0], d);
+    kiln_cuda_subsample_pad(ST, d, F(s->in[0]), F(s->out[0]));
+    DONE("subsample pad");
+}
+static kiln_status subsample_pad_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    int64_t d[7];
+    subsample_dims(s, &s->out[0], d);
+    kiln_cuda_subsample_pad_bwd(ST, d, F(s->in[0]), F(s->out[0]), ACC(0));
+    DONE("subsample pad backward");
 }
 
 /* ---- dropout: the mask from (key, step counter), as on the cpu ---- */
@@ -126,18 +161,18 @@ static kiln_status contiguous(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_cuda_copy_strided(ST, x->ndim, x->shape, x->stride, F(*x), F(s->out[0]), 0);
     DONE("contiguous");
 }
-/* the GPU kernel knows unit steps only: a strided slice's backward is refused by name */
-static kiln_status slice_prepare(kiln_step *s, kiln_prep *p) {
-    if (s->attr.slice.step != 1)
-        return kiln_fail(KILN_ERR_BACKEND, "%s: the cuda backend has no slice_bwd kernel for step %lld yet", s->name,
-                         (long long)s->attr.slice.step);
-    return kiln_prepare_slice(s, p);
-}
-
 static kiln_status slice_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_cuda_slice_bwd(ST, s->sz.slice.outer, s->sz.slice.dim, s->sz.slice.inner, s->attr.slice.start,
-                        s->attr.slice.end - s->attr.slice.start, F(s->in[0]), F(s->out[0]), ACC(0));
+    const kiln_slice_attrs *a = &s->attr.slice;
+    kiln_cuda_slice_bwd(ST, s->sz.slice.outer, s->sz.slice.dim, s->sz.slice.inner, a->start,
+                        (a->end - a->start + a->step - 1) / a->step, a->step, F(s->in[0]), F(s->out[0]), ACC(0));
     DONE("slice backward");
+}
+/* pad's forward is slice's backward from the other side: the input lands at `before`, zeros around */
+static kiln_status pad(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    kiln_cuda_slice_bwd(ST, s->sz.slice.outer, s->sz.slice.dim, s->sz.slice.inner, s->attr.pad.before,
+                        s->in[0].shape[s->attr.pad.dim], 1, F(s->in[0]), F(s->out[0]), 0);
+    DONE("pad");
 }
 static kiln_status sum(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
@@ -366,8 +401,14 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
 #endif
     [KILN_OP_RELU] = {relu, NULL},
     [KILN_OP_RELU_BWD] = {relu_bwd, NULL},
-    [KILN_OP_MAX_POOL2D] = {pool, pool_prepare},
-    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, pool_prepare},
+    [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool},
+    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, kiln_prepare_pool},
+    [KILN_OP_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool},
+    [KILN_OP_ADAPTIVE_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool},
+    [KILN_OP_AVG_POOL2D_BWD] = {avg_pool_bwd, kiln_prepare_avg_pool},
+    [KILN_OP_SUBSAMPLE_PAD] = {subsample_pad, NULL},
+    [KILN_OP_SUBSAMPLE_PAD_BWD] = {subsample_pad_bwd, NULL},
+    [KILN_OP_PAD] = {pad, kiln_prepare_pad},
     [KILN_OP_DROPOUT] = {dropout, NULL},
     [KILN_OP_DROPOUT_BWD] = {dropout_bwd, NULL},
     [KILN_OP_LOG_SOFTMAX] = {log_softmax, kiln_prepare_rows_of_out},
@@ -382,7 +423,7 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_ONES] = {ones, NULL},
     [KILN_OP_GRAD_COPY] = {grad_copy, NULL},
     [KILN_OP_CONTIGUOUS] = {contiguous, NULL},
-    [KILN_OP_SLICE_BWD] = {slice_bwd, slice_prepare},
+    [KILN_OP_SLICE_BWD] = {slice_bwd, kiln_prepare_slice},
     [KILN_OP_SUM] = {sum, NULL},
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL},
     [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare},

@@ -32,12 +32,13 @@ __global__ void k_copy_strided(int64_t n, strided d, const float *x, float *y, i
         PUT(y[i], x[off]);
     }
 }
-__global__ void k_slice_bwd(int64_t n, int64_t dim, int64_t inner, int64_t start, int64_t len, const float *dy, float *dx,
-                            int acc) {
+// dx is zero but for every step-th position from start, len of them, which take dy's
+__global__ void k_slice_bwd(int64_t n, int64_t dim, int64_t inner, int64_t start, int64_t len, int64_t step, const float *dy,
+                            float *dx, int acc) {
     FOR_N {
-        int64_t j = (i / inner) % dim, o = i / (inner * dim);
-        float g = j >= start && j < start + len ? dy[(o * len + (j - start)) * inner + i % inner] : 0.f;
-        PUT(dx[i], g);
+        int64_t j = (i / inner) % dim - start, o = i / (inner * dim);
+        int on = j >= 0 && j % step == 0 && j / step < len;
+        PUT(dx[i], on ? dy[(o * len + j / step) * inner + i % inner] : 0.f);
     }
 }
 __global__ void k_ones(const kiln_cuda_rc *rc, float *y) { y[0] = (float)rc->loss_scale; }
@@ -83,35 +84,38 @@ __global__ void k_dropout(int64_t n, float p, uint32_t thr, uint64_t key, const 
     }
 }
 
-// ---- max-pool (square window, no padding): the first maximum of a window wins, as the reference ----
-__device__ int64_t window_argmax(const float *plane, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride) {
-    int64_t best = oh * stride * w + ow * stride;
-    for (int64_t r = 0; r < k; r++)
-        for (int64_t q = 0; q < k; q++) {
-            int64_t at = (oh * stride + r) * w + ow * stride + q;
-            if (plane[at] > plane[best]) best = at;
-        }
+// ---- max-pool (square window, implicit -inf padding): the first maximum of a window's valid
+// elements wins, as the reference; padding never wins ----
+struct pool_dims { int64_t h, w, oh, ow, k, stride, pad; };
+__device__ int64_t window_argmax(const float *plane, const pool_dims &d, int64_t r, int64_t c) {
+    int64_t r0 = r * d.stride - d.pad, c0 = c * d.stride - d.pad;
+    int64_t r1 = r0 + d.k < d.h ? r0 + d.k : d.h, c1 = c0 + d.k < d.w ? c0 + d.k : d.w;
+    r0 = r0 < 0 ? 0 : r0;
+    c0 = c0 < 0 ? 0 : c0;
+    int64_t best = r0 * d.w + c0;
+    for (int64_t i = r0; i < r1; i++)
+        for (int64_t j = c0; j < c1; j++)
+            if (plane[i * d.w + j] > plane[best]) best = i * d.w + j;
     return best;
 }
-__global__ void k_max_pool(int64_t n, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride,
-                           const float *x, float *y) {
+__global__ void k_max_pool(int64_t n, pool_dims d, const float *x, float *y) {
     FOR_N {
-        int64_t p = i / (oh * ow), r = (i / ow) % oh, c = i % ow;
-        const float *plane = x + p * h * w;
-        y[i] = plane[window_argmax(plane, w, r, c, k, stride)];
+        int64_t p = i / (d.oh * d.ow), r = (i / d.ow) % d.oh, c = i % d.ow;
+        const float *plane = x + p * d.h * d.w;
+        y[i] = plane[window_argmax(plane, d, r, c)];
     }
 }
+// the first window (r or c) whose span [o * stride - pad, + k) holds input position i
+__device__ int64_t first_window(int64_t i, const pool_dims &d) { return i + d.pad >= d.k ? (i + d.pad - d.k) / d.stride + 1 : 0; }
 // gather form: each input element sums the gradients of the windows whose maximum it is (no atomics: deterministic)
-__global__ void k_max_pool_bwd(int64_t n, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride,
-                               int relu_mask, const float *x, const float *dy, float *dx, int acc) {
+__global__ void k_max_pool_bwd(int64_t n, pool_dims d, int relu_mask, const float *x, const float *dy, float *dx, int acc) {
     FOR_N {
-        int64_t p = i / (h * w), at = i % (h * w), ih = at / w, iw = at % w;
-        const float *plane = x + p * h * w;
+        int64_t p = i / (d.h * d.w), at = i % (d.h * d.w), ih = at / d.w, iw = at % d.w;
+        const float *plane = x + p * d.h * d.w;
         float g = 0.f;
-        int64_t r0 = ih >= k ? (ih - k) / stride + 1 : 0, c0 = iw >= k ? (iw - k) / stride + 1 : 0;
-        for (int64_t r = r0; r <= ih / stride && r < oh; r++)
-            for (int64_t c = c0; c <= iw / stride && c < ow; c++)
-                if (window_argmax(plane, w, r, c, k, stride) == at) g += dy[(p * oh + r) * ow + c];
+        for (int64_t r = first_window(ih, d); r <= (ih + d.pad) / d.stride && r < d.oh; r++)
+            for (int64_t c = first_window(iw, d); c <= (iw + d.pad) / d.stride && c < d.ow; c++)
+                if (window_argmax(plane, d, r, c) == at) g += dy[(p * d.oh + r) * d.ow + c];
         if (relu_mask && !(plane[at] > 0.f)) g = 0.f;
         PUT(dx[i], g);
     }
@@ -187,10 +191,10 @@ void kiln_cuda_copy_strided(kcs st, int ndim, const int64_t *shape, const int64_
     }
     KLAUNCH(k_copy_strided, GO(n))(n, d, x, y, acc);
 }
-void kiln_cuda_slice_bwd(kcs st, int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, const float *dy,
-                         float *dx, int acc) {
+void kiln_cuda_slice_bwd(kcs st, int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, int64_t step,
+                         const float *dy, float *dx, int acc) {
     int64_t n = outer * dim * inner;
-    KLAUNCH(k_slice_bwd, GO(n))(n, dim, inner, start, len, dy, dx, acc);
+    KLAUNCH(k_slice_bwd, GO(n))(n, dim, inner, start, len, step, dy, dx, acc);
 }
 void kiln_cuda_ones(kcs st, const kiln_cuda_rc *rc, float *y) { KLAUNCH(k_ones, 1, 1, 0, st)(rc, y); }
 void kiln_cuda_fill(kcs st, int64_t n, const float *v, float *y, int acc) { KLAUNCH(k_fill, GO(n))(n, v, y, acc); }
@@ -202,15 +206,16 @@ void kiln_cuda_dropout(kcs st, int64_t n, float p, uint64_t key, const kiln_cuda
     uint32_t thr = t >= 4294967295.0 ? 0xffffffffu : (uint32_t)t;
     KLAUNCH(k_dropout, GO(n))(n, p, thr, key, rc, x, y, acc);
 }
-void kiln_cuda_max_pool(kcs st, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride,
-                        const float *x, float *y) {
-    int64_t n = planes * oh * ow;
-    KLAUNCH(k_max_pool, GO(n))(n, h, w, oh, ow, k, stride, x, y);
+void kiln_cuda_max_pool(kcs st, int64_t planes, const int64_t *dims, const float *x, float *y) {
+    pool_dims d = {dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6]};
+    int64_t n = planes * d.oh * d.ow;
+    KLAUNCH(k_max_pool, GO(n))(n, d, x, y);
 }
-void kiln_cuda_max_pool_bwd(kcs st, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride,
-                            int relu_mask, const float *x, const float *dy, float *dx, int acc) {
-    int64_t n = planes * h * w;
-    KLAUNCH(k_max_pool_bwd, GO(n))(n, h, w, oh, ow, k, stride, relu_mask, x, dy, dx, acc);
+void kiln_cuda_max_pool_bwd(kcs st, int64_t planes, const int64_t *dims, int relu_mask, const float *x, const float *dy, float *dx,
+                            int acc) {
+    pool_dims d = {dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6]};
+    int64_t n = planes * d.h * d.w;
+    KLAUNCH(k_max_pool_bwd, GO(n))(n, d, relu_mask, x, dy, dx, acc);
 }
 void kiln_cuda_sgd(kcs st, int64_t n, float *p, const float *g, float *mom, const kiln_cuda_rc *rc, float momentum,
                    float dampening, float weight_decay, int nesterov) {

@@ -109,16 +109,22 @@ void kiln_cuda_mul(kcs st, int64_t n, const float *a, const float *b, float *y);
 void kiln_cuda_mul_bwd(kcs st, int64_t n, const float *dy, const float *other, float *dx, int acc);
 void kiln_cuda_copy(kcs st, int64_t n, const float *x, float *y, int acc);
 void kiln_cuda_copy_strided(kcs st, int ndim, const int64_t *shape, const int64_t *stride, const float *x, float *y, int acc);
-void kiln_cuda_slice_bwd(kcs st, int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, const float *dy,
-                         float *dx, int acc);
+void kiln_cuda_slice_bwd(kcs st, int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, int64_t step,
+                         const float *dy, float *dx, int acc);
 void kiln_cuda_ones(kcs st, const kiln_cuda_rc *rc, float *y);
 void kiln_cuda_fill(kcs st, int64_t n, const float *v, float *y, int acc);
 void kiln_cuda_scale_by_norm(kcs st, int64_t n, const double *sumsq, double max_norm, kiln_cuda_flags *f, float *g);
 void kiln_cuda_dropout(kcs st, int64_t n, float p, uint64_t key, const kiln_cuda_rc *rc, const float *x, float *y, int acc);
-void kiln_cuda_max_pool(kcs st, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride,
-                        const float *x, float *y);
-void kiln_cuda_max_pool_bwd(kcs st, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride,
-                            int relu_mask, const float *x, const float *dy, float *dx, int acc);
+/* dims: h, w, oh, ow, k, stride, pad */
+void kiln_cuda_max_pool(kcs st, int64_t planes, const int64_t *dims, const float *x, float *y);
+void kiln_cuda_max_pool_bwd(kcs st, int64_t planes, const int64_t *dims, int relu_mask, const float *x, const float *dy, float *dx,
+                            int acc);
+/* pool.cu: average pooling (dims: h, w, oh, ow, k, stride, pad, include_pad, adaptive) and the option-A shortcut
+ * (dims: n, c, h, w, stride, before, after) */
+void kiln_cuda_avg_pool(kcs st, int64_t planes, const int64_t *dims, const float *x, float *y);
+void kiln_cuda_avg_pool_bwd(kcs st, int64_t planes, const int64_t *dims, const float *dy, float *dx, int acc);
+void kiln_cuda_subsample_pad(kcs st, const int64_t *dims, const float *x, float *y);
+void kiln_cuda_subsample_pad_bwd(kcs st, const int64_t *dims, const float *dy, float *dx, int acc);
 void kiln_cuda_sum(kcs st, int64_t n, const float *x, float *y);
 void kiln_cuda_sumsq(kcs st, int64_t n, const float *x, double *acc, int add);
 void kiln_cuda_col_sums(kcs st, int64_t rows, int64_t cols, const float *x, float *y, int acc);
