@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backends/internal/backend.h"
 #include "kiln/graph.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
@@ -190,16 +191,36 @@ static void test_shorter_sequences(void) {
     kiln_graph_free(g);
 }
 
+#ifdef KILN_TEST_SIMT
+/* test_simt_gpt: the same on the CUDA backend's kernels run on the host (tests/simt/backend.c) */
+kiln_status kiln_test_simt_register(void);
 int main(void) {
     kiln_st_file *f = NULL;
+    CHECK_OK(kiln_test_simt_register());
+    CHECK_OK(kiln_st_open(FIXTURE, &f));
+    if (f) {
+        run_backend(f, "simt");
+        kiln_st_close(f);
+    }
+    (void)test_names, (void)test_bad_config, (void)test_shorter_sequences; /* test_gpt's */
+    return tu_finish("test_simt_gpt");
+}
+#else
+int main(void) {
+    kiln_st_file *f = NULL;
+    char why[192];
     CHECK_OK(kiln_st_open(FIXTURE, &f));
     if (f) {
         test_names(f);
         run_backend(f, "ref");
         run_backend(f, "cpu");
+        const kiln_backend *cuda = kiln_backend_get("cuda");
+        if (cuda && kiln_backend_available(cuda, why, sizeof why)) run_backend(f, "cuda");
+        else printf("test_gpt: the cuda backend skipped: %s\n", cuda ? why : "not built");
         kiln_st_close(f);
     }
     test_bad_config();
     test_shorter_sequences();
     return tu_finish("test_gpt");
 }
+#endif

@@ -3,10 +3,14 @@
  * backend interface like a device: memory apart from the host's (host
  * memory, but reached only through copy), inputs staged. What cuda.c does on
  * a GPU (streams, graphs, the device run struct, the error flags) is done
- * here in host memory. cuDNN and cuBLASLt are not there: their ops have no
- * kernel. tests/test_ops.c runs its harness over it (test_simt). Built with
+ * here in host memory. cuDNN and cuBLASLt are not there: the ops they run
+ * (convolutions, linear, matmul) take the cpu backend's kernels as stand-ins
+ * (the memory is the host's), so whole models train on it; everything else
+ * is the CUDA backend's own. tests/test_ops.c runs its harness over it
+ * (test_simt), tests/test_gpt.c PyTorch's GPT (test_simt_gpt). Built with
  * -include simt_names.h: every kiln_cuda_ name below is kiln_simt_. */
 #include <string.h>
+#include "backends/cpu/internal/cpu.h"
 #include "backends/cuda/internal/cuda.h"
 
 static kiln_cuda_rc run_values;
@@ -66,11 +70,13 @@ static kiln_status simt_stage(void *dst, const void *host, int64_t n, kiln_dtype
 static kiln_status simt_sync(void) { return check_flags(); }
 static void simt_prepare_begin(const kiln_compile_opts *o) { precision = o->matmul_precision; }
 
-static const kiln_backend simt = {
+static kiln_kernel table[KILN_OP_COUNT];
+
+static kiln_backend simt = {
     .name = "simt",
     .float_dtype = KILN_F32,
     .host_memory = 0,
-    .kernels = kiln_cuda_kernels,
+    .kernels = table,
     .alloc = kiln_host_alloc,
     .free = kiln_host_free,
     .copy = simt_copy,
@@ -84,4 +90,19 @@ static const kiln_backend simt = {
     .step_freed = kiln_cuda_release,
 };
 
-kiln_status kiln_test_simt_register(void) { return kiln_backend_register(&simt); }
+/* the ops a GPU runs on cuDNN or cuBLASLt */
+static const kiln_op library_ops[] = {KILN_OP_CONV2D, KILN_OP_CONV2D_BWD_DATA, KILN_OP_CONV2D_BWD_WEIGHT,
+                                      KILN_OP_LINEAR, KILN_OP_LINEAR_BWD_DATA, KILN_OP_LINEAR_BWD_WEIGHT,
+                                      KILN_OP_MATMUL, KILN_OP_MATMUL_BWD_DATA, KILN_OP_MATMUL_BWD_WEIGHT};
+
+kiln_status kiln_test_simt_register(void) {
+    memcpy(table, kiln_cuda_kernels, sizeof table);
+    for (size_t i = 0; i < sizeof library_ops / sizeof library_ops[0]; i++) {
+        kiln_op op = library_ops[i];
+        kiln_kernel k = kiln_backend_cpu.kernels[op];
+        k.blocked_in = k.blocked_out = 0; /* plain layouts: simt has no layout pass */
+        k.tied = 0;
+        table[op] = k;
+    }
+    return kiln_backend_register(&simt);
+}
