@@ -15,7 +15,7 @@
  * still to come reads that register (a deferral checks the members ahead). Members without a vector form
  * (gelu, dropout) stay tile passes. The same tiles as the generic runner;
  * the same bits as the members one by one (tests/test_fuse.c). Without
- * AVX-512 the generic runner runs the program as it is. */
+ * AVX-512 or AVX2 the generic runner runs the program as it is. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +28,7 @@
 typedef struct {
     kiln_vpass v;
     const kiln_vform *form; /* NULL: the member's tile function, unchanged */
+    kiln_vpass_fn fn;       /* form's pass for this CPU's vectors */
     int pos;                /* the core member's index in the program */
     uint8_t dst, src[2], esrc[KILN_VPASS_MAX_EPI];
 } cpass;
@@ -171,6 +172,7 @@ static void emit(folder *F, cprog *C, int j) {
     cpass *T = &C->p[C->npass];
     memset(T, 0, sizeof *T);
     T->v.I = I, T->v.acc = I->acc, T->form = F->form[j], T->pos = j, T->dst = I->dst;
+    T->fn = T->form ? (kiln_cpu_has_avx512() ? T->form->fn : T->form->fn_avx2) : NULL;
     for (int k = 0; k < I->nsrc && k < 2; k++) {
         if (T->form) resolve(F, I->src[k], &T->src[k], &T->v.pre[k], &T->v.pre_s[k], &T->v.pre_b[k]);
         else T->src[k] = I->src[k]; /* never a deferred value: those are read by vector forms only */
@@ -197,7 +199,7 @@ static void compile(cprog *C, const kiln_fused_prog *P) {
 
 kiln_status kiln_cpu_fused_prepare(kiln_step *s, kiln_prep *p) {
     (void)p;
-    if (!kiln_cpu_has_avx512()) return KILN_OK; /* the generic runner */
+    if (!kiln_cpu_has_avx512() && !kiln_cpu_has_avx2()) return KILN_OK; /* the generic runner */
     cprog *C = malloc(sizeof *C);
     if (!C) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", s->name);
     compile(C, s->attr.fused);
@@ -236,7 +238,7 @@ static void run_tile(const kiln_step *s, const kiln_run_ctx *rc, const cprog *C,
             continue;
         }
         for (int e = 0; e < T->v.nepi; e++) ptr[2 + e] = reg[T->esrc[e]];
-        T->form->fn(&T->v, m, reg[T->dst], ptr);
+        T->fn(&T->v, m, reg[T->dst], ptr);
     }
     for (int k = 0; k < P->nout; k++)
         if (acc[k])

@@ -87,6 +87,10 @@ int kiln_cpu_for_segments(int64_t nseg, const int64_t *seg, kiln_cpu_chunk_fn fn
 void kiln_cpu_erf_avx512(int64_t n, const float *x, float *y);
 void kiln_cpu_tanh_avx512(int64_t n, const float *x, float *y);
 void kiln_cpu_erf_bwd_avx512(int64_t n, const float *x, const float *dy, float *dx, int acc);
+/* the same on 8 lanes for AVX2 CPUs without AVX-512 (erf in pointwise_math.h's 8-piece form) */
+void kiln_cpu_erf_avx2(int64_t n, const float *x, float *y);
+void kiln_cpu_tanh_avx2(int64_t n, const float *x, float *y);
+void kiln_cpu_erf_bwd_avx2(int64_t n, const float *x, const float *dy, float *dx, int acc);
 
 /* 2x2 stride-2 max-pool over one [h, w, 16] nChw16c block; y0/dy0 point at the
  * block's first NCHW plane. Blocks must be 64-byte aligned. */

@@ -1,8 +1,9 @@
 /* Fast pointwise arithmetic, float: affine, erf, tanh and their backward ops.
  * One thread each: the callers (a fused kernel's tiles, or an op alone split
  * into the same tiles) divide the work. erf, tanh and erf's backward take the
- * AVX-512 loops when the CPU has them; the portable loops below evaluate the
- * same formulas (pointwise_math.h) for other CPUs. */
+ * AVX-512 loops when the CPU has them, else the AVX2 ones (erf in its 8-piece
+ * form); the portable loops below evaluate the AVX-512 formulas
+ * (pointwise_math.h) for other CPUs. */
 #include <math.h>
 #include <string.h>
 #include "kernels/cpu/cpu_internal.h"
@@ -67,6 +68,10 @@ void kiln_cpu_erf(int64_t n, const float *x, float *y) {
         kiln_cpu_erf_avx512(n, x, y);
         return;
     }
+    if (kiln_cpu_has_avx2()) {
+        kiln_cpu_erf_avx2(n, x, y);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) y[i] = erf1(x[i]);
 }
 
@@ -75,12 +80,20 @@ void kiln_cpu_tanh(int64_t n, const float *x, float *y) {
         kiln_cpu_tanh_avx512(n, x, y);
         return;
     }
+    if (kiln_cpu_has_avx2()) {
+        kiln_cpu_tanh_avx2(n, x, y);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) y[i] = tanh1(x[i]);
 }
 
 void kiln_cpu_erf_bwd(int64_t n, const float *x, const float *dy, float *dx, int acc) {
     if (kiln_cpu_has_avx512()) {
         kiln_cpu_erf_bwd_avx512(n, x, dy, dx, acc);
+        return;
+    }
+    if (kiln_cpu_has_avx2()) {
+        kiln_cpu_erf_bwd_avx2(n, x, dy, dx, acc);
         return;
     }
     for (int64_t i = 0; i < n; i++) {

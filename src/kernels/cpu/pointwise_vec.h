@@ -7,8 +7,9 @@
  * values stay in vector registers, a block of 128 floats at a time, between
  * the members a pass holds. Each step rounds as the member's own kernel does
  * (an affine is one fused multiply-add, as kiln_cpu_affine), so the bits are
- * those of the members run one by one. AVX-512 only (pointwise_vec_avx512.c); the caller
- * checks kiln_cpu_has_avx512(). */
+ * those of the members run one by one. AVX-512 (pointwise_vec_avx512.c, blocks of 128
+ * floats) and AVX2 (pointwise_vec_avx2.c, 64); the caller picks by
+ * kiln_cpu_has_avx512() and kiln_cpu_has_avx2(). */
 #ifndef KILN_KERNELS_CPU_POINTWISE_VEC_H
 #define KILN_KERNELS_CPU_POINTWISE_VEC_H
 
@@ -38,15 +39,24 @@ typedef struct kiln_vpass {
 /* n elements: ptr[0], ptr[1] the core's sources, ptr[2 + e] epilogue step e's operand */
 typedef void (*kiln_vpass_fn)(const kiln_vpass *V, int64_t n, float *dst, const float *const *ptr);
 
+/* the ops with a vector form: name, sources, how it folds into a neighbouring pass */
+#define KILN_VFORMS(X)                                                                                               \
+    X(relu, 1, KILN_VFOLD_NONE) X(add, 2, KILN_VFOLD_ADD) X(mul, 2, KILN_VFOLD_MUL)                                 \
+    X(affine, 1, KILN_VFOLD_AFFINE) X(erf, 1, KILN_VFOLD_NONE) X(tanh, 1, KILN_VFOLD_NONE)                           \
+    X(relu_bwd, 2, KILN_VFOLD_NONE) X(mul_bwd, 2, KILN_VFOLD_MUL) X(copy, 1, KILN_VFOLD_COPY)                        \
+    X(affine_bwd, 1, KILN_VFOLD_SCALE) X(erf_bwd, 2, KILN_VFOLD_NONE) X(tanh_bwd, 2, KILN_VFOLD_NONE)
+
 /* an op's vector form, named by its cpu kernel-table entry (kiln_kernel.vec) */
 typedef struct kiln_vform {
-    kiln_vpass_fn fn;
-    uint8_t nsrc; /* 1 or 2 */
-    uint8_t fold; /* KILN_VFOLD_*: may become a step of the pass that wrote its source */
+    kiln_vpass_fn fn, fn_avx2; /* the AVX-512 pass, the AVX2 one */
+    uint8_t nsrc;              /* 1 or 2 */
+    uint8_t fold;              /* KILN_VFOLD_*: may become a step of the pass that wrote its source */
 } kiln_vform;
 
-extern const kiln_vform kiln_cpu_vform_relu, kiln_cpu_vform_relu_bwd, kiln_cpu_vform_add, kiln_cpu_vform_mul,
-    kiln_cpu_vform_mul_bwd, kiln_cpu_vform_copy, kiln_cpu_vform_affine, kiln_cpu_vform_affine_bwd, kiln_cpu_vform_erf,
-    kiln_cpu_vform_erf_bwd, kiln_cpu_vform_tanh, kiln_cpu_vform_tanh_bwd;
+#define KILN_VFORM_DECL(nm, nsrc, fold)                                                                      \
+    extern const kiln_vform kiln_cpu_vform_##nm;                                                            \
+    void kiln_cpu_vpass_##nm##_avx512(const kiln_vpass *V, int64_t n, float *dst, const float *const *ptr); \
+    void kiln_cpu_vpass_##nm##_avx2(const kiln_vpass *V, int64_t n, float *dst, const float *const *ptr);
+KILN_VFORMS(KILN_VFORM_DECL)
 
 #endif

@@ -94,15 +94,14 @@ ALWAYS void vpass_loop(const kiln_vpass *V, int64_t n, float *dst, const float *
     }
 }
 
-#define VPASS(nm, NSRC, FOLD, EXPR)                                                                  \
-    ALWAYS __m512 core_##nm(const kiln_vpass *V, __m512 a, __m512 b) {                              \
-        (void)V, (void)a, (void)b;                                                                  \
-        return EXPR;                                                                                \
-    }                                                                                               \
-    static void pass_##nm(const kiln_vpass *V, int64_t n, float *dst, const float *const *ptr) {    \
-        vpass_loop(V, n, dst, ptr, NSRC, core_##nm);                                                \
-    }                                                                                               \
-    const kiln_vform kiln_cpu_vform_##nm = {pass_##nm, NSRC, FOLD};
+#define VPASS(nm, NSRC, FOLD, EXPR)                                                                          \
+    ALWAYS __m512 core_##nm(const kiln_vpass *V, __m512 a, __m512 b) {                                      \
+        (void)V, (void)a, (void)b;                                                                          \
+        return EXPR;                                                                                        \
+    }                                                                                                       \
+    void kiln_cpu_vpass_##nm##_avx512(const kiln_vpass *V, int64_t n, float *dst, const float *const *ptr) { \
+        vpass_loop(V, n, dst, ptr, NSRC, core_##nm);                                                        \
+    }
 
 #define ZERO _mm512_setzero_ps()
 #define AFF V->I->attr.affine

@@ -1,0 +1,55 @@
+/* erf, tanh and exp on 8 float lanes for AVX2 CPUs without AVX-512
+ * (pointwise_math.h's formulas, erf in its 8-piece form), inline: for the
+ * whole-tensor loops (pointwise_math_avx2.c) and the fused kernel's vector
+ * passes (pointwise_vec_avx2.c), which must give the same bits. Include only
+ * from *_avx2.c files (built with AVX2 and FMA enabled). */
+#ifndef KILN_KERNELS_CPU_POINTWISE_MATH_AVX2_H
+#define KILN_KERNELS_CPU_POINTWISE_MATH_AVX2_H
+
+#include <immintrin.h>
+#include "kernels/cpu/pointwise_math.h"
+
+static inline __m256 horner8(const float *c, int n, __m256 x) {
+    __m256 r = _mm256_set1_ps(c[0]);
+    for (int i = 1; i < n; i++) r = _mm256_fmadd_ps(r, x, _mm256_set1_ps(c[i]));
+    return r;
+}
+
+static inline __m256 with_sign(__m256 mag, __m256 x) { return _mm256_or_ps(mag, _mm256_and_ps(x, _mm256_set1_ps(-0.0f))); }
+static inline __m256 abs8(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
+
+/* 2^k * p for integral k in [-126, 128]: 128 as 2 * 2^127 (KILN_EXP_HI rounds to it) */
+static inline __m256 exp8(__m256 x) {
+    static const float p[] = KILN_EXP_P;
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(KILN_EXP_LO)), _mm256_set1_ps(KILN_EXP_HI));
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(KILN_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(KILN_LN2_HI), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(KILN_LN2_LO), r);
+    __m256 q = horner8(p, KILN_EXP_NP, r), k1 = _mm256_min_ps(k, _mm256_set1_ps(127.0f));
+    q = _mm256_add_ps(q, _mm256_mul_ps(q, _mm256_sub_ps(k, k1))); /* the factor 2 of k = 128 */
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k1), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(q, _mm256_castsi256_ps(e));
+}
+
+/* the piece is round(u) clamped to 7, read from u + 1.5 * 2^23's low bits: vpermps takes bits 0-2 */
+static inline __m256 erf8(__m256 x) {
+    static const float c[KILN_ERF8_NP][8] = KILN_ERF8_TAB;
+    __m256 u = _mm256_min_ps(_mm256_mul_ps(abs8(x), _mm256_set1_ps(2.0f)), _mm256_set1_ps(8.0f));
+    __m256 kr = _mm256_min_ps(_mm256_add_ps(u, _mm256_set1_ps(KILN_ERF_ROUND)), _mm256_set1_ps(KILN_ERF_ROUND + 7.0f));
+    __m256i i = _mm256_castps_si256(kr);
+    __m256 t = _mm256_sub_ps(u, _mm256_sub_ps(kr, _mm256_set1_ps(KILN_ERF_ROUND)));
+    __m256 r = _mm256_permutevar8x32_ps(_mm256_loadu_ps(c[KILN_ERF8_NP - 1]), i);
+    for (int j = KILN_ERF8_NP - 2; j >= 0; j--) r = _mm256_fmadd_ps(r, t, _mm256_permutevar8x32_ps(_mm256_loadu_ps(c[j]), i));
+    return with_sign(_mm256_min_ps(r, _mm256_set1_ps(1.0f)), x);
+}
+
+static inline __m256 tanh8(__m256 x) {
+    static const float ps[] = KILN_TANH_SMALL_P;
+    __m256 a = _mm256_min_ps(abs8(x), _mm256_set1_ps(KILN_TANH_CLAMP));
+    __m256 small = _mm256_mul_ps(x, horner8(ps, KILN_TANH_SMALL_NP, _mm256_mul_ps(x, x)));
+    __m256 e = exp8(_mm256_add_ps(a, a));
+    __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+    return _mm256_blendv_ps(with_sign(big, x), small, _mm256_cmp_ps(a, _mm256_set1_ps(KILN_TANH_SMALL), _CMP_LT_OQ));
+}
+
+#endif
