@@ -49,6 +49,7 @@ set_tests_properties(test_simt PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;KILN_CA
 # the zoo's GPT against PyTorch's loss, gradients and AdamW steps (tests/test_gpt.c) on simt
 add_executable(test_simt_gpt ${CMAKE_SOURCE_DIR}/tests/test_gpt.c)
 target_compile_definitions(test_simt_gpt PRIVATE KILN_TEST_SIMT=1)
+target_compile_options(test_simt_gpt PRIVATE -Wno-unused-function) # the file's other tests are its own binary's
 target_link_libraries(test_simt_gpt PRIVATE kiln_simt kiln_core)
 target_include_directories(test_simt_gpt PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
 add_test(NAME test_simt_gpt COMMAND test_simt_gpt WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
@@ -57,7 +58,17 @@ set_tests_properties(test_simt_gpt PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;KIL
 # resnet20 against PyTorch's loss, gradients, SGD steps and running statistics (tests/test_models.c) on simt
 add_executable(test_simt_models ${CMAKE_SOURCE_DIR}/tests/test_models.c)
 target_compile_definitions(test_simt_models PRIVATE KILN_TEST_SIMT=1)
+target_compile_options(test_simt_models PRIVATE -Wno-unused-function) # the file's other tests are its own binary's
 target_link_libraries(test_simt_models PRIVATE kiln_simt kiln_core)
 target_include_directories(test_simt_models PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
 add_test(NAME test_simt_models COMMAND test_simt_models WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
 set_tests_properties(test_simt_models PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;KILN_CACHE_DIR=" TIMEOUT 600)
+
+# PyTorch's op and optimizer fixtures through plans on simt (tests/test_fixtures.c)
+add_executable(test_simt_fixtures ${CMAKE_SOURCE_DIR}/tests/test_fixtures.c)
+target_compile_definitions(test_simt_fixtures PRIVATE KILN_TEST_SIMT=1)
+target_compile_options(test_simt_fixtures PRIVATE -Wno-unused-function) # the file's other tests are its own binary's
+target_link_libraries(test_simt_fixtures PRIVATE kiln_simt kiln_core)
+target_include_directories(test_simt_fixtures PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
+add_test(NAME test_simt_fixtures COMMAND test_simt_fixtures WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+set_tests_properties(test_simt_fixtures PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;KILN_CACHE_DIR=" TIMEOUT 600)

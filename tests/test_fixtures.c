@@ -123,6 +123,11 @@ static double err_f(const float *got, const double *ref, int64_t n) {
 
 /* ---------- ops ---------- */
 
+/* the float backend checked beside ref: "cpu", or "simt" in test_simt_fixtures (the CUDA backend's kernels
+ * on the host, tests/simt/backend.c), which runs the plan-based cases on it alone */
+static const char *fast = "cpu";
+static int fast_only;
+
 /* y = build(x) through the op table: the graph gets parameters x and dy and the
  * loss sum(y * dy), so dL/dx is PyTorch's dx; the ref plan (double) and the cpu
  * plan (float) against the fixture */
@@ -176,7 +181,7 @@ static void test_one_input(const char *fxname, one_input_fn build) {
     if (!f) return;
     const kiln_tensor *tx = fx_get(f, "x", KILN_F64);
     if (!tx) goto out;
-    for (int b = 0; b < 2; b++) {
+    for (int b = fast_only; b < 2; b++) {
         kiln_graph *g = kiln_graph_new();
         kiln_value x = kiln_param(g, "x", tx->ndim, tx->shape, 1);
         kiln_value y = build(g, x, f);
@@ -184,7 +189,7 @@ static void test_one_input(const char *fxname, one_input_fn build) {
         int nd = kiln_value_shape(g, y, ys);
         kiln_value loss = kiln_sum(g, kiln_mul(g, y, kiln_param(g, "dy", nd < 0 ? 0 : nd, ys, 1)));
         CHECK_MSG(kiln_graph_status(g) == KILN_OK, "%s: %s", fxname, kiln_last_error());
-        if (kiln_graph_status(g) == KILN_OK) run_plan(fxname, f, g, loss, y, b ? "cpu" : "ref");
+        if (kiln_graph_status(g) == KILN_OK) run_plan(fxname, f, g, loss, y, b ? fast : "ref");
         kiln_graph_free(g);
     }
 out:
@@ -994,12 +999,14 @@ static void multi_api(const char *fxname, const hyper *h, const multi_shapes *m,
     oc.lr = (float)h->lr, oc.weight_decay = (float)h->wd, oc.momentum = (float)h->momentum;
     oc.beta1 = (float)h->beta1, oc.beta2 = (float)h->beta2, oc.eps = (float)h->eps, oc.trust = (float)h->trust;
     double *got = dbuf(n);
-    for (int run = 0; run < 3; run++) { /* f32, f64, f64 with decay_all */
+    for (int run = 0; run < (fast_only ? 1 : 3); run++) { /* f32, f64, f64 with decay_all; simt: f32 (its memory is
+                                                                 * the host's, so the buffers below are written in place) */
         int f64 = run > 0;
         oc.decay_all = run == 2;
         kiln_params *P = NULL;
         kiln_optim *o = NULL;
-        CHECK_OK(kiln_params_new(gr, f64 ? KILN_F64 : KILN_F32, &P));
+        if (fast_only) CHECK_OK(kiln_params_new_on(gr, fast, &P));
+        else CHECK_OK(kiln_params_new(gr, f64 ? KILN_F64 : KILN_F32, &P));
         if (P) CHECK_OK(kiln_optim_new(&oc, P, &o));
         if (!o) {
             kiln_params_free(P);
@@ -1051,7 +1058,7 @@ static void test_optimizer_multi(const char *fxname, kiln_optim_kind kind) {
     int64_t steps = tg->shape[0];
     CHECK(tp0->shape[0] == n && tg->shape[1] == n && tp->shape[0] == steps && steps == 10);
     hyper h = read_hyper_multi(f, kind);
-    if (kind == KILN_OPT_LAMB || kind == KILN_OPT_LARS || kind == KILN_OPT_NOVOGRAD)
+    if (!fast_only && (kind == KILN_OPT_LAMB || kind == KILN_OPT_LARS || kind == KILN_OPT_NOVOGRAD))
         layerwise_kernels(fxname, &h, &m, n, steps, tp0->data, tg->data, tp->data);
     multi_api(fxname, &h, &m, n, steps, tp0->data, tg->data, tp->data);
 out:
@@ -1684,8 +1691,8 @@ static void test_graph_fixture(const char *fxname, fx_build build, int has_ids) 
     kiln_st_file *f = fx_open(fxname);
     if (!f) return;
     for (int f32 = 0; f32 <= has_ids; f32++) {
-        fxg_run(fxname, f, build, f32, "ref");
-        fxg_run(fxname, f, build, f32, "cpu");
+        if (!fast_only) fxg_run(fxname, f, build, f32, "ref");
+        fxg_run(fxname, f, build, f32, fast);
     }
     kiln_st_close(f);
 }
@@ -1716,14 +1723,14 @@ static void test_masked_loss_graph(const char *fxname) {
     if (!f) return;
     const kiln_tensor *tl = fx_get(f, "logits", KILN_F64), *tt = fx_get(f, "target", KILN_I32);
     const double *loss = fx_d(f, "loss"), *dref = fx_d(f, "dlogits");
-    for (int ref = 0; ref < 2 && tl && tt && loss && dref; ref++) {
+    for (int ref = 0; ref < (fast_only ? 1 : 2) && tl && tt && loss && dref; ref++) {
         kiln_graph *g = kiln_graph_new();
         kiln_value x = kiln_param(g, "logits", 2, tl->shape, 1);
         kiln_value y = kiln_input(g, "y", KILN_I32, 2, (int64_t[]){1, tl->shape[0]});
         kiln_value l = kiln_cross_entropy_masked(g, kiln_reshape(g, x, 3, (int64_t[]){1, tl->shape[0], tl->shape[1]}), y);
         kiln_params *P = NULL;
         kiln_plan *pl = NULL;
-        CHECK_OK(kiln_params_new_on(g, ref ? "ref" : "cpu", &P));
+        CHECK_OK(kiln_params_new_on(g, ref ? "ref" : fast, &P));
         if (P) fxg_fill(f, P, ref);
         kiln_compile_opts o = kiln_compile_defaults();
         o.training = 1;
@@ -1733,7 +1740,7 @@ static void test_masked_loss_graph(const char *fxname) {
         if (pl && kiln_plan_bind(pl, y, tt->data) == KILN_OK && kiln_plan_run(pl, 1) == KILN_OK) {
             double got = kiln_plan_loss(pl);
             CHECK_MSG(fabs(got - *loss) <= (ref ? 1e-12 : 1e-5) * fabs(*loss), "%s on %s: loss %.9g, PyTorch %.9g", fxname,
-                      ref ? "ref" : "cpu", got, *loss);
+                      ref ? "ref" : fast, got, *loss);
             int64_t n = kiln_tensor_numel(tl);
             if (ref) CMP_D("dlogits", (const double *)kiln_params_grad(P), dref, n);
             else {
@@ -1758,6 +1765,35 @@ static void test_masked_loss_graph(const char *fxname) {
     kiln_st_close(f);
 }
 
+#ifdef KILN_TEST_SIMT
+/* test_simt_fixtures: PyTorch's fixtures through plans on the CUDA backend's kernels run on the host */
+kiln_status kiln_test_simt_register(void);
+int main(void) {
+    CHECK_OK(kiln_test_simt_register());
+    fast = "simt", fast_only = 1;
+    static const struct { const char *fx; one_input_fn build; } one[] = {
+        {"op_affine.safetensors", build_affine}, {"op_erf.safetensors", build_erf}, {"op_tanh.safetensors", build_tanh},
+        {"op_gelu_chain.safetensors", build_gelu_chain}, {"op_avg_pool2d.safetensors", build_avg_pool},
+        {"op_avg_pool2d_exclude_pad.safetensors", build_avg_pool}, {"op_adaptive_avg_pool2d.safetensors", build_adaptive},
+        {"op_adaptive_avg_pool2d_global.safetensors", build_adaptive}, {"op_shortcut_a.safetensors", build_shortcut},
+        {"op_subsample_pad.safetensors", build_subsample_pad}, {"op_subsample_pad.safetensors", build_subsample_chain},
+        {"op_max_pool2d_k3s2p1.safetensors", build_max_pool}};
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) test_one_input(one[i].fx, one[i].build);
+    test_masked_loss_graph("op_cross_entropy_masked.safetensors");
+    test_graph_fixture("op_embedding.safetensors", build_embedding, 1);
+    test_graph_fixture("op_layer_norm.safetensors", build_layer_norm, 0);
+    test_graph_fixture("op_gelu.safetensors", build_gelu, 0);
+    test_graph_fixture("op_gelu_tanh.safetensors", build_gelu, 0);
+    test_graph_fixture("op_softmax.safetensors", build_softmax, 0);
+    test_graph_fixture("op_add_bcast.safetensors", build_add_bcast, 0);
+    test_optimizer_multi("op_adamw_groups.safetensors", KILN_OPT_ADAMW);
+    test_optimizer_multi("op_sgd_groups.safetensors", KILN_OPT_SGD);
+    test_optimizer_multi("op_lamb.safetensors", KILN_OPT_LAMB);
+    test_optimizer_multi("op_lars.safetensors", KILN_OPT_LARS);
+    test_optimizer_multi("op_novograd.safetensors", KILN_OPT_NOVOGRAD);
+    return tu_finish("test_simt_fixtures");
+}
+#else
 int main(void) {
     test_clip("op_clip_grad_norm.safetensors");
     test_clip("op_clip_grad_norm_noop.safetensors");
@@ -1822,3 +1858,4 @@ int main(void) {
     test_mismatched_checkpoint();
     return tu_finish("test_fixtures");
 }
+#endif

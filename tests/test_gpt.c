@@ -202,7 +202,6 @@ int main(void) {
         run_backend(f, "simt");
         kiln_st_close(f);
     }
-    (void)test_names, (void)test_bad_config, (void)test_shorter_sequences; /* test_gpt's */
     return tu_finish("test_simt_gpt");
 }
 #else

@@ -339,8 +339,6 @@ int main(void) {
         run_backend(f, "simt", 0);
         kiln_st_close(f);
     }
-    (void)test_names, (void)test_resnet_names, (void)test_resnet18_small, (void)test_missing_kernel;
-    (void)test_torchvision_weights; /* test_models' */
     return tu_finish("test_simt_models");
 }
 #else

@@ -76,7 +76,10 @@ kiln_status kiln_fused_run(const kiln_step *s, const kiln_run_ctx *rc, const kil
     return KILN_OK;
 }
 
+/* an op may join a group when the backend has a fused kernel and the op a tile function (host backends) or
+ * a place in the fused kernel (a device's: kiln_kernel.fusable) */
 void kiln_backend_tileable(const kiln_backend *b, uint8_t *tileable) {
-    int fused = b->kernels[KILN_OP_FUSED].run && b->kernels[KILN_OP_FUSED_PLAIN].run && b->kernels[KILN_OP_GRAD_COPY].tile;
-    for (int op = 0; op < KILN_OP_COUNT; op++) tileable[op] = fused && b->kernels[op].tile != NULL;
+    const kiln_kernel *k = b->kernels;
+    int fused = k[KILN_OP_FUSED].run && k[KILN_OP_FUSED_PLAIN].run && (k[KILN_OP_GRAD_COPY].tile || k[KILN_OP_GRAD_COPY].fusable);
+    for (int op = 0; op < KILN_OP_COUNT; op++) tileable[op] = fused && (k[op].tile != NULL || k[op].fusable);
 }

@@ -1,6 +1,7 @@
 /* The CUDA backend's kernel table: for each op, the launch that runs it
  * (cuDNN and cuBLASLt through conv.c and linear.c, kiln's kernels in *.cu),
  * and what it works out at compile. Plain NCHW layouts only. */
+#include <stdlib.h>
 #include "backends/cuda/internal/cuda.h"
 
 #define F(t) ((float *)(t).data)
@@ -344,6 +345,81 @@ static kiln_status attention_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 #undef N
 
+/* ---- layer-wise optimizers (layerwise.cu): in grad, tensors; out param, state..., norms ---- */
+static void hyper(const kiln_step *s, float h[6]) {
+    const kiln_layerwise_attrs *a = &s->attr.layerwise;
+    h[0] = a->beta1, h[1] = a->beta2, h[2] = a->eps, h[3] = a->weight_decay, h[4] = a->momentum, h[5] = a->trust;
+}
+#define SEGS s->in[1].numel / 3, (const int64_t *)s->in[1].data
+static kiln_status lamb(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    float h[6];
+    hyper(s, h);
+    kiln_cuda_lamb(ST, s->attr.layerwise.phase, SEGS, h, F(s->out[0]), F(s->in[0]), F(s->out[1]), F(s->out[2]),
+                   s->out[3].data, kiln_cuda_rc_dev());
+    DONE("lamb");
+}
+static kiln_status lars(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    float h[6];
+    hyper(s, h);
+    kiln_cuda_lars(ST, s->attr.layerwise.phase, SEGS, h, F(s->out[0]), F(s->in[0]), F(s->out[1]), s->out[2].data,
+                   kiln_cuda_rc_dev());
+    DONE("lars");
+}
+static kiln_status novograd(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    float h[6];
+    hyper(s, h);
+    kiln_cuda_novograd(ST, s->attr.layerwise.phase, SEGS, h, F(s->out[0]), F(s->in[0]), F(s->out[1]), F(s->out[2]),
+                       s->out[3].data, kiln_cuda_rc_dev());
+    DONE("novograd");
+}
+#undef SEGS
+
+/* ---- a fused group of pointwise ops: one kernel (fused.cu) ---- */
+/* the program translated at compile, each member's code from its op's table entry (kiln_kernel.fusable) */
+static kiln_status fused_prepare(kiln_step *s, kiln_prep *p) {
+    (void)p;
+    const kiln_fused_prog *F = s->attr.fused;
+    if (F->ninstr > KILN_CUDA_PW_INSTR || F->nregs > KILN_CUDA_PW_REGS || F->nin > KILN_CUDA_PW_IO || F->nout > KILN_CUDA_PW_IO)
+        return kiln_fail(KILN_ERR_BACKEND, "%s: a fused group too large for the cuda backend's kernel", s->name);
+    kiln_cuda_prog *P = calloc(1, sizeof *P);
+    if (!P) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", s->name);
+    P->ninstr = F->ninstr, P->nin = F->nin, P->nout = F->nout;
+    for (int k = 0; k < F->nout; k++) P->out_reg[k] = F->out_reg[k];
+    for (int j = 0; j < F->ninstr; j++) {
+        const kiln_pw_instr *I = &F->ins[j];
+        kiln_cuda_pw *D = &P->ins[j];
+        D->code = (uint8_t)kiln_cuda_kernels[I->op].fusable;
+        if (!D->code) {
+            free(P);
+            return kiln_fail(KILN_ERR_BACKEND, "%s: the cuda backend's fused kernel has no %s", s->name, kiln_op_name(I->op));
+        }
+        D->dst = I->dst, D->nsrc = I->nsrc, D->acc = I->acc;
+        for (int k = 0; k < I->nsrc && k < 3; k++) D->src[k] = I->src[k];
+        if (I->op == KILN_OP_GELU || I->op == KILN_OP_GELU_BWD) D->form = (uint8_t)I->attr.gelu.tanh_form;
+        if (I->op == KILN_OP_AFFINE || I->op == KILN_OP_AFFINE_BWD) D->a = I->attr.affine.scale, D->b = I->attr.affine.shift;
+        if (I->op == KILN_OP_DROPOUT || I->op == KILN_OP_DROPOUT_BWD) {
+            float q = I->attr.dropout.p;
+            double t = (double)q * 4294967296.0; /* kiln_dropout_threshold */
+            D->a = q, D->b = q < 1.f ? 1.f / (1.f - q) : 0.f, D->key = I->key;
+            D->thr = t >= 4294967295.0 ? 0xffffffffu : (uint32_t)t;
+        }
+    }
+    s->kobj = P;
+    s->owns_kobj = 1;
+    return KILN_OK;
+}
+static void fused_release(kiln_step *s) { free(s->kobj); }
+static kiln_status fused(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cuda_prog *P = s->kobj;
+    for (int k = 0; k < P->nin; k++) P->in[k] = F(s->in[k]);
+    for (int k = 0; k < P->nout; k++) P->out[k] = F(s->out[k]), P->out_acc[k] = (uint8_t)ACC(k);
+    kiln_cuda_fused(ST, s->out[0].numel, P, kiln_cuda_rc_dev());
+    DONE("fused pointwise group");
+}
+
 /* ---- steps outside the graph ---- */
 kiln_status kiln_cuda_flag_error(const kiln_cuda_flags *f) {
     if (f->bad_target)
@@ -399,8 +475,8 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_MATMUL_BWD_DATA] = {kiln_cuda_linear_bwd_data, kiln_cuda_matmul_prepare, kiln_cuda_linear_release},
     [KILN_OP_MATMUL_BWD_WEIGHT] = {kiln_cuda_matmul_bwd_weight, kiln_cuda_matmul_prepare, kiln_cuda_linear_release},
 #endif
-    [KILN_OP_RELU] = {relu, NULL},
-    [KILN_OP_RELU_BWD] = {relu_bwd, NULL},
+    [KILN_OP_RELU] = {relu, NULL, .fusable = KILN_CUDA_PW_RELU},
+    [KILN_OP_RELU_BWD] = {relu_bwd, NULL, .fusable = KILN_CUDA_PW_RELU_BWD},
     [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool},
     [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, kiln_prepare_pool},
     [KILN_OP_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool},
@@ -409,33 +485,33 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SUBSAMPLE_PAD] = {subsample_pad, NULL},
     [KILN_OP_SUBSAMPLE_PAD_BWD] = {subsample_pad_bwd, NULL},
     [KILN_OP_PAD] = {pad, kiln_prepare_pad},
-    [KILN_OP_DROPOUT] = {dropout, NULL},
-    [KILN_OP_DROPOUT_BWD] = {dropout_bwd, NULL},
+    [KILN_OP_DROPOUT] = {dropout, NULL, .fusable = KILN_CUDA_PW_DROPOUT},
+    [KILN_OP_DROPOUT_BWD] = {dropout_bwd, NULL, .fusable = KILN_CUDA_PW_DROPOUT},
     [KILN_OP_LOG_SOFTMAX] = {log_softmax, kiln_prepare_rows_of_out},
     [KILN_OP_LOG_SOFTMAX_BWD] = {log_softmax_bwd, kiln_prepare_rows_of_out},
     [KILN_OP_NLL_LOSS] = {nll, rows_of_in},
     [KILN_OP_NLL_LOSS_BWD] = {nll_bwd, kiln_prepare_rows_of_out},
     [KILN_OP_CROSS_ENTROPY] = {cross_entropy, rows_of_in},
     [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, rows_of_out_count},
-    [KILN_OP_ADD] = {add, NULL},
-    [KILN_OP_MUL] = {mul, NULL},
-    [KILN_OP_MUL_BWD] = {mul_bwd, NULL},
+    [KILN_OP_ADD] = {add, NULL, .fusable = KILN_CUDA_PW_ADD},
+    [KILN_OP_MUL] = {mul, NULL, .fusable = KILN_CUDA_PW_MUL},
+    [KILN_OP_MUL_BWD] = {mul_bwd, NULL, .fusable = KILN_CUDA_PW_MUL_BWD},
     [KILN_OP_ONES] = {ones, NULL},
-    [KILN_OP_GRAD_COPY] = {grad_copy, NULL},
+    [KILN_OP_GRAD_COPY] = {grad_copy, NULL, .fusable = KILN_CUDA_PW_COPY},
     [KILN_OP_CONTIGUOUS] = {contiguous, NULL},
     [KILN_OP_SLICE_BWD] = {slice_bwd, kiln_prepare_slice},
     [KILN_OP_SUM] = {sum, NULL},
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL},
     [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare},
     [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare},
-    [KILN_OP_GELU] = {gelu, NULL},
-    [KILN_OP_GELU_BWD] = {gelu_bwd, NULL},
-    [KILN_OP_AFFINE] = {affine, NULL},
-    [KILN_OP_AFFINE_BWD] = {affine_bwd, NULL},
-    [KILN_OP_ERF] = {erf_fwd, NULL},
-    [KILN_OP_ERF_BWD] = {erf_bwd, NULL},
-    [KILN_OP_TANH] = {tanh_fwd, NULL},
-    [KILN_OP_TANH_BWD] = {tanh_bwd, NULL},
+    [KILN_OP_GELU] = {gelu, NULL, .fusable = KILN_CUDA_PW_GELU},
+    [KILN_OP_GELU_BWD] = {gelu_bwd, NULL, .fusable = KILN_CUDA_PW_GELU_BWD},
+    [KILN_OP_AFFINE] = {affine, NULL, .fusable = KILN_CUDA_PW_AFFINE},
+    [KILN_OP_AFFINE_BWD] = {affine_bwd, NULL, .fusable = KILN_CUDA_PW_SCALE},
+    [KILN_OP_ERF] = {erf_fwd, NULL, .fusable = KILN_CUDA_PW_ERF},
+    [KILN_OP_ERF_BWD] = {erf_bwd, NULL, .fusable = KILN_CUDA_PW_ERF_BWD},
+    [KILN_OP_TANH] = {tanh_fwd, NULL, .fusable = KILN_CUDA_PW_TANH},
+    [KILN_OP_TANH_BWD] = {tanh_bwd, NULL, .fusable = KILN_CUDA_PW_TANH_BWD},
     [KILN_OP_ADD_BCAST] = {add_bcast, NULL},
     [KILN_OP_ADD_BCAST_BWD] = {add_bcast_bwd, NULL},
     [KILN_OP_MSE_LOSS] = {mse, NULL},
@@ -448,10 +524,15 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_EMBEDDING_BWD] = {embedding_bwd, NULL},
     [KILN_OP_CAUSAL_ATTENTION] = {attention, attention_prepare},
     [KILN_OP_CAUSAL_ATTENTION_BWD] = {attention_bwd, attention_prepare},
+    [KILN_OP_FUSED] = {fused, fused_prepare, fused_release},
+    [KILN_OP_FUSED_PLAIN] = {fused, fused_prepare, fused_release},
     [KILN_OP_READOUT] = {kiln_cuda_readout, NULL},
     [KILN_OP_SUMSQ] = {sumsq, NULL},
     [KILN_OP_CLIP_SCALE] = {clip_scale, NULL},
     [KILN_OP_SGD_UPDATE] = {sgd, NULL},
     [KILN_OP_ADAMW_UPDATE] = {adamw, NULL},
     [KILN_OP_ADADELTA_UPDATE] = {adadelta, NULL},
+    [KILN_OP_LAMB_UPDATE] = {lamb, NULL},
+    [KILN_OP_LARS_UPDATE] = {lars, NULL},
+    [KILN_OP_NOVOGRAD_UPDATE] = {novograd, NULL},
 };

@@ -5,6 +5,7 @@
 // harness (tests/test_ops.c). Grid-stride loops: any size, one launch.
 #include "backends/cuda/internal/cuda.h"
 #include "backends/cuda/internal/block.h"
+#include "backends/cuda/internal/pointwise_math.h"
 
 __global__ void k_relu(int64_t n, const float *x, float *y) { FOR_N y[i] = x[i] > 0.f ? x[i] : 0.f; }
 __global__ void k_relu_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc) {
@@ -57,20 +58,7 @@ __global__ void k_scale_by_norm(int64_t n, const double *sumsq, double max_norm,
     FOR_N g[i] *= c;
 }
 
-// ---- dropout: Philox4x32-10, as src/base/rng.c ----
-__device__ uint32_t philox_word(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, int w) {
-    uint32_t c0 = (uint32_t)ctr_lo, c1 = (uint32_t)(ctr_lo >> 32), c2 = (uint32_t)ctr_hi, c3 = (uint32_t)(ctr_hi >> 32);
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    for (int r = 0; r < 10; r++) {
-        uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-        uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
-        uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-        c0 = n0, c1 = n1, c2 = n2, c3 = n3;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    return w == 0 ? c0 : w == 1 ? c1 : w == 2 ? c2 : c3;
-}
+// ---- dropout: the mask from (key, step counter), as the cpu ----
 __global__ void k_dropout(int64_t n, float p, uint32_t thr, uint64_t key, const kiln_cuda_rc *rc, const float *x, float *y,
                           int acc) {
     float scale = p < 1.f ? 1.f / (1.f - p) : 0.f;

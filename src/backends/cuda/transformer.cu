@@ -10,21 +10,11 @@
 // (test_simt) and on a GPU (test_ops).
 #include "backends/cuda/internal/cuda.h"
 #include "backends/cuda/internal/block.h"
+#include "backends/cuda/internal/pointwise_math.h"
 
 #define MAX_HEAD 256 // attention's head size: its rows live in each thread's registers (local memory)
 
 // ---- pointwise ----
-__device__ float gelu_f(float x, int tanh_form) {
-    if (tanh_form) return 0.5f * x * (1.f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
-    return 0.5f * x * (1.f + erff(x * 0.70710678118f));
-}
-__device__ float gelu_grad(float x, int tanh_form) {
-    if (tanh_form) {
-        float t = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));
-        return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * 0.7978845608f * (1.f + 3.f * 0.044715f * x * x);
-    }
-    return 0.5f * (1.f + erff(x * 0.70710678118f)) + x * 0.3989422804f * expf(-0.5f * x * x);
-}
 __global__ void k_gelu(int64_t n, int tf, const float *x, float *y) { FOR_N y[i] = gelu_f(x[i], tf); }
 __global__ void k_gelu_bwd(int64_t n, int tf, const float *x, const float *dy, float *dx, int acc) {
     FOR_N PUT(dx[i], dy[i] * gelu_grad(x[i], tf));

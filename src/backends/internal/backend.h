@@ -136,6 +136,8 @@ typedef struct kiln_kernel {
      * the reorders it would add to keep a family blocked */
     unsigned reorders_plain;
     kiln_tile_fn tile;                /* pointwise ops: may join a fused kernel (the fusion pass asks) */
+    int fusable;                      /* a device backend's pointwise ops: may join its fused kernel, which
+                                         runs them itself (no tile function); the value is the backend's own */
     const struct kiln_vform *vec;     /* cpu: the op's vector pass (src/kernels/cpu/pointwise_vec.h), or NULL */
     /* batch norm backward: takes KILN_EPI_RELU_BWD_MASK (relu's backward folded in, the
      * mask recomputed from x; input 5 the bias); the fusion pass fuses only where set */

@@ -49,6 +49,30 @@ typedef struct kiln_cuda_flags {
     const char *node;     /* the embedding's name (host memory; the kernel only stores the pointer) */
 } kiln_cuda_flags;
 
+/* a fused group of pointwise ops (the fusion pass's program), as fused.cu
+ * runs it: a thread per element, its registers in the thread's own */
+#define KILN_CUDA_PW_REGS 16
+#define KILN_CUDA_PW_INSTR 48
+#define KILN_CUDA_PW_IO 8
+enum {
+    KILN_CUDA_PW_RELU = 1, KILN_CUDA_PW_RELU_BWD, KILN_CUDA_PW_ADD, KILN_CUDA_PW_MUL, KILN_CUDA_PW_MUL_BWD, KILN_CUDA_PW_COPY,
+    KILN_CUDA_PW_DROPOUT, KILN_CUDA_PW_AFFINE, KILN_CUDA_PW_SCALE, KILN_CUDA_PW_ERF, KILN_CUDA_PW_ERF_BWD, KILN_CUDA_PW_TANH,
+    KILN_CUDA_PW_TANH_BWD, KILN_CUDA_PW_GELU, KILN_CUDA_PW_GELU_BWD
+};
+typedef struct kiln_cuda_pw {
+    uint8_t code, dst, nsrc, acc, src[3], form; /* form: gelu's tanh form */
+    float a, b;                                 /* affine's scale and shift; dropout's p and scale */
+    uint32_t thr;                               /* dropout: a mask word at or above it keeps */
+    uint64_t key;                               /* dropout's RNG key */
+} kiln_cuda_pw;
+typedef struct kiln_cuda_prog {
+    int ninstr, nin, nout;
+    uint8_t out_reg[KILN_CUDA_PW_IO], out_acc[KILN_CUDA_PW_IO];
+    const float *in[KILN_CUDA_PW_IO];
+    float *out[KILN_CUDA_PW_IO];
+    kiln_cuda_pw ins[KILN_CUDA_PW_INSTR];
+} kiln_cuda_prog;
+
 #ifndef __cplusplus
 #include "backends/internal/backend.h"
 
@@ -149,6 +173,16 @@ void kiln_cuda_sgd(kcs st, int64_t n, float *p, const float *g, float *mom, cons
                    float dampening, float weight_decay, int nesterov);
 void kiln_cuda_adamw(kcs st, int64_t n, float *p, const float *g, float *m, float *v, const kiln_cuda_rc *rc, float beta1,
                      float beta2, float eps, float weight_decay);
+/* layerwise.cu: a run of nseg tensors (seg: offset, numel, decays each, device memory); h: beta1, beta2,
+ * eps, weight_decay, momentum, trust; norms: two doubles per tensor, written in phase 0, read in phase 1 */
+void kiln_cuda_lamb(kcs st, int phase, int64_t nseg, const int64_t *seg, const float *h, float *p, const float *g, float *m,
+                    float *v, double *norms, const kiln_cuda_rc *rc);
+void kiln_cuda_lars(kcs st, int phase, int64_t nseg, const int64_t *seg, const float *h, float *p, const float *g, float *buf,
+                    double *norms, const kiln_cuda_rc *rc);
+void kiln_cuda_novograd(kcs st, int phase, int64_t nseg, const int64_t *seg, const float *h, float *p, const float *g, float *m,
+                        float *v, double *norms, const kiln_cuda_rc *rc);
+/* fused.cu: n elements of every tensor of P (passed by value: a captured graph keeps it) */
+void kiln_cuda_fused(kcs st, int64_t n, const kiln_cuda_prog *P, const kiln_cuda_rc *rc);
 /* transformer.cu */
 int kiln_cuda_attention_max_head(void);
 void kiln_cuda_gelu(kcs st, int64_t n, int tanh_form, const float *x, float *y);
