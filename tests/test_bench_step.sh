@@ -67,4 +67,14 @@ expect 2 "bad --autotune" "--autotune" -- "$KILN_BIN" bench step --autotune mayb
 expect 2 "an unknown option" "--bogus" -- "$KILN_BIN" bench step --bogus
 expect 2 "--num-classes 0" "--num-classes" -- "$KILN_BIN" bench step --num-classes 0
 expect 2 "--num-classes for mnist-cnn" "--num-classes 3" -- "$KILN_BIN" bench step --model mnist-cnn --num-classes 3
+expect 2 "a bad --matmul-precision" "--matmul-precision: 'low'" -- "$KILN_BIN" bench step --matmul-precision low
+expect 2 "a bad --device" "--device: 'tpu'" -- "$KILN_BIN" bench step --device tpu
+# --device auto runs where the GPU is, else on the cpu; --device cuda without a GPU says why
+expect 0 "--device auto" -- "$KILN_BIN" bench step --model mlp --batch-size 4 --steps 1 --warmup 0 --device auto --json
+if "$KILN_BIN" bench step --model mlp --batch-size 4 --steps 1 --warmup 0 --device cuda --json >/dev/null 2>&1; then
+    expect 0 "--device cuda on a GPU" -- "$KILN_BIN" bench step --model mlp --batch-size 4 --steps 1 --warmup 0 --device cuda --json
+    check "--device cuda on a GPU: the device named" test "$(field device)" = cuda
+else
+    expect 2 "--device cuda without a GPU" "--device cuda" -- "$KILN_BIN" bench step --model mlp --device cuda
+fi
 harness_finish

@@ -7,9 +7,10 @@
 #include <stdlib.h>
 #include "cli.h"
 #include "kiln/bench.h"
+#include "kiln/train.h"
 
 static const char *usage =
-    "usage: kiln bench step --model NAME [--batch-size N] [--eval] [--steps N] [--warmup N] [--json]\n\n"
+    "usage: kiln bench step --model NAME [--batch-size N] [--eval] [--steps N] [--warmup N] [--device cpu|cuda|auto] [--json]\n\n"
     "The step benchmark: synthetic data of the model's input shape, compile, warm-up,\n"
     "then each step timed alone; prints the median step time, images/s, the conv and\n"
     "linear GFLOP/s and the plan's arena. Training steps include backward and the SGD\n"
@@ -31,12 +32,15 @@ static const cli_opt opts[] = {
     {"checkpoint-activations", "none|block|OPS", "recompute saved activations in backward (as kiln train)", "none"},
     {"precision", "fp32|bf16|auto", "mixed precision (as kiln train): matmul-class steps with bf16 operands; auto: where "
                   "measured faster at compile", "fp32"},
+    {"device", "cpu|cuda|auto", "where to run: cpu, cuda (the GPU; an error without one) or auto (cuda when a GPU is here)", "cpu"},
+    {"matmul-precision", "highest|high|medium", "GPU matmuls and convolutions in fp32, TF32 or bf16 tensor-core math (as kiln train)",
+     "highest"},
     {"profile", NULL, "also time every kernel and print the per-step breakdown (steps then run one kernel at a time)", NULL},
     {"json", NULL, "one JSON object: model, batch, mode, ms, ms_min, ms_max, images_per_s, gflops, flops, arena_mb, "
                    "arena_mb_plain (without checkpointing), recomputed, params, precision, bf16_steps", NULL},
 };
 enum { S_MODEL, S_BATCH, S_EVAL, S_STEPS, S_WARMUP, S_SIZE, S_CLASSES, S_GPT, S_AUTOTUNE = S_GPT + CLI_GPT_NOPTS, S_DEPTH, S_CKPT,
-       S_PREC, S_PROFILE, S_JSON, S_N };
+       S_PREC, S_DEVICE, S_MMPREC, S_PROFILE, S_JSON, S_N };
 
 static void print_result(const kiln_bench_step_config *c, const kiln_bench_step_result *r, int json) {
     if (!json) {
@@ -64,6 +68,7 @@ static void print_result(const kiln_bench_step_config *c, const kiln_bench_step_
     json_object_set_new(o, "params", json_integer(r->params));
     json_object_set_new(o, "precision", json_string(kiln_precision_name(c->precision)));
     json_object_set_new(o, "bf16_steps", json_integer(r->bf16_steps));
+    json_object_set_new(o, "device", json_string(c->backend ? c->backend : "cpu"));
     cli_print_json(o);
 }
 
@@ -93,6 +98,16 @@ int cli_bench_step(int argc, char **argv) {
     if (cli_checkpoint("bench step", opts, S_CKPT, vals, &c.checkpoint_activations) ||
         cli_precision("bench step", opts, S_PREC, vals, &c.precision))
         return EXIT_USAGE;
+    /* --matmul-precision parses as kiln train's */
+    kiln_train_config tc = kiln_train_defaults();
+    if (vals[S_MMPREC] && kiln_train_option_set(&tc, "matmul-precision", vals[S_MMPREC]) != KILN_OK)
+        return cli_usage_error("bench step", "%s", kiln_last_error());
+    c.matmul_precision = tc.matmul_precision;
+    kiln_status dst = kiln_device_backend(vals[S_DEVICE], &c.backend);
+    if (dst != KILN_OK) {
+        fprintf(stderr, "kiln bench step: %s\n", kiln_last_error());
+        return cli_exit_code(dst);
+    }
     static char report[1 << 16];
     if (given[S_PROFILE]) {
         c.profile = report;

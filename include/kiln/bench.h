@@ -32,6 +32,7 @@ typedef struct kiln_bench_step_config {
     int depth_first;          /* as kiln_compile_opts.depth_first (1 in the defaults) */
     const char *checkpoint_activations; /* as kiln_compile_opts (NULL: none) */
     int precision;            /* as kiln_compile_opts (kiln_precision) */
+    int matmul_precision;     /* as kiln_compile_opts: a GPU's matmul and convolution math (0 highest: fp32) */
     uint64_t seed;
     char *profile;            /* non-NULL: after the timed steps, the per-kernel report (profile_len bytes) */
     size_t profile_len;

@@ -97,6 +97,7 @@ kiln_status kiln_bench_step(const kiln_bench_step_config *c, kiln_bench_step_res
     co.depth_first = c->depth_first;
     co.checkpoint_activations = c->checkpoint_activations;
     co.precision = c->precision;
+    co.matmul_precision = c->matmul_precision;
     co.seed = c->seed;
     co.profile = c->profile != NULL;
     kiln_value outs[2] = {m.loss, m.out}; /* as the trainer compiles: training keeps the loss alone to the end */
