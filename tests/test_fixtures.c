@@ -1780,6 +1780,16 @@ int main(void) {
         {"op_max_pool2d_k3s2p1.safetensors", build_max_pool}};
     for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) test_one_input(one[i].fx, one[i].build);
     test_masked_loss_graph("op_cross_entropy_masked.safetensors");
+    static const char *attn[] = {"op_causal_attention.safetensors", "op_causal_attention_d64.safetensors",
+                                 "op_causal_attention_d40.safetensors"};
+    for (int i = 0; i < 3; i++) {
+        kiln_st_file *f = fx_open(attn[i]);
+        if (f) {
+            attention_batched(attn[i], f, fast);
+            kiln_st_close(f);
+        }
+        test_one_input(attn[i], build_attention);
+    }
     test_graph_fixture("op_embedding.safetensors", build_embedding, 1);
     test_graph_fixture("op_layer_norm.safetensors", build_layer_norm, 0);
     test_graph_fixture("op_gelu.safetensors", build_gelu, 0);

@@ -305,7 +305,8 @@ static kiln_status embedding_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
                             F(*dw), ACC(0));
     DONE("embedding backward");
 }
-/* a query row per thread holds its head's row of the output: heads up to kiln_cuda_attention_max_head() */
+/* heads up to kiln_cuda_flash_max_head() run in tiles (flash.cu); wider ones a query row per thread, which holds
+ * its head's row of the output: up to kiln_cuda_attention_max_head() (transformer.cu) */
 static kiln_status attention_prepare(kiln_step *s, kiln_prep *p) {
     kiln_prepare_attention(s, p);
     const kiln_attn_shape *z = &s->sz.attn.shape;
@@ -329,7 +330,10 @@ static kiln_status attention(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_attn_shape *z = &s->sz.attn.shape;
     int64_t st[8];
     attn_strides(z, st);
-    kiln_cuda_attention(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
+    if (z->c / z->heads <= kiln_cuda_flash_max_head())
+        kiln_cuda_flash(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
+    else
+        kiln_cuda_attention(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
     DONE("causal attention");
 }
 static kiln_status attention_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -339,8 +343,12 @@ static kiln_status attention_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     void *d[3];
     int acc[3];
     kiln_attention_grads(s, rc, d, acc);
-    kiln_cuda_attention_bwd(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]),
+    if (z->c / z->heads <= kiln_cuda_flash_max_head())
+        kiln_cuda_flash_bwd(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]),
                             F(s->in[5]), rc->workspace, d[0], d[1], d[2], acc[0], acc[1], acc[2]);
+    else
+        kiln_cuda_attention_bwd(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]),
+                                F(s->in[4]), F(s->in[5]), rc->workspace, d[0], d[1], d[2], acc[0], acc[1], acc[2]);
     DONE("causal attention backward");
 }
 #undef N

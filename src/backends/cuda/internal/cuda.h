@@ -181,6 +181,13 @@ void kiln_cuda_lars(kcs st, int phase, int64_t nseg, const int64_t *seg, const f
                     double *norms, const kiln_cuda_rc *rc);
 void kiln_cuda_novograd(kcs st, int phase, int64_t nseg, const int64_t *seg, const float *h, float *p, const float *g, float *m,
                         float *v, double *norms, const kiln_cuda_rc *rc);
+/* flash.cu: the same in tiles through shared memory, heads up to kiln_cuda_flash_max_head() */
+int kiln_cuda_flash_max_head(void);
+void kiln_cuda_flash(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
+                     const float *k, const float *v, float *y, float *lse);
+void kiln_cuda_flash_bwd(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
+                         const float *k, const float *v, const float *y, const float *lse, const float *dy, float *D,
+                         float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
 /* fused.cu: n elements of every tensor of P (passed by value: a captured graph keeps it) */
 void kiln_cuda_fused(kcs st, int64_t n, const kiln_cuda_prog *P, const kiln_cuda_rc *rc);
 /* transformer.cu */
