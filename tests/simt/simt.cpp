@@ -1,55 +1,111 @@
 // The host side of src/backends/cuda/internal/simt.h: a launch runs its grid
-// block after block, each block's threads as fibers (ucontext) when they meet
-// at __syncthreads(), as plain calls when they do not (run_block).
+// block after block, each block's threads as fibers when they meet at
+// __syncthreads(), as plain calls when they do not (run_block). A fiber
+// switch is a few instructions (kiln_simt_switch below: the callee-saved
+// registers and the FP control words, no signal mask: ucontext's
+// swapcontext made two system calls a switch, three quarters of the
+// tests' time). Under AddressSanitizer every switch is announced
+// (__sanitizer_start/finish_switch_fiber), so it knows which stack is live.
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <vector>
 #include "backends/cuda/internal/simt.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define SIMT_ASAN 1
+#endif
+
 dim3 kiln_simt_thread, kiln_simt_block, kiln_simt_bdim, kiln_simt_gdim;
 
+// saves the callee-saved registers and MXCSR / the x87 control word on the
+// current stack, stores its pointer in *from, and resumes the stack at `to`
+extern "C" void kiln_simt_switch(void **from, void *to);
+__asm__(".text\n"
+        ".globl kiln_simt_switch\n"
+        ".type kiln_simt_switch,@function\n"
+        "kiln_simt_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size kiln_simt_switch,.-kiln_simt_switch\n"
+        ".section .note.GNU-stack,\"\",@progbits\n"
+        ".text\n");
+
 namespace {
-const size_t STACK = 256 * 1024;
+const size_t STACK = 64 * 1024;
+const size_t GUARD = 4096;
 
 struct fiber {
-    ucontext_t ctx;
+    void *sp;
     char *stack;
     int done;
 };
 std::vector<fiber> fibers;
-ucontext_t scheduler;
+void *scheduler_sp;
 int current = -1;
 const std::function<void()> *body_now;
+#ifdef SIMT_ASAN
+const void *sched_bottom;
+size_t sched_size;
+#endif
 
 dim3 unflatten(unsigned i, dim3 d) { return dim3(i % d.x, i / d.x % d.y, i / (d.x * d.y)); }
 
-void fiber_main() {
+// to the scheduler from fiber `current`; dying: the fiber never runs again
+void to_scheduler(int dying) {
+#ifdef SIMT_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(dying ? NULL : &fake, sched_bottom, sched_size);
+#endif
+    kiln_simt_switch(&fibers[(size_t)current].sp, scheduler_sp);
+#ifdef SIMT_ASAN
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+    (void)dying;
+}
+
+void fiber_entry() {
+#ifdef SIMT_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &sched_bottom, &sched_size);
+#endif
     (*body_now)();
-    fibers[(size_t)current].done = 1; // returns to the scheduler through uc_link
+    fibers[(size_t)current].done = 1;
+    to_scheduler(1);
+    abort(); // never resumed
 }
 
 void grow(size_t n) {
     while (fibers.size() < n) {
         fiber f = {};
-        void *s = mmap(NULL, STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (s == MAP_FAILED) {
+        /* a guard page below the stack: an overflow faults instead of writing over another fiber's */
+        void *s = mmap(NULL, STACK + GUARD, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (s == MAP_FAILED || mprotect(s, GUARD, PROT_NONE) != 0) {
             fprintf(stderr, "simt: no memory for a fiber stack\n");
             abort();
         }
-        f.stack = (char *)s;
+        f.stack = (char *)s + GUARD;
         fibers.push_back(f);
     }
 }
 
+// a fresh stack whose first switch "returns" into fiber_entry: the control
+// words, six registers, then the return address, so that fiber_entry starts
+// with the stack aligned as after a call
 void start(unsigned t) {
     fiber &f = fibers[t];
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack;
-    f.ctx.uc_stack.ss_size = STACK;
-    f.ctx.uc_link = &scheduler;
-    makecontext(&f.ctx, fiber_main, 0);
+    uint64_t *top = (uint64_t *)(f.stack + STACK), *sp = top - 9; // sp is 8 mod 16
+    uint32_t csr[2];
+    __asm__ volatile("stmxcsr %0\n fnstcw %1" : "=m"(csr[0]), "=m"(csr[1]));
+    sp[0] = (uint64_t)csr[0] | (uint64_t)(csr[1] & 0xffff) << 32;
+    for (int k = 1; k <= 6; k++) sp[k] = 0;
+    sp[7] = (uint64_t)(uintptr_t)fiber_entry;
+    sp[8] = 0;
+    f.sp = sp;
     f.done = 0;
 }
 
@@ -57,7 +113,14 @@ void start(unsigned t) {
 void step(unsigned t) {
     current = (int)t;
     kiln_simt_thread = unflatten(t, kiln_simt_bdim);
-    swapcontext(&scheduler, &fibers[t].ctx);
+#ifdef SIMT_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(&fake, fibers[t].stack, STACK);
+#endif
+    kiln_simt_switch(&scheduler_sp, fibers[t].sp);
+#ifdef SIMT_ASAN
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
     current = -1;
 }
 
@@ -96,7 +159,7 @@ void __syncthreads(void) {
         fprintf(stderr, "simt: a barrier met by a thread after thread 0 of its block met none\n");
         abort();
     }
-    swapcontext(&fibers[(size_t)current].ctx, &scheduler);
+    to_scheduler(0);
 }
 
 void kiln_simt_run(dim3 grid, dim3 block, const std::function<void()> &body) {
