@@ -4,7 +4,8 @@
  * into the matmul's epilogue (one kernel); the algorithm is cuBLASLt's
  * heuristic first choice for the shape, picked at compile. The compute type
  * follows --matmul-precision (PyTorch's set_float32_matmul_precision):
- * highest fp32, high TF32, medium bf16 tensor cores, always fp32 accumulation. */
+ * highest fp32, high TF32, medium bf16 tensor cores, always fp32 accumulation;
+ * a step the autocast pass marked (--precision bf16 or auto) takes bf16. */
 #include <stdlib.h>
 #include <cuda_runtime.h>
 #include "backends/cuda/internal/cublaslt.h"
@@ -41,7 +42,7 @@ static void mm_free(matmul *m) {
 }
 
 /* C[M, N] = op(A) op(B) (+ C), column-major; A is M×K (K×M when transposed), B is K×N (N×K when transposed) */
-static kiln_status mm_make(matmul *m, int ta, int tb, int64_t M, int64_t N, int64_t K, cublasLtEpilogue_t epi,
+static kiln_status mm_make(matmul *m, int math, int ta, int tb, int64_t M, int64_t N, int64_t K, cublasLtEpilogue_t epi,
                            const void *bias, size_t *workspace) {
     static const cublasComputeType_t compute[3] = {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF};
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -51,7 +52,7 @@ static kiln_status mm_make(matmul *m, int ta, int tb, int64_t M, int64_t N, int6
     if (st == KILN_OK && !registered) registered = !atexit(destroy_handle); /* runs before cuBLASLt's own teardown */
 #define B(call, what) \
     if (st == KILN_OK) st = blas(call, what)
-    B(LT->cublasLtMatmulDescCreate(&m->desc, compute[kiln_cuda_precision() % 3], CUDA_R_32F), "descriptor");
+    B(LT->cublasLtMatmulDescCreate(&m->desc, compute[math % 3], CUDA_R_32F), "descriptor");
     B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "transa");
     B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "transb");
     B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
@@ -88,6 +89,10 @@ void kiln_cuda_linear_release(kiln_step *s) {
     free(s->kobj);
 }
 
+/* the step's math: --matmul-precision's, or bf16 tensor cores where the autocast pass gave the step bf16
+ * operands (--precision bf16; auto too: on tensor cores bf16 is the faster) */
+static int math_of(const kiln_step *s) { return s->precision != KILN_PRECISION_FP32 ? 2 : kiln_cuda_precision(); }
+
 /* rows, in, out of the step, by op: forward (x, w), backward-data (dy, w), backward-weight (x, dy) */
 static void dims(const kiln_step *s, int64_t *rows, int64_t *in, int64_t *out) {
     const kiln_tdesc *a = &s->in[0];
@@ -111,11 +116,11 @@ kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p) {
         int relu = s->epilogue == KILN_EPI_RELU, bias = s->nin > 2;
         cublasLtEpilogue_t e = bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                                     : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
-        st = mm_make(m, 1, 0, out, rows, in, e, bias ? s->in[2].data : NULL, &p->workspace);
+        st = mm_make(m, math_of(s), 1, 0, out, rows, in, e, bias ? s->in[2].data : NULL, &p->workspace);
     } else if (s->op == KILN_OP_LINEAR_BWD_DATA) {
-        st = mm_make(m, 0, 0, in, rows, out, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
+        st = mm_make(m, math_of(s), 0, 0, in, rows, out, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
     } else {
-        st = mm_make(m, 0, 1, in, out, rows, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
+        st = mm_make(m, math_of(s), 0, 1, in, out, rows, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
     }
     if (st != KILN_OK) {
         mm_free(m);
@@ -164,13 +169,13 @@ kiln_status kiln_cuda_matmul_prepare(kiln_step *s, kiln_prep *p) {
         int relu = s->epilogue == KILN_EPI_RELU, bias = s->nin > 2;
         cublasLtEpilogue_t e = bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                                     : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
-        st = mm_make(m, w_transposed(w), 0, N, rows, K, e, bias ? s->in[2].data : NULL, &p->workspace);
+        st = mm_make(m, math_of(s), w_transposed(w), 0, N, rows, K, e, bias ? s->in[2].data : NULL, &p->workspace);
     } else if (s->op == KILN_OP_MATMUL_BWD_DATA) {
-        st = mm_make(m, !w_transposed(w), 0, K, rows, N, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
+        st = mm_make(m, math_of(s), !w_transposed(w), 0, K, rows, N, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
     } else if (!transposed) { /* column-major dw^T [N, K] = dy^T [N, rows] x [rows, K] */
-        st = mm_make(m, 0, 1, N, K, rows, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
+        st = mm_make(m, math_of(s), 0, 1, N, K, rows, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
     } else { /* dw stored as [N, K]: column-major dw [K, N] = x^T [K, rows] dy [rows, N] */
-        st = mm_make(m, 0, 1, K, N, rows, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
+        st = mm_make(m, math_of(s), 0, 1, K, N, rows, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
     }
     if (st != KILN_OK) {
         mm_free(m);

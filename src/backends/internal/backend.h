@@ -181,7 +181,8 @@ typedef struct kiln_backend {
     int (*available)(char *why, size_t len);
     /* a step is being freed: drop what the backend keeps about it (a captured graph) */
     void (*step_freed)(kiln_step *s);
-    /* mixed precision: NULL when the kernels honour kiln_step.precision themselves (cpu; cuda ignores it);
+    /* mixed precision: NULL when the kernels honour kiln_step.precision themselves (cpu; cuda: its linear
+     * and matmul steps take bf16 tensor-core math, its convolutions keep --matmul-precision's);
      * else runs a bf16 step in their place (ref: its kernel on rounded operands), and `auto` means fp32 */
     kiln_step_fn run_bf16;
 } kiln_backend;
