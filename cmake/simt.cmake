@@ -1,7 +1,8 @@
-# test_simt: the CUDA backend's kernel table and its own kernels (src/backends/cuda/*.cu),
-# built as host C++ with src/backends/cuda/internal/simt.h and run on the CPU by the op
-# harness (tests/test_ops.c) against the double reference. Needs no nvcc and no GPU, so
-# every machine checks what those kernels compute; cuDNN and cuBLASLt are left out.
+# kiln_simt: the CUDA backend's kernel table and its own kernels (src/backends/cuda/*.cu),
+# built as host C++ with src/backends/cuda/internal/simt.h and run on the CPU as the test
+# backend "simt" (tests/simt/), beside cpu and ref in the tests linked with it below. Needs
+# no nvcc and no GPU, so every machine checks what those kernels compute; cuDNN and
+# cuBLASLt are left out (the cpu's kernels stand in for theirs).
 enable_language(CXX)
 set(simt_dir ${CMAKE_BINARY_DIR}/simt)
 # every kiln_cuda_ name of the backend's header, renamed, so the host build links beside the real one
@@ -39,36 +40,8 @@ target_compile_options(kiln_simt PRIVATE -include ${simt_dir}/simt_names.h
 target_include_directories(kiln_simt PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include)
 target_link_libraries(kiln_simt PUBLIC kiln_core stdc++)
 
-add_executable(test_simt ${CMAKE_SOURCE_DIR}/tests/test_ops.c)
-target_compile_definitions(test_simt PRIVATE KILN_TEST_SIMT=1)
-target_link_libraries(test_simt PRIVATE kiln_simt kiln_core)
-target_include_directories(test_simt PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
-add_test(NAME test_simt COMMAND test_simt WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-set_tests_properties(test_simt PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;KILN_CACHE_DIR=" TIMEOUT 600)
-
-# the zoo's GPT against PyTorch's loss, gradients and AdamW steps (tests/test_gpt.c) on simt
-add_executable(test_simt_gpt ${CMAKE_SOURCE_DIR}/tests/test_gpt.c)
-target_compile_definitions(test_simt_gpt PRIVATE KILN_TEST_SIMT=1)
-target_compile_options(test_simt_gpt PRIVATE -Wno-unused-function) # the file's other tests are its own binary's
-target_link_libraries(test_simt_gpt PRIVATE kiln_simt kiln_core)
-target_include_directories(test_simt_gpt PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
-add_test(NAME test_simt_gpt COMMAND test_simt_gpt WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-set_tests_properties(test_simt_gpt PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;KILN_CACHE_DIR=" TIMEOUT 600)
-
-# resnet20 against PyTorch's loss, gradients, SGD steps and running statistics (tests/test_models.c) on simt
-add_executable(test_simt_models ${CMAKE_SOURCE_DIR}/tests/test_models.c)
-target_compile_definitions(test_simt_models PRIVATE KILN_TEST_SIMT=1)
-target_compile_options(test_simt_models PRIVATE -Wno-unused-function) # the file's other tests are its own binary's
-target_link_libraries(test_simt_models PRIVATE kiln_simt kiln_core)
-target_include_directories(test_simt_models PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
-add_test(NAME test_simt_models COMMAND test_simt_models WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-set_tests_properties(test_simt_models PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;KILN_CACHE_DIR=" TIMEOUT 600)
-
-# PyTorch's op and optimizer fixtures through plans on simt (tests/test_fixtures.c)
-add_executable(test_simt_fixtures ${CMAKE_SOURCE_DIR}/tests/test_fixtures.c)
-target_compile_definitions(test_simt_fixtures PRIVATE KILN_TEST_SIMT=1)
-target_compile_options(test_simt_fixtures PRIVATE -Wno-unused-function) # the file's other tests are its own binary's
-target_link_libraries(test_simt_fixtures PRIVATE kiln_simt kiln_core)
-target_include_directories(test_simt_fixtures PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
-add_test(NAME test_simt_fixtures COMMAND test_simt_fixtures WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-set_tests_properties(test_simt_fixtures PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;KILN_CACHE_DIR=" TIMEOUT 600)
+# the tests whose checks run on simt beside cpu and ref: the op harness (tests/test_ops.c), PyTorch's op and
+# optimizer fixtures (tests/test_fixtures.c), the GPT and resnet20 against PyTorch (test_gpt.c, test_models.c)
+foreach(t test_ops test_fixtures test_gpt test_models)
+  target_link_libraries(${t} PRIVATE kiln_simt)
+endforeach()

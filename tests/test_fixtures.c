@@ -21,6 +21,7 @@
 #include "kiln/safetensors.h"
 #include "kiln/train.h"
 #include "testutil.h"
+#include "simt/simt_backend.h"
 
 #define FX "ref/fixtures/"
 
@@ -123,8 +124,8 @@ static double err_f(const float *got, const double *ref, int64_t n) {
 
 /* ---------- ops ---------- */
 
-/* the float backend checked beside ref: "cpu", or "simt" in test_simt_fixtures (the CUDA backend's kernels
- * on the host, tests/simt/backend.c), which runs the plan-based cases on it alone */
+/* the float backend checked beside ref: "cpu", then "simt" (the CUDA backend's kernels on the host,
+ * tests/simt/backend.c) for the plan-based cases alone (simt_fixtures) */
 static const char *fast = "cpu";
 static int fast_only;
 
@@ -1765,10 +1766,8 @@ static void test_masked_loss_graph(const char *fxname) {
     kiln_st_close(f);
 }
 
-#ifdef KILN_TEST_SIMT
-/* test_simt_fixtures: PyTorch's fixtures through plans on the CUDA backend's kernels run on the host */
-kiln_status kiln_test_simt_register(void);
-int main(void) {
+/* PyTorch's fixtures through plans on simt (the CUDA backend's kernels on the host, tests/simt/) */
+static void simt_fixtures(void) {
     CHECK_OK(kiln_test_simt_register());
     fast = "simt", fast_only = 1;
     static const struct { const char *fx; one_input_fn build; } one[] = {
@@ -1801,9 +1800,9 @@ int main(void) {
     test_optimizer_multi("op_lamb.safetensors", KILN_OPT_LAMB);
     test_optimizer_multi("op_lars.safetensors", KILN_OPT_LARS);
     test_optimizer_multi("op_novograd.safetensors", KILN_OPT_NOVOGRAD);
-    return tu_finish("test_simt_fixtures");
+    fast = "cpu", fast_only = 0;
 }
-#else
+
 int main(void) {
     test_clip("op_clip_grad_norm.safetensors");
     test_clip("op_clip_grad_norm_noop.safetensors");
@@ -1866,6 +1865,6 @@ int main(void) {
     test_lr_schedule();
     test_golden();
     test_mismatched_checkpoint();
+    simt_fixtures();
     return tu_finish("test_fixtures");
 }
-#endif

@@ -16,6 +16,7 @@
 #include "kiln/tensor.h"
 #include "testutil.h"
 #include "golden.h"
+#include "simt/simt_backend.h"
 
 #define FIXTURE "ref/fixtures/gpt_golden.safetensors"
 
@@ -191,20 +192,6 @@ static void test_shorter_sequences(void) {
     kiln_graph_free(g);
 }
 
-#ifdef KILN_TEST_SIMT
-/* test_simt_gpt: the same on the CUDA backend's kernels run on the host (tests/simt/backend.c) */
-kiln_status kiln_test_simt_register(void);
-int main(void) {
-    kiln_st_file *f = NULL;
-    CHECK_OK(kiln_test_simt_register());
-    CHECK_OK(kiln_st_open(FIXTURE, &f));
-    if (f) {
-        run_backend(f, "simt");
-        kiln_st_close(f);
-    }
-    return tu_finish("test_simt_gpt");
-}
-#else
 int main(void) {
     kiln_st_file *f = NULL;
     char why[192];
@@ -213,6 +200,8 @@ int main(void) {
         test_names(f);
         run_backend(f, "ref");
         run_backend(f, "cpu");
+        CHECK_OK(kiln_test_simt_register()); /* the CUDA backend's own kernels on the host (tests/simt/) */
+        run_backend(f, "simt");
         const kiln_backend *cuda = kiln_backend_get("cuda");
         if (cuda && kiln_backend_available(cuda, why, sizeof why)) run_backend(f, "cuda");
         else printf("test_gpt: the cuda backend skipped: %s\n", cuda ? why : "not built");
@@ -222,4 +211,3 @@ int main(void) {
     test_shorter_sequences();
     return tu_finish("test_gpt");
 }
-#endif

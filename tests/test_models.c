@@ -20,6 +20,7 @@
 #include "kiln/train.h"
 #include "testutil.h"
 #include "golden.h"
+#include "simt/simt_backend.h"
 
 #define FIXTURE "ref/fixtures/resnet20_golden.safetensors"
 
@@ -326,22 +327,6 @@ out:
     if (io) kiln_st_close(io);
 }
 
-#ifdef KILN_TEST_SIMT
-/* test_simt_models: resnet20 against PyTorch on the CUDA backend's kernels run on the host (tests/simt/backend.c):
- * its batch norms, shortcuts, pooling, loss and SGD are the CUDA backend's; its convolutions and linear layer
- * the cpu's stand-ins for cuDNN and cuBLASLt */
-kiln_status kiln_test_simt_register(void);
-int main(void) {
-    kiln_st_file *f = NULL;
-    CHECK_OK(kiln_test_simt_register());
-    CHECK_OK(kiln_st_open(FIXTURE, &f));
-    if (f) {
-        run_backend(f, "simt", 0);
-        kiln_st_close(f);
-    }
-    return tu_finish("test_simt_models");
-}
-#else
 int main(void) {
     kiln_st_file *f = NULL;
     CHECK_OK(kiln_st_open(FIXTURE, &f));
@@ -351,6 +336,8 @@ int main(void) {
         if (kiln_cpu_has_avx2()) run_backend(f, "cpu", 1);
         else printf("test_models: kiln's Winograd skipped: the CPU has no AVX2\n");
         run_backend(f, "ref", 0);
+        CHECK_OK(kiln_test_simt_register()); /* the CUDA backend's own kernels on the host (tests/simt/): its */
+        run_backend(f, "simt", 0);           /* convolutions and linear layer are the cpu's stand-ins */
         char why[192];
         const kiln_backend *cuda = kiln_backend_get("cuda");
         if (cuda && kiln_backend_available(cuda, why, sizeof why)) run_backend(f, "cuda", 0);
@@ -365,4 +352,3 @@ int main(void) {
     test_torchvision_weights();
     return tu_finish("test_models");
 }
-#endif

@@ -2,7 +2,8 @@
  * reference as the oracle): every forward op of the table, on random shapes
  * and attributes, builds a small graph whose float inputs are parameters, and
  * a loss L = sum_k sum(y_k * c_k) over its outputs with random c_k. Then
- *   - every f32 backend registered (the cpu today) must match the ref
+ *   - every f32 backend registered (cpu, and simt: the CUDA backend's own
+ *     kernels run on the host, tests/simt/; cuda itself on a GPU) must match the ref
  *     backend: outputs, every gradient,
  *     the buffers a training step updates (batch norm's running statistics),
  *     with fusion and the blocked layout on and off;
@@ -22,6 +23,7 @@
 #include "backends/cpu/internal/cpu.h"
 #include "backends/internal/backend.h"
 #include "backends/ref/internal/ref.h"
+#include "simt/simt_backend.h"
 #include "graph/internal/graph.h"
 #include "kiln/graph.h"
 #include "testutil.h"
@@ -879,25 +881,15 @@ static void test_add_bcast_shapes(void) {
     kiln_graph_free(g);
 }
 
-#ifdef KILN_TEST_SIMT
-/* test_simt: the harness over the CUDA backend's own kernels run on the host (tests/simt/backend.c) alone */
-kiln_status kiln_test_simt_register(void);
-#endif
-
 int main(void) {
     tu_seed(20261123);
-#ifdef KILN_TEST_SIMT
-    CHECK_OK(kiln_test_simt_register());
-#endif
+    CHECK_OK(kiln_test_simt_register()); /* the CUDA backend's own kernels on the host (tests/simt/) */
     test_coverage();
     test_add_bcast_shapes();
     test_embedding_ids("ref");
     for (int b = 0; b < kiln_backend_count(); b++) {
         const kiln_backend *be = kiln_backend_at(b);
         if (be->float_dtype != KILN_F32) continue; /* the f64 ref backend is the oracle */
-#ifdef KILN_TEST_SIMT
-        if (strcmp(be->name, "simt") != 0) continue;
-#endif
         char why[192];
         if (!kiln_backend_available(be, why, sizeof why)) {
             printf("test_ops: %s backend skipped: %s\n", be->name, why);

@@ -6,8 +6,9 @@
  * here in host memory. cuDNN and cuBLASLt are not there: the ops they run
  * (convolutions, linear, matmul) take the cpu backend's kernels as stand-ins
  * (the memory is the host's), so whole models train on it; everything else
- * is the CUDA backend's own. tests/test_ops.c runs its harness over it
- * (test_simt), tests/test_gpt.c PyTorch's GPT (test_simt_gpt). Built with
+ * is the CUDA backend's own. tests/test_ops.c runs its harness over it,
+ * test_fixtures.c PyTorch's fixtures, test_gpt.c and test_models.c the GPT and
+ * resnet20 against PyTorch (cmake/simt.cmake links them with it). Built with
  * -include simt_names.h: every kiln_cuda_ name below is kiln_simt_. */
 #include <string.h>
 #include "backends/cpu/internal/cpu.h"

@@ -305,6 +305,28 @@ static kiln_status embedding_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
                             F(*dw), ACC(0));
     DONE("embedding backward");
 }
+/* ---- bmm (bmm.cu): a and b read through their strides ---- */
+static kiln_status bmm_prepare(kiln_step *s, kiln_prep *p) {
+    kiln_prepare_bmm(s, p);
+    if (s->sz.bmm.nbatch > kiln_cuda_bmm_max_batch_dims())
+        return kiln_fail(KILN_ERR_BACKEND, "%s: the cuda backend's bmm takes at most %d batch dims", s->name,
+                         kiln_cuda_bmm_max_batch_dims());
+    return KILN_OK;
+}
+#define BMM(z) (z)->nbatch, (z)->batch, (z)->m, (z)->k, (z)->n, (z)->a_stride, (z)->b_stride
+static kiln_status bmm(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    kiln_cuda_bmm(ST, BMM(&s->sz.bmm), F(s->in[0]), F(s->in[1]), F(s->out[0]));
+    DONE("bmm");
+}
+/* in: a, b, dy; out: da?, db? */
+static kiln_status bmm_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    kiln_cuda_bmm_bwd(ST, BMM(&s->sz.bmm), F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), s->nout > 1 ? F(s->out[1]) : NULL,
+                      ACC(0), s->nout > 1 ? ACC(1) : 0);
+    DONE("bmm backward");
+}
+#undef BMM
+
 /* heads up to kiln_cuda_flash_max_head() run in tiles (flash.cu); wider ones a query row per thread, which holds
  * its head's row of the output: up to kiln_cuda_attention_max_head() (transformer.cu) */
 static kiln_status attention_prepare(kiln_step *s, kiln_prep *p) {
@@ -530,6 +552,8 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_LAYER_NORM_BWD] = {layer_norm_bwd, kiln_prepare_rows_of_in},
     [KILN_OP_EMBEDDING] = {embedding, NULL},
     [KILN_OP_EMBEDDING_BWD] = {embedding_bwd, NULL},
+    [KILN_OP_BMM] = {bmm, bmm_prepare},
+    [KILN_OP_BMM_BWD] = {bmm_bwd, bmm_prepare},
     [KILN_OP_CAUSAL_ATTENTION] = {attention, attention_prepare},
     [KILN_OP_CAUSAL_ATTENTION_BWD] = {attention_bwd, attention_prepare},
     [KILN_OP_FUSED] = {fused, fused_prepare, fused_release},

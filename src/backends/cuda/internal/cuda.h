@@ -188,6 +188,14 @@ void kiln_cuda_flash(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, con
 void kiln_cuda_flash_bwd(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
                          const float *k, const float *v, const float *y, const float *lse, const float *dy, float *D,
                          float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
+/* bmm.cu: y [..., m, n] = a [..., m, k] @ b [..., k, n] over nb batch dims (at most kiln_cuda_bmm_max_batch_dims());
+ * a and b through their strides (nb + 2 each), y, dy, da, db contiguous; da or db NULL: not wanted */
+int kiln_cuda_bmm_max_batch_dims(void);
+void kiln_cuda_bmm(kcs st, int nb, const int64_t *batch, int64_t m, int64_t k, int64_t n, const int64_t *a_stride,
+                   const int64_t *b_stride, const float *a, const float *b, float *y);
+void kiln_cuda_bmm_bwd(kcs st, int nb, const int64_t *batch, int64_t m, int64_t k, int64_t n, const int64_t *a_stride,
+                       const int64_t *b_stride, const float *a, const float *b, const float *dy, float *da, float *db,
+                       int acc_a, int acc_b);
 /* fused.cu: n elements of every tensor of P (passed by value: a captured graph keeps it) */
 void kiln_cuda_fused(kcs st, int64_t n, const kiln_cuda_prog *P, const kiln_cuda_rc *rc);
 /* transformer.cu */
