@@ -7,7 +7,7 @@ RUN_ARGS ?= --model mnist-cnn --data fashion-mnist --device auto --epochs 1 --ba
 
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_SMOKE_SECONDS ?= 15
+FUZZ_SMOKE_SECONDS ?= 10
 
 .PHONY: all deps run test test-fast test-asan test-gpu fuzz fuzz-smoke fuzz-build bench bench-loader bench-http bench-train-data bench-gpu fixtures interop clean
 
@@ -26,7 +26,7 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/kiln train $(RUN_ARGS)
 
-# the suite, then again under ASan + UBSan + LeakSanitizer, then every fuzz target for 15 s
+# the suite, then again under ASan + UBSan + LeakSanitizer, then every fuzz target for 10 s
 test:
 	@bash scripts/install-deps.sh --test
 	@$(MAKE) --no-print-directory all
