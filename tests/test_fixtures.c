@@ -1766,6 +1766,25 @@ static void test_masked_loss_graph(const char *fxname) {
     kiln_st_close(f);
 }
 
+/* the transformer ops' fixtures through plans (on ref and fast) */
+static void transformer_fixtures(void) {
+    test_graph_fixture("op_embedding.safetensors", build_embedding, 1);
+    test_graph_fixture("op_layer_norm.safetensors", build_layer_norm, 0);
+    test_graph_fixture("op_gelu.safetensors", build_gelu, 0);
+    test_graph_fixture("op_gelu_tanh.safetensors", build_gelu, 0);
+    test_graph_fixture("op_softmax.safetensors", build_softmax, 0);
+    test_graph_fixture("op_add_bcast.safetensors", build_add_bcast, 0);
+}
+
+/* the optimizers over several tensors: the decay filter, LAMB, LARS, NovoGrad */
+static void optimizer_multi_fixtures(void) {
+    test_optimizer_multi("op_adamw_groups.safetensors", KILN_OPT_ADAMW);
+    test_optimizer_multi("op_sgd_groups.safetensors", KILN_OPT_SGD);
+    test_optimizer_multi("op_lamb.safetensors", KILN_OPT_LAMB);
+    test_optimizer_multi("op_lars.safetensors", KILN_OPT_LARS);
+    test_optimizer_multi("op_novograd.safetensors", KILN_OPT_NOVOGRAD);
+}
+
 /* PyTorch's fixtures through plans on simt (the CUDA backend's kernels on the host, tests/simt/) */
 static void simt_fixtures(void) {
     CHECK_OK(kiln_test_simt_register());
@@ -1789,17 +1808,8 @@ static void simt_fixtures(void) {
         }
         test_one_input(attn[i], build_attention);
     }
-    test_graph_fixture("op_embedding.safetensors", build_embedding, 1);
-    test_graph_fixture("op_layer_norm.safetensors", build_layer_norm, 0);
-    test_graph_fixture("op_gelu.safetensors", build_gelu, 0);
-    test_graph_fixture("op_gelu_tanh.safetensors", build_gelu, 0);
-    test_graph_fixture("op_softmax.safetensors", build_softmax, 0);
-    test_graph_fixture("op_add_bcast.safetensors", build_add_bcast, 0);
-    test_optimizer_multi("op_adamw_groups.safetensors", KILN_OPT_ADAMW);
-    test_optimizer_multi("op_sgd_groups.safetensors", KILN_OPT_SGD);
-    test_optimizer_multi("op_lamb.safetensors", KILN_OPT_LAMB);
-    test_optimizer_multi("op_lars.safetensors", KILN_OPT_LARS);
-    test_optimizer_multi("op_novograd.safetensors", KILN_OPT_NOVOGRAD);
+    transformer_fixtures();
+    optimizer_multi_fixtures();
     fast = "cpu", fast_only = 0;
 }
 
@@ -1848,20 +1858,11 @@ int main(void) {
     test_batch_norm2d();
     test_bn_fold();
     test_conv2d_add();
-    test_graph_fixture("op_embedding.safetensors", build_embedding, 1);
-    test_graph_fixture("op_layer_norm.safetensors", build_layer_norm, 0);
-    test_graph_fixture("op_gelu.safetensors", build_gelu, 0);
-    test_graph_fixture("op_gelu_tanh.safetensors", build_gelu, 0);
-    test_graph_fixture("op_softmax.safetensors", build_softmax, 0);
-    test_graph_fixture("op_add_bcast.safetensors", build_add_bcast, 0);
+    transformer_fixtures();
     test_optimizer("op_sgd.safetensors", KILN_OPT_SGD);
     test_optimizer("op_adamw.safetensors", KILN_OPT_ADAMW);
     test_optimizer("op_adadelta.safetensors", KILN_OPT_ADADELTA);
-    test_optimizer_multi("op_adamw_groups.safetensors", KILN_OPT_ADAMW);
-    test_optimizer_multi("op_sgd_groups.safetensors", KILN_OPT_SGD);
-    test_optimizer_multi("op_lamb.safetensors", KILN_OPT_LAMB);
-    test_optimizer_multi("op_lars.safetensors", KILN_OPT_LARS);
-    test_optimizer_multi("op_novograd.safetensors", KILN_OPT_NOVOGRAD);
+    optimizer_multi_fixtures();
     test_lr_schedule();
     test_golden();
     test_mismatched_checkpoint();

@@ -11,23 +11,19 @@
 // output. Reference: src/kernels/ref/attention.c.
 #include "backends/cuda/internal/cuda.h"
 #include "backends/cuda/internal/block.h"
+#include "backends/cuda/internal/attn_shape.h"
 
 #define BQ 16
 #define BK 16
 #define TPR 8 // threads per row: blocks of BQ * TPR = 128
 #define DMAX 128
 
-struct fa {
-    int64_t t, c, heads, d;
-    int64_t qs[2], ks[2], vs[2], ds[2];
-    float scale;
-};
 
-__device__ inline const float *frow(const float *x, const int64_t *s, const fa &a, int64_t b, int64_t h, int64_t i) {
+__device__ inline const float *frow(const float *x, const int64_t *s, const attn &a, int64_t b, int64_t h, int64_t i) {
     return x + b * s[0] + i * s[1] + h * a.d;
 }
 // rows [r0, r0 + n) of one head into tile[n][DMAX] (zeros past T), by all threads
-__device__ inline void stage(float (*tile)[DMAX], const float *x, const int64_t *s, const fa &a, int64_t b, int64_t h,
+__device__ inline void stage(float (*tile)[DMAX], const float *x, const int64_t *s, const attn &a, int64_t b, int64_t h,
                              int64_t r0, int n) {
     for (int e = threadIdx.x; e < n * a.d; e += blockDim.x) {
         int r = e / (int)a.d, c = e % (int)a.d;
@@ -35,7 +31,7 @@ __device__ inline void stage(float (*tile)[DMAX], const float *x, const int64_t 
     }
 }
 // the same from a contiguous [B, T, C] tensor (y, dy)
-__device__ inline void stage_c(float (*tile)[DMAX], const float *x, const fa &a, int64_t b, int64_t h, int64_t r0, int n) {
+__device__ inline void stage_c(float (*tile)[DMAX], const float *x, const attn &a, int64_t b, int64_t h, int64_t r0, int n) {
     for (int e = threadIdx.x; e < n * a.d; e += blockDim.x) {
         int r = e / (int)a.d, c = e % (int)a.d;
         tile[r][c] = r0 + r < a.t ? x[(b * a.t + r0 + r) * a.c + h * a.d + c] : 0.f;
@@ -47,7 +43,7 @@ __device__ inline float dot_tile(const float *p, const float *q, int64_t d) {
     return s;
 }
 
-__global__ void k_flash_fwd(fa a, const float *q, const float *k, const float *v, float *y, float *lse) {
+__global__ void k_flash_fwd(attn a, const float *q, const float *k, const float *v, float *y, float *lse) {
     __shared__ float Qs[BQ][DMAX], Ks[BK][DMAX], Vs[BK][DMAX], S[BQ][BK], mrow[BQ], lrow[BQ], keep[BQ];
     int64_t bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.x * BQ;
     int r = threadIdx.x / TPR, l = threadIdx.x % TPR;
@@ -91,7 +87,7 @@ __global__ void k_flash_fwd(fa a, const float *q, const float *k, const float *v
 }
 
 // D_i = dy_i . y_i, a thread per row
-__global__ void k_flash_d(int64_t n, fa a, const float *y, const float *dy, float *D) {
+__global__ void k_flash_d(int64_t n, attn a, const float *y, const float *dy, float *D) {
     FOR_N {
         int64_t row = i % a.t, h = i / a.t % a.heads, b = i / (a.t * a.heads), o = (b * a.t + row) * a.c + h * a.d;
         D[i] = dot_tile(dy + o, y + o, a.d);
@@ -99,7 +95,7 @@ __global__ void k_flash_d(int64_t n, fa a, const float *y, const float *dy, floa
 }
 
 // dq_i = scale sum_j P_ij (dy_i . v_j - D_i) k_j, a query tile per block over its keys
-__global__ void k_flash_dq(fa a, const float *q, const float *k, const float *v, const float *lse, const float *dy,
+__global__ void k_flash_dq(attn a, const float *q, const float *k, const float *v, const float *lse, const float *dy,
                            const float *D, float *dq, int acc) {
     __shared__ float Qs[BQ][DMAX], Gs[BQ][DMAX], Ks[BK][DMAX], Vs[BK][DMAX], S[BQ][BK];
     int64_t bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.x * BQ;
@@ -130,7 +126,7 @@ __global__ void k_flash_dq(fa a, const float *q, const float *k, const float *v,
 }
 
 // a key tile per block over its queries: dv_j = sum_i P_ij dy_i, dk_j = scale sum_i dS_ij q_i
-__global__ void k_flash_dkv(fa a, const float *q, const float *k, const float *v, const float *lse, const float *dy,
+__global__ void k_flash_dkv(attn a, const float *q, const float *k, const float *v, const float *lse, const float *dy,
                             const float *D, float *dk, float *dv, int acc_k, int acc_v) {
     __shared__ float Ks[BK][DMAX], Vs[BK][DMAX], Qs[BQ][DMAX], Gs[BQ][DMAX], P[BQ][BK], dS[BQ][BK];
     int64_t bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads, j0 = (int64_t)blockIdx.x * BK;
@@ -166,31 +162,19 @@ __global__ void k_flash_dkv(fa a, const float *q, const float *k, const float *v
     for (int u = 0, cc = l; pv && cc < a.d; u++, cc += TPR) pv[cc] = acc_v ? pv[cc] + gv[u] : gv[u];
 }
 
-static fa fa_of(int64_t t, int64_t c, int64_t heads, const int64_t *strides) {
-    fa a;
-    a.t = t, a.c = c, a.heads = heads, a.d = c / heads;
-    for (int k = 0; k < 2; k++) {
-        a.qs[k] = strides[k];
-        a.ks[k] = strides[2 + k];
-        a.vs[k] = strides[4 + k];
-        a.ds[k] = strides[6 + k];
-    }
-    a.scale = 1.f / sqrtf((float)a.d);
-    return a;
-}
 
 extern "C" {
 int kiln_cuda_flash_max_head(void) { return DMAX; }
 void kiln_cuda_flash(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
                      const float *k, const float *v, float *y, float *lse) {
-    fa a = fa_of(t, c, heads, strides);
+    attn a = attn_of(b, t, c, heads, strides);
     dim3 grid((unsigned)((t + BQ - 1) / BQ), (unsigned)(b * heads));
     KLAUNCH(k_flash_fwd, grid, BQ * TPR, 0, st)(a, q, k, v, y, lse);
 }
 void kiln_cuda_flash_bwd(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
                          const float *k, const float *v, const float *y, const float *lse, const float *dy, float *D,
                          float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v) {
-    fa a = fa_of(t, c, heads, strides);
+    attn a = attn_of(b, t, c, heads, strides);
     int64_t n = b * heads * t;
     KLAUNCH(k_flash_d, GO(n))(n, a, y, dy, D);
     dim3 gq((unsigned)((t + BQ - 1) / BQ), (unsigned)(b * heads)), gk((unsigned)((t + BK - 1) / BK), (unsigned)(b * heads));

@@ -106,6 +106,18 @@ static void dims(const kiln_step *s, int64_t *rows, int64_t *in, int64_t *out) {
     *rows = a->numel / a->shape[a->ndim - 1]; /* x [..., I] or dy [..., O]: every leading dim */
 }
 
+/* the step keeps the matmul prepare made, or it is freed */
+static kiln_status keep(kiln_step *s, matmul *m, kiln_status st) {
+    if (st != KILN_OK) {
+        mm_free(m);
+        free(m);
+        return st;
+    }
+    s->kobj = m;
+    s->owns_kobj = 1;
+    return KILN_OK;
+}
+
 kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p) {
     int64_t rows, in, out;
     dims(s, &rows, &in, &out);
@@ -122,14 +134,7 @@ kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p) {
     } else {
         st = mm_make(m, math_of(s), 0, 1, in, out, rows, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
     }
-    if (st != KILN_OK) {
-        mm_free(m);
-        free(m);
-        return st;
-    }
-    s->kobj = m;
-    s->owns_kobj = 1;
-    return KILN_OK;
+    return keep(s, m, st);
 }
 
 kiln_status kiln_cuda_linear_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -177,14 +182,7 @@ kiln_status kiln_cuda_matmul_prepare(kiln_step *s, kiln_prep *p) {
     } else { /* dw stored as [N, K]: column-major dw [K, N] = x^T [K, rows] dy [rows, N] */
         st = mm_make(m, math_of(s), 0, 1, K, N, rows, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
     }
-    if (st != KILN_OK) {
-        mm_free(m);
-        free(m);
-        return st;
-    }
-    s->kobj = m;
-    s->owns_kobj = 1;
-    return KILN_OK;
+    return keep(s, m, st);
 }
 
 kiln_status kiln_cuda_matmul_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {

@@ -11,6 +11,7 @@
 #include "backends/cuda/internal/cuda.h"
 #include "backends/cuda/internal/block.h"
 #include "backends/cuda/internal/pointwise_math.h"
+#include "backends/cuda/internal/attn_shape.h"
 
 #define MAX_HEAD 256 // attention's head size: its rows live in each thread's registers (local memory)
 
@@ -156,11 +157,6 @@ __global__ void k_embedding_bwd(int64_t n, int64_t C, int64_t V, const float *id
 }
 
 // ---- causal attention: a thread per (batch, head, row) ----
-struct attn {
-    int64_t b, t, c, heads, d;
-    int64_t qs[2], ks[2], vs[2], ds[2];
-    float scale;
-};
 __device__ const float *arow(const float *x, const int64_t *s, const attn &a, int64_t b, int64_t h, int64_t i) {
     return x + b * s[0] + i * s[1] + h * a.d;
 }
@@ -234,18 +230,6 @@ __global__ void k_attention_dkv(int64_t n, attn a, const float *q, const float *
     }
 }
 
-static attn attn_of(int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides) {
-    attn a;
-    a.b = b, a.t = t, a.c = c, a.heads = heads, a.d = c / heads;
-    for (int k = 0; k < 2; k++) {
-        a.qs[k] = strides[k];
-        a.ks[k] = strides[2 + k];
-        a.vs[k] = strides[4 + k];
-        a.ds[k] = strides[6 + k];
-    }
-    a.scale = 1.f / sqrtf((float)a.d);
-    return a;
-}
 
 extern "C" {
 int kiln_cuda_attention_max_head(void) { return MAX_HEAD; }
