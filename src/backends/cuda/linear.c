@@ -106,6 +106,13 @@ static void dims(const kiln_step *s, int64_t *rows, int64_t *in, int64_t *out) {
     *rows = a->numel / a->shape[a->ndim - 1]; /* x [..., I] or dy [..., O]: every leading dim */
 }
 
+/* a forward's bias and fused relu as cuBLASLt's epilogue */
+static cublasLtEpilogue_t epilogue_of(const kiln_step *s) {
+    int relu = s->epilogue == KILN_EPI_RELU, bias = s->nin > 2;
+    return bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+}
+
 /* the step keeps the matmul prepare made, or it is freed */
 static kiln_status keep(kiln_step *s, matmul *m, kiln_status st) {
     if (st != KILN_OK) {
@@ -125,9 +132,8 @@ kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p) {
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     kiln_status st;
     if (s->op == KILN_OP_LINEAR) {
-        int relu = s->epilogue == KILN_EPI_RELU, bias = s->nin > 2;
-        cublasLtEpilogue_t e = bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                                    : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+        int bias = s->nin > 2;
+        cublasLtEpilogue_t e = epilogue_of(s);
         st = mm_make(m, math_of(s), 1, 0, out, rows, in, e, bias ? s->in[2].data : NULL, &p->workspace);
     } else if (s->op == KILN_OP_LINEAR_BWD_DATA) {
         st = mm_make(m, math_of(s), 0, 0, in, rows, out, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
@@ -171,9 +177,8 @@ kiln_status kiln_cuda_matmul_prepare(kiln_step *s, kiln_prep *p) {
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     kiln_status st;
     if (s->op == KILN_OP_MATMUL) {
-        int relu = s->epilogue == KILN_EPI_RELU, bias = s->nin > 2;
-        cublasLtEpilogue_t e = bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                                    : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+        int bias = s->nin > 2;
+        cublasLtEpilogue_t e = epilogue_of(s);
         st = mm_make(m, math_of(s), w_transposed(w), 0, N, rows, K, e, bias ? s->in[2].data : NULL, &p->workspace);
     } else if (s->op == KILN_OP_MATMUL_BWD_DATA) {
         st = mm_make(m, math_of(s), !w_transposed(w), 0, K, rows, N, CUBLASLT_EPILOGUE_DEFAULT, NULL, &p->workspace);
