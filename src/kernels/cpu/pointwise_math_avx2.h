@@ -11,6 +11,7 @@
 
 static inline __m256 horner8(const float *c, int n, __m256 x) {
     __m256 r = _mm256_set1_ps(c[0]);
+#pragma GCC unroll 16
     for (int i = 1; i < n; i++) r = _mm256_fmadd_ps(r, x, _mm256_set1_ps(c[i]));
     return r;
 }
@@ -39,6 +40,7 @@ static inline __m256 erf8(__m256 x) {
     __m256i i = _mm256_castps_si256(kr);
     __m256 t = _mm256_sub_ps(u, _mm256_sub_ps(kr, _mm256_set1_ps(KILN_ERF_ROUND)));
     __m256 r = _mm256_permutevar8x32_ps(_mm256_loadu_ps(c[KILN_ERF8_NP - 1]), i);
+#pragma GCC unroll 16
     for (int j = KILN_ERF8_NP - 2; j >= 0; j--) r = _mm256_fmadd_ps(r, t, _mm256_permutevar8x32_ps(_mm256_loadu_ps(c[j]), i));
     return with_sign(_mm256_min_ps(r, _mm256_set1_ps(1.0f)), x);
 }

@@ -10,6 +10,7 @@
 
 static inline __m512 horner16(const float *c, int n, __m512 x) {
     __m512 r = _mm512_set1_ps(c[0]);
+#pragma GCC unroll 16
     for (int i = 1; i < n; i++) r = _mm512_fmadd_ps(r, x, _mm512_set1_ps(c[i]));
     return r;
 }
