@@ -12,11 +12,16 @@
 # class: one pointwise pass either way). PRECISIONS="fp32 auto" also times
 # kiln's mixed precision (bf16 matmuls where the cpu measures them faster)
 # beside the same PyTorch fp32 runs (the peer has no bf16 mode; PyTorch
-# 1.13's CPU autocast is not its fast path).
+# 1.13's CPU autocast is not its fast path). With LLMC_DIR naming a checkout
+# of karpathy/llm.c (not part of kiln: fetch it yourself), llm.c's CPU
+# trainer joins on the same config (bench/llmc_step.c drives its
+# train_gpt2.c, built with llm.c's own flags; 1 and 2 threads, its best
+# reported; it does not clip gradients).
 #
 #   REPEAT=N (rounds, default 3)  STEPS=N (timed steps, default 30)
 #   PRECISIONS="fp32 [bf16] [auto]" (kiln's --precision, default fp32)
 #   KILN=PATH (default build/kiln)  KILN_SHARED=DIR (default ../shared)
+#   LLMC_DIR=DIR (a karpathy/llm.c checkout: adds llm.c's CPU trainer)
 set -euo pipefail
 
 ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
@@ -35,6 +40,15 @@ die() { echo "gpt: $*" >&2; exit 1; }
 [ -f "$PEER" ] || die "$PEER not found (set KILN_SHARED)"
 [[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || die "REPEAT must be a positive integer (got '$REPEAT')"
 
+LLMC_BIN=
+if [ -n "${LLMC_DIR:-}" ]; then
+    [ -f "$LLMC_DIR/train_gpt2.c" ] || die "LLMC_DIR=$LLMC_DIR has no train_gpt2.c"
+    LLMC_BIN=$(mktemp /tmp/kiln_llmc.XXXXXX)
+    trap 'rm -f "$LLMC_BIN"' EXIT
+    # llm.c's Makefile's flags for its CPU trainer
+    gcc -Ofast -march=native -fopenmp -DOMP -Wno-unused-result -Wno-unknown-pragmas -I"$LLMC_DIR" bench/llmc_step.c \
+        -o "$LLMC_BIN" -lm || die "cannot build bench/llmc_step.c against $LLMC_DIR"
+fi
 mkdir -p bench/results
 OUT="bench/results/gpt-$(date +%Y%m%d-%H%M%S).jsonl"
 for r in $(seq 1 "$REPEAT"); do
@@ -46,6 +60,11 @@ for r in $(seq 1 "$REPEAT"); do
     for th in 1 2; do
         OMP_NUM_THREADS=$th /usr/bin/python3 "$PEER" --threads "$th" --steps "$STEPS" --warmup 5 --no-wait-quiet 2>/dev/null |
             sed -n 's/^RESULT //p' | while read -r l; do echo "{\"side\": \"pytorch\", \"round\": $r, \"result\": $l}"; done >>"$OUT"
+    done
+    for th in 1 2; do
+        [ -n "$LLMC_BIN" ] || break
+        line=$(OMP_NUM_THREADS=$th "$LLMC_BIN" 4 4 256 128 256 8 "$STEPS" 5)
+        echo "{\"side\": \"llmc\", \"threads\": $th, \"round\": $r, \"result\": $line}" >>"$OUT"
     done
 done
 
@@ -66,10 +85,18 @@ for th in (1, 2):
     t = med([r["result"]["median_ms"] for r in rows if r["side"] == "pytorch" and r["result"]["threads"] == th])
     best = min(best, t)
     print(f"{'pytorch (%d thread%s)' % (th, 's' if th > 1 else ''):22s} {t:9.1f} {tok / t * 1e3:10.0f}")
+lbest = float("inf")
+for th in (1, 2):
+    ls = [r["result"]["ms"] for r in rows if r["side"] == "llmc" and r["threads"] == th]
+    if ls:
+        lbest = min(lbest, med(ls))
+        print(f"{'llm.c (%d thread%s)' % (th, 's' if th > 1 else ''):22s} {med(ls):9.1f} {tok / med(ls) * 1e3:10.0f}")
 for p, k in ks.items():
     ratio = k / best
     what = "kiln" if p == "fp32" else f"kiln {p}"
     print(f"{what} / PyTorch's best (fp32): {ratio:.2f} (target <= 0.5: {'MET' if ratio <= 0.5 else 'NOT MET'})")
+if lbest < float("inf"):
+    print(f"kiln / llm.c's best: {ks[precs[0]] / lbest:.2f}")
 print(f"(medians over {len([r for r in rows if r['side'] == 'pytorch']) // 2} rounds; raw lines in {sys.argv[1]}; "
       f"load average now {open('/proc/loadavg').read().split()[0]})")
 PY
