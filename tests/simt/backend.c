@@ -1,7 +1,8 @@
 /* "simt": the CUDA backend's kernel table and its own kernels (*.cu built as
  * host C++, every launch run on the CPU by internal/simt.h), behind the
  * backend interface like a device: memory apart from the host's (host
- * memory, but reached only through copy), inputs staged. What cuda.c does on
+ * memory, but reached only through copy, and NaN until written), inputs
+ * staged. What cuda.c does on
  * a GPU (streams, graphs, the device run struct, the error flags) is done
  * here in host memory. cuDNN and cuBLASLt are not there: the ops they run
  * (convolutions, linear, matmul) take the cpu backend's kernels as stand-ins
@@ -55,6 +56,15 @@ static kiln_status simt_run(const kiln_step *steps, int n, const kiln_run_ctx *r
     return st;
 }
 
+/* device memory starts as NaN (all bits set), as cudaMalloc's holds whatever was there: a kernel that
+ * leaves part of its output unwritten, or a step that reads memory nothing wrote, fails the checks
+ * instead of reading the zeros of fresh host pages */
+static void *simt_alloc(size_t bytes) {
+    void *p = kiln_host_alloc(bytes);
+    if (p) memset(p, 0xff, bytes);
+    return p;
+}
+
 static kiln_status simt_copy(void *dst, const void *src, size_t bytes, int async) {
     (void)async;
     memmove(dst, src, bytes);
@@ -78,7 +88,7 @@ static kiln_backend simt = {
     .float_dtype = KILN_F32,
     .host_memory = 0,
     .kernels = table,
-    .alloc = kiln_host_alloc,
+    .alloc = simt_alloc,
     .free = kiln_host_free,
     .copy = simt_copy,
     .memory_available = kiln_host_memory,

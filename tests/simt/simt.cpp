@@ -1,6 +1,12 @@
 // The host side of src/backends/cuda/internal/simt.h: a launch runs its grid
 // block after block, each block's threads as fibers when they meet at
-// __syncthreads(), as plain calls when they do not (run_block). A fiber
+// __syncthreads(), as plain calls when they do not (run_block). Blocks, and
+// the threads of a block within each round, run in a shuffled order, a new
+// one each launch (seeded by the launch's count, so a run repeats): a GPU
+// promises no order, and a kernel whose result depends on one (a block
+// reading what another writes in the same launch, a thread reading shared
+// memory another wrote without a barrier between) fails its checks here
+// instead of passing by luck in index order. A fiber
 // switch is a few instructions (kiln_simt_switch below: the callee-saved
 // registers and the FP control words, no signal mask: ucontext's
 // swapcontext made two system calls a switch, three quarters of the
@@ -55,6 +61,23 @@ size_t sched_size;
 #endif
 
 dim3 unflatten(unsigned i, dim3 d) { return dim3(i % d.x, i / d.x % d.y, i / (d.x * d.y)); }
+
+uint64_t launches; // seeds each launch's orders
+
+uint32_t next_rand(uint64_t *s) { // xorshift64*
+    *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
+    return (uint32_t)((*s * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+// order[0 .. n) becomes a permutation of first .. first + n - 1 (Fisher-Yates)
+void shuffle(std::vector<unsigned> &order, unsigned first, unsigned n, uint64_t *seed) {
+    order.resize(n);
+    for (unsigned i = 0; i < n; i++) order[i] = first + i;
+    for (unsigned i = n; i > 1; i--) {
+        unsigned j = next_rand(seed) % i, t = order[i - 1];
+        order[i - 1] = order[j], order[j] = t;
+    }
+}
 
 // to the scheduler from fiber `current`; dying: the fiber never runs again
 void to_scheduler(int dying) {
@@ -128,24 +151,27 @@ void step(unsigned t) {
 // block's other threads (a barrier only some threads meet is undefined on a
 // GPU too): they run as plain calls. Otherwise every thread is a fiber, and
 // each round runs each to its next barrier.
-void run_block(unsigned n) {
+void run_block(unsigned n, uint64_t *seed) {
+    std::vector<unsigned> order;
     grow(n);
     start(0);
     step(0);
+    shuffle(order, 1, n - 1, seed);
     if (fibers[0].done) {
-        for (unsigned t = 1; t < n; t++) {
+        for (unsigned t : order) {
             kiln_simt_thread = unflatten(t, kiln_simt_bdim);
             (*body_now)();
         }
         return;
     }
-    for (unsigned t = 1; t < n; t++) {
+    for (unsigned t : order) {
         start(t);
         step(t); /* to its first barrier, where thread 0 waits */
     }
     for (int left = 1; left;) {
         left = 0;
-        for (unsigned t = 0; t < n; t++)
+        shuffle(order, 0, n, seed);
+        for (unsigned t : order)
             if (!fibers[t].done) {
                 step(t);
                 left |= !fibers[t].done;
@@ -167,8 +193,11 @@ void kiln_simt_run(dim3 grid, dim3 block, const std::function<void()> &body) {
     kiln_simt_bdim = block;
     body_now = &body;
     unsigned nb = grid.x * grid.y * grid.z, nt = block.x * block.y * block.z;
-    for (unsigned b = 0; b < nb; b++) {
+    uint64_t seed = 0x9E3779B97F4A7C15ull * ++launches;
+    std::vector<unsigned> order;
+    shuffle(order, 0, nb, &seed);
+    for (unsigned b : order) {
         kiln_simt_block = unflatten(b, grid);
-        run_block(nt);
+        run_block(nt, &seed);
     }
 }

@@ -1,0 +1,115 @@
+// simt itself (src/backends/cuda/internal/simt.h, tests/simt/simt.cpp), the
+// thread model every CUDA kernel check of test_ops, test_fixtures, test_gpt
+// and test_models runs on: every thread of a grid runs once with its own
+// indices; __syncthreads() holds a block's threads until all arrive; blocks,
+// and threads within a round, run in shuffled orders, so the two races a
+// GPU hides only by luck fail here: a thread reading shared memory that
+// another wrote with no barrier between, and a block reading what another
+// block writes in the same launch. Written as the backend's kernels are.
+#include <stdio.h>
+#include <string.h>
+#include "backends/cuda/internal/simt.h"
+
+static int failed, passed;
+#define CHECK(c, ...)                                                \
+    do {                                                             \
+        if (c) {                                                     \
+            passed++;                                                \
+        } else {                                                     \
+            failed++;                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: ", __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                            \
+            fprintf(stderr, "\n");                                   \
+        }                                                            \
+    } while (0)
+
+enum { NB = 24, NT = 64 };
+static int ran[NB][NT], seq_block[NB * NT], seq_thread[NB * NT], nseq;
+
+__global__ void k_record(int *errors) {
+    unsigned b = blockIdx.x + gridDim.x * blockIdx.y, t = threadIdx.x + blockDim.x * threadIdx.y;
+    if (b >= NB || t >= NT) {
+        errors[0]++;
+        return;
+    }
+    ran[b][t]++;
+    seq_block[nseq] = (int)b, seq_thread[nseq] = (int)t, nseq++;
+}
+
+// each thread adds its predecessor's value: right only with the barrier between the writes and the reads
+__global__ void k_neighbour(int barrier, const float *x, float *y) {
+    __shared__ float sh[NT];
+    unsigned t = threadIdx.x;
+    __syncthreads();
+    sh[t] = x[blockIdx.x * NT + t];
+    if (barrier) __syncthreads();
+    y[blockIdx.x * NT + t] = sh[t] + (t ? sh[t - 1] : 0.f);
+}
+
+// block b > 0 adds what block b - 1 writes in the same launch: a race on a GPU
+__global__ void k_chain(float *y) {
+    unsigned b = blockIdx.x;
+    if (threadIdx.x == 0) y[b] = (float)(b + 1) + (b ? y[b - 1] : 0.f);
+}
+
+static int ascending(const int *v, int n) {
+    for (int i = 1; i < n; i++)
+        if (v[i] < v[i - 1]) return 0;
+    return 1;
+}
+
+static void every_thread_once(void) {
+    int errors = 0, shuffled_blocks = 0, shuffled_threads = 0;
+    for (int launch = 0; launch < 4; launch++) {
+        memset(ran, 0, sizeof ran);
+        nseq = 0;
+        KLAUNCH(k_record, dim3(NB / 4, 4), dim3(NT / 8, 8), 0, 0)(&errors);
+        int once = 1;
+        for (int b = 0; b < NB; b++)
+            for (int t = 0; t < NT; t++) once &= ran[b][t] == 1;
+        CHECK(once && errors == 0 && nseq == NB * NT, "launch %d: every thread once (errors %d, %d runs)", launch, errors, nseq);
+        int first[NB];
+        for (int b = 0; b < NB; b++) first[b] = seq_block[b * NT];
+        shuffled_blocks |= !ascending(first, NB);
+        shuffled_threads |= !ascending(seq_thread + 1, NT - 1); /* thread 0 runs first: it decides the block's mode */
+    }
+    CHECK(shuffled_blocks, "blocks ran in index order in every launch");
+    CHECK(shuffled_threads, "threads ran in index order in every launch");
+}
+
+static void barrier_races(void) {
+    static float x[2 * NT], y[2 * NT];
+    for (int i = 0; i < 2 * NT; i++) x[i] = (float)(i + 1); /* the blocks differ: a stale read shows */
+    int wrong_with = 0, wrong_without = 0;
+    for (int launch = 0; launch < 4; launch++) {
+        for (int barrier = 0; barrier < 2; barrier++) {
+            for (int i = 0; i < 2 * NT; i++) y[i] = -1.f;
+            KLAUNCH(k_neighbour, 2, NT, 0, 0)(barrier, x, y);
+            int wrong = 0;
+            for (int i = 0; i < 2 * NT; i++) wrong += y[i] != x[i] + (i % NT ? x[i - 1] : 0.f);
+            if (barrier) wrong_with += wrong;
+            else wrong_without += wrong;
+        }
+    }
+    CHECK(wrong_with == 0, "with the barrier: %d wrong", wrong_with);
+    CHECK(wrong_without > 0, "without the barrier every launch read its neighbours' writes: the race went unseen");
+}
+
+static void block_races(void) {
+    static float y[NB];
+    int wrong = 0;
+    for (int launch = 0; launch < 4; launch++) {
+        for (int b = 0; b < NB; b++) y[b] = 0.f;
+        KLAUNCH(k_chain, NB, 32, 0, 0)(y);
+        for (int b = 0; b < NB; b++) wrong += y[b] != (float)((b + 1) * (b + 2) / 2);
+    }
+    CHECK(wrong > 0, "a block read another's output in the same launch and got it every time: the race went unseen");
+}
+
+int main(void) {
+    every_thread_once();
+    barrier_races();
+    block_races();
+    printf("test_simt: %d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
