@@ -2,7 +2,8 @@
 // block after block, each block's threads as fibers when they meet at
 // __syncthreads(), as plain calls when they do not (run_block). Blocks, and
 // the threads of a block within each round, run in a shuffled order, a new
-// one each launch (seeded by the launch's count, so a run repeats): a GPU
+// one each launch (seeded by the launch's count and KILN_SIMT_SEED, so a
+// run repeats; set that to search other orders): a GPU
 // promises no order, and a kernel whose result depends on one (a block
 // reading what another writes in the same launch, a thread reading shared
 // memory another wrote without a barrier between) fails its checks here
@@ -193,7 +194,8 @@ void kiln_simt_run(dim3 grid, dim3 block, const std::function<void()> &body) {
     kiln_simt_bdim = block;
     body_now = &body;
     unsigned nb = grid.x * grid.y * grid.z, nt = block.x * block.y * block.z;
-    uint64_t seed = 0x9E3779B97F4A7C15ull * ++launches;
+    static const uint64_t base = getenv("KILN_SIMT_SEED") ? strtoull(getenv("KILN_SIMT_SEED"), NULL, 10) : 0;
+    uint64_t seed = 0x9E3779B97F4A7C15ull * (++launches + (base << 32));
     std::vector<unsigned> order;
     shuffle(order, 0, nb, &seed);
     for (unsigned b : order) {
