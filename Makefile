@@ -9,7 +9,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 10
 
-.PHONY: all deps run test test-fast test-asan test-gpu fuzz fuzz-smoke fuzz-build bench bench-loader bench-http bench-train-data bench-gpu fixtures interop clean
+.PHONY: all deps run test test-fast test-asan test-gpu gpu-bundle fuzz fuzz-smoke fuzz-build bench bench-loader bench-http bench-train-data bench-gpu fixtures interop clean
 
 all: $(BUILD)/kiln
 
@@ -72,6 +72,13 @@ bench-gpu: deps
 	@$(MAKE) --no-print-directory all
 	bash bench/gpu.sh
 	bash bench/gpu_models.sh
+
+# for a lent GPU machine, which cannot build kiln: the binaries, every library they load but the C
+# runtime's and CUDA's, and Fashion-MNIST in gpu-bundle.tar.xz; carry it there and run
+# scripts/gpu_session.sh (STAGES="info test sanitize train bench models")
+gpu-bundle: deps
+	@$(MAKE) --no-print-directory all
+	bash scripts/gpu_bundle.sh $(BUILD)
 
 # kiln against PyTorch on the same work (needs python3-torch and ../shared/bench/pytorch_mnist.py)
 bench: deps

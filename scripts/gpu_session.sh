@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine (the device tool runs it in the repository
+# root): unpacks gpu-bundle.tar.xz (scripts/gpu_bundle.sh, made here and
+# carried), then runs the stages in STAGES in order, each under its own time
+# limit, every log under $OUT (which the device tool brings back), and prints
+# a table last. Device minutes are few: build, bundle and read here.
+#
+#   STAGES   info test sanitize train bench models   (default: info test sanitize train)
+#     info      nvidia-smi, the driver, python3's torch
+#     test      test_cuda, then test_ops, test_gpt and test_models (their cuda checks run on the GPU)
+#     sanitize  compute-sanitizer memcheck and racecheck over test_cuda (KILN_TEST_CUDA_QUICK=1);
+#               Firecracker machines only (gVisor refuses the device)
+#     train     kiln train --device cuda, mnist-cnn, 300 steps
+#     bench     bench/gpu.sh, REPEAT=1 COMPILE=0 (mnist-cnn epoch against PyTorch)
+#     models    bench/gpu_models.sh, REPEAT=1 STEPS=10 COMPILE=0 (GPT-2 small and resnet50)
+#   LIMIT    seconds per stage (default 240)
+#
+#   e.g. (device tool): bash scripts/gpu_session.sh   carry: ["gpu-bundle.tar.xz"]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/gpu-session-logs}
+STAGES=${STAGES:-info test sanitize train}
+LIMIT=${LIMIT:-240}
+mkdir -p "$OUT"
+[ -f gpu-bundle.tar.xz ] || { echo "gpu_session: gpu-bundle.tar.xz not here: make it with scripts/gpu_bundle.sh and carry it"; exit 2; }
+B=$(mktemp -d)
+tar -C "$B" -xJf gpu-bundle.tar.xz || { echo "gpu_session: cannot unpack gpu-bundle.tar.xz"; exit 2; }
+export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export KILN_BIN="$B/bin/kiln" DATA="$B/fashion-mnist" KILN_CACHE_DIR="$B/cache" OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+mkdir -p "$KILN_CACHE_DIR"
+
+stage_info() {
+    nvidia-smi
+    "$KILN_BIN" --version
+    python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"
+}
+stage_test() { # the tests read their fixtures relative to tests/, as ctest runs them
+    local rc=0
+    for t in test_cuda test_ops test_gpt test_models; do
+        echo "== $t"
+        (cd tests && "$B/bin/$t")
+        case $? in 0) ;; 77) echo "== $t skipped (no GPU?)"; rc=1 ;; *) rc=1 ;; esac
+    done
+    return $rc
+}
+stage_sanitize() {
+    local rc=0
+    for tool in memcheck racecheck; do
+        echo "== compute-sanitizer --tool $tool"
+        (cd tests && KILN_TEST_CUDA_QUICK=1 compute-sanitizer --tool "$tool" --error-exitcode 9 "$B/bin/test_cuda") || rc=1
+    done
+    return $rc
+}
+stage_train() {
+    "$KILN_BIN" train --device cuda --model mnist-cnn --data "$DATA" --epochs 1 --max-steps 300 --no-test
+}
+stage_bench() { REPEAT=1 COMPILE=0 bash bench/gpu.sh; }
+stage_models() { REPEAT=1 STEPS=10 COMPILE=0 bash bench/gpu_models.sh; }
+
+printf '%s\n' "stage rc seconds" >"$OUT/summary"
+for s in $STAGES; do
+    declare -F "stage_$s" >/dev/null || { echo "$s unknown-stage 0" >>"$OUT/summary"; continue; }
+    t0=$(date +%s)
+    timeout "$LIMIT" bash -c "$(declare -f "stage_$s"); B='$B'; stage_$s" >"$OUT/$s.log" 2>&1
+    rc=$?
+    echo "$s $rc $(($(date +%s) - t0))" >>"$OUT/summary"
+done
+rm -rf "$B"
+for s in $STAGES; do [ -f "$OUT/$s.log" ] && { echo "---- $s (last lines)"; tail -n 6 "$OUT/$s.log"; }; done
+echo "----"
+column -t "$OUT/summary" 2>/dev/null || cat "$OUT/summary"
