@@ -189,6 +189,17 @@ void __syncthreads(void) {
     to_scheduler(0);
 }
 
+// every __shared__ variable: the section the linker names, empty if none
+extern "C" char __start_kiln_simt_shared[] __attribute__((weak)), __stop_kiln_simt_shared[] __attribute__((weak));
+
+// a block's shared memory starts as NaN (all bits set), as a GPU's holds whatever was there; word stores the
+// sanitizer does not check: the section holds its redzones between the variables
+__attribute__((no_sanitize_address)) static void poison_shared(void) {
+    for (volatile uint64_t *w = (volatile uint64_t *)(void *)__start_kiln_simt_shared;
+         (char *)(uintptr_t)w + sizeof *w <= __stop_kiln_simt_shared; w++)
+        *w = ~0ull;
+}
+
 void kiln_simt_run(dim3 grid, dim3 block, const std::function<void()> &body) {
     kiln_simt_gdim = grid;
     kiln_simt_bdim = block;
@@ -200,6 +211,7 @@ void kiln_simt_run(dim3 grid, dim3 block, const std::function<void()> &body) {
     shuffle(order, 0, nb, &seed);
     for (unsigned b : order) {
         kiln_simt_block = unflatten(b, grid);
+        poison_shared();
         run_block(nt, &seed);
     }
 }

@@ -1,11 +1,12 @@
 // simt itself (src/backends/cuda/internal/simt.h, tests/simt/simt.cpp), the
 // thread model every CUDA kernel check of test_ops, test_fixtures, test_gpt
 // and test_models runs on: every thread of a grid runs once with its own
-// indices; __syncthreads() holds a block's threads until all arrive; blocks,
-// and threads within a round, run in shuffled orders, so the two races a
-// GPU hides only by luck fail here: a thread reading shared memory that
-// another wrote with no barrier between, and a block reading what another
-// block writes in the same launch. Written as the backend's kernels are.
+// indices; __syncthreads() holds a block's threads until all arrive; shared
+// memory starts each block as NaN; blocks, and threads within a round, run
+// in shuffled orders, so the two races a GPU hides only by luck fail here:
+// a thread reading shared memory that another wrote with no barrier
+// between, and a block reading what another block writes in the same
+// launch. Written as the backend's kernels are.
 #include <stdio.h>
 #include <string.h>
 #include "backends/cuda/internal/simt.h"
@@ -50,6 +51,12 @@ __global__ void k_neighbour(int barrier, const float *x, float *y) {
 __global__ void k_chain(float *y) {
     unsigned b = blockIdx.x;
     if (threadIdx.x == 0) y[b] = (float)(b + 1) + (b ? y[b - 1] : 0.f);
+}
+
+// reads its block's shared memory before writing it: garbage on a GPU, NaN here in every block
+__global__ void k_unwritten(float *y) {
+    __shared__ float sh[4];
+    if (threadIdx.x == 0) y[blockIdx.x] = sh[blockIdx.x % 4], sh[blockIdx.x % 4] = 1.f;
 }
 
 static int ascending(const int *v, int n) {
@@ -106,8 +113,17 @@ static void block_races(void) {
     CHECK(wrong > 0, "a block read another's output in the same launch and got it every time: the race went unseen");
 }
 
+static void shared_poisoned(void) {
+    float y[NB];
+    KLAUNCH(k_unwritten, NB, 32, 0, 0)(y);
+    int nan = 0;
+    for (int b = 0; b < NB; b++) nan += y[b] != y[b];
+    CHECK(nan == NB, "shared memory read before written: NaN in %d of %d blocks", nan, NB);
+}
+
 int main(void) {
     every_thread_once();
+    shared_poisoned();
     barrier_races();
     block_races();
     printf("test_simt: %d passed, %d failed\n", passed, failed);

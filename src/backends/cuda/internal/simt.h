@@ -7,7 +7,8 @@
  * within a round, run in a shuffled order, new each launch, so a result
  * that depends on an order (a missing barrier, a block reading another's
  * output) fails its checks (tests/simt/test_simt.cpp). __shared__ becomes a
- * static: one copy, which the block running now owns. What it cannot show:
+ * static: one copy, which the block running now owns, all bits set when it
+ * starts. What it cannot show:
  * timing, memory coalescing, truly concurrent accesses (atomics racing) and
  * warp-level intrinsics (none are used). Never part of a kiln build that
  * runs. */
@@ -22,7 +23,10 @@
 #define __global__ static /* internal linkage: the GPU build of the same kernels links beside */
 #define __device__ static
 #define __host__
-#define __shared__ static
+/* in one section, which simt fills with NaN (all bits set) before each block: a
+ * kernel that reads shared memory it has not written in this block reads
+ * garbage on a GPU and fails its checks here */
+#define __shared__ static __attribute__((section("kiln_simt_shared")))
 #define __forceinline__ inline
 
 struct dim3 {
