@@ -152,6 +152,17 @@ void step(unsigned t) {
 // block's other threads (a barrier only some threads meet is undefined on a
 // GPU too): they run as plain calls. Otherwise every thread is a fiber, and
 // each round runs each to its next barrier.
+// between rounds every thread of the block waits at the same barrier or every one has ended: a thread
+// that ended while others wait (a barrier inside a branch some threads skip) hangs or misbehaves on a GPU
+void agreed(unsigned n) {
+    unsigned ended = 0;
+    for (unsigned t = 0; t < n; t++) ended += fibers[t].done != 0;
+    if (ended == 0 || ended == n) return;
+    fprintf(stderr, "simt: block (%u, %u, %u): %u of its %u threads ended while the others wait at a barrier\n",
+            kiln_simt_block.x, kiln_simt_block.y, kiln_simt_block.z, ended, n);
+    abort();
+}
+
 void run_block(unsigned n, uint64_t *seed) {
     std::vector<unsigned> order;
     grow(n);
@@ -170,6 +181,7 @@ void run_block(unsigned n, uint64_t *seed) {
         step(t); /* to its first barrier, where thread 0 waits */
     }
     for (int left = 1; left;) {
+        agreed(n);
         left = 0;
         shuffle(order, 0, n, seed);
         for (unsigned t : order)

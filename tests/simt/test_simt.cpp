@@ -2,13 +2,17 @@
 // thread model every CUDA kernel check of test_ops, test_fixtures, test_gpt
 // and test_models runs on: every thread of a grid runs once with its own
 // indices; __syncthreads() holds a block's threads until all arrive; shared
-// memory starts each block as NaN; blocks, and threads within a round, run
+// memory starts each block as NaN; a thread that ends while others wait at
+// a barrier stops the launch; blocks, and threads within a round, run
 // in shuffled orders, so the two races a GPU hides only by luck fail here:
 // a thread reading shared memory that another wrote with no barrier
 // between, and a block reading what another block writes in the same
 // launch. Written as the backend's kernels are.
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "backends/cuda/internal/simt.h"
 
 static int failed, passed;
@@ -57,6 +61,16 @@ __global__ void k_chain(float *y) {
 __global__ void k_unwritten(float *y) {
     __shared__ float sh[4];
     if (threadIdx.x == 0) y[blockIdx.x] = sh[blockIdx.x % 4], sh[blockIdx.x % 4] = 1.f;
+}
+
+// a barrier inside a branch the upper half of the block skips: a hang or worse on a GPU
+__global__ void k_divergent(float *y) {
+    __shared__ float sh[NT];
+    __syncthreads();
+    if (threadIdx.x >= NT / 2) return;
+    sh[threadIdx.x] = 1.f;
+    __syncthreads();
+    y[threadIdx.x] = sh[NT / 2 - 1 - threadIdx.x];
 }
 
 static int ascending(const int *v, int n) {
@@ -121,9 +135,24 @@ static void shared_poisoned(void) {
     CHECK(nan == NB, "shared memory read before written: NaN in %d of %d blocks", nan, NB);
 }
 
+static void divergent_barrier(void) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) { /* the child's launch must stop it */
+        static float y[NT];
+        freopen("/dev/null", "w", stderr);
+        KLAUNCH(k_divergent, 1, NT, 0, 0)(y);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "a barrier half the block skips: the launch was not stopped");
+}
+
 int main(void) {
     every_thread_once();
     shared_poisoned();
+    divergent_barrier();
     barrier_races();
     block_races();
     printf("test_simt: %d passed, %d failed\n", passed, failed);

@@ -2,16 +2,16 @@
  * own *.cu files compile as plain C++ with this header, and each launch runs
  * every thread of its grid on the CPU, block after block. Threads of a block
  * that meet at __syncthreads() run as fibers (one stack each), round by
- * round, so shared-memory reductions see what they would on a GPU; kernels
+ * round, so shared-memory reductions see what they would on a GPU (a
+ * thread that ends while others wait at a barrier stops the launch); kernels
  * without a barrier run their threads as plain calls. Blocks, and threads
  * within a round, run in a shuffled order, new each launch, so a result
  * that depends on an order (a missing barrier, a block reading another's
  * output) fails its checks (tests/simt/test_simt.cpp). __shared__ becomes a
  * static: one copy, which the block running now owns, all bits set when it
- * starts. What it cannot show:
- * timing, memory coalescing, truly concurrent accesses (atomics racing) and
- * warp-level intrinsics (none are used). Never part of a kiln build that
- * runs. */
+ * starts. What it cannot show: timing, memory coalescing, truly concurrent
+ * accesses (atomics racing) and warp-level intrinsics (none are used).
+ * Never part of a kiln build that runs. */
 #ifndef KILN_BACKEND_CUDA_SIMT_H
 #define KILN_BACKEND_CUDA_SIMT_H
 
