@@ -15,6 +15,7 @@
 // (__sanitizer_start/finish_switch_fiber), so it knows which stack is live.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <vector>
 #include "backends/cuda/internal/simt.h"
@@ -51,6 +52,8 @@ struct fiber {
     void *sp;
     char *stack;
     int done;
+    const char *file; // the barrier it waits at: its __syncthreads() in the source
+    int line;
 };
 std::vector<fiber> fibers;
 void *scheduler_sp;
@@ -152,14 +155,20 @@ void step(unsigned t) {
 // block's other threads (a barrier only some threads meet is undefined on a
 // GPU too): they run as plain calls. Otherwise every thread is a fiber, and
 // each round runs each to its next barrier.
-// between rounds every thread of the block waits at the same barrier or every one has ended: a thread
-// that ended while others wait (a barrier inside a branch some threads skip) hangs or misbehaves on a GPU
+// between rounds every thread of the block waits at the same barrier (one __syncthreads() in the source:
+// code the compiler duplicates keeps its line) or every one has ended: barriers in branches that threads take differently hang or misbehave on a GPU
 void agreed(unsigned n) {
-    unsigned ended = 0;
-    for (unsigned t = 0; t < n; t++) ended += fibers[t].done != 0;
-    if (ended == 0 || ended == n) return;
-    fprintf(stderr, "simt: block (%u, %u, %u): %u of its %u threads ended while the others wait at a barrier\n",
-            kiln_simt_block.x, kiln_simt_block.y, kiln_simt_block.z, ended, n);
+    unsigned ended = 0, elsewhere = 0;
+    const fiber &f0 = fibers[0];
+    for (unsigned t = 0; t < n; t++) {
+        const fiber &f = fibers[t];
+        ended += f.done != 0;
+        elsewhere += !f.done && !f0.done && (f.line != f0.line || strcmp(f.file, f0.file) != 0);
+    }
+    if ((ended == 0 || ended == n) && elsewhere == 0) return;
+    fprintf(stderr, "simt: block (%u, %u, %u) of %u threads: %u ended and %u wait at another barrier than thread 0's (%s:%d)\n",
+            kiln_simt_block.x, kiln_simt_block.y, kiln_simt_block.z, n, ended, elsewhere, f0.done ? "-" : f0.file,
+            f0.done ? 0 : f0.line);
     abort();
 }
 
@@ -193,11 +202,12 @@ void run_block(unsigned n, uint64_t *seed) {
 }
 } // namespace
 
-void __syncthreads(void) {
+void kiln_simt_sync(const char *file, int line) {
     if (current < 0) {
-        fprintf(stderr, "simt: a barrier met by a thread after thread 0 of its block met none\n");
+        fprintf(stderr, "simt: %s:%d: a barrier met by a thread after thread 0 of its block met none\n", file, line);
         abort();
     }
+    fibers[(size_t)current].file = file, fibers[(size_t)current].line = line;
     to_scheduler(0);
 }
 

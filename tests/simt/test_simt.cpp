@@ -2,12 +2,12 @@
 // thread model every CUDA kernel check of test_ops, test_fixtures, test_gpt
 // and test_models runs on: every thread of a grid runs once with its own
 // indices; __syncthreads() holds a block's threads until all arrive; shared
-// memory starts each block as NaN; a thread that ends while others wait at
-// a barrier stops the launch; blocks, and threads within a round, run
-// in shuffled orders, so the two races a GPU hides only by luck fail here:
-// a thread reading shared memory that another wrote with no barrier
-// between, and a block reading what another block writes in the same
-// launch. Written as the backend's kernels are.
+// memory starts each block as NaN; threads that wait at different barriers
+// (or end while others wait) stop the launch; blocks, and threads within a
+// round, run in shuffled orders, so the two races a GPU hides only by luck
+// fail here: a thread reading shared memory that another wrote with no
+// barrier between, and a block reading what another block writes in the
+// same launch. Written as the backend's kernels are.
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -73,6 +73,16 @@ __global__ void k_divergent(float *y) {
     y[threadIdx.x] = sh[NT / 2 - 1 - threadIdx.x];
 }
 
+// the two halves of the block wait at two different barriers
+__global__ void k_two_barriers(float *y) {
+    __shared__ float sh[NT];
+    __syncthreads();
+    sh[threadIdx.x] = (float)threadIdx.x;
+    if (threadIdx.x < NT / 2) __syncthreads();
+    else __syncthreads();
+    y[threadIdx.x] = sh[NT - 1 - threadIdx.x];
+}
+
 static int ascending(const int *v, int n) {
     for (int i = 1; i < n; i++)
         if (v[i] < v[i - 1]) return 0;
@@ -135,24 +145,30 @@ static void shared_poisoned(void) {
     CHECK(nan == NB, "shared memory read before written: NaN in %d of %d blocks", nan, NB);
 }
 
-static void divergent_barrier(void) {
+// the launch must stop the process: run it in a child
+static int stopped(void (*k)(float *)) {
     fflush(NULL);
     pid_t pid = fork();
-    if (pid == 0) { /* the child's launch must stop it */
+    if (pid == 0) {
         static float y[NT];
-        freopen("/dev/null", "w", stderr);
-        KLAUNCH(k_divergent, 1, NT, 0, 0)(y);
+        if (!freopen("/dev/null", "w", stderr)) _exit(1);
+        KLAUNCH(k, 1, NT, 0, 0)(y);
         _exit(0);
     }
     int status = 0;
     waitpid(pid, &status, 0);
-    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "a barrier half the block skips: the launch was not stopped");
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+static void divergent_barriers(void) {
+    CHECK(stopped(k_divergent), "a barrier half the block skips: the launch was not stopped");
+    CHECK(stopped(k_two_barriers), "the block's halves at two different barriers: the launch was not stopped");
 }
 
 int main(void) {
     every_thread_once();
     shared_poisoned();
-    divergent_barrier();
+    divergent_barriers();
     barrier_races();
     block_races();
     printf("test_simt: %d passed, %d failed\n", passed, failed);

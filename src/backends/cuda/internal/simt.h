@@ -2,8 +2,8 @@
  * own *.cu files compile as plain C++ with this header, and each launch runs
  * every thread of its grid on the CPU, block after block. Threads of a block
  * that meet at __syncthreads() run as fibers (one stack each), round by
- * round, so shared-memory reductions see what they would on a GPU (a
- * thread that ends while others wait at a barrier stops the launch); kernels
+ * round, so shared-memory reductions see what they would on a GPU (threads
+ * at different barriers, or ending while others wait, stop the launch); kernels
  * without a barrier run their threads as plain calls. Blocks, and threads
  * within a round, run in a shuffled order, new each launch, so a result
  * that depends on an order (a missing barrier, a block reading another's
@@ -39,7 +39,9 @@ extern dim3 kiln_simt_thread, kiln_simt_block, kiln_simt_bdim, kiln_simt_gdim;
 #define blockDim kiln_simt_bdim
 #define gridDim kiln_simt_gdim
 
-void __syncthreads(void);
+/* a barrier knows its place in the source: threads of a block must wait at the same one */
+void kiln_simt_sync(const char *file, int line);
+#define __syncthreads() kiln_simt_sync(__FILE__, __LINE__)
 static inline int atomicCAS(int *p, int cmp, int val) {
     int old = *p; /* one thread runs at a time */
     if (old == cmp) *p = val;
