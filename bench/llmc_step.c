@@ -43,7 +43,8 @@ static float normal(uint64_t *rng, float std) {
  * N(0, 0.02), layer norms' weights 1 and biases 0) */
 static void write_checkpoint(const char *path, int L, int NH, int C, int T, int V) {
     int Vp = (V + 127) / 128 * 128, header[256] = {20240326, 3, T, V, L, NH, C, Vp};
-    GPT2Config cfg = {.max_seq_len = T, .vocab_size = V, .padded_vocab_size = Vp, .num_layers = L, .num_heads = NH, .channels = C};
+    GPT2Config cfg = {.max_seq_len = T, .vocab_size = V, .padded_vocab_size = Vp,
+                      .num_layers = L, .num_heads = NH, .channels = C};
     size_t sizes[NUM_PARAMETER_TENSORS];
     fill_in_parameter_sizes(sizes, cfg);
     FILE *f = fopenCheck(path, "wb");
@@ -51,7 +52,8 @@ static void write_checkpoint(const char *path, int L, int NH, int C, int T, int 
     uint64_t rng = 1337;
     for (int t = 0; t < NUM_PARAMETER_TENSORS; t++) {
         /* 2, 3, 8, 9, 14, 15: ln1w, ln1b, ln2w, ln2b, lnfw, lnfb; 5, 7, 11, 13: the biases */
-        int ones = t == 2 || t == 8 || t == 14, zeros = t == 3 || t == 9 || t == 15 || t == 5 || t == 7 || t == 11 || t == 13;
+        int ones = t == 2 || t == 8 || t == 14;
+        int zeros = t == 3 || t == 9 || t == 15 || t == 5 || t == 7 || t == 11 || t == 13;
         for (size_t i = 0; i < sizes[t]; i++) {
             float w = ones ? 1.0f : zeros ? 0.0f : normal(&rng, 0.02f);
             fwriteCheck(&w, sizeof w, 1, f);

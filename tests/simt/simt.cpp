@@ -2,12 +2,13 @@
 // block after block, each block's threads as fibers when they meet at
 // __syncthreads(), as plain calls when they do not (run_block). Blocks, and
 // the threads of a block within each round, run in a shuffled order, a new
-// one each launch (seeded by the launch's count and KILN_SIMT_SEED, so a
-// run repeats; set that to search other orders): a GPU
-// promises no order, and a kernel whose result depends on one (a block
-// reading what another writes in the same launch, a thread reading shared
-// memory another wrote without a barrier between) fails its checks here
-// instead of passing by luck in index order. A fiber
+// one each launch (seeded by the launch's count and KILN_SIMT_SEED, so a run
+// repeats; set that to search other orders): a GPU promises no order, and a
+// kernel whose result depends on one (a block reading what another writes
+// in the same launch, a thread reading shared memory another wrote without
+// a barrier between) fails its checks here instead of passing by luck in
+// index order. Shared memory starts each block as NaN, and threads at
+// different barriers stop the launch (agreed). A fiber
 // switch is a few instructions (kiln_simt_switch below: the callee-saved
 // registers and the FP control words, no signal mask: ucontext's
 // swapcontext made two system calls a switch, three quarters of the
@@ -151,12 +152,10 @@ void step(unsigned t) {
     current = -1;
 }
 
-// Thread 0 runs as a fiber first. If it ends without a barrier, so must the
-// block's other threads (a barrier only some threads meet is undefined on a
-// GPU too): they run as plain calls. Otherwise every thread is a fiber, and
-// each round runs each to its next barrier.
-// between rounds every thread of the block waits at the same barrier (one __syncthreads() in the source:
-// code the compiler duplicates keeps its line) or every one has ended: barriers in branches that threads take differently hang or misbehave on a GPU
+// Between rounds every thread of the block waits at the same barrier (one
+// __syncthreads() in the source: code the compiler duplicates keeps its
+// line), or every one has ended: barriers in branches that threads take
+// differently hang or misbehave on a GPU.
 void agreed(unsigned n) {
     unsigned ended = 0, elsewhere = 0;
     const fiber &f0 = fibers[0];
@@ -166,12 +165,17 @@ void agreed(unsigned n) {
         elsewhere += !f.done && !f0.done && (f.line != f0.line || strcmp(f.file, f0.file) != 0);
     }
     if ((ended == 0 || ended == n) && elsewhere == 0) return;
-    fprintf(stderr, "simt: block (%u, %u, %u) of %u threads: %u ended and %u wait at another barrier than thread 0's (%s:%d)\n",
+    fprintf(stderr, "simt: block (%u, %u, %u) of %u threads: %u ended, %u wait at another barrier than thread 0's"
+                    " (%s:%d)\n",
             kiln_simt_block.x, kiln_simt_block.y, kiln_simt_block.z, n, ended, elsewhere, f0.done ? "-" : f0.file,
             f0.done ? 0 : f0.line);
     abort();
 }
 
+// Thread 0 runs as a fiber first. If it ends without a barrier, so must the
+// block's other threads (a barrier only some threads meet is undefined on a
+// GPU too): they run as plain calls. Otherwise every thread is a fiber, and
+// each round runs each to its next barrier. Both in a shuffled order.
 void run_block(unsigned n, uint64_t *seed) {
     std::vector<unsigned> order;
     grow(n);

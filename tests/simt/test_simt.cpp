@@ -98,7 +98,8 @@ static void every_thread_once(void) {
         int once = 1;
         for (int b = 0; b < NB; b++)
             for (int t = 0; t < NT; t++) once &= ran[b][t] == 1;
-        CHECK(once && errors == 0 && nseq == NB * NT, "launch %d: every thread once (errors %d, %d runs)", launch, errors, nseq);
+        CHECK(once && errors == 0 && nseq == NB * NT, "launch %d: every thread once (errors %d, %d runs)", launch, errors,
+              nseq);
         int first[NB];
         for (int b = 0; b < NB; b++) first[b] = seq_block[b * NT];
         shuffled_blocks |= !ascending(first, NB);
