@@ -11,6 +11,7 @@
  * test_fixtures.c PyTorch's fixtures, test_gpt.c and test_models.c the GPT and
  * resnet20 against PyTorch (cmake/simt.cmake links them with it). Built with
  * -include simt_names.h: every kiln_cuda_ name below is kiln_simt_. */
+#include <stdlib.h>
 #include <string.h>
 #include "backends/cpu/internal/cpu.h"
 #include "backends/cuda/internal/cuda.h"
@@ -58,10 +59,12 @@ static kiln_status simt_run(const kiln_step *steps, int n, const kiln_run_ctx *r
 
 /* device memory starts as NaN (all bits set), as cudaMalloc's holds whatever was there: a kernel that
  * leaves part of its output unwritten, or a step that reads memory nothing wrote, fails the checks
- * instead of reading the zeros of fresh host pages */
+ * instead of reading the zeros of fresh host pages. Each block is exactly as large as asked (not
+ * kiln_alloc's size classes), so under AddressSanitizer a kernel reading past a buffer's end is caught. */
 static void *simt_alloc(size_t bytes) {
-    void *p = kiln_host_alloc(bytes);
-    if (p) memset(p, 0xff, bytes);
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0) return NULL;
+    memset(p, 0xff, bytes);
     return p;
 }
 
@@ -89,7 +92,7 @@ static kiln_backend simt = {
     .host_memory = 0,
     .kernels = table,
     .alloc = simt_alloc,
-    .free = kiln_host_free,
+    .free = free,
     .copy = simt_copy,
     .memory_available = kiln_host_memory,
     .input_in_place = simt_in_place,
