@@ -40,9 +40,10 @@ target_compile_options(kiln_simt PRIVATE -include ${simt_dir}/simt_names.h
 target_include_directories(kiln_simt PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include)
 target_link_libraries(kiln_simt PUBLIC kiln_core stdc++)
 # GCC's AddressSanitizer leaves globals in a named section unguarded unless told: __shared__ variables
-# live in kiln_simt_shared (internal/simt.h), and an index past a shared array must still be caught
+# live in kiln_simt_shared (internal/simt.h), and an index past a shared array must still be caught;
+# PUBLIC: the code that includes simt.h beside the library (test_simt's kernels) needs it too
 if(KILN_SANITIZE)
-  target_compile_options(kiln_simt PRIVATE -fsanitize-sections=kiln_simt_shared)
+  target_compile_options(kiln_simt PUBLIC -fsanitize-sections=kiln_simt_shared)
 endif()
 
 # the tests whose checks run on simt beside cpu and ref: the op harness (tests/test_ops.c), PyTorch's op and
@@ -57,7 +58,4 @@ target_compile_definitions(test_simt PRIVATE KILN_SIMT=1)
 target_compile_options(test_simt PRIVATE -Wall -Wextra -Werror -fno-exceptions -fno-rtti)
 target_include_directories(test_simt PRIVATE ${CMAKE_SOURCE_DIR}/src)
 target_link_libraries(test_simt PRIVATE kiln_simt)
-if(KILN_SANITIZE)
-  target_compile_options(test_simt PRIVATE -fsanitize-sections=kiln_simt_shared)
-endif()
 add_test(NAME test_simt COMMAND test_simt)

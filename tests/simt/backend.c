@@ -2,9 +2,9 @@
  * host C++, every launch run on the CPU by internal/simt.h), behind the
  * backend interface like a device: memory apart from the host's (host
  * memory, but reached only through copy, and NaN until written), inputs
- * staged. What cuda.c does on
- * a GPU (streams, graphs, the device run struct, the error flags) is done
- * here in host memory. cuDNN and cuBLASLt are not there: the ops they run
+ * staged. What cuda.c does on a GPU (streams, graphs, the device run
+ * struct, the error flags) is done here in host memory. cuDNN and cuBLASLt
+ * are not there: the ops they run
  * (convolutions, linear, matmul) take the cpu backend's kernels as stand-ins
  * (the memory is the host's), so whole models train on it; everything else
  * is the CUDA backend's own. tests/test_ops.c runs its harness over it,

@@ -3,8 +3,8 @@
  * every thread of its grid on the CPU, block after block. Threads of a block
  * that meet at __syncthreads() run as fibers (one stack each), round by
  * round, so shared-memory reductions see what they would on a GPU (threads
- * at different barriers, or ending while others wait, stop the launch); kernels
- * without a barrier run their threads as plain calls. Blocks, and threads
+ * at different barriers, or ending while others wait, stop the launch);
+ * kernels without a barrier run their threads as plain calls. Blocks, and threads
  * within a round, run in a shuffled order, new each launch, so a result
  * that depends on an order (a missing barrier, a block reading another's
  * output) fails its checks (tests/simt/test_simt.cpp). __shared__ becomes a
