@@ -307,6 +307,18 @@ const void *kiln_plan_value(const kiln_plan *plan, kiln_value v);
 /* Copies the first n elements (row-major, views gathered) of a value of the last run to dst as float. */
 kiln_status kiln_plan_read(const kiln_plan *plan, kiln_value v, float *dst, int64_t n);
 double kiln_plan_loss(const kiln_plan *plan); /* outputs[0] (a scalar), read out by the last step of the run */
+/* The loss read a step late (the guide: avoid CPU-GPU synchronisation). With late = 1 on a device backend
+ * (cuda), kiln_plan_run queues the run's read-out and returns before the device has run it: each run gets a
+ * ticket (kiln_plan_ticket after it), and kiln_plan_take_loss(ticket) waits for that run's read-out alone,
+ * giving its loss or the error its kernels recorded (a target out of range), so the host can queue the next
+ * run first. The last KILN_PLAN_LATE_RUNS runs can be taken (an older untaken one is taken, and waited for,
+ * when its slot is needed); kiln_plan_loss takes the last run's. Bound host inputs must stay unchanged until
+ * their run's loss is taken (a device may still be copying them). Returns whether late reads are on: 0 on
+ * backends that run synchronously (cpu, ref), where nothing changes. */
+#define KILN_PLAN_LATE_RUNS 4
+int kiln_plan_set_late_loss(kiln_plan *plan, int late);
+uint64_t kiln_plan_ticket(const kiln_plan *plan);
+kiln_status kiln_plan_take_loss(kiln_plan *plan, uint64_t ticket, double *loss);
 /* the plan's backend ("cpu", "ref") */
 const char *kiln_plan_backend(const kiln_plan *plan);
 /* Arena bytes (activations and gradients) and what they would be without reuse. */

@@ -84,8 +84,10 @@ typedef struct kiln_train_config {
     int fix_bias;               /* --fix-bias: the model without the conv/linear biases its batch norms cancel */
     int profile;                /* 1: time every kernel and log the breakdown at the end */
     int detect_anomaly;         /* 1: every step's outputs checked for NaN/Inf (kiln_plan_set_detect_anomaly) */
+    int sync_loss;              /* 1: a device backend waits for each step's loss; 0: it is read a step late */
     double memory_budget;       /* bytes a plan's arena may take; 0: 90 % of the machine's memory */
-    const char *device;         /* "cpu" (default), "cuda" or "auto" (cuda when a GPU is here) */
+    const char *device;         /* "cpu" (default), "cuda", "auto" (cuda when a GPU is here), or another
+                                   registered backend's name ("ref": the double reference) */
     int matmul_precision;       /* GPU: 0 highest (fp32), 1 high (tf32), 2 medium (bf16) */
     int precision;              /* kiln_precision: cpu mixed precision (kiln_compile_opts.precision) */
     /* under mpirun (docs/distributed.md): --batch-size is per rank */

@@ -59,7 +59,14 @@ kiln_status kiln_device_backend(const char *device, const char **backend) {
         if (cuda && kiln_backend_available(cuda, why, sizeof why)) *backend = "cuda";
         return KILN_OK;
     }
-    if (strcmp(device, "cuda") != 0) return kiln_fail(KILN_ERR_INVALID_ARG, "--device: '%s' is not cpu, cuda or auto", device);
+    if (strcmp(device, "cuda") != 0) {
+        /* another registered backend by its name: ref (the f64 reference, a debugging aid), or a test's */
+        const kiln_backend *b = kiln_backend_get(device);
+        if (!b) return kiln_fail(KILN_ERR_INVALID_ARG, "--device: '%s' is not cpu, cuda, auto or ref", device);
+        if (!kiln_backend_available(b, why, sizeof why)) return kiln_fail(KILN_ERR_INVALID_ARG, "--device %s: %s", device, why);
+        *backend = b->name;
+        return KILN_OK;
+    }
     if (!cuda) return kiln_fail(KILN_ERR_INVALID_ARG, "--device cuda: this kiln was built without the CUDA backend (no nvcc or cuDNN at build time)");
     if (!kiln_backend_available(cuda, why, sizeof why)) return kiln_fail(KILN_ERR_INVALID_ARG, "--device cuda: %s", why);
     *backend = "cuda";

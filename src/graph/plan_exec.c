@@ -117,7 +117,12 @@ kiln_status kiln_plan_run(kiln_plan *pl, int64_t batch) {
     kiln_status st = stage_inputs(pl, batch);
     if (st != KILN_OK) return st;
     pl->loss_host = NAN;
+    int late = pl->late && !pl->anomaly; /* --detect-anomaly checks every step's outputs as they come */
+    if (late && (st = kiln_plan_late_begin(pl)) != KILN_OK) return st;
     st = pl->anomaly ? run_checked(pl, L) : kiln_trace_on() ? run_traced(pl, L) : run_steps(pl, L, 0, L->nsteps);
+    if (late) kiln_plan_late_end(pl, st);
+    else pl->tickets++;
+    pl->last_late = late;
     if (pl->profile) pl->profiled_runs++;
     return st;
 }
@@ -143,6 +148,7 @@ kiln_status kiln_plan_run_forward(kiln_plan *pl, int64_t batch, const void *chan
     if (!pl->arena || !L) return kiln_plan_run(pl, batch); /* its error */
     kiln_status st = stage_inputs(pl, batch);
     pl->loss_host = NAN;
+    pl->last_late = 0; /* its read-out waits */
     uintptr_t lo = (uintptr_t)changed, hi = lo + bytes;
     int from = changed && !pl->o.reuse_memory ? -1 : 0;
     for (int i = 0; st == KILN_OK && i < L->nsteps; i++) {
@@ -198,4 +204,10 @@ kiln_status kiln_plan_read(const kiln_plan *pl, kiln_value v, float *dst, int64_
     return KILN_OK;
 }
 
-double kiln_plan_loss(const kiln_plan *pl) { return pl->loss_host; }
+/* a late run's loss is taken here (waiting for it); its error, if any, is left to kiln_plan_take_loss */
+double kiln_plan_loss(const kiln_plan *pl) {
+    if (!pl->last_late) return pl->loss_host;
+    double loss;
+    (void)kiln_plan_take_loss((kiln_plan *)pl, pl->tickets, &loss);
+    return loss;
+}

@@ -123,6 +123,8 @@ static const field fields[] = {
                                                          "the first stops the run naming the node, the step and the input "
                                                          "already non-finite, if any (a debugging aid: it costs step time)"),
     OPT("profile", NULL, 1, T_FLAG, profile, "time every kernel and print the per-step breakdown at the end"),
+    OPT("sync-loss", NULL, 1, T_FLAG, sync_loss, "--device cuda: wait for each step's loss before queuing the next "
+                                               "(by default it is read a step late, so the GPU never waits for the host)"),
     OPT("memory-budget-mb", "X", 1, T_MIB, memory_budget, "refuse a plan whose activations and gradients need more (0: 90% of RAM)"),
     OPT("sync-bn", NULL, 0, T_FLAG, sync_bn, "under mpirun: batch norm's batch statistics over every rank's samples "
                                              "(SyncBatchNorm), forward and backward"),
@@ -137,7 +139,7 @@ static const field fields[] = {
     OPT("batch-tokens", "N", 0, T_I64, batch_tokens, "gpt on token documents (kiln tokenize's index): batches of about N "
                                                     "tokens of documents of similar length (length buckets, a plan each), the "
                                                     "same work on every rank; 0: fixed windows of --block"),
-    OPT("device", "cpu|cuda|auto", 1, T_STR, device, "where to train: cpu, cuda (the GPU; an error without one) or auto (cuda when a GPU is here)"),
+    OPT("device", "cpu|cuda|auto|ref", 1, T_STR, device, "where to train: cpu, cuda (the GPU; an error without one), auto (cuda when a GPU is here) or ref (the double-precision reference kernels: slow, a debugging aid)"),
     OPT("matmul-precision", "highest|high|medium", 1, T_PRECISION, matmul_precision,
         "GPU matmuls and convolutions in fp32, TF32 or bf16 tensor-core math, fp32 accumulation (PyTorch's set_float32_matmul_precision)"),
 };

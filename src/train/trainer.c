@@ -317,6 +317,24 @@ static kiln_status build_model(kiln_graph *g, const kiln_train_config *c, kiln_m
 
 /* ---------------------------------------------------------------- a run */
 
+/* A run queued on the plan, its loss not taken yet: it keeps its batch (a device may still be copying from the
+ * loader's slot) and where it was in the run (the message of a non-finite loss names it). */
+typedef struct {
+    kiln_plan *plan;
+    uint64_t ticket;
+    kiln_batch b;
+    double share;               /* of its step's samples */
+    int64_t step, epoch;        /* its step, 1-based, and epoch */
+} queued_run;
+
+/* A step whose loss is not complete: the sum of its runs' losses so far, runs still untaken, and whether its
+ * update has been made (its loss is reported once both are done) */
+typedef struct {
+    int64_t step;               /* 1-based; 0: a free entry */
+    double loss;
+    int open, updated;
+} step_loss;
+
 typedef struct {
     kiln_train_config c;        /* effective: the finder's batch size, the resumed seed */
     kiln_train_result *r;
@@ -354,6 +372,10 @@ typedef struct {
     kiln_token_plans tp;        /* --batch-tokens: a plan per length bucket (tp.plan[0] is `plan`) */
     int64_t tokens;             /* --batch-tokens: positions trained on, all ranks */
     uint64_t step_allocs;       /* kiln_alloc calls while running plans and updates */
+    int late;                   /* losses taken a step late (a device backend; not --sync-loss) */
+    queued_run queue[2];        /* runs whose losses are not taken yet, oldest first */
+    int nqueued;
+    step_loss open_steps[2];    /* steps whose loss is not complete */
 } run;
 
 static double elapsed(const run *R) { return now_s() - R->t0; }
@@ -530,6 +552,14 @@ static kiln_status run_compile(run *R) {
         st = kiln_ddp_attach_more(R->ddp, R->tp.plan[i]);
     if (st != KILN_OK) return st;
     kiln_train_anomaly_begin(R->plan, c->detect_anomaly);
+    /* the loss read a step late where the backend can (a device): one process (ranks all-reduce it at once),
+     * no --detect-anomaly (it checks each run as it ends), not --sync-loss */
+    R->late = !c->sync_loss && R->world == 1 && !c->detect_anomaly;
+    for (int i = 0; i < (c->batch_tokens ? R->tp.n : 1); i++)
+        R->late = kiln_plan_set_late_loss(c->batch_tokens ? R->tp.plan[i] : R->plan, R->late);
+    if (R->late)
+        kiln_log(KILN_LOG_INFO, "the loss is read a step late: the %s runs on while the next step is queued "
+                 "(--sync-loss waits for each)", kiln_plan_backend(R->plan));
     for (int i = 0; co.sync_bn && i < (c->batch_tokens ? R->tp.n : 1); i++) /* every length bucket's plan */
         kiln_plan_set_collective(c->batch_tokens ? R->tp.plan[i] : R->plan, sync_bn_allreduce, R->comm);
     R->r->arena_bytes = c->batch_tokens ? R->tp.arena_bytes : kiln_plan_arena_bytes(R->plan);
@@ -634,7 +664,12 @@ static void trace_batch(run *R, const kiln_batch *b, int64_t micro) {
     kiln_trace_flow(0, ((uint64_t)R->epoch << 32) | (uint64_t)b->index, t);
 }
 
-static kiln_status run_batch(run *R, const kiln_batch *b, int64_t micro, int64_t group_n, double *group_loss) {
+static kiln_status take_runs(run *R, int keep);
+static step_loss *step_entry(run *R, int64_t step);
+static void report_progress(run *R);
+
+/* queues the batch's run: its loss is taken at once, or (late) after the next run is queued */
+static kiln_status run_batch(run *R, const kiln_batch *b, int64_t micro, int64_t group_n) {
     trace_batch(R, b, micro);
     double share = (double)b->n / (double)group_n, t = now_s();
     kiln_plan *plan = R->plan;
@@ -664,22 +699,82 @@ static kiln_status run_batch(run *R, const kiln_batch *b, int64_t micro, int64_t
     R->step_allocs += a1.allocs - a0.allocs;
     R->runs++;
     R->step_s += now_s() - t;
-    if (st == KILN_ERR_NUMERIC) /* --detect-anomaly found one: where in the run */
-        return kiln_fail_context(st, "step %lld (epoch %lld, batch %lld)", (long long)R->step + 1, (long long)R->epoch + 1,
-                                 (long long)b->index);
+    step_loss *e = st == KILN_OK ? step_entry(R, R->step + 1) : NULL;
+    if (st == KILN_OK && (!e || R->nqueued == 2)) st = kiln_fail(KILN_ERR_INVALID_ARG, "train: more runs queued than it keeps");
+    if (st != KILN_OK) {
+        kiln_loader_release(R->L, b);
+        if (st == KILN_ERR_NUMERIC) /* --detect-anomaly found one: where in the run */
+            return kiln_fail_context(st, "step %lld (epoch %lld, batch %lld)", (long long)R->step + 1,
+                                     (long long)R->epoch + 1, (long long)b->index);
+        return st;
+    }
     R->tokens += group_tokens;
-    if (st != KILN_OK) return st;
-    double l = kiln_plan_loss(plan);
-    if (!isfinite(l))
-        return kiln_fail(KILN_ERR_NUMERIC, "step %lld (epoch %lld, batch %lld): the loss is %g; lower --lr or check the data%s",
-                         (long long)R->step + 1, (long long)R->epoch + 1, (long long)b->index, l,
-                         R->c.save ? "; no checkpoint was written" : "");
-    *group_loss += l * share;
-    int64_t n = b->n * R->world; /* every rank's batch is as large: the figures count them all */
-    R->samples += n;
-    R->epoch_samples += n;
-    R->win.samples += n;
+    e->open++;
+    R->queue[R->nqueued++] = (queued_run){plan, kiln_plan_ticket(plan), *b, share, R->step + 1, R->epoch};
+    return take_runs(R, R->late);
+}
+
+/* the entry of a step whose loss is incomplete, a new one if none */
+static step_loss *step_entry(run *R, int64_t step) {
+    for (int i = 0; i < 2; i++)
+        if (R->open_steps[i].step == step) return &R->open_steps[i];
+    for (int i = 0; i < 2; i++)
+        if (!R->open_steps[i].step) {
+            R->open_steps[i] = (step_loss){.step = step};
+            return &R->open_steps[i];
+        }
+    return NULL; /* not reached: a step's loss completes before the second next step begins */
+}
+
+/* a step's loss complete and its update made: the figures, metrics line and progress that show it */
+static kiln_status finish_step(run *R, step_loss *e) {
+    double loss = e->loss;
+    int64_t step = e->step;
+    e->step = 0;
+    R->loss = loss;
+    R->loss_smooth = step == R->resumed.step + 1 ? loss : 0.98 * R->loss_smooth + 0.02 * loss;
+    R->epoch_loss += loss;
+    R->epoch_steps++;
+    R->win.loss_sum += loss;
+    R->win.steps++;
+    if (R->metrics && (step % R->c.log_every == 0 || step >= R->total)) {
+        kiln_status st = kiln_metrics_step(R->metrics, &R->win, step, R->epoch + 1, kiln_optim_lr(R->opt), elapsed(R), waited(R));
+        if (st != KILN_OK) return st;
+    }
+    report_progress(R);
     return KILN_OK;
+}
+
+/* Takes the losses of all queued runs but the newest `keep`, giving their batches back to the loader; a
+ * step's loss is complete when its last run's is taken. Late, the wait for the device is step time. */
+static kiln_status take_runs(run *R, int keep) {
+    while (R->nqueued > keep) {
+        queued_run q = R->queue[0];
+        memmove(R->queue, R->queue + 1, (size_t)--R->nqueued * sizeof *R->queue);
+        double t = now_s(), l;
+        kiln_status st = kiln_plan_take_loss(q.plan, q.ticket, &l);
+        R->step_s += now_s() - t;
+        kiln_loader_release(R->L, &q.b);
+        if (st == KILN_OK && !isfinite(l))
+            st = kiln_fail(KILN_ERR_NUMERIC, "step %lld (epoch %lld, batch %lld): the loss is %g; lower --lr or check the "
+                           "data%s", (long long)q.step, (long long)q.epoch + 1, (long long)q.b.index, l,
+                           R->c.save ? "; no checkpoint was written" : "");
+        if (st != KILN_OK) return st;
+        int64_t n = q.b.n * R->world; /* every rank's batch is as large: the figures count them all */
+        R->samples += n;
+        R->epoch_samples += n;
+        R->win.samples += n;
+        step_loss *e = step_entry(R, q.step);
+        e->loss += l * q.share;
+        if (--e->open == 0 && e->updated && (st = finish_step(R, e)) != KILN_OK) return st;
+    }
+    return KILN_OK;
+}
+
+/* after an error: the queued runs' batches go back untaken */
+static void drop_runs(run *R) {
+    for (int i = 0; i < R->nqueued; i++) kiln_loader_release(R->L, &R->queue[i].b);
+    R->nqueued = 0;
 }
 
 static void report_progress(run *R) {
@@ -691,16 +786,19 @@ static void report_progress(run *R) {
     R->c.progress(&p, R->c.progress_user);
 }
 
-/* the update that ends a step's group, then what follows a step: checkpoint, metrics, progress, stop */
-static kiln_status run_update(run *R, double loss) {
+/* the update that ends a step's group, then what follows a step: checkpoint, metrics, progress, stop. The
+ * step's loss is complete here unless read late (one process: no all-reduce needs it); then its figures
+ * follow when its last run's loss is taken. */
+static kiln_status run_update(run *R) {
     double t = now_s();
+    step_loss *e = step_entry(R, R->step + 1);
     /* the loss, and a stop request seen by any rank (all ranks stop at the same step) */
     /* --batch-tokens: each rank's loss comes weighted by its share of the step's positions: their sum is the mean */
-    double v[2] = {R->c.batch_tokens ? loss * R->world : loss, R->c.stop_flag && *R->c.stop_flag};
+    double v[2] = {R->c.batch_tokens ? e->loss * R->world : e->loss, R->c.stop_flag && *R->c.stop_flag};
     kiln_status st = kiln_ddp_reduce(R->ddp);
     if (st == KILN_OK) st = kiln_ddp_step_mean(R->ddp, v, 2, "the loss all-reduce");
     if (st != KILN_OK) return st;
-    loss = v[0];
+    if (!R->late) e->loss = v[0];
     kiln_optim_set_lr(R->opt, lr_now(R));
     kiln_alloc_stats a0, a1;
     kiln_alloc_get_stats(&a0);
@@ -713,28 +811,21 @@ static kiln_status run_update(run *R, double loss) {
     R->optim_s += t1 - t;
     R->step_s += t1 - t;
     if (st != KILN_OK) return st;
+    int saving = R->c.save_every && (R->step + 1) % R->c.save_every == 0 && R->step + 1 < R->total && R->rank == 0;
+    /* no checkpoint before its step's loss is seen finite */
+    if (saving && (st = take_runs(R, 0)) != KILN_OK) return st;
     R->step++;
     if (R->step == R->resumed.step + 1) {
         R->r->first_step_s = elapsed(R) - R->r->compile_time_s;
         R->r->first_step_wait_s = waited(R);
         profile_after_first(R);
     }
-    R->loss = loss;
-    R->loss_smooth = R->step == R->resumed.step + 1 ? loss : 0.98 * R->loss_smooth + 0.02 * loss;
-    R->epoch_loss += loss;
-    R->epoch_steps++;
-    R->win.loss_sum += loss;
-    R->win.steps++;
     R->stop = R->step >= R->total;
+    e->updated = 1;
+    if (!e->open && (st = finish_step(R, e)) != KILN_OK) return st;
     int epoch_done = R->next >= R->per_epoch;
-    if (R->c.save_every && R->step % R->c.save_every == 0 && !R->stop && R->rank == 0 &&
-        (st = save(R, R->step, epoch_done ? R->epoch + 1 : R->epoch, epoch_done ? 0 : R->next)) != KILN_OK)
+    if (saving && (st = save(R, R->step, epoch_done ? R->epoch + 1 : R->epoch, epoch_done ? 0 : R->next)) != KILN_OK)
         return st;
-    if (R->metrics && (R->step % R->c.log_every == 0 || R->stop)) {
-        st = kiln_metrics_step(R->metrics, &R->win, R->step, R->epoch + 1, kiln_optim_lr(R->opt), elapsed(R), waited(R));
-        if (st != KILN_OK) return st;
-    }
-    report_progress(R);
     /* a stop request (Ctrl-C in the CLI) seen after step s stops at s */
     /* one process: a request seen after step s stops at s; under mpirun the ranks agree on it through the
      * next step's loss all-reduce (all stop at the same step, one later) */
@@ -759,29 +850,33 @@ static int64_t group_samples(const run *R, int64_t first) {
 }
 
 /* one epoch (or what is left of it), stopping early at the step limit or a stop request */
-static kiln_status run_epoch(run *R) {
+static kiln_status epoch_runs(run *R) {
     kiln_optim_set_lr(R->opt, lr_now(R)); /* what progress shows before the epoch's first update */
     kiln_status st = kiln_loader_start_epoch(R->L, R->epoch, R->next);
     if (st != KILN_OK) return st;
     kiln_batch b;
     int got;
     int64_t micro = 0, group_n = 1;
-    double group_loss = 0;
     while ((got = kiln_loader_next(R->L, &b)) == 1) {
         if (micro == 0) group_n = group_samples(R, b.index);
-        st = run_batch(R, &b, micro, group_n, &group_loss);
-        kiln_loader_release(R->L, &b);
-        if (st != KILN_OK) return st;
+        if ((st = run_batch(R, &b, micro, group_n)) != KILN_OK) return st;
         if (R->auto_on) kiln_auto_workers_step(&R->aw, R->L, R->runs, waited(R), R->step_s);
         R->next = b.index + 1;
         if (++micro < R->accum && R->next < R->per_epoch) continue; /* the step's group is not complete */
-        if ((st = run_update(R, group_loss)) != KILN_OK) return st;
+        if ((st = run_update(R)) != KILN_OK) return st;
         micro = 0;
-        group_loss = 0;
         if (R->stop) break;
     }
     if (got < 0) return kiln_loader_status(R->L);
     return KILN_OK;
+}
+
+/* the epoch's runs, their losses all taken at its end (or their batches given back after an error) */
+static kiln_status run_epoch(run *R) {
+    kiln_status st = epoch_runs(R);
+    if (st == KILN_OK) st = take_runs(R, 0);
+    if (st != KILN_OK) drop_runs(R);
+    return st;
 }
 
 static kiln_status run_evaluate(run *R) {

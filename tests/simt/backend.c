@@ -44,10 +44,27 @@ static kiln_status check_flags(void) {
     return kiln_cuda_flag_error(&f);
 }
 
+/* late read-outs as cuda.c has them: the loss and the flags into a slot, the flags cleared; the run has
+ * ended when the read-out runs here, so taking one waits for nothing */
+static struct {
+    float loss;
+    kiln_cuda_flags flags;
+} late[KILN_READOUT_SLOTS];
+
 kiln_status kiln_cuda_readout(const kiln_step *s, const kiln_run_ctx *rc) {
-    (void)rc;
+    if (rc->late_slot > 0) {
+        late[rc->late_slot - 1].loss = *(const float *)s->in[0].data;
+        late[rc->late_slot - 1].flags = flags;
+        memset(&flags, 0, sizeof flags);
+        return KILN_OK;
+    }
     *(double *)s->out[0].data = *(const float *)s->in[0].data;
     return check_flags();
+}
+
+static kiln_status simt_readout_take(int k, double *loss) {
+    *loss = late[k].loss;
+    return kiln_cuda_flag_error(&late[k].flags);
 }
 
 static kiln_status simt_run(const kiln_step *steps, int n, const kiln_run_ctx *rc) {
@@ -102,6 +119,7 @@ static kiln_backend simt = {
     .sync = simt_sync,
     .now = kiln_host_now,
     .step_freed = kiln_cuda_release,
+    .readout_take = simt_readout_take,
 };
 
 /* the ops a GPU runs on cuDNN or cuBLASLt */

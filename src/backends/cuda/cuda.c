@@ -5,8 +5,9 @@
  * captured on its first run and replayed after (the guide's CUDA graphs:
  * one launch per step instead of one per kernel); values that change per run
  * are written to a device struct first, so the replay sees them. The loss is
- * the one value copied back per step (the read-out); errors kernels find (a
- * target out of range) are checked there. Without a GPU the backend is built
+ * the one value copied back per step (the read-out; taken a step late by the
+ * trainer, kiln_plan_set_late_loss); errors kernels find (a target out of
+ * range) are checked there. Without a GPU the backend is built
  * but unavailable, and says why. See docs/backends.md. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,13 @@ static struct {
     kiln_cuda_rc *rc;
     kiln_cuda_flags *flags;
     int graphs; /* KILN_CUDA_GRAPHS=0: run every step by launch (graph replay is checked against this) */
+    /* late read-outs (kiln_plan_set_late_loss): per slot, a page-locked copy of the loss and the error
+     * flags, and the event after them, so taking one loss waits for that read-out alone */
+    struct late_slot {
+        float loss;
+        kiln_cuda_flags flags;
+    } *late;
+    cudaEvent_t late_done[KILN_READOUT_SLOTS];
 } G;
 
 static void drop_graphs(void);
@@ -32,6 +40,8 @@ static void release_all(void) {
     drop_graphs();
     cudaFree(G.rc);
     cudaFree(G.flags);
+    cudaFreeHost(G.late);
+    for (int k = 0; k < KILN_READOUT_SLOTS; k++) cudaEventDestroy(G.late_done[k]);
     cudaStreamDestroy(G.stream);
     G.ok = 0;
 }
@@ -48,7 +58,14 @@ static void init(void) {
     if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&G.stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaMalloc((void **)&G.rc, sizeof *G.rc)) != cudaSuccess ||
         (e = cudaMalloc((void **)&G.flags, sizeof *G.flags)) != cudaSuccess ||
-        (e = cudaMemset(G.flags, 0, sizeof *G.flags)) != cudaSuccess) {
+        (e = cudaMemset(G.flags, 0, sizeof *G.flags)) != cudaSuccess ||
+        (e = cudaHostAlloc((void **)&G.late, KILN_READOUT_SLOTS * sizeof *G.late, cudaHostAllocDefault)) != cudaSuccess) {
+        snprintf(G.why, sizeof G.why, "the CUDA GPU cannot be used (%s)", cudaGetErrorString(e));
+        return;
+    }
+    for (int k = 0; k < KILN_READOUT_SLOTS && e == cudaSuccess; k++)
+        e = cudaEventCreateWithFlags(&G.late_done[k], cudaEventDisableTiming);
+    if (e != cudaSuccess) {
         snprintf(G.why, sizeof G.why, "the CUDA GPU cannot be used (%s)", cudaGetErrorString(e));
         return;
     }
@@ -107,9 +124,9 @@ static void cuda_free(void *p) {
 static kiln_status check_flags(void) {
     kiln_cuda_flags f;
     kiln_status st = kiln_cuda_check(cudaMemcpy(&f, G.flags, sizeof f, cudaMemcpyDeviceToHost), "reading the error flags");
-    if (st != KILN_OK || (!f.bad_target && !f.nonfinite_norm)) return st;
+    if (st != KILN_OK || (st = kiln_cuda_flag_error(&f)) == KILN_OK) return st;
     cudaMemset(G.flags, 0, sizeof f);
-    return kiln_cuda_flag_error(&f);
+    return st;
 }
 
 /* copies go on the compute stream, so they follow the kernels before them */
@@ -133,13 +150,14 @@ static int cuda_in_place(kiln_dtype dtype) {
     return 0;
 }
 
-/* From the loader's page-locked ring the copy is an asynchronous DMA on the
- * compute stream (the slot goes back to the loader only after the step's
- * read-out, which follows the copy); from pageable memory the driver stages
- * the bytes before returning. */
+/* From the loader's page-locked ring the copy is an asynchronous DMA, on the
+ * copy stream when large (copy_stream.c); the slot goes back to the loader
+ * only after the step's read-out, which follows the copy. From pageable
+ * memory the driver stages the bytes before returning. */
 static kiln_status cuda_stage(void *dst, const void *host, int64_t n, kiln_dtype dtype) {
-    size_t bytes = (size_t)n * kiln_dtype_size(dtype);
-    return kiln_cuda_check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, G.stream), "staging an input");
+    init();
+    if (!G.ok) return kiln_fail(KILN_ERR_BACKEND, "CUDA: %s", G.why);
+    return kiln_cuda_stage(dst, host, (size_t)n * kiln_dtype_size(dtype));
 }
 
 /* ---- running step lists: graphs ---- */
@@ -230,9 +248,27 @@ static kiln_status cuda_run(const kiln_step *steps, int n, const kiln_run_ctx *r
     return st;
 }
 
-/* the loss to the host: the one synchronisation of a training step */
+/* a late read-out: the loss and the flags copied into slot k, the flags cleared, the event recorded; no wait */
+static kiln_status queue_readout(const kiln_step *s, int k) {
+    struct late_slot *p = &G.late[k];
+    kiln_status st = kiln_cuda_check(cudaMemcpyAsync(&p->loss, s->in[0].data, sizeof p->loss, cudaMemcpyDeviceToHost,
+                                                     G.stream), "read-out");
+    if (st == KILN_OK)
+        st = kiln_cuda_check(cudaMemcpyAsync(&p->flags, G.flags, sizeof p->flags, cudaMemcpyDeviceToHost, G.stream), "read-out");
+    if (st == KILN_OK) st = kiln_cuda_check(cudaMemsetAsync(G.flags, 0, sizeof *G.flags, G.stream), "read-out");
+    if (st == KILN_OK) st = kiln_cuda_check(cudaEventRecord(G.late_done[k], G.stream), "read-out");
+    return st;
+}
+
+static kiln_status cuda_readout_take(int k, double *loss) {
+    kiln_status st = kiln_cuda_check(cudaEventSynchronize(G.late_done[k]), "taking a loss");
+    *loss = G.late[k].loss;
+    return st == KILN_OK ? kiln_cuda_flag_error(&G.late[k].flags) : st;
+}
+
+/* the loss to the host: the one synchronisation of a training step, unless read late */
 kiln_status kiln_cuda_readout(const kiln_step *s, const kiln_run_ctx *rc) {
-    (void)rc;
+    if (rc->late_slot > 0) return queue_readout(s, rc->late_slot - 1);
     float v = 0;
     kiln_status st = kiln_cuda_check(cudaMemcpyAsync(&v, s->in[0].data, sizeof v, cudaMemcpyDeviceToHost, G.stream), "read-out");
     if (st == KILN_OK) st = kiln_cuda_check(cudaStreamSynchronize(G.stream), "read-out");
@@ -292,4 +328,5 @@ const kiln_backend kiln_backend_cuda = {
     .import_state = import_checkpoint,
     .available = cuda_available,
     .step_freed = kiln_cuda_release,
+    .readout_take = cuda_readout_take,
 };

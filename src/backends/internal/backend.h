@@ -47,7 +47,12 @@ typedef struct kiln_run_ctx {
     int64_t optim_step;               /* updates done, this one included */
     void *workspace;                  /* scratch shared by all kernels, sized at compile */
     kiln_collective collective;       /* sync batch norm's sum over the processes (kiln_plan_set_collective) */
+    int late_slot;                    /* 0: the loss read-out waits for it; k > 0 (a backend with readout_take):
+                                         it only queues the copy into slot k - 1 and returns */
 } kiln_run_ctx;
+
+/* read-outs a backend can hold before their losses are taken (kiln_backend.readout_take) */
+#define KILN_READOUT_SLOTS 4
 
 typedef struct kiln_step kiln_step;
 #define KILN_BWD_WORDS ((KILN_OP_COUNT + 63) / 64)
@@ -179,6 +184,9 @@ typedef struct kiln_backend {
     kiln_status (*import_state)(const char *text, const char *source);
     /* NULL: always usable; else 1, or 0 with the reason in why (no GPU here) */
     int (*available)(char *why, size_t len);
+    /* NULL: read-outs wait for the device. Else waits for the read-out queued into a slot (and what came
+     * before it on the device) and gives its loss, or the error a kernel recorded before it */
+    kiln_status (*readout_take)(int slot, double *loss);
     /* a step is being freed: drop what the backend keeps about it (a captured graph) */
     void (*step_freed)(kiln_step *s);
     /* mixed precision: NULL when the kernels honour kiln_step.precision themselves (cpu; cuda: its linear

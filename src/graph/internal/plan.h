@@ -56,6 +56,16 @@ struct kiln_plan {
     size_t ws_bytes;
     kiln_run_ctx rc;
     double loss_host;         /* the read-out step writes the loss here */
+    int late;                 /* kiln_plan_set_late_loss: read-outs queue, losses are taken by ticket */
+    int last_late;            /* the last run's read-out was late */
+    uint64_t tickets;         /* runs begun (kiln_plan_ticket) */
+    struct {
+        uint64_t ticket;      /* the run whose read-out holds this slot; 0: none */
+        int taken;
+        double loss;
+        kiln_status st;
+        char msg[256];        /* its error's message, kept until the ticket is taken */
+    } late_runs[KILN_READOUT_SLOTS];
     int profile;
     int64_t profiled_runs;
     kiln_status (*hook)(void *user, int list, int done); /* plan_hook.h; NULL: none */
@@ -73,6 +83,9 @@ void *kiln_plan_ptr(const kiln_plan *pl, kiln_value v);
 /* plan_steps.c: makes and prepares the step list of one batch size */
 kiln_status kiln_plan_build_list(kiln_plan *pl, int64_t batch, kiln_steplist *L, size_t *workspace);
 void kiln_plan_free_list(kiln_plan *pl, kiln_steplist *L);
+/* plan_late.c: around a run with late read-outs (kiln_plan_set_late_loss) */
+kiln_status kiln_plan_late_begin(kiln_plan *pl);
+void kiln_plan_late_end(kiln_plan *pl, kiln_status st);
 /* plan_info.c: "forward", "backward", "recompute" or "other" (the loss read-out), as kiln inspect says */
 const char *kiln_plan_step_phase(const kiln_plan *pl, const kiln_step *s);
 /* plan_anomaly.c (--detect-anomaly): the plan's float inputs when a run begins; a step's outputs after it ran */

@@ -99,6 +99,10 @@ void kiln_cuda_set_graphs(int on);
 /* the step's cached graph, if any, is dropped (the step list is being freed) */
 void kiln_cuda_release(kiln_step *s);
 kiln_status kiln_cuda_readout(const kiln_step *s, const kiln_run_ctx *rc);
+/* copy_stream.c: a bound input's bytes to its place in device memory, through the copy stream when large */
+kiln_status kiln_cuda_stage(void *dst, const void *host, size_t bytes);
+/* tests: large inputs through the copy stream (1, the default) or the compute stream */
+void kiln_cuda_set_copy_stream(int on);
 /* kernels.c: the error a raised flag stands for (KILN_OK: none raised) */
 kiln_status kiln_cuda_flag_error(const kiln_cuda_flags *f);
 
