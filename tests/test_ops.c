@@ -18,7 +18,7 @@
  * fails when a forward op of the table has no case.
  * Mixed precision: every case holding a matmul-class op (the table's bf16_in)
  * runs again with --precision bf16 on both backends, the ref rounding the
- * same operands to bf16 as the cpu (src/backends/ref/bf16.c), with looser
+ * same operands to bf16 as the cpu (src/backends/ref/reduced.c), with looser
  * tolerances (bf16_tol); a cpu that ignored the mark is shown to fail them. */
 #include "backends/cpu/internal/cpu.h"
 #include "backends/internal/backend.h"

@@ -143,12 +143,18 @@ static void test_bad_precision(void) {
     kiln_precision p;
     CHECK(kiln_precision_parse("bf16", &p) == 0 && p == KILN_PRECISION_BF16);
     CHECK(kiln_precision_parse("auto", &p) == 0 && p == KILN_PRECISION_AUTO);
-    CHECK(kiln_precision_parse("fp16", &p) != 0 && kiln_precision_parse("BF16", &p) != 0 && kiln_precision_parse(NULL, &p) != 0);
+    CHECK(kiln_precision_parse("fp16", &p) == 0 && p == KILN_PRECISION_FP16);
+    CHECK(kiln_precision_parse("fp8", &p) != 0 && kiln_precision_parse("BF16", &p) != 0 && kiln_precision_parse(NULL, &p) != 0);
     net n = build();
     kiln_params *P = params_on(&n, "cpu");
     outcome r = {0};
     kiln_status st = P ? train_once(&n, P, "cpu", 7, &r) : KILN_ERR_INVALID_ARG;
     CHECK_MSG(st == KILN_ERR_INVALID_ARG && strstr(kiln_last_error(), "precision"), "status %d: %s", st, kiln_last_error());
+    free(r.grad);
+    r = (outcome){0};
+    st = P ? train_once(&n, P, "cpu", KILN_PRECISION_FP16, &r) : KILN_ERR_INVALID_ARG; /* no fp16 kernels on the cpu */
+    CHECK_MSG(st == KILN_ERR_INVALID_ARG && strstr(kiln_last_error(), "fp16"), "fp16 on the cpu: status %d: %s", st,
+              kiln_last_error());
     free(r.grad);
     kiln_params_free(P);
     kiln_graph_free(n.g);

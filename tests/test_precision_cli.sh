@@ -6,7 +6,9 @@
 # inspect shows each step's precision (bf16 exactly on the matmul-class steps);
 # bench step reports how many steps ran bf16; eval and predict in bf16 agree
 # with fp32 closely but not bit for bit; a bad --precision exits 2
-# naming the flag, on train, bench step, inspect, eval and predict.
+# naming the flag, on train, bench step, inspect, eval and predict; fp16 is
+# refused on the cpu and trains on the reference backend with the gradient
+# scaler, whose figures the JSON reports; a bad --loss-scale exits 2.
 #
 # Needs $KILN_BIN (ctest sets it), python3 and Debian's fortunes.
 set -u
@@ -107,6 +109,16 @@ fi
 
 expect 2 "train --precision fp16" "--precision" "fp16" -- "$KILN_BIN" train "${G[@]}" --data "tokens:$T/f.tokens" \
     --max-steps 1 --precision fp16
+# fp16 with dynamic loss scaling (--loss-scale auto): on the reference backend, which rounds operands to half
+expect 0 "train on ref in fp16" "autocast:" "take fp16 operands" "loss scale 65536 at the end" -- "$KILN_BIN" train \
+    --device ref --model gpt --layers 1 --heads 2 --dim 32 --block 16 --data "tokens:$T/f.tokens" --batch-size 4 \
+    --max-steps 3 --precision fp16 --no-test --json
+check "its JSON has the scale and the skipped updates" "$PY" -c "
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert r['loss_scale'] == 65536 and r['skipped_updates'] == 0 and r['final_loss'] > 0, r" "$T/out"
+expect 2 "train --loss-scale sometimes" "--loss-scale" "sometimes" -- "$KILN_BIN" train "${G[@]}" \
+    --data "tokens:$T/f.tokens" --max-steps 1 --loss-scale sometimes
 expect 2 "bench step --precision half" "--precision" -- "$KILN_BIN" bench step --precision half
 expect 2 "inspect --precision BF16" "--precision" -- "$KILN_BIN" inspect --precision BF16
 harness_finish

@@ -207,6 +207,9 @@ static void print_summary(const kiln_train_config *c, const kiln_train_result *r
                 r->world_size, (long long)r->global_batch, r->buckets, r->buckets == 1 ? "" : "s", r->allreduce_exposed_ms,
                 100 * r->allreduce_hidden_frac, r->allreduce_comm_exposed_ms, r->allreduce_skew_ms);
     if (r->skipped) fprintf(stderr, "kiln: --bad-samples skip replaced %lld bad samples\n", (long long)r->skipped);
+    if (r->loss_scale > 0)
+        fprintf(stderr, "kiln: loss scale %g at the end; %lld update%s skipped for inf or NaN gradients\n", r->loss_scale,
+                (long long)r->skipped_updates, r->skipped_updates == 1 ? "" : "s");
     if (c->save) fprintf(stderr, "kiln: saved %s%s\n", c->save, r->interrupted ? " (resume with --resume)" : "");
 }
 
@@ -226,6 +229,10 @@ static void print_train_json(const kiln_train_config *c, const kiln_train_result
     json_object_set_new(o, "step_allocs", json_integer(r->step_allocs));
     json_object_set_new(o, "data_wait_frac", cli_json_num(r->data_wait_frac));
     json_object_set_new(o, "final_loss", cli_json_num(r->final_loss));
+    if (r->loss_scale > 0) {
+        json_object_set_new(o, "loss_scale", json_real(r->loss_scale));
+        json_object_set_new(o, "skipped_updates", json_integer(r->skipped_updates));
+    }
     json_object_set_new(o, "test_loss", r->test_accuracy >= 0 ? cli_json_num(r->test_loss) : json_null());
     json_object_set_new(o, "test_accuracy", r->test_accuracy >= 0 ? cli_json_num(r->test_accuracy) : json_null());
     json_object_set_new(o, "peak_rss_mb", cli_json_num(r->peak_rss_mb));

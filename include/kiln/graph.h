@@ -234,11 +234,12 @@ int kiln_params_buffer_find(const kiln_params *P, const char *name);       /* -1
 
 /* ---- compile and run ---- */
 #define KILN_MAX_EXTRA_BATCHES 3
-/* mixed precision on the cpu (kiln_compile_opts.precision, --precision) */
-typedef enum { KILN_PRECISION_FP32 = 0, KILN_PRECISION_BF16 = 1, KILN_PRECISION_AUTO = 2 } kiln_precision;
-/* "fp32", "bf16", "auto": 0 and *out, or -1 */
+/* mixed precision (kiln_compile_opts.precision, --precision); fp16: a GPU's tensor cores (the cpu has no fp16
+ * kernels; the reference backend rounds operands to fp16), with dynamic loss scaling (kiln_optim_set_grad_scaler) */
+typedef enum { KILN_PRECISION_FP32 = 0, KILN_PRECISION_BF16 = 1, KILN_PRECISION_AUTO = 2, KILN_PRECISION_FP16 = 3 } kiln_precision;
+/* "fp32", "bf16", "auto", "fp16": 0 and *out, or -1 */
 int kiln_precision_parse(const char *s, kiln_precision *out);
-const char *kiln_precision_name(int p); /* "fp32", "bf16", "auto" ("?" otherwise) */
+const char *kiln_precision_name(int p); /* "fp32", "bf16", "auto", "fp16" ("?" otherwise) */
 
 typedef struct kiln_compile_opts {
     int training;       /* 1: add backward (autodiff from outputs[0], a scalar loss) */
@@ -294,6 +295,8 @@ void kiln_plan_set_accumulate(kiln_plan *plan, int accumulate, double loss_scale
  * the processes of the job, returning 0, or -1 with the message set (the kernels
  * call it, every process in the same order); NULL (the default): a world of one. */
 void kiln_plan_set_collective(kiln_plan *plan, int (*allreduce)(void *user, double *buf, int64_t n), void *user);
+/* The gradient scaler (kiln/optim.h: kiln_optim_grad_scaler) whose scale multiplies backward's seed; NULL: none. */
+void kiln_plan_set_grad_scaler(kiln_plan *plan, const void *scaler);
 /* Runs the step list compiled for this batch size (max_batch or one of also_batches). */
 kiln_status kiln_plan_run(kiln_plan *plan, int64_t batch);
 /* A training plan's forward steps and the loss read-out only: the loss of the batch, no gradient written

@@ -58,6 +58,30 @@ void kiln_optim_set_lr(kiln_optim *o, float lr);
 kiln_optim_kind kiln_optim_get_kind(const kiln_optim *o);
 float kiln_optim_lr(const kiln_optim *o);
 int64_t kiln_optim_steps(const kiln_optim *o);       /* updates done so far */
+
+/* Dynamic loss scaling for fp16 (PyTorch's torch.cuda.amp.GradScaler, its defaults): the loss's backward seed
+ * is multiplied by a scale (a power of 2), each update first divides the gradients by it, and a step whose
+ * scaled gradients hold an inf or NaN is skipped (parameters and optimizer state untouched) and halves the
+ * scale; `growth_interval` good steps in a row double it. The state lives on the parameters' backend and a
+ * device decides each step on its own: the host never waits for it. A plan seeds backward with the scale once
+ * told where it is: kiln_plan_set_grad_scaler(plan, kiln_optim_grad_scaler(opt)). */
+typedef struct kiln_grad_scaler_config {
+    float init_scale, growth_factor, backoff_factor;
+    int64_t growth_interval;
+} kiln_grad_scaler_config;
+kiln_grad_scaler_config kiln_grad_scaler_defaults(void); /* 65536, 2, 0.5, 2000 */
+/* NULL switches it off */
+kiln_status kiln_optim_set_grad_scaler(kiln_optim *o, const kiln_grad_scaler_config *c);
+/* the state a plan reads (in the backend's memory), NULL when off */
+const void *kiln_optim_grad_scaler(const kiln_optim *o);
+typedef struct kiln_grad_scaler_info {
+    double scale;
+    int64_t tracker;  /* good steps since the scale last changed */
+    int64_t skipped;  /* updates skipped so far */
+} kiln_grad_scaler_info;
+/* the state as it stands (waits for a device), and written back (a checkpoint's, on resume) */
+kiln_status kiln_optim_grad_scaler_read(const kiln_optim *o, kiln_grad_scaler_info *out);
+kiln_status kiln_optim_grad_scaler_write(kiln_optim *o, const kiln_grad_scaler_info *in);
 void kiln_optim_set_steps(kiln_optim *o, int64_t steps);
 /* state buffers (flat, like the parameters, on the parameters' backend): "square_avg", "acc_delta", "exp_avg", ... */
 int kiln_optim_state_count(const kiln_optim *o);

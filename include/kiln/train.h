@@ -89,7 +89,8 @@ typedef struct kiln_train_config {
     const char *device;         /* "cpu" (default), "cuda", "auto" (cuda when a GPU is here), or another
                                    registered backend's name ("ref": the double reference) */
     int matmul_precision;       /* GPU: 0 highest (fp32), 1 high (tf32), 2 medium (bf16) */
-    int precision;              /* kiln_precision: cpu mixed precision (kiln_compile_opts.precision) */
+    int precision;              /* kiln_precision: mixed precision (kiln_compile_opts.precision) */
+    const char *loss_scale;     /* "auto" (dynamic with fp16), "dynamic" or "off": the gradient scaler */
     /* under mpirun (docs/distributed.md): --batch-size is per rank */
     int sync_bn;                /* batch norm statistics over all ranks */
     float bucket_mb;            /* gradient bucket size (25) */
@@ -141,6 +142,8 @@ typedef struct kiln_train_result {
     int threads, workers;       /* workers: the count at the end (--workers auto's choice) */
     char workers_why[192];      /* --workers auto: what it measured and chose ("" otherwise) */
     int64_t skipped;            /* samples --bad-samples skip replaced */
+    double loss_scale;          /* with the gradient scaler: its scale at the end (0: none) */
+    int64_t skipped_updates;    /* with it: updates skipped for inf or NaN gradients, resumed ones included */
     int ring_slots;             /* the loader's batch ring, fixed for the run */
     size_t ring_bytes;
     int64_t batch_size;         /* the one used (the finder's choice with find_batch_size) */

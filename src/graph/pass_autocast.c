@@ -4,15 +4,16 @@
  * then read those inputs as bf16 (rounded to nearest even) and accumulate and
  * write in fp32; everything else, parameters, gradients and optimizer state
  * included, stays fp32 (the fp32 master weights are the parameters
- * themselves: each call rounds a copy). `auto` is left for the backend to
+ * themselves: each call rounds a copy). fp16 marks the same nodes (a GPU's
+ * tensor cores; the trainer adds dynamic loss scaling). `auto` is left for the backend to
  * settle per node by timing both (the cpu backend, src/backends/cpu/precision.c). */
 #include <string.h>
 #include "graph/internal/graph.h"
 
-static const char *const names[] = {"fp32", "bf16", "auto"};
+static const char *const names[] = {"fp32", "bf16", "auto", "fp16"};
 
 int kiln_precision_parse(const char *s, kiln_precision *out) {
-    for (int i = 0; s && i < 3; i++)
+    for (int i = 0; s && i < 4; i++)
         if (strcmp(s, names[i]) == 0) {
             *out = (kiln_precision)i;
             return 0;
@@ -20,7 +21,7 @@ int kiln_precision_parse(const char *s, kiln_precision *out) {
     return -1;
 }
 
-const char *kiln_precision_name(int p) { return p >= 0 && p < 3 ? names[p] : "?"; }
+const char *kiln_precision_name(int p) { return p >= 0 && p < 4 ? names[p] : "?"; }
 
 int kiln_pass_autocast(kiln_graph *g, int precision) {
     if (precision == KILN_PRECISION_FP32) return 0;

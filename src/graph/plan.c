@@ -213,13 +213,14 @@ static kiln_status transform(kiln_plan *pl, kiln_value loss) {
         if (kiln_pass_fuse_pointwise(g, tileable, o->seed) < 0) return kiln_graph_status(g);
     }
     if (o->training && (st = checkpoint(pl)) != KILN_OK) return st;
-    if (o->precision < KILN_PRECISION_FP32 || o->precision > KILN_PRECISION_AUTO)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "compile: precision is %d (fp32 0, bf16 1, auto 2)", o->precision);
+    if (o->precision < KILN_PRECISION_FP32 || o->precision > KILN_PRECISION_FP16)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "compile: precision is %d (fp32 0, bf16 1, auto 2, fp16 3)", o->precision);
     int cast = kiln_pass_autocast(g, o->precision);
     if (cast && !o->plan_only)
         kiln_log(KILN_LOG_INFO, "autocast: %d matmul-class nodes %s", cast,
-                 o->precision == KILN_PRECISION_BF16 ? "take bf16 operands (fp32 accumulation and outputs)"
-                                                     : "marked auto: the backend keeps bf16 where it measures it faster");
+                 o->precision == KILN_PRECISION_BF16   ? "take bf16 operands (fp32 accumulation and outputs)"
+                 : o->precision == KILN_PRECISION_FP16 ? "take fp16 operands (fp32 accumulation and outputs)"
+                                                       : "marked auto: the backend keeps bf16 where it measures it faster");
     if (pl->be->passes) return pl->be->passes(g, o);
     return KILN_OK;
 }

@@ -21,6 +21,8 @@ kiln_status kiln_plan_bind(kiln_plan *pl, kiln_value v, const void *data) {
 
 void kiln_plan_set_step(kiln_plan *pl, uint64_t step) { pl->rc.counter = step; }
 
+void kiln_plan_set_grad_scaler(kiln_plan *pl, const void *scaler) { pl->rc.amp = scaler; }
+
 void kiln_plan_set_accumulate(kiln_plan *pl, int accumulate, double loss_scale) {
     pl->rc.accumulate = accumulate;
     pl->rc.loss_scale = loss_scale;

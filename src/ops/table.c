@@ -83,6 +83,8 @@ static const kiln_op_def *const table[] = {
     [KILN_OP_LAMB_UPDATE] = &kiln_op_lamb_update,
     [KILN_OP_LARS_UPDATE] = &kiln_op_lars_update,
     [KILN_OP_NOVOGRAD_UPDATE] = &kiln_op_novograd_update,
+    [KILN_OP_AMP_UNSCALE] = &kiln_op_amp_unscale,
+    [KILN_OP_AMP_UPDATE] = &kiln_op_amp_update,
 };
 _Static_assert(sizeof table / sizeof table[0] == KILN_OP_COUNT, "the op table needs one entry per kiln_op");
 

@@ -49,3 +49,17 @@ static const kiln_attr_spec layerwise_attrs[] = {KILN_ATTR("beta1", KILN_ATTR_F3
 const kiln_op_def kiln_op_lamb_update = LAYERWISE("lamb");
 const kiln_op_def kiln_op_lars_update = LAYERWISE("lars");
 const kiln_op_def kiln_op_novograd_update = LAYERWISE("novograd");
+
+/* the gradient scaler (PyTorch's GradScaler, src/optim/grad_scaler.c): amp_unscale divides a run of the scaled
+ * gradients by the scale unless their sum of squares is not finite (then the first run's step records found_inf);
+ * amp_update backs the scale off after such a step, or grows it after `interval` good ones */
+static const kiln_attr_spec amp_attrs[] = {KILN_ATTR("growth", KILN_ATTR_F32, amp.growth),
+                                           KILN_ATTR("backoff", KILN_ATTR_F32, amp.backoff),
+                                           KILN_ATTR("interval", KILN_ATTR_I64, amp.interval),
+                                           KILN_ATTR("first", KILN_ATTR_INT, amp.first), {0}};
+const kiln_op_def kiln_op_amp_unscale = {
+    .name = "amp_unscale", .min_in = 1, .max_in = 1, .flags = KILN_OPF_STEP_ONLY, .attrs = amp_attrs,
+};
+const kiln_op_def kiln_op_amp_update = {
+    .name = "amp_update", .min_in = 0, .max_in = 0, .flags = KILN_OPF_STEP_ONLY, .attrs = amp_attrs,
+};

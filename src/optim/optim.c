@@ -28,8 +28,12 @@ struct kiln_optim {
     double *norm2;          /* clipping's sum of squares, in the backend's memory */
     int64_t *tensors;       /* layer-wise: (offset, numel, decays) per parameter, in the backend's memory */
     double *norms;          /* layer-wise: two sums of squares per parameter, in the backend's memory */
-    kiln_step *list;        /* clip steps, then update steps */
+    kiln_step *list;        /* the scaler's, clip and update steps, then the scaler's update */
     int nlist;
+    kiln_amp_state *amp;    /* the gradient scaler (grad_scaler.c) in the backend's memory, NULL: none */
+    double *amp_acc;        /* its sum of squares of the scaled gradients */
+    kiln_grad_scaler_config sc;
+    int amp_from;           /* the list's steps a non-finite gradient skips: from here to the last but one */
     uint64_t built_for;     /* the has_grad version the list was built for */
     int built;
 };
@@ -184,8 +188,8 @@ static void free_list(kiln_optim *o) {
 
 void kiln_optim_free(kiln_optim *o) {
     if (!o) return;
-    void *bufs[5] = {o->state[0], o->state[1], o->norm2, o->tensors, o->norms};
-    for (int i = 0; i < 5; i++)
+    void *bufs[7] = {o->state[0], o->state[1], o->norm2, o->tensors, o->norms, o->amp, o->amp_acc};
+    for (int i = 0; i < 7; i++)
         if (bufs[i]) o->be->free(bufs[i]);
     free_list(o);
     free(o);
@@ -245,16 +249,22 @@ static int next_group(const kiln_optim *o, int *i, int *first, int *last) {
 
 static kiln_status build(kiln_optim *o) {
     free_list(o);
-    int np = kiln_params_count(o->P), max = 4 * np + 1, phases = layerwise(o->c.kind) ? 2 : 1;
+    int np = kiln_params_count(o->P), max = 6 * np + 2, phases = layerwise(o->c.kind) ? 2 : 1;
     o->list = calloc((size_t)max, sizeof *o->list);
     kiln_status st = o->list ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "optimizer: out of memory");
-    if (st == KILN_OK && o->clip > 0) {
-        int n = kiln_clip_steps(o->P, o->clip, o->norm2, o->list, max);
+    if (st == KILN_OK && o->amp) {
+        int n = kiln_amp_steps(o->P, o->amp, o->amp_acc, o->list, max);
         if (n < 0) st = KILN_ERR_NOMEM;
-        else o->nlist = n;
+        else o->nlist = o->amp_from = n;
+    }
+    if (st == KILN_OK && o->clip > 0) {
+        int n = kiln_clip_steps(o->P, o->clip, o->norm2, o->list + o->nlist, max - o->nlist);
+        if (n < 0) st = KILN_ERR_NOMEM;
+        else o->nlist += n;
     }
     for (int i = 0, first, last; st == KILN_OK && next_group(o, &i, &first, &last);)
         for (int phase = 0; phase < phases; phase++) update_step(o, first, last, phase, &o->list[o->nlist++]);
+    if (st == KILN_OK && o->amp) kiln_amp_update_step(o->amp, &o->sc, &o->list[o->nlist++]);
     for (int i = 0; st == KILN_OK && i < o->nlist; i++) st = kiln_backend_prepare(o->be, &o->list[i], NULL);
     if (st != KILN_OK) {
         free_list(o);
@@ -265,15 +275,65 @@ static kiln_status build(kiln_optim *o) {
     return KILN_OK;
 }
 
+/* With the scaler on a backend whose kernels do not check it: the scaler's steps, then found_inf read (in
+ * place on a host backend) to run either the update or only the scaler's update. Bias corrections count the
+ * updates made (the device kernels subtract the skipped ones themselves). */
+static kiln_status scaled_step(kiln_optim *o, kiln_run_ctx *rc) {
+    kiln_status st = kiln_backend_run(o->be, o->list, o->amp_from, rc, NULL);
+    kiln_amp_state a;
+    if (st == KILN_OK) st = o->be->copy(&a, o->amp, sizeof a, 0);
+    if (st != KILN_OK) return st;
+    rc->optim_step -= a.skipped;
+    int from = a.found_inf ? o->nlist - 1 : o->amp_from;
+    return kiln_backend_run(o->be, o->list + from, o->nlist - from, rc, NULL);
+}
+
 kiln_status kiln_optim_step(kiln_optim *o) {
     if (!o->built || o->built_for != kiln_params_has_grad_version(o->P)) {
         kiln_status st = build(o);
         if (st != KILN_OK) return st;
     }
-    kiln_run_ctx rc = {.lr = o->c.lr, .optim_step = o->steps + 1};
-    kiln_status st = kiln_backend_run(o->be, o->list, o->nlist, &rc, NULL);
+    kiln_run_ctx rc = {.lr = o->c.lr, .optim_step = o->steps + 1, .amp = o->amp};
+    kiln_status st = o->amp && !o->be->amp_on_device ? scaled_step(o, &rc) : kiln_backend_run(o->be, o->list, o->nlist, &rc, NULL);
     if (st == KILN_OK) o->steps++;
     return st;
+}
+
+kiln_status kiln_optim_set_grad_scaler(kiln_optim *o, const kiln_grad_scaler_config *c) {
+    free_list(o);
+    if (o->amp) o->be->free(o->amp);
+    if (o->amp_acc) o->be->free(o->amp_acc);
+    o->amp = NULL;
+    o->amp_acc = NULL;
+    if (!c) return KILN_OK;
+    int pow2 = 0;
+    if (c->init_scale > 0 && isfinite(c->init_scale)) frexpf(c->init_scale, &pow2);
+    if (!(c->init_scale > 0) || !isfinite(c->init_scale) || ldexpf(0.5f, pow2) != c->init_scale || c->growth_factor < 1 ||
+        !(c->backoff_factor > 0 && c->backoff_factor < 1) || c->growth_interval < 1)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "grad scaler: the scale %g must be a power of 2, growth %g >= 1, backoff %g in "
+                         "(0, 1), interval %lld >= 1", (double)c->init_scale, (double)c->growth_factor,
+                         (double)c->backoff_factor, (long long)c->growth_interval);
+    o->sc = *c;
+    kiln_amp_state a = {.scale = c->init_scale};
+    o->amp = backend_buffer(o->be, sizeof a, &a);
+    o->amp_acc = backend_buffer(o->be, sizeof(double), NULL);
+    return o->amp && o->amp_acc ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "grad scaler: out of memory");
+}
+
+const void *kiln_optim_grad_scaler(const kiln_optim *o) { return o->amp; }
+
+kiln_status kiln_optim_grad_scaler_read(const kiln_optim *o, kiln_grad_scaler_info *out) {
+    kiln_amp_state a;
+    if (!o->amp) return kiln_fail(KILN_ERR_INVALID_ARG, "grad scaler: the optimizer has none");
+    kiln_status st = o->be->copy(&a, o->amp, sizeof a, 0);
+    if (st == KILN_OK) *out = (kiln_grad_scaler_info){a.scale, a.tracker, a.skipped};
+    return st;
+}
+
+kiln_status kiln_optim_grad_scaler_write(kiln_optim *o, const kiln_grad_scaler_info *in) {
+    if (!o->amp) return kiln_fail(KILN_ERR_INVALID_ARG, "grad scaler: the optimizer has none");
+    kiln_amp_state a = {.scale = (float)in->scale, .tracker = (int32_t)in->tracker, .skipped = in->skipped};
+    return o->be->copy(o->amp, &a, sizeof a, 0);
 }
 
 void kiln_optim_set_clip(kiln_optim *o, double max_norm) {

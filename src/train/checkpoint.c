@@ -127,6 +127,11 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_params *P, kiln_optim *o
     META("kiln.optim_steps", "%" PRId64, s->optim_steps);
     META("kiln.backend", "%s", s->backend[0] ? s->backend : "cpu");
 #undef META
+    kiln_grad_scaler_info gs;
+    if (st == KILN_OK && o && kiln_optim_grad_scaler(o) && (st = kiln_optim_grad_scaler_read(o, &gs)) == KILN_OK) {
+        snprintf(buf, sizeof buf, "%.9g %" PRId64 " %" PRId64, gs.scale, gs.tracker, gs.skipped);
+        st = kiln_st_writer_meta(w, "kiln.grad_scaler", buf);
+    }
     if (st == KILN_OK && s->settings && s->settings[0]) st = kiln_st_writer_meta(w, "kiln.settings", s->settings);
     /* the conv algorithms this run used: a resumed run uses the same ones, so it continues bit for bit */
     const char *be = s->backend[0] ? s->backend : "cpu";
@@ -330,6 +335,22 @@ static kiln_status check_state_signs(const float *state, const kiln_optim *o, in
     return KILN_OK;
 }
 
+/* the gradient scaler's "scale tracker skipped": a power of 2, counts within the updates made */
+static kiln_status read_scaler(const char *v, int64_t optim_steps, kiln_grad_scaler_info *gs, const char *path) {
+    char end;
+    long long tracker, skipped;
+    int e = 0;
+    int n = sscanf(v, "%lf %lld %lld %c", &gs->scale, &tracker, &skipped, &end);
+    if (n == 3 && gs->scale > 0 && isfinite(gs->scale) && gs->scale < 3.4e38) frexp(gs->scale, &e);
+    if (n != 3 || !(gs->scale > 0) || ldexp(0.5, e) != gs->scale || tracker < 0 || skipped < 0 || skipped > optim_steps ||
+        tracker > optim_steps)
+        return kiln_fail(KILN_ERR_FORMAT, "%s: metadata 'kiln.grad_scaler' is '%.60s', not 'SCALE TRACKER SKIPPED' (a power "
+                         "of 2, then counts within the %lld updates made)", path, v, (long long)optim_steps);
+    gs->tracker = tracker;
+    gs->skipped = skipped;
+    return KILN_OK;
+}
+
 kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim *o, kiln_ckpt_state *s) {
     kiln_st_file *f;
     kiln_status st = kiln_st_open(path, &f);
@@ -367,7 +388,11 @@ kiln_status kiln_checkpoint_resume(const char *path, kiln_params *P, kiln_optim 
         }
         if (st == KILN_OK && k >= 0) st = check_state_signs(dst, o, k, P, path);
     }
+    kiln_grad_scaler_info gs;
+    int scaler = st == KILN_OK && o && kiln_optim_grad_scaler(o) && kiln_st_meta(f, "kiln.grad_scaler");
+    if (scaler) st = read_scaler(kiln_st_meta(f, "kiln.grad_scaler"), s->optim_steps, &gs, path);
     void **bufs = st == KILN_OK ? stage_buffers(f, P, path, &st) : NULL;
+    if (st == KILN_OK && scaler) st = kiln_optim_grad_scaler_write(o, &gs);
     if (st == KILN_OK) st = kiln_params_write(P, stage);
     for (int k = 0; k < ns && st == KILN_OK; k++) st = kiln_optim_state_write(o, k, stage + (k + 1) * total);
     kiln_status sb = finish_buffers(P, bufs, st == KILN_OK);

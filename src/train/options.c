@@ -92,9 +92,13 @@ static const field fields[] = {
     OPT("checkpoint-activations", "none|block|OPS", 1, T_CKPT, checkpoint_activations, "recompute saved activations inside "
         "backward instead of keeping them (less memory, some more compute, the same results): block (every block of the "
         "model: gpt's h.N, mlp-deep's blocks.N) or ops cheap to recompute, comma-separated (gelu,layernorm; relu, dropout, ...)"),
-    OPT("precision", "fp32|bf16|auto", 0, T_AMP, precision, "mixed precision on the cpu: conv2d, linear, matmul and bmm "
+    OPT("precision", "fp32|bf16|fp16|auto", 0, T_AMP, precision, "mixed precision: conv2d, linear, matmul and bmm "
         "(forward and backward) take bf16 operands with fp32 accumulation and outputs; parameters, gradients and optimizer "
-        "state stay fp32; auto: bf16 only for the layers it measures faster at compile (the log lists them)"),
+        "state stay fp32; auto: bf16 only for the layers it measures faster at compile (the log lists them); fp16: fp16 "
+        "operands (--device cuda's tensor cores; the cpu has no fp16 kernels) with dynamic loss scaling"),
+    OPT("loss-scale", "auto|dynamic|off", 0, T_STR, loss_scale, "dynamic loss scaling (PyTorch's GradScaler: the scale "
+        "halves after a step with an inf or NaN gradient, which is skipped, and doubles after 2000 good ones); auto: "
+        "dynamic with --precision fp16, else off"),
     OPT("no-fuse", NULL, 0, T_NOFLAG, fuse, "disable the fusion passes (pointwise groups as one kernel; relu folded into conv/linear and max-pool's backward)"),
     OPT("no-autotune", NULL, 0, T_NOFLAG, autotune, "use oneDNN's direct convolutions instead of timing every algorithm"),
     OPT("max-steps", "N", 1, T_I64, max_steps, "stop when the run reaches global step N, counting resumed steps (0: no limit)"),
@@ -267,7 +271,7 @@ kiln_status kiln_train_option_set(kiln_train_config *c, const char *name, const 
         return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: '%s' is not fail or skip", name, value);
     case T_AMP: {
         kiln_precision pr;
-        if (kiln_precision_parse(value, &pr)) return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: '%s' is not fp32, bf16 or auto", name, value);
+        if (kiln_precision_parse(value, &pr)) return kiln_fail(KILN_ERR_INVALID_ARG, "--%s: '%s' is not fp32, bf16, fp16 or auto", name, value);
         *(int *)p = (int)pr;
         return KILN_OK;
     }

@@ -48,6 +48,7 @@ kiln_train_config kiln_train_defaults(void) {
     c.fuse = 1;
     c.autotune = 1;
     c.device = "cpu";
+    c.loss_scale = "auto";
     c.bucket_mb = 25;
     c.overlap = 1;
     c.timeout = 300;
@@ -257,6 +258,12 @@ static kiln_status new_params(const char *device, kiln_graph *g, kiln_params **P
     return st == KILN_OK ? kiln_params_new_on(g, backend, P) : st;
 }
 
+/* --loss-scale: auto is dynamic loss scaling with fp16 operands only (bf16 has fp32's range) */
+static int scaler_on(const kiln_train_config *c) {
+    const char *ls = c->loss_scale ? c->loss_scale : "auto";
+    return !strcmp(ls, "dynamic") || (!strcmp(ls, "auto") && c->precision == KILN_PRECISION_FP16);
+}
+
 static kiln_status check_config(const kiln_train_config *c) {
     if (!c->model || !c->model[0]) return kiln_fail(KILN_ERR_INVALID_ARG, "--model is required");
     if (check_model(c->model) != KILN_OK) return KILN_ERR_INVALID_ARG;
@@ -288,6 +295,8 @@ static kiln_status check_config(const kiln_train_config *c) {
     RANGE(c->eval_every >= 0, "--eval-every is %lld; it must be >= 0", (long long)c->eval_every);
     RANGE(c->log_every >= 1, "--log-every is %lld; it must be at least 1", (long long)c->log_every);
     RANGE(!c->load || !c->resume, "--load and --resume both given: --resume continues a run, --load starts one from weights");
+    RANGE(!c->loss_scale || !strcmp(c->loss_scale, "auto") || !strcmp(c->loss_scale, "dynamic") || !strcmp(c->loss_scale, "off"),
+          "--loss-scale is '%s'; use auto, dynamic or off", c->loss_scale);
     RANGE(c->accumulate >= 1 && c->accumulate <= 1 << 20, "--accumulate is %lld (want >= 1)", (long long)c->accumulate);
     RANGE(c->clip_grad_norm >= 0, "--clip-grad-norm is %g; it must be > 0", (double)c->clip_grad_norm);
     RANGE(c->lr_step_gamma > 0, "--lr-step-gamma is %g; it must be > 0", (double)c->lr_step_gamma);
@@ -469,6 +478,8 @@ static kiln_status run_open(run *R) {
     if (c->load && (st = kiln_checkpoint_load_params(R->P, c->load)) != KILN_OK) return st;
     if ((st = kiln_optim_new(&c->optim, R->P, &R->opt)) != KILN_OK) return st;
     if (c->clip_grad_norm > 0) kiln_optim_set_clip(R->opt, c->clip_grad_norm);
+    kiln_grad_scaler_config gs = kiln_grad_scaler_defaults();
+    if (scaler_on(c) && (st = kiln_optim_set_grad_scaler(R->opt, &gs)) != KILN_OK) return st;
     if (c->resume && (st = restore(R)) != KILN_OK) return st;
     if ((st = ddp_open(R)) != KILN_OK) return st;
     if (R->rank == 0 && (c->metrics || c->tensorboard) &&
@@ -552,6 +563,8 @@ static kiln_status run_compile(run *R) {
         st = kiln_ddp_attach_more(R->ddp, R->tp.plan[i]);
     if (st != KILN_OK) return st;
     kiln_train_anomaly_begin(R->plan, c->detect_anomaly);
+    for (int i = 0; i < (c->batch_tokens ? R->tp.n : 1); i++) /* backward's seed times the loss scale */
+        kiln_plan_set_grad_scaler(c->batch_tokens ? R->tp.plan[i] : R->plan, kiln_optim_grad_scaler(R->opt));
     /* the loss read a step late where the backend can (a device): one process (ranks all-reduce it at once),
      * no --detect-anomaly (it checks each run as it ends), not --sync-loss */
     R->late = !c->sync_loss && R->world == 1 && !c->detect_anomaly;
@@ -1032,6 +1045,13 @@ static void fill_result(run *R) {
     r->final_loss = R->loss;
     r->workers = kiln_loader_workers(R->L);
     r->skipped = kiln_loader_skipped(R->L);
+    kiln_grad_scaler_info gs;
+    if (kiln_optim_grad_scaler(R->opt) && kiln_optim_grad_scaler_read(R->opt, &gs) == KILN_OK) {
+        r->loss_scale = gs.scale;
+        r->skipped_updates = gs.skipped;
+        kiln_log(KILN_LOG_INFO, "grad scaler: scale %g at the end; %lld of %lld updates skipped for inf or NaN gradients",
+                 gs.scale, (long long)gs.skipped, (long long)kiln_optim_steps(R->opt));
+    }
     if (R->auto_on) kiln_auto_workers_end(&R->aw, R->L);
     r->batch_size = R->c.batch_size;
     r->world_size = R->world;

@@ -10,7 +10,8 @@
  * bytes). So the fuzzer spends its time on the metadata and the tensor
  * table, not on megabytes of weights; the raw file format has its own
  * target (fuzz_safetensors). An accepted checkpoint must hold what the
- * reader promises: positions and sizes in range, finite values. */
+ * reader promises: positions and sizes in range, finite values, a gradient
+ * scaler's state in range (the adamw optimizer has one). */
 #include <jansson.h>
 #include <math.h>
 #include "fuzz_util.h"
@@ -40,6 +41,8 @@ static void setup(void) {
     c[OPT_SGD_MOMENTUM].momentum = 0.9f;
     for (int k = 0; k < NOPT; k++)
         if (kiln_optim_new(&c[k], P, &opt[k]) != KILN_OK) abort();
+    kiln_grad_scaler_config gs = kiln_grad_scaler_defaults(); /* adamw's reads kiln.grad_scaler */
+    if (kiln_optim_set_grad_scaler(opt[OPT_ADAMW], &gs) != KILN_OK) abort();
     host = malloc((size_t)kiln_params_total(P) * 4 + 64);
     if (!host) abort();
 }
@@ -133,6 +136,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int64_t n = kiln_params_total(P);
         if (kiln_params_read(P, host) != KILN_OK) abort();
         check_finite(host, n, 0);
+        kiln_grad_scaler_info gi;
+        if (kiln_optim_grad_scaler(o) && (kiln_optim_grad_scaler_read(o, &gi) != KILN_OK || !(gi.scale > 0) ||
+                                          !isfinite(gi.scale) || gi.skipped < 0 || gi.skipped > s.optim_steps || gi.tracker < 0)) {
+            fprintf(stderr, "fuzz: an accepted checkpoint's gradient scaler is out of range\n");
+            abort();
+        }
         for (int k = 0; k < kiln_optim_state_count(o); k++) {
             if (kiln_optim_state_read(o, k, host) != KILN_OK) abort();
             check_finite(host, kiln_optim_state_per_tensor(o, k) ? kiln_params_count(P) : n, kiln_optim_state_nonnegative(o, k));

@@ -109,6 +109,12 @@ for i, (k, v) in enumerate(hostile):
     else:
         h['__metadata__'][k] = v
     put('checkpoint', f'hostile-{i:02d}.json', json.dumps(h, separators=(',', ':')).encode())
+# the gradient scaler's state (fuzz_checkpoint gives adamw a scaler): a good one, then bad ones
+ha = json.loads(headers['adamw'])
+for i, v in enumerate(['1024 3 1', '3 0 0', '65536 -1 0', '65536 0 99', 'inf 0 0', '1e39 0 0', '65536 0 0 x', '0.5 1']):
+    h = json.loads(json.dumps(ha))
+    h['__metadata__']['kiln.grad_scaler'] = v
+    put('checkpoint', 'adamw-scaler.json' if i == 0 else f'hostile-scaler-{i - 1:02d}.json', json.dumps(h, separators=(',', ':')).encode())
 
 # ---------- safetensors ----------
 f32 = lambda *v: struct.pack(f'<{len(v)}f', *v)
@@ -186,12 +192,12 @@ meta_keys = list(json.loads(headers['mnist_cnn'])['__metadata__'].keys()) + ['ki
 write_dict('safetensors', json_words + st_words + meta_keys)
 write_dict('checkpoint', json_words + st_words + meta_keys + ['kiln-checkpoint', 'adadelta', 'adamw', 'sgd', 'mlp', 'cpu',
            'cuda', 'fc1.weight', 'fc2.bias', 'lamb', 'lars', 'novograd', 'optim.square_avg.', 'optim.acc_delta.', 'optim.exp_avg.',
-           'optim.exp_avg_sq.', 'optim.momentum_buffer.', ' fwd w\n', ' bwd_data d\n', 'nan', 'inf', '1e39'])
+           'optim.exp_avg_sq.', 'optim.momentum_buffer.', ' fwd w\n', ' bwd_data d\n', 'nan', 'inf', '1e39', 'kiln.grad_scaler'])
 write_dict('idx', ['\x00\x00\x08\x03', '\x00\x00\x08\x01', '\x1f\x8b\x08\x00', '\x00\x00\x00\x1c'])
 help_text = open(f'{T}/help.txt').read()
 names = re.findall(r'^\s+--([a-z0-9-]+)', help_text, re.M)
 write_dict('options', [n + '=' for n in names] + names + ['auto', 'off', 'true', 'false', 'highest', 'medium', 'adamw',
-           'lamb', 'lars', 'novograd', 'cosine', 'linear', 'step', 'none',
+           'lamb', 'lars', 'novograd', 'cosine', 'linear', 'step', 'none', 'dynamic', 'fp16',
            'sgd', 'mnist-cnn-bn', '1e12', '-1', '0x10', 'nan', '9223372036854775808', '2147483648', '{"', '":"', '",'])
 EOF
 # ---------- image: the fixtures PIL wrote, behind flags bytes, and a cut one of each ----------

@@ -68,7 +68,8 @@ static kiln_status simt_readout_take(int k, double *loss) {
 }
 
 static kiln_status simt_run(const kiln_step *steps, int n, const kiln_run_ctx *rc) {
-    run_values = (kiln_cuda_rc){.lr = rc->lr, .loss_scale = rc->loss_scale, .optim_step = rc->optim_step, .counter = rc->counter};
+    run_values = (kiln_cuda_rc){.lr = rc->lr, .loss_scale = rc->loss_scale, .optim_step = rc->optim_step, .counter = rc->counter,
+                                .amp = rc->amp};
     kiln_status st = KILN_OK;
     for (int i = 0; st == KILN_OK && i < n; i++) st = steps[i].run(&steps[i], rc);
     return st;
@@ -120,6 +121,7 @@ static kiln_backend simt = {
     .now = kiln_host_now,
     .step_freed = kiln_cuda_release,
     .readout_take = simt_readout_take,
+    .amp_on_device = 1,
 };
 
 /* the ops a GPU runs on cuDNN or cuBLASLt */

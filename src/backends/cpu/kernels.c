@@ -128,8 +128,9 @@ static kiln_status mul_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* backward's seed, times the gradient scaler's scale when there is one */
 static kiln_status ones(const kiln_step *s, const kiln_run_ctx *rc) {
-    F(s->out[0])[0] = (float)rc->loss_scale;
+    F(s->out[0])[0] = (float)(rc->loss_scale * (rc->amp ? rc->amp->scale : 1.0f));
     return KILN_OK;
 }
 
@@ -401,6 +402,22 @@ static kiln_status clip_scale(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* the gradient scaler (src/optim/grad_scaler.c); a host backend's state is in host memory */
+static kiln_status amp_unscale(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_amp_state *a = s->out[1].data;
+    int found = !isfinite(*(const double *)s->in[0].data);
+    if (s->attr.amp.first) a->found_inf = found;
+    if (!found) kiln_cpu_scale(s->out[0].numel, F(s->out[0]), 1.0f / a->scale); /* a power of 2: exact */
+    return KILN_OK;
+}
+
+static kiln_status amp_update(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_amp_update(s->out[0].data, s->attr.amp.growth, s->attr.amp.backoff, s->attr.amp.interval);
+    return KILN_OK;
+}
+
 /* with a second input (the tensor table): each tensor with its own weight decay */
 static kiln_layerwise_args tensors_of(const kiln_step *s, const kiln_run_ctx *rc) {
     return (kiln_layerwise_args){.nseg = s->in[1].numel / 3, .seg = s->in[1].data, .lr = rc->lr, .step = rc->optim_step};
@@ -551,4 +568,6 @@ const kiln_kernel kiln_cpu_kernels[KILN_OP_COUNT] = {
     [KILN_OP_LAMB_UPDATE] = {lamb, NULL, NULL, 0, 0},
     [KILN_OP_LARS_UPDATE] = {lars, NULL, NULL, 0, 0},
     [KILN_OP_NOVOGRAD_UPDATE] = {novograd, NULL, NULL, 0, 0},
+    [KILN_OP_AMP_UNSCALE] = {amp_unscale, NULL, NULL, 0, 0},
+    [KILN_OP_AMP_UPDATE] = {amp_update, NULL, NULL, 0, 0},
 };

@@ -168,6 +168,9 @@ static kiln_status decide(kiln_step *s, const kiln_prep *p, const kiln_cpu_prec_
 
 kiln_status kiln_cpu_precision_prepare(kiln_step *s, kiln_prep *p, const kiln_cpu_prec_ops *ops) {
     kiln_status st = KILN_OK;
+    if (s->precision == KILN_PRECISION_FP16)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "--precision fp16: the cpu has no fp16 kernels (fp16 is for a GPU's tensor "
+                         "cores, --device cuda; bf16 or auto on the cpu)");
     if (s->precision == KILN_PRECISION_AUTO) st = decide(s, p, ops);
     if (st != KILN_OK) return st;
     int bf16 = s->precision == KILN_PRECISION_BF16;

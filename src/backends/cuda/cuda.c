@@ -236,7 +236,8 @@ void kiln_cuda_set_graphs(int on) {
 static int host_step(const kiln_step *s) { return s->run == kiln_cuda_readout; }
 
 static kiln_status cuda_run(const kiln_step *steps, int n, const kiln_run_ctx *rc) {
-    kiln_cuda_rc r = {.lr = rc->lr, .loss_scale = rc->loss_scale, .optim_step = rc->optim_step, .counter = rc->counter};
+    kiln_cuda_rc r = {.lr = rc->lr, .loss_scale = rc->loss_scale, .optim_step = rc->optim_step, .counter = rc->counter,
+                      .amp = rc->amp};
     kiln_status st = kiln_cuda_check(cudaMemcpyAsync(G.rc, &r, sizeof r, cudaMemcpyHostToDevice, G.stream), "run context");
     for (int i = 0; st == KILN_OK && i < n;) {
         int j = i;
@@ -329,4 +330,5 @@ const kiln_backend kiln_backend_cuda = {
     .available = cuda_available,
     .step_freed = kiln_cuda_release,
     .readout_take = cuda_readout_take,
+    .amp_on_device = 1,
 };

@@ -468,8 +468,19 @@ static kiln_status sumsq(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 static kiln_status clip_scale(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
-    kiln_cuda_scale_by_norm(ST, s->out[0].numel, s->in[0].data, s->attr.clip.max_norm, kiln_cuda_flags_dev(), F(s->out[0]));
+    kiln_cuda_scale_by_norm(ST, s->out[0].numel, s->in[0].data, s->attr.clip.max_norm, kiln_cuda_flags_dev(), kiln_cuda_rc_dev(),
+                            F(s->out[0]));
     DONE("clip");
+}
+static kiln_status amp_unscale(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    kiln_cuda_amp_unscale(ST, s->out[0].numel, s->in[0].data, s->attr.amp.first, s->out[1].data, F(s->out[0]));
+    DONE("amp_unscale");
+}
+static kiln_status amp_update(const kiln_step *s, const kiln_run_ctx *rc) {
+    (void)rc;
+    kiln_cuda_amp_update(ST, s->out[0].data, s->attr.amp.growth, s->attr.amp.backoff, s->attr.amp.interval);
+    DONE("amp_update");
 }
 static kiln_status sgd(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
@@ -527,6 +538,8 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_MUL] = {mul, NULL, .fusable = KILN_CUDA_PW_MUL},
     [KILN_OP_MUL_BWD] = {mul_bwd, NULL, .fusable = KILN_CUDA_PW_MUL_BWD},
     [KILN_OP_ONES] = {ones, NULL},
+    [KILN_OP_AMP_UNSCALE] = {amp_unscale, NULL},
+    [KILN_OP_AMP_UPDATE] = {amp_update, NULL},
     [KILN_OP_GRAD_COPY] = {grad_copy, NULL, .fusable = KILN_CUDA_PW_COPY},
     [KILN_OP_CONTIGUOUS] = {contiguous, NULL},
     [KILN_OP_SLICE_BWD] = {slice_bwd, kiln_prepare_slice},

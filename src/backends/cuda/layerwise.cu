@@ -22,7 +22,7 @@ __device__ inline float lamb_u(float m, float v, float p, float wd, float bc1, f
     return (m / bc1) / (sqrtf(v / bc2) + eps) + wd * p;
 }
 __device__ inline void bias_corrections(const lw &c, const kiln_cuda_rc *rc, float *bc1, float *bc2) {
-    double step = (double)rc->optim_step;
+    double step = (double)kiln_optim_t(rc);
     *bc1 = step > 0 ? (float)(1.0 - pow((double)c.b1, step)) : 1.f;
     *bc2 = step > 0 ? (float)(1.0 - pow((double)c.b2, step)) : 1.f;
 }
@@ -32,6 +32,7 @@ __device__ inline void put_norms(double *norms, int64_t k, double a, double b) {
 
 __global__ void k_lamb(int phase, lw c, const int64_t *seg, float *p, const float *g, float *m, float *v, double *norms,
                        const kiln_cuda_rc *rc) {
+    if (kiln_amp_skip(rc)) return; // uniform: the whole block leaves
     TENSOR;
     float bc1, bc2;
     bias_corrections(c, rc, &bc1, &bc2);
@@ -57,6 +58,7 @@ __global__ void k_lamb(int phase, lw c, const int64_t *seg, float *p, const floa
 
 __global__ void k_lars(int phase, lw c, const int64_t *seg, float *p, const float *g, float *buf, double *norms,
                        const kiln_cuda_rc *rc) {
+    if (kiln_amp_skip(rc)) return; // uniform: the whole block leaves
     TENSOR;
     if (phase == 1) {
         double pn = sqrt(norms[2 * k]), gn = sqrt(norms[2 * k + 1]);
@@ -82,6 +84,7 @@ __global__ void k_lars(int phase, lw c, const int64_t *seg, float *p, const floa
 // v holds one second moment per tensor: ||g||^2 on the first update (v still 0), then an average
 __global__ void k_novograd(int phase, lw c, const int64_t *seg, float *p, const float *g, float *m, float *v, double *norms,
                            const kiln_cuda_rc *rc) {
+    if (kiln_amp_skip(rc)) return; // uniform: the whole block leaves
     TENSOR;
     if (phase == 0) {
         double sg = 0;

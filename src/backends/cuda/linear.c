@@ -5,7 +5,8 @@
  * heuristic first choice for the shape, picked at compile. The compute type
  * follows --matmul-precision (PyTorch's set_float32_matmul_precision):
  * highest fp32, high TF32, medium bf16 tensor cores, always fp32 accumulation;
- * a step the autocast pass marked (--precision bf16 or auto) takes bf16. */
+ * a step the autocast pass marked (--precision bf16 or auto) takes bf16, with --precision fp16 fp16 (fp32
+ * operands rounded to half for the tensor cores: CUBLAS_COMPUTE_32F_FAST_16F). */
 #include <stdlib.h>
 #include <cuda_runtime.h>
 #include "backends/cuda/internal/cublaslt.h"
@@ -44,7 +45,8 @@ static void mm_free(matmul *m) {
 /* C[M, N] = op(A) op(B) (+ C), column-major; A is M×K (K×M when transposed), B is K×N (N×K when transposed) */
 static kiln_status mm_make(matmul *m, int math, int ta, int tb, int64_t M, int64_t N, int64_t K, cublasLtEpilogue_t epi,
                            const void *bias, size_t *workspace) {
-    static const cublasComputeType_t compute[3] = {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF};
+    static const cublasComputeType_t compute[4] = {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF,
+                                                   CUBLAS_COMPUTE_32F_FAST_16F};
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     const char *why = NULL;
     if (!LT && !(LT = kiln_cublaslt(&why))) return kiln_fail(KILN_ERR_BACKEND, "%s", why);
@@ -52,7 +54,7 @@ static kiln_status mm_make(matmul *m, int math, int ta, int tb, int64_t M, int64
     if (st == KILN_OK && !registered) registered = !atexit(destroy_handle); /* runs before cuBLASLt's own teardown */
 #define B(call, what) \
     if (st == KILN_OK) st = blas(call, what)
-    B(LT->cublasLtMatmulDescCreate(&m->desc, compute[math % 3], CUDA_R_32F), "descriptor");
+    B(LT->cublasLtMatmulDescCreate(&m->desc, compute[math & 3], CUDA_R_32F), "descriptor");
     B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "transa");
     B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "transb");
     B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
@@ -89,9 +91,12 @@ void kiln_cuda_linear_release(kiln_step *s) {
     free(s->kobj);
 }
 
-/* the step's math: --matmul-precision's, or bf16 tensor cores where the autocast pass gave the step bf16
- * operands (--precision bf16; auto too: on tensor cores bf16 is the faster) */
-static int math_of(const kiln_step *s) { return s->precision != KILN_PRECISION_FP32 ? 2 : kiln_cuda_precision(); }
+/* the step's math: --matmul-precision's, or tensor cores where the autocast pass gave the step reduced operands:
+ * fp16 (--precision fp16: 3), else bf16 (--precision bf16; auto too: on tensor cores bf16 is the faster) */
+static int math_of(const kiln_step *s) {
+    if (s->precision == KILN_PRECISION_FP16) return 3;
+    return s->precision != KILN_PRECISION_FP32 ? 2 : kiln_cuda_precision();
+}
 
 /* rows, in, out of the step, by op: forward (x, w), backward-data (dy, w), backward-weight (x, dy) */
 static void dims(const kiln_step *s, int64_t *rows, int64_t *in, int64_t *out) {

@@ -42,11 +42,14 @@ __global__ void k_slice_bwd(int64_t n, int64_t dim, int64_t inner, int64_t start
         PUT(dx[i], on ? dy[(o * len + j / step) * inner + i % inner] : 0.f);
     }
 }
-__global__ void k_ones(const kiln_cuda_rc *rc, float *y) { y[0] = (float)rc->loss_scale; }
+// backward's seed, times the gradient scaler's scale when there is one
+__global__ void k_ones(const kiln_cuda_rc *rc, float *y) { y[0] = (float)(rc->loss_scale * (rc->amp ? rc->amp->scale : 1.0f)); }
 __global__ void k_fill(int64_t n, const float *v, float *y, int acc) { FOR_N PUT(y[i], v[0]); }
 
 // clip_grad_norm: coef = max_norm / (norm + 1e-6), applied when below 1 (torch.nn.utils.clip_grad_norm_)
-__global__ void k_scale_by_norm(int64_t n, const double *sumsq, double max_norm, kiln_cuda_flags *f, float *g) {
+__global__ void k_scale_by_norm(int64_t n, const double *sumsq, double max_norm, kiln_cuda_flags *f, const kiln_cuda_rc *rc,
+                                float *g) {
+    if (kiln_amp_skip(rc)) return;
     double norm = sqrt(*sumsq);
     if (!isfinite(norm)) {
         if (blockIdx.x == 0 && threadIdx.x == 0) f->nonfinite_norm = 1;
@@ -109,11 +112,25 @@ __global__ void k_max_pool_bwd(int64_t n, pool_dims d, int relu_mask, const floa
     }
 }
 
+// ---- the gradient scaler (src/optim/grad_scaler.c): every thread reads the same sum, so all agree ----
+__global__ void k_amp_unscale(int64_t n, const double *sumsq, int first, kiln_amp_state *a, float *g) {
+    int found = !isfinite(*sumsq);
+    if (first && blockIdx.x == 0 && threadIdx.x == 0) a->found_inf = found;
+    if (found) return;
+    float inv = 1.f / a->scale; // a power of 2: exact
+    FOR_N g[i] *= inv;
+}
+__global__ void k_amp_update(kiln_amp_state *a, float growth, float backoff, int64_t interval) {
+    kiln_amp_update(a, growth, backoff, interval);
+}
+
 // ---- optimizers over a run of the flat parameter buffer: torch.optim (1.13) operation order ----
+// (each skips itself when the gradient scaler found a non-finite gradient; its step count leaves skipped ones out)
 __global__ void k_sgd(int64_t n, float *p, const float *g, float *mom, const kiln_cuda_rc *rc, float momentum,
                       float dampening, float weight_decay, int nesterov) {
+    if (kiln_amp_skip(rc)) return;
     float lr = (float)rc->lr;
-    int first = rc->optim_step == 1;
+    int first = kiln_optim_t(rc) == 1;
     FOR_N {
         float d = g[i] + weight_decay * p[i];
         if (momentum != 0.f) {
@@ -126,7 +143,8 @@ __global__ void k_sgd(int64_t n, float *p, const float *g, float *mom, const kil
 }
 __global__ void k_adamw(int64_t n, float *p, const float *g, float *m, float *v, const kiln_cuda_rc *rc, float beta1,
                         float beta2, float eps, float weight_decay) {
-    double lr = rc->lr, step = (double)rc->optim_step;
+    if (kiln_amp_skip(rc)) return;
+    double lr = rc->lr, step = (double)kiln_optim_t(rc);
     float decay = (float)(1.0 - lr * (double)weight_decay);
     float step_size = (float)(lr / (1.0 - pow((double)beta1, step)));
     float bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, step));
@@ -142,6 +160,7 @@ __global__ void k_adamw(int64_t n, float *p, const float *g, float *m, float *v,
 }
 __global__ void k_adadelta(int64_t n, float *p, const float *g, float *sq, float *ad, const kiln_cuda_rc *rc, float rho,
                            float eps, float weight_decay) {
+    if (kiln_amp_skip(rc)) return;
     float lr = (float)rc->lr;
     FOR_N {
         float d = g[i] + weight_decay * p[i];
@@ -186,8 +205,15 @@ void kiln_cuda_slice_bwd(kcs st, int64_t outer, int64_t dim, int64_t inner, int6
 }
 void kiln_cuda_ones(kcs st, const kiln_cuda_rc *rc, float *y) { KLAUNCH(k_ones, 1, 1, 0, st)(rc, y); }
 void kiln_cuda_fill(kcs st, int64_t n, const float *v, float *y, int acc) { KLAUNCH(k_fill, GO(n))(n, v, y, acc); }
-void kiln_cuda_scale_by_norm(kcs st, int64_t n, const double *sumsq, double max_norm, kiln_cuda_flags *f, float *g) {
-    KLAUNCH(k_scale_by_norm, GO(n))(n, sumsq, max_norm, f, g);
+void kiln_cuda_scale_by_norm(kcs st, int64_t n, const double *sumsq, double max_norm, kiln_cuda_flags *f, const kiln_cuda_rc *rc,
+                             float *g) {
+    KLAUNCH(k_scale_by_norm, GO(n))(n, sumsq, max_norm, f, rc, g);
+}
+void kiln_cuda_amp_unscale(kcs st, int64_t n, const double *sumsq, int first, kiln_amp_state *a, float *g) {
+    KLAUNCH(k_amp_unscale, GO(n))(n, sumsq, first, a, g);
+}
+void kiln_cuda_amp_update(kcs st, kiln_amp_state *a, float growth, float backoff, int64_t interval) {
+    KLAUNCH(k_amp_update, 1, 1, 0, st)(a, growth, backoff, interval);
 }
 void kiln_cuda_dropout(kcs st, int64_t n, float p, uint64_t key, const kiln_cuda_rc *rc, const float *x, float *y, int acc) {
     double t = (double)p * 4294967296.0; // kiln_dropout_threshold

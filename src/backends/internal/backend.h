@@ -21,6 +21,7 @@
 #define KILN_BACKEND_H
 
 #include <pthread.h>
+#include "backends/internal/amp_state.h"
 #include "kernels/internal/kernels.h"
 #include "kiln/graph.h"
 #include "ops/internal/ops.h"
@@ -47,6 +48,9 @@ typedef struct kiln_run_ctx {
     int64_t optim_step;               /* updates done, this one included */
     void *workspace;                  /* scratch shared by all kernels, sized at compile */
     kiln_collective collective;       /* sync batch norm's sum over the processes (kiln_plan_set_collective) */
+    const kiln_amp_state *amp;        /* the gradient scaler (backend memory), NULL: none. The backward seed is
+                                         multiplied by its scale; a found_inf skips the update's steps (on a
+                                         device its kernels check it; host backends skip them in the runner) */
     int late_slot;                    /* 0: the loss read-out waits for it; k > 0 (a backend with readout_take):
                                          it only queues the copy into slot k - 1 and returns */
 } kiln_run_ctx;
@@ -192,7 +196,10 @@ typedef struct kiln_backend {
     /* mixed precision: NULL when the kernels honour kiln_step.precision themselves (cpu; cuda: its linear
      * and matmul steps take bf16 tensor-core math, its convolutions keep --matmul-precision's);
      * else runs a bf16 step in their place (ref: its kernel on rounded operands), and `auto` means fp32 */
-    kiln_step_fn run_bf16;
+    kiln_step_fn run_reduced;         /* (bf16 or fp16 steps) */
+    /* 1: its update kernels skip themselves when the gradient scaler found a non-finite gradient (cuda); 0:
+     * the optimizer reads found_inf and skips them (host backends read it in place, others copy it) */
+    int amp_on_device;
 } kiln_backend;
 
 /* the registry: "cpu" and "ref" built in; another backend registers itself

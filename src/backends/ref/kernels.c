@@ -219,8 +219,9 @@ static kiln_status mul_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* backward's seed, times the gradient scaler's scale when there is one */
 static kiln_status ones(const kiln_step *s, const kiln_run_ctx *rc) {
-    D(s->out[0])[0] = rc->loss_scale;
+    D(s->out[0])[0] = rc->loss_scale * (rc->amp ? (double)rc->amp->scale : 1.0);
     return KILN_OK;
 }
 
@@ -515,6 +516,22 @@ static kiln_status clip_scale(const kiln_step *s, const kiln_run_ctx *rc) {
     return KILN_OK;
 }
 
+/* the gradient scaler (src/optim/grad_scaler.c) */
+static kiln_status amp_unscale(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_amp_state *a = s->out[1].data;
+    int found = !isfinite(*(const double *)s->in[0].data);
+    if (s->attr.amp.first) a->found_inf = found;
+    if (!found) kiln_ref_scale(s->out[0].numel, D(s->out[0]), 1.0 / a->scale);
+    return KILN_OK;
+}
+
+static kiln_status amp_update(const kiln_step *s, const kiln_run_ctx *rc) {
+    UNUSED;
+    kiln_amp_update(s->out[0].data, s->attr.amp.growth, s->attr.amp.backoff, s->attr.amp.interval);
+    return KILN_OK;
+}
+
 /* with a second input (the tensor table): each tensor with its own weight decay */
 static kiln_layerwise_args tensors_of(const kiln_step *s, const kiln_run_ctx *rc) {
     return (kiln_layerwise_args){.nseg = s->in[1].numel / 3, .seg = s->in[1].data, .lr = rc->lr, .step = rc->optim_step};
@@ -690,4 +707,6 @@ const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {
     [KILN_OP_LAMB_UPDATE] = {lamb},
     [KILN_OP_LARS_UPDATE] = {lars},
     [KILN_OP_NOVOGRAD_UPDATE] = {novograd},
+    [KILN_OP_AMP_UNSCALE] = {amp_unscale},
+    [KILN_OP_AMP_UPDATE] = {amp_update},
 };

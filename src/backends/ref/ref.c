@@ -25,5 +25,5 @@ const kiln_backend kiln_backend_ref = {
     .input_in_place = ref_in_place,
     .stage_input = ref_stage,
     .now = kiln_host_now,
-    .run_bf16 = kiln_ref_run_bf16,
+    .run_reduced = kiln_ref_run_reduced,
 };

@@ -389,7 +389,7 @@ void kiln_cpu_mul_bwd(int64_t n, const float *dy, const float *b, float *da, int
 /* db[cols] (=|+=) sum over rows of dy[rows, cols]: linear's bias gradient */
 void kiln_cpu_bias_grad_rows(int64_t rows, int64_t cols, const float *dy, float *db, int acc);
 /* the same over dy rounded to bf16 first: a bf16 linear's bias gradient, from the same bf16 dy as its weight
- * gradient (as oneDNN's bf16 convolutions and the ref twin, src/backends/ref/bf16.c, take theirs) */
+ * gradient (as oneDNN's bf16 convolutions and the ref twin, src/backends/ref/reduced.c, take theirs) */
 void kiln_cpu_bias_grad_rows_bf16(int64_t rows, int64_t cols, const float *dy, float *db, int acc);
 /* db[c] (=|+=) sum over n and spatial of dy[n, c, hw]: conv's bias gradient */
 void kiln_cpu_bias_grad_nchw(int64_t n, int64_t c, int64_t hw, const float *dy, float *db, int acc);

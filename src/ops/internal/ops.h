@@ -87,6 +87,9 @@ typedef enum kiln_op {
     KILN_OP_LAMB_UPDATE,       /* out: param, exp_avg, exp_avg_sq, norms */
     KILN_OP_LARS_UPDATE,       /* out: param, momentum_buffer, norms */
     KILN_OP_NOVOGRAD_UPDATE,   /* out: param, exp_avg, exp_avg_sq (one per tensor), norms */
+    /* the gradient scaler (dynamic loss scaling): state is a kiln_amp_state (backends/internal/amp_state.h) */
+    KILN_OP_AMP_UNSCALE,       /* in: f64 sum of squares of the scaled gradients   out: a gradient run, state */
+    KILN_OP_AMP_UPDATE,        /* out: state (the scale grows, or backs off after a non-finite step) */
     KILN_OP_COUNT
 } kiln_op;
 
@@ -115,7 +118,9 @@ typedef struct { float beta1, beta2, eps, weight_decay; } kiln_adamw_attrs;
 typedef struct { float rho, eps, weight_decay; } kiln_adadelta_attrs;
 /* LAMB and NovoGrad use beta1, beta2, eps; LARS momentum and trust (its eta) */
 typedef struct { float beta1, beta2, eps, weight_decay, momentum, trust; int phase; } kiln_layerwise_attrs;
-typedef struct { float scale, shift; } kiln_affine_attrs; /* y = x * scale + shift */
+typedef struct { float scale, shift; } kiln_affine_attrs;
+/* amp_unscale: first 1 on the first run's step (it records found_inf); amp_update: GradScaler's factors */
+typedef struct { float growth, backoff; int64_t interval; int first; } kiln_amp_attrs; /* y = x * scale + shift */
 /* cross_entropy: ignore 1 skips targets of -1 (F.cross_entropy's ignore_index=-1, padding): the mean is over the rest */
 typedef struct { int ignore; } kiln_loss_attrs;
 typedef struct { int64_t stride, before, after; } kiln_subsample_attrs; /* subsample_pad: x[:, :, ::stride, ::stride], channels padded */
@@ -139,6 +144,7 @@ typedef union kiln_attrs {
     kiln_adadelta_attrs adadelta;
     kiln_layerwise_attrs layerwise;
     kiln_affine_attrs affine;
+    kiln_amp_attrs amp;
     kiln_loss_attrs loss;
     kiln_subsample_attrs subsample;
     const struct kiln_fused_prog *fused; /* owned by the graph (kiln_graph.fused) */
@@ -313,5 +319,6 @@ extern const kiln_op_def kiln_op_affine, kiln_op_affine_bwd, kiln_op_erf, kiln_o
 extern const kiln_op_def kiln_op_readout, kiln_op_sumsq, kiln_op_clip_scale, kiln_op_sgd_update,
     kiln_op_adamw_update, kiln_op_adadelta_update;
 extern const kiln_op_def kiln_op_lamb_update, kiln_op_lars_update, kiln_op_novograd_update;
+extern const kiln_op_def kiln_op_amp_unscale, kiln_op_amp_update;
 
 #endif

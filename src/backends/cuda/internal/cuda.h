@@ -12,6 +12,7 @@
 #define KILN_BACKEND_CUDA_H
 
 #include <stdint.h>
+#include "backends/internal/amp_state.h"
 
 /* a launch: KLAUNCH(kernel, grid, block, shared bytes, stream)(arguments).
  * Built with KILN_SIMT (tests/simt/), the *.cu files are host C++ and every
@@ -34,7 +35,15 @@ typedef struct kiln_cuda_rc {
     double loss_scale;
     int64_t optim_step;
     uint64_t counter;
+    const kiln_amp_state *amp; /* the gradient scaler's state, NULL: none (kiln_run_ctx.amp) */
 } kiln_cuda_rc;
+
+#ifdef __cplusplus
+/* the gradient scaler found a non-finite gradient this step: clipping and the update skip themselves */
+__device__ inline int kiln_amp_skip(const kiln_cuda_rc *rc) { return rc->amp && rc->amp->found_inf; }
+/* the step the optimizers' bias corrections see (skipped updates not counted) */
+__device__ inline int64_t kiln_optim_t(const kiln_cuda_rc *rc) { return kiln_amp_step(rc->amp, rc->optim_step); }
+#endif
 
 /* errors kernels find (a target outside the classes, a non-finite gradient
  * norm), in device memory, read at the next synchronisation */
@@ -141,7 +150,11 @@ void kiln_cuda_slice_bwd(kcs st, int64_t outer, int64_t dim, int64_t inner, int6
                          const float *dy, float *dx, int acc);
 void kiln_cuda_ones(kcs st, const kiln_cuda_rc *rc, float *y);
 void kiln_cuda_fill(kcs st, int64_t n, const float *v, float *y, int acc);
-void kiln_cuda_scale_by_norm(kcs st, int64_t n, const double *sumsq, double max_norm, kiln_cuda_flags *f, float *g);
+void kiln_cuda_scale_by_norm(kcs st, int64_t n, const double *sumsq, double max_norm, kiln_cuda_flags *f, const kiln_cuda_rc *rc,
+                             float *g);
+/* the gradient scaler: a run of gradients divided by the scale unless sumsq is not finite; the scale's update */
+void kiln_cuda_amp_unscale(kcs st, int64_t n, const double *sumsq, int first, kiln_amp_state *a, float *g);
+void kiln_cuda_amp_update(kcs st, kiln_amp_state *a, float growth, float backoff, int64_t interval);
 void kiln_cuda_dropout(kcs st, int64_t n, float p, uint64_t key, const kiln_cuda_rc *rc, const float *x, float *y, int acc);
 /* dims: h, w, oh, ow, k, stride, pad */
 void kiln_cuda_max_pool(kcs st, int64_t planes, const int64_t *dims, const float *x, float *y);

@@ -8,8 +8,9 @@
 
 extern const kiln_backend kiln_backend_ref;
 extern const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT];
-/* bf16.c: a bf16 step (mixed precision) on rounded copies of its bf16 operands; the rounding itself */
-kiln_status kiln_ref_run_bf16(const kiln_step *s, const kiln_run_ctx *rc);
+/* reduced.c: a bf16 or fp16 step (mixed precision) on rounded copies of its reduced operands; the roundings */
+kiln_status kiln_ref_run_reduced(const kiln_step *s, const kiln_run_ctx *rc);
 double kiln_ref_round_bf16(double v);
+double kiln_ref_round_fp16(double v);
 
 #endif

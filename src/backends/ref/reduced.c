@@ -1,10 +1,15 @@
 /* Mixed precision on the reference backend: a step the autocast pass marked
  * bf16 runs its double kernel on copies of its bf16 operands (the op table's
  * bf16_in) rounded the way the cpu's oneDNN reorders round them: to float,
- * then to bf16's 8 significant bits, to nearest, ties to even. Accumulation
+ * then to bf16's 8 significant bits, to nearest, ties to even. An fp16 step
+ * rounds them as a GPU converts float to half for its tensor cores: 11
+ * significant bits to nearest even, subnormals below 2^-14 (steps of 2^-24,
+ * so smaller values flush to zero) and inf from 65520 up: the underflow that
+ * dynamic loss scaling exists for. Accumulation
  * stays in double and outputs are not rounded, so a bf16 cpu step and this
  * one differ only by the cpu's float accumulation. The copies are made per
  * call: this is the test oracle, not a fast path. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "backends/ref/internal/ref.h"
@@ -19,7 +24,17 @@ double kiln_ref_round_bf16(double v) {
     return (double)f;
 }
 
-kiln_status kiln_ref_run_bf16(const kiln_step *s, const kiln_run_ctx *rc) {
+double kiln_ref_round_fp16(double v) {
+    float f = (float)v, a = fabsf(f);
+    if (!isfinite(f) || a == 0) return f;
+    if (a >= 65520.0f) return copysign(INFINITY, f);
+    int e;
+    frexpf(a, &e); /* a = m 2^e, m in [0.5, 1): the leading bit is 2^(e-1), the last of 11 is 2^(e-11) */
+    double step = ldexp(1.0, e - 11 < -24 ? -24 : e - 11);
+    return copysign(nearbyint((double)a / step) * step, (double)f); /* ties to even: the default rounding */
+}
+
+kiln_status kiln_ref_run_reduced(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_step c = *s;
     double *copy[KILN_OP_MAX_IN] = {0};
     unsigned mask = kiln_op_get(s->op)->bf16_in;
@@ -32,7 +47,8 @@ kiln_status kiln_ref_run_bf16(const kiln_step *s, const kiln_run_ctx *rc) {
             break;
         }
         const double *src = s->in[k].data;
-        for (int64_t i = 0; i < n; i++) copy[k][i] = kiln_ref_round_bf16(src[i]);
+        double (*round)(double) = s->precision == KILN_PRECISION_FP16 ? kiln_ref_round_fp16 : kiln_ref_round_bf16;
+        for (int64_t i = 0; i < n; i++) copy[k][i] = round(src[i]);
         c.in[k].data = copy[k];
     }
     if (st == KILN_OK) st = kiln_ref_kernels[s->op].run(&c, rc);
