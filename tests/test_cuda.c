@@ -12,7 +12,9 @@
  *   - a target outside the classes is reported at the read-out, and with
  *     late read-outs at the taking of its own run's loss;
  *   - the trainer reading each loss a step late (the default) trains as
- *     waiting for each does (--sync-loss): the same losses and parameters. */
+ *     waiting for each does (--sync-loss): the same losses and parameters;
+ *   - fp16 tensor-core math with the gradient scaler trains as fp32 does,
+ *     within 5 % of its loss after 100 steps. */
 #include <math.h>
 #include <unistd.h>
 #include "kiln/graph.h"
@@ -281,17 +283,23 @@ static void test_bad_target_late(void) {
     kiln_graph_free(g);
 }
 
+/* a short mnist-cnn run on the GPU (no evaluation) */
+static kiln_train_config gpu_run(int64_t batch, int64_t steps) {
+    kiln_train_config c = kiln_train_defaults();
+    c.model = "mnist-cnn";
+    c.device = "cuda";
+    c.batch_size = batch;
+    c.max_steps = steps;
+    c.test = 0;
+    return c;
+}
+
 /* the trainer on the GPU: each loss waited for, read a step late, and late with the batches (1.6 MB at 512)
  * copied on the compute stream instead of the copy stream: the same figures */
 static void test_trainer_late(void) {
     kiln_train_result r[3];
     for (int k = 0; k < 3; k++) {
-        kiln_train_config c = kiln_train_defaults();
-        c.model = "mnist-cnn";
-        c.device = "cuda";
-        c.batch_size = 512;
-        c.max_steps = 40;
-        c.test = 0;
+        kiln_train_config c = gpu_run(512, 40);
         c.sync_loss = k == 0;
         kiln_cuda_set_copy_stream(k != 2);
         CHECK_OK(kiln_train(&c, &r[k]));
@@ -303,6 +311,22 @@ static void test_trainer_late(void) {
               r[2].final_loss);
     printf("mnist-cnn 40 steps of 512 on the GPU, images/s: %.0f each loss waited for, %.0f read a step late, %.0f "
            "late without the copy stream\n", r[0].images_per_s, r[1].images_per_s, r[2].images_per_s);
+}
+
+/* fp16 tensor-core math with the gradient scaler: trains as fp32 does, within fp16's rounding */
+static void test_fp16(void) {
+    kiln_train_result r[2];
+    for (int k = 0; k < 2; k++) {
+        kiln_train_config c = gpu_run(64, 100);
+        c.precision = k ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32;
+        CHECK_OK(kiln_train(&c, &r[k]));
+    }
+    double rel = fabs(r[1].final_loss - r[0].final_loss) / r[0].final_loss;
+    CHECK_MSG(r[1].loss_scale > 0 && rel < 0.05, "fp16 with the scaler: final loss %.4f against fp32's %.4f (scale %g, %lld "
+              "skipped)", r[1].final_loss, r[0].final_loss, r[1].loss_scale, (long long)r[1].skipped_updates);
+    printf("mnist-cnn 100 steps: fp32 %.4f (%.0f images/s), fp16 %.4f (%.0f images/s; scale %g, %lld updates skipped)\n",
+           r[0].final_loss, r[0].images_per_s, r[1].final_loss, r[1].images_per_s, r[1].loss_scale,
+           (long long)r[1].skipped_updates);
 }
 
 int main(void) {
@@ -335,6 +359,7 @@ int main(void) {
     test_bad_target();
     test_bad_target_late();
     test_trainer_late();
+    test_fp16();
     return tu_finish("test_cuda");
 }
 #endif
