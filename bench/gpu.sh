@@ -4,7 +4,9 @@
 # data from each framework's own loader. PyTorch runs in its usual
 # configurations: eager fp32, eager with channels_last and bf16 autocast, and
 # torch.compile(mode="max-autotune"). kiln runs at --matmul-precision highest
-# (fp32, as PyTorch's eager default for matmuls) and high (TF32). Epoch times
+# (fp32, as PyTorch's eager default for matmuls) and high (TF32), at high with
+# --sync-loss (each step's loss waited for: what reading it a step late saves)
+# and with --precision fp16 (fp16 tensor cores, dynamic loss scaling). Epoch times
 # exclude start-up on both sides (kiln's compile and cuDNN timing, PyTorch's 20
 # warm-up steps and compilation), which are printed beside them. Medians of
 # REPEAT runs (default 3), interleaved. Needs a GPU, build/kiln with the CUDA
@@ -26,10 +28,12 @@ die() { echo "bench/gpu.sh: $*" >&2; exit 1; }
 "$KILN" train --device cuda --max-steps 1 --data "$DATA" --no-test >/dev/null 2>"$RES/probe" || die "$(tail -1 "$RES/probe")"
 $PY -c "import torch; assert torch.cuda.is_available()" 2>/dev/null || die "$PY has no PyTorch with CUDA"
 
-kiln_run() { # name precision
+kiln_run() { # name matmul-precision [more flags]
+    local name=$1 mp=$2
+    shift 2
     "$KILN" train --device cuda --model mnist-cnn --data "$DATA" --epochs 1 --batch-size 64 --optimizer adadelta --lr 1.0 \
-        --workers "$WORKERS" --matmul-precision "$2" --no-test --json 2>/dev/null | tail -1 |
-        $PY -c "import json,sys; r=json.load(sys.stdin); print(json.dumps({'name':'$1','epoch_s':r['train_time_s']-r['compile_time_s'],'startup_s':r['compile_time_s'],'final_loss':r['final_loss']}))"
+        --workers "$WORKERS" --matmul-precision "$mp" "$@" --no-test --json 2>/dev/null | tail -1 |
+        $PY -c "import json,sys; r=json.load(sys.stdin); print(json.dumps({'name':'$name','epoch_s':r['train_time_s']-r['compile_time_s'],'startup_s':r['compile_time_s'],'final_loss':r['final_loss']}))"
 }
 peer_run() { # name mode
     $PY bench/gpu/pytorch_mnist_gpu.py --mode "$2" --data "$DATA" --workers "$WORKERS" 2>/dev/null | tail -1 |
@@ -41,6 +45,8 @@ for i in $(seq "$REPEAT"); do
     peer_run torch-eager-fp32 eager | tee -a "$RES/all"
     kiln_run kiln-tf32 high | tee -a "$RES/all"
     peer_run torch-eager-cl-bf16 eager-cl-bf16 | tee -a "$RES/all"
+    kiln_run kiln-tf32-sync-loss high --sync-loss | tee -a "$RES/all"
+    kiln_run kiln-fp16 high --precision fp16 | tee -a "$RES/all"
 done
 if [ "${COMPILE:-1}" = 1 ]; then
     peer_run torch-compile-reduce-overhead compile-reduce-overhead | tee -a "$RES/all"
@@ -58,7 +64,7 @@ for n in dict.fromkeys(r["name"] for r in rows):
     print(f"{n:28s} epoch {med[n]:7.3f} s (runs: {', '.join(f'{x:.3f}' for x in e)})  start-up {statistics.median(s):6.2f} s")
 torch = {n: v for n, v in med.items() if n.startswith("torch")}
 best = min(torch, key=torch.get) if torch else None
-for k in ("kiln-fp32", "kiln-tf32"):
+for k in ("kiln-fp32", "kiln-tf32", "kiln-fp16"):
     if k in med and "torch-eager-fp32" in med:
         print(f"{k} / torch-eager-fp32 = {med[k] / med['torch-eager-fp32']:.3f}  (target <= 0.3)")
     if k in med and best:
