@@ -369,9 +369,13 @@ cp "$T/out" "$T/help-eval"
 expect 0 "kiln help" -- "$KILN" help
 expect 0 "kiln train -h" -- "$KILN" train -h
 for f in --model --data --epochs --batch-size --optimizer --lr --lr-step-gamma --workers --threads --seed --save --json \
-    --max-steps --resume --beta1 --beta2 --eps --trust-coefficient --decay-all --warmup --lr-decay --min-lr --lr-decay-steps; do
+    --max-steps --resume --beta1 --beta2 --eps --trust-coefficient --decay-all --warmup --lr-decay --min-lr --lr-decay-steps \
+    --sync-loss --loss-scale; do
     check "kiln train --help mentions $f" grep -qF -- "$f " "$T/help-train"
 done
+# every help whole, the longest too (its line ends with the default): none cut short
+check "kiln train --help: --model's help whole" grep -qF "tokens:FILE) [mnist-cnn]" "$T/help-train"
+check "kiln train --help: --precision's help whole" grep -qF -- "--loss-scale [fp32]" "$T/help-train"
 for f in --model --data --load --batch-size --workers --threads --json; do
     check "kiln eval --help mentions $f" grep -qF -- "$f " "$T/help-eval"
 done

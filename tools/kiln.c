@@ -80,7 +80,7 @@ enum { MAX_OPTS = 96 }; /* the trainer's table (kiln_train_option_count) plus th
 typedef struct {
     cli_opt opts[MAX_OPTS];
     char defs[MAX_OPTS][64];
-    char helps[MAX_OPTS][320];
+    char helps[MAX_OPTS][512]; /* room for the longest help (--model's: 330 characters) */
     int n, ntrain; /* the first ntrain are the trainer's own (kiln_train_option_at) */
     int json, quiet;
 } train_cli;

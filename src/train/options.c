@@ -93,9 +93,9 @@ static const field fields[] = {
         "backward instead of keeping them (less memory, some more compute, the same results): block (every block of the "
         "model: gpt's h.N, mlp-deep's blocks.N) or ops cheap to recompute, comma-separated (gelu,layernorm; relu, dropout, ...)"),
     OPT("precision", "fp32|bf16|fp16|auto", 0, T_AMP, precision, "mixed precision: conv2d, linear, matmul and bmm "
-        "(forward and backward) take bf16 operands with fp32 accumulation and outputs; parameters, gradients and optimizer "
-        "state stay fp32; auto: bf16 only for the layers it measures faster at compile (the log lists them); fp16: fp16 "
-        "operands (--device cuda's tensor cores; the cpu has no fp16 kernels) with dynamic loss scaling"),
+        "(forward and backward) take bf16 or fp16 operands, fp32 accumulation and outputs; parameters, gradients and "
+        "optimizer state stay fp32; auto: bf16 where it measures faster at compile (logged); fp16: --device cuda, "
+        "with --loss-scale"),
     OPT("loss-scale", "auto|dynamic|off", 0, T_STR, loss_scale, "dynamic loss scaling (PyTorch's GradScaler: the scale "
         "halves after a step with an inf or NaN gradient, which is skipped, and doubles after 2000 good ones); auto: "
         "dynamic with --precision fp16, else off"),
