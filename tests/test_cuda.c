@@ -220,6 +220,8 @@ static void test_resume_across(void) {
     rmdir(dir);
 }
 
+/* a target out of range is reported at the read-out; with late read-outs at the taking of its own run's loss,
+ * the next run's loss unharmed */
 static void test_bad_target(void) {
     kiln_graph *g = kiln_graph_new();
     kiln_model m;
@@ -231,41 +233,16 @@ static void test_bad_target(void) {
     co.training = 1;
     co.max_batch = 4;
     CHECK_OK(kiln_compile(g, P, &m.loss, 1, &co, &pl));
-    float x[4 * 784];
-    int32_t y[4] = {1, 2, 12, 3};
+    static float x[4 * 784];
+    int32_t bad[4] = {1, 2, 12, 3}, good[4] = {1, 2, 4, 3};
     tu_fill(x, 4 * 784, 0, 1);
     if (pl) {
         kiln_plan_bind(pl, m.x, x);
-        kiln_plan_bind(pl, m.y, y);
+        kiln_plan_bind(pl, m.y, bad);
         kiln_status st = kiln_plan_run(pl, 4);
         CHECK_MSG(st == KILN_ERR_INVALID_ARG && strstr(kiln_last_error(), "target 2 is 12"), "bad target: %s", kiln_last_error());
-        y[2] = 4;
-        CHECK_OK(kiln_plan_run(pl, 4)); /* the error was reported once, and the plan still runs */
-    }
-    kiln_plan_free(pl);
-    kiln_params_free(P);
-    kiln_graph_free(g);
-}
-
-/* late read-outs: the bad target arrives with its own run's ticket, the next run's loss is unharmed */
-static void test_bad_target_late(void) {
-    kiln_graph *g = kiln_graph_new();
-    kiln_model m;
-    kiln_params *P = NULL;
-    kiln_plan *pl = NULL;
-    CHECK_OK(kiln_model_build(g, "mlp", &m));
-    CHECK_OK(kiln_params_new_on(g, "cuda", &P));
-    kiln_compile_opts co = kiln_compile_defaults();
-    co.training = 1;
-    co.max_batch = 4;
-    CHECK_OK(kiln_compile(g, P, &m.loss, 1, &co, &pl));
-    static float x[4 * 784];
-    int32_t bad[4] = {1, 2, 12, 3}, good[4] = {4, 5, 6, 7};
-    tu_fill(x, 4 * 784, 0, 1);
-    if (pl) {
-        kiln_plan_bind(pl, m.x, x);
         kiln_plan_bind(pl, m.y, good);
-        CHECK_OK(kiln_plan_run(pl, 4));
+        CHECK_OK(kiln_plan_run(pl, 4)); /* the error was reported once, and the plan still runs */
         double now = kiln_plan_loss(pl), late, none;
         CHECK_MSG(kiln_plan_set_late_loss(pl, 1), "cuda reads losses late");
         kiln_plan_bind(pl, m.y, bad);
@@ -348,7 +325,6 @@ int main(void) {
         free(train(&(run_spec){"cuda", "mnist-cnn-bn", NULL, NULL, 2, KILN_OPT_ADAMW, 0}, NULL));
         free(train(&(run_spec){"cuda", "mnist-cnn", NULL, NULL, 2, KILN_OPT_SGD, 0}, NULL));
         test_bad_target();
-        test_bad_target_late();
         return tu_finish("test_cuda (quick)");
     }
     test_golden(0, 1e-4);
@@ -357,7 +333,6 @@ int main(void) {
     test_graphs_and_determinism();
     test_resume_across();
     test_bad_target();
-    test_bad_target_late();
     test_trainer_late();
     test_fp16();
     return tu_finish("test_cuda");
