@@ -29,7 +29,8 @@ KILN_AMP_FN void kiln_amp_update(kiln_amp_state *a, float growth, float backoff,
         a->tracker = 0;
         a->skipped++;
     } else if (++a->tracker >= interval) {
-        a->scale *= growth;
+        float grown = a->scale * growth;
+        if (grown <= 3.40282347e38f) a->scale = grown; /* as PyTorch's: never grown to inf */
         a->tracker = 0;
     }
 }
