@@ -341,8 +341,9 @@ static kiln_status read_scaler(const char *v, int64_t optim_steps, kiln_grad_sca
     long long tracker, skipped;
     int e = 0;
     int n = sscanf(v, "%lf %lld %lld %c", &gs->scale, &tracker, &skipped, &end);
-    if (n == 3 && gs->scale > 0 && isfinite(gs->scale) && gs->scale < 3.4e38) frexp(gs->scale, &e);
-    if (n != 3 || !(gs->scale > 0) || ldexp(0.5, e) != gs->scale || tracker < 0 || skipped < 0 || skipped > optim_steps ||
+    /* within float's normal powers of 2: the scale is a float, and its inverse must be one too */
+    if (n == 3 && gs->scale >= 0x1p-126 && gs->scale <= 0x1p127) frexp(gs->scale, &e);
+    if (n != 3 || !(gs->scale >= 0x1p-126) || ldexp(0.5, e) != gs->scale || tracker < 0 || skipped < 0 || skipped > optim_steps ||
         tracker > optim_steps)
         return kiln_fail(KILN_ERR_FORMAT, "%s: metadata 'kiln.grad_scaler' is '%.60s', not 'SCALE TRACKER SKIPPED' (a power "
                          "of 2, then counts within the %lld updates made)", path, v, (long long)optim_steps);

@@ -137,7 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (kiln_params_read(P, host) != KILN_OK) abort();
         check_finite(host, n, 0);
         kiln_grad_scaler_info gi;
-        if (kiln_optim_grad_scaler(o) && (kiln_optim_grad_scaler_read(o, &gi) != KILN_OK || !(gi.scale > 0) ||
+        if (kiln_optim_grad_scaler(o) && (kiln_optim_grad_scaler_read(o, &gi) != KILN_OK || !(gi.scale >= 0x1p-126) ||
                                           !isfinite(gi.scale) || gi.skipped < 0 || gi.skipped > s.optim_steps || gi.tracker < 0)) {
             fprintf(stderr, "fuzz: an accepted checkpoint's gradient scaler is out of range\n");
             abort();

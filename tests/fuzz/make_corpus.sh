@@ -111,7 +111,7 @@ for i, (k, v) in enumerate(hostile):
     put('checkpoint', f'hostile-{i:02d}.json', json.dumps(h, separators=(',', ':')).encode())
 # the gradient scaler's state (fuzz_checkpoint gives adamw a scaler): a good one, then bad ones
 ha = json.loads(headers['adamw'])
-for i, v in enumerate(['1024 3 1', '3 0 0', '65536 -1 0', '65536 0 99', 'inf 0 0', '1e39 0 0', '65536 0 0 x', '0.5 1']):
+for i, v in enumerate(['1024 3 1', '3 0 0', '65536 -1 0', '65536 0 99', 'inf 0 0', '1e39 0 0', '65536 0 0 x', '0.5 1', '1e-300 0 0']):
     h = json.loads(json.dumps(ha))
     h['__metadata__']['kiln.grad_scaler'] = v
     put('checkpoint', 'adamw-scaler.json' if i == 0 else f'hostile-scaler-{i - 1:02d}.json', json.dumps(h, separators=(',', ':')).encode())
