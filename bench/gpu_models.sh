@@ -4,7 +4,8 @@
 # 50257; batch 16 windows; AdamW, clipping) in tokens/s, and resnet50 (batch
 # 256, 224x224, synthetic data, SGD) in images/s. kiln runs `kiln bench step
 # --device cuda` at --matmul-precision high (TF32) and medium (bf16 tensor
-# cores); PyTorch runs bench/gpu/pytorch_step_gpu.py eager fp32, eager with
+# cores), and with --precision bf16 (autocast: the attention's products on
+# tensor cores as well, src/backends/cuda/flash_tc.cu); PyTorch runs bench/gpu/pytorch_step_gpu.py eager fp32, eager with
 # bf16 autocast, and torch.compile (max-autotune) of the bf16 model. Medians
 # over STEPS timed steps each, REPEAT rounds interleaved; the ratio is kiln's
 # best against PyTorch's best. Needs a GPU, build/kiln with the CUDA backend,
@@ -31,11 +32,13 @@ kiln_args() { # model
     esac
 }
 items() { case $1 in gpt2) echo $((16 * 1024)) ;; resnet50) echo 256 ;; esac; }
-kiln_run() { # model precision
+kiln_run() { # model matmul-precision [name --precision P]
+    local name=kiln-$2 more=()
+    [ $# -ge 4 ] && name=$3 more=(--precision "$4")
     # shellcheck disable=SC2046
-    "$KILN" bench step $(kiln_args "$1") --device cuda --matmul-precision "$2" --steps "$STEPS" --warmup 3 --json 2>"$RES/err" |
-        tail -1 | $PY -c "import json,sys; r=json.load(sys.stdin); print(json.dumps({'model':'$1','name':'kiln-$2','ms':r['ms'],'per_s':$(items "$1")/r['ms']*1e3}))" ||
-        echo "kiln $1 $2 failed: $(tail -1 "$RES/err")" >&2
+    "$KILN" bench step $(kiln_args "$1") --device cuda --matmul-precision "$2" "${more[@]}" --steps "$STEPS" --warmup 3 --json 2>"$RES/err" |
+        tail -1 | $PY -c "import json,sys; r=json.load(sys.stdin); print(json.dumps({'model':'$1','name':'$name','ms':r['ms'],'per_s':$(items "$1")/r['ms']*1e3}))" ||
+        echo "kiln $1 $name failed: $(tail -1 "$RES/err")" >&2
 }
 peer_run() { # model mode
     local b=16; [ "$1" = resnet50 ] && b=256
@@ -49,6 +52,7 @@ for m in $MODELS; do
         peer_run "$m" eager | tee -a "$RES/all"
         kiln_run "$m" medium | tee -a "$RES/all"
         peer_run "$m" eager-bf16 | tee -a "$RES/all"
+        kiln_run "$m" medium kiln-bf16 bf16 | tee -a "$RES/all" # autocast: attention on tensor cores too
     done
     [ "${COMPILE:-1}" = 1 ] && peer_run "$m" compile | tee -a "$RES/all"
 done

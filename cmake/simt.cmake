@@ -48,8 +48,9 @@ endif()
 
 # the tests whose checks run on simt beside cpu and ref: the op harness (tests/test_ops.c), PyTorch's op and
 # optimizer fixtures (tests/test_fixtures.c), the GPT and resnet20 against PyTorch (test_gpt.c, test_models.c),
-# the late read-out's slots and the errors they carry (test_late_loss.c), the gradient scaler's skips (test_grad_scaler.c)
-foreach(t test_ops test_fixtures test_gpt test_models test_late_loss test_grad_scaler)
+# the late read-out's slots and the errors they carry (test_late_loss.c), the gradient scaler's skips (test_grad_scaler.c),
+# the tensor-core attention against the reference (test_attention_tc.c)
+foreach(t test_ops test_fixtures test_gpt test_models test_late_loss test_grad_scaler test_attention_tc)
   target_link_libraries(${t} PRIVATE kiln_simt)
 endforeach()
 

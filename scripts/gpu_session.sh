@@ -7,8 +7,9 @@
 #
 #   STAGES   info test sanitize train bench models   (default: info test sanitize train)
 #     info      nvidia-smi, the driver, python3's torch
-#     test      test_cuda, then test_ops, test_gpt and test_models (their cuda checks run on the GPU)
-#     sanitize  compute-sanitizer memcheck and racecheck over test_cuda (KILN_TEST_CUDA_QUICK=1);
+#     test      test_cuda, then test_ops, test_gpt, test_models and test_attention_tc (their cuda checks run on the GPU)
+#     sanitize  compute-sanitizer memcheck and racecheck over test_cuda (KILN_TEST_CUDA_QUICK=1)
+#               and test_attention_tc's GPU shapes (KILN_TEST_CUDA_ONLY=1);
 #               Firecracker machines only (gVisor refuses the device)
 #     train     kiln train --device cuda, mnist-cnn, 300 steps
 #     bench     bench/gpu.sh, REPEAT=1 COMPILE=0 (mnist-cnn epoch against PyTorch)
@@ -37,7 +38,7 @@ stage_info() {
 }
 stage_test() { # the tests read their fixtures relative to tests/, as ctest runs them
     local rc=0
-    for t in test_cuda test_ops test_gpt test_models; do
+    for t in test_cuda test_ops test_gpt test_models test_attention_tc; do
         echo "== $t"
         (cd tests && "$B/bin/$t")
         case $? in 0) ;; 77) echo "== $t skipped (no GPU?)"; rc=1 ;; *) rc=1 ;; esac
@@ -49,6 +50,8 @@ stage_sanitize() {
     for tool in memcheck racecheck; do
         echo "== compute-sanitizer --tool $tool"
         (cd tests && KILN_TEST_CUDA_QUICK=1 compute-sanitizer --tool "$tool" --error-exitcode 9 "$B/bin/test_cuda") || rc=1
+        # the tensor-core attention's shared-memory tiles (warp-level hazards simt cannot show)
+        (cd tests && KILN_TEST_CUDA_ONLY=1 compute-sanitizer --tool "$tool" --error-exitcode 9 "$B/bin/test_attention_tc") || rc=1
     done
     return $rc
 }

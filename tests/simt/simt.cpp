@@ -226,7 +226,25 @@ __attribute__((no_sanitize_address)) static void poison_shared(void) {
         *w = ~0ull;
 }
 
-void kiln_simt_run(dim3 grid, dim3 block, const std::function<void()> &body) {
+// the launch's dynamic shared memory: exactly its size, all bits set when each block starts
+namespace {
+unsigned char *dyn;
+size_t dyn_bytes;
+} // namespace
+void *kiln_simt_dyn_shared(void) {
+    if (!dyn) {
+        fprintf(stderr, "simt: a kernel reads dynamic shared memory its launch gave none of\n");
+        abort();
+    }
+    return dyn;
+}
+
+void kiln_simt_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body) {
+    if (shmem && posix_memalign((void **)&dyn, 128, shmem) != 0) {
+        fprintf(stderr, "simt: no memory for %zu bytes of dynamic shared memory\n", shmem);
+        abort();
+    }
+    dyn_bytes = shmem;
     kiln_simt_gdim = grid;
     kiln_simt_bdim = block;
     body_now = &body;
@@ -238,6 +256,9 @@ void kiln_simt_run(dim3 grid, dim3 block, const std::function<void()> &body) {
     for (unsigned b : order) {
         kiln_simt_block = unflatten(b, grid);
         poison_shared();
+        if (dyn) memset(dyn, 0xff, dyn_bytes);
         run_block(nt, &seed);
     }
+    free(dyn);
+    dyn = NULL, dyn_bytes = 0;
 }

@@ -171,12 +171,17 @@ void kiln_cuda_flash(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, con
     dim3 grid((unsigned)((t + BQ - 1) / BQ), (unsigned)(b * heads));
     KLAUNCH(k_flash_fwd, grid, BQ * TPR, 0, st)(a, q, k, v, y, lse);
 }
+void kiln_cuda_flash_rowdot(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *y,
+                            const float *dy, float *D) {
+    attn a = attn_of(b, t, c, heads, strides);
+    int64_t n = b * heads * t;
+    KLAUNCH(k_flash_d, GO(n))(n, a, y, dy, D);
+}
 void kiln_cuda_flash_bwd(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
                          const float *k, const float *v, const float *y, const float *lse, const float *dy, float *D,
                          float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v) {
     attn a = attn_of(b, t, c, heads, strides);
-    int64_t n = b * heads * t;
-    KLAUNCH(k_flash_d, GO(n))(n, a, y, dy, D);
+    kiln_cuda_flash_rowdot(st, b, t, c, heads, strides, y, dy, D);
     dim3 gq((unsigned)((t + BQ - 1) / BQ), (unsigned)(b * heads)), gk((unsigned)((t + BK - 1) / BK), (unsigned)(b * heads));
     if (dq) KLAUNCH(k_flash_dq, gq, BQ * TPR, 0, st)(a, q, k, v, lse, dy, D, dq, acc_q);
     if (dk || dv) KLAUNCH(k_flash_dkv, gk, BK * TPR, 0, st)(a, q, k, v, lse, dy, D, dk, dv, acc_k, acc_v);

@@ -328,13 +328,22 @@ static kiln_status bmm_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 #undef BMM
 
 /* heads up to kiln_cuda_flash_max_head() run in tiles (flash.cu); wider ones a query row per thread, which holds
- * its head's row of the output: up to kiln_cuda_attention_max_head() (transformer.cu) */
+ * its head's row of the output: up to kiln_cuda_attention_max_head() (transformer.cu). With the plan's precision
+ * bf16, fp16 or auto, heads flash_tc.cu takes run on tensor cores with bf16 operands (as PyTorch's autocast runs
+ * attention in bf16): the step's precision says so (kiln inspect), and forward and backward agree */
 static kiln_status attention_prepare(kiln_step *s, kiln_prep *p) {
     kiln_prepare_attention(s, p);
     const kiln_attn_shape *z = &s->sz.attn.shape;
-    if (z->c / z->heads > kiln_cuda_attention_max_head())
+    int64_t d = z->c / z->heads;
+    if (d > kiln_cuda_attention_max_head())
         return kiln_fail(KILN_ERR_BACKEND, "%s: the cuda backend has no causal_attention kernel for heads of %lld (at most %d)",
-                         s->name, (long long)(z->c / z->heads), kiln_cuda_attention_max_head());
+                         s->name, (long long)d, kiln_cuda_attention_max_head());
+    s->precision = KILN_PRECISION_FP32;
+    if (p && p->o->precision != KILN_PRECISION_FP32 && kiln_cuda_flash_tc_ok(d)) {
+        int err = kiln_cuda_flash_tc_setup(d);
+        if (err) return kiln_cuda_check(err, "setting the tensor-core attention's shared memory");
+        s->precision = KILN_PRECISION_BF16;
+    }
     size_t need = (size_t)(z->b * z->heads * z->t) * sizeof(float); /* backward's D_i */
     if (p && need > p->workspace) p->workspace = need;
     return KILN_OK;
@@ -352,7 +361,9 @@ static kiln_status attention(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_attn_shape *z = &s->sz.attn.shape;
     int64_t st[8];
     attn_strides(z, st);
-    if (z->c / z->heads <= kiln_cuda_flash_max_head())
+    if (s->precision == KILN_PRECISION_BF16)
+        kiln_cuda_flash_tc(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
+    else if (z->c / z->heads <= kiln_cuda_flash_max_head())
         kiln_cuda_flash(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
     else
         kiln_cuda_attention(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
@@ -365,7 +376,10 @@ static kiln_status attention_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     void *d[3];
     int acc[3];
     kiln_attention_grads(s, rc, d, acc);
-    if (z->c / z->heads <= kiln_cuda_flash_max_head())
+    if (s->precision == KILN_PRECISION_BF16)
+        kiln_cuda_flash_tc_bwd(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]),
+                               F(s->in[5]), rc->workspace, d[0], d[1], d[2], acc[0], acc[1], acc[2]);
+    else if (z->c / z->heads <= kiln_cuda_flash_max_head())
         kiln_cuda_flash_bwd(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]),
                             F(s->in[5]), rc->workspace, d[0], d[1], d[2], acc[0], acc[1], acc[2]);
     else

@@ -10,7 +10,8 @@
  * output) fails its checks (tests/simt/test_simt.cpp). __shared__ becomes a
  * static: one copy, which the block running now owns, all bits set when it
  * starts. What it cannot show: timing, memory coalescing, truly concurrent
- * accesses (atomics racing) and warp-level intrinsics (none are used).
+ * accesses (atomics racing) and warp-level intrinsics (none are used; the
+ * tensor cores' warp matrix operations are internal/simt_wmma.h's).
  * Never part of a kiln build that runs. */
 #ifndef KILN_BACKEND_CUDA_SIMT_H
 #define KILN_BACKEND_CUDA_SIMT_H
@@ -49,20 +50,21 @@ static inline int atomicCAS(int *p, int cmp, int val) {
 }
 static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
 
-/* runs body once per thread of the grid */
-void kiln_simt_run(dim3 grid, dim3 block, const std::function<void()> &body);
+/* runs body once per thread of the grid; shmem: the bytes of dynamic shared memory (internal/simt_wmma.h) */
+void kiln_simt_run(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body);
 
 template <class... P> struct kiln_simt_launcher {
     void (*k)(P...);
     dim3 grid, block;
+    size_t shmem;
     template <class... A> void operator()(A... a) const {
-        kiln_simt_run(grid, block, [&] { k(a...); });
+        kiln_simt_run(grid, block, shmem, [&] { k(a...); });
     }
 };
 template <class... P>
 kiln_simt_launcher<P...> kiln_simt_launch(void (*k)(P...), dim3 grid, dim3 block, size_t shmem = 0, const void *stream = 0) {
-    (void)shmem, (void)stream;
-    return kiln_simt_launcher<P...>{k, grid, block};
+    (void)stream;
+    return kiln_simt_launcher<P...>{k, grid, block, shmem};
 }
 #define KLAUNCH(k, ...) kiln_simt_launch(k, __VA_ARGS__)
 

@@ -1,0 +1,175 @@
+/* Causal attention on the CUDA backend's tensor cores (src/backends/cuda/flash_tc.cu), its kernels run by
+ * simt on the host (tests/simt/, src/backends/cuda/internal/simt_wmma.h):
+ *   - a plan compiled with --precision bf16 takes them for heads a multiple of 16 (its attention steps say
+ *     bf16), and its output and every gradient match the double reference within the kernels' own bf16
+ *     roundings: q, k, v and the loss's weights (backward's dy) are drawn exact in bf16, so what is left is
+ *     the probabilities and dS rounded to bf16 before their products (relative 2^-9 each);
+ *   - the same plan in fp32 runs flash.cu's fp32 tiles, within the op harness's tolerances, and its output
+ *     differs from the bf16 one: the tensor-core kernels ran;
+ *   - shapes: T of 1, across the 64-row tiles and not a multiple of them; heads of 16 to 128; q, k, v apart,
+ *     as strided column slices of one [B, T, 3C] value (the GPT's), and one value for all three (their
+ *     gradients one buffer, the kernels adding); q's gradient also taking another term (added to).
+ * On a GPU the same checks run on the cuda backend itself (KILN_TEST_CUDA_ONLY=1: those alone).
+ * The tolerances catch each of these, planted one at a time in flash_tc.cu while it was written: the
+ * output row not rescaled when the running max grows, the diagonal tile's mask one key wide, the
+ * log-sum-exp left in log2 units, dk not scaled by 1/sqrt(d). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backends/internal/backend.h"
+#include "kiln/graph.h"
+#include "simt/simt_backend.h"
+#include "testutil.h"
+
+typedef struct {
+    int64_t b, t, heads, d;
+    int form; /* 0: q, k, v apart (q also in a second loss term); 1: slices of one qkv; 2: one value */
+} shape;
+
+typedef struct {
+    kiln_graph *g;
+    kiln_value y, loss, c[2];
+    int nc;
+    int64_t ny; /* elements of y, of each c */
+} net;
+
+static kiln_value param(kiln_graph *g, const char *name, int64_t b, int64_t t, int64_t c) {
+    return kiln_param(g, name, 3, (int64_t[]){b, t, c}, 1);
+}
+
+/* L = sum(y * c0) [+ sum(q * c1)] */
+static net build(const shape *s) {
+    net n = {.g = kiln_graph_new()};
+    int64_t c = s->heads * s->d;
+    n.ny = s->b * s->t * c;
+    kiln_value q, k, v;
+    if (s->form == 1) {
+        kiln_value qkv = param(n.g, "qkv", s->b, s->t, 3 * c);
+        q = kiln_slice(n.g, qkv, 2, 0, c), k = kiln_slice(n.g, qkv, 2, c, 2 * c), v = kiln_slice(n.g, qkv, 2, 2 * c, 3 * c);
+    } else if (s->form == 2) {
+        q = k = v = param(n.g, "x", s->b, s->t, c);
+    } else {
+        q = param(n.g, "q", s->b, s->t, c), k = param(n.g, "k", s->b, s->t, c), v = param(n.g, "v", s->b, s->t, c);
+    }
+    n.y = kiln_causal_attention(n.g, q, k, v, (int)s->heads);
+    kiln_value outs[2] = {n.y, q};
+    n.nc = s->form == 0 ? 2 : 1;
+    for (int i = 0; i < n.nc; i++) { /* y and q: [b, t, c] */
+        n.c[i] = kiln_input(n.g, i ? "c1" : "c0", KILN_F32, 3, (int64_t[]){s->b, s->t, c});
+        kiln_value term = kiln_sum(n.g, kiln_mul(n.g, outs[i], n.c[i]));
+        n.loss = i ? kiln_add(n.g, n.loss, term) : term;
+    }
+    return n;
+}
+
+/* a float with bf16's 8 significant bits (round to nearest even): exact where the kernels round */
+static float bf16_exact(double v) {
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* max |a - b| over max |b| */
+static double rel_err(const float *a, const double *b, int64_t n) {
+    double num = 0, den = 1e-30;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        if (!(e <= num)) num = e;
+        den = fmax(den, fabs(b[i]));
+    }
+    return num / den;
+}
+
+typedef struct {
+    float *y, *grad; /* host copies */
+    int bf16_steps;  /* attention steps the plan runs in bf16 */
+} result;
+
+static kiln_status run(net *n, kiln_params *P, const char *backend, int precision, float *const *c, result *r) {
+    kiln_compile_opts o = kiln_compile_defaults();
+    o.training = 1, o.max_batch = 1, o.backend = backend, o.autotune = 0, o.precision = precision;
+    kiln_value outs[2] = {n->loss, n->y};
+    kiln_plan *pl = NULL;
+    kiln_status st = kiln_compile(n->g, P, outs, 2, &o, &pl);
+    if (st != KILN_OK) return st;
+    for (int i = 0; i < n->nc; i++) kiln_plan_bind(pl, n->c[i], c[i]);
+    st = kiln_plan_run(pl, 1);
+    int64_t ny = n->ny;
+    r->y = malloc((size_t)ny * 4), r->grad = malloc((size_t)kiln_params_total(P) * 8);
+    if (st == KILN_OK) st = kiln_plan_read(pl, n->y, r->y, ny);
+    if (st == KILN_OK && strcmp(backend, "ref") != 0) st = kiln_params_grad_read(P, r->grad);
+    char text[8192];
+    kiln_plan_describe(pl, text, sizeof text);
+    r->bf16_steps = 0; /* lines of the listing naming the op and bf16 */
+    for (const char *l = text; *l;) {
+        const char *end = strchr(l, '\n'), *op = strstr(l, "causal_attention"), *b = strstr(l, " bf16");
+        if (!end) end = l + strlen(l);
+        r->bf16_steps += op && op < end && b && b < end;
+        l = *end ? end + 1 : end;
+    }
+    kiln_plan_free(pl);
+    return st;
+}
+
+static void check_shape(const shape *s, const char *backend) {
+    char what[160];
+    snprintf(what, sizeof what, "%s: b %lld t %lld heads %lld d %lld form %d", backend, (long long)s->b, (long long)s->t,
+             (long long)s->heads, (long long)s->d, s->form);
+    net n = build(s);
+    CHECK_OK(kiln_graph_status(n.g));
+    kiln_params *P64 = NULL, *P32 = NULL;
+    CHECK_OK(kiln_params_new_on(n.g, "ref", &P64));
+    CHECK_OK(kiln_params_new_on(n.g, backend, &P32));
+    int64_t total = kiln_params_total(P32), ny = n.ny;
+    float *p32 = malloc((size_t)total * 4), *c[2];
+    double *p64 = kiln_params_data(P64);
+    for (int64_t i = 0; i < total; i++) p64[i] = p32[i] = bf16_exact(tu_uniform(-2, 2));
+    CHECK_OK(kiln_params_write(P32, p32));
+    for (int i = 0; i < n.nc; i++) {
+        c[i] = malloc((size_t)ny * 4);
+        for (int64_t j = 0; j < ny; j++) c[i][j] = bf16_exact(tu_uniform(-1, 1));
+    }
+    result ref = {0}, tc = {0}, fp = {0};
+    CHECK_OK(run(&n, P64, "ref", KILN_PRECISION_FP32, c, &ref));
+    double *g64 = kiln_params_grad(P64), *y64 = malloc((size_t)ny * 8);
+    for (int64_t i = 0; i < ny; i++) y64[i] = ref.y[i]; /* the ref's plan reads out floats */
+    CHECK_OK(run(&n, P32, backend, KILN_PRECISION_BF16, c, &tc));
+    CHECK_MSG(tc.bf16_steps == 2, "%s: %d attention steps in bf16 (2: forward and backward)", what, tc.bf16_steps);
+    double ey = rel_err(tc.y, y64, ny), eg = rel_err(tc.grad, g64, total);
+    CHECK_MSG(ey <= 3e-3, "%s: tensor cores' output off by %.3g (tolerance 3e-3)", what, ey);
+    CHECK_MSG(eg <= 5e-3, "%s: tensor cores' gradients off by %.3g (tolerance 5e-3)", what, eg);
+    CHECK_OK(run(&n, P32, backend, KILN_PRECISION_FP32, c, &fp));
+    CHECK_MSG(fp.bf16_steps == 0, "%s: fp32 plan has %d bf16 attention steps", what, fp.bf16_steps);
+    double fy = rel_err(fp.y, y64, ny), fg = rel_err(fp.grad, g64, total), moved = 0;
+    CHECK_MSG(fy <= 2e-4 && fg <= 5e-4, "%s: fp32 tiles off by %.3g (output), %.3g (gradients)", what, fy, fg);
+    for (int64_t i = 0; i < ny; i++) moved = fmax(moved, fabs((double)tc.y[i] - fp.y[i]));
+    CHECK_MSG(s->t == 1 || moved > 0, "%s: bf16 and fp32 plans gave the same bits: the tensor cores did not run", what);
+    if (getenv("KILN_TEST_VERBOSE"))
+        printf("test_attention_tc: %s: output %.3g, gradients %.3g (fp32 tiles %.3g, %.3g)\n", what, ey, eg, fy, fg);
+    free(ref.y), free(ref.grad), free(tc.y), free(tc.grad), free(fp.y), free(fp.grad), free(y64), free(p32);
+    for (int i = 0; i < n.nc; i++) free(c[i]);
+    kiln_params_free(P64);
+    kiln_params_free(P32);
+    kiln_graph_free(n.g);
+}
+
+int main(void) {
+    tu_seed(20261130);
+    CHECK_OK(kiln_test_simt_register());
+    static const shape shapes[] = {
+        {1, 1, 1, 16, 0},   {2, 70, 2, 32, 1}, {1, 64, 1, 64, 2},
+        {1, 130, 3, 48, 0}, {1, 100, 1, 128, 1},
+    };
+    int gpu_only = getenv("KILN_TEST_CUDA_ONLY") != NULL; /* compute-sanitizer's runs (scripts/gpu_session.sh) */
+    for (size_t i = 0; !gpu_only && i < sizeof shapes / sizeof *shapes; i++) check_shape(&shapes[i], "simt");
+    const kiln_backend *cu = kiln_backend_get("cuda");
+    char why[192] = "the CUDA backend was not built";
+    if (cu && kiln_backend_available(cu, why, sizeof why))
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) check_shape(&shapes[i], "cuda");
+    else
+        printf("test_attention_tc: the GPU's run skipped: %s\n", why);
+    return tu_finish("test_attention_tc");
+}
