@@ -423,7 +423,7 @@ static int b_causal_attention(hcase *h, int d) {
 
 /* ids [n] or [n, t] (draw 1: f32) into V rows; few rows, so ids repeat and the scatter-add adds */
 static int b_embedding(hcase *h, int d) {
-    int64_t V = R(2, 9), shape[2] = {R(1, 3), R(1, 6)};
+    int64_t V = R(2, 9), shape[2] = {R(1, 3), d == 0 ? R(100, 300) : R(1, 6)}; /* draw 0: tokens over several of the cuda backward's 256-token tiles */
     kiln_value idx = ids(h, d == 1, d == 2 ? 1 : 2, shape, (int)V);
     return out1(h, kiln_embedding(h->g, idx, P(h, "wte.weight", V, R(1, 20))));
 }

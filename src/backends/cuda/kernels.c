@@ -299,10 +299,15 @@ static kiln_status embedding(const kiln_step *s, const kiln_run_ctx *rc) {
                         s->name, kiln_cuda_flags_dev());
     DONE("embedding");
 }
+static kiln_status embedding_bwd_prepare(kiln_step *s, kiln_prep *p) {
+    size_t need = kiln_cuda_embedding_bwd_workspace(kiln_tdesc_span(&s->in[0]), s->out[0].shape[0]);
+    if (p && need > p->workspace) p->workspace = need;
+    return KILN_OK;
+}
 static kiln_status embedding_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_tdesc *idx = &s->in[0], *dw = &s->out[0];
     kiln_cuda_embedding_bwd(ST, idx->numel, dw->shape[1], dw->shape[0], IDF(*idx), IDF(*idx) ? NULL : I(*idx), F(s->in[1]),
-                            F(*dw), ACC(0));
+                            F(*dw), ACC(0), rc->workspace);
     DONE("embedding backward");
 }
 /* ---- bmm (bmm.cu): a and b read through their strides ---- */
@@ -578,7 +583,7 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_LAYER_NORM] = {layer_norm, kiln_prepare_rows_of_in},
     [KILN_OP_LAYER_NORM_BWD] = {layer_norm_bwd, kiln_prepare_rows_of_in},
     [KILN_OP_EMBEDDING] = {embedding, NULL},
-    [KILN_OP_EMBEDDING_BWD] = {embedding_bwd, NULL},
+    [KILN_OP_EMBEDDING_BWD] = {embedding_bwd, embedding_bwd_prepare},
     [KILN_OP_BMM] = {bmm, bmm_prepare},
     [KILN_OP_BMM_BWD] = {bmm_bwd, bmm_prepare},
     [KILN_OP_CAUSAL_ATTENTION] = {attention, attention_prepare},

@@ -1,5 +1,6 @@
 // kiln's own CUDA kernels for the transformer ops: embedding (backward
-// gathered per vocabulary row, tokens in order: deterministic, no atomics),
+// gathered per vocabulary row from the tokens bucketed by id, in order:
+// deterministic, no float atomics),
 // layer norm and softmax (a block per row, statistics in double), GELU in
 // both forms, affine / erf / tanh, the broadcast add, MSE, and causal
 // attention that never holds the T x T scores: a thread per query row keeps
@@ -144,14 +145,52 @@ __global__ void k_embedding(int64_t n, int64_t C, int64_t V, const float *idf, c
         y[i] = w[id * C + i % C];
     }
 }
-// a block per vocabulary row, its threads over the columns, every token in order
-__global__ void k_embedding_bwd(int64_t n, int64_t C, int64_t V, const float *idf, const int32_t *idi, const float *dy,
-                                float *dw, int acc) {
+// backward: the tokens bucketed by id (counted, the counts scanned into each id's start, each token placed
+// after the earlier tokens of its id: positions stay in order), then a block per vocabulary row sums its
+// tokens' rows of dy in position order: every vocabulary row's sum in the same order run after run (no
+// float atomics), and work in proportion to tokens x columns, not vocabulary x tokens
+__global__ void k_emb_zero(int64_t n, int *x) { FOR_N x[i] = 0; }
+__global__ void k_emb_count(int64_t n, int64_t V, const float *idf, const int32_t *idi, int *count) {
+    FOR_N if (!bad_token(idf, idi, i, V)) atomicAdd(&count[token(idf, idi, i)], 1); // integer adds: any order, one sum
+}
+// one block of RT threads, each over a contiguous run of ids: start[v] = count[0] + ... + count[v - 1]
+__global__ void k_emb_scan(int64_t V, const int *count, int *start) {
+    __shared__ int part[RT];
+    int64_t per = (V + RT - 1) / RT, lo = threadIdx.x * per, hi = lo + per < V ? lo + per : V;
+    int s = 0;
+    for (int64_t v = lo; v < hi; v++) s += count[v];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int k = 0, run = 0; k < RT; k++) {
+            int c = part[k];
+            part[k] = run, run += c;
+        }
+    __syncthreads();
+    s = part[threadIdx.x];
+    for (int64_t v = lo; v < hi; v++) start[v] = s, s += count[v];
+}
+// a token per thread: its rank among the earlier tokens of its id, the ids read a tile of RT at a time
+__global__ void k_emb_place(int64_t n, int64_t V, const float *idf, const int32_t *idi, const int *start, int *pos) {
+    __shared__ int64_t tile[RT];
+    int64_t i = (int64_t)blockIdx.x * RT + threadIdx.x, end = (int64_t)blockIdx.x * RT;
+    int64_t id = i < n && !bad_token(idf, idi, i, V) ? token(idf, idi, i) : -1;
+    int r = 0;
+    for (int64_t u0 = 0; u0 <= end; u0 += RT) {
+        __syncthreads();
+        int64_t u = u0 + threadIdx.x;
+        tile[threadIdx.x] = u < n && !bad_token(idf, idi, u, V) ? token(idf, idi, u) : -2;
+        __syncthreads();
+        for (int k = 0; k < RT && u0 + k < i; k++) r += tile[k] == id;
+    }
+    if (id >= 0) pos[start[id] + r] = (int)i;
+}
+__global__ void k_emb_sum(int64_t C, const int *count, const int *start, const int *pos, const float *dy, float *dw, int acc) {
     int64_t v = blockIdx.x;
+    int b0 = start[v], nb = count[v];
     for (int64_t c = threadIdx.x; c < C; c += RT) {
         float s = 0.f;
-        for (int64_t t = 0; t < n; t++)
-            if (!bad_token(idf, idi, t, V) && token(idf, idi, t) == v) s += dy[t * C + c];
+        for (int k = 0; k < nb; k++) s += dy[(int64_t)pos[b0 + k] * C + c];
         PUT(dw[v * C + c], s);
     }
 }
@@ -279,9 +318,15 @@ void kiln_cuda_embedding(kcs st, int64_t n, int64_t C, int64_t V, const float *i
     KLAUNCH(k_embedding_check, 1, RT, 0, st)(n, V, idf, idi, node, f);
     KLAUNCH(k_embedding, GO(n * C))(n * C, C, V, idf, idi, w, y);
 }
+size_t kiln_cuda_embedding_bwd_workspace(int64_t n, int64_t V) { return (size_t)(2 * V + n) * sizeof(int); }
 void kiln_cuda_embedding_bwd(kcs st, int64_t n, int64_t C, int64_t V, const float *idf, const int32_t *idi, const float *dy,
-                             float *dw, int acc) {
-    KLAUNCH(k_embedding_bwd, (unsigned)V, RT, 0, st)(n, C, V, idf, idi, dy, dw, acc);
+                             float *dw, int acc, void *ws) {
+    int *count = (int *)ws, *start = count + V, *pos = start + V;
+    KLAUNCH(k_emb_zero, GO(V))(V, count);
+    KLAUNCH(k_emb_count, GO(n))(n, V, idf, idi, count);
+    KLAUNCH(k_emb_scan, 1, RT, 0, st)(V, count, start);
+    KLAUNCH(k_emb_place, (unsigned)((n + RT - 1) / RT), RT, 0, st)(n, V, idf, idi, start, pos);
+    KLAUNCH(k_emb_sum, (unsigned)V, RT, 0, st)(C, count, start, pos, dy, dw, acc);
 }
 void kiln_cuda_attention(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
                          const float *k, const float *v, float *y, float *lse) {

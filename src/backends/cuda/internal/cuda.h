@@ -251,8 +251,10 @@ void kiln_cuda_layer_norm_bwd(kcs st, int64_t rows, int64_t C, const float *x, c
 /* idf or idi: the ids as f32 or i32; a bad id is recorded in f (with node) and reads row 0 */
 void kiln_cuda_embedding(kcs st, int64_t n, int64_t C, int64_t V, const float *idf, const int32_t *idi, const float *w, float *y,
                          const char *node, kiln_cuda_flags *f);
+/* backward: ws holds kiln_cuda_embedding_bwd_workspace(n, V) bytes (the tokens bucketed by id) */
+size_t kiln_cuda_embedding_bwd_workspace(int64_t n, int64_t V);
 void kiln_cuda_embedding_bwd(kcs st, int64_t n, int64_t C, int64_t V, const float *idf, const int32_t *idi, const float *dy,
-                             float *dw, int acc);
+                             float *dw, int acc, void *ws);
 /* strides: q's, k's, v's and the gradients' batch and row strides (8); D: b*heads*t floats of scratch */
 void kiln_cuda_attention(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
                          const float *k, const float *v, float *y, float *lse);

@@ -48,6 +48,11 @@ static inline int atomicCAS(int *p, int cmp, int val) {
     if (old == cmp) *p = val;
     return old;
 }
+static inline int atomicAdd(int *p, int val) {
+    int old = *p;
+    *p = old + val;
+    return old;
+}
 static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
 
 /* runs body once per thread of the grid; shmem: the bytes of dynamic shared memory (internal/simt_wmma.h) */
