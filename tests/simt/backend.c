@@ -23,6 +23,10 @@ static int precision;
 kiln_cuda_stream_t kiln_cuda_stream(void) { return NULL; }
 kiln_cuda_rc *kiln_cuda_rc_dev(void) { return &run_values; }
 kiln_cuda_flags *kiln_cuda_flags_dev(void) { return &flags; }
+double *kiln_cuda_parts_dev(void) {
+    static double parts[KILN_CUDA_PARTS];
+    return parts;
+}
 int kiln_cuda_available(char *why, size_t len) {
     (void)why, (void)len;
     return 1;

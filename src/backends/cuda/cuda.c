@@ -22,6 +22,7 @@ static struct {
     cudaStream_t stream;
     kiln_cuda_rc *rc;
     kiln_cuda_flags *flags;
+    double *parts; /* a whole-tensor sum's partial sums (rows.cu) */
     int graphs; /* KILN_CUDA_GRAPHS=0: run every step by launch (graph replay is checked against this) */
     /* late read-outs (kiln_plan_set_late_loss): per slot, a page-locked copy of the loss and the error
      * flags, and the event after them, so taking one loss waits for that read-out alone */
@@ -40,6 +41,7 @@ static void release_all(void) {
     drop_graphs();
     cudaFree(G.rc);
     cudaFree(G.flags);
+    cudaFree(G.parts);
     cudaFreeHost(G.late);
     for (int k = 0; k < KILN_READOUT_SLOTS; k++) cudaEventDestroy(G.late_done[k]);
     cudaStreamDestroy(G.stream);
@@ -59,6 +61,7 @@ static void init(void) {
         (e = cudaMalloc((void **)&G.rc, sizeof *G.rc)) != cudaSuccess ||
         (e = cudaMalloc((void **)&G.flags, sizeof *G.flags)) != cudaSuccess ||
         (e = cudaMemset(G.flags, 0, sizeof *G.flags)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&G.parts, KILN_CUDA_PARTS * sizeof *G.parts)) != cudaSuccess ||
         (e = cudaHostAlloc((void **)&G.late, KILN_READOUT_SLOTS * sizeof *G.late, cudaHostAllocDefault)) != cudaSuccess) {
         snprintf(G.why, sizeof G.why, "the CUDA GPU cannot be used (%s)", cudaGetErrorString(e));
         return;
@@ -84,6 +87,7 @@ int kiln_cuda_available(char *why, size_t len) {
 kiln_cuda_stream_t kiln_cuda_stream(void) { return (kiln_cuda_stream_t)G.stream; }
 kiln_cuda_rc *kiln_cuda_rc_dev(void) { return G.rc; }
 kiln_cuda_flags *kiln_cuda_flags_dev(void) { return G.flags; }
+double *kiln_cuda_parts_dev(void) { return G.parts; }
 
 kiln_status kiln_cuda_check(int err, const char *what) {
     if (err == cudaSuccess) return KILN_OK;

@@ -5,16 +5,33 @@
 #include "backends/cuda/internal/cuda.h"
 #include "backends/cuda/internal/block.h"
 
-__global__ void k_sum(int64_t n, const float *x, float *y) {
+// Sums over a whole tensor (a loss's sum, clipping's sum of squares over the flat gradients: 124M floats for
+// GPT-2) on every SM: block b of the first launch sums the b-th of `parts` chunks, a split fixed by n alone (not
+// by the GPU), into the backend's partial sums (kiln_cuda_parts_dev); one block adds those in order. The same
+// bits run after run and on any GPU; a tensor of one chunk gives a single block's bits, as before.
+#define CHUNK_MIN (RT * 16)
+static int64_t parts_for(int64_t n) {
+    int64_t p = (n + CHUNK_MIN - 1) / CHUNK_MIN;
+    return p < 1 ? 1 : p > KILN_CUDA_PARTS ? KILN_CUDA_PARTS : p;
+}
+__global__ void k_part_sums(int64_t n, int64_t chunk, int sq, const float *x, double *part) {
+    int64_t lo = blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
     double s = 0;
-    for (int64_t i = threadIdx.x; i < n; i += RT) s += x[i];
+    for (int64_t i = lo + threadIdx.x; i < hi; i += RT) s += sq ? (double)x[i] * x[i] : (double)x[i];
     s = block_sum(s);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+__device__ double parts_total(int64_t np, const double *part) {
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < np; i += RT) s += part[i];
+    return block_sum(s);
+}
+__global__ void k_sum(int64_t np, const double *part, float *y) {
+    double s = parts_total(np, part);
     if (threadIdx.x == 0) y[0] = (float)s;
 }
-__global__ void k_sumsq(int64_t n, const float *x, double *acc, int add) {
-    double s = 0;
-    for (int64_t i = threadIdx.x; i < n; i += RT) s += (double)x[i] * x[i];
-    s = block_sum(s);
+__global__ void k_sumsq(int64_t np, const double *part, double *acc, int add) {
+    double s = parts_total(np, part);
     if (threadIdx.x == 0) acc[0] = add ? acc[0] + s : s;
 }
 // y[c] (+)= sum over rows of x[r, c]: one block per column
@@ -171,8 +188,16 @@ __global__ void k_bn_bwd(int64_t n, int64_t c, int64_t hw, const float *x, const
 }
 
 extern "C" {
-void kiln_cuda_sum(kcs st, int64_t n, const float *x, float *y) { KLAUNCH(k_sum, 1, RT, 0, st)(n, x, y); }
-void kiln_cuda_sumsq(kcs st, int64_t n, const float *x, double *acc, int add) { KLAUNCH(k_sumsq, 1, RT, 0, st)(n, x, acc, add); }
+void kiln_cuda_sum(kcs st, int64_t n, const float *x, float *y) {
+    int64_t np = parts_for(n);
+    KLAUNCH(k_part_sums, (unsigned)np, RT, 0, st)(n, (n + np - 1) / np, 0, x, kiln_cuda_parts_dev());
+    KLAUNCH(k_sum, 1, RT, 0, st)(np, kiln_cuda_parts_dev(), y);
+}
+void kiln_cuda_sumsq(kcs st, int64_t n, const float *x, double *acc, int add) {
+    int64_t np = parts_for(n);
+    KLAUNCH(k_part_sums, (unsigned)np, RT, 0, st)(n, (n + np - 1) / np, 1, x, kiln_cuda_parts_dev());
+    KLAUNCH(k_sumsq, 1, RT, 0, st)(np, kiln_cuda_parts_dev(), acc, add);
+}
 void kiln_cuda_col_sums(kcs st, int64_t rows, int64_t cols, const float *x, float *y, int acc) {
     KLAUNCH(k_col_sums, (unsigned)cols, RT, 0, st)(rows, cols, x, y, acc);
 }
