@@ -136,7 +136,11 @@ __global__ void k_ce_bwd(int64_t cols, const float *x, const int32_t *t, int ign
 
 // ---- batch norm over x[n, c, hw]: one block per channel ----
 #define AT(a, i, ch, j) (a)[((i) * c + (ch)) * hw + (j)]
-#define FOR_CH for (int64_t e = threadIdx.x; e < n * hw; e += RT)
+// the channel's elements e = threadIdx.x, + RT, ... < n * hw as (image img, position j), stepped without a
+// 64-bit division per element (RT = q hw + r): the same elements in the same order as e itself
+#define FOR_CH                                                                                                   \
+    for (int64_t img = threadIdx.x / hw, j = threadIdx.x % hw, q_ = RT / hw, r_ = RT % hw; img < n;             \
+         img += q_ + (j + r_ >= hw), j = j + r_ >= hw ? j + r_ - hw : j + r_)
 __global__ void k_bn(int64_t n, int64_t c, int64_t hw, const float *x, const float *w, const float *b, float *rmean,
                      float *rvar, float momentum, float eps, int training, float *y, float *smean, float *sinvstd,
                      int64_t *tracked) {
@@ -144,9 +148,9 @@ __global__ void k_bn(int64_t n, int64_t c, int64_t hw, const float *x, const flo
     double mean, var;
     if (training) {
         double s = 0, q = 0;
-        FOR_CH s += AT(x, e / hw, ch, e % hw);
+        FOR_CH s += AT(x, img, ch, j);
         mean = block_sum(s) / (double)m;
-        FOR_CH { double d = AT(x, e / hw, ch, e % hw) - mean; q += d * d; }
+        FOR_CH { double d = AT(x, img, ch, j) - mean; q += d * d; }
         var = block_sum(q) / (double)m;
         if (threadIdx.x == 0) {
             rmean[ch] = (float)((1.0 - momentum) * rmean[ch] + momentum * mean);
@@ -161,7 +165,7 @@ __global__ void k_bn(int64_t n, int64_t c, int64_t hw, const float *x, const flo
     if (threadIdx.x == 0 && smean) smean[ch] = (float)mean;
     if (threadIdx.x == 0 && sinvstd) sinvstd[ch] = (float)invstd;
     float fm = (float)mean, k = (float)invstd * w[ch], bb = b[ch];
-    FOR_CH AT(y, e / hw, ch, e % hw) = (AT(x, e / hw, ch, e % hw) - fm) * k + bb;
+    FOR_CH AT(y, img, ch, j) = (AT(x, img, ch, j) - fm) * k + bb;
 }
 __global__ void k_bn_bwd(int64_t n, int64_t c, int64_t hw, const float *x, const float *dy, const float *w,
                          const float *mean, const float *invstd, float *dx, float *dw, float *db, int acc_dx, int acc_dw,
@@ -169,9 +173,9 @@ __global__ void k_bn_bwd(int64_t n, int64_t c, int64_t hw, const float *x, const
     int64_t ch = blockIdx.x;
     double m = (double)(n * hw), mu = mean[ch], is = invstd[ch], sdy = 0, sdyx = 0;
     FOR_CH {
-        double g = AT(dy, e / hw, ch, e % hw);
+        double g = AT(dy, img, ch, j);
         sdy += g;
-        sdyx += g * (AT(x, e / hw, ch, e % hw) - mu) * is;
+        sdyx += g * (AT(x, img, ch, j) - mu) * is;
     }
     sdy = block_sum(sdy);
     sdyx = block_sum(sdyx);
@@ -180,9 +184,9 @@ __global__ void k_bn_bwd(int64_t n, int64_t c, int64_t hw, const float *x, const
     if (!dx) return;
     double k = w[ch] * is / m;
     FOR_CH {
-        double xh = (AT(x, e / hw, ch, e % hw) - mu) * is;
-        float g = (float)(k * (m * AT(dy, e / hw, ch, e % hw) - sdy - xh * sdyx));
-        float *d = &AT(dx, e / hw, ch, e % hw);
+        double xh = (AT(x, img, ch, j) - mu) * is;
+        float g = (float)(k * (m * AT(dy, img, ch, j) - sdy - xh * sdyx));
+        float *d = &AT(dx, img, ch, j);
         *d = acc_dx ? *d + g : g;
     }
 }
