@@ -12,7 +12,8 @@
  * On a GPU the same checks run on the cuda backend itself (KILN_TEST_CUDA_ONLY=1: those alone).
  * The tolerances catch each of these, planted one at a time in flash_tc.cu while it was written: the
  * output row not rescaled when the running max grows, the diagonal tile's mask one key wide, the
- * log-sum-exp left in log2 units, dk not scaled by 1/sqrt(d). */
+ * log-sum-exp left in log2 units, dk not scaled by 1/sqrt(d), and the __syncthreads before dq's output
+ * rows reuse the score tiles taken out (simt's warps at their own paces). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

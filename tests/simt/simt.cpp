@@ -1,6 +1,9 @@
 // The host side of src/backends/cuda/internal/simt.h: a launch runs its grid
 // block after block, each block's threads as fibers when they meet at
-// __syncthreads(), as plain calls when they do not (run_block). Blocks, and
+// __syncthreads() (or a warp's barriers: __syncwarp, the wmma calls of
+// internal/simt_wmma.h), as plain calls when they meet none (run_block).
+// Warps waiting at their own barriers go on at paces drawn for each block
+// (one warp may run far ahead of another between two __syncthreads). Blocks, and
 // the threads of a block within each round, run in a shuffled order, a new
 // one each launch (seeded by the launch's count and KILN_SIMT_SEED, so a run
 // repeats; set that to search other orders): a GPU promises no order, and a
@@ -8,7 +11,7 @@
 // in the same launch, a thread reading shared memory another wrote without
 // a barrier between) fails its checks here instead of passing by luck in
 // index order. Shared memory starts each block as NaN, and threads at
-// different barriers stop the launch (agreed). A fiber
+// different barriers stop the launch (stuck). A fiber
 // switch is a few instructions (kiln_simt_switch below: the callee-saved
 // registers and the FP control words, no signal mask: ucontext's
 // swapcontext made two system calls a switch, three quarters of the
@@ -53,8 +56,9 @@ struct fiber {
     void *sp;
     char *stack;
     int done;
-    const char *file; // the barrier it waits at: its __syncthreads() in the source
+    const char *file; // the barrier it waits at: its __syncthreads() (or warp barrier) in the source
     int line;
+    int warp;         // 1: a barrier of its warp (__syncwarp, a wmma call), 0: of the block
 };
 std::vector<fiber> fibers;
 void *scheduler_sp;
@@ -152,30 +156,66 @@ void step(unsigned t) {
     current = -1;
 }
 
-// Between rounds every thread of the block waits at the same barrier (one
-// __syncthreads() in the source: code the compiler duplicates keeps its
-// line), or every one has ended: barriers in branches that threads take
-// differently hang or misbehave on a GPU.
-void agreed(unsigned n) {
-    unsigned ended = 0, elsewhere = 0;
-    const fiber &f0 = fibers[0];
-    for (unsigned t = 0; t < n; t++) {
-        const fiber &f = fibers[t];
-        ended += f.done != 0;
-        elsewhere += !f.done && !f0.done && (f.line != f0.line || strcmp(f.file, f0.file) != 0);
-    }
-    if ((ended == 0 || ended == n) && elsewhere == 0) return;
-    fprintf(stderr, "simt: block (%u, %u, %u) of %u threads: %u ended, %u wait at another barrier than thread 0's"
-                    " (%s:%d)\n",
-            kiln_simt_block.x, kiln_simt_block.y, kiln_simt_block.z, n, ended, elsewhere, f0.done ? "-" : f0.file,
-            f0.done ? 0 : f0.line);
+int same_site(const fiber &a, const fiber &b) {
+    return a.warp == b.warp && a.line == b.line && strcmp(a.file, b.file) == 0;
+}
+
+void describe(const fiber &f, char *buf, size_t len) {
+    if (f.done) snprintf(buf, len, "ended");
+    else snprintf(buf, len, "waits at a %s barrier (%s:%d)", f.warp ? "warp" : "block", f.file, f.line);
+}
+
+// No thread can go on: threads wait at different barriers, or at one while others ended (barriers in
+// branches that threads take differently hang or misbehave on a GPU). Says where, and stops the launch.
+[[noreturn]] void stuck(unsigned n) {
+    unsigned other = 1;
+    while (other < n && fibers[other].done == fibers[0].done && (fibers[0].done || same_site(fibers[other], fibers[0])))
+        other++;
+    char a[160], b[160] = "-";
+    describe(fibers[0], a, sizeof a);
+    if (other < n) describe(fibers[other], b, sizeof b);
+    fprintf(stderr, "simt: block (%u, %u, %u) of %u threads cannot go on: thread 0 %s; thread %u %s\n", kiln_simt_block.x,
+            kiln_simt_block.y, kiln_simt_block.z, n, a, other, b);
     abort();
+}
+
+// each warp's pace in the block running now: it goes on from a barrier of its own in one round of `pace`
+std::vector<unsigned> pace;
+
+// The threads that may run to their next barrier: all of them when every one waits at the same barrier of
+// the block; else the lanes of each warp whose lanes all wait at one barrier of the warp, each such warp at
+// its pace (at least one goes): warps keep their own pace on a GPU, and one running ahead of another
+// shows a __syncthreads missing between them.
+std::vector<unsigned> runnable(unsigned n, uint64_t *seed) {
+    std::vector<unsigned> go, warps;
+    unsigned done = 0;
+    for (unsigned t = 0; t < n; t++) done += fibers[t].done != 0;
+    int block = done == 0 && !fibers[0].warp;
+    for (unsigned t = 1; block && t < n; t++) block = same_site(fibers[t], fibers[0]);
+    if (block) {
+        for (unsigned t = 0; t < n; t++) go.push_back(t);
+        return go;
+    }
+    for (unsigned w = 0; w * 32 < n; w++) {
+        unsigned lo = w * 32, hi = lo + 32 < n ? lo + 32 : n;
+        int ready = !fibers[lo].done && fibers[lo].warp;
+        for (unsigned t = lo + 1; ready && t < hi; t++) ready = !fibers[t].done && same_site(fibers[t], fibers[lo]);
+        if (ready) warps.push_back(w);
+    }
+    if (warps.empty()) stuck(n);
+    std::vector<unsigned> chosen;
+    for (unsigned w : warps)
+        if (next_rand(seed) % pace[w] == 0) chosen.push_back(w);
+    if (chosen.empty()) chosen.push_back(warps[next_rand(seed) % warps.size()]);
+    for (unsigned w : chosen)
+        for (unsigned t = w * 32; t < w * 32 + 32 && t < n; t++) go.push_back(t);
+    return go;
 }
 
 // Thread 0 runs as a fiber first. If it ends without a barrier, so must the
 // block's other threads (a barrier only some threads meet is undefined on a
 // GPU too): they run as plain calls. Otherwise every thread is a fiber, and
-// each round runs each to its next barrier. Both in a shuffled order.
+// each round runs the runnable ones to their next barrier. Both in a shuffled order.
 void run_block(unsigned n, uint64_t *seed) {
     std::vector<unsigned> order;
     grow(n);
@@ -193,27 +233,34 @@ void run_block(unsigned n, uint64_t *seed) {
         start(t);
         step(t); /* to its first barrier, where thread 0 waits */
     }
-    for (int left = 1; left;) {
-        agreed(n);
-        left = 0;
-        shuffle(order, 0, n, seed);
-        for (unsigned t : order)
-            if (!fibers[t].done) {
-                step(t);
-                left |= !fibers[t].done;
-            }
+    pace.resize((n + 31) / 32); /* each warp's, drawn for the block: 1, 2 or 4 rounds a barrier of its own */
+    for (unsigned &p : pace) p = 1u << (next_rand(seed) % 3);
+    for (;;) {
+        unsigned done = 0;
+        for (unsigned t = 0; t < n; t++) done += fibers[t].done != 0;
+        if (done == n) return;
+        std::vector<unsigned> go = runnable(n, seed);
+        for (size_t i = go.size(); i > 1; i--) {
+            size_t j = next_rand(seed) % i;
+            unsigned x = go[i - 1];
+            go[i - 1] = go[j], go[j] = x;
+        }
+        for (unsigned t : go) step(t);
     }
 }
 } // namespace
 
-void kiln_simt_sync(const char *file, int line) {
+static void wait_at(const char *file, int line, int warp) {
     if (current < 0) {
         fprintf(stderr, "simt: %s:%d: a barrier met by a thread after thread 0 of its block met none\n", file, line);
         abort();
     }
-    fibers[(size_t)current].file = file, fibers[(size_t)current].line = line;
+    fiber &f = fibers[(size_t)current];
+    f.file = file, f.line = line, f.warp = warp;
     to_scheduler(0);
 }
+void kiln_simt_sync(const char *file, int line) { wait_at(file, line, 0); }
+void kiln_simt_sync_warp(const char *file, int line) { wait_at(file, line, 1); }
 
 // every __shared__ variable: the section the linker names, empty if none
 extern "C" char __start_kiln_simt_shared[] __attribute__((weak)), __stop_kiln_simt_shared[] __attribute__((weak));

@@ -7,13 +7,16 @@
 // round, run in shuffled orders, so the two races a GPU hides only by luck
 // fail here: a thread reading shared memory that another wrote with no
 // barrier between, and a block reading what another block writes in the
-// same launch. Written as the backend's kernels are.
+// same launch; and warps, which wait only for their own lanes at __syncwarp,
+// go on at their own paces, so one warp reading what another writes with no
+// __syncthreads between fails too. Written as the backend's kernels are.
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "backends/cuda/internal/simt.h"
+#include "backends/cuda/internal/simt_wmma.h"
 
 static int failed, passed;
 #define CHECK(c, ...)                                                \
@@ -83,6 +86,28 @@ __global__ void k_two_barriers(float *y) {
     y[threadIdx.x] = sh[NT - 1 - threadIdx.x];
 }
 
+// warp 0 writes, warp 1 reads after as many barriers of its own warp: right only with a __syncthreads
+// between (warps keep their own pace; barriers of a warp hold only its lanes)
+__global__ void k_warps(int barrier, float *y) {
+    __shared__ float sh[32];
+    unsigned lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    __syncthreads();
+    for (int k = 0; k < 4; k++) {
+        if (w == 0 && k == 3) sh[lane] = (float)(lane + 1);
+        __syncwarp();
+    }
+    if (barrier) __syncthreads();
+    if (w == 1) y[lane] = sh[31 - lane];
+}
+
+// the lanes of warp 0 wait at two different barriers of the warp
+__global__ void k_two_warp_barriers(float *y) {
+    __syncthreads();
+    if (threadIdx.x % 2) __syncwarp();
+    else __syncwarp();
+    y[threadIdx.x] = 1.f;
+}
+
 static int ascending(const int *v, int n) {
     for (int i = 1; i < n; i++)
         if (v[i] < v[i - 1]) return 0;
@@ -127,6 +152,22 @@ static void barrier_races(void) {
     CHECK(wrong_without > 0, "without the barrier every launch read its neighbours' writes: the race went unseen");
 }
 
+static void warp_races(void) {
+    static float y[32];
+    int wrong_with = 0, wrong_without = 0;
+    for (int launch = 0; launch < 32; launch++)
+        for (int barrier = 0; barrier < 2; barrier++) {
+            for (int i = 0; i < 32; i++) y[i] = -1.f;
+            KLAUNCH(k_warps, 1, 64, 0, 0)(barrier, y);
+            int wrong = 0;
+            for (int i = 0; i < 32; i++) wrong += y[i] != (float)(32 - i);
+            if (barrier) wrong_with += wrong;
+            else wrong_without += wrong;
+        }
+    CHECK(wrong_with == 0, "warps with the barrier between them: %d wrong", wrong_with);
+    CHECK(wrong_without > 0, "warps without a barrier between them kept in step every launch: the race went unseen");
+}
+
 static void block_races(void) {
     static float y[NB];
     int wrong = 0;
@@ -164,6 +205,8 @@ static int stopped(void (*k)(float *)) {
 static void divergent_barriers(void) {
     CHECK(stopped(k_divergent), "a barrier half the block skips: the launch was not stopped");
     CHECK(stopped(k_two_barriers), "the block's halves at two different barriers: the launch was not stopped");
+    /* stricter than __syncwarp needs on a GPU, as a wmma call needs: every lane of the warp at the same one */
+    CHECK(stopped(k_two_warp_barriers), "a warp's lanes at two different barriers: the launch was not stopped");
 }
 
 int main(void) {
@@ -172,6 +215,7 @@ int main(void) {
     divergent_barriers();
     barrier_races();
     block_races();
+    warp_races();
     printf("test_simt: %d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

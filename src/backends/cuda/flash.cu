@@ -45,7 +45,7 @@ __device__ inline float dot_tile(const float *p, const float *q, int64_t d) {
 
 __global__ void k_flash_fwd(attn a, const float *q, const float *k, const float *v, float *y, float *lse) {
     __shared__ float Qs[BQ][DMAX], Ks[BK][DMAX], Vs[BK][DMAX], S[BQ][BK], mrow[BQ], lrow[BQ], keep[BQ];
-    int64_t bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.x * BQ;
+    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.y * BQ;
     int r = threadIdx.x / TPR, l = threadIdx.x % TPR;
     int64_t i = q0 + r;
     float o[DMAX / TPR];
@@ -98,7 +98,7 @@ __global__ void k_flash_d(int64_t n, attn a, const float *y, const float *dy, fl
 __global__ void k_flash_dq(attn a, const float *q, const float *k, const float *v, const float *lse, const float *dy,
                            const float *D, float *dq, int acc) {
     __shared__ float Qs[BQ][DMAX], Gs[BQ][DMAX], Ks[BK][DMAX], Vs[BK][DMAX], S[BQ][BK];
-    int64_t bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.x * BQ;
+    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.y * BQ;
     int r = threadIdx.x / TPR, l = threadIdx.x % TPR;
     int64_t i = q0 + r;
     float g[DMAX / TPR];
@@ -129,7 +129,7 @@ __global__ void k_flash_dq(attn a, const float *q, const float *k, const float *
 __global__ void k_flash_dkv(attn a, const float *q, const float *k, const float *v, const float *lse, const float *dy,
                             const float *D, float *dk, float *dv, int acc_k, int acc_v) {
     __shared__ float Ks[BK][DMAX], Vs[BK][DMAX], Qs[BQ][DMAX], Gs[BQ][DMAX], P[BQ][BK], dS[BQ][BK];
-    int64_t bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads, j0 = (int64_t)blockIdx.x * BK;
+    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, j0 = (int64_t)blockIdx.y * BK;
     int t = threadIdx.x / TPR, l = threadIdx.x % TPR; // t: a query row of the tile when scoring, a key row after
     int64_t j = j0 + t;
     float gk[DMAX / TPR], gv[DMAX / TPR];
@@ -168,7 +168,7 @@ int kiln_cuda_flash_max_head(void) { return DMAX; }
 void kiln_cuda_flash(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
                      const float *k, const float *v, float *y, float *lse) {
     attn a = attn_of(b, t, c, heads, strides);
-    dim3 grid((unsigned)((t + BQ - 1) / BQ), (unsigned)(b * heads));
+    dim3 grid((unsigned)(b * heads), (unsigned)((t + BQ - 1) / BQ)); /* batch x heads on x: up to 2^31 - 1 */
     KLAUNCH(k_flash_fwd, grid, BQ * TPR, 0, st)(a, q, k, v, y, lse);
 }
 void kiln_cuda_flash_rowdot(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *y,
@@ -182,7 +182,7 @@ void kiln_cuda_flash_bwd(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads,
                          float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v) {
     attn a = attn_of(b, t, c, heads, strides);
     kiln_cuda_flash_rowdot(st, b, t, c, heads, strides, y, dy, D);
-    dim3 gq((unsigned)((t + BQ - 1) / BQ), (unsigned)(b * heads)), gk((unsigned)((t + BK - 1) / BK), (unsigned)(b * heads));
+    dim3 gq((unsigned)(b * heads), (unsigned)((t + BQ - 1) / BQ)), gk((unsigned)(b * heads), (unsigned)((t + BK - 1) / BK));
     if (dq) KLAUNCH(k_flash_dq, gq, BQ * TPR, 0, st)(a, q, k, v, lse, dy, D, dq, acc_q);
     if (dk || dv) KLAUNCH(k_flash_dkv, gk, BK * TPR, 0, st)(a, q, k, v, lse, dy, D, dk, dv, acc_k, acc_v);
 }

@@ -11,7 +11,7 @@
 // A block is NW warps, each owning 16 rows of the block's tile (queries in
 // forward and dq, keys in dk and dv). A warp's products go through shared
 // memory: wmma leaves unspecified which lane holds which element, so the
-// softmax's row work (two lanes a row, each half the tile's columns) reads
+// softmax's row work (two lanes a row, one the even columns, one the odd) reads
 // the scores there, and the forward's output rows are rescaled there before
 // each tile's P v is added. Tiles live in dynamic shared memory (carve_*;
 // kiln_cuda_flash_tc_setup raises the kernels' limit). Reference:
@@ -45,7 +45,7 @@ __host__ __device__ inline void *take(unsigned char *base, size_t *off, size_t b
 }
 struct tiles {
     bf16 *a, *b, *c, *d; // bf16 row tiles [64][d + 8]: forward q, k, v; backward q, dy, k, v
-    float *s;            // [2][64][LDS]: scores, then dP in backward; reused for the outputs at the end
+    float *s;            // [64][LDS] scores; backward [2][64][LDS], scores then dP, reused for the outputs at the end
     bf16 *p, *p2;        // [64][LDP]: probabilities (dS in dq; P^T and dS^T in dk, dv)
     float *o;            // forward: the output rows [64][d + 4]
     float *r1, *r2;      // per row: forward max and sum; backward lse (log2 units) and D
@@ -55,7 +55,7 @@ __host__ __device__ inline size_t carve(unsigned char *base, int d, int fwd, til
     size_t off = 0, row = (size_t)64 * (d + 8) * sizeof(bf16);
     t->a = (bf16 *)take(base, &off, row), t->b = (bf16 *)take(base, &off, row), t->c = (bf16 *)take(base, &off, row);
     t->d = fwd ? 0 : (bf16 *)take(base, &off, row);
-    t->s = (float *)take(base, &off, (size_t)2 * 64 * LDS * sizeof(float));
+    t->s = (float *)take(base, &off, (size_t)(fwd ? 1 : 2) * 64 * LDS * sizeof(float));
     t->p = (bf16 *)take(base, &off, (size_t)64 * LDP * sizeof(bf16));
     t->p2 = fwd ? 0 : (bf16 *)take(base, &off, (size_t)64 * LDP * sizeof(bf16));
     t->o = fwd ? (float *)take(base, &off, (size_t)64 * (d + 4) * sizeof(float)) : 0;
@@ -65,9 +65,10 @@ __host__ __device__ inline size_t carve(unsigned char *base, int d, int fwd, til
 }
 
 // rows [r0, r0 + 64) of one head of x (batch stride s0, row stride s1) into dst[64][ld] as bf16, zeros past T
+template <int ND>
 __device__ inline void stage(bf16 *dst, int ld, const float *x, int64_t s0, int64_t s1, const attn &a, int64_t b, int64_t h,
                              int64_t r0) {
-    int d = (int)a.d;
+    const int d = ND * 16; /* a constant: the index arithmetic below is shifts */
     for (int e = threadIdx.x; e < 64 * d; e += blockDim.x) {
         int r = e / d, c = e % d;
         dst[r * ld + c] = __float2bfloat16(r0 + r < a.t ? x[b * s0 + (r0 + r) * s1 + h * a.d + c] : 0.f);
@@ -105,19 +106,19 @@ template <int ND> __device__ inline void prob_times(frag_c *acc, const bf16 *p, 
 
 // ---- forward ----
 
-// lane's half of row rr: the tile's scores into bf16 probabilities against the grown max; the output row
+// lane's columns of row rr (the even or the odd): the tile's scores into bf16 probabilities against the grown max; the output row
 // rescaled; the row's max and sum updated (its first lane). Returns nothing: all in shared memory
 __device__ inline void online_softmax(const tiles &t, const attn &a, int64_t i, int64_t j0, int rr, int w, int lane, int d) {
     int half = lane % 2;
     float sl2 = a.scale * LOG2E, mx = -INFINITY, sum = 0.f, m_old = t.r1[rr];
     const float *srow = t.s + rr * LDS;
     bf16 *prow = t.p + rr * LDP;
-    for (int c = half * 32; c < half * 32 + 32; c++)
+    for (int c = half; c < BK; c += 2)
         if (i < a.t && j0 + c <= i) mx = fmaxf(mx, srow[c] * sl2);
     t.red[w * 32 + lane] = mx;
     __syncwarp();
     float m_new = fmaxf(m_old, fmaxf(mx, t.red[w * 32 + (lane ^ 1)]));
-    for (int c = half * 32; c < half * 32 + 32; c++) {
+    for (int c = half; c < BK; c += 2) {
         float p = i < a.t && j0 + c <= i ? exp2f(srow[c] * sl2 - m_new) : 0.f;
         prow[c] = __float2bfloat16(p);
         sum += p;
@@ -128,7 +129,7 @@ __device__ inline void online_softmax(const tiles &t, const attn &a, int64_t i, 
     sum += t.red[w * 32 + (lane ^ 1)];
     float keep = m_old == -INFINITY ? 0.f : exp2f(m_old - m_new);
     float *orow = t.o + rr * (d + 4);
-    for (int c = half * (d / 2); c < (half + 1) * (d / 2); c++) orow[c] *= keep;
+    for (int c = half; c < d; c += 2) orow[c] *= keep;
     if (!half) t.r1[rr] = m_new, t.r2[rr] = t.r2[rr] * keep + sum;
 }
 
@@ -137,16 +138,16 @@ template <int ND> __global__ void k_tc_fwd(attn a, const float *q, const float *
     KILN_DYN_SHARED(unsigned char, sm);
     tiles t;
     carve(sm, d, 1, &t);
-    int64_t bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.x * BQ;
+    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.y * BQ;
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = w * 16, rr = r0 + lane / 2;
     int64_t i = q0 + rr, last = (q0 + BQ < a.t ? q0 + BQ : a.t) - 1;
-    stage(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
+    stage<ND>(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
     for (int e = threadIdx.x; e < BQ * ldo; e += blockDim.x) t.o[e] = 0.f;
     if (threadIdx.x < BQ) t.r1[threadIdx.x] = -INFINITY, t.r2[threadIdx.x] = 0.f;
     for (int64_t j0 = 0; j0 <= last; j0 += BK) {
         __syncthreads(); // every warp is done with the previous tile's k and v
-        stage(t.b, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
-        stage(t.c, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
+        stage<ND>(t.b, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
+        stage<ND>(t.c, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
         __syncthreads();
         rows_dot<ND>(t.s + r0 * LDS, t.a + r0 * ld, t.b, ld);
         __syncwarp();
@@ -162,14 +163,14 @@ template <int ND> __global__ void k_tc_fwd(attn a, const float *q, const float *
     __syncwarp();
     if (i >= a.t) return;
     float inv = 1.f / t.r2[rr], *yi = y + (b * a.t + i) * a.c + h * a.d;
-    for (int c = lane % 2 * (d / 2); c < (lane % 2 + 1) * (d / 2); c++) yi[c] = t.o[rr * ldo + c] * inv;
+    for (int c = lane % 2; c < d; c += 2) yi[c] = t.o[rr * ldo + c] * inv;
     if (lane % 2 == 0) lse[bh * a.t + i] = t.r1[rr] * LN2 + logf(t.r2[rr]);
 }
 
 // ---- backward ----
 
 // a warp's 16 x d accumulators out through shared memory (o: [64][d + 4] over the score tiles) into rows
-// [r0, r0 + 16) of x (batch stride s0, row stride s1), added when acc; each lane half a row
+// [r0, r0 + 16) of x (batch stride s0, row stride s1), added when acc; two lanes a row (even, odd columns)
 template <int ND> __device__ inline void put_rows(float *o, frag_c *g, float scale, float *x, int64_t s0, int64_t s1,
                                                   const attn &a, int64_t b, int64_t h, int64_t row0, int r0, int acc) {
     const int d = ND * 16, ldo = d + 4;
@@ -181,7 +182,7 @@ template <int ND> __device__ inline void put_rows(float *o, frag_c *g, float sca
     int lane = threadIdx.x % 32, rr = r0 + lane / 2;
     int64_t i = row0 + rr;
     if (x && i < a.t)
-        for (int c = lane % 2 * (d / 2); c < (lane % 2 + 1) * (d / 2); c++) {
+        for (int c = lane % 2; c < d; c += 2) {
             float *p = x + b * s0 + i * s1 + h * a.d + c;
             *p = acc ? *p + o[rr * ldo + c] : o[rr * ldo + c];
         }
@@ -203,24 +204,24 @@ template <int ND> __global__ void k_tc_dq(attn a, const float *q, const float *k
     KILN_DYN_SHARED(unsigned char, sm);
     tiles t;
     carve(sm, d, 0, &t);
-    int64_t bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.x * BQ;
+    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.y * BQ;
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = w * 16, rr = r0 + lane / 2, half = lane % 2;
     int64_t i = q0 + rr, last = (q0 + BQ < a.t ? q0 + BQ : a.t) - 1;
     float sl2 = a.scale * LOG2E, *dp = t.s + 64 * LDS;
-    stage(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
-    stage(t.b, ld, dy, a.t * a.c, a.c, a, b, h, q0);
+    stage<ND>(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
+    stage<ND>(t.b, ld, dy, a.t * a.c, a.c, a, b, h, q0);
     row_stats(t, a, bh, q0, lse, D);
     frag_c g[ND];
     for (int f = 0; f < ND; f++) wmma::fill_fragment(g[f], 0.f);
     for (int64_t j0 = 0; j0 <= last; j0 += BK) {
         __syncthreads();
-        stage(t.c, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
-        stage(t.d, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
+        stage<ND>(t.c, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
+        stage<ND>(t.d, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
         __syncthreads();
         rows_dot<ND>(t.s + r0 * LDS, t.a + r0 * ld, t.c, ld);
         rows_dot<ND>(dp + r0 * LDS, t.b + r0 * ld, t.d, ld);
         __syncwarp();
-        for (int c = half * 32; c < half * 32 + 32; c++) {
+        for (int c = half; c < BK; c += 2) {
             float p = i < a.t && j0 + c <= i ? exp2f(t.s[rr * LDS + c] * sl2 - t.r1[rr]) : 0.f;
             t.p[rr * LDP + c] = __float2bfloat16(p * (dp[rr * LDS + c] - t.r2[rr]));
         }
@@ -238,24 +239,24 @@ template <int ND> __global__ void k_tc_dkv(attn a, const float *q, const float *
     KILN_DYN_SHARED(unsigned char, sm);
     tiles t;
     carve(sm, d, 0, &t);
-    int64_t bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads, j0 = (int64_t)blockIdx.x * BK;
+    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, j0 = (int64_t)blockIdx.y * BK;
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = w * 16, kr = r0 + lane / 2, half = lane % 2;
     int64_t j = j0 + kr;
     float sl2 = a.scale * LOG2E, *dp = t.s + 64 * LDS;
-    stage(t.c, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
-    stage(t.d, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
+    stage<ND>(t.c, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
+    stage<ND>(t.d, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
     frag_c gk[ND], gv[ND];
     for (int f = 0; f < ND; f++) wmma::fill_fragment(gk[f], 0.f), wmma::fill_fragment(gv[f], 0.f);
     for (int64_t q0 = j0; q0 < a.t; q0 += BQ) { // BQ == BK: the first query tile is the diagonal's
         __syncthreads();
-        stage(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
-        stage(t.b, ld, dy, a.t * a.c, a.c, a, b, h, q0);
+        stage<ND>(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
+        stage<ND>(t.b, ld, dy, a.t * a.c, a.c, a, b, h, q0);
         row_stats(t, a, bh, q0, lse, D);
         __syncthreads();
         rows_dot<ND>(t.s + r0 * LDS, t.c + r0 * ld, t.a, ld); // S^T: the warp's keys against the queries
         rows_dot<ND>(dp + r0 * LDS, t.d + r0 * ld, t.b, ld);  // dP^T
         __syncwarp();
-        for (int c = half * 32; c < half * 32 + 32; c++) {
+        for (int c = half; c < BK; c += 2) {
             int64_t i = q0 + c;
             int on = i < a.t && j < a.t && j <= i;
             float p = on ? exp2f(t.s[kr * LDS + c] * sl2 - t.r1[c]) : 0.f;
@@ -311,7 +312,7 @@ int kiln_cuda_flash_tc_setup(int64_t d) {
 void kiln_cuda_flash_tc(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
                         const float *k, const float *v, float *y, float *lse) {
     attn a = attn_of(b, t, c, heads, strides);
-    dim3 grid((unsigned)((t + BQ - 1) / BQ), (unsigned)(b * heads));
+    dim3 grid((unsigned)(b * heads), (unsigned)((t + BQ - 1) / BQ)); /* batch x heads on x: up to 2^31 - 1 */
     size_t sh = smem_bytes((int)a.d, 1);
 #define FWD(ND) KLAUNCH(k_tc_fwd<ND>, grid, NW * 32, sh, st)(a, q, k, v, y, lse)
     ND_SWITCH(a.d / 16, FWD)
@@ -323,7 +324,7 @@ void kiln_cuda_flash_tc_bwd(kcs st, int64_t b, int64_t t, int64_t c, int64_t hea
                             float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v) {
     attn a = attn_of(b, t, c, heads, strides);
     kiln_cuda_flash_rowdot(st, b, t, c, heads, strides, y, dy, D);
-    dim3 gq((unsigned)((t + BQ - 1) / BQ), (unsigned)(b * heads)), gk((unsigned)((t + BK - 1) / BK), (unsigned)(b * heads));
+    dim3 gq((unsigned)(b * heads), (unsigned)((t + BQ - 1) / BQ)), gk((unsigned)(b * heads), (unsigned)((t + BK - 1) / BK));
     size_t sh = smem_bytes((int)a.d, 0);
 #define DQ(ND) KLAUNCH(k_tc_dq<ND>, gq, NW * 32, sh, st)(a, q, k, v, lse, dy, D, dq, acc_q)
 #define DKV(ND) KLAUNCH(k_tc_dkv<ND>, gk, NW * 32, sh, st)(a, q, k, v, lse, dy, D, dk, dv, acc_k, acc_v)

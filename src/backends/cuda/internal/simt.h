@@ -43,6 +43,8 @@ extern dim3 kiln_simt_thread, kiln_simt_block, kiln_simt_bdim, kiln_simt_gdim;
 /* a barrier knows its place in the source: threads of a block must wait at the same one */
 void kiln_simt_sync(const char *file, int line);
 #define __syncthreads() kiln_simt_sync(__FILE__, __LINE__)
+/* a barrier of the calling thread's warp (its 32 lanes): __syncwarp and the wmma calls (internal/simt_wmma.h) */
+void kiln_simt_sync_warp(const char *file, int line);
 static inline int atomicCAS(int *p, int cmp, int val) {
     int old = *p; /* one thread runs at a time */
     if (old == cmp) *p = val;

@@ -10,14 +10,13 @@
  * writes it whole; 32 lanes doing so write the same values. The lanes of a
  * warp run these together on a GPU (every lane's load before any lane's
  * store, as a read-modify-write of a tile in shared memory needs), so each
- * load, mma and store here first waits at a barrier of the block (every warp
- * of these kernels makes the same calls): one lane's store never runs before
- * another lane's load of the same call. That barrier is the whole block's, so
- * a __syncthreads missing just before a wmma call goes unseen here. Each call also checks
+ * load, mma and store here first waits at a barrier of the warp: one lane's
+ * store never runs before another lane's load of the same call. Warps go on
+ * from their barriers at random paces (tests/simt/simt.cpp), so a
+ * __syncthreads missing between warps shows. Each call also checks
  * what CUDA requires of it and a GPU would not report: a pointer 256-bit
- * aligned, ldm a multiple of 16 bytes. __syncwarp is a barrier of the whole
- * block here (every warp of these kernels meets the same ones), stronger than
- * a GPU's. Dynamic shared memory (KILN_DYN_SHARED) is the launch's buffer,
+ * aligned, ldm a multiple of 16 bytes. __syncwarp is a barrier of the warp's
+ * 32 lanes, as on a GPU. Dynamic shared memory (KILN_DYN_SHARED) is the launch's buffer,
  * all bits set when each block starts, exactly its size (AddressSanitizer
  * sees a read past it). Never part of a kiln build that runs. */
 #ifndef KILN_BACKEND_CUDA_SIMT_WMMA_H
@@ -44,7 +43,7 @@ static inline float __bfloat162float(__nv_bfloat16 h) {
     return f;
 }
 
-#define __syncwarp() kiln_simt_sync(__FILE__, __LINE__)
+#define __syncwarp() kiln_simt_sync_warp(__FILE__, __LINE__)
 /* the launch's dynamic shared memory (simt.cpp) */
 void *kiln_simt_dyn_shared(void);
 #define KILN_DYN_SHARED(type, name) type *name = (type *)kiln_simt_dyn_shared()
@@ -70,7 +69,7 @@ template <class Use, int M, int N, int K, class T, class Layout = void> struct f
 
 /* the lanes in step (see above), then what CUDA asks of the pointer and ldm */
 static inline void check(const void *p, unsigned ldm, size_t elem, const char *what) {
-    kiln_simt_sync(__FILE__, __LINE__);
+    kiln_simt_sync_warp(__FILE__, __LINE__);
     if ((uintptr_t)p % 32 == 0 && ldm * elem % 16 == 0) return;
     fprintf(stderr, "simt: wmma::%s: pointer %p (needs 256-bit alignment), ldm %u (needs a multiple of %zu)\n", what, p,
             ldm, 16 / elem);
@@ -109,7 +108,7 @@ template <int M, int N, int K, class LA, class LB>
 static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, __nv_bfloat16, LA> &a,
                             const fragment<matrix_b, M, N, K, __nv_bfloat16, LB> &b,
                             const fragment<accumulator, M, N, K, float> &c) {
-    kiln_simt_sync(__FILE__, __LINE__);
+    kiln_simt_sync_warp(__FILE__, __LINE__);
     float out[M * N];
     for (int r = 0; r < M; r++)
         for (int n = 0; n < N; n++) {
