@@ -305,6 +305,7 @@ int kiln_cuda_flash_tc_setup(int64_t d) {
     if (!err) err = (int)cudaFuncSetAttribute(k_tc_dkv<ND>, cudaFuncAttributeMaxDynamicSharedMemorySize, bwd)
     ND_SWITCH(d / 16, SETUP)
 #undef SETUP
+    if (err) (void)cudaGetLastError(); /* not left for the next launch's check */
     return err;
 #endif
 }

@@ -345,9 +345,11 @@ static kiln_status attention_prepare(kiln_step *s, kiln_prep *p) {
                          s->name, (long long)d, kiln_cuda_attention_max_head());
     s->precision = KILN_PRECISION_FP32;
     if (p && p->o->precision != KILN_PRECISION_FP32 && kiln_cuda_flash_tc_ok(d)) {
-        int err = kiln_cuda_flash_tc_setup(d);
-        if (err) return kiln_cuda_check(err, "setting the tensor-core attention's shared memory");
-        s->precision = KILN_PRECISION_BF16;
+        static int warned; /* a GPU with less shared memory a block than Hopper's: the fp32 tiles, said once */
+        if (kiln_cuda_flash_tc_setup(d) == 0) s->precision = KILN_PRECISION_BF16;
+        else if (!warned++)
+            kiln_log(KILN_LOG_WARN, "%s: this GPU cannot give the tensor-core attention the shared memory it needs for heads "
+                     "of %lld; attention keeps fp32 math", s->name, (long long)d);
     }
     size_t need = (size_t)(z->b * z->heads * z->t) * sizeof(float); /* backward's D_i */
     if (p && need > p->workspace) p->workspace = need;

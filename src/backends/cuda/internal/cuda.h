@@ -215,7 +215,8 @@ void kiln_cuda_flash_rowdot(kcs st, int64_t b, int64_t t, int64_t c, int64_t hea
                             const float *dy, float *D);
 /* flash_tc.cu: the same on tensor cores (bf16 operands, fp32 accumulation) for heads kiln_cuda_flash_tc_ok takes
  * (a multiple of 16, at most 128); kiln_cuda_flash_tc_setup(d) raises its kernels' shared memory limit for such
- * heads (before any launch or capture: at prepare), 0 or the CUDA error */
+ * heads (before any launch or capture: at prepare), 0 or the CUDA error (a GPU with less shared memory a block
+ * than the up to 128 KiB it needs: the caller keeps the fp32 tiles) */
 int kiln_cuda_flash_tc_ok(int64_t d);
 int kiln_cuda_flash_tc_setup(int64_t d);
 void kiln_cuda_flash_tc(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
