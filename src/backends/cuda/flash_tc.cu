@@ -106,8 +106,8 @@ template <int ND> __device__ inline void prob_times(frag_c *acc, const bf16 *p, 
 
 // ---- forward ----
 
-// lane's columns of row rr (the even or the odd): the tile's scores into bf16 probabilities against the grown max; the output row
-// rescaled; the row's max and sum updated (its first lane). Returns nothing: all in shared memory
+// the lane's columns of row rr (the even or the odd ones): the tile's scores into bf16 probabilities against
+// the grown max, the output row rescaled, the row's max and sum updated (by its first lane); all in shared memory
 __device__ inline void online_softmax(const tiles &t, const attn &a, int64_t i, int64_t j0, int rr, int w, int lane, int d) {
     int half = lane % 2;
     float sl2 = a.scale * LOG2E, mx = -INFINITY, sum = 0.f, m_old = t.r1[rr];
