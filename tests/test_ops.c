@@ -595,15 +595,7 @@ static kiln_status compile_run(hcase *h, kiln_params *P, kiln_value loss, const 
 }
 
 /* max |a - b| over max |b| (absolute below 1e-3) */
-static double rel_err(const float *a, const double *b, int64_t n) {
-    double num = 0, den = 1e-3;
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        if (!(e <= num)) num = e;
-        den = fmax(den, fabs(b[i]));
-    }
-    return num / den;
-}
+static double rel_err(const float *a, const double *b, int64_t n) { return tu_scaled_err(a, b, n, 1e-3); }
 
 static double loss_at(kiln_plan *pl) {
     kiln_plan_run(pl, 1);

@@ -73,6 +73,16 @@ static inline double tu_err(const float *a, const double *b, int64_t n, double a
     }
     return worst;
 }
+/* max |a - b| over max |b| (that max at least `floor`): an error relative to the tensor's scale; NaN propagates */
+static inline double tu_scaled_err(const float *a, const double *b, int64_t n, double floor) {
+    double num = 0, den = floor;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        if (!(e <= num)) num = e;
+        den = fmax(den, fabs(b[i]));
+    }
+    return num / den;
+}
 static inline double tu_err_ff(const float *a, const float *b, int64_t n, double atol, double rtol) {
     double worst = 0;
     for (int64_t i = 0; i < n; i++) {
