@@ -10,9 +10,10 @@
 // by the GPU), into the backend's partial sums (kiln_cuda_parts_dev); one block adds those in order. The same
 // bits run after run and on any GPU; a tensor of one chunk gives a single block's bits, as before.
 #define CHUNK_MIN (RT * 16)
+#define SUM_PARTS 1024
 static int64_t parts_for(int64_t n) {
     int64_t p = (n + CHUNK_MIN - 1) / CHUNK_MIN;
-    return p < 1 ? 1 : p > KILN_CUDA_PARTS ? KILN_CUDA_PARTS : p;
+    return p < 1 ? 1 : p > SUM_PARTS ? SUM_PARTS : p;
 }
 __global__ void k_part_sums(int64_t n, int64_t chunk, int sq, const float *x, double *part) {
     int64_t lo = blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
@@ -34,13 +35,25 @@ __global__ void k_sumsq(int64_t np, const double *part, double *acc, int add) {
     double s = parts_total(np, part);
     if (threadIdx.x == 0) acc[0] = add ? acc[0] + s : s;
 }
-// y[c] (+)= sum over rows of x[r, c]: one block per column
-__global__ void k_col_sums(int64_t rows, int64_t cols, const float *x, float *y, int acc) {
-    int64_t c = blockIdx.x;
+// y[c] (+)= sum over rows of x[r, c] (internal/block.h's two stages): columns [c0, c0 + n) of rows ld apart
+__global__ void k_col_part(int64_t rows, int64_t ld, int64_t c0, int64_t n, int64_t chunk, const float *x, double *part) {
+    __shared__ double sh[CR][CT];
+    int64_t j = blockIdx.x * CT + threadIdx.x, r0 = blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
     double s = 0;
-    for (int64_t r = threadIdx.x; r < rows; r += RT) s += x[r * cols + c];
-    s = block_sum(s);
-    if (threadIdx.x == 0) y[c] = acc ? y[c] + (float)s : (float)s;
+    if (j < n)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += CR) s += x[r * ld + c0 + j];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= n) return;
+    for (int k = 1; k < CR; k++) s += sh[k][threadIdx.x];
+    part[blockIdx.y * n + j] = s;
+}
+__global__ void k_col_total(int64_t n, int64_t chunks, const double *part, float *y, int acc) {
+    FOR_N {
+        double s = 0;
+        for (int64_t k = 0; k < chunks; k++) s += part[k * n + i];
+        y[i] = acc ? y[i] + (float)s : (float)s;
+    }
 }
 __global__ void k_to_double(const float *x, double *y) { y[0] = x[0]; }
 
@@ -203,7 +216,13 @@ void kiln_cuda_sumsq(kcs st, int64_t n, const float *x, double *acc, int add) {
     KLAUNCH(k_sumsq, 1, RT, 0, st)(np, kiln_cuda_parts_dev(), acc, add);
 }
 void kiln_cuda_col_sums(kcs st, int64_t rows, int64_t cols, const float *x, float *y, int acc) {
-    KLAUNCH(k_col_sums, (unsigned)cols, RT, 0, st)(rows, cols, x, y, acc);
+    col_split sp = col_split_of(rows, 1);
+    for (int64_t c0 = 0; c0 < cols; c0 += sp.width) {
+        int64_t n = cols - c0 < sp.width ? cols - c0 : sp.width;
+        dim3 grid((unsigned)((n + CT - 1) / CT), (unsigned)sp.chunks), block(CT, CR);
+        KLAUNCH(k_col_part, grid, block, 0, st)(rows, cols, c0, n, sp.chunk, x, kiln_cuda_parts_dev());
+        KLAUNCH(k_col_total, GO(n))(n, sp.chunks, kiln_cuda_parts_dev(), y + c0, acc);
+    }
 }
 void kiln_cuda_to_double(kcs st, const float *x, double *y) { KLAUNCH(k_to_double, 1, 1, 0, st)(x, y); }
 void kiln_cuda_log_softmax(kcs st, int64_t rows, int64_t cols, const float *x, float *y) {

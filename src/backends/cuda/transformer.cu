@@ -97,20 +97,31 @@ __global__ void k_layer_norm_dx(int64_t C, const float *x, const float *dy, cons
         PUT(dx[o + c], (float)(rs * ((double)dy[o + c] * w[c] - sg - xh * sgx)));
     }
 }
-// dw = sum over rows of dy xhat, db = sum of dy: a block per column
-__global__ void k_layer_norm_dwb(int64_t rows, int64_t C, const float *x, const float *dy, const float *mean,
-                                 const float *rstd, float *dw, float *db, int acc_w, int acc_b) {
-    int64_t c = blockIdx.x;
+// dw = sum over rows of dy xhat, db = sum of dy (internal/block.h's two stages): columns [c0, c0 + n)
+__global__ void k_layer_norm_part(int64_t rows, int64_t C, int64_t c0, int64_t n, int64_t chunk, const float *x, const float *dy,
+                                  const float *mean, const float *rstd, double *part) {
+    __shared__ double sh[2][CR][CT];
+    int64_t j = blockIdx.x * CT + threadIdx.x, c = c0 + j, r0 = blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
     double sw = 0, sb = 0;
-    for (int64_t r = threadIdx.x; r < rows; r += RT) {
-        double g = dy[r * C + c];
-        sw += g * ((x[r * C + c] - (double)mean[r]) * rstd[r]);
-        sb += g;
+    if (j < n)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += CR) {
+            double g = dy[r * C + c];
+            sw += g * ((x[r * C + c] - (double)mean[r]) * rstd[r]);
+            sb += g;
+        }
+    sh[0][threadIdx.y][threadIdx.x] = sw, sh[1][threadIdx.y][threadIdx.x] = sb;
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= n) return;
+    for (int k = 1; k < CR; k++) sw += sh[0][k][threadIdx.x], sb += sh[1][k][threadIdx.x];
+    part[2 * (blockIdx.y * n + j)] = sw, part[2 * (blockIdx.y * n + j) + 1] = sb;
+}
+__global__ void k_layer_norm_total(int64_t n, int64_t chunks, const double *part, float *dw, float *db, int acc_w, int acc_b) {
+    FOR_N {
+        double sw = 0, sb = 0;
+        for (int64_t k = 0; k < chunks; k++) sw += part[2 * (k * n + i)], sb += part[2 * (k * n + i) + 1];
+        if (dw) dw[i] = acc_w ? dw[i] + (float)sw : (float)sw;
+        if (db) db[i] = acc_b ? db[i] + (float)sb : (float)sb;
     }
-    sw = block_sum(sw);
-    sb = block_sum(sb);
-    if (threadIdx.x == 0 && dw) dw[c] = acc_w ? dw[c] + (float)sw : (float)sw;
-    if (threadIdx.x == 0 && db) db[c] = acc_b ? db[c] + (float)sb : (float)sb;
 }
 
 // ---- embedding ----
@@ -311,7 +322,15 @@ void kiln_cuda_layer_norm_bwd(kcs st, int64_t rows, int64_t C, const float *x, c
                               const float *mean, const float *rstd, float *dx, float *dw, float *db, int acc_dx, int acc_dw,
                               int acc_db) {
     if (dx) KLAUNCH(k_layer_norm_dx, (unsigned)rows, RT, 0, st)(C, x, dy, w, mean, rstd, dx, acc_dx);
-    if (dw || db) KLAUNCH(k_layer_norm_dwb, (unsigned)C, RT, 0, st)(rows, C, x, dy, mean, rstd, dw, db, acc_dw, acc_db);
+    if (!dw && !db) return;
+    col_split sp = col_split_of(rows, 2);
+    for (int64_t c0 = 0; c0 < C; c0 += sp.width) {
+        int64_t n = C - c0 < sp.width ? C - c0 : sp.width;
+        dim3 grid((unsigned)((n + CT - 1) / CT), (unsigned)sp.chunks), block(CT, CR);
+        KLAUNCH(k_layer_norm_part, grid, block, 0, st)(rows, C, c0, n, sp.chunk, x, dy, mean, rstd, kiln_cuda_parts_dev());
+        KLAUNCH(k_layer_norm_total, GO(n))(n, sp.chunks, kiln_cuda_parts_dev(), dw ? dw + c0 : NULL, db ? db + c0 : NULL, acc_dw,
+                                           acc_db);
+    }
 }
 void kiln_cuda_embedding(kcs st, int64_t n, int64_t C, int64_t V, const float *idf, const int32_t *idi, const float *w, float *y,
                          const char *node, kiln_cuda_flags *f) {

@@ -42,4 +42,24 @@ __device__ inline float block_max(float v) {
     return sh[0];
 }
 
+/* Column sums over rows, coalesced and on every SM (rows.cu's bias sums, layer norm's dw and db): stage one,
+ * block (bx, by) of CT x CR threads, sums chunk `by` of the rows for CT consecutive columns (a warp reads CT
+ * consecutive floats of a row) into the backend's partial sums (kiln_cuda_parts_dev); stage two adds the
+ * chunks in order. A fixed order: the same bits run after run and on any GPU. Columns go in slices of
+ * `width` when the partial sums cannot hold them all. */
+#define CT 32
+#define CR 8
+typedef struct {
+    int64_t chunks, chunk, width;
+} col_split;
+static inline col_split col_split_of(int64_t rows, int nv) {
+    col_split s;
+    s.chunks = (rows + 255) / 256; /* at least 256 rows a chunk, at most 64 chunks */
+    if (s.chunks > 64) s.chunks = 64;
+    if (s.chunks < 1) s.chunks = 1;
+    s.chunk = (rows + s.chunks - 1) / s.chunks;
+    s.width = KILN_CUDA_PARTS / (s.chunks * nv);
+    return s;
+}
+
 #endif

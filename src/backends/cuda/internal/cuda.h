@@ -74,9 +74,9 @@ typedef struct kiln_cuda_pw {
     uint32_t thr;                               /* dropout: a mask word at or above it keeps */
     uint64_t key;                               /* dropout's RNG key */
 } kiln_cuda_pw;
-/* KILN_CUDA_PARTS doubles of device memory for a whole-tensor sum's partial sums (rows.cu): one launch after
- * another on the compute stream uses them */
-#define KILN_CUDA_PARTS 1024
+/* KILN_CUDA_PARTS doubles of device memory (2 MiB) for partial sums: a whole-tensor sum's, column sums'
+ * (rows.cu, internal/block.h); one launch after another on the compute stream uses them */
+#define KILN_CUDA_PARTS 262144
 double *kiln_cuda_parts_dev(void);
 
 typedef struct kiln_cuda_prog {
