@@ -9,6 +9,8 @@
  *   - shapes: T of 1, across the 64-row tiles and not a multiple of them; heads of 16 to 128; q, k, v apart,
  *     as strided column slices of one [B, T, 3C] value (the GPT's), and one value for all three (their
  *     gradients one buffer, the kernels adding); q's gradient also taking another term (added to).
+ *   - a 1-layer gpt in bf16 (AdamW, clipping) twice: the same bits (simt shuffles its launches differently
+ *     each run, so an order-dependent kernel shows), and its losses within 1e-2 of fp32's (release build).
  * On a GPU the same checks run on the cuda backend itself (KILN_TEST_CUDA_ONLY=1: those alone).
  * The tolerances catch each of these, planted one at a time in flash_tc.cu while it was written: the
  * output row not rescaled when the running max grows, the diagonal tile's mask one key wide, the
@@ -19,6 +21,8 @@
 #include <string.h>
 #include "backends/internal/backend.h"
 #include "kiln/graph.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
 #include "simt/simt_backend.h"
 #include "testutil.h"
 
@@ -149,6 +153,73 @@ static void check_shape(const shape *s, const char *backend) {
     kiln_graph_free(n.g);
 }
 
+/* A 1-layer gpt (heads of 32, block 70: its attention crosses the 64-row tiles; vocab 300),
+ * `steps` AdamW steps clipped at 1 on a backend: the parameters after, and each step's loss */
+static float *gpt_run(const char *backend, int precision, int steps, double *losses) {
+    enum { B = 2, T = 70, V = 300 };
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_model_opts mo = {0};
+    mo.gpt = (kiln_gpt_config){1, 2, 64, T, V, 0};
+    kiln_params *P = NULL;
+    kiln_optim *o = NULL;
+    kiln_plan *pl = NULL;
+    float *out = NULL, x[B * T];
+    int32_t y[B * T];
+    CHECK_OK(kiln_model_build_ex(g, "gpt", &mo, &m));
+    CHECK_OK(kiln_params_new_on(g, backend, &P));
+    if (P) {
+        kiln_params_init(P, 7);
+        kiln_optim_config oc = kiln_optim_defaults(KILN_OPT_ADAMW);
+        CHECK_OK(kiln_optim_new(&oc, P, &o));
+        kiln_optim_set_clip(o, 1.0);
+        kiln_compile_opts co = kiln_compile_defaults();
+        co.training = 1, co.max_batch = B, co.backend = backend, co.autotune = 0, co.precision = precision;
+        CHECK_OK(kiln_compile(g, P, &m.loss, 1, &co, &pl));
+    }
+    for (int st = 0; pl && st < steps; st++) {
+        tu_seed(100 + (uint64_t)st); /* the same batch for step st on every run */
+        for (int i = 0; i < B * T; i++) x[i] = (float)tu_int(0, V - 1), y[i] = (int32_t)tu_int(0, V - 1);
+        kiln_plan_bind(pl, m.x, x);
+        kiln_plan_bind(pl, m.y, y);
+        CHECK_OK(kiln_plan_run(pl, B));
+        losses[st] = kiln_plan_loss(pl);
+        CHECK_OK(kiln_optim_step(o));
+    }
+    if (pl && (out = malloc((size_t)kiln_params_total(P) * 4))) CHECK_OK(kiln_params_read(P, out));
+    kiln_plan_free(pl);
+    kiln_optim_free(o);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+    return out;
+}
+
+/* the gpt in bf16 twice gives the same bits (simt shuffles its launches differently each time: an
+ * order-dependent kernel would differ), and trains as fp32 does within bf16's rounding */
+static void check_gpt(const char *backend) {
+    enum { STEPS = 2 };
+    double la[STEPS], lb[STEPS], lf[STEPS];
+    float *a = gpt_run(backend, KILN_PRECISION_BF16, STEPS, la), *b = gpt_run(backend, KILN_PRECISION_BF16, STEPS, lb);
+    float *f = gpt_run(backend, KILN_PRECISION_FP32, STEPS, lf);
+    CHECK_MSG(a && b && memcmp(la, lb, sizeof la) == 0, "%s: two bf16 gpt runs, losses %.9g and %.9g", backend, la[STEPS - 1],
+              lb[STEPS - 1]);
+    int64_t n = 0;
+    kiln_graph *g = kiln_graph_new();
+    kiln_model m;
+    kiln_model_opts mo = {0};
+    mo.gpt = (kiln_gpt_config){1, 2, 64, 70, 300, 0};
+    kiln_params *P = NULL;
+    if (kiln_model_build_ex(g, "gpt", &mo, &m) == KILN_OK && kiln_params_new(g, KILN_F32, &P) == KILN_OK) n = kiln_params_total(P);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+    CHECK_MSG(a && b && n && memcmp(a, b, (size_t)n * 4) == 0, "%s: two bf16 gpt runs gave different parameters", backend);
+    double worst = 0;
+    for (int s = 0; s < STEPS; s++) worst = fmax(worst, fabs(la[s] - lf[s]) / lf[s]);
+    CHECK_MSG(f && worst <= 1e-2, "%s: the bf16 gpt's loss off fp32's by %.3g", backend, worst);
+    if (getenv("KILN_TEST_VERBOSE")) printf("test_attention_tc: %s: gpt bf16 against fp32, losses within %.2e\n", backend, worst);
+    free(a), free(b), free(f);
+}
+
 int main(void) {
     tu_seed(20261130);
     CHECK_OK(kiln_test_simt_register());
@@ -158,10 +229,13 @@ int main(void) {
     };
     int gpu_only = getenv("KILN_TEST_CUDA_ONLY") != NULL; /* compute-sanitizer's runs (scripts/gpu_session.sh) */
     for (size_t i = 0; !gpu_only && i < sizeof shapes / sizeof *shapes; i++) check_shape(&shapes[i], "simt");
+    /* under the sanitizers the shapes above cover the kernels; the gpt's runs there take 25 s */
+    if (!gpu_only && !getenv("KILN_SANITIZE")) check_gpt("simt");
     const kiln_backend *cu = kiln_backend_get("cuda");
     char why[192] = "the CUDA backend was not built";
     if (cu && kiln_backend_available(cu, why, sizeof why))
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) check_shape(&shapes[i], "cuda");
+    if (cu && kiln_backend_available(cu, why, sizeof why)) check_gpt("cuda");
     else
         printf("test_attention_tc: the GPU's run skipped: %s\n", why);
     return tu_finish("test_attention_tc");

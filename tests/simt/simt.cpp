@@ -157,7 +157,7 @@ void step(unsigned t) {
 }
 
 int same_site(const fiber &a, const fiber &b) {
-    return a.warp == b.warp && a.line == b.line && strcmp(a.file, b.file) == 0;
+    return a.warp == b.warp && a.line == b.line && (a.file == b.file || strcmp(a.file, b.file) == 0);
 }
 
 void describe(const fiber &f, char *buf, size_t len) {
@@ -186,10 +186,8 @@ std::vector<unsigned> pace;
 // the block; else the lanes of each warp whose lanes all wait at one barrier of the warp, each such warp at
 // its pace (at least one goes): warps keep their own pace on a GPU, and one running ahead of another
 // shows a __syncthreads missing between them.
-std::vector<unsigned> runnable(unsigned n, uint64_t *seed) {
+std::vector<unsigned> runnable(unsigned n, unsigned done, uint64_t *seed) {
     std::vector<unsigned> go, warps;
-    unsigned done = 0;
-    for (unsigned t = 0; t < n; t++) done += fibers[t].done != 0;
     int block = done == 0 && !fibers[0].warp;
     for (unsigned t = 1; block && t < n; t++) block = same_site(fibers[t], fibers[0]);
     if (block) {
@@ -239,7 +237,7 @@ void run_block(unsigned n, uint64_t *seed) {
         unsigned done = 0;
         for (unsigned t = 0; t < n; t++) done += fibers[t].done != 0;
         if (done == n) return;
-        std::vector<unsigned> go = runnable(n, seed);
+        std::vector<unsigned> go = runnable(n, done, seed);
         for (size_t i = go.size(); i > 1; i--) {
             size_t j = next_rand(seed) % i;
             unsigned x = go[i - 1];
