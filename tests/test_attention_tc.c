@@ -1,9 +1,10 @@
 /* Causal attention on the CUDA backend's tensor cores (src/backends/cuda/flash_tc.cu), its kernels run by
  * simt on the host (tests/simt/, src/backends/cuda/internal/simt_wmma.h):
- *   - a plan compiled with --precision bf16 takes them for heads a multiple of 16 (its attention steps say
- *     bf16), and its output and every gradient match the double reference within the kernels' own bf16
- *     roundings: q, k, v and the loss's weights (backward's dy) are drawn exact in bf16, so what is left is
- *     the probabilities and dS rounded to bf16 before their products (relative 2^-9 each);
+ *   - a plan compiled with --precision bf16 (or fp16) takes them for heads a multiple of 16 (its attention
+ *     steps say so), and its output and every gradient match the double reference within the kernels' own
+ *     roundings: q, k, v and the loss's weights (backward's dy) are drawn exact in bf16 (so in fp16 too), so
+ *     what is left is the probabilities and dS rounded before their products (relative 2^-9 each in bf16,
+ *     2^-12 in fp16: fp16's tolerances are below what bf16 gives, so they show fp16 operands ran);
  *   - the same plan in fp32 runs flash.cu's fp32 tiles, within the op harness's tolerances, and its output
  *     differs from the bf16 one: the tensor-core kernels ran;
  *   - shapes: T of 1, across the 64-row tiles and not a multiple of them; heads of 16 to 128; q, k, v apart,
@@ -25,6 +26,9 @@
 #include "kiln/optim.h"
 #include "simt/simt_backend.h"
 #include "testutil.h"
+
+#define TOL_Y_FP16 5e-4
+#define TOL_G_FP16 8e-4
 
 typedef struct {
     int64_t b, t, heads, d;
@@ -82,7 +86,7 @@ static double rel_err(const float *a, const double *b, int64_t n) { return tu_sc
 
 typedef struct {
     float *y, *grad; /* host copies */
-    int bf16_steps;  /* attention steps the plan runs in bf16 */
+    int low_steps;   /* attention steps the plan lists in the run's lower precision */
 } result;
 
 static kiln_status run(net *n, kiln_params *P, const char *backend, int precision, float *const *c, result *r) {
@@ -100,21 +104,26 @@ static kiln_status run(net *n, kiln_params *P, const char *backend, int precisio
     if (st == KILN_OK && strcmp(backend, "ref") != 0) st = kiln_params_grad_read(P, r->grad);
     char text[8192];
     kiln_plan_describe(pl, text, sizeof text);
-    r->bf16_steps = 0; /* lines of the listing naming the op and bf16 */
+    char mark[8]; /* lines of the listing naming the op and the precision */
+    snprintf(mark, sizeof mark, " %s", kiln_precision_name(precision == KILN_PRECISION_FP32 ? KILN_PRECISION_BF16 : precision));
+    r->low_steps = 0;
     for (const char *l = text; *l;) {
-        const char *end = strchr(l, '\n'), *op = strstr(l, "causal_attention"), *b = strstr(l, " bf16");
+        const char *end = strchr(l, '\n'), *op = strstr(l, "causal_attention"), *b = strstr(l, mark);
         if (!end) end = l + strlen(l);
-        r->bf16_steps += op && op < end && b && b < end;
+        r->low_steps += op && op < end && b && b < end;
         l = *end ? end + 1 : end;
     }
     kiln_plan_free(pl);
     return st;
 }
 
-static void check_shape(const shape *s, const char *backend) {
+/* the lower precision's tolerances, outputs and gradients over the largest value: the probabilities and dS
+ * rounded to 8 significant bits (bf16) or 11 (fp16) */
+static void check_shape(const shape *s, const char *backend, int precision) {
     char what[160];
-    snprintf(what, sizeof what, "%s: b %lld t %lld heads %lld d %lld form %d", backend, (long long)s->b, (long long)s->t,
-             (long long)s->heads, (long long)s->d, s->form);
+    snprintf(what, sizeof what, "%s %s: b %lld t %lld heads %lld d %lld form %d", backend, kiln_precision_name(precision),
+             (long long)s->b, (long long)s->t, (long long)s->heads, (long long)s->d, s->form);
+    double tol_y = precision == KILN_PRECISION_FP16 ? TOL_Y_FP16 : 3e-3, tol_g = precision == KILN_PRECISION_FP16 ? TOL_G_FP16 : 5e-3;
     net n = build(s);
     CHECK_OK(kiln_graph_status(n.g));
     kiln_params *P64 = NULL, *P32 = NULL;
@@ -133,13 +142,13 @@ static void check_shape(const shape *s, const char *backend) {
     CHECK_OK(run(&n, P64, "ref", KILN_PRECISION_FP32, c, &ref));
     double *g64 = kiln_params_grad(P64), *y64 = malloc((size_t)ny * 8);
     for (int64_t i = 0; i < ny; i++) y64[i] = ref.y[i]; /* the ref's plan reads out floats */
-    CHECK_OK(run(&n, P32, backend, KILN_PRECISION_BF16, c, &tc));
-    CHECK_MSG(tc.bf16_steps == 2, "%s: %d attention steps in bf16 (2: forward and backward)", what, tc.bf16_steps);
+    CHECK_OK(run(&n, P32, backend, precision, c, &tc));
+    CHECK_MSG(tc.low_steps == 2, "%s: %d attention steps in its precision (2: forward and backward)", what, tc.low_steps);
     double ey = rel_err(tc.y, y64, ny), eg = rel_err(tc.grad, g64, total);
-    CHECK_MSG(ey <= 3e-3, "%s: tensor cores' output off by %.3g (tolerance 3e-3)", what, ey);
-    CHECK_MSG(eg <= 5e-3, "%s: tensor cores' gradients off by %.3g (tolerance 5e-3)", what, eg);
+    CHECK_MSG(ey <= tol_y, "%s: tensor cores' output off by %.3g (tolerance %.3g)", what, ey, tol_y);
+    CHECK_MSG(eg <= tol_g, "%s: tensor cores' gradients off by %.3g (tolerance %.3g)", what, eg, tol_g);
     CHECK_OK(run(&n, P32, backend, KILN_PRECISION_FP32, c, &fp));
-    CHECK_MSG(fp.bf16_steps == 0, "%s: fp32 plan has %d bf16 attention steps", what, fp.bf16_steps);
+    CHECK_MSG(fp.low_steps == 0, "%s: fp32 plan has %d lower-precision attention steps", what, fp.low_steps);
     double fy = rel_err(fp.y, y64, ny), fg = rel_err(fp.grad, g64, total), moved = 0;
     CHECK_MSG(fy <= 2e-4 && fg <= 5e-4, "%s: fp32 tiles off by %.3g (output), %.3g (gradients)", what, fy, fg);
     for (int64_t i = 0; i < ny; i++) moved = fmax(moved, fabs((double)tc.y[i] - fp.y[i]));
@@ -228,13 +237,17 @@ int main(void) {
         {1, 130, 3, 48, 0}, {1, 100, 1, 128, 1},
     };
     int gpu_only = getenv("KILN_TEST_CUDA_ONLY") != NULL; /* compute-sanitizer's runs (scripts/gpu_session.sh) */
-    for (size_t i = 0; !gpu_only && i < sizeof shapes / sizeof *shapes; i++) check_shape(&shapes[i], "simt");
+    for (int k = 0; k < 2; k++) /* bf16, then fp16 operands */
+        for (size_t i = 0; !gpu_only && i < sizeof shapes / sizeof *shapes; i++)
+            check_shape(&shapes[i], "simt", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16);
     /* under the sanitizers the shapes above cover the kernels; the gpt's runs there take 25 s */
     if (!gpu_only && !getenv("KILN_SANITIZE")) check_gpt("simt");
     const kiln_backend *cu = kiln_backend_get("cuda");
     char why[192] = "the CUDA backend was not built";
     if (cu && kiln_backend_available(cu, why, sizeof why))
-        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) check_shape(&shapes[i], "cuda");
+        for (int k = 0; k < 2; k++)
+            for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+                check_shape(&shapes[i], "cuda", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16);
     if (cu && kiln_backend_available(cu, why, sizeof why)) check_gpt("cuda");
     else
         printf("test_attention_tc: the GPU's run skipped: %s\n", why);

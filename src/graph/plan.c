@@ -356,12 +356,13 @@ void kiln_plan_describe(const kiln_plan *pl, char *buf, size_t len) {
         char shape[96], attrs[128];
         const kiln_tdesc *t = s->nout ? &s->out[0] : &s->in[0];
         kiln_op_format_attrs(s->op, &s->attr, attrs, sizeof attrs);
-        o += (size_t)snprintf(buf + o, len - o, "%3d %-22s %-18s %-16s %s%s%s%s%s%s%s\n", i, s->name, kiln_op_name(s->op),
+        o += (size_t)snprintf(buf + o, len - o, "%3d %-22s %-18s %-16s %s%s%s%s%s%s%s%s\n", i, s->name, kiln_op_name(s->op),
                               kiln_shape_str(t->ndim, t->shape, shape, sizeof shape), attrs,
                               s->epilogue == KILN_EPI_RELU ? " +relu" : s->epilogue == KILN_EPI_ADD_RELU ? " +add+relu" : "",
                               s->epilogue == KILN_EPI_RELU_BWD_MASK ? " +relu_bwd" : "",
                               t->layout ? " blocked" : "", s->acc[0] ? " (accumulate)" : "",
                               s->nout > 0 && s->param_grad[0] ? " -> grad" : "",
-                              s->precision != KILN_PRECISION_FP32 ? (s->precision == KILN_PRECISION_BF16 ? " bf16" : " auto") : "");
+                              s->precision != KILN_PRECISION_FP32 ? " " : "",
+                              s->precision != KILN_PRECISION_FP32 ? kiln_precision_name(s->precision) : "");
     }
 }

@@ -2,11 +2,12 @@
 // sum, the T x T scores never stored, backward from the saved log-sum-exp,
 // dq by query tiles and dk, dv by key tiles: no atomics, the same bits run
 // after run) with every product on the warp's matrix units (wmma 16 x 16 x
-// 16): q, k, v, dy and the probabilities rounded to bf16, everything
-// accumulated and kept in fp32 (the row statistics, the output and the
-// gradients). Taken for heads that are a multiple of 16 up to TC_DMAX wide
-// when the plan's precision is bf16, fp16 or auto (kernels.c), as PyTorch's
-// autocast runs scaled_dot_product_attention in bf16.
+// 16): q, k, v, dy and the probabilities rounded to bf16 (fp16 under
+// --precision fp16), everything accumulated and kept in fp32 (the row
+// statistics, the output and the gradients). Taken for heads that are a
+// multiple of 16 up to TC_DMAX wide when the plan's precision is bf16, fp16
+// or auto (kernels.c), as PyTorch's autocast runs scaled_dot_product_attention
+// in its lower precision.
 //
 // A block is NW warps, each owning 16 rows of the block's tile (queries in
 // forward and dq, keys in dk and dv). A warp's products go through shared
@@ -31,10 +32,18 @@ using namespace nvcuda;
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
+// the operands' type: K = ND + 16 * fp16 names a kernel's head width (ND * 16) and its operands (bf16, or fp16
+// under --precision fp16), one template argument, so launches take no comma
 typedef __nv_bfloat16 bf16;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> frag_a;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> frag_b;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_bt; // rows of a matrix read as its transpose
+typedef __half fp16;
+template <int K> struct elem_of { typedef bf16 type; };
+template <> struct elem_of<1> { typedef fp16 type; };
+#define ELEM(K) typename elem_of<(K) / 16>::type
+__device__ inline void put(bf16 *p, float v) { *p = __float2bfloat16(v); }
+__device__ inline void put(fp16 *p, float v) { *p = __float2half(v); }
+template <class E> using frag_a = wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major>;
+template <class E> using frag_b = wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::row_major>;
+template <class E> using frag_bt = wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::col_major>; // a matrix's rows as its transpose
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
 
 // ---- shared memory: regions 128-byte aligned, the same carving on the host (sizes) and the device ----
@@ -43,47 +52,47 @@ __host__ __device__ inline void *take(unsigned char *base, size_t *off, size_t b
     *off = (*off + bytes + 127) / 128 * 128;
     return p;
 }
-struct tiles {
-    bf16 *a, *b, *c, *d; // bf16 row tiles [64][d + 8]: forward q, k, v; backward q, dy, k, v
+template <class E> struct tiles {
+    E *a, *b, *c, *d;    // 16-bit row tiles [64][d + 8]: forward q, k, v; backward q, dy, k, v
     float *s;            // [64][LDS] scores; backward [2][64][LDS], scores then dP, reused for the outputs at the end
-    bf16 *p, *p2;        // [64][LDP]: probabilities (dS in dq; P^T and dS^T in dk, dv)
+    E *p, *p2;           // [64][LDP]: probabilities (dS in dq; P^T and dS^T in dk, dv)
     float *o;            // forward: the output rows [64][d + 4]
     float *r1, *r2;      // per row: forward max and sum; backward lse (log2 units) and D
     float *red;          // forward: [NW][32] the lanes' partial max and sum
 };
-__host__ __device__ inline size_t carve(unsigned char *base, int d, int fwd, tiles *t) {
-    size_t off = 0, row = (size_t)64 * (d + 8) * sizeof(bf16);
-    t->a = (bf16 *)take(base, &off, row), t->b = (bf16 *)take(base, &off, row), t->c = (bf16 *)take(base, &off, row);
-    t->d = fwd ? 0 : (bf16 *)take(base, &off, row);
+template <class E> __host__ __device__ inline size_t carve(unsigned char *base, int d, int fwd, tiles<E> *t) {
+    size_t off = 0, row = (size_t)64 * (d + 8) * sizeof(E);
+    t->a = (E *)take(base, &off, row), t->b = (E *)take(base, &off, row), t->c = (E *)take(base, &off, row);
+    t->d = fwd ? 0 : (E *)take(base, &off, row);
     t->s = (float *)take(base, &off, (size_t)(fwd ? 1 : 2) * 64 * LDS * sizeof(float));
-    t->p = (bf16 *)take(base, &off, (size_t)64 * LDP * sizeof(bf16));
-    t->p2 = fwd ? 0 : (bf16 *)take(base, &off, (size_t)64 * LDP * sizeof(bf16));
+    t->p = (E *)take(base, &off, (size_t)64 * LDP * sizeof(E));
+    t->p2 = fwd ? 0 : (E *)take(base, &off, (size_t)64 * LDP * sizeof(E));
     t->o = fwd ? (float *)take(base, &off, (size_t)64 * (d + 4) * sizeof(float)) : 0;
     t->r1 = (float *)take(base, &off, 64 * sizeof(float)), t->r2 = (float *)take(base, &off, 64 * sizeof(float));
     t->red = (float *)take(base, &off, (size_t)NW * 32 * sizeof(float));
     return off;
 }
 
-// rows [r0, r0 + 64) of one head of x (batch stride s0, row stride s1) into dst[64][ld] as bf16, zeros past T
-template <int ND>
-__device__ inline void stage(bf16 *dst, int ld, const float *x, int64_t s0, int64_t s1, const attn &a, int64_t b, int64_t h,
+// rows [r0, r0 + 64) of one head of x (batch stride s0, row stride s1) into dst[64][ld], rounded, zeros past T
+template <int ND, class E>
+__device__ inline void stage(E *dst, int ld, const float *x, int64_t s0, int64_t s1, const attn &a, int64_t b, int64_t h,
                              int64_t r0) {
     const int d = ND * 16; /* a constant: the index arithmetic below is shifts */
     for (int e = threadIdx.x; e < 64 * d; e += blockDim.x) {
         int r = e / d, c = e % d;
-        dst[r * ld + c] = __float2bfloat16(r0 + r < a.t ? x[b * s0 + (r0 + r) * s1 + h * a.d + c] : 0.f);
+        put(&dst[r * ld + c], r0 + r < a.t ? x[b * s0 + (r0 + r) * s1 + h * a.d + c] : 0.f);
     }
 }
 
 // out[16][LDS] = a[16][d] . m[64][d]^T: a warp's rows against a tile's 64 rows (scores, dP)
-template <int ND> __device__ inline void rows_dot(float *out, const bf16 *a, const bf16 *m, int ld) {
+template <int ND, class E> __device__ inline void rows_dot(float *out, const E *a, const E *m, int ld) {
     frag_c acc[BK / 16];
     for (int n = 0; n < BK / 16; n++) wmma::fill_fragment(acc[n], 0.f);
     for (int kk = 0; kk < ND; kk++) {
-        frag_a fa;
+        frag_a<E> fa;
         wmma::load_matrix_sync(fa, a + kk * 16, ld);
         for (int n = 0; n < BK / 16; n++) {
-            frag_bt fb;
+            frag_bt<E> fb;
             wmma::load_matrix_sync(fb, m + n * 16 * ld + kk * 16, ld);
             wmma::mma_sync(acc[n], fa, fb, acc[n]);
         }
@@ -92,12 +101,12 @@ template <int ND> __device__ inline void rows_dot(float *out, const bf16 *a, con
 }
 
 // acc[f] += p[16][64] . m[64][d] column block f: the probabilities (or dS) times a tile's rows
-template <int ND> __device__ inline void prob_times(frag_c *acc, const bf16 *p, const bf16 *m, int ld) {
+template <int ND, class E> __device__ inline void prob_times(frag_c *acc, const E *p, const E *m, int ld) {
     for (int kk = 0; kk < BK / 16; kk++) {
-        frag_a fa;
+        frag_a<E> fa;
         wmma::load_matrix_sync(fa, p + kk * 16, LDP);
         for (int f = 0; f < ND; f++) {
-            frag_b fb;
+            frag_b<E> fb;
             wmma::load_matrix_sync(fb, m + kk * 16 * ld + f * 16, ld);
             wmma::mma_sync(acc[f], fa, fb, acc[f]);
         }
@@ -108,11 +117,12 @@ template <int ND> __device__ inline void prob_times(frag_c *acc, const bf16 *p, 
 
 // the lane's columns of row rr (the even or the odd ones): the tile's scores into bf16 probabilities against
 // the grown max, the output row rescaled, the row's max and sum updated (by its first lane); all in shared memory
-__device__ inline void online_softmax(const tiles &t, const attn &a, int64_t i, int64_t j0, int rr, int w, int lane, int d) {
+template <class E>
+__device__ inline void online_softmax(const tiles<E> &t, const attn &a, int64_t i, int64_t j0, int rr, int w, int lane, int d) {
     int half = lane % 2;
     float sl2 = a.scale * LOG2E, mx = -INFINITY, sum = 0.f, m_old = t.r1[rr];
     const float *srow = t.s + rr * LDS;
-    bf16 *prow = t.p + rr * LDP;
+    E *prow = t.p + rr * LDP;
     for (int c = half; c < BK; c += 2)
         if (i < a.t && j0 + c <= i) mx = fmaxf(mx, srow[c] * sl2);
     t.red[w * 32 + lane] = mx;
@@ -120,7 +130,7 @@ __device__ inline void online_softmax(const tiles &t, const attn &a, int64_t i, 
     float m_new = fmaxf(m_old, fmaxf(mx, t.red[w * 32 + (lane ^ 1)]));
     for (int c = half; c < BK; c += 2) {
         float p = i < a.t && j0 + c <= i ? exp2f(srow[c] * sl2 - m_new) : 0.f;
-        prow[c] = __float2bfloat16(p);
+        put(&prow[c], p);
         sum += p;
     }
     __syncwarp(); // both lanes have read the maxima
@@ -133,23 +143,24 @@ __device__ inline void online_softmax(const tiles &t, const attn &a, int64_t i, 
     if (!half) t.r1[rr] = m_new, t.r2[rr] = t.r2[rr] * keep + sum;
 }
 
-template <int ND> __global__ void k_tc_fwd(attn a, const float *q, const float *k, const float *v, float *y, float *lse) {
-    const int d = ND * 16, ld = d + 8, ldo = d + 4;
+template <int K> __global__ void k_tc_fwd(attn a, const float *q, const float *k, const float *v, float *y, float *lse) {
+    typedef ELEM(K) E;
+    const int ND = K % 16, d = ND * 16, ld = d + 8, ldo = d + 4;
     KILN_DYN_SHARED(unsigned char, sm);
-    tiles t;
+    tiles<E> t;
     carve(sm, d, 1, &t);
     int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.y * BQ;
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = w * 16, rr = r0 + lane / 2;
     int64_t i = q0 + rr, last = (q0 + BQ < a.t ? q0 + BQ : a.t) - 1;
-    stage<ND>(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
+    stage<K % 16>(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
     for (int e = threadIdx.x; e < BQ * ldo; e += blockDim.x) t.o[e] = 0.f;
     if (threadIdx.x < BQ) t.r1[threadIdx.x] = -INFINITY, t.r2[threadIdx.x] = 0.f;
     for (int64_t j0 = 0; j0 <= last; j0 += BK) {
         __syncthreads(); // every warp is done with the previous tile's k and v
-        stage<ND>(t.b, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
-        stage<ND>(t.c, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
+        stage<K % 16>(t.b, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
+        stage<K % 16>(t.c, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
         __syncthreads();
-        rows_dot<ND>(t.s + r0 * LDS, t.a + r0 * ld, t.b, ld);
+        rows_dot<K % 16>(t.s + r0 * LDS, t.a + r0 * ld, t.b, ld);
         __syncwarp();
         online_softmax(t, a, i, j0, rr, w, lane, d);
         __syncwarp();
@@ -190,7 +201,7 @@ template <int ND> __device__ inline void put_rows(float *o, frag_c *g, float sca
 }
 
 // the rows' lse (log2 units) and D into r1, r2 for rows [r0, r0 + 64)
-__device__ inline void row_stats(const tiles &t, const attn &a, int64_t bh, int64_t r0, const float *lse, const float *D) {
+template <class E> __device__ inline void row_stats(const tiles<E> &t, const attn &a, int64_t bh, int64_t r0, const float *lse, const float *D) {
     if (threadIdx.x >= 64) return;
     int64_t i = r0 + threadIdx.x;
     t.r1[threadIdx.x] = i < a.t ? lse[bh * a.t + i] * LOG2E : 0.f;
@@ -198,139 +209,150 @@ __device__ inline void row_stats(const tiles &t, const attn &a, int64_t bh, int6
 }
 
 // dq_i = scale sum_j P_ij (dP_ij - D_i) k_j: a query tile per block over its keys
-template <int ND> __global__ void k_tc_dq(attn a, const float *q, const float *k, const float *v, const float *lse,
+template <int K> __global__ void k_tc_dq(attn a, const float *q, const float *k, const float *v, const float *lse,
                                           const float *dy, const float *D, float *dq, int acc) {
-    const int d = ND * 16, ld = d + 8;
+    typedef ELEM(K) E;
+    const int ND = K % 16, d = ND * 16, ld = d + 8;
     KILN_DYN_SHARED(unsigned char, sm);
-    tiles t;
+    tiles<E> t;
     carve(sm, d, 0, &t);
     int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.y * BQ;
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = w * 16, rr = r0 + lane / 2, half = lane % 2;
     int64_t i = q0 + rr, last = (q0 + BQ < a.t ? q0 + BQ : a.t) - 1;
     float sl2 = a.scale * LOG2E, *dp = t.s + 64 * LDS;
-    stage<ND>(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
-    stage<ND>(t.b, ld, dy, a.t * a.c, a.c, a, b, h, q0);
+    stage<K % 16>(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
+    stage<K % 16>(t.b, ld, dy, a.t * a.c, a.c, a, b, h, q0);
     row_stats(t, a, bh, q0, lse, D);
-    frag_c g[ND];
+    frag_c g[K % 16];
     for (int f = 0; f < ND; f++) wmma::fill_fragment(g[f], 0.f);
     for (int64_t j0 = 0; j0 <= last; j0 += BK) {
         __syncthreads();
-        stage<ND>(t.c, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
-        stage<ND>(t.d, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
+        stage<K % 16>(t.c, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
+        stage<K % 16>(t.d, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
         __syncthreads();
-        rows_dot<ND>(t.s + r0 * LDS, t.a + r0 * ld, t.c, ld);
-        rows_dot<ND>(dp + r0 * LDS, t.b + r0 * ld, t.d, ld);
+        rows_dot<K % 16>(t.s + r0 * LDS, t.a + r0 * ld, t.c, ld);
+        rows_dot<K % 16>(dp + r0 * LDS, t.b + r0 * ld, t.d, ld);
         __syncwarp();
         for (int c = half; c < BK; c += 2) {
             float p = i < a.t && j0 + c <= i ? exp2f(t.s[rr * LDS + c] * sl2 - t.r1[rr]) : 0.f;
-            t.p[rr * LDP + c] = __float2bfloat16(p * (dp[rr * LDS + c] - t.r2[rr]));
+            put(&t.p[rr * LDP + c], p * (dp[rr * LDS + c] - t.r2[rr]));
         }
         __syncwarp();
-        prob_times<ND>(g, t.p + r0 * LDP, t.c, ld);
+        prob_times<K % 16>(g, t.p + r0 * LDP, t.c, ld);
     }
     __syncthreads(); // the score tiles become the output rows
-    put_rows<ND>(t.s, g, a.scale, dq, a.ds[0], a.ds[1], a, b, h, q0, r0, acc);
+    put_rows<K % 16>(t.s, g, a.scale, dq, a.ds[0], a.ds[1], a, b, h, q0, r0, acc);
 }
 
 // a key tile per block over its queries: dv_j = sum_i P_ij dy_i, dk_j = scale sum_i dS_ij q_i
-template <int ND> __global__ void k_tc_dkv(attn a, const float *q, const float *k, const float *v, const float *lse,
+template <int K> __global__ void k_tc_dkv(attn a, const float *q, const float *k, const float *v, const float *lse,
                                            const float *dy, const float *D, float *dk, float *dv, int acc_k, int acc_v) {
-    const int d = ND * 16, ld = d + 8;
+    typedef ELEM(K) E;
+    const int ND = K % 16, d = ND * 16, ld = d + 8;
     KILN_DYN_SHARED(unsigned char, sm);
-    tiles t;
+    tiles<E> t;
     carve(sm, d, 0, &t);
     int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, j0 = (int64_t)blockIdx.y * BK;
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = w * 16, kr = r0 + lane / 2, half = lane % 2;
     int64_t j = j0 + kr;
     float sl2 = a.scale * LOG2E, *dp = t.s + 64 * LDS;
-    stage<ND>(t.c, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
-    stage<ND>(t.d, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
-    frag_c gk[ND], gv[ND];
+    stage<K % 16>(t.c, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
+    stage<K % 16>(t.d, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
+    frag_c gk[K % 16], gv[K % 16];
     for (int f = 0; f < ND; f++) wmma::fill_fragment(gk[f], 0.f), wmma::fill_fragment(gv[f], 0.f);
     for (int64_t q0 = j0; q0 < a.t; q0 += BQ) { // BQ == BK: the first query tile is the diagonal's
         __syncthreads();
-        stage<ND>(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
-        stage<ND>(t.b, ld, dy, a.t * a.c, a.c, a, b, h, q0);
+        stage<K % 16>(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
+        stage<K % 16>(t.b, ld, dy, a.t * a.c, a.c, a, b, h, q0);
         row_stats(t, a, bh, q0, lse, D);
         __syncthreads();
-        rows_dot<ND>(t.s + r0 * LDS, t.c + r0 * ld, t.a, ld); // S^T: the warp's keys against the queries
-        rows_dot<ND>(dp + r0 * LDS, t.d + r0 * ld, t.b, ld);  // dP^T
+        rows_dot<K % 16>(t.s + r0 * LDS, t.c + r0 * ld, t.a, ld); // S^T: the warp's keys against the queries
+        rows_dot<K % 16>(dp + r0 * LDS, t.d + r0 * ld, t.b, ld);  // dP^T
         __syncwarp();
         for (int c = half; c < BK; c += 2) {
             int64_t i = q0 + c;
             int on = i < a.t && j < a.t && j <= i;
             float p = on ? exp2f(t.s[kr * LDS + c] * sl2 - t.r1[c]) : 0.f;
-            t.p[kr * LDP + c] = __float2bfloat16(p);
-            t.p2[kr * LDP + c] = __float2bfloat16(on ? p * (dp[kr * LDS + c] - t.r2[c]) : 0.f);
+            put(&t.p[kr * LDP + c], p);
+            put(&t.p2[kr * LDP + c], on ? p * (dp[kr * LDS + c] - t.r2[c]) : 0.f);
         }
         __syncwarp();
-        prob_times<ND>(gv, t.p + r0 * LDP, t.b, ld);
-        prob_times<ND>(gk, t.p2 + r0 * LDP, t.a, ld);
+        prob_times<K % 16>(gv, t.p + r0 * LDP, t.b, ld);
+        prob_times<K % 16>(gk, t.p2 + r0 * LDP, t.a, ld);
     }
     __syncthreads();
-    put_rows<ND>(t.s, gk, a.scale, dk, a.ds[0], a.ds[1], a, b, h, j0, r0, acc_k);
-    put_rows<ND>(t.s, gv, 1.f, dv, a.ds[0], a.ds[1], a, b, h, j0, r0, acc_v);
+    put_rows<K % 16>(t.s, gk, a.scale, dk, a.ds[0], a.ds[1], a, b, h, j0, r0, acc_k);
+    put_rows<K % 16>(t.s, gv, 1.f, dv, a.ds[0], a.ds[1], a, b, h, j0, r0, acc_v);
 }
 
 // ---- launchers ----
 
 static size_t smem_bytes(int d, int fwd) {
-    tiles t;
+    tiles<bf16> t; /* fp16's are as large */
     return carve(0, d, fwd, &t);
 }
-#define ND_SWITCH(nd, CALL)                   \
-    switch (nd) {                             \
-    case 1: CALL(1); break;                   \
-    case 2: CALL(2); break;                   \
-    case 3: CALL(3); break;                   \
-    case 4: CALL(4); break;                   \
-    case 5: CALL(5); break;                   \
-    case 6: CALL(6); break;                   \
-    case 7: CALL(7); break;                   \
-    default: CALL(8); break;                  \
+/* the kernel of head width d (a multiple of 16 up to 128) and operands fp16 (1) or bf16 (0): K = d / 16 + 16 fp16 */
+#define K_SWITCH(d, fp16, CALL)                                                                                    \
+    switch ((int)((d) / 16 + 16 * (fp16))) {                                                                       \
+    case 1: CALL(1); break;                                                                                        \
+    case 2: CALL(2); break;                                                                                        \
+    case 3: CALL(3); break;                                                                                        \
+    case 4: CALL(4); break;                                                                                        \
+    case 5: CALL(5); break;                                                                                        \
+    case 6: CALL(6); break;                                                                                        \
+    case 7: CALL(7); break;                                                                                        \
+    case 8: CALL(8); break;                                                                                        \
+    case 17: CALL(17); break;                                                                                      \
+    case 18: CALL(18); break;                                                                                      \
+    case 19: CALL(19); break;                                                                                      \
+    case 20: CALL(20); break;                                                                                      \
+    case 21: CALL(21); break;                                                                                      \
+    case 22: CALL(22); break;                                                                                      \
+    case 23: CALL(23); break;                                                                                      \
+    default: CALL(24); break;                                                                                      \
     }
 
 extern "C" {
 int kiln_cuda_flash_tc_ok(int64_t d) { return d >= 16 && d <= TC_DMAX && d % 16 == 0; }
 
-int kiln_cuda_flash_tc_setup(int64_t d) {
+int kiln_cuda_flash_tc_setup(int64_t d, int fp16) {
 #if defined(KILN_SIMT)
-    (void)d;
+    (void)d, (void)fp16;
     return 0;
 #else
     int fwd = (int)smem_bytes((int)d, 1), bwd = (int)smem_bytes((int)d, 0), err = 0;
-#define SETUP(ND)                                                                                                   \
-    err = (int)cudaFuncSetAttribute(k_tc_fwd<ND>, cudaFuncAttributeMaxDynamicSharedMemorySize, fwd);                 \
-    if (!err) err = (int)cudaFuncSetAttribute(k_tc_dq<ND>, cudaFuncAttributeMaxDynamicSharedMemorySize, bwd);        \
-    if (!err) err = (int)cudaFuncSetAttribute(k_tc_dkv<ND>, cudaFuncAttributeMaxDynamicSharedMemorySize, bwd)
-    ND_SWITCH(d / 16, SETUP)
+#define SETUP(K)                                                                                                   \
+    err = (int)cudaFuncSetAttribute(k_tc_fwd<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, fwd);                 \
+    if (!err) err = (int)cudaFuncSetAttribute(k_tc_dq<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, bwd);        \
+    if (!err) err = (int)cudaFuncSetAttribute(k_tc_dkv<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, bwd)
+    K_SWITCH(d, fp16, SETUP)
 #undef SETUP
     if (err) (void)cudaGetLastError(); /* not left for the next launch's check */
     return err;
 #endif
 }
 
-void kiln_cuda_flash_tc(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
-                        const float *k, const float *v, float *y, float *lse) {
+void kiln_cuda_flash_tc(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
+                        const float *q, const float *k, const float *v, float *y, float *lse) {
     attn a = attn_of(b, t, c, heads, strides);
     dim3 grid((unsigned)(b * heads), (unsigned)((t + BQ - 1) / BQ)); /* batch x heads on x: up to 2^31 - 1 */
     size_t sh = smem_bytes((int)a.d, 1);
-#define FWD(ND) KLAUNCH(k_tc_fwd<ND>, grid, NW * 32, sh, st)(a, q, k, v, y, lse)
-    ND_SWITCH(a.d / 16, FWD)
+#define FWD(K) KLAUNCH(k_tc_fwd<K>, grid, NW * 32, sh, st)(a, q, k, v, y, lse)
+    K_SWITCH(a.d, fp16, FWD)
 #undef FWD
 }
 
-void kiln_cuda_flash_tc_bwd(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
-                            const float *k, const float *v, const float *y, const float *lse, const float *dy, float *D,
-                            float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v) {
+void kiln_cuda_flash_tc_bwd(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
+                            const float *q, const float *k, const float *v, const float *y, const float *lse, const float *dy,
+                            float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v) {
     attn a = attn_of(b, t, c, heads, strides);
     kiln_cuda_flash_rowdot(st, b, t, c, heads, strides, y, dy, D);
     dim3 gq((unsigned)(b * heads), (unsigned)((t + BQ - 1) / BQ)), gk((unsigned)(b * heads), (unsigned)((t + BK - 1) / BK));
     size_t sh = smem_bytes((int)a.d, 0);
-#define DQ(ND) KLAUNCH(k_tc_dq<ND>, gq, NW * 32, sh, st)(a, q, k, v, lse, dy, D, dq, acc_q)
-#define DKV(ND) KLAUNCH(k_tc_dkv<ND>, gk, NW * 32, sh, st)(a, q, k, v, lse, dy, D, dk, dv, acc_k, acc_v)
-    if (dq) ND_SWITCH(a.d / 16, DQ)
-    if (dk || dv) ND_SWITCH(a.d / 16, DKV)
+#define DQ(K) KLAUNCH(k_tc_dq<K>, gq, NW * 32, sh, st)(a, q, k, v, lse, dy, D, dq, acc_q)
+#define DKV(K) KLAUNCH(k_tc_dkv<K>, gk, NW * 32, sh, st)(a, q, k, v, lse, dy, D, dk, dv, acc_k, acc_v)
+    if (dq) K_SWITCH(a.d, fp16, DQ)
+    if (dk || dv) K_SWITCH(a.d, fp16, DKV)
 #undef DQ
 #undef DKV
 }

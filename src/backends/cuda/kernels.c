@@ -334,8 +334,8 @@ static kiln_status bmm_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 
 /* heads up to kiln_cuda_flash_max_head() run in tiles (flash.cu); wider ones a query row per thread, which holds
  * its head's row of the output: up to kiln_cuda_attention_max_head() (transformer.cu). With the plan's precision
- * bf16, fp16 or auto, heads flash_tc.cu takes run on tensor cores with bf16 operands (as PyTorch's autocast runs
- * attention in bf16): the step's precision says so (kiln inspect), and forward and backward agree */
+ * bf16, fp16 or auto, heads flash_tc.cu takes run on tensor cores with bf16 operands (fp16 under fp16), as
+ * PyTorch's autocast runs attention: the step's precision says so (kiln inspect), forward and backward agree */
 static kiln_status attention_prepare(kiln_step *s, kiln_prep *p) {
     kiln_prepare_attention(s, p);
     const kiln_attn_shape *z = &s->sz.attn.shape;
@@ -346,7 +346,8 @@ static kiln_status attention_prepare(kiln_step *s, kiln_prep *p) {
     s->precision = KILN_PRECISION_FP32;
     if (p && p->o->precision != KILN_PRECISION_FP32 && kiln_cuda_flash_tc_ok(d)) {
         static int warned; /* a GPU with less shared memory a block than Hopper's: the fp32 tiles, said once */
-        if (kiln_cuda_flash_tc_setup(d) == 0) s->precision = KILN_PRECISION_BF16;
+        int fp16 = p->o->precision == KILN_PRECISION_FP16;
+        if (kiln_cuda_flash_tc_setup(d, fp16) == 0) s->precision = fp16 ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16;
         else if (!warned++)
             kiln_log(KILN_LOG_WARN, "%s: this GPU cannot give the tensor-core attention the shared memory it needs for heads "
                      "of %lld; attention keeps fp32 math", s->name, (long long)d);
@@ -368,8 +369,8 @@ static kiln_status attention(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_attn_shape *z = &s->sz.attn.shape;
     int64_t st[8];
     attn_strides(z, st);
-    if (s->precision == KILN_PRECISION_BF16)
-        kiln_cuda_flash_tc(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
+    if (s->precision != KILN_PRECISION_FP32)
+        kiln_cuda_flash_tc(ST, s->precision == KILN_PRECISION_FP16, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
     else if (z->c / z->heads <= kiln_cuda_flash_max_head())
         kiln_cuda_flash(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
     else
@@ -383,8 +384,8 @@ static kiln_status attention_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     void *d[3];
     int acc[3];
     kiln_attention_grads(s, rc, d, acc);
-    if (s->precision == KILN_PRECISION_BF16)
-        kiln_cuda_flash_tc_bwd(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]),
+    if (s->precision != KILN_PRECISION_FP32)
+        kiln_cuda_flash_tc_bwd(ST, s->precision == KILN_PRECISION_FP16, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]),
                                F(s->in[5]), rc->workspace, d[0], d[1], d[2], acc[0], acc[1], acc[2]);
     else if (z->c / z->heads <= kiln_cuda_flash_max_head())
         kiln_cuda_flash_bwd(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]),

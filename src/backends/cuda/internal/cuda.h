@@ -213,17 +213,18 @@ void kiln_cuda_flash_bwd(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads,
 /* backward's D_i = dy_i . y_i for each row and head, into D [b * heads * t] */
 void kiln_cuda_flash_rowdot(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *y,
                             const float *dy, float *D);
-/* flash_tc.cu: the same on tensor cores (bf16 operands, fp32 accumulation) for heads kiln_cuda_flash_tc_ok takes
+/* flash_tc.cu: the same on tensor cores (bf16 or fp16 operands, fp32 accumulation) for heads kiln_cuda_flash_tc_ok takes
  * (a multiple of 16, at most 128); kiln_cuda_flash_tc_setup(d) raises its kernels' shared memory limit for such
  * heads (before any launch or capture: at prepare), 0 or the CUDA error (a GPU with less shared memory a block
  * than the up to 128 KiB it needs: the caller keeps the fp32 tiles) */
 int kiln_cuda_flash_tc_ok(int64_t d);
-int kiln_cuda_flash_tc_setup(int64_t d);
-void kiln_cuda_flash_tc(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
-                        const float *k, const float *v, float *y, float *lse);
-void kiln_cuda_flash_tc_bwd(kcs st, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides, const float *q,
-                            const float *k, const float *v, const float *y, const float *lse, const float *dy, float *D,
-                            float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
+int kiln_cuda_flash_tc_setup(int64_t d, int fp16);
+/* fp16: the operands in fp16 (--precision fp16), else bf16 */
+void kiln_cuda_flash_tc(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
+                        const float *q, const float *k, const float *v, float *y, float *lse);
+void kiln_cuda_flash_tc_bwd(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
+                            const float *q, const float *k, const float *v, const float *y, const float *lse, const float *dy,
+                            float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
 /* bmm.cu: y [..., m, n] = a [..., m, k] @ b [..., k, n] over nb batch dims (at most kiln_cuda_bmm_max_batch_dims());
  * a and b through their strides (nb + 2 each), y, dy, da, db contiguous; da or db NULL: not wanted */
 int kiln_cuda_bmm_max_batch_dims(void);

@@ -1,7 +1,7 @@
 /* What simt (internal/simt.h) gives the tensor-core kernels on the host:
- * bf16 as CUDA's cuda_bf16.h has it (round to nearest even), the warp's
- * matrix operations of CUDA's mma.h (nvcuda::wmma, 16 x 16 x 16 with bf16
- * operands and float accumulators), __syncwarp and dynamic shared memory.
+ * bf16 and fp16 as CUDA's cuda_bf16.h and cuda_fp16.h have them (round to
+ * nearest even), the warp's matrix operations of CUDA's mma.h (nvcuda::wmma,
+ * 16 x 16 x 16 with bf16 or fp16 operands and float accumulators), __syncwarp and dynamic shared memory.
  *
  * CUDA spreads a fragment over the 32 lanes of a warp in an order it leaves
  * unspecified, so code may only load, store, fill, multiply and scale it
@@ -42,6 +42,37 @@ static inline float __bfloat162float(__nv_bfloat16 h) {
     memcpy(&f, &u, 4);
     return f;
 }
+/* fp16 as cuda_fp16.h has it: round to nearest even, subnormals kept, overflow to inf, NaN stays NaN */
+struct __half {
+    unsigned short x;
+};
+static inline float __half2float(__half h) {
+    uint32_t sign = (uint32_t)(h.x & 0x8000u) << 16, e = (h.x >> 10) & 0x1fu, m = h.x & 0x3ffu;
+    float f = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400u), (int)e - 25);
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u |= sign;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline __half __float2half(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    unsigned short sign = (unsigned short)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return __half{(unsigned short)(sign | 0x7e00u)};
+    if (a >= 0x477ff000u) return __half{(unsigned short)(sign | 0x7c00u)}; /* 65520 and up round past 65504 */
+    if (a < 0x38800000u) { /* below 2^-14: a multiple of 2^-24, rounded to nearest even (1024 is the least normal) */
+        float v;
+        memcpy(&v, &a, 4);
+        return __half{(unsigned short)(sign | (uint32_t)rintf(v * 16777216.0f))};
+    }
+    uint32_t h = ((a >> 23) - 112) << 10 | (a & 0x7fffffu) >> 13, rest = a & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++; /* a carry into the exponent is right */
+    return __half{(unsigned short)(sign | h)};
+}
+static inline float kiln_simt_to_float(__nv_bfloat16 h) { return __bfloat162float(h); }
+static inline float kiln_simt_to_float(__half h) { return __half2float(h); }
 
 #define __syncwarp() kiln_simt_sync_warp(__FILE__, __LINE__)
 /* the launch's dynamic shared memory (simt.cpp) */
@@ -84,10 +115,10 @@ static inline int is_col(const col_major *) { return 1; }
 template <class T> static inline T at(const T *p, unsigned ldm, int r, int c, int col) {
     return col ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
 }
-template <class Use, int M, int N, int K, class L>
-static inline void load_matrix_sync(fragment<Use, M, N, K, __nv_bfloat16, L> &f, const __nv_bfloat16 *p, unsigned ldm) {
-    check(p, ldm, 2, "load_matrix_sync");
-    typedef fragment<Use, M, N, K, __nv_bfloat16, L> F;
+template <class Use, int M, int N, int K, class T, class L>
+static inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const T *p, unsigned ldm) {
+    check(p, ldm, sizeof(T), "load_matrix_sync");
+    typedef fragment<Use, M, N, K, T, L> F;
     for (int r = 0; r < F::rows; r++)
         for (int c = 0; c < F::cols; c++) f.x[r * F::cols + c] = at(p, ldm, r, c, is_col((const L *)0));
 }
@@ -103,17 +134,16 @@ static inline void store_matrix_sync(float *p, const fragment<accumulator, M, N,
     for (int r = 0; r < M; r++)
         for (int c = 0; c < N; c++) (l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]) = f.x[r * N + c];
 }
-/* d = a b + c in float: bf16 products are exact in float; the sum in k's order (a GPU's is unspecified) */
-template <int M, int N, int K, class LA, class LB>
-static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, __nv_bfloat16, LA> &a,
-                            const fragment<matrix_b, M, N, K, __nv_bfloat16, LB> &b,
-                            const fragment<accumulator, M, N, K, float> &c) {
+/* d = a b + c in float: bf16's and fp16's products are exact in float; the sum in k's order (a GPU's is unspecified) */
+template <int M, int N, int K, class T, class LA, class LB>
+static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
+                            const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
     kiln_simt_sync_warp(__FILE__, __LINE__);
     float out[M * N];
     for (int r = 0; r < M; r++)
         for (int n = 0; n < N; n++) {
             float s = c.x[r * N + n];
-            for (int k = 0; k < K; k++) s += __bfloat162float(a.x[r * K + k]) * __bfloat162float(b.x[k * N + n]);
+            for (int k = 0; k < K; k++) s += kiln_simt_to_float(a.x[r * K + k]) * kiln_simt_to_float(b.x[k * N + n]);
             out[r * N + n] = s;
         }
     memcpy(d.x, out, sizeof out);

@@ -1,5 +1,6 @@
 /* Tensor cores for kiln's own kernels (included by *.cu only): CUDA's warp
- * matrix operations (mma.h, nvcuda::wmma) on bf16 (cuda_bf16.h), and the
+ * matrix operations (mma.h, nvcuda::wmma) on bf16 and fp16 (cuda_bf16.h,
+ * cuda_fp16.h), and the
  * block's dynamic shared memory (KILN_DYN_SHARED(type, name): a pointer to
  * the launch's shared bytes, 128-byte aligned). Built with KILN_SIMT, simt's
  * host stand-ins (internal/simt_wmma.h). */
@@ -10,6 +11,7 @@
 #include "backends/cuda/internal/simt_wmma.h"
 #else
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <mma.h>
 #define KILN_DYN_SHARED(type, name)                                  \
     extern __shared__ __align__(128) unsigned char kiln_dyn_shared[]; \
