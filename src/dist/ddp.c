@@ -11,6 +11,7 @@
 #include <time.h>
 #include "base/internal/trace.h"
 #include "dist/internal/buckets.h"
+#include "dist/internal/ddp_device.h"
 #include "graph/internal/plan_hook.h"
 
 /* steps whose last-arriving rank's wait gives the median */
@@ -29,6 +30,7 @@ struct kiln_ddp {
     kiln_params *P;
     kiln_ddp_opts o;
     kiln_plan *plan;
+    kiln_ddp_dev *dev;    /* parameters in a device's memory (ddp_device.c), else NULL */
     int sync;             /* this micro-batch reduces */
     kiln_buckets B;
     ddp_more *more[KILN_DDP_MAX_PLANS]; /* kiln_ddp_attach_more's plans */
@@ -144,12 +146,17 @@ static kiln_status agree(kiln_comm *c, const char *mine, int settings, const cha
 
 static kiln_status broadcast_state(kiln_ddp *d) {
     kiln_params *P = d->P;
+    if (d->dev) {
+        kiln_status st = kiln_ddp_dev_bcast_params(d->dev);
+        return st == KILN_OK ? kiln_ddp_sync_buffers(d) : st;
+    }
     size_t elem = kiln_params_dtype(P) == KILN_F64 ? 8 : 4;
     kiln_status st = kiln_comm_bcast(d->c, kiln_params_data(P), (size_t)kiln_params_total(P) * elem, 0, "the parameter broadcast");
     return st == KILN_OK ? kiln_ddp_sync_buffers(d) : st;
 }
 
 kiln_status kiln_ddp_sync_buffers(kiln_ddp *d) {
+    if (d->dev) return kiln_ddp_dev_bcast_buffers(d->dev);
     for (int i = 0; i < kiln_params_buffer_count(d->P); i++) {
         size_t elem = kiln_params_buffer_dtype(d->P, i) == KILN_F32 ? 4 : 8;
         kiln_status st = kiln_comm_bcast(d->c, kiln_params_buffer_data(d->P, i),
@@ -161,9 +168,6 @@ kiln_status kiln_ddp_sync_buffers(kiln_ddp *d) {
 
 kiln_status kiln_ddp_open(kiln_comm *c, kiln_params *P, const kiln_ddp_opts *o, kiln_ddp **out) {
     *out = NULL;
-    if (kiln_comm_size(c) > 1 && !kiln_params_host_memory(P))
-        return kiln_fail(KILN_ERR_INVALID_ARG, "data parallel training keeps parameters in host memory: --device %s under "
-                         "mpirun is not supported yet", kiln_params_backend(P));
     kiln_ddp *d = calloc(1, sizeof *d);
     if (!d) return kiln_fail(KILN_ERR_NOMEM, "ddp: out of memory");
     d->c = c;
@@ -177,6 +181,7 @@ kiln_status kiln_ddp_open(kiln_comm *c, kiln_params *P, const kiln_ddp_opts *o, 
     kiln_status st = agree(c, model, 0, "the model check");
     free(model);
     if (st == KILN_OK && o->settings) st = agree(c, o->settings, 1, "the settings check");
+    if (st == KILN_OK && !kiln_params_host_memory(P)) st = kiln_ddp_dev_open(c, P, &d->dev);
     if (st == KILN_OK) st = broadcast_state(d);
     return st;
 }
@@ -184,6 +189,7 @@ kiln_status kiln_ddp_open(kiln_comm *c, kiln_params *P, const kiln_ddp_opts *o, 
 void kiln_ddp_free(kiln_ddp *d) {
     if (!d) return;
     kiln_buckets_free(&d->B);
+    kiln_ddp_dev_free(d->dev);
     for (int i = 0; i < d->nmore; i++) {
         kiln_buckets_free(&d->more[i]->B);
         free(d->more[i]);
@@ -281,6 +287,10 @@ kiln_status kiln_ddp_attach(kiln_ddp *d, kiln_plan *plan) {
     if (kiln_params_dtype(d->P) != KILN_F32)
         return kiln_fail(KILN_ERR_INVALID_ARG, "data parallel training reduces f32 gradients; these are %s",
                          kiln_dtype_name(kiln_params_dtype(d->P)));
+    if (d->dev) { /* the whole buffer in one sum after backward: a captured step list has no points between its kernels */
+        d->st.buckets = 1;
+        return kiln_plan_set_hook(plan, NULL, NULL);
+    }
     kiln_buckets_free(&d->B);
     kiln_status st = kiln_buckets_make(d->P, plan, d->o.bucket_mb, &d->B);
     if (st != KILN_OK) return st;
@@ -295,7 +305,7 @@ kiln_status kiln_ddp_attach(kiln_ddp *d, kiln_plan *plan) {
 }
 
 kiln_status kiln_ddp_attach_more(kiln_ddp *d, kiln_plan *plan) {
-    if (kiln_comm_size(d->c) == 1 || !d->o.overlap) return kiln_plan_set_hook(plan, NULL, NULL);
+    if (kiln_comm_size(d->c) == 1 || !d->o.overlap || d->dev) return kiln_plan_set_hook(plan, NULL, NULL);
     if (d->nmore == KILN_DDP_MAX_PLANS) return kiln_fail(KILN_ERR_INVALID_ARG, "ddp: more than %d plans", KILN_DDP_MAX_PLANS);
     ddp_more *m = calloc(1, sizeof *m);
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "ddp: out of memory");
@@ -310,10 +320,26 @@ kiln_status kiln_ddp_attach_more(kiln_ddp *d, kiln_plan *plan) {
 
 void kiln_ddp_begin_micro(kiln_ddp *d, int sync) { d->sync = sync; }
 
+/* the device's sum: queued (NCCL), so what it costs shows in the optimizer's wait, not here; or staged */
+static kiln_status reduce_device(kiln_ddp *d, double t0) {
+    kiln_status st = kiln_ddp_dev_sum(d->dev);
+    double t1 = now_s();
+    if (st != KILN_OK) return st;
+    if (kiln_trace_on()) kiln_trace_span("all-reduce (device)", "comm", t0, t1);
+    d->st.reductions++;
+    d->st.exposed_s += t1 - t0;
+    d->st.comm_s += t1 - t0;
+    d->step_wait = t1 - t0;
+    return KILN_OK;
+}
+
+const char *kiln_ddp_transport(const kiln_ddp *d) { return d->dev ? kiln_ddp_dev_transport(d->dev) : NULL; }
+
 kiln_status kiln_ddp_reduce(kiln_ddp *d) {
     if (kiln_comm_size(d->c) == 1) return KILN_OK;
     double t0 = now_s();
     kiln_status st = KILN_OK;
+    if (d->dev) return reduce_device(d, t0);
     while (st == KILN_OK && d->next < d->B.nb) st = start_bucket(d); /* --overlap off: all of them here */
     for (int i = 0; st == KILN_OK && i < d->B.nb; i++) st = wait_bucket(d, i);
     double t1 = now_s();

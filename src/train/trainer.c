@@ -455,6 +455,10 @@ static kiln_status ddp_open(run *R) {
     o.settings = R->world > 1 ? kiln_train_settings_json(&R->c) : NULL;
     kiln_status st = kiln_ddp_open(R->comm, R->P, &o, &R->ddp);
     free((char *)o.settings);
+    const char *via = st == KILN_OK ? kiln_ddp_transport(R->ddp) : NULL;
+    if (via && R->world > 1)
+        kiln_log(KILN_LOG_INFO, "gradients on %s, one device per rank: summed over the ranks %s after backward%s",
+                 kiln_params_backend(R->P), via, R->c.overlap ? " (no overlap with backward on a device yet)" : "");
     return st;
 }
 

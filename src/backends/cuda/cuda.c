@@ -18,6 +18,7 @@
 
 static struct {
     int tried, ok;
+    int device; /* the GPU this process uses (pick_device) */
     char why[160];
     cudaStream_t stream;
     kiln_cuda_rc *rc;
@@ -48,6 +49,21 @@ static void release_all(void) {
     G.ok = 0;
 }
 
+/* one process per GPU: under an MPI launcher the process's rank among its host's ranks picks the GPU,
+ * read from what the launchers export (the backend may start before kiln joins MPI); KILN_CUDA_DEVICE
+ * overrides; else 0 */
+static int pick_device(int n) {
+    static const char *vars[] = {"KILN_CUDA_DEVICE", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                 "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        char *end;
+        long k = v ? strtol(v, &end, 10) : -1;
+        if (v && *v && !*end && k >= 0) return (int)(i == 0 && k < n ? k : k % n);
+    }
+    return 0;
+}
+
 static void init(void) {
     if (G.tried) return;
     G.tried = 1;
@@ -57,7 +73,8 @@ static void init(void) {
         snprintf(G.why, sizeof G.why, "no CUDA GPU here (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "no device");
         return;
     }
-    if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&G.stream, cudaStreamNonBlocking)) != cudaSuccess ||
+    G.device = pick_device(n);
+    if ((e = cudaSetDevice(G.device)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&G.stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaMalloc((void **)&G.rc, sizeof *G.rc)) != cudaSuccess ||
         (e = cudaMalloc((void **)&G.flags, sizeof *G.flags)) != cudaSuccess ||
         (e = cudaMemset(G.flags, 0, sizeof *G.flags)) != cudaSuccess ||
@@ -311,6 +328,16 @@ static void cuda_prepare_end(const kiln_compile_opts *o) {
 
 static int cuda_available(char *why, size_t len) { return kiln_cuda_available(why, len); }
 
+/* its index and PCI address: two processes of a host naming the same GPU share it */
+static kiln_status cuda_device_name(char *buf, size_t len) {
+    init();
+    if (!G.ok) return kiln_fail(KILN_ERR_BACKEND, "CUDA: %s", G.why);
+    char bus[32] = "?";
+    cudaDeviceGetPCIBusId(bus, sizeof bus, G.device);
+    snprintf(buf, len, "cuda %d (PCI %s)", G.device, bus);
+    return KILN_OK;
+}
+
 const kiln_backend kiln_backend_cuda = {
     .name = "cuda",
     .float_dtype = KILN_F32,
@@ -335,4 +362,6 @@ const kiln_backend kiln_backend_cuda = {
     .step_freed = kiln_cuda_release,
     .readout_take = cuda_readout_take,
     .amp_on_device = 1,
+    .coll = &kiln_cuda_nccl,
+    .device_name = cuda_device_name,
 };

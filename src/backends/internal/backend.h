@@ -157,6 +157,24 @@ typedef struct kiln_kernel {
 } kiln_kernel;
 #define KILN_TIE_OUT(k) (1u << (8 + (k)))
 
+/* A device backend's own collectives for data parallel runs (cuda: NCCL, one
+ * process per GPU). src/dist/ddp.c asks every rank whether they can run
+ * (load), has rank 0 make an id, sends it to every rank over MPI and opens a
+ * communicator with it. Sums and broadcasts are queued on the backend's
+ * compute stream: what follows them on the device waits, the host does not.
+ * A backend without them (or where load fails) has its gradients staged
+ * through host memory and MPI. */
+#define KILN_COLL_ID_BYTES 128
+typedef struct kiln_coll_ops {
+    int (*load)(char *why, size_t len);                 /* 1: usable here; else 0 and why */
+    const char *(*version)(void);                       /* "NCCL 2.27.3", after load */
+    kiln_status (*make_id)(unsigned char id[KILN_COLL_ID_BYTES]);
+    kiln_status (*open)(const unsigned char id[KILN_COLL_ID_BYTES], int rank, int size, void **comm);
+    kiln_status (*sum_f32)(void *comm, float *buf, int64_t n); /* in place, over the ranks */
+    kiln_status (*bcast)(void *comm, void *buf, size_t bytes, int root);
+    void (*close)(void *comm);
+} kiln_coll_ops;
+
 typedef struct kiln_backend {
     const char *name;                 /* "ref", "cpu" */
     kiln_dtype float_dtype;           /* how f32 values are stored (KILN_F64 for the reference) */
@@ -200,6 +218,11 @@ typedef struct kiln_backend {
     /* 1: its update kernels skip themselves when the gradient scaler found a non-finite gradient (cuda); 0:
      * the optimizer reads found_inf and skips them (host backends read it in place, others copy it) */
     int amp_on_device;
+    /* NULL: data parallel gradients go through host memory and MPI; else the backend's own (above) */
+    const kiln_coll_ops *coll;
+    /* NULL: one device per process; else which device this process uses, named so that two
+     * processes on one host naming the same one share it ("cuda 0 (PCI 0000:1b:00.0)") */
+    kiln_status (*device_name)(char *buf, size_t len);
 } kiln_backend;
 
 /* the registry: "cpu" and "ref" built in; another backend registers itself

@@ -91,6 +91,7 @@ typedef struct kiln_cuda_prog {
 #include "backends/internal/backend.h"
 
 extern const kiln_backend kiln_backend_cuda;
+extern const kiln_coll_ops kiln_cuda_nccl; /* nccl.c: data parallel over several GPUs */
 extern const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT];
 
 /* cublaslt.c: NULL once cuBLASLt is opened with every function linear.c calls
