@@ -1,5 +1,5 @@
 /* erf, tanh and exp on 8 float lanes for AVX2 CPUs without AVX-512
- * (pointwise_math.h's formulas, erf in its 8-piece form), inline: for the
+ * (pointwise_math.h's formulas, erf in its 4-piece form), inline: for the
  * whole-tensor loops (pointwise_math_avx2.c) and the fused kernel's vector
  * passes (pointwise_vec_avx2.c), which must give the same bits. Include only
  * from *_avx2.c files (built with AVX2 and FMA enabled). */
@@ -34,16 +34,18 @@ static inline __m256 exp8(__m256 x) {
     return _mm256_mul_ps(q, _mm256_castsi256_ps(e));
 }
 
-/* the piece is round(u) clamped to 7, read from u + 1.5 * 2^23's low bits: vpermps takes bits 0-2 */
+/* the piece is round(u) clamped to 3, read from u + 1.5 * 2^23's low bits: vpermilps takes bits 0-1 of each
+ * lane, from a table of the four pieces' coefficient repeated in both 128-bit halves */
 static inline __m256 erf8(__m256 x) {
-    static const float c[KILN_ERF8_NP][8] = KILN_ERF8_TAB;
-    __m256 u = _mm256_min_ps(_mm256_mul_ps(abs8(x), _mm256_set1_ps(2.0f)), _mm256_set1_ps(8.0f));
-    __m256 kr = _mm256_min_ps(_mm256_add_ps(u, _mm256_set1_ps(KILN_ERF_ROUND)), _mm256_set1_ps(KILN_ERF_ROUND + 7.0f));
+    static const float c[KILN_ERF4_NP][4] __attribute__((aligned(16))) = KILN_ERF4_TAB;
+    __m256 u = _mm256_min_ps(abs8(x), _mm256_set1_ps(4.0f));
+    __m256 kr = _mm256_min_ps(_mm256_add_ps(u, _mm256_set1_ps(KILN_ERF_ROUND)), _mm256_set1_ps(KILN_ERF_ROUND + 3.0f));
     __m256i i = _mm256_castps_si256(kr);
     __m256 t = _mm256_sub_ps(u, _mm256_sub_ps(kr, _mm256_set1_ps(KILN_ERF_ROUND)));
-    __m256 r = _mm256_permutevar8x32_ps(_mm256_loadu_ps(c[KILN_ERF8_NP - 1]), i);
+    __m256 r = _mm256_permutevar_ps(_mm256_broadcast_ps((const __m128 *)c[KILN_ERF4_NP - 1]), i);
 #pragma GCC unroll 16
-    for (int j = KILN_ERF8_NP - 2; j >= 0; j--) r = _mm256_fmadd_ps(r, t, _mm256_permutevar8x32_ps(_mm256_loadu_ps(c[j]), i));
+    for (int j = KILN_ERF4_NP - 2; j >= 0; j--)
+        r = _mm256_fmadd_ps(r, t, _mm256_permutevar_ps(_mm256_broadcast_ps((const __m128 *)c[j]), i));
     return with_sign(_mm256_min_ps(r, _mm256_set1_ps(1.0f)), x);
 }
 
