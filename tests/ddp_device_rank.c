@@ -9,6 +9,7 @@
  *            by every rank behind a barrier. TEST_COLL_FAIL_RANK=r: rank r cannot load
  *            them; TEST_SAME_DEVICE=1: every rank names device 0; TEST_COLL_NO_SUM=1: sums
  *            do nothing (the ranks drift apart); TEST_COLL_DIR: where the file goes.
+ * TEST_BUCKET_MB, TEST_OVERLAP: --bucket-mb, --overlap on (1) or off (0).
  * usage: ddp_device_rank BACKEND DATA BATCH OUT   (writes OUT.jsonl, OUT.safetensors)
  * Exit 0, or 2 with kiln's message (under mpirun every rank ends with it, as the CLI's). */
 #include <fcntl.h>
@@ -105,11 +106,16 @@ static kiln_status barrier(fake_comm *c) {
     return KILN_OK;
 }
 
+/* whether sums start inside backward: steps the device ran between a step's first sum and its join */
+static int64_t steps_run, steps_at_first_sum = -1, steps_between, nsums, njoins;
+
 static float *slot(fake_comm *c, int r) { return c->s->slot + (size_t)r * SLOT_FLOATS; }
 
 /* every rank adds the slots in rank order: the same bits everywhere */
 static kiln_status fake_sum(void *comm, float *buf, int64_t n) {
     fake_comm *c = comm;
+    nsums++;
+    if (steps_at_first_sum < 0) steps_at_first_sum = steps_run;
     if (getenv("TEST_COLL_NO_SUM")) return KILN_OK; /* the test's check that the sum matters */
     if (n > SLOT_FLOATS) return kiln_fail(KILN_ERR_INVALID_ARG, "fake collectives: %lld floats", (long long)n);
     memcpy(slot(c, c->rank), buf, (size_t)n * sizeof *buf);
@@ -134,12 +140,24 @@ static kiln_status fake_bcast(void *comm, void *buf, size_t bytes, int root) {
 static void fake_close(void *comm) {
     fake_comm *c = comm;
     if (!c) return;
+    if (c->rank == 0)
+        fprintf(stderr, "fake collectives: %lld sums, %lld joins, %lld steps run between a step's first sum and its join\n",
+                (long long)nsums, (long long)njoins, (long long)steps_between);
     munmap(c->s, c->bytes);
     if (c->rank == 0) unlink(c->path);
     free(c);
 }
 
-static const kiln_coll_ops fake_coll = {fake_load, fake_version, fake_make_id, fake_open, fake_sum, fake_bcast, fake_close};
+static kiln_status fake_join(void *comm) { /* the sums were done at once */
+    (void)comm;
+    njoins++;
+    steps_between += steps_run - steps_at_first_sum;
+    steps_at_first_sum = -1;
+    return KILN_OK;
+}
+
+static const kiln_coll_ops fake_coll = {.load = fake_load, .version = fake_version, .make_id = fake_make_id, .open = fake_open,
+                                        .sum_f32 = fake_sum, .join = fake_join, .bcast = fake_bcast, .close = fake_close};
 
 static kiln_status fake_device_name(char *buf, size_t len) {
     const char *same = getenv("TEST_SAME_DEVICE"), *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
@@ -163,12 +181,18 @@ static void *dev_alloc(size_t bytes) {
 
 static kiln_backend dev;
 
+static kiln_status dev_run(const kiln_step *steps, int n, const kiln_run_ctx *rc) {
+    steps_run += n;
+    return kiln_backend_cpu.run(steps, n, rc);
+}
+
 static kiln_status register_device(const char *name) {
     dev = kiln_backend_cpu;
     dev.name = name;
     dev.host_memory = 0;
     dev.alloc = dev_alloc;
     dev.input_in_place = in_place_never;
+    dev.run = dev_run;
     if (!strcmp(name, "devcoll")) dev.coll = &fake_coll, dev.device_name = fake_device_name;
     return kiln_backend_register(&dev);
 }
@@ -194,6 +218,9 @@ static kiln_train_config config(char **argv, char *metrics, char *save, size_t l
     c.seed = 3;
     c.metrics = metrics;
     c.save = save;
+    const char *mb = getenv("TEST_BUCKET_MB"), *overlap = getenv("TEST_OVERLAP");
+    if (mb) c.bucket_mb = (float)atof(mb);
+    if (overlap) c.overlap = atoi(overlap);
     return c;
 }
 

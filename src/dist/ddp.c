@@ -31,6 +31,7 @@ struct kiln_ddp {
     kiln_ddp_opts o;
     kiln_plan *plan;
     kiln_ddp_dev *dev;    /* parameters in a device's memory (ddp_device.c), else NULL */
+    char how[160];        /* kiln_ddp_transport's text */
     int sync;             /* this micro-batch reduces */
     kiln_buckets B;
     ddp_more *more[KILN_DDP_MAX_PLANS]; /* kiln_ddp_attach_more's plans */
@@ -240,6 +241,10 @@ static kiln_status start_bucket(kiln_ddp *d) {
     int i = d->next++;
     const kiln_bucket *b = &d->B.b[i];
     double t = now_s();
+    if (d->dev) { /* the device's collectives: queued, nothing to test; the device orders it */
+        d->t_start[i] = t;
+        return kiln_ddp_dev_sum_start(d->dev, b->off, b->n);
+    }
     kiln_status st = kiln_comm_iallreduce_f32(d->c, (float *)kiln_params_grad(d->P) + b->off, b->n,
                                               "the gradient all-reduce", &d->req[i]);
     if (st != KILN_OK) return st;
@@ -281,13 +286,28 @@ static kiln_status place_hooks(kiln_plan *plan, const kiln_buckets *B, kiln_stat
     return st;
 }
 
+/* on a device the hooks go only where a bucket becomes ready: each segment between them is a captured
+ * graph of its own, and nothing needs testing in between */
+static kiln_status place_ready_hooks(kiln_plan *plan, const kiln_buckets *B, kiln_status (*fn)(void *, int, int), void *user) {
+    kiln_status st = kiln_plan_set_hook(plan, fn, user);
+    for (int l = 0; st == KILN_OK && l < B->nlists; l++)
+        for (int i = 0; st == KILN_OK && i < B->nb; i++)
+            if (kiln_bucket_ready(B, l, i) >= 0) st = kiln_plan_hook_after(plan, l, kiln_bucket_ready(B, l, i));
+    return st;
+}
+
+static kiln_status hooks(kiln_ddp *d, kiln_plan *plan, const kiln_buckets *B, kiln_status (*fn)(void *, int, int), void *user) {
+    if (!d->o.overlap) return kiln_plan_set_hook(plan, NULL, NULL);
+    return d->dev ? place_ready_hooks(plan, B, fn, user) : place_hooks(plan, B, fn, user);
+}
+
 kiln_status kiln_ddp_attach(kiln_ddp *d, kiln_plan *plan) {
     d->plan = plan;
     if (kiln_comm_size(d->c) == 1) return KILN_OK; /* a world of one: no buckets, no hook */
     if (kiln_params_dtype(d->P) != KILN_F32)
         return kiln_fail(KILN_ERR_INVALID_ARG, "data parallel training reduces f32 gradients; these are %s",
                          kiln_dtype_name(kiln_params_dtype(d->P)));
-    if (d->dev) { /* the whole buffer in one sum after backward: a captured step list has no points between its kernels */
+    if (d->dev && !kiln_ddp_dev_collective(d->dev)) { /* staged through the host: the whole buffer after backward */
         d->st.buckets = 1;
         return kiln_plan_set_hook(plan, NULL, NULL);
     }
@@ -301,11 +321,12 @@ kiln_status kiln_ddp_attach(kiln_ddp *d, kiln_plan *plan) {
     if (!d->req || !d->t_start) return kiln_fail(KILN_ERR_NOMEM, "ddp: out of memory");
     for (int i = 0; i < d->B.nb; i++) d->req[i].slot = -1;
     d->st.buckets = d->B.nb;
-    return d->o.overlap ? place_hooks(plan, &d->B, on_step, d) : kiln_plan_set_hook(plan, NULL, NULL);
+    return hooks(d, plan, &d->B, on_step, d);
 }
 
 kiln_status kiln_ddp_attach_more(kiln_ddp *d, kiln_plan *plan) {
-    if (kiln_comm_size(d->c) == 1 || !d->o.overlap || d->dev) return kiln_plan_set_hook(plan, NULL, NULL);
+    if (kiln_comm_size(d->c) == 1 || !d->o.overlap || (d->dev && !kiln_ddp_dev_collective(d->dev)))
+        return kiln_plan_set_hook(plan, NULL, NULL);
     if (d->nmore == KILN_DDP_MAX_PLANS) return kiln_fail(KILN_ERR_INVALID_ARG, "ddp: more than %d plans", KILN_DDP_MAX_PLANS);
     ddp_more *m = calloc(1, sizeof *m);
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "ddp: out of memory");
@@ -315,14 +336,19 @@ kiln_status kiln_ddp_attach_more(kiln_ddp *d, kiln_plan *plan) {
     if (st == KILN_OK && m->B.nb != d->B.nb) /* the split depends on the parameters alone */
         st = kiln_fail(KILN_ERR_INVALID_ARG, "ddp: a plan of the run splits the gradients into %d buckets, the first %d",
                        m->B.nb, d->B.nb);
-    return st == KILN_OK ? place_hooks(plan, &m->B, on_step_more, m) : st;
+    return st == KILN_OK ? hooks(d, plan, &m->B, on_step_more, m) : st;
 }
 
 void kiln_ddp_begin_micro(kiln_ddp *d, int sync) { d->sync = sync; }
 
-/* the device's sum: queued (NCCL), so what it costs shows in the optimizer's wait, not here; or staged */
+/* the device's sums: the buckets not started inside backward started, the device's next work made to wait
+ * for all (what they cost shows on the device, not here); or the whole buffer staged through the host */
 static kiln_status reduce_device(kiln_ddp *d, double t0) {
-    kiln_status st = kiln_ddp_dev_sum(d->dev);
+    kiln_status st = KILN_OK;
+    if (!kiln_ddp_dev_collective(d->dev)) st = kiln_ddp_dev_sum(d->dev);
+    while (st == KILN_OK && d->next < d->B.nb) st = start_bucket(d);
+    if (st == KILN_OK && kiln_ddp_dev_collective(d->dev)) st = kiln_ddp_dev_join(d->dev);
+    d->next = 0;
     double t1 = now_s();
     if (st != KILN_OK) return st;
     if (kiln_trace_on()) kiln_trace_span("all-reduce (device)", "comm", t0, t1);
@@ -333,7 +359,13 @@ static kiln_status reduce_device(kiln_ddp *d, double t0) {
     return KILN_OK;
 }
 
-const char *kiln_ddp_transport(const kiln_ddp *d) { return d->dev ? kiln_ddp_dev_transport(d->dev) : NULL; }
+const char *kiln_ddp_transport(kiln_ddp *d) {
+    if (!d->dev) return NULL;
+    int buckets = kiln_ddp_dev_collective(d->dev) && d->o.overlap;
+    snprintf(d->how, sizeof d->how, "%s, %s", kiln_ddp_dev_transport(d->dev),
+             buckets ? "each bucket as soon as backward has written it (--bucket-mb)" : "after backward");
+    return d->how;
+}
 
 kiln_status kiln_ddp_reduce(kiln_ddp *d) {
     if (kiln_comm_size(d->c) == 1) return KILN_OK;

@@ -1,9 +1,10 @@
 /* Data parallel training with parameters in a device's memory (cuda): one
  * process per device, checked at start-up; rank 0's state broadcast; each
  * step's gradient sum over the ranks by the backend's own collectives (NCCL,
- * queued on the compute stream after backward) when every rank can load
- * them, else staged through host memory and MPI (correct, slower: it waits
- * for the device twice a step). docs/distributed.md. */
+ * each bucket's started on the device once backward wrote it) when every
+ * rank can load them, else staged through host memory and MPI after
+ * backward (correct, slower: it waits for the device twice a step).
+ * docs/distributed.md. */
 #include "dist/internal/ddp_device.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,10 +125,21 @@ kiln_status kiln_ddp_dev_bcast_buffers(kiln_ddp_dev *d) {
     return st;
 }
 
+int kiln_ddp_dev_collective(const kiln_ddp_dev *d) { return d->coll != NULL; }
+
+kiln_status kiln_ddp_dev_sum_start(kiln_ddp_dev *d, int64_t off, int64_t n) {
+    return d->coll->sum_f32(d->comm, (float *)kiln_params_grad(d->P) + off, n);
+}
+
+kiln_status kiln_ddp_dev_join(kiln_ddp_dev *d) { return d->coll->join(d->comm); }
+
 kiln_status kiln_ddp_dev_sum(kiln_ddp_dev *d) {
     float *g = kiln_params_grad(d->P);
     int64_t n = kiln_params_total(d->P);
-    if (d->coll) return d->coll->sum_f32(d->comm, g, n);
+    if (d->coll) {
+        kiln_status st = kiln_ddp_dev_sum_start(d, 0, n);
+        return st == KILN_OK ? kiln_ddp_dev_join(d) : st;
+    }
     size_t bytes = (size_t)n * sizeof *g;
     kiln_status st = d->be->copy(d->host, g, bytes, 0);
     if (st == KILN_OK) st = kiln_comm_allreduce_f32(d->c, d->host, n, "the gradient all-reduce");

@@ -457,8 +457,7 @@ static kiln_status ddp_open(run *R) {
     free((char *)o.settings);
     const char *via = st == KILN_OK ? kiln_ddp_transport(R->ddp) : NULL;
     if (via && R->world > 1)
-        kiln_log(KILN_LOG_INFO, "gradients on %s, one device per rank: summed over the ranks %s after backward%s",
-                 kiln_params_backend(R->P), via, R->c.overlap ? " (no overlap with backward on a device yet)" : "");
+        kiln_log(KILN_LOG_INFO, "gradients on %s, one device per rank: summed over the ranks %s", kiln_params_backend(R->P), via);
     return st;
 }
 

@@ -190,7 +190,9 @@ typedef struct {
     cudaGraphExec_t exec;
 } graph_entry;
 
-#define MAX_GRAPHS 64
+/* data parallel buckets cut backward into a segment per bucket (src/dist/ddp.c), a graph each, for each
+ * plan (batch size) and accumulate flag: GPT-2 small at 25 MB buckets is about 20 segments */
+#define MAX_GRAPHS 512
 static graph_entry graphs[MAX_GRAPHS];
 static int ngraphs;
 

@@ -2,11 +2,14 @@
  * per GPU (kiln_coll_ops, src/backends/internal/backend.h; src/dist/ddp.c
  * drives them). NCCL is loaded when a run of several ranks asks for it, not
  * linked: kiln starts on machines without it (it is not in the GPU bundle,
- * at 218 MB), and a run that would need it says so. The gradient sum goes
- * on the compute stream after backward's kernels, so the optimizer's
- * kernels wait for it on the device and the host never does. */
+ * at 218 MB), and a run that would need it says so. A bucket's sum goes on
+ * a stream of its own once the compute stream has written the bucket (an
+ * event between them), so backward's later kernels run while it reduces;
+ * join puts an event after the sums that the compute stream waits for, so
+ * the optimizer's kernels wait on the device and the host never does. */
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -72,27 +75,68 @@ static kiln_status nccl_make_id(unsigned char id[KILN_COLL_ID_BYTES]) {
     return st;
 }
 
+/* a communicator and the stream its sums run on; the events order it against the compute stream */
+typedef struct {
+    ncclComm_t c;
+    cudaStream_t side;
+    cudaEvent_t written, summed;
+} nccl_comm;
+
+static void nccl_close(void *comm) {
+    nccl_comm *m = comm;
+    if (!m) return;
+    if (m->side) cudaStreamSynchronize(m->side);
+    if (m->c) N.comm_destroy(m->c);
+    if (m->written) cudaEventDestroy(m->written);
+    if (m->summed) cudaEventDestroy(m->summed);
+    if (m->side) cudaStreamDestroy(m->side);
+    free(m);
+}
+
 static kiln_status nccl_open(const unsigned char id[KILN_COLL_ID_BYTES], int rank, int size, void **comm) {
+    *comm = NULL;
+    nccl_comm *m = calloc(1, sizeof *m);
+    if (!m) return kiln_fail(KILN_ERR_NOMEM, "NCCL: out of memory");
+    kiln_status st = kiln_cuda_check(cudaStreamCreateWithFlags(&m->side, cudaStreamNonBlocking), "the collectives' stream");
+    if (st == KILN_OK) st = kiln_cuda_check(cudaEventCreateWithFlags(&m->written, cudaEventDisableTiming), "an event");
+    if (st == KILN_OK) st = kiln_cuda_check(cudaEventCreateWithFlags(&m->summed, cudaEventDisableTiming), "an event");
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
-    ncclComm_t c = NULL;
-    kiln_status st = nccl_check(N.comm_init_rank(&c, size, u, rank), "joining the communicator");
-    *comm = st == KILN_OK ? c : NULL;
-    return st;
+    if (st == KILN_OK) st = nccl_check(N.comm_init_rank(&m->c, size, u, rank), "joining the communicator");
+    if (st != KILN_OK) {
+        nccl_close(m);
+        return st;
+    }
+    *comm = m;
+    return KILN_OK;
+}
+
+/* the side stream waits for what the compute stream has queued (the bucket's last writer among it) */
+static kiln_status after_compute(nccl_comm *m) {
+    kiln_status st = kiln_cuda_check(cudaEventRecord(m->written, (cudaStream_t)kiln_cuda_stream()), "an event");
+    return st == KILN_OK ? kiln_cuda_check(cudaStreamWaitEvent(m->side, m->written, 0), "an event wait") : st;
 }
 
 static kiln_status nccl_sum_f32(void *comm, float *buf, int64_t n) {
-    return nccl_check(N.all_reduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, (ncclComm_t)comm, (cudaStream_t)kiln_cuda_stream()),
-                      "the gradient all-reduce");
+    nccl_comm *m = comm;
+    kiln_status st = after_compute(m);
+    return st == KILN_OK ? nccl_check(N.all_reduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, m->c, m->side),
+                                      "the gradient all-reduce")
+                         : st;
+}
+
+static kiln_status nccl_join(void *comm) {
+    nccl_comm *m = comm;
+    kiln_status st = kiln_cuda_check(cudaEventRecord(m->summed, m->side), "an event");
+    return st == KILN_OK ? kiln_cuda_check(cudaStreamWaitEvent((cudaStream_t)kiln_cuda_stream(), m->summed, 0), "an event wait")
+                         : st;
 }
 
 static kiln_status nccl_bcast(void *comm, void *buf, size_t bytes, int root) {
-    return nccl_check(N.broadcast(buf, buf, bytes, ncclUint8, root, (ncclComm_t)comm, (cudaStream_t)kiln_cuda_stream()),
-                      "the broadcast");
-}
-
-static void nccl_close(void *comm) {
-    if (comm) N.comm_destroy((ncclComm_t)comm);
+    nccl_comm *m = comm;
+    kiln_status st = after_compute(m);
+    if (st == KILN_OK) st = nccl_check(N.broadcast(buf, buf, bytes, ncclUint8, root, m->c, m->side), "the broadcast");
+    return st == KILN_OK ? nccl_join(m) : st;
 }
 
 const kiln_coll_ops kiln_cuda_nccl = {
@@ -101,6 +145,7 @@ const kiln_coll_ops kiln_cuda_nccl = {
     .make_id = nccl_make_id,
     .open = nccl_open,
     .sum_f32 = nccl_sum_f32,
+    .join = nccl_join,
     .bcast = nccl_bcast,
     .close = nccl_close,
 };

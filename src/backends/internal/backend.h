@@ -160,8 +160,8 @@ typedef struct kiln_kernel {
 /* A device backend's own collectives for data parallel runs (cuda: NCCL, one
  * process per GPU). src/dist/ddp.c asks every rank whether they can run
  * (load), has rank 0 make an id, sends it to every rank over MPI and opens a
- * communicator with it. Sums and broadcasts are queued on the backend's
- * compute stream: what follows them on the device waits, the host does not.
+ * communicator with it. Sums and broadcasts are queued on the device after
+ * what its compute stream holds: the host does not wait for them.
  * A backend without them (or where load fails) has its gradients staged
  * through host memory and MPI. */
 #define KILN_COLL_ID_BYTES 128
@@ -170,7 +170,11 @@ typedef struct kiln_coll_ops {
     const char *(*version)(void);                       /* "NCCL 2.27.3", after load */
     kiln_status (*make_id)(unsigned char id[KILN_COLL_ID_BYTES]);
     kiln_status (*open)(const unsigned char id[KILN_COLL_ID_BYTES], int rank, int size, void **comm);
-    kiln_status (*sum_f32)(void *comm, float *buf, int64_t n); /* in place, over the ranks */
+    /* in place, over the ranks: started after what the compute stream holds so far (cuda: on a stream of
+     * its own, so backward's later kernels run meanwhile); join makes the compute stream wait for every
+     * sum started */
+    kiln_status (*sum_f32)(void *comm, float *buf, int64_t n);
+    kiln_status (*join)(void *comm);
     kiln_status (*bcast)(void *comm, void *buf, size_t bytes, int root);
     void (*close)(void *comm);
 } kiln_coll_ops;

@@ -30,8 +30,8 @@ kiln_status kiln_ddp_attach(kiln_ddp *d, kiln_plan *plan);
  * starts and progresses the same buckets, at its own ready steps */
 #define KILN_DDP_MAX_PLANS 16
 kiln_status kiln_ddp_attach_more(kiln_ddp *d, kiln_plan *plan);
-/* parameters in a device's memory: how its gradients travel ("by NCCL 2.28.9", "through host memory and ..."); NULL: host */
-const char *kiln_ddp_transport(const kiln_ddp *d);
+/* parameters in a device's memory: how and when its gradients travel ("by NCCL 2.28.9, each bucket as soon as ..."); NULL: host */
+const char *kiln_ddp_transport(kiln_ddp *d);
 /* before a micro-batch's run: sync = 0 for the first K-1 micro-batches of
  * --accumulate K (no_sync: they accumulate locally), 1 for the one that reduces */
 void kiln_ddp_begin_micro(kiln_ddp *d, int sync);

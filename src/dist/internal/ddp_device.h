@@ -20,7 +20,13 @@ const char *kiln_ddp_dev_transport(const kiln_ddp_dev *d);
 kiln_status kiln_ddp_dev_bcast_params(kiln_ddp_dev *d);
 kiln_status kiln_ddp_dev_bcast_buffers(kiln_ddp_dev *d);
 /* every rank's gradients summed in place (the whole flat buffer); with the
- * collectives queued on the device and returned at once */
+ * collectives queued on the device and returned at once, else staged */
 kiln_status kiln_ddp_dev_sum(kiln_ddp_dev *d);
+/* 1: the backend's collectives, whose sums can start inside backward, a bucket at a time */
+int kiln_ddp_dev_collective(const kiln_ddp_dev *d);
+/* (collectives only) the sum of n gradients from off started after what the device has queued */
+kiln_status kiln_ddp_dev_sum_start(kiln_ddp_dev *d, int64_t off, int64_t n);
+/* (collectives only) what the device runs next waits for every sum started */
+kiln_status kiln_ddp_dev_join(kiln_ddp_dev *d);
 
 #endif
