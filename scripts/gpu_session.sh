@@ -28,6 +28,9 @@ mkdir -p "$OUT"
 B=$(mktemp -d)
 tar -C "$B" -xJf gpu-bundle.tar.xz || { echo "gpu_session: cannot unpack gpu-bundle.tar.xz"; exit 2; }
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NCCL is not in the bundle (218 MB): test_cuda loads the machine's, or the one PyTorch's wheels bring
+NCCL_DIR=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
+[ -n "$NCCL_DIR" ] && [ -d "$NCCL_DIR" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$NCCL_DIR"
 export KILN_BIN="$B/bin/kiln" DATA="$B/fashion-mnist" KILN_CACHE_DIR="$B/cache" OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 mkdir -p "$KILN_CACHE_DIR"
 
