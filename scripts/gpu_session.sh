@@ -14,6 +14,7 @@
 #     train     kiln train --device cuda, mnist-cnn, 300 steps
 #     bench     bench/gpu.sh, REPEAT=1 COMPILE=0 (mnist-cnn epoch against PyTorch)
 #     models    bench/gpu_models.sh, REPEAT=1 STEPS=10 COMPILE=0 (GPT-2 small and resnet50)
+#     profile   kiln bench step --profile of both (every kernel's time)
 #   LIMIT    seconds per stage (default 240)
 #
 #   e.g. (device tool): bash scripts/gpu_session.sh   carry: ["gpu-bundle.tar.xz"]
@@ -31,7 +32,8 @@ export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # NCCL is not in the bundle (218 MB): test_cuda loads the machine's, or the one PyTorch's wheels bring
 NCCL_DIR=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
 [ -n "$NCCL_DIR" ] && [ -d "$NCCL_DIR" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$NCCL_DIR"
-export KILN_BIN="$B/bin/kiln" DATA="$B/fashion-mnist" KILN_CACHE_DIR="$B/cache" OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+# KILN_DATA_ROOT: --data fashion-mnist (test_cuda's trainer runs) finds the bundle's copy
+export KILN_BIN="$B/bin/kiln" DATA="$B/fashion-mnist" KILN_DATA_ROOT="$B" KILN_CACHE_DIR="$B/cache" OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 mkdir -p "$KILN_CACHE_DIR"
 
 stage_info() {
@@ -63,6 +65,12 @@ stage_train() {
 }
 stage_bench() { REPEAT=1 COMPILE=0 bash bench/gpu.sh; }
 stage_models() { REPEAT=1 STEPS=10 COMPILE=0 bash bench/gpu_models.sh; }
+stage_profile() { # where a step's time goes: every kernel timed alone (kiln bench step --profile)
+    "$KILN_BIN" bench step --model gpt --layers 12 --heads 12 --dim 768 --block 1024 --vocab 50257 --batch-size 16 \
+        --device cuda --matmul-precision medium --precision bf16 --steps 3 --warmup 1 --profile
+    "$KILN_BIN" bench step --model resnet50 --size 224 --num-classes 1000 --batch-size 256 \
+        --device cuda --matmul-precision medium --steps 3 --warmup 1 --profile
+}
 
 printf '%s\n' "stage rc seconds" >"$OUT/summary"
 for s in $STAGES; do

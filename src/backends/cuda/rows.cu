@@ -147,60 +147,125 @@ __global__ void k_ce_bwd(int64_t cols, const float *x, const int32_t *t, int ign
     }
 }
 
-// ---- batch norm over x[n, c, hw]: one block per channel ----
+// ---- batch norm over x[n, c, hw] ----
+// Each channel's m = n * hw elements in `chunks` chunks, a block each, so every pass runs on every SM (one block
+// a channel left most of the GPU idle: 64 blocks for resnet50's first stage, 3.2 MB each). Statistics in three
+// launches: the chunks' double sums into the backend's partial sums (kiln_cuda_parts_dev), a thread a channel
+// adding its chunks in order (the running statistics, and the per-channel coefficients after the partial sums),
+// then the elementwise pass. The split depends on the shape alone: the same bits run after run, on any GPU.
 #define AT(a, i, ch, j) (a)[((i) * c + (ch)) * hw + (j)]
-// the channel's elements e = threadIdx.x, + RT, ... < n * hw as (image img, position j), stepped without a
-// 64-bit division per element (RT = q hw + r): the same elements in the same order as e itself
-#define FOR_CH                                                                                                   \
-    for (int64_t img = threadIdx.x / hw, j = threadIdx.x % hw, q_ = RT / hw, r_ = RT % hw; img < n;             \
-         img += q_ + (j + r_ >= hw), j = j + r_ >= hw ? j + r_ - hw : j + r_)
-__global__ void k_bn(int64_t n, int64_t c, int64_t hw, const float *x, const float *w, const float *b, float *rmean,
-                     float *rvar, float momentum, float eps, int training, float *y, float *smean, float *sinvstd,
-                     int64_t *tracked) {
-    int64_t ch = blockIdx.x, m = n * hw;
-    double mean, var;
-    if (training) {
-        double s = 0, q = 0;
-        FOR_CH s += AT(x, img, ch, j);
-        mean = block_sum(s) / (double)m;
-        FOR_CH { double d = AT(x, img, ch, j) - mean; q += d * d; }
-        var = block_sum(q) / (double)m;
-        if (threadIdx.x == 0) {
+#define BN_BLOCKS 2048 /* blocks a pass aims at */
+typedef struct {
+    int64_t chunks, chunk, width; /* chunks a channel, elements a chunk, channels a slice (the partial sums' room) */
+} bn_split;
+static bn_split bn_split_of(int64_t c, int64_t m) {
+    bn_split sp;
+    int64_t most = (m + CHUNK_MIN - 1) / CHUNK_MIN;
+    sp.chunks = (BN_BLOCKS + c - 1) / c;
+    if (sp.chunks > most) sp.chunks = most;
+    if (sp.chunks > 256) sp.chunks = 256;
+    if (sp.chunks < 1) sp.chunks = 1;
+    sp.chunk = (m + sp.chunks - 1) / sp.chunks;
+    sp.width = KILN_CUDA_PARTS / (2 * sp.chunks + 3); /* two sums a chunk, three coefficients a channel */
+    if (sp.width > c) sp.width = c;
+    return sp;
+}
+// the block's chunk of channel c0 + blockIdx.x / chunks: elements e of [e0, e1) as (image img, position j), the
+// thread's first found by one division, then stepped by RT without one (RT = q hw + r)
+#define BN_BLOCK                                                                                         \
+    int64_t ch = c0 + blockIdx.x / chunks, k_ = blockIdx.x % chunks, e0 = k_ * chunk,                   \
+            e1 = e0 + chunk < n * hw ? e0 + chunk : n * hw
+#define FOR_CHUNK                                                                                        \
+    for (int64_t e = e0 + threadIdx.x, img = e / hw, j = e % hw, q_ = RT / hw, r_ = RT % hw; e < e1;     \
+         e += RT, img += q_ + (j + r_ >= hw), j = j + r_ >= hw ? j + r_ - hw : j + r_)
+// stage one: a chunk's sums of a and b (forward: x and x^2; backward: dy and dy x-hat)
+__global__ void k_bn_part(int64_t n, int64_t c, int64_t hw, int64_t c0, int64_t chunks, int64_t chunk, const float *x,
+                          const float *dy, const float *mean, const float *invstd, double *part) {
+    BN_BLOCK;
+    double sa = 0, sb = 0;
+    if (!dy) {
+        FOR_CHUNK {
+            double v = AT(x, img, ch, j);
+            sa += v;
+            sb += v * v;
+        }
+    } else {
+        double mu = mean[ch], is = invstd[ch];
+        FOR_CHUNK {
+            double g = AT(dy, img, ch, j);
+            sa += g;
+            sb += g * (AT(x, img, ch, j) - mu) * is;
+        }
+    }
+    sa = block_sum(sa);
+    sb = block_sum(sb);
+    if (threadIdx.x == 0) part[blockIdx.x * 2] = sa, part[blockIdx.x * 2 + 1] = sb;
+}
+// channel c0 + i's chunks added in order
+__device__ inline void bn_totals(int64_t i, int64_t chunks, const double *part, double *a, double *b) {
+    double sa = 0, sb = 0;
+    for (int64_t k = 0; k < chunks; k++) sa += part[(i * chunks + k) * 2], sb += part[(i * chunks + k) * 2 + 1];
+    *a = sa, *b = sb;
+}
+// forward stage two: mean and variance (training: E[x^2] - mean^2 in double; else the running ones), the
+// running statistics, the saved mean and inverse deviation, y = (x - mean) * k + b's coefficients
+__global__ void k_bn_stats(int64_t n, int64_t hw, int64_t c0, int64_t width, int64_t chunks, const double *part,
+                           double *coef, const float *w, const float *b, float *rmean, float *rvar, float momentum,
+                           float eps, int training, float *smean, float *sinvstd, int64_t *tracked) {
+    int64_t m = n * hw;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < width; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t ch = c0 + i;
+        double mean, var;
+        if (training) {
+            double s, q;
+            bn_totals(i, chunks, part, &s, &q);
+            mean = s / (double)m;
+            var = q / (double)m - mean * mean;
+            var = var > 0 ? var : 0;
             rmean[ch] = (float)((1.0 - momentum) * rmean[ch] + momentum * mean);
             rvar[ch] = (float)((1.0 - momentum) * rvar[ch] + momentum * var * (double)m / (double)(m - 1));
             if (ch == 0) tracked[0]++;
+        } else {
+            mean = rmean[ch];
+            var = rvar[ch];
         }
-    } else {
-        mean = rmean[ch];
-        var = rvar[ch];
+        double invstd = 1.0 / sqrt(var + eps);
+        if (smean) smean[ch] = (float)mean;
+        if (sinvstd) sinvstd[ch] = (float)invstd;
+        double *k = coef + i * 3;
+        k[0] = (float)mean, k[1] = (float)invstd * w[ch], k[2] = b[ch];
     }
-    double invstd = 1.0 / sqrt(var + eps);
-    if (threadIdx.x == 0 && smean) smean[ch] = (float)mean;
-    if (threadIdx.x == 0 && sinvstd) sinvstd[ch] = (float)invstd;
-    float fm = (float)mean, k = (float)invstd * w[ch], bb = b[ch];
-    FOR_CH AT(y, img, ch, j) = (AT(x, img, ch, j) - fm) * k + bb;
 }
-__global__ void k_bn_bwd(int64_t n, int64_t c, int64_t hw, const float *x, const float *dy, const float *w,
-                         const float *mean, const float *invstd, float *dx, float *dw, float *db, int acc_dx, int acc_dw,
-                         int acc_db) {
-    int64_t ch = blockIdx.x;
-    double m = (double)(n * hw), mu = mean[ch], is = invstd[ch], sdy = 0, sdyx = 0;
-    FOR_CH {
-        double g = AT(dy, img, ch, j);
-        sdy += g;
-        sdyx += g * (AT(x, img, ch, j) - mu) * is;
+__global__ void k_bn_apply(int64_t n, int64_t c, int64_t hw, int64_t c0, int64_t chunks, int64_t chunk, const double *coef,
+                           const float *x, float *y) {
+    BN_BLOCK;
+    const double *k = coef + (ch - c0) * 3;
+    float fm = (float)k[0], kk = (float)k[1], bb = (float)k[2];
+    FOR_CHUNK AT(y, img, ch, j) = (AT(x, img, ch, j) - fm) * kk + bb;
+}
+// backward stage two: the weight and bias gradients; the sums kept for dx
+__global__ void k_bn_bwd_stats(int64_t c0, int64_t width, int64_t chunks, const double *part, double *coef, float *dw,
+                               float *db, int acc_dw, int acc_db) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < width; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t ch = c0 + i;
+        double sdy, sdyx;
+        bn_totals(i, chunks, part, &sdy, &sdyx);
+        if (dw) dw[ch] = acc_dw ? dw[ch] + (float)sdyx : (float)sdyx;
+        if (db) db[ch] = acc_db ? db[ch] + (float)sdy : (float)sdy;
+        coef[i * 3] = sdy, coef[i * 3 + 1] = sdyx;
     }
-    sdy = block_sum(sdy);
-    sdyx = block_sum(sdyx);
-    if (threadIdx.x == 0 && dw) dw[ch] = acc_dw ? dw[ch] + (float)sdyx : (float)sdyx;
-    if (threadIdx.x == 0 && db) db[ch] = acc_db ? db[ch] + (float)sdy : (float)sdy;
-    if (!dx) return;
+}
+__global__ void k_bn_bwd_apply(int64_t n, int64_t c, int64_t hw, int64_t c0, int64_t chunks, int64_t chunk, const double *coef,
+                               const float *x, const float *dy, const float *w, const float *mean, const float *invstd,
+                               float *dx, int acc) {
+    BN_BLOCK;
+    double m = (double)(n * hw), mu = mean[ch], is = invstd[ch], sdy = coef[(ch - c0) * 3], sdyx = coef[(ch - c0) * 3 + 1];
     double k = w[ch] * is / m;
-    FOR_CH {
+    FOR_CHUNK {
         double xh = (AT(x, img, ch, j) - mu) * is;
         float g = (float)(k * (m * AT(dy, img, ch, j) - sdy - xh * sdyx));
         float *d = &AT(dx, img, ch, j);
-        *d = acc_dx ? *d + g : g;
+        *d = acc ? *d + g : g;
     }
 }
 
@@ -252,11 +317,33 @@ void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float
 void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *w, const float *b,
                           float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,
                           float *sinvstd, int64_t *tracked) {
-    KLAUNCH(k_bn, (unsigned)c, RT, 0, st)(n, c, hw, x, w, b, rmean, rvar, momentum, eps, training, y, smean, sinvstd, tracked);
+    bn_split sp = bn_split_of(c, n * hw);
+    double *part = kiln_cuda_parts_dev();
+    const float *none = nullptr;
+    for (int64_t c0 = 0; c0 < c; c0 += sp.width) {
+        int64_t width = c - c0 < sp.width ? c - c0 : sp.width;
+        double *coef = part + 2 * sp.chunks * width;
+        unsigned blocks = (unsigned)(width * sp.chunks);
+        if (training) KLAUNCH(k_bn_part, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, x, none, none, none, part);
+        KLAUNCH(k_bn_stats, GO(width))(n, hw, c0, width, sp.chunks, part, coef, w, b, rmean, rvar, momentum, eps, training,
+                                       smean, sinvstd, tracked);
+        KLAUNCH(k_bn_apply, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, coef, x, y);
+    }
 }
 void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *dy, const float *w,
                               const float *mean, const float *invstd, float *dx, float *dw, float *db, int acc_dx,
                               int acc_dw, int acc_db) {
-    KLAUNCH(k_bn_bwd, (unsigned)c, RT, 0, st)(n, c, hw, x, dy, w, mean, invstd, dx, dw, db, acc_dx, acc_dw, acc_db);
+    bn_split sp = bn_split_of(c, n * hw);
+    double *part = kiln_cuda_parts_dev();
+    for (int64_t c0 = 0; c0 < c; c0 += sp.width) {
+        int64_t width = c - c0 < sp.width ? c - c0 : sp.width;
+        double *coef = part + 2 * sp.chunks * width;
+        unsigned blocks = (unsigned)(width * sp.chunks);
+        KLAUNCH(k_bn_part, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, x, dy, mean, invstd, part);
+        KLAUNCH(k_bn_bwd_stats, GO(width))(c0, width, sp.chunks, part, coef, dw, db, acc_dw, acc_db);
+        if (dx)
+            KLAUNCH(k_bn_bwd_apply, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, coef, x, dy, w, mean, invstd, dx,
+                                                       acc_dx);
+    }
 }
 }
