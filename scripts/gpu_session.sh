@@ -45,7 +45,9 @@ stage_test() { # the tests read their fixtures relative to tests/, as ctest runs
     local rc=0
     for t in test_cuda test_ops test_gpt test_models test_attention_tc; do
         echo "== $t"
-        (cd tests && "$B/bin/$t")
+        # no autotune cache, as under ctest: the trainer runs of one test must not choose another's kernels (a
+        # remembered Winograd put test_models' cpu golden check 1.7e-4 off on an H200 machine's Xeon)
+        (cd tests && KILN_CACHE_DIR= "$B/bin/$t")
         case $? in 0) ;; 77) echo "== $t skipped (no GPU?)"; rc=1 ;; *) rc=1 ;; esac
     done
     return $rc
