@@ -31,11 +31,20 @@ static kiln_status pool(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_cuda_max_pool(ST, s->sz.pool.n * s->sz.pool.c, d, F(s->in[0]), F(s->out[0]));
     DONE("max-pool");
 }
+/* the windows' argmax in the workspace: found once, read by each input element of the window */
+static kiln_status pool_bwd_prepare(kiln_step *s, kiln_prep *p) {
+    kiln_status st = kiln_prepare_pool(s, p);
+    int64_t d[7];
+    pool_dims(&s->sz.pool, d);
+    size_t need = kiln_cuda_max_pool_bwd_workspace(s->sz.pool.n * s->sz.pool.c, d);
+    if (st == KILN_OK && p && need > p->workspace) p->workspace = need;
+    return st;
+}
 static kiln_status pool_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     int64_t d[7];
     pool_dims(&s->sz.pool, d);
     kiln_cuda_max_pool_bwd(ST, s->sz.pool.n * s->sz.pool.c, d, s->epilogue == KILN_EPI_RELU_BWD_MASK, F(s->in[0]), F(s->in[1]),
-                           F(s->out[0]), ACC(0));
+                           F(s->out[0]), ACC(0), rc->workspace);
     DONE("max-pool backward");
 }
 static void avg_dims(const kiln_avg_pool_shape *p, int64_t d[9]) {
@@ -541,7 +550,7 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_RELU] = {relu, NULL, .fusable = KILN_CUDA_PW_RELU},
     [KILN_OP_RELU_BWD] = {relu_bwd, NULL, .fusable = KILN_CUDA_PW_RELU_BWD},
     [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool},
-    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, kiln_prepare_pool},
+    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, pool_bwd_prepare},
     [KILN_OP_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool},
     [KILN_OP_ADAPTIVE_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool},
     [KILN_OP_AVG_POOL2D_BWD] = {avg_pool_bwd, kiln_prepare_avg_pool},

@@ -164,8 +164,10 @@ void kiln_cuda_amp_update(kcs st, kiln_amp_state *a, float growth, float backoff
 void kiln_cuda_dropout(kcs st, int64_t n, float p, uint64_t key, const kiln_cuda_rc *rc, const float *x, float *y, int acc);
 /* dims: h, w, oh, ow, k, stride, pad */
 void kiln_cuda_max_pool(kcs st, int64_t planes, const int64_t *dims, const float *x, float *y);
+/* arg: workspace of planes * oh * ow int32 (kiln_cuda_max_pool_bwd_workspace bytes): each window's argmax */
+size_t kiln_cuda_max_pool_bwd_workspace(int64_t planes, const int64_t *dims);
 void kiln_cuda_max_pool_bwd(kcs st, int64_t planes, const int64_t *dims, int relu_mask, const float *x, const float *dy, float *dx,
-                            int acc);
+                            int acc, int32_t *arg);
 /* pool.cu: average pooling (dims: h, w, oh, ow, k, stride, pad, include_pad, adaptive) and the option-A shortcut
  * (dims: n, c, h, w, stride, before, after) */
 void kiln_cuda_avg_pool(kcs st, int64_t planes, const int64_t *dims, const float *x, float *y);
