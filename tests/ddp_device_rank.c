@@ -7,7 +7,8 @@
  *   devcoll  collectives of its own, as NCCL is to cuda: a stand-in over a shared
  *            memory file (the id rank 0 makes names it), each sum and broadcast done
  *            by every rank behind a barrier. TEST_COLL_FAIL_RANK=r: rank r cannot load
- *            them; TEST_SAME_DEVICE=1: every rank names device 0; TEST_COLL_NO_SUM=1: sums
+ *            them; TEST_COLL_OPEN_FAIL_RANK=r: rank r loads them but cannot join the
+ *            communicator; TEST_SAME_DEVICE=1: every rank names device 0; TEST_COLL_NO_SUM=1: sums
  *            do nothing (the ranks drift apart); TEST_COLL_DIR: where the file goes.
  * TEST_BUCKET_MB, TEST_OVERLAP: --bucket-mb, --overlap on (1) or off (0).
  * usage: ddp_device_rank BACKEND DATA BATCH OUT   (writes OUT.jsonl, OUT.safetensors)
@@ -70,6 +71,9 @@ static kiln_status fake_make_id(unsigned char id[KILN_COLL_ID_BYTES]) {
 }
 
 static kiln_status fake_open(const unsigned char id[KILN_COLL_ID_BYTES], int rank, int size, void **comm) {
+    const char *f = getenv("TEST_COLL_OPEN_FAIL_RANK");
+    *comm = NULL;
+    if (f && atoi(f) == rank) return kiln_fail(KILN_ERR_BACKEND, "fake collectives: cannot join (TEST_COLL_OPEN_FAIL_RANK)");
     fake_comm *c = calloc(1, sizeof *c);
     if (!c) return kiln_fail(KILN_ERR_NOMEM, "fake collectives: out of memory");
     memcpy(c->path, id, sizeof c->path);
@@ -144,7 +148,7 @@ static void fake_close(void *comm) {
         fprintf(stderr, "fake collectives: %lld sums, %lld joins, %lld steps run between a step's first sum and its join\n",
                 (long long)nsums, (long long)njoins, (long long)steps_between);
     munmap(c->s, c->bytes);
-    if (c->rank == 0) unlink(c->path);
+    unlink(c->path); /* whichever rank closes first; the others keep their mapping */
     free(c);
 }
 

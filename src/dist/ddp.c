@@ -345,9 +345,11 @@ void kiln_ddp_begin_micro(kiln_ddp *d, int sync) { d->sync = sync; }
  * for all (what they cost shows on the device, not here); or the whole buffer staged through the host */
 static kiln_status reduce_device(kiln_ddp *d, double t0) {
     kiln_status st = KILN_OK;
-    if (!kiln_ddp_dev_collective(d->dev)) st = kiln_ddp_dev_sum(d->dev);
-    while (st == KILN_OK && d->next < d->B.nb) st = start_bucket(d);
-    if (st == KILN_OK && kiln_ddp_dev_collective(d->dev)) st = kiln_ddp_dev_join(d->dev);
+    if (!kiln_ddp_dev_collective(d->dev) || !d->o.overlap) st = kiln_ddp_dev_sum(d->dev); /* the whole buffer at once */
+    else {
+        while (st == KILN_OK && d->next < d->B.nb) st = start_bucket(d);
+        if (st == KILN_OK) st = kiln_ddp_dev_join(d->dev);
+    }
     d->next = 0;
     double t1 = now_s();
     if (st != KILN_OK) return st;

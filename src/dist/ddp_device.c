@@ -36,6 +36,9 @@ static kiln_status one_device_each(kiln_ddp_dev *d) {
     if (!all) return kiln_fail(KILN_ERR_NOMEM, "ddp: out of memory");
     kiln_status st = kiln_comm_allgather(d->c, mine, all, NAME_BYTES, "the device check");
     if (st == KILN_OK && named != KILN_OK) st = named;
+    for (int r = 0; st == KILN_OK && r < w; r++) /* every rank fails with the one that has no device */
+        if (strstr(all + (size_t)r * NAME_BYTES, " / no device (rank "))
+            st = kiln_fail(KILN_ERR_BACKEND, "rank %d has no usable %s device (its message says why)", r, d->be->name);
     for (int r = 0; st == KILN_OK && r < w; r++)
         for (int q = 0; st == KILN_OK && q < r; q++)
             if (strncmp(all + (size_t)r * NAME_BYTES, all + (size_t)q * NAME_BYTES, NAME_BYTES) == 0)
@@ -62,7 +65,15 @@ static kiln_status open_coll(kiln_ddp_dev *d) {
     if (!ok) kiln_log(KILN_LOG_WARN, "rank %d: %s", kiln_comm_rank(d->c), why);
     if (cannot > 0) return KILN_OK;
     if ((st = kiln_comm_bcast(d->c, id, sizeof id, 0, "the collectives' id")) != KILN_OK) return st;
-    if ((st = co->open(id, kiln_comm_rank(d->c), kiln_comm_size(d->c), &d->comm)) != KILN_OK) return st;
+    /* every rank learns whether every rank joined: where one could not, all stage through the host */
+    double failed = co->open(id, kiln_comm_rank(d->c), kiln_comm_size(d->c), &d->comm) != KILN_OK;
+    if (failed) kiln_log(KILN_LOG_WARN, "rank %d: %s", kiln_comm_rank(d->c), kiln_last_error());
+    if ((st = kiln_comm_allreduce_f64(d->c, &failed, 1, "the collectives' start")) != KILN_OK) return st;
+    if (failed > 0) {
+        co->close(d->comm);
+        d->comm = NULL;
+        return KILN_OK;
+    }
     d->coll = co;
     return KILN_OK;
 }
@@ -136,7 +147,7 @@ kiln_status kiln_ddp_dev_join(kiln_ddp_dev *d) { return d->coll->join(d->comm); 
 kiln_status kiln_ddp_dev_sum(kiln_ddp_dev *d) {
     float *g = kiln_params_grad(d->P);
     int64_t n = kiln_params_total(d->P);
-    if (d->coll) {
+    if (d->coll) { /* one sum over the whole buffer (--overlap off): no small buckets made for MPI's eager sends */
         kiln_status st = kiln_ddp_dev_sum_start(d, 0, n);
         return st == KILN_OK ? kiln_ddp_dev_join(d) : st;
     }

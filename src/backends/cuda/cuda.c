@@ -59,7 +59,7 @@ static int pick_device(int n) {
         const char *v = getenv(vars[i]);
         char *end;
         long k = v ? strtol(v, &end, 10) : -1;
-        if (v && *v && !*end && k >= 0) return (int)(i == 0 && k < n ? k : k % n);
+        if (v && *v && !*end && k >= 0) return i == 0 ? (k < n ? (int)k : -1) : (int)(k % n);
     }
     return 0;
 }
@@ -73,7 +73,11 @@ static void init(void) {
         snprintf(G.why, sizeof G.why, "no CUDA GPU here (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "no device");
         return;
     }
-    G.device = pick_device(n);
+    if ((G.device = pick_device(n)) < 0) {
+        snprintf(G.why, sizeof G.why, "KILN_CUDA_DEVICE=%s, but this process sees %d GPU%s", getenv("KILN_CUDA_DEVICE"), n,
+                 n == 1 ? "" : "s");
+        return;
+    }
     if ((e = cudaSetDevice(G.device)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&G.stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaMalloc((void **)&G.rc, sizeof *G.rc)) != cudaSuccess ||
         (e = cudaMalloc((void **)&G.flags, sizeof *G.flags)) != cudaSuccess ||
@@ -330,13 +334,17 @@ static void cuda_prepare_end(const kiln_compile_opts *o) {
 
 static int cuda_available(char *why, size_t len) { return kiln_cuda_available(why, len); }
 
-/* its index and PCI address: two processes of a host naming the same GPU share it */
+/* its index and UUID (the same whatever CUDA_VISIBLE_DEVICES renumbers; a MIG instance has its own): two
+ * processes naming the same GPU share it */
 static kiln_status cuda_device_name(char *buf, size_t len) {
     init();
     if (!G.ok) return kiln_fail(KILN_ERR_BACKEND, "CUDA: %s", G.why);
-    char bus[32] = "?";
-    cudaDeviceGetPCIBusId(bus, sizeof bus, G.device);
-    snprintf(buf, len, "cuda %d (PCI %s)", G.device, bus);
+    struct cudaDeviceProp p;
+    kiln_status st = kiln_cuda_check(cudaGetDeviceProperties(&p, G.device), "the GPU's properties");
+    if (st != KILN_OK) return st;
+    const unsigned char *u = (const unsigned char *)p.uuid.bytes;
+    snprintf(buf, len, "cuda %d (GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x)", G.device, u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
     return KILN_OK;
 }
 

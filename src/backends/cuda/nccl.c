@@ -12,8 +12,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cuda_runtime.h>
-#include <nccl.h>
 #include "backends/cuda/internal/cuda.h"
+
+/* NCCL's ABI as nccl.h (2.x) defines it, declared here so that the backend builds where NCCL's headers are
+ * not installed (they are not part of the CUDA toolkit): the few types and values kiln passes */
+typedef struct ncclComm *ncclComm_t;
+typedef struct {
+    char internal[128];
+} ncclUniqueId;
+typedef int ncclResult_t; /* ncclSuccess = 0 */
+#define ncclSuccess 0
+typedef int ncclDataType_t;
+#define ncclUint8 1
+#define ncclFloat32 7
+typedef int ncclRedOp_t;
+#define ncclSum 0
 
 /* the entry points kiln calls, from the library loaded at run time */
 static struct {
@@ -25,6 +38,7 @@ static struct {
     ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
     ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
     ncclResult_t (*comm_destroy)(ncclComm_t);
+    ncclResult_t (*comm_abort)(ncclComm_t);
     const char *(*error_string)(ncclResult_t);
 } N;
 
@@ -35,9 +49,10 @@ static int resolve(void *lib) {
     *(void **)&N.all_reduce = dlsym(lib, "ncclAllReduce");
     *(void **)&N.broadcast = dlsym(lib, "ncclBroadcast");
     *(void **)&N.comm_destroy = dlsym(lib, "ncclCommDestroy");
+    *(void **)&N.comm_abort = dlsym(lib, "ncclCommAbort");
     *(void **)&N.error_string = dlsym(lib, "ncclGetErrorString");
     return N.get_version && N.get_unique_id && N.comm_init_rank && N.all_reduce && N.broadcast && N.comm_destroy &&
-           N.error_string;
+           N.comm_abort && N.error_string;
 }
 
 static int nccl_load(char *why, size_t len) {
@@ -80,13 +95,19 @@ typedef struct {
     ncclComm_t c;
     cudaStream_t side;
     cudaEvent_t written, summed;
+    int failed; /* a call failed: close aborts (ncclCommDestroy gives up on a communicator in error) */
 } nccl_comm;
 
+/* a clean close waits for the sums queued; after a failure the communicator is aborted without waiting (its
+ * peers may never match what is queued) */
 static void nccl_close(void *comm) {
     nccl_comm *m = comm;
     if (!m) return;
-    if (m->side) cudaStreamSynchronize(m->side);
-    if (m->c) N.comm_destroy(m->c);
+    if (m->c && m->failed) N.comm_abort(m->c);
+    else if (m->c) {
+        if (cudaStreamSynchronize(m->side) == cudaSuccess) N.comm_destroy(m->c);
+        else N.comm_abort(m->c);
+    }
     if (m->written) cudaEventDestroy(m->written);
     if (m->summed) cudaEventDestroy(m->summed);
     if (m->side) cudaStreamDestroy(m->side);
@@ -104,6 +125,7 @@ static kiln_status nccl_open(const unsigned char id[KILN_COLL_ID_BYTES], int ran
     memcpy(&u, id, sizeof u);
     if (st == KILN_OK) st = nccl_check(N.comm_init_rank(&m->c, size, u, rank), "joining the communicator");
     if (st != KILN_OK) {
+        m->failed = 1;
         nccl_close(m);
         return st;
     }
@@ -117,26 +139,31 @@ static kiln_status after_compute(nccl_comm *m) {
     return st == KILN_OK ? kiln_cuda_check(cudaStreamWaitEvent(m->side, m->written, 0), "an event wait") : st;
 }
 
+static kiln_status failed_if(nccl_comm *m, kiln_status st) {
+    if (st != KILN_OK) m->failed = 1;
+    return st;
+}
+
 static kiln_status nccl_sum_f32(void *comm, float *buf, int64_t n) {
     nccl_comm *m = comm;
     kiln_status st = after_compute(m);
-    return st == KILN_OK ? nccl_check(N.all_reduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, m->c, m->side),
-                                      "the gradient all-reduce")
-                         : st;
+    if (st == KILN_OK)
+        st = nccl_check(N.all_reduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, m->c, m->side), "the gradient all-reduce");
+    return failed_if(m, st);
 }
 
 static kiln_status nccl_join(void *comm) {
     nccl_comm *m = comm;
     kiln_status st = kiln_cuda_check(cudaEventRecord(m->summed, m->side), "an event");
-    return st == KILN_OK ? kiln_cuda_check(cudaStreamWaitEvent((cudaStream_t)kiln_cuda_stream(), m->summed, 0), "an event wait")
-                         : st;
+    if (st == KILN_OK) st = kiln_cuda_check(cudaStreamWaitEvent((cudaStream_t)kiln_cuda_stream(), m->summed, 0), "an event wait");
+    return failed_if(m, st);
 }
 
 static kiln_status nccl_bcast(void *comm, void *buf, size_t bytes, int root) {
     nccl_comm *m = comm;
     kiln_status st = after_compute(m);
     if (st == KILN_OK) st = nccl_check(N.broadcast(buf, buf, bytes, ncclUint8, root, m->c, m->side), "the broadcast");
-    return st == KILN_OK ? nccl_join(m) : st;
+    return st == KILN_OK ? nccl_join(m) : failed_if(m, st);
 }
 
 const kiln_coll_ops kiln_cuda_nccl = {
