@@ -10,7 +10,7 @@
  *            them; TEST_COLL_OPEN_FAIL_RANK=r: rank r loads them but cannot join the
  *            communicator; TEST_SAME_DEVICE=1: every rank names device 0; TEST_COLL_NO_SUM=1: sums
  *            do nothing (the ranks drift apart); TEST_COLL_DIR: where the file goes.
- * TEST_BUCKET_MB, TEST_OVERLAP: --bucket-mb, --overlap on (1) or off (0).
+ * TEST_OVERLAP: --overlap on (1) or off (0).
  * usage: ddp_device_rank BACKEND DATA BATCH OUT   (writes OUT.jsonl, OUT.safetensors)
  * Exit 0, or 2 with kiln's message (under mpirun every rank ends with it, as the CLI's). */
 #include <fcntl.h>
@@ -222,8 +222,7 @@ static kiln_train_config config(char **argv, char *metrics, char *save, size_t l
     c.seed = 3;
     c.metrics = metrics;
     c.save = save;
-    const char *mb = getenv("TEST_BUCKET_MB"), *overlap = getenv("TEST_OVERLAP");
-    if (mb) c.bucket_mb = (float)atof(mb);
+    const char *overlap = getenv("TEST_OVERLAP");
     if (overlap) c.overlap = atoi(overlap);
     return c;
 }
