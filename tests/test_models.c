@@ -328,6 +328,8 @@ out:
 }
 
 int main(void) {
+    /* no autotune cache, whoever runs it: a Winograd remembered from another run put the cpu's check 1.7e-4 off */
+    setenv("KILN_CACHE_DIR", "", 1);
     kiln_st_file *f = NULL;
     CHECK_OK(kiln_st_open(FIXTURE, &f));
     if (f) {
