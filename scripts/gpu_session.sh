@@ -70,6 +70,8 @@ stage_models() { REPEAT=1 STEPS=10 COMPILE=0 bash bench/gpu_models.sh; }
 stage_profile() { # where a step's time goes: every kernel timed alone (kiln bench step --profile)
     "$KILN_BIN" bench step --model gpt --layers 12 --heads 12 --dim 768 --block 1024 --vocab 50257 --batch-size 16 \
         --device cuda --matmul-precision medium --precision bf16 --steps 3 --warmup 1 --profile
+    KILN_CUDA_FLASH=mma "$KILN_BIN" bench step --model gpt --layers 12 --heads 12 --dim 768 --block 1024 --vocab 50257 \
+        --batch-size 16 --device cuda --matmul-precision medium --precision bf16 --steps 3 --warmup 1 --profile
     "$KILN_BIN" bench step --model resnet50 --size 224 --num-classes 1000 --batch-size 256 \
         --device cuda --matmul-precision medium --steps 3 --warmup 1 --profile
 }

@@ -119,9 +119,10 @@ static kiln_status run(net *n, kiln_params *P, const char *backend, int precisio
 
 /* the lower precision's tolerances, outputs and gradients over the largest value: the probabilities and dS
  * rounded to 8 significant bits (bf16) or 11 (fp16) */
-static void check_shape(const shape *s, const char *backend, int precision) {
+static void check_shape(const shape *s, const char *backend, int precision, float **other_y) {
     char what[160];
-    snprintf(what, sizeof what, "%s %s: b %lld t %lld heads %lld d %lld form %d", backend, kiln_precision_name(precision),
+    snprintf(what, sizeof what, "%s %s %s: b %lld t %lld heads %lld d %lld form %d", backend, getenv("KILN_CUDA_FLASH"),
+             kiln_precision_name(precision),
              (long long)s->b, (long long)s->t, (long long)s->heads, (long long)s->d, s->form);
     double tol_y = precision == KILN_PRECISION_FP16 ? TOL_Y_FP16 : 3e-3, tol_g = precision == KILN_PRECISION_FP16 ? TOL_G_FP16 : 5e-3;
     net n = build(s);
@@ -153,6 +154,14 @@ static void check_shape(const shape *s, const char *backend, int precision) {
     CHECK_MSG(fy <= 2e-4 && fg <= 5e-4, "%s: fp32 tiles off by %.3g (output), %.3g (gradients)", what, fy, fg);
     for (int64_t i = 0; i < ny; i++) moved = fmax(moved, fabs((double)tc.y[i] - fp.y[i]));
     CHECK_MSG(s->t == 1 || moved > 0, "%s: bf16 and fp32 plans gave the same bits: the tensor cores did not run", what);
+    /* the other kernels' output for this shape: kept by the first run, compared by the second (not the same bits:
+     * KILN_CUDA_FLASH chose other kernels) */
+    if (other_y && !*other_y) {
+        *other_y = tc.y, tc.y = NULL;
+    } else if (other_y) {
+        CHECK_MSG(s->t == 1 || memcmp(*other_y, tc.y, (size_t)ny * 4) != 0, "%s: the same bits as the other kernels'", what);
+        free(*other_y), *other_y = NULL;
+    }
     if (getenv("KILN_TEST_VERBOSE"))
         printf("test_attention_tc: %s: output %.3g, gradients %.3g (fp32 tiles %.3g, %.3g)\n", what, ey, eg, fy, fg);
     free(ref.y), free(ref.grad), free(tc.y), free(tc.grad), free(fp.y), free(fp.grad), free(y64), free(p32);
@@ -229,22 +238,30 @@ int main(void) {
         {1, 1, 1, 16, 0},   {2, 70, 2, 32, 1}, {1, 64, 1, 64, 2},
         {1, 130, 3, 48, 0}, {1, 100, 1, 128, 1},
     };
+    enum { NS = sizeof shapes / sizeof *shapes };
     int gpu_only = getenv("KILN_TEST_CUDA_ONLY") != NULL; /* compute-sanitizer's runs (scripts/gpu_session.sh) */
-    /* bf16, then fp16 operands (under the sanitizers fp16 takes two shapes: its kernels are bf16's code, another type) */
+    /* under the sanitizers fp16 takes two shapes (its kernels are bf16's code, another type), and the gpt's runs
+     * (25 s there) are left out: the shapes cover the kernels */
     int san = getenv("KILN_SANITIZE") != NULL;
-    for (int k = 0; k < 2; k++)
-        for (size_t i = 0; !gpu_only && i < sizeof shapes / sizeof *shapes && !(k && san && i >= 2); i++)
-            check_shape(&shapes[i], "simt", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16);
-    /* under the sanitizers the shapes above cover the kernels; the gpt's runs there take 25 s */
-    if (!gpu_only && !san) check_gpt("simt");
     const kiln_backend *cu = kiln_backend_get("cuda");
     char why[192] = "the CUDA backend was not built";
-    if (cu && kiln_backend_available(cu, why, sizeof why))
+    int gpu = cu && kiln_backend_available(cu, why, sizeof why);
+    float *other[2][NS] = {{0}}; /* [backend][shape]: bf16 outputs of the first kernels */
+    /* flash_tc.cu's kernels (wmma), then flash_mma.cu's (mma.sync, the tiles in registers) */
+    static const char *const flash[] = {"wmma", "mma"};
+    for (int fl = 0; fl < 2; fl++) {
+        setenv("KILN_CUDA_FLASH", flash[fl], 1);
+        /* bf16, then fp16 operands */
         for (int k = 0; k < 2; k++)
-            for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
-                check_shape(&shapes[i], "cuda", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16);
-    if (cu && kiln_backend_available(cu, why, sizeof why)) check_gpt("cuda");
-    else
-        printf("test_attention_tc: the GPU's run skipped: %s\n", why);
+            for (int i = 0; !gpu_only && i < NS && !(k && san && i >= 2); i++)
+                check_shape(&shapes[i], "simt", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16, k ? NULL : &other[0][i]);
+        if (!gpu_only && !san) check_gpt("simt");
+        for (int k = 0; gpu && k < 2; k++)
+            for (int i = 0; i < NS; i++)
+                check_shape(&shapes[i], "cuda", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16, k ? NULL : &other[1][i]);
+        if (gpu) check_gpt("cuda");
+    }
+    unsetenv("KILN_CUDA_FLASH");
+    if (!gpu) printf("test_attention_tc: the GPU's run skipped: %s\n", why);
     return tu_finish("test_attention_tc");
 }

@@ -23,6 +23,7 @@
 #include <sys/mman.h>
 #include <vector>
 #include "backends/cuda/internal/simt.h"
+#include "backends/cuda/internal/simt_wmma.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
@@ -259,6 +260,55 @@ static void wait_at(const char *file, int line, int warp) {
 }
 void kiln_simt_sync(const char *file, int line) { wait_at(file, line, 0); }
 void kiln_simt_sync_warp(const char *file, int line) { wait_at(file, line, 1); }
+
+// the lanes' registers for the warp operations below (one block runs at a time); the caller's thread, checked
+// to be in a whole warp (a GPU's mma.sync and full-mask shuffles need all 32 lanes)
+namespace {
+uint32_t lane_a[1024][4], lane_b[1024][2];
+float lane_f[1024];
+unsigned whole_warp_thread(const char *what) {
+    unsigned n = kiln_simt_bdim.x * kiln_simt_bdim.y * kiln_simt_bdim.z, t = (unsigned)current;
+    if (current < 0 || n > 1024 || (t | 31u) >= n) {
+        fprintf(stderr, "simt: %s needs whole warps of 32 (thread %d of a block of %u)\n", what, current, n);
+        abort();
+    }
+    return t;
+}
+float half_of(uint32_t u, unsigned hi, int fp16) {
+    unsigned short h = (unsigned short)(hi ? u >> 16 : u & 0xffffu);
+    return fp16 ? __half2float(__half{h}) : __bfloat162float(__nv_bfloat16{h});
+}
+} // namespace
+
+// PTX's m16n8k16 fragments (internal/mma.h): A(row, k) is in lane 4 (row % 8) + (k % 8) / 2, register
+// row / 8 + 2 (k / 8); B(k, col) in lane 4 col + (k % 8) / 2, register k / 8; the half k % 2. The products are
+// exact in float; the sum runs in k's order (a GPU's is unspecified)
+void kiln_simt_mma16816(float c[4], const uint32_t a[4], const uint32_t b[2], int fp16) {
+    unsigned t = whole_warp_thread("mma.sync"), w = t & ~31u, g = (t & 31u) / 4, q = t % 4;
+    memcpy(lane_a[t], a, sizeof lane_a[t]);
+    memcpy(lane_b[t], b, sizeof lane_b[t]);
+    kiln_simt_sync_warp(__FILE__, __LINE__);
+    float out[4];
+    for (unsigned e = 0; e < 4; e++) {
+        unsigned row = g + 8 * (e / 2), col = 2 * q + e % 2;
+        float s = c[e];
+        for (unsigned k = 0; k < 16; k++)
+            s += half_of(lane_a[w + 4 * (row % 8) + (k % 8) / 2][row / 8 + 2 * (k / 8)], k % 2, fp16) *
+                 half_of(lane_b[w + 4 * col + (k % 8) / 2][k / 8], k % 2, fp16);
+        out[e] = s;
+    }
+    kiln_simt_sync_warp(__FILE__, __LINE__); // every lane has read the others' registers
+    memcpy(c, out, sizeof out);
+}
+
+float kiln_simt_shfl_xor(float v, int mask) {
+    unsigned t = whole_warp_thread("__shfl_xor_sync");
+    lane_f[t] = v;
+    kiln_simt_sync_warp(__FILE__, __LINE__);
+    float r = lane_f[(t & ~31u) | ((t & 31u) ^ ((unsigned)mask & 31u))];
+    kiln_simt_sync_warp(__FILE__, __LINE__);
+    return r;
+}
 
 // every __shared__ variable: the section the linker names, empty if none
 extern "C" char __start_kiln_simt_shared[] __attribute__((weak)), __stop_kiln_simt_shared[] __attribute__((weak));

@@ -19,7 +19,7 @@
 // src/kernels/ref/attention.c; flash.cu is the fp32 twin.
 #include "backends/cuda/internal/cuda.h"
 #include "backends/cuda/internal/attn_shape.h"
-#include "backends/cuda/internal/tensor_core.h"
+#include "backends/cuda/internal/tc_elem.h"
 
 using namespace nvcuda;
 
@@ -32,15 +32,6 @@ using namespace nvcuda;
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
-// the operands' type: K = ND + 16 * fp16 names a kernel's head width (ND * 16) and its operands (bf16, or fp16
-// under --precision fp16), one template argument, so launches take no comma
-typedef __nv_bfloat16 bf16;
-typedef __half fp16;
-template <int K> struct elem_of { typedef bf16 type; };
-template <> struct elem_of<1> { typedef fp16 type; };
-#define ELEM(K) typename elem_of<(K) / 16>::type
-__device__ inline void put(bf16 *p, float v) { *p = __float2bfloat16(v); }
-__device__ inline void put(fp16 *p, float v) { *p = __float2half(v); }
 template <class E> using frag_a = wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major>;
 template <class E> using frag_b = wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::row_major>;
 template <class E> using frag_bt = wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::col_major>; // a matrix's rows as its transpose
@@ -291,27 +282,6 @@ static size_t smem_bytes(int d, int fwd) {
     tiles<bf16> t; /* fp16's are as large */
     return carve(0, d, fwd, &t);
 }
-/* the kernel of head width d (a multiple of 16 up to 128) and operands fp16 (1) or bf16 (0): K = d / 16 + 16 fp16 */
-#define K_SWITCH(d, fp16, CALL)                                                                                    \
-    switch ((int)((d) / 16 + 16 * (fp16))) {                                                                       \
-    case 1: CALL(1); break;                                                                                        \
-    case 2: CALL(2); break;                                                                                        \
-    case 3: CALL(3); break;                                                                                        \
-    case 4: CALL(4); break;                                                                                        \
-    case 5: CALL(5); break;                                                                                        \
-    case 6: CALL(6); break;                                                                                        \
-    case 7: CALL(7); break;                                                                                        \
-    case 8: CALL(8); break;                                                                                        \
-    case 17: CALL(17); break;                                                                                      \
-    case 18: CALL(18); break;                                                                                      \
-    case 19: CALL(19); break;                                                                                      \
-    case 20: CALL(20); break;                                                                                      \
-    case 21: CALL(21); break;                                                                                      \
-    case 22: CALL(22); break;                                                                                      \
-    case 23: CALL(23); break;                                                                                      \
-    default: CALL(24); break;                                                                                      \
-    }
-
 extern "C" {
 int kiln_cuda_flash_tc_ok(int64_t d) { return d >= 16 && d <= TC_DMAX && d % 16 == 0; }
 

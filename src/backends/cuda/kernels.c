@@ -2,6 +2,7 @@
  * (cuDNN and cuBLASLt through conv.c and linear.c, kiln's kernels in *.cu),
  * and what it works out at compile. Plain NCHW layouts only. */
 #include <stdlib.h>
+#include <string.h>
 #include "backends/cuda/internal/cuda.h"
 
 #define F(t) ((float *)(t).data)
@@ -345,6 +346,12 @@ static kiln_status bmm_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
  * its head's row of the output: up to kiln_cuda_attention_max_head() (transformer.cu). With the plan's precision
  * bf16, fp16 or auto, heads flash_tc.cu takes run on tensor cores with bf16 operands (fp16 under fp16), as
  * PyTorch's autocast runs attention: the step's precision says so (kiln inspect), forward and backward agree */
+/* KILN_CUDA_FLASH=mma: flash_mma.cu's kernels (the tiles in registers) for the tensor-core attention; else
+ * flash_tc.cu's, the default until flash_mma.cu's have run on a GPU (docs/attention.md) */
+static int flash_mma_on(void) {
+    const char *e = getenv("KILN_CUDA_FLASH");
+    return e && !strcmp(e, "mma");
+}
 static kiln_status attention_prepare(kiln_step *s, kiln_prep *p) {
     kiln_prepare_attention(s, p);
     const kiln_attn_shape *z = &s->sz.attn.shape;
@@ -356,7 +363,9 @@ static kiln_status attention_prepare(kiln_step *s, kiln_prep *p) {
     if (p && p->o->precision != KILN_PRECISION_FP32 && kiln_cuda_flash_tc_ok(d)) {
         static int warned; /* a GPU with less shared memory a block than Hopper's: the fp32 tiles, said once */
         int fp16 = p->o->precision == KILN_PRECISION_FP16;
-        if (kiln_cuda_flash_tc_setup(d, fp16) == 0) s->precision = fp16 ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16;
+        s->sz.attn.mma = flash_mma_on();
+        int err = s->sz.attn.mma ? kiln_cuda_flash_mma_setup(d, fp16) : kiln_cuda_flash_tc_setup(d, fp16);
+        if (err == 0) s->precision = fp16 ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16;
         else if (!warned++)
             kiln_log(KILN_LOG_WARN, "%s: this GPU cannot give the tensor-core attention the shared memory it needs for heads "
                      "of %lld; attention keeps fp32 math", s->name, (long long)d);
@@ -378,7 +387,9 @@ static kiln_status attention(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_attn_shape *z = &s->sz.attn.shape;
     int64_t st[8];
     attn_strides(z, st);
-    if (s->precision != KILN_PRECISION_FP32)
+    if (s->precision != KILN_PRECISION_FP32 && s->sz.attn.mma)
+        kiln_cuda_flash_mma(ST, s->precision == KILN_PRECISION_FP16, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
+    else if (s->precision != KILN_PRECISION_FP32)
         kiln_cuda_flash_tc(ST, s->precision == KILN_PRECISION_FP16, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
     else if (z->c / z->heads <= kiln_cuda_flash_max_head())
         kiln_cuda_flash(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
@@ -393,7 +404,10 @@ static kiln_status attention_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     void *d[3];
     int acc[3];
     kiln_attention_grads(s, rc, d, acc);
-    if (s->precision != KILN_PRECISION_FP32)
+    if (s->precision != KILN_PRECISION_FP32 && s->sz.attn.mma)
+        kiln_cuda_flash_mma_bwd(ST, s->precision == KILN_PRECISION_FP16, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]),
+                                F(s->in[5]), rc->workspace, d[0], d[1], d[2], acc[0], acc[1], acc[2]);
+    else if (s->precision != KILN_PRECISION_FP32)
         kiln_cuda_flash_tc_bwd(ST, s->precision == KILN_PRECISION_FP16, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]),
                                F(s->in[5]), rc->workspace, d[0], d[1], d[2], acc[0], acc[1], acc[2]);
     else if (z->c / z->heads <= kiln_cuda_flash_max_head())

@@ -99,7 +99,8 @@ struct kiln_step {
         struct { int64_t n, c, hw; } nchw;
         struct { int64_t outer, dim, inner; } slice;
         kiln_bmm_shape bmm;
-        struct { kiln_attn_shape shape; int slots; } attn; /* slots: threads the workspace has room for (cpu) */
+        struct { kiln_attn_shape shape; int slots, mma; } attn; /* slots: threads the workspace has room for (cpu);
+                                                                  mma: the tensor-core kernels in registers (cuda) */
     } sz;
 };
 

@@ -228,6 +228,14 @@ void kiln_cuda_flash_tc(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64
 void kiln_cuda_flash_tc_bwd(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
                             const float *q, const float *k, const float *v, const float *y, const float *lse, const float *dy,
                             float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
+/* flash_mma.cu: the same heads and arguments, the tiles in registers (mma.sync; FlashAttention-2's scheme), when
+ * KILN_CUDA_FLASH=mma; its setup as kiln_cuda_flash_tc_setup (up to 72 KiB a block) */
+int kiln_cuda_flash_mma_setup(int64_t d, int fp16);
+void kiln_cuda_flash_mma(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
+                         const float *q, const float *k, const float *v, float *y, float *lse);
+void kiln_cuda_flash_mma_bwd(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
+                             const float *q, const float *k, const float *v, const float *y, const float *lse, const float *dy,
+                             float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
 /* bmm.cu: y [..., m, n] = a [..., m, k] @ b [..., k, n] over nb batch dims (at most kiln_cuda_bmm_max_batch_dims());
  * a and b through their strides (nb + 2 each), y, dy, da, db contiguous; da or db NULL: not wanted */
 int kiln_cuda_bmm_max_batch_dims(void);

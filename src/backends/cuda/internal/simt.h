@@ -10,8 +10,9 @@
  * output) fails its checks (tests/simt/test_simt.cpp). __shared__ becomes a
  * static: one copy, which the block running now owns, all bits set when it
  * starts. What it cannot show: timing, memory coalescing, truly concurrent
- * accesses (atomics racing) and warp-level intrinsics (none are used; the
- * tensor cores' warp matrix operations are internal/simt_wmma.h's).
+ * accesses (atomics racing). The warp-level operations kiln's kernels use
+ * (wmma, mma.sync, __shfl_xor_sync) are internal/simt_wmma.h's, each a
+ * barrier of the warp's lanes.
  * Never part of a kiln build that runs. */
 #ifndef KILN_BACKEND_CUDA_SIMT_H
 #define KILN_BACKEND_CUDA_SIMT_H

@@ -72,10 +72,17 @@ static inline __half __float2half(float f) {
     if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++; /* a carry into the exponent is right */
     return __half{(unsigned short)(sign | h)};
 }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
+static inline unsigned short __half_as_ushort(__half h) { return h.x; }
 static inline float kiln_simt_to_float(__nv_bfloat16 h) { return __bfloat162float(h); }
 static inline float kiln_simt_to_float(__half h) { return __half2float(h); }
 
 #define __syncwarp() kiln_simt_sync_warp(__FILE__, __LINE__)
+/* PTX's mma.sync m16n8k16 (c += a b, fp32 accumulators; fp16 operands, else bf16) and __shfl_xor_sync over the
+ * full warp, as internal/mma.h uses them: each lane gives its registers, waits for its warp's other lanes, and
+ * takes what a GPU would give it (tests/simt/simt.cpp) */
+void kiln_simt_mma16816(float c[4], const uint32_t a[4], const uint32_t b[2], int fp16);
+float kiln_simt_shfl_xor(float v, int mask);
 /* the launch's dynamic shared memory (simt.cpp) */
 void *kiln_simt_dyn_shared(void);
 #define KILN_DYN_SHARED(type, name) type *name = (type *)kiln_simt_dyn_shared()
