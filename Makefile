@@ -7,7 +7,7 @@ RUN_ARGS ?= --model mnist-cnn --data fashion-mnist --device auto --epochs 1 --ba
 
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_SMOKE_SECONDS ?= 10
+FUZZ_SMOKE_SECONDS ?= 6
 
 .PHONY: all deps run test test-fast test-asan test-gpu gpu-bundle fuzz fuzz-smoke fuzz-build bench bench-loader bench-http bench-train-data bench-gpu fixtures interop clean
 
