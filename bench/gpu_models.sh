@@ -55,6 +55,8 @@ for m in $MODELS; do
         kiln_run "$m" medium kiln-bf16 bf16 | tee -a "$RES/all" # autocast: attention on tensor cores too
         # the attention's tiles in registers (flash_mma.cu), not yet the default
         [ "$m" = gpt2 ] && KILN_CUDA_FLASH=mma kiln_run "$m" medium kiln-bf16-mma bf16 | tee -a "$RES/all"
+        # and cuBLASLt on 16-bit copies of its operands (linear.c, KILN_CUDA_GEMM=half), not yet the default either
+        [ "$m" = gpt2 ] && KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half kiln_run "$m" medium kiln-bf16-mma-half bf16 | tee -a "$RES/all"
         peer_run "$m" eager | tee -a "$RES/all"
         kiln_run "$m" medium | tee -a "$RES/all"
         kiln_run "$m" high | tee -a "$RES/all"

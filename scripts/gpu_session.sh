@@ -5,9 +5,10 @@
 # limit, every log under $OUT (which the device tool brings back), and prints
 # a table last. Device minutes are few: build, bundle and read here.
 #
-#   STAGES   info test sanitize train bench models   (default: info test sanitize train)
+#   STAGES   info test optin sanitize train bench models profile   (default: info test sanitize train)
 #     info      nvidia-smi, the driver, python3's torch
 #     test      test_cuda, then test_ops, test_gpt, test_models and test_attention_tc (their cuda checks run on the GPU)
+#     optin     test_ops, test_gpt, test_attention_tc with KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half (not yet defaults)
 #     sanitize  compute-sanitizer memcheck and racecheck over test_cuda (KILN_TEST_CUDA_QUICK=1)
 #               and test_attention_tc's GPU shapes (KILN_TEST_CUDA_ONLY=1);
 #               Firecracker machines only (gVisor refuses the device)
@@ -52,6 +53,14 @@ stage_test() { # the tests read their fixtures relative to tests/, as ctest runs
     done
     return $rc
 }
+stage_optin() { # the paths not yet the default, which have never run on a GPU: the op harness, the gpt and the attention
+    local rc=0
+    for t in test_ops test_gpt test_attention_tc; do
+        echo "== $t with KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half"
+        (cd tests && KILN_CACHE_DIR= KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half "$B/bin/$t") || rc=1
+    done
+    return $rc
+}
 stage_sanitize() {
     local rc=0
     for tool in memcheck racecheck; do
@@ -70,7 +79,7 @@ stage_models() { REPEAT=1 STEPS=10 COMPILE=0 bash bench/gpu_models.sh; }
 stage_profile() { # where a step's time goes: every kernel timed alone (kiln bench step --profile)
     "$KILN_BIN" bench step --model gpt --layers 12 --heads 12 --dim 768 --block 1024 --vocab 50257 --batch-size 16 \
         --device cuda --matmul-precision medium --precision bf16 --steps 3 --warmup 1 --profile
-    KILN_CUDA_FLASH=mma "$KILN_BIN" bench step --model gpt --layers 12 --heads 12 --dim 768 --block 1024 --vocab 50257 \
+    KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half "$KILN_BIN" bench step --model gpt --layers 12 --heads 12 --dim 768 --block 1024 --vocab 50257 \
         --batch-size 16 --device cuda --matmul-precision medium --precision bf16 --steps 3 --warmup 1 --profile
     "$KILN_BIN" bench step --model resnet50 --size 224 --num-classes 1000 --batch-size 256 \
         --device cuda --matmul-precision medium --steps 3 --warmup 1 --profile

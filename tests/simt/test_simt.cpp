@@ -264,8 +264,35 @@ static void warp_mma(void) {
     }
 }
 
+// convert.cu's fp32 -> bf16 / fp16 (cuBLASLt's 16-bit operands): every element as cuda_bf16.h and cuda_fp16.h
+// round it (ties included), an odd count's last element alone, nothing written past 2n bytes
+struct CUstream_st;
+extern "C" void kiln_simt_to_half(struct CUstream_st *st, int f16, int64_t n, const float *x, void *y);
+static void to_half(void) {
+    uint64_t seed = 5;
+    static const int64_t sizes[] = {1, 2, 7, 1001};
+    for (int f16 = 0; f16 < 2; f16++)
+        for (int64_t n : sizes) {
+            float x[1001];
+            uint16_t y[1003];
+            for (int64_t i = 0; i < n; i++) { // some exact ties of the 16-bit formats, the rest anything
+                uint32_t u = (rnd(&seed) & 0x3fffffffu) | (rnd(&seed) & 1u) << 31;
+                if (i % 3 == 0) u = f16 ? (u & ~0x1fffu) | 0x1000u : (u & ~0xffffu) | 0x8000u;
+                memcpy(&x[i], &u, 4);
+                if (!(fabsf(x[i]) < 60000.f)) x[i] = (float)(i % 100) - 50.25f;
+            }
+            memset(y, 0xab, sizeof y);
+            kiln_simt_to_half(NULL, f16, n, x, y);
+            int bad = 0;
+            for (int64_t i = 0; i < n; i++) bad += y[i] != (f16 ? __float2half(x[i]).x : __float2bfloat16(x[i]).x);
+            CHECK(bad == 0 && y[n] == 0xabab, "to_half (%s, n %lld): %d elements wrong, past the end %#x", f16 ? "fp16" : "bf16",
+                  (long long)n, bad, y[n]);
+        }
+}
+
 int main(void) {
     every_thread_once();
+    to_half();
     warp_mma();
     shared_poisoned();
     divergent_barriers();

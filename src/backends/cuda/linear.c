@@ -8,6 +8,7 @@
  * a step the autocast pass marked (--precision bf16 or auto) takes bf16, with --precision fp16 fp16 (fp32
  * operands rounded to half for the tensor cores: CUBLAS_COMPUTE_32F_FAST_16F). */
 #include <stdlib.h>
+#include <string.h>
 #include <cuda_runtime.h>
 #include "backends/cuda/internal/cublaslt.h"
 #include "backends/cuda/internal/cuda.h"
@@ -16,7 +17,10 @@ typedef struct {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
-    size_t ws;
+    size_t ws;         /* cuBLASLt's workspace, at the step workspace's start */
+    int half;          /* 0: fp32 operands; 1: bf16, 2: fp16 copies made before each product (KILN_CUDA_GEMM=half) */
+    int64_t na, nb;    /* the operands' elements */
+    size_t off_a, off_b; /* their 16-bit copies in the step's workspace */
 } matmul;
 
 static cublasLtHandle_t lt;
@@ -42,25 +46,38 @@ static void mm_free(matmul *m) {
     if (m->c) LT->cublasLtMatrixLayoutDestroy(m->c);
 }
 
+/* KILN_CUDA_GEMM=half: bf16 (fp16) math takes 16-bit copies of its operands, made by convert.cu before each
+ * product, instead of fp32 operands that cuBLASLt rounds itself (CUBLAS_COMPUTE_32F_FAST_16BF). The same
+ * numbers (both round to nearest even, both accumulate in fp32); which is faster is a GPU's to say: not the
+ * default until one has (docs/backends.md) */
+static int half_operands(int math) {
+    const char *e = getenv("KILN_CUDA_GEMM");
+    return math >= 2 && e && !strcmp(e, "half") ? math - 1 : 0;
+}
+static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
+
 /* C[M, N] = op(A) op(B) (+ C), column-major; A is M×K (K×M when transposed), B is K×N (N×K when transposed) */
 static kiln_status mm_make(matmul *m, int math, int ta, int tb, int64_t M, int64_t N, int64_t K, cublasLtEpilogue_t epi,
                            const void *bias, size_t *workspace) {
     static const cublasComputeType_t compute[4] = {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF,
                                                    CUBLAS_COMPUTE_32F_FAST_16F};
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    m->half = half_operands(math);
+    m->na = M * K, m->nb = K * N;
+    cudaDataType_t in = m->half == 1 ? CUDA_R_16BF : m->half == 2 ? CUDA_R_16F : CUDA_R_32F;
     const char *why = NULL;
     if (!LT && !(LT = kiln_cublaslt(&why))) return kiln_fail(KILN_ERR_BACKEND, "%s", why);
     kiln_status st = lt ? KILN_OK : blas(LT->cublasLtCreate(&lt), "create");
     if (st == KILN_OK && !registered) registered = !atexit(destroy_handle); /* runs before cuBLASLt's own teardown */
 #define B(call, what) \
     if (st == KILN_OK) st = blas(call, what)
-    B(LT->cublasLtMatmulDescCreate(&m->desc, compute[math & 3], CUDA_R_32F), "descriptor");
+    B(LT->cublasLtMatmulDescCreate(&m->desc, m->half ? CUBLAS_COMPUTE_32F : compute[math & 3], CUDA_R_32F), "descriptor");
     B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "transa");
     B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "transb");
     B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
     if (bias) B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "bias");
-    B(LT->cublasLtMatrixLayoutCreate(&m->a, CUDA_R_32F, ta ? K : M, ta ? M : K, ta ? K : M), "layout");
-    B(LT->cublasLtMatrixLayoutCreate(&m->b, CUDA_R_32F, tb ? N : K, tb ? K : N, tb ? N : K), "layout");
+    B(LT->cublasLtMatrixLayoutCreate(&m->a, in, ta ? K : M, ta ? M : K, ta ? K : M), "layout");
+    B(LT->cublasLtMatrixLayoutCreate(&m->b, in, tb ? N : K, tb ? K : N, tb ? N : K), "layout");
     B(LT->cublasLtMatrixLayoutCreate(&m->c, CUDA_R_32F, M, N, M), "layout");
     cublasLtMatmulPreference_t pref = NULL;
     size_t max_ws = MAX_WS;
@@ -75,12 +92,23 @@ static kiln_status mm_make(matmul *m, int math, int ta, int tb, int64_t M, int64
     if (st != KILN_OK) return st;
     m->algo = res.algo;
     m->ws = res.workspaceSize;
-    if (m->ws > *workspace) *workspace = m->ws;
+    size_t need = m->ws;
+    if (m->half) {
+        m->off_a = up256(m->ws), m->off_b = m->off_a + up256((size_t)m->na * 2);
+        need = m->off_b + (size_t)m->nb * 2;
+    }
+    if (need > *workspace) *workspace = need;
     return KILN_OK;
 }
 
 static kiln_status mm_run(const matmul *m, const void *a, const void *b, void *c, int acc, void *ws) {
     static const float one = 1.0f, zero = 0.0f;
+    if (m->half) { /* the operands' 16-bit copies, on the same stream just before the product */
+        void *ha = (char *)ws + m->off_a, *hb = (char *)ws + m->off_b;
+        kiln_cuda_to_half(kiln_cuda_stream(), m->half == 2, m->na, a, ha);
+        kiln_cuda_to_half(kiln_cuda_stream(), m->half == 2, m->nb, b, hb);
+        a = ha, b = hb;
+    }
     return blas(LT->cublasLtMatmul(lt, m->desc, &one, a, m->a, b, m->b, acc ? &one : &zero, c, m->c, c, m->c, &m->algo, ws, m->ws,
                                (cudaStream_t)kiln_cuda_stream()),
                 "matmul");

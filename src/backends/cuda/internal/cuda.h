@@ -236,6 +236,8 @@ void kiln_cuda_flash_mma(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int6
 void kiln_cuda_flash_mma_bwd(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
                              const float *q, const float *k, const float *v, const float *y, const float *lse, const float *dy,
                              float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
+/* convert.cu: n floats rounded to bf16 (fp16 when fp16) into y (2n bytes, 4-byte aligned) */
+void kiln_cuda_to_half(kcs st, int fp16, int64_t n, const float *x, void *y);
 /* bmm.cu: y [..., m, n] = a [..., m, k] @ b [..., k, n] over nb batch dims (at most kiln_cuda_bmm_max_batch_dims());
  * a and b through their strides (nb + 2 each), y, dy, da, db contiguous; da or db NULL: not wanted */
 int kiln_cuda_bmm_max_batch_dims(void);
