@@ -9,7 +9,10 @@
  *            by every rank behind a barrier. TEST_COLL_FAIL_RANK=r: rank r cannot load
  *            them; TEST_COLL_OPEN_FAIL_RANK=r: rank r loads them but cannot join the
  *            communicator; TEST_SAME_DEVICE=1: every rank names device 0; TEST_COLL_NO_SUM=1: sums
- *            do nothing (the ranks drift apart); TEST_COLL_DIR: where the file goes.
+ *            do nothing (the ranks drift apart); TEST_COLL_DIR: where the file goes. As
+ *            NCCL's, a sum only starts when asked (it is done at the host's wait, as a
+ *            GPU's ends while the host goes on); TEST_COLL_HANG_RANK=r: rank r stops at its
+ *            third wait, as a rank that hangs (the others' waits end at --timeout, TEST_TIMEOUT s).
  * TEST_OVERLAP: --overlap on (1) or off (0).
  * usage: ddp_device_rank BACKEND DATA BATCH OUT   (writes OUT.jsonl, OUT.safetensors)
  * Exit 0, or 2 with kiln's message (under mpirun every rank ends with it, as the CLI's). */
@@ -94,8 +97,8 @@ static kiln_status fake_open(const unsigned char id[KILN_COLL_ID_BYTES], int ran
     return KILN_OK;
 }
 
-/* every rank arrives before any leaves; 60 s at most */
-static kiln_status barrier(fake_comm *c) {
+/* every rank arrives before any leaves; limit_s at most (KILN_ERR_IO past it) */
+static kiln_status barrier_for(fake_comm *c, double limit_s) {
     int gen = __atomic_load_n(&c->s->generation, __ATOMIC_ACQUIRE);
     if (__atomic_add_fetch(&c->s->arrived, 1, __ATOMIC_ACQ_REL) == c->size) {
         __atomic_store_n(&c->s->arrived, 0, __ATOMIC_RELAXED);
@@ -104,32 +107,58 @@ static kiln_status barrier(fake_comm *c) {
     }
     time_t t0 = time(NULL);
     while (__atomic_load_n(&c->s->generation, __ATOMIC_ACQUIRE) == gen) {
-        if (time(NULL) - t0 > 60) return kiln_fail(KILN_ERR_IO, "fake collectives: a rank did not arrive");
+        if (time(NULL) - t0 > limit_s) return kiln_fail(KILN_ERR_IO, "fake collectives: a rank did not arrive");
         sched_yield();
     }
     return KILN_OK;
 }
+static kiln_status barrier(fake_comm *c) { return barrier_for(c, 60); }
 
 /* whether sums start inside backward: steps the device ran between a step's first sum and its join */
 static int64_t steps_run, steps_at_first_sum = -1, steps_between, nsums, njoins;
 
 static float *slot(fake_comm *c, int r) { return c->s->slot + (size_t)r * SLOT_FLOATS; }
 
-/* every rank adds the slots in rank order: the same bits everywhere */
+/* the sums asked for and not yet done, in order */
+#define MAX_PENDING 64
+static struct {
+    float *buf;
+    int64_t n;
+} pending[MAX_PENDING];
+static int npending;
+
 static kiln_status fake_sum(void *comm, float *buf, int64_t n) {
-    fake_comm *c = comm;
+    (void)comm;
     nsums++;
     if (steps_at_first_sum < 0) steps_at_first_sum = steps_run;
     if (getenv("TEST_COLL_NO_SUM")) return KILN_OK; /* the test's check that the sum matters */
-    if (n > SLOT_FLOATS) return kiln_fail(KILN_ERR_INVALID_ARG, "fake collectives: %lld floats", (long long)n);
+    if (n > SLOT_FLOATS || npending == MAX_PENDING)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "fake collectives: %lld floats, %d sums pending", (long long)n, npending);
+    pending[npending].buf = buf, pending[npending].n = n, npending++;
+    return KILN_OK;
+}
+
+/* every rank adds the slots in rank order: the same bits everywhere */
+static kiln_status sum_now(fake_comm *c, float *buf, int64_t n, double limit_s) {
     memcpy(slot(c, c->rank), buf, (size_t)n * sizeof *buf);
-    kiln_status st = barrier(c);
+    kiln_status st = barrier_for(c, limit_s);
     for (int64_t i = 0; st == KILN_OK && i < n; i++) {
         float s = slot(c, 0)[i];
         for (int r = 1; r < c->size; r++) s += slot(c, r)[i];
         buf[i] = s;
     }
-    return st == KILN_OK ? barrier(c) : st;
+    return st == KILN_OK ? barrier_for(c, limit_s) : st;
+}
+
+static kiln_status fake_wait(void *comm, double timeout_s) {
+    fake_comm *c = comm;
+    static int waits;
+    const char *hang = getenv("TEST_COLL_HANG_RANK");
+    if (hang && atoi(hang) == c->rank && ++waits == 3) sleep(3600); /* killed when the others give up */
+    kiln_status st = KILN_OK;
+    for (int i = 0; st == KILN_OK && i < npending; i++) st = sum_now(c, pending[i].buf, pending[i].n, timeout_s);
+    npending = 0;
+    return st;
 }
 
 static kiln_status fake_bcast(void *comm, void *buf, size_t bytes, int root) {
@@ -152,7 +181,7 @@ static void fake_close(void *comm) {
     free(c);
 }
 
-static kiln_status fake_join(void *comm) { /* the sums were done at once */
+static kiln_status fake_join(void *comm) { /* the sums are done at the wait that follows */
     (void)comm;
     njoins++;
     steps_between += steps_run - steps_at_first_sum;
@@ -161,7 +190,8 @@ static kiln_status fake_join(void *comm) { /* the sums were done at once */
 }
 
 static const kiln_coll_ops fake_coll = {.load = fake_load, .version = fake_version, .make_id = fake_make_id, .open = fake_open,
-                                        .sum_f32 = fake_sum, .join = fake_join, .bcast = fake_bcast, .close = fake_close};
+                                        .sum_f32 = fake_sum, .join = fake_join, .wait = fake_wait, .bcast = fake_bcast,
+                                        .close = fake_close};
 
 static kiln_status fake_device_name(char *buf, size_t len) {
     const char *same = getenv("TEST_SAME_DEVICE"), *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
@@ -222,8 +252,9 @@ static kiln_train_config config(char **argv, char *metrics, char *save, size_t l
     c.seed = 3;
     c.metrics = metrics;
     c.save = save;
-    const char *overlap = getenv("TEST_OVERLAP");
+    const char *overlap = getenv("TEST_OVERLAP"), *timeout = getenv("TEST_TIMEOUT");
     if (overlap) c.overlap = atoi(overlap);
+    if (timeout) c.timeout = atof(timeout);
     return c;
 }
 

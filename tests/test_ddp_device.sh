@@ -9,7 +9,8 @@
 # backward (and with --overlap off, one sum after it); a rank that cannot load the
 # collectives makes every rank stage through the host, with a warning, and
 # trains the same; two ranks on one device fail at start-up (exit 2, both
-# named). NCCL itself needs GPUs: it never runs here.
+# named); a rank that hangs in the sums makes the others' host wait end at
+# --timeout, exit 2, no checkpoint. NCCL itself needs GPUs: it never runs here.
 #
 # Needs mpirun (Open MPI) and kiln's MPI plugin; exits 77 without them.
 set -u
@@ -43,6 +44,13 @@ expect 0 "rank 0 cannot join the communicator: every rank stages" "rank 0: fake 
 expect 2 "two ranks on one device" "ranks 0 and 1 both use" "fake device 0" "one rank per" -- \
     mpirun -np 2 -x TEST_COLL_DIR="$T" -x TEST_SAME_DEVICE=1 "$RANK_BIN" devcoll "$T/small" 32 "$T/same"
 check "no checkpoint from the refused run" test ! -e "$T/same.safetensors"
+# rank 1 stops at its third step's wait for the sums: rank 0's wait ends at --timeout (3 s), not never
+t0=$(date +%s)
+expect 2 "rank 1 hangs in the sums: rank 0 gives up at --timeout" "rank 0: the gradient all-reduce (fake collectives" \
+    "did not end within 3 s (--timeout)" -- mpirun -np 2 -x TEST_COLL_DIR="$T" -x TEST_COLL_HANG_RANK=1 -x TEST_TIMEOUT=3 \
+    "$RANK_BIN" devcoll "$T/small" 32 "$T/hang"
+check "the hung run ended within 60 s ($(($(date +%s) - t0)) s)" test $(($(date +%s) - t0)) -lt 60
+check "no checkpoint from the hung run" test ! -e "$T/hang.safetensors"
 check "no shared file left behind" bash -c "! ls '$T'/kiln-fakecoll-* 2>/dev/null | grep -q ."
 
 SAME=("$PY" "$(dirname "$0")/same_run.py")

@@ -116,6 +116,8 @@ void kiln_comm_close(kiln_comm *c) {
     free(c);
 }
 
+double kiln_comm_timeout(const kiln_comm *c) { return c->timeout_s; }
+
 void kiln_comm_set_timeout(kiln_comm *c, double timeout_s) {
     if (timeout_s > 0) c->timeout_s = timeout_s;
 }

@@ -142,7 +142,17 @@ kiln_status kiln_ddp_dev_sum_start(kiln_ddp_dev *d, int64_t off, int64_t n) {
     return d->coll->sum_f32(d->comm, (float *)kiln_params_grad(d->P) + off, n);
 }
 
-kiln_status kiln_ddp_dev_join(kiln_ddp_dev *d) { return d->coll->join(d->comm); }
+/* the device's next work waits for the sums; so does the host, at most --timeout: a rank that stopped or hangs
+ * would otherwise hold every other rank's host in its next read of the device */
+kiln_status kiln_ddp_dev_join(kiln_ddp_dev *d) {
+    kiln_status st = d->coll->join(d->comm);
+    double limit = kiln_comm_timeout(d->c);
+    if (st == KILN_OK) st = d->coll->wait(d->comm, limit);
+    if (st == KILN_ERR_IO)
+        return kiln_fail(KILN_ERR_IO, "rank %d: the gradient all-reduce (%s) did not end within %.0f s (--timeout): a rank "
+                         "stopped, hangs or diverged in its steps", kiln_comm_rank(d->c), d->coll->version(), limit);
+    return st;
+}
 
 kiln_status kiln_ddp_dev_sum(kiln_ddp_dev *d) {
     float *g = kiln_params_grad(d->P);

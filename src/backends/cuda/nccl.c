@@ -6,9 +6,13 @@
  * a stream of its own once the compute stream has written the bucket (an
  * event between them), so backward's later kernels run while it reduces;
  * join puts an event after the sums that the compute stream waits for, so
- * the optimizer's kernels wait on the device and the host never does. */
+ * the optimizer's kernels wait on the device; wait then holds the host until
+ * that event, polling NCCL's asynchronous errors and bounded by --timeout
+ * (a peer that stopped would leave NCCL's kernels, and the host behind them,
+ * waiting forever). */
 #include <dlfcn.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cuda_runtime.h>
@@ -22,6 +26,7 @@ typedef struct {
 } ncclUniqueId;
 typedef int ncclResult_t; /* ncclSuccess = 0 */
 #define ncclSuccess 0
+#define ncclInProgress 7
 typedef int ncclDataType_t;
 #define ncclUint8 1
 #define ncclFloat32 7
@@ -39,6 +44,7 @@ static struct {
     ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
     ncclResult_t (*comm_destroy)(ncclComm_t);
     ncclResult_t (*comm_abort)(ncclComm_t);
+    ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t *);
     const char *(*error_string)(ncclResult_t);
 } N;
 
@@ -50,9 +56,10 @@ static int resolve(void *lib) {
     *(void **)&N.broadcast = dlsym(lib, "ncclBroadcast");
     *(void **)&N.comm_destroy = dlsym(lib, "ncclCommDestroy");
     *(void **)&N.comm_abort = dlsym(lib, "ncclCommAbort");
+    *(void **)&N.comm_get_async_error = dlsym(lib, "ncclCommGetAsyncError");
     *(void **)&N.error_string = dlsym(lib, "ncclGetErrorString");
     return N.get_version && N.get_unique_id && N.comm_init_rank && N.all_reduce && N.broadcast && N.comm_destroy &&
-           N.comm_abort && N.error_string;
+           N.comm_abort && N.comm_get_async_error && N.error_string;
 }
 
 static int nccl_load(char *why, size_t len) {
@@ -159,6 +166,35 @@ static kiln_status nccl_join(void *comm) {
     return failed_if(m, st);
 }
 
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* the host until the last join's event: polled (a blocking synchronisation could not be bounded), NCCL's
+ * asynchronous error read between polls; a failure or the bound marks the communicator failed (close aborts) */
+static kiln_status nccl_wait(void *comm, double timeout_s) {
+    nccl_comm *m = comm;
+    double t0 = now_s();
+    for (long polls = 0;; polls++) {
+        cudaError_t e = cudaEventQuery(m->summed);
+        if (e == cudaSuccess) return KILN_OK;
+        if (e != cudaErrorNotReady) return failed_if(m, kiln_cuda_check(e, "waiting for the gradient all-reduce"));
+        ncclResult_t a = ncclSuccess;
+        if (N.comm_get_async_error(m->c, &a) == ncclSuccess && a != ncclSuccess && a != ncclInProgress)
+            return failed_if(m, kiln_fail(KILN_ERR_BACKEND, "NCCL: the gradient all-reduce failed: %s", N.error_string(a)));
+        if (timeout_s > 0 && now_s() - t0 > timeout_s) {
+            m->failed = 1;
+            return kiln_fail(KILN_ERR_IO, "NCCL: the gradient all-reduce did not end within %.0f s", timeout_s);
+        }
+        if (polls > 1000) { /* a spin first (a sum ending now), then 50 us naps: a core stays free */
+            struct timespec nap = {0, 50000};
+            nanosleep(&nap, NULL);
+        }
+    }
+}
+
 static kiln_status nccl_bcast(void *comm, void *buf, size_t bytes, int root) {
     nccl_comm *m = comm;
     kiln_status st = after_compute(m);
@@ -173,6 +209,7 @@ const kiln_coll_ops kiln_cuda_nccl = {
     .open = nccl_open,
     .sum_f32 = nccl_sum_f32,
     .join = nccl_join,
+    .wait = nccl_wait,
     .bcast = nccl_bcast,
     .close = nccl_close,
 };

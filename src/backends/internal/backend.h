@@ -176,6 +176,10 @@ typedef struct kiln_coll_ops {
      * sum started */
     kiln_status (*sum_f32)(void *comm, float *buf, int64_t n);
     kiln_status (*join)(void *comm);
+    /* the host waits until every sum joined has ended, at most timeout_s: KILN_OK, KILN_ERR_IO when the bound
+     * passed, another code (its message) when the collectives failed; either way the communicator is left
+     * aborted, so that close does not wait for peers that will never come */
+    kiln_status (*wait)(void *comm, double timeout_s);
     kiln_status (*bcast)(void *comm, void *buf, size_t bytes, int root);
     void (*close)(void *comm);
 } kiln_coll_ops;

@@ -21,6 +21,7 @@ int kiln_comm_launched(void);
 kiln_status kiln_comm_open(double timeout_s, kiln_comm **out);
 void kiln_comm_close(kiln_comm *c); /* MPI_Finalize; NULL is fine */
 void kiln_comm_set_timeout(kiln_comm *c, double timeout_s);
+double kiln_comm_timeout(const kiln_comm *c); /* seconds a wait allows */
 
 int kiln_comm_rank(const kiln_comm *c);
 int kiln_comm_size(const kiln_comm *c);
