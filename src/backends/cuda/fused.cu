@@ -3,7 +3,11 @@
 // member's arithmetic on values in its registers, and writes the group's
 // outputs once. The program is translated at compile (kernels.c: each op's
 // table entry names its code here, kiln_kernel.fusable) and passed by value,
-// so a captured CUDA graph keeps it. Each code computes what the op's own
+// so a captured CUDA graph keeps it. The registers are a thread's own: an
+// array indexed by the program at run time would live in local memory (ptxas
+// gave the one-size kernel a 64-byte stack frame), so each is read and written
+// through a chain of selects, unrolled over the R registers the program uses
+// (a kernel for R = 2, 4, 8 and 16). Each code computes what the op's own
 // kernel does (pointwise.cu, transformer.cu); dropout draws the same mask word
 // for the same element index, so a group holding it gives the cpu's mask.
 #include "backends/cuda/internal/cuda.h"
@@ -38,24 +42,53 @@ __device__ inline float member(const kiln_cuda_pw &I, float a, float b, int64_t 
     return 0.f;
 }
 
-__global__ void k_fused(int64_t n, kiln_cuda_prog P, const kiln_cuda_rc *rc) {
+// register k of r[R], and r[k] = v, by selects over every register (constant indices: no local memory)
+template <int R> __device__ inline float get(const float (&r)[R], int k) {
+    float v = r[0];
+    KILN_UNROLL for (int j = 1; j < R; j++) v = k == j ? r[j] : v;
+    return v;
+}
+template <int R> __device__ inline void set(float (&r)[R], int k, float v) {
+    KILN_UNROLL for (int j = 0; j < R; j++) r[j] = k == j ? v : r[j];
+}
+
+template <int R> __global__ void k_fused(int64_t n, kiln_cuda_prog P, const kiln_cuda_rc *rc) {
     uint64_t counter = rc->counter;
     FOR_N {
-        float r[KILN_CUDA_PW_REGS];
-        for (int k = 0; k < P.nin; k++) r[k] = P.in[k][i];
+        float r[R];
+        const int nio = R < KILN_CUDA_PW_IO ? R : KILN_CUDA_PW_IO; /* inputs are the first registers */
+        KILN_UNROLL for (int k = 0; k < R; k++) r[k] = 0.f;
+        KILN_UNROLL for (int k = 0; k < nio; k++) if (k < P.nin) r[k] = P.in[k][i];
         for (int j = 0; j < P.ninstr; j++) {
             const kiln_cuda_pw &I = P.ins[j];
-            float v = member(I, r[I.src[0]], I.nsrc > 1 ? r[I.src[1]] : 0.f, i, counter);
-            r[I.dst] = I.acc ? r[I.dst] + v : v;
+            float v = member(I, get(r, I.src[0]), I.nsrc > 1 ? get(r, I.src[1]) : 0.f, i, counter);
+            set(r, I.dst, I.acc ? get(r, I.dst) + v : v);
         }
         for (int k = 0; k < P.nout; k++) {
             float *o = P.out[k];
-            float v = r[P.out_reg[k]];
+            float v = get(r, P.out_reg[k]);
             o[i] = P.out_acc[k] ? o[i] + v : v;
         }
     }
 }
 
+/* the registers the program names: its inputs', its members' sources and destinations, its outputs' */
+static int regs_used(const kiln_cuda_prog *P) {
+    int m = P->nin;
+    for (int j = 0; j < P->ninstr; j++) {
+        const kiln_cuda_pw *I = &P->ins[j];
+        int top = I->dst;
+        for (int s = 0; s < I->nsrc; s++) top = I->src[s] > top ? I->src[s] : top;
+        m = top + 1 > m ? top + 1 : m;
+    }
+    for (int k = 0; k < P->nout; k++) m = P->out_reg[k] + 1 > m ? P->out_reg[k] + 1 : m;
+    return m;
+}
+
 extern "C" void kiln_cuda_fused(kcs st, int64_t n, const kiln_cuda_prog *P, const kiln_cuda_rc *rc) {
-    KLAUNCH(k_fused, GO(n))(n, *P, rc);
+    int r = regs_used(P);
+    if (r <= 2) KLAUNCH(k_fused<2>, GO(n))(n, *P, rc);
+    else if (r <= 4) KLAUNCH(k_fused<4>, GO(n))(n, *P, rc);
+    else if (r <= 8) KLAUNCH(k_fused<8>, GO(n))(n, *P, rc);
+    else KLAUNCH(k_fused<KILN_CUDA_PW_REGS>, GO(n))(n, *P, rc);
 }

@@ -7,6 +7,13 @@
 #define RT 256     /* threads of a block that reduces */
 #define THREADS 256 /* threads of a block of a grid-stride loop */
 
+/* a loop over a register array unrolled, so that constant indices keep it in registers (nvcc) */
+#if defined(KILN_SIMT)
+#define KILN_UNROLL
+#else
+#define KILN_UNROLL _Pragma("unroll")
+#endif
+
 #define FOR_N for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
 #define PUT(dst, v) ((dst) = acc ? (dst) + (v) : (v))
 

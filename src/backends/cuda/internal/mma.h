@@ -16,11 +16,11 @@
 #ifndef KILN_BACKEND_CUDA_MMA_H
 #define KILN_BACKEND_CUDA_MMA_H
 
+#include "backends/cuda/internal/block.h"
 #include "backends/cuda/internal/tc_elem.h"
 
 #if defined(KILN_SIMT)
 #include <string.h>
-#define KILN_UNROLL
 #define __launch_bounds__(n)
 template <class E> struct is_fp16 { enum { value = 0 }; };
 template <> struct is_fp16<fp16> { enum { value = 1 }; };
@@ -35,7 +35,6 @@ __device__ inline uint32_t ld32(const void *p) {
 }
 __device__ inline void st32(void *p, uint32_t u) { memcpy(p, &u, 4); }
 #else
-#define KILN_UNROLL _Pragma("unroll")
 template <class E> __device__ inline void mma16816(float c[4], const uint32_t a[4], const uint32_t b[2]);
 template <> __device__ inline void mma16816<bf16>(float c[4], const uint32_t a[4], const uint32_t b[2]) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
