@@ -267,6 +267,18 @@ static int b_cross_entropy(hcase *h, int d) {
     return out1(h, kiln_cross_entropy(h->g, P(h, "x", n, c), targets(h, n, (int)c)));
 }
 
+/* rows longer than a CUDA block (256 threads): each thread's share of a row holds several columns, so the
+ * kernels' one-pass log-sum-exp rescales its running sum as the max grows */
+static int b_cross_entropy_wide(hcase *h, int d) {
+    (void)d;
+    int64_t n = R(1, 3), c = R(700, 1400);
+    return out1(h, kiln_cross_entropy(h->g, P(h, "x", n, c), targets(h, n, (int)c)));
+}
+static int b_log_softmax_wide(hcase *h, int d) {
+    (void)d;
+    return out1(h, kiln_log_softmax(h->g, P(h, "x", R(1, 3), R(700, 1400))));
+}
+
 static int b_mse_loss(hcase *h, int d) {
     int64_t n = R(1, 5), c = R(1, 6);
     kiln_value x = d ? kiln_relu(h->g, P(h, "x", n, c)) : P(h, "x", n, c); /* a computed input too */
@@ -522,6 +534,8 @@ static const struct {
     {"softmax", b_softmax, FILL_UNIFORM},
     {"add_bcast", b_add_bcast, FILL_UNIFORM},
     {"embedding add_bcast layer_norm gelu softmax", b_gpt_chain, FILL_UNIFORM},
+    {"cross_entropy", b_cross_entropy_wide, FILL_UNIFORM},
+    {"log_softmax", b_log_softmax_wide, FILL_UNIFORM},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

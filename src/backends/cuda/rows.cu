@@ -58,14 +58,24 @@ __global__ void k_col_total(int64_t n, int64_t chunks, const double *part, float
 __global__ void k_to_double(const float *x, double *y) { y[0] = x[0]; }
 
 // ---- row-wise: one block per row ----
-// log-sum-exp of a row, in double after the max (as the reference)
+// log-sum-exp of a row in one pass over it: each thread's running max and sum of exponentials (the sum
+// rescaled when the max grows), then the block's max and the sums rescaled to it. The exponentials in float
+// (the double ones were a third of the GPT's cross-entropy time), sums in double, a fixed order: the same
+// bits run after run. A row of -inf (or a thread without columns) adds 0; NaN and +inf give NaN, as before.
 __device__ double row_lse(int64_t cols, const float *x) {
     float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < cols; j += RT) m = fmaxf(m, x[j]);
-    m = block_max(m);
     double s = 0;
-    for (int64_t j = threadIdx.x; j < cols; j += RT) s += exp((double)x[j] - m);
-    return m + log(block_sum(s));
+    for (int64_t j = threadIdx.x; j < cols; j += RT) {
+        float v = x[j];
+        if (v > m) {
+            s = m == -INFINITY ? 0.0 : s * (double)expf(m - v);
+            m = v;
+        }
+        s += m == -INFINITY && v == -INFINITY ? 0.0 : (double)expf(v - m); /* not exp(-inf + inf) */
+    }
+    float bm = block_max(m);
+    s = m == -INFINITY || bm == -INFINITY ? 0.0 : s * (double)expf(m - bm);
+    return bm + log(block_sum(s));
 }
 __global__ void k_log_softmax(int64_t cols, const float *x, float *y) {
     const float *xr = x + blockIdx.x * cols;
@@ -142,7 +152,7 @@ __global__ void k_ce_bwd(int64_t cols, const float *x, const int32_t *t, int ign
     double g = count[0] > 0 ? (double)dloss[0] / count[0] : 0.0, lse = pad ? 0.0 : row_lse(cols, x + o);
     int32_t tr = t[blockIdx.x] >= 0 && t[blockIdx.x] < cols ? t[blockIdx.x] : 0;
     for (int64_t j = threadIdx.x; j < cols; j += RT) {
-        float v = pad ? 0.f : (float)(g * (exp((double)x[o + j] - lse) - (j == tr ? 1.0 : 0.0)));
+        float v = pad ? 0.f : (float)(g * ((double)expf((float)((double)x[o + j] - lse)) - (j == tr ? 1.0 : 0.0)));
         dx[o + j] = acc ? dx[o + j] + v : v;
     }
 }
