@@ -45,7 +45,8 @@ __device__ inline float dot_tile(const float *p, const float *q, int64_t d) {
 
 __global__ void k_flash_fwd(attn a, const float *q, const float *k, const float *v, float *y, float *lse) {
     __shared__ float Qs[BQ][DMAX], Ks[BK][DMAX], Vs[BK][DMAX], S[BQ][BK], mrow[BQ], lrow[BQ], keep[BQ];
-    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.y * BQ;
+    // the last query tiles, which cross the most key tiles under the mask, launch first: short ones fill the tail
+    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * BQ;
     int r = threadIdx.x / TPR, l = threadIdx.x % TPR;
     int64_t i = q0 + r;
     float o[DMAX / TPR];
@@ -98,7 +99,8 @@ __global__ void k_flash_d(int64_t n, attn a, const float *y, const float *dy, fl
 __global__ void k_flash_dq(attn a, const float *q, const float *k, const float *v, const float *lse, const float *dy,
                            const float *D, float *dq, int acc) {
     __shared__ float Qs[BQ][DMAX], Gs[BQ][DMAX], Ks[BK][DMAX], Vs[BK][DMAX], S[BQ][BK];
-    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.y * BQ;
+    // the last query tiles, which cross the most key tiles under the mask, launch first: short ones fill the tail
+    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * BQ;
     int r = threadIdx.x / TPR, l = threadIdx.x % TPR;
     int64_t i = q0 + r;
     float g[DMAX / TPR];

@@ -143,7 +143,8 @@ __global__ void __launch_bounds__(MW * 32) k_mma_fwd(attn a, const float *q, con
     const int ND = K % 16, ld = ND * 16 + 8;
     KILN_DYN_SHARED(unsigned char, sm);
     E *ks = (E *)sm, *vt = ks + MT * ld;
-    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.y * MT;
+    // the last query tiles, which cross the most key tiles under the mask, launch first: short ones fill the tail
+    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * MT;
     int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     int64_t r0 = q0 + 16 * w, i[2] = {r0 + g, r0 + g + 8}, last = (q0 + MT < a.t ? q0 + MT : a.t) - 1;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[2 * (K % 16)][4] = {};
@@ -197,7 +198,8 @@ __global__ void __launch_bounds__(MW * 32) k_mma_dq(attn a, const float *q, cons
     const int ND = K % 16, ld = ND * 16 + 8;
     KILN_DYN_SHARED(unsigned char, sm);
     E *ks = (E *)sm, *vs = ks + MT * ld, *kt = vs + MT * ld;
-    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.y * MT;
+    // the last query tiles, which cross the most key tiles under the mask, launch first: short ones fill the tail
+    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * MT;
     int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     int64_t r0 = q0 + 16 * w, i[2] = {r0 + g, r0 + g + 8}, last = (q0 + MT < a.t ? q0 + MT : a.t) - 1;
     uint32_t qa[K % 16][4], da[K % 16][4];

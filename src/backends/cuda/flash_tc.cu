@@ -140,7 +140,8 @@ template <int K> __global__ void k_tc_fwd(attn a, const float *q, const float *k
     KILN_DYN_SHARED(unsigned char, sm);
     tiles<E> t;
     carve(sm, d, 1, &t);
-    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.y * BQ;
+    // the last query tiles, which cross the most key tiles under the mask, launch first: short ones fill the tail
+    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * BQ;
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = w * 16, rr = r0 + lane / 2;
     int64_t i = q0 + rr, last = (q0 + BQ < a.t ? q0 + BQ : a.t) - 1;
     stage<K % 16>(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
@@ -207,7 +208,8 @@ template <int K> __global__ void k_tc_dq(attn a, const float *q, const float *k,
     KILN_DYN_SHARED(unsigned char, sm);
     tiles<E> t;
     carve(sm, d, 0, &t);
-    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)blockIdx.y * BQ;
+    // the last query tiles, which cross the most key tiles under the mask, launch first: short ones fill the tail
+    int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * BQ;
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = w * 16, rr = r0 + lane / 2, half = lane % 2;
     int64_t i = q0 + rr, last = (q0 + BQ < a.t ? q0 + BQ : a.t) - 1;
     float sl2 = a.scale * LOG2E, *dp = t.s + 64 * LDS;
