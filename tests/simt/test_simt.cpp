@@ -290,9 +290,35 @@ static void to_half(void) {
         }
 }
 
+// rows.cu's one-pass log-sum-exp (log_softmax, cross-entropy): a NaN anywhere in a row makes every output of the
+// row NaN, as PyTorch's and the two-pass form's; here before a thread's first finite value, after it, alone in a
+// thread's share, and last; rows of 700 columns, so a thread (of 256) holds two or three
+extern "C" void kiln_simt_log_softmax(struct CUstream_st *st, int64_t rows, int64_t cols, const float *x, float *y);
+static void lse_nan(void) {
+    enum { C = 700 };
+    static const int at[] = {0, 256, 5, 699, 300};
+    static float x[5][C], y[5][C];
+    for (int r = 0; r < 5; r++)
+        for (int j = 0; j < C; j++) x[r][j] = (float)((j * 37 + r * 11) % 101) / 10.f - 5.f;
+    for (int r = 0; r < 5; r++) x[r][at[r]] = NAN;
+    x[4][44] = NAN; /* row 4: the thread of column 44 holds 44, 300 and 556: two NaNs, then a finite value */
+    x[4][556] = -INFINITY;
+    kiln_simt_log_softmax(NULL, 5, C, &x[0][0], &y[0][0]);
+    int finite = 0;
+    for (int r = 0; r < 5; r++)
+        for (int j = 0; j < C; j++) finite += !isnan(y[r][j]);
+    CHECK(finite == 0, "log_softmax over rows holding a NaN: %d outputs not NaN", finite);
+    for (int j = 0; j < C; j++) x[0][j] = j == 3 ? 1.f : -INFINITY; /* -inf but one: that one 0, the rest -inf */
+    kiln_simt_log_softmax(NULL, 1, C, &x[0][0], &y[0][0]);
+    int bad = 0;
+    for (int j = 0; j < C; j++) bad += j == 3 ? y[0][j] != 0.f : y[0][j] != -INFINITY;
+    CHECK(bad == 0, "log_softmax of a row of -inf but one: %d outputs wrong", bad);
+}
+
 int main(void) {
     every_thread_once();
     to_half();
+    lse_nan();
     warp_mma();
     shared_poisoned();
     divergent_barriers();

@@ -51,13 +51,15 @@ __device__ inline void stage_rows(E *dst, int ld, const float *x, int64_t s0, in
     }
 }
 
-// the same rows transposed into dst[d][LDT]; a pair of rows of one column a thread (global reads along the row)
+// the same rows transposed into dst[d][LDT]; a pair of rows of one column a thread. A warp takes 8 columns of
+// 4 row pairs: its 32 stores fall in 32 banks (column c's word c * LDT / 2 is 4c mod 32, plus the pair), and each
+// row's 8 columns are one 32-byte read
 template <int ND, class E>
 __device__ inline void stage_cols(E *dst, const float *x, int64_t s0, int64_t s1, const attn &a, int64_t b, int64_t h,
                                   int64_t r0) {
     const int d = ND * 16;
     for (int e = threadIdx.x; e < MT / 2 * d; e += blockDim.x) {
-        int c = e % d, r = 2 * (e / d);
+        int c = e / 4 % d, r = 2 * (e % 4 + 4 * (e / (4 * d)));
         float lo = r0 + r < a.t ? *AT(x, s0, s1, r0 + r, c) : 0.f, hi = r0 + r + 1 < a.t ? *AT(x, s0, s1, r0 + r + 1, c) : 0.f;
         st32(dst + c * LDT + r, pack2(E(), lo, hi));
     }

@@ -21,7 +21,19 @@ typedef struct {
     int half;          /* 0: fp32 operands; 1: bf16, 2: fp16 copies made before each product (KILN_CUDA_GEMM=half) */
     int64_t na, nb;    /* the operands' elements */
     size_t off_a, off_b; /* their 16-bit copies in the step's workspace */
+    uint32_t align;      /* the step's tensors' alignment in bytes (at most 256): what the algorithm may assume */
 } matmul;
+
+/* the largest power of two up to 256 dividing every address the step's product reads or writes: cuBLASLt's
+ * heuristic assumes 256 unless told, and the planner's arena aligns tensors to 64 */
+static uint32_t step_align(const kiln_step *s) {
+    uintptr_t bits = 256;
+    for (int k = 0; k < s->nin && k < 2; k++) bits |= (uintptr_t)s->in[k].data;
+    bits |= (uintptr_t)s->out[0].data;
+    uint32_t a = 1;
+    while (a < 256 && !(bits & a)) a *= 2;
+    return a;
+}
 
 static cublasLtHandle_t lt;
 static const kiln_cublaslt_api *LT; /* opened by the first matmul made */
@@ -83,6 +95,11 @@ static kiln_status mm_make(matmul *m, int math, int ta, int tb, int64_t M, int64
     size_t max_ws = MAX_WS;
     B(LT->cublasLtMatmulPreferenceCreate(&pref), "preference");
     B(LT->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws), "preference");
+    static const cublasLtMatmulPreferenceAttributes_t aligns[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int k = 0; k < 4 && m->align; k++)
+        B(LT->cublasLtMatmulPreferenceSetAttribute(pref, aligns[k], &m->align, sizeof m->align), "alignment");
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     B(LT->cublasLtMatmulAlgoGetHeuristic(lt, m->desc, m->a, m->b, m->c, m->c, pref, 1, &res, &found), "heuristic");
@@ -163,6 +180,7 @@ kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p) {
     dims(s, &rows, &in, &out);
     matmul *m = calloc(1, sizeof *m);
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    m->align = step_align(s);
     kiln_status st;
     if (s->op == KILN_OP_LINEAR) {
         int bias = s->nin > 2;
@@ -208,6 +226,7 @@ kiln_status kiln_cuda_matmul_prepare(kiln_step *s, kiln_prep *p) {
                          s->name, (long long)w->stride[0], (long long)w->stride[1]);
     matmul *m = calloc(1, sizeof *m);
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    m->align = step_align(s);
     kiln_status st;
     if (s->op == KILN_OP_MATMUL) {
         int bias = s->nin > 2;

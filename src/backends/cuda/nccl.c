@@ -172,22 +172,29 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* a failed wait aborts the communicator at once: NCCL's kernels then end, so the streams behind them (the
+ * compute stream waits for `summed`) drain, and freeing the plan's memory, which synchronises, does not hang */
+static kiln_status abort_now(nccl_comm *m, kiln_status st) {
+    m->failed = 1;
+    if (m->c) N.comm_abort(m->c);
+    m->c = NULL;
+    return st;
+}
+
 /* the host until the last join's event: polled (a blocking synchronisation could not be bounded), NCCL's
- * asynchronous error read between polls; a failure or the bound marks the communicator failed (close aborts) */
+ * asynchronous error read between polls; a failure or the bound aborts the communicator */
 static kiln_status nccl_wait(void *comm, double timeout_s) {
     nccl_comm *m = comm;
     double t0 = now_s();
     for (long polls = 0;; polls++) {
         cudaError_t e = cudaEventQuery(m->summed);
         if (e == cudaSuccess) return KILN_OK;
-        if (e != cudaErrorNotReady) return failed_if(m, kiln_cuda_check(e, "waiting for the gradient all-reduce"));
+        if (e != cudaErrorNotReady) return abort_now(m, kiln_cuda_check(e, "waiting for the gradient all-reduce"));
         ncclResult_t a = ncclSuccess;
         if (N.comm_get_async_error(m->c, &a) == ncclSuccess && a != ncclSuccess && a != ncclInProgress)
-            return failed_if(m, kiln_fail(KILN_ERR_BACKEND, "NCCL: the gradient all-reduce failed: %s", N.error_string(a)));
-        if (timeout_s > 0 && now_s() - t0 > timeout_s) {
-            m->failed = 1;
-            return kiln_fail(KILN_ERR_IO, "NCCL: the gradient all-reduce did not end within %.0f s", timeout_s);
-        }
+            return abort_now(m, kiln_fail(KILN_ERR_BACKEND, "NCCL: the gradient all-reduce failed: %s", N.error_string(a)));
+        if (timeout_s > 0 && now_s() - t0 > timeout_s)
+            return abort_now(m, kiln_fail(KILN_ERR_IO, "NCCL: the gradient all-reduce did not end within %.0f s", timeout_s));
         if (polls > 1000) { /* a spin first (a sum ending now), then 50 us naps: a core stays free */
             struct timespec nap = {0, 50000};
             nanosleep(&nap, NULL);

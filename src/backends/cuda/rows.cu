@@ -61,20 +61,21 @@ __global__ void k_to_double(const float *x, double *y) { y[0] = x[0]; }
 // log-sum-exp of a row in one pass over it: each thread's running max and sum of exponentials (the sum
 // rescaled when the max grows), then the block's max and the sums rescaled to it. The exponentials in float
 // (the double ones were a third of the GPT's cross-entropy time), sums in double, a fixed order: the same
-// bits run after run. A row of -inf (or a thread without columns) adds 0; NaN and +inf give NaN, as before.
+// bits run after run. A row of -inf (or a thread without columns) adds 0; a NaN anywhere, or +inf, gives NaN,
+// as the two-pass form did (test_simt).
 __device__ double row_lse(int64_t cols, const float *x) {
     float m = -INFINITY;
     double s = 0;
     for (int64_t j = threadIdx.x; j < cols; j += RT) {
         float v = x[j];
         if (v > m) {
-            s = m == -INFINITY ? 0.0 : s * (double)expf(m - v);
+            s = m == -INFINITY ? s : s * (double)expf(m - v); /* s is 0, or NaN after a NaN: kept */
             m = v;
         }
         s += m == -INFINITY && v == -INFINITY ? 0.0 : (double)expf(v - m); /* not exp(-inf + inf) */
     }
     float bm = block_max(m);
-    s = m == -INFINITY || bm == -INFINITY ? 0.0 : s * (double)expf(m - bm);
+    if (m != -INFINITY) s *= (double)expf(m - bm); /* else 0, or NaN: kept */
     return bm + log(block_sum(s));
 }
 __global__ void k_log_softmax(int64_t cols, const float *x, float *y) {
