@@ -46,12 +46,13 @@ cp "$T/err" "$T/tuned.log"
 expect 0 "gpt again, the same cache" -- env KILN_CACHE_DIR="$T/cache" "$KILN_BIN" "${GPT[@]}"
 check "the cache holds what the first run remembered; the second times only what it did not (timed under load)" \
     "$PY" - "$T/tuned.log" "$T/err" "$T/cache/autotune-v4.txt" <<'PYEOF'
-import re, sys
+import os, re, sys
 key = lambda l: re.match(r"kiln: (linear:\S+):", l)
 first = [l for l in open(sys.argv[1]) if key(l)]
 unsure = {key(l).group(1) for l in first if "not remembered" in l}
 again = {key(l).group(1) for l in open(sys.argv[2]) if key(l)}
-cached = {tuple(l.split()[0:3:2]) for l in open(sys.argv[3]) if l.startswith("linear:")}
+# under load every form may be unsure, and then nothing is remembered: no cache file at all (ASan's parallel run)
+cached = {tuple(l.split()[0:3:2]) for l in open(sys.argv[3]) if l.startswith("linear:")} if os.path.exists(sys.argv[3]) else set()
 kept = {(key(l).group(1), d) for l in first for d, rest in re.findall(r" (fwd|bwd_data|bwd_weight) (\S+ \([^)]*\)(?: \(timed under load[^)]*\))?)", l)
         if "not remembered" not in rest}
 print(len(first), "layers timed first,", len(unsure), "with a direction unsure,", len(again), "timed again,", len(kept), "kept")
