@@ -8,7 +8,8 @@
 #   STAGES   info test optin sanitize train bench models profile   (default: info test sanitize train)
 #     info      nvidia-smi, the driver, python3's torch
 #     test      test_cuda, then test_ops, test_gpt, test_models and test_attention_tc (their cuda checks run on the GPU)
-#     optin     test_ops, test_gpt, test_attention_tc with KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half (not yet defaults)
+#     optin     test_mma_gpu (mma.sync's layout), then test_ops, test_gpt, test_attention_tc with
+#               KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half (not yet defaults)
 #     sanitize  compute-sanitizer memcheck and racecheck over test_cuda (KILN_TEST_CUDA_QUICK=1)
 #               and test_attention_tc's GPU shapes (KILN_TEST_CUDA_ONLY=1);
 #               Firecracker machines only (gVisor refuses the device)
@@ -55,6 +56,8 @@ stage_test() { # the tests read their fixtures relative to tests/, as ctest runs
 }
 stage_optin() { # the paths not yet the default, which have never run on a GPU: the op harness, the gpt and the attention
     local rc=0
+    echo "== test_mma_gpu (mma.sync's fragment layout as simt emulates it)"
+    "$B/bin/test_mma_gpu" || rc=1
     for t in test_ops test_gpt test_attention_tc; do
         echo "== $t with KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half"
         (cd tests && KILN_CACHE_DIR= KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half "$B/bin/$t") || rc=1

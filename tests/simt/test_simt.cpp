@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include "backends/cuda/internal/simt.h"
 #include "backends/cuda/internal/simt_wmma.h"
+#include "mma_layout.h"
 
 static int failed, passed;
 #define CHECK(c, ...)                                                \
@@ -209,59 +210,19 @@ static void divergent_barriers(void) {
     CHECK(stopped(k_two_warp_barriers), "a warp's lanes at two different barriers: the launch was not stopped");
 }
 
-// mma.sync m16n8k16 and __shfl_xor_sync as simt gives them: each lane builds its fragments from A and B by
-// PTX's formulas (written here from the ISA's text, apart from simt.cpp's), and each lane's C elements must
-// be A B's; bf16 and fp16 values with few bits, so every sum is exact. Two warps, so the lanes of each are
-// told apart from the other's. The shuffle: each lane gets its xor partner's value.
-static float mma_a[16][16], mma_b[16][8];
-static unsigned rnd(uint64_t *s) { return (unsigned)((*s = *s * 6364136223846793005ull + 1442695040888963407ull) >> 33); }
-__global__ void k_mma(float *c, int fp16, float *shfl) {
-    unsigned lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane >> 2, t = lane % 4;
-    uint32_t a[4], b[2];
-    for (int r = 0; r < 4; r++) { // register r: elements 2r (low) and 2r + 1 (high)
-        uint32_t pa = 0, pb = 0;
-        for (int hi = 0; hi < 2; hi++) {
-            int i = 2 * r + hi; // a_i: row g for i < 2 or 4 <= i < 6, else g + 8; column 2t + (i & 1), + 8 for i >= 4
-            int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8, col = 2 * t + (i & 1) + (i >= 4 ? 8 : 0);
-            float va = mma_a[row][col] * (float)(w + 1);
-            uint16_t ua = fp16 ? __float2half(va).x : __float2bfloat16(va).x;
-            pa |= (uint32_t)ua << (16 * hi);
-            if (r < 2) { // b_i: row 2t + (i & 1), + 8 for i >= 2; column g
-                int brow = 2 * t + (i & 1) + (i >= 2 ? 8 : 0);
-                uint16_t ub = fp16 ? __float2half(mma_b[brow][g]).x : __float2bfloat16(mma_b[brow][g]).x;
-                pb |= (uint32_t)ub << (16 * hi);
-            }
-        }
-        a[r] = pa;
-        if (r < 2) b[r] = pb;
-    }
-    float acc[4] = {0.5f, 0.5f, 0.5f, 0.5f};
-    kiln_simt_mma16816(acc, a, b, fp16);
-    for (int i = 0; i < 4; i++) // c_i: row g for i < 2, else g + 8; column 2t + (i & 1)
-        c[w * 128 + (g + (i >= 2 ? 8 : 0)) * 8 + 2 * t + (i & 1)] = acc[i];
-    shfl[threadIdx.x] = kiln_simt_shfl_xor((float)threadIdx.x, 5);
+// mma.sync m16n8k16 and __shfl_xor_sync as simt gives them (tests/simt/mma_layout.h; test_mma_gpu runs the
+// same check on a GPU)
+template <class E> static void warp_mma_of(const char *name) {
+    float a[256], b[128], c[MMA_C], shfl[MMA_THREADS];
+    mma_layout_data(a, b);
+    KLAUNCH(k_mma_layout<E>, dim3(1), dim3(MMA_THREADS))(a, b, c, shfl);
+    int bad_shfl, bad = mma_layout_bad(a, b, c, shfl, &bad_shfl);
+    CHECK(bad == 0, "mma.sync m16n8k16 (%s): %d of 256 elements not A B + C", name, bad);
+    CHECK(bad_shfl == 0, "__shfl_xor_sync: %d of 64 lanes did not get their partner's value", bad_shfl);
 }
 static void warp_mma(void) {
-    uint64_t seed = 77;
-    for (int r = 0; r < 16; r++)
-        for (int k = 0; k < 16; k++) mma_a[r][k] = (float)((int)(rnd(&seed) % 9) - 4) / 4;
-    for (int k = 0; k < 16; k++)
-        for (int n = 0; n < 8; n++) mma_b[k][n] = (float)((int)(rnd(&seed) % 7) - 3) / 2;
-    for (int fp16 = 0; fp16 < 2; fp16++) {
-        float c[2 * 128], shfl[64];
-        KLAUNCH(k_mma, dim3(1), dim3(64))(c, fp16, shfl);
-        int bad = 0, bad_shfl = 0;
-        for (int w = 0; w < 2; w++)
-            for (int r = 0; r < 16; r++)
-                for (int n = 0; n < 8; n++) {
-                    float want = 0.5f;
-                    for (int k = 0; k < 16; k++) want += mma_a[r][k] * (float)(w + 1) * mma_b[k][n];
-                    bad += c[w * 128 + r * 8 + n] != want;
-                }
-        for (int i = 0; i < 64; i++) bad_shfl += shfl[i] != (float)(i ^ 5);
-        CHECK(bad == 0, "mma.sync m16n8k16 (%s): %d of 256 elements not A B + C", fp16 ? "fp16" : "bf16", bad);
-        CHECK(bad_shfl == 0, "__shfl_xor_sync: %d of 64 lanes did not get their partner's value", bad_shfl);
-    }
+    warp_mma_of<bf16>("bf16");
+    warp_mma_of<fp16>("fp16");
 }
 
 // convert.cu's fp32 -> bf16 / fp16 (cuBLASLt's 16-bit operands): every element as cuda_bf16.h and cuda_fp16.h
@@ -276,7 +237,7 @@ static void to_half(void) {
             float x[1001];
             uint16_t y[1003];
             for (int64_t i = 0; i < n; i++) { // some exact ties of the 16-bit formats, the rest anything
-                uint32_t u = (rnd(&seed) & 0x3fffffffu) | (rnd(&seed) & 1u) << 31;
+                uint32_t u = (mma_rnd(&seed) & 0x3fffffffu) | (mma_rnd(&seed) & 1u) << 31;
                 if (i % 3 == 0) u = f16 ? (u & ~0x1fffu) | 0x1000u : (u & ~0xffffu) | 0x8000u;
                 memcpy(&x[i], &u, 4);
                 if (!(fabsf(x[i]) < 60000.f)) x[i] = (float)(i % 100) - 50.25f;
