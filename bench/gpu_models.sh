@@ -6,7 +6,8 @@
 # --device cuda` at --matmul-precision high (TF32) and medium (bf16 tensor
 # cores), and with --precision bf16 (autocast: the attention's products on
 # tensor cores as well, src/backends/cuda/flash_tc.cu, and for the GPT
-# flash_mma.cu's under KILN_CUDA_FLASH=mma as kiln-bf16-mma); PyTorch runs bench/gpu/pytorch_step_gpu.py eager fp32, eager with
+# flash_mma.cu's under KILN_CUDA_FLASH=mma as kiln-bf16-mma, with cuBLASLt on 16-bit operand copies as
+# kiln-bf16-mma-half, and with the half-storage pass as kiln-bf16-mma-store); PyTorch runs bench/gpu/pytorch_step_gpu.py eager fp32, eager with
 # bf16 autocast, and torch.compile (max-autotune) of the bf16 model. Medians
 # over STEPS timed steps each, REPEAT rounds interleaved; the ratio is kiln's
 # best against PyTorch's best. Needs a GPU, build/kiln with the CUDA backend,
@@ -57,6 +58,9 @@ for m in $MODELS; do
         [ "$m" = gpt2 ] && KILN_CUDA_FLASH=mma kiln_run "$m" medium kiln-bf16-mma bf16 | tee -a "$RES/all"
         # and cuBLASLt on 16-bit copies of its operands (linear.c, KILN_CUDA_GEMM=half), not yet the default either
         [ "$m" = gpt2 ] && KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half kiln_run "$m" medium kiln-bf16-mma-half bf16 | tee -a "$RES/all"
+        # and the activations only matmuls read stored in bf16 (the half-storage pass, KILN_CUDA_STORE=half)
+        [ "$m" = gpt2 ] && KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half KILN_CUDA_STORE=half kiln_run "$m" medium kiln-bf16-mma-store bf16 |
+            tee -a "$RES/all"
         peer_run "$m" eager | tee -a "$RES/all"
         kiln_run "$m" medium | tee -a "$RES/all"
         kiln_run "$m" high | tee -a "$RES/all"

@@ -9,7 +9,7 @@
 #     info      nvidia-smi, the driver, python3's torch
 #     test      test_cuda, then test_ops, test_gpt, test_models and test_attention_tc (their cuda checks run on the GPU)
 #     optin     test_mma_gpu (mma.sync's layout), then test_ops, test_gpt, test_attention_tc with
-#               KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half (not yet defaults)
+#               KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half KILN_CUDA_STORE=half (not yet defaults)
 #     sanitize  compute-sanitizer memcheck and racecheck over test_cuda (KILN_TEST_CUDA_QUICK=1)
 #               and test_attention_tc's GPU shapes (KILN_TEST_CUDA_ONLY=1);
 #               Firecracker machines only (gVisor refuses the device)
@@ -59,8 +59,8 @@ stage_optin() { # the paths not yet the default, which have never run on a GPU: 
     echo "== test_mma_gpu (mma.sync's fragment layout as simt emulates it)"
     "$B/bin/test_mma_gpu" || rc=1
     for t in test_ops test_gpt test_attention_tc; do
-        echo "== $t with KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half"
-        (cd tests && KILN_CACHE_DIR= KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half "$B/bin/$t") || rc=1
+        echo "== $t with KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half KILN_CUDA_STORE=half"
+        (cd tests && KILN_CACHE_DIR= KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half KILN_CUDA_STORE=half "$B/bin/$t") || rc=1
     done
     return $rc
 }
@@ -82,8 +82,8 @@ stage_models() { REPEAT=1 STEPS=10 COMPILE=0 bash bench/gpu_models.sh; }
 stage_profile() { # where a step's time goes: every kernel timed alone (kiln bench step --profile)
     "$KILN_BIN" bench step --model gpt --layers 12 --heads 12 --dim 768 --block 1024 --vocab 50257 --batch-size 16 \
         --device cuda --matmul-precision medium --precision bf16 --steps 3 --warmup 1 --profile
-    KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half "$KILN_BIN" bench step --model gpt --layers 12 --heads 12 --dim 768 --block 1024 --vocab 50257 \
-        --batch-size 16 --device cuda --matmul-precision medium --precision bf16 --steps 3 --warmup 1 --profile
+    KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half KILN_CUDA_STORE=half "$KILN_BIN" bench step --model gpt --layers 12 --heads 12 \
+        --dim 768 --block 1024 --vocab 50257 --batch-size 16 --device cuda --matmul-precision medium --precision bf16 --steps 3 --warmup 1 --profile
     "$KILN_BIN" bench step --model resnet50 --size 224 --num-classes 1000 --batch-size 256 \
         --device cuda --matmul-precision medium --steps 3 --warmup 1 --profile
 }

@@ -173,7 +173,7 @@ static void check_shape(const shape *s, const char *backend, int precision, floa
 
 /* A 1-layer gpt (heads of 32, block 70: its attention crosses the 64-row tiles; vocab 300),
  * `steps` AdamW steps clipped at 1 on a backend: the parameters after, and each step's loss */
-static float *gpt_run(const char *backend, int precision, int steps, double *losses, int64_t *nparams) {
+static float *gpt_run(const char *backend, int precision, int steps, double *losses, int64_t *nparams, int *half_steps) {
     enum { B = 2, T = 70, V = 300 };
     kiln_graph *g = kiln_graph_new();
     kiln_model m;
@@ -194,6 +194,11 @@ static float *gpt_run(const char *backend, int precision, int steps, double *los
         kiln_compile_opts co = kiln_compile_defaults();
         co.training = 1, co.max_batch = B, co.backend = backend, co.autotune = 0, co.precision = precision;
         CHECK_OK(kiln_compile(g, P, &m.loss, 1, &co, &pl));
+    }
+    *half_steps = 0; /* steps writing a tensor the half-storage pass stores in 16 bits */
+    for (int i = 0; pl && i < kiln_plan_step_count(pl); i++) {
+        kiln_step_info si;
+        if (kiln_plan_step_info(pl, i, &si) == KILN_OK && si.nout > 0) *half_steps += strstr(si.out[0].layout, "16") != NULL;
     }
     for (int st = 0; pl && st < steps; st++) {
         tu_seed(100 + (uint64_t)st); /* the same batch for step st on every run */
@@ -219,8 +224,10 @@ static void check_gpt(const char *backend) {
     enum { STEPS = 2 };
     double la[STEPS], lb[STEPS], lf[STEPS];
     int64_t n = 0;
-    float *a = gpt_run(backend, KILN_PRECISION_BF16, STEPS, la, &n), *b = gpt_run(backend, KILN_PRECISION_BF16, STEPS, lb, &n);
-    float *f = gpt_run(backend, KILN_PRECISION_FP32, STEPS, lf, &n);
+    int halves;
+    float *a = gpt_run(backend, KILN_PRECISION_BF16, STEPS, la, &n, &halves);
+    float *b = gpt_run(backend, KILN_PRECISION_BF16, STEPS, lb, &n, &halves);
+    float *f = gpt_run(backend, KILN_PRECISION_FP32, STEPS, lf, &n, &halves);
     CHECK_MSG(a && b && memcmp(la, lb, sizeof la) == 0, "%s: two bf16 gpt runs, losses %.9g and %.9g", backend, la[STEPS - 1],
               lb[STEPS - 1]);
     CHECK_MSG(a && b && n && memcmp(a, b, (size_t)n * 4) == 0, "%s: two bf16 gpt runs gave different parameters", backend);
@@ -229,6 +236,98 @@ static void check_gpt(const char *backend) {
     CHECK_MSG(f && worst <= 1e-2, "%s: the bf16 gpt's loss off fp32's by %.3g", backend, worst);
     if (getenv("KILN_TEST_VERBOSE")) printf("test_attention_tc: %s: gpt bf16 against fp32, losses within %.2e\n", backend, worst);
     free(a), free(b), free(f);
+}
+
+/* sets (or, value NULL, unsets) an environment variable; returns its value before, for env_restore */
+static char *env_swap(const char *name, const char *value) {
+    const char *was = getenv(name);
+    char *old = was ? strdup(was) : NULL;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+    return old;
+}
+static void env_restore(const char *name, char *old) {
+    if (old) setenv(name, old, 1);
+    else unsetenv(name);
+    free(old);
+}
+
+/* KILN_CUDA_STORE=half (the half-storage pass): the layer norms', GELU's and the logits' gradient's tensors
+ * stored in bf16 change no number, so the gpt trains to the same bits as with each product's operands
+ * rounded by the product (KILN_CUDA_GEMM=half's copies on a GPU, the same rounding; simt's stand-ins round
+ * in the cpu's kernels). Five steps write 16 bits: ln_1, ln_2, GELU and ln_f forward, cross-entropy backward */
+static void check_half_store(const char *backend) {
+    enum { STEPS = 2 };
+    double lp[STEPS], lh[STEPS];
+    int64_t n = 0;
+    int hp = -1, hh = -1;
+    char *gemm = env_swap("KILN_CUDA_GEMM", "half"), *store = env_swap("KILN_CUDA_STORE", NULL);
+    float *p = gpt_run(backend, KILN_PRECISION_BF16, STEPS, lp, &n, &hp);
+    setenv("KILN_CUDA_STORE", "half", 1);
+    float *h = gpt_run(backend, KILN_PRECISION_BF16, STEPS, lh, &n, &hh);
+    env_restore("KILN_CUDA_STORE", store);
+    env_restore("KILN_CUDA_GEMM", gemm);
+    CHECK_MSG(hp == 0 && hh == 5, "%s: steps writing 16-bit tensors: %d without half storage, %d with (5)", backend, hp, hh);
+    CHECK_MSG(p && h && memcmp(lp, lh, sizeof lp) == 0, "%s: half storage changed the gpt's losses: %.9g, %.9g", backend,
+              lp[STEPS - 1], lh[STEPS - 1]);
+    CHECK_MSG(p && h && n && memcmp(p, h, (size_t)n * 4) == 0, "%s: half storage changed the gpt's parameters", backend);
+    free(p), free(h);
+}
+
+/* An MLP classifier whose last linear has a bias, one forward and backward: layer_norm -> linear ->
+ * GELU -> linear (bias) -> cross-entropy. Half storage takes the layer norm's and GELU's outputs; the logits'
+ * gradient stays fp32, since the last linear's backward-weight sums it in fp32 for the bias gradient. The same
+ * gradients with and without */
+static int mlp_run(const char *backend, float *grads, int64_t *n) {
+    enum { B = 24, I = 12, H = 40, C = 10 };
+    kiln_graph *g = kiln_graph_new();
+    kiln_value x = kiln_input(g, "x", KILN_F32, 2, (int64_t[]){KILN_BATCH, I}), y = kiln_input(g, "y", KILN_I32, 1, (int64_t[]){KILN_BATCH});
+    kiln_value h = kiln_gelu(g, kiln_nn_linear(g, "fc1", kiln_nn_layer_norm(g, "ln", x, I), I, H, 1), 1);
+    kiln_value loss = kiln_cross_entropy(g, kiln_nn_linear(g, "fc2", h, H, C, 1), y);
+    kiln_params *P = NULL;
+    kiln_plan *pl = NULL;
+    int halves = -1;
+    CHECK_OK(kiln_params_new_on(g, backend, &P));
+    if (P) {
+        kiln_params_init(P, 3);
+        kiln_compile_opts co = kiln_compile_defaults();
+        co.training = 1, co.max_batch = B, co.backend = backend, co.autotune = 0, co.precision = KILN_PRECISION_BF16;
+        CHECK_OK(kiln_compile(g, P, &loss, 1, &co, &pl));
+    }
+    float xs[B * I];
+    int32_t ys[B];
+    tu_seed(41);
+    for (int i = 0; i < B * I; i++) xs[i] = (float)tu_uniform(-2, 2);
+    for (int i = 0; i < B; i++) ys[i] = (int32_t)tu_int(0, C - 1);
+    if (pl) {
+        kiln_plan_bind(pl, x, xs);
+        kiln_plan_bind(pl, y, ys);
+        CHECK_OK(kiln_plan_run(pl, B));
+        CHECK_OK(kiln_params_grad_read(P, grads));
+        *n = kiln_params_total(P);
+        halves = 0;
+        for (int i = 0; i < kiln_plan_step_count(pl); i++) {
+            kiln_step_info si;
+            if (kiln_plan_step_info(pl, i, &si) == KILN_OK && si.nout > 0) halves += strstr(si.out[0].layout, "16") != NULL;
+        }
+    }
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+    return halves;
+}
+static void check_half_store_bias(const char *backend) {
+    static float plain[2048], half[2048];
+    int64_t n = 0;
+    char *gemm = env_swap("KILN_CUDA_GEMM", "half"), *store = env_swap("KILN_CUDA_STORE", NULL);
+    int hp = mlp_run(backend, plain, &n);
+    setenv("KILN_CUDA_STORE", "half", 1);
+    int hh = mlp_run(backend, half, &n);
+    env_restore("KILN_CUDA_STORE", store);
+    env_restore("KILN_CUDA_GEMM", gemm);
+    CHECK_MSG(hp == 0 && hh == 2, "%s: the mlp's steps writing 16 bits: %d without half storage, %d with (2)", backend, hp, hh);
+    CHECK_MSG(n > 0 && n <= 2048 && memcmp(plain, half, (size_t)n * 4) == 0, "%s: half storage changed the mlp's gradients",
+              backend);
 }
 
 int main(void) {
@@ -256,10 +355,13 @@ int main(void) {
             for (int i = 0; !gpu_only && i < NS && !(k && san && i >= 2); i++)
                 check_shape(&shapes[i], "simt", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16, k ? NULL : &other[0][i]);
         if (!gpu_only && !san) check_gpt("simt");
+        if (!gpu_only && !san && fl == 1) check_half_store("simt");
+        if (!gpu_only && fl == 1) check_half_store_bias("simt");
         for (int k = 0; gpu && k < 2; k++)
             for (int i = 0; i < NS; i++)
                 check_shape(&shapes[i], "cuda", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16, k ? NULL : &other[1][i]);
         if (gpu) check_gpt("cuda");
+        if (gpu && fl == 1) check_half_store("cuda"), check_half_store_bias("cuda");
     }
     unsetenv("KILN_CUDA_FLASH");
     if (!gpu) printf("test_attention_tc: the GPU's run skipped: %s\n", why);

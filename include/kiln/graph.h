@@ -338,7 +338,8 @@ void kiln_plan_describe(const kiln_plan *plan, char *buf, size_t len);
 typedef struct kiln_step_arg {
     int ndim;
     int64_t shape[KILN_MAX_DIMS];    /* the batch resolved */
-    char layout[16];                 /* "plain" (row-major), or the backend's: "nChw16c" */
+    char layout[16];                 /* "plain" (row-major), or the backend's: "nChw16c"; then " bf16" or " fp16"
+                                        where the half-storage pass stores it in 16 bits */
 } kiln_step_arg;
 typedef struct kiln_step_info {
     const char *name;                /* the node: "layer1.0.conv1", "layer1.0.conv1:bwd_data" */

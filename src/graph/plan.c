@@ -183,8 +183,20 @@ static kiln_status checkpoint(kiln_plan *pl) {
     return st;
 }
 
+/* 16-bit storage where it changes no number (pass_half_store.c), on a backend whose kernels offer it */
+static kiln_status half_store(kiln_plan *pl, kiln_graph *g) {
+    kiln_half_slots_fn half[KILN_OP_COUNT];
+    for (int op = 0; op < KILN_OP_COUNT; op++) half[op] = pl->be->kernels[op].half;
+    int n = kiln_pass_half_store(g, pl->o.precision, half);
+    if (n < 0) return kiln_graph_status(g);
+    if (n && !pl->o.plan_only)
+        kiln_log(KILN_LOG_INFO, "half storage: %d activations stored as %s (read only as %s operands)", n,
+                 kiln_precision_name(pl->o.precision), kiln_precision_name(pl->o.precision));
+    return KILN_OK;
+}
+
 /* the graph passes, in order: specialise, the bias check and autodiff (training) or batch norm
- * folding (inference), fusion, activation checkpointing, autocast, the backend's own */
+ * folding (inference), fusion, activation checkpointing, autocast, half storage, the backend's own */
 static kiln_status transform(kiln_plan *pl, kiln_value loss) {
     kiln_graph *g = pl->g;
     const kiln_compile_opts *o = &pl->o;
@@ -221,6 +233,7 @@ static kiln_status transform(kiln_plan *pl, kiln_value loss) {
                  o->precision == KILN_PRECISION_BF16   ? "take bf16 operands (fp32 accumulation and outputs)"
                  : o->precision == KILN_PRECISION_FP16 ? "take fp16 operands (fp32 accumulation and outputs)"
                                                        : "marked auto: the backend keeps bf16 where it measures it faster");
+    if ((st = half_store(pl, g)) != KILN_OK) return st;
     if (pl->be->passes) return pl->be->passes(g, o);
     return KILN_OK;
 }

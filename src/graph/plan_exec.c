@@ -184,6 +184,9 @@ kiln_status kiln_plan_read(const kiln_plan *pl, kiln_value v, float *dst, int64_
     const kiln_val *V = &pl->g->vals[v];
     const char *src = kiln_plan_ptr(pl, v);
     if (!src) return kiln_fail(KILN_ERR_INVALID_ARG, "read: '%s' has no storage", V->name);
+    if (V->half) /* never a plan output (pass_half_store.c) */
+        return kiln_fail(KILN_ERR_INVALID_ARG, "read: '%s' is stored in 16 bits inside the plan; only its outputs are read",
+                         V->name);
     int f64 = kiln_plan_dtype(pl, v) == KILN_F64, contiguous = kiln_val_contiguous(V);
     if (!f64 && contiguous) return pl->be->copy(dst, src, (size_t)n * sizeof(float), 0);
     int64_t batch = V->batched ? n / (kiln_val_numel(V, 1) ? kiln_val_numel(V, 1) : 1) : 1;

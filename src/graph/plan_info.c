@@ -20,8 +20,9 @@ int kiln_plan_step_count(const kiln_plan *pl) {
 static void arg(const kiln_tdesc *t, kiln_step_arg *a) {
     a->ndim = t->ndim;
     memcpy(a->shape, t->shape, sizeof a->shape);
-    if (t->layout) snprintf(a->layout, sizeof a->layout, "nChw%dc", t->layout);
-    else snprintf(a->layout, sizeof a->layout, "plain");
+    const char *half = t->dtype == KILN_BF16 ? " bf16" : t->dtype == KILN_F16 ? " fp16" : ""; /* half storage */
+    if (t->layout) snprintf(a->layout, sizeof a->layout, "nChw%dc%s", t->layout, half);
+    else snprintf(a->layout, sizeof a->layout, "plain%s", half);
 }
 
 static double step_flops(const kiln_plan *pl, const kiln_step *s, int64_t batch) {

@@ -14,8 +14,9 @@ uint64_t kiln_node_rng_key(const kiln_graph *g, int node, uint64_t seed) {
 }
 
 kiln_dtype kiln_plan_dtype(const kiln_plan *pl, kiln_value v) {
-    kiln_dtype d = pl->g->vals[v].dtype;
-    return d == KILN_F32 ? pl->be->float_dtype : d;
+    const kiln_val *V = &pl->g->vals[v];
+    if (V->half) return V->half == 2 ? KILN_F16 : KILN_BF16; /* the half-storage pass's */
+    return V->dtype == KILN_F32 ? pl->be->float_dtype : V->dtype;
 }
 
 static kiln_plan_input *input_of(const kiln_plan *pl, kiln_value root) {

@@ -65,9 +65,9 @@ static size_t take(arena_state *a, size_t size, size_t *high) {
     return off;
 }
 
-/* rounded to a cache line; float values take the backend's float size */
+/* rounded to a cache line; float values take the backend's float size, or 2 bytes where stored in 16 bits */
 static size_t value_bytes(const kiln_val *v, int64_t max_batch, size_t elem) {
-    size_t es = v->dtype == KILN_F32 ? elem : kiln_dtype_size(v->dtype);
+    size_t es = v->half ? 2 : v->dtype == KILN_F32 ? elem : kiln_dtype_size(v->dtype);
     size_t bytes = ((size_t)kiln_val_numel(v, max_batch) * es + 63) & ~(size_t)63;
     return bytes ? bytes : 64;
 }

@@ -133,6 +133,57 @@ static const kiln_op library_ops[] = {KILN_OP_CONV2D, KILN_OP_CONV2D_BWD_DATA, K
                                       KILN_OP_LINEAR, KILN_OP_LINEAR_BWD_DATA, KILN_OP_LINEAR_BWD_WEIGHT,
                                       KILN_OP_MATMUL, KILN_OP_MATMUL_BWD_DATA, KILN_OP_MATMUL_BWD_WEIGHT};
 
+/* A stand-in reading an operand the half-storage pass stored in 16 bits (KILN_CUDA_STORE=half: linear and
+ * matmul, input 0, and backward-weight's input 1) takes it widened to fp32 in a copy; the cpu kernel then rounds
+ * it to 16 bits again, which changes nothing, as cuBLASLt reads the 16 bits themselves */
+static float widen(uint16_t h, int fp16) {
+    uint32_t u;
+    if (!fp16) {
+        u = (uint32_t)h << 16;
+    } else { /* sign, 5 exponent bits, 10 fraction bits */
+        uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, f = h & 1023;
+        if (e == 31) u = sign | 0x7f800000u | f << 13;
+        else if (e) u = sign | (e + 112) << 23 | f << 13;
+        else if (!f) u = sign;
+        else { /* subnormal: f 2^-24 */
+            float v = (float)f * 0x1p-24f;
+            memcpy(&u, &v, 4);
+            u |= sign;
+        }
+    }
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+static kiln_status standin_prepare(kiln_step *s, kiln_prep *p) {
+    kiln_dtype d[2] = {s->in[0].dtype, s->nin > 1 ? s->in[1].dtype : KILN_F32};
+    for (int k = 0; k < 2 && k < s->nin; k++) s->in[k].dtype = KILN_F32;
+    kiln_status st = kiln_backend_cpu.kernels[s->op].prepare ? kiln_backend_cpu.kernels[s->op].prepare(s, p) : KILN_OK;
+    for (int k = 0; k < 2 && k < s->nin; k++) s->in[k].dtype = d[k];
+    return st;
+}
+static kiln_status standin_run(const kiln_step *s, const kiln_run_ctx *rc) {
+    if (!kiln_cuda_half_kind(&s->in[0]) && (s->nin < 2 || !kiln_cuda_half_kind(&s->in[1])))
+        return kiln_backend_cpu.kernels[s->op].run(s, rc);
+    kiln_step t = *s;
+    float *wide[2] = {NULL, NULL};
+    kiln_status st = KILN_OK;
+    for (int k = 0; k < 2 && k < s->nin && st == KILN_OK; k++) {
+        int kind = kiln_cuda_half_kind(&s->in[k]);
+        if (!kind) continue;
+        int64_t n = kiln_tdesc_span(&s->in[k]);
+        const uint16_t *h = s->in[k].data;
+        if (!(wide[k] = malloc((size_t)(n ? n : 1) * sizeof(float)))) st = kiln_fail(KILN_ERR_NOMEM, "simt: out of memory");
+        for (int64_t i = 0; wide[k] && i < n; i++) wide[k][i] = widen(h[i], kind == 2);
+        t.in[k].data = wide[k];
+        t.in[k].dtype = KILN_F32;
+    }
+    if (st == KILN_OK) st = kiln_backend_cpu.kernels[s->op].run(&t, rc);
+    free(wide[0]);
+    free(wide[1]);
+    return st;
+}
+
 kiln_status kiln_test_simt_register(void) {
     memcpy(table, kiln_cuda_kernels, sizeof table);
     for (size_t i = 0; i < sizeof library_ops / sizeof library_ops[0]; i++) {
@@ -140,6 +191,12 @@ kiln_status kiln_test_simt_register(void) {
         kiln_kernel k = kiln_backend_cpu.kernels[op];
         k.blocked_in = k.blocked_out = 0; /* plain layouts: simt has no layout pass */
         k.tied = 0;
+        if (op != KILN_OP_CONV2D && op != KILN_OP_CONV2D_BWD_DATA && op != KILN_OP_CONV2D_BWD_WEIGHT) {
+            k.half = op == KILN_OP_LINEAR_BWD_WEIGHT || op == KILN_OP_MATMUL_BWD_WEIGHT ? kiln_cuda_half_bwd_weight
+                                                                                    : kiln_cuda_half_in0;
+            k.run = standin_run;
+            k.prepare = standin_prepare;
+        }
         table[op] = k;
     }
     return kiln_backend_register(&simt);

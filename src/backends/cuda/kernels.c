@@ -10,6 +10,30 @@
 #define ACC(k) kiln_step_acc(s, rc, (k))
 #define ST kiln_cuda_stream()
 #define DONE(what) return kiln_cuda_launched(what)
+#define HK(k) kiln_cuda_half_kind(&s->out[k])
+
+/* KILN_CUDA_STORE=half: activations read only as 16-bit matmul operands are stored so by their writers (the
+ * half-storage pass, src/graph/pass_half_store.c): the same numbers in half the bytes, and no conversion before
+ * the product. Not the default until a GPU has timed it (docs/backends.md) */
+int kiln_cuda_store_half(void) {
+    const char *e = getenv("KILN_CUDA_STORE");
+    return e && !strcmp(e, "half");
+}
+/* the writers: layer norm's, GELU's and cross-entropy backward's first output */
+static unsigned half_out0(int nin, int nout) {
+    (void)nin, (void)nout;
+    return kiln_cuda_store_half() ? KILN_TIE_OUT(0) : 0;
+}
+/* the readers (linear.c; simt's stand-ins too): x (forward), dy (backward-data), each only a product's operand */
+unsigned kiln_cuda_half_in0(int nin, int nout) {
+    (void)nin, (void)nout;
+    return kiln_cuda_store_half() ? 1u : 0;
+}
+/* backward-weight: x, and dy where no bias gradient sums it in fp32 */
+unsigned kiln_cuda_half_bwd_weight(int nin, int nout) {
+    (void)nin;
+    return kiln_cuda_store_half() ? (nout > 1 ? 1u : 3u) : 0;
+}
 
 static kiln_status relu(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
@@ -136,7 +160,7 @@ static kiln_status rows_of_out_count(kiln_step *s, kiln_prep *p) {
 }
 /* a -1 target reaching backward is padding: forward refused it otherwise */
 static kiln_status cross_entropy_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_cuda_cross_entropy_bwd(ST, RC, F(s->in[0]), I(s->in[1]), 1, F(s->in[2]), rc->workspace, F(s->out[0]), ACC(0));
+    kiln_cuda_cross_entropy_bwd(ST, RC, F(s->in[0]), I(s->in[1]), 1, F(s->in[2]), rc->workspace, s->out[0].data, HK(0), ACC(0));
     DONE("cross entropy backward");
 }
 
@@ -227,7 +251,7 @@ static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 #define N s->out[0].numel
 static kiln_status gelu(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
-    kiln_cuda_gelu(ST, N, s->attr.gelu.tanh_form, F(s->in[0]), F(s->out[0]));
+    kiln_cuda_gelu(ST, N, s->attr.gelu.tanh_form, F(s->in[0]), s->out[0].data, HK(0));
     DONE("gelu");
 }
 static kiln_status gelu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -292,7 +316,7 @@ static kiln_status softmax_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 static kiln_status layer_norm(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
-    kiln_cuda_layer_norm(ST, RC, F(s->in[0]), F(s->in[1]), F(s->in[2]), (float)s->attr.ln.eps, F(s->out[0]), F(s->out[1]),
+    kiln_cuda_layer_norm(ST, RC, F(s->in[0]), F(s->in[1]), F(s->in[2]), (float)s->attr.ln.eps, s->out[0].data, HK(0), F(s->out[1]),
                          F(s->out[2]));
     DONE("layer norm");
 }
@@ -554,12 +578,14 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_CONV2D] = {kiln_cuda_conv_fwd, kiln_cuda_conv_prepare, kiln_cuda_conv_release},
     [KILN_OP_CONV2D_BWD_DATA] = {kiln_cuda_conv_bwd_data, kiln_cuda_conv_bwd_prepare},
     [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cuda_conv_bwd_weight, kiln_cuda_conv_bwd_prepare},
-    [KILN_OP_LINEAR] = {kiln_cuda_linear_fwd, kiln_cuda_linear_prepare, kiln_cuda_linear_release},
-    [KILN_OP_LINEAR_BWD_DATA] = {kiln_cuda_linear_bwd_data, kiln_cuda_linear_prepare, kiln_cuda_linear_release},
-    [KILN_OP_LINEAR_BWD_WEIGHT] = {kiln_cuda_linear_bwd_weight, kiln_cuda_linear_prepare, kiln_cuda_linear_release},
-    [KILN_OP_MATMUL] = {kiln_cuda_linear_fwd, kiln_cuda_matmul_prepare, kiln_cuda_linear_release},
-    [KILN_OP_MATMUL_BWD_DATA] = {kiln_cuda_linear_bwd_data, kiln_cuda_matmul_prepare, kiln_cuda_linear_release},
-    [KILN_OP_MATMUL_BWD_WEIGHT] = {kiln_cuda_matmul_bwd_weight, kiln_cuda_matmul_prepare, kiln_cuda_linear_release},
+    [KILN_OP_LINEAR] = {kiln_cuda_linear_fwd, kiln_cuda_linear_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},
+    [KILN_OP_LINEAR_BWD_DATA] = {kiln_cuda_linear_bwd_data, kiln_cuda_linear_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},
+    [KILN_OP_LINEAR_BWD_WEIGHT] = {kiln_cuda_linear_bwd_weight, kiln_cuda_linear_prepare, kiln_cuda_linear_release,
+                                   .half = kiln_cuda_half_bwd_weight},
+    [KILN_OP_MATMUL] = {kiln_cuda_linear_fwd, kiln_cuda_matmul_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},
+    [KILN_OP_MATMUL_BWD_DATA] = {kiln_cuda_linear_bwd_data, kiln_cuda_matmul_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},
+    [KILN_OP_MATMUL_BWD_WEIGHT] = {kiln_cuda_matmul_bwd_weight, kiln_cuda_matmul_prepare, kiln_cuda_linear_release,
+                                   .half = kiln_cuda_half_bwd_weight},
 #endif
     [KILN_OP_RELU] = {relu, NULL, .fusable = KILN_CUDA_PW_RELU},
     [KILN_OP_RELU_BWD] = {relu_bwd, NULL, .fusable = KILN_CUDA_PW_RELU_BWD},
@@ -578,7 +604,7 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_NLL_LOSS] = {nll, rows_of_in},
     [KILN_OP_NLL_LOSS_BWD] = {nll_bwd, kiln_prepare_rows_of_out},
     [KILN_OP_CROSS_ENTROPY] = {cross_entropy, rows_of_in},
-    [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, rows_of_out_count},
+    [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, rows_of_out_count, .half = half_out0},
     [KILN_OP_ADD] = {add, NULL, .fusable = KILN_CUDA_PW_ADD},
     [KILN_OP_MUL] = {mul, NULL, .fusable = KILN_CUDA_PW_MUL},
     [KILN_OP_MUL_BWD] = {mul_bwd, NULL, .fusable = KILN_CUDA_PW_MUL_BWD},
@@ -592,7 +618,7 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL},
     [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare},
     [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare},
-    [KILN_OP_GELU] = {gelu, NULL, .fusable = KILN_CUDA_PW_GELU},
+    [KILN_OP_GELU] = {gelu, NULL, .fusable = KILN_CUDA_PW_GELU, .half = half_out0},
     [KILN_OP_GELU_BWD] = {gelu_bwd, NULL, .fusable = KILN_CUDA_PW_GELU_BWD},
     [KILN_OP_AFFINE] = {affine, NULL, .fusable = KILN_CUDA_PW_AFFINE},
     [KILN_OP_AFFINE_BWD] = {affine_bwd, NULL, .fusable = KILN_CUDA_PW_SCALE},
@@ -606,7 +632,7 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_MSE_LOSS_BWD] = {mse_bwd, NULL},
     [KILN_OP_SOFTMAX] = {softmax, kiln_prepare_rows_of_out},
     [KILN_OP_SOFTMAX_BWD] = {softmax_bwd, kiln_prepare_rows_of_out},
-    [KILN_OP_LAYER_NORM] = {layer_norm, kiln_prepare_rows_of_in},
+    [KILN_OP_LAYER_NORM] = {layer_norm, kiln_prepare_rows_of_in, .half = half_out0},
     [KILN_OP_LAYER_NORM_BWD] = {layer_norm_bwd, kiln_prepare_rows_of_in},
     [KILN_OP_EMBEDDING] = {embedding, NULL},
     [KILN_OP_EMBEDDING_BWD] = {embedding_bwd, embedding_bwd_prepare},

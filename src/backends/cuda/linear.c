@@ -18,7 +18,8 @@ typedef struct {
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
     size_t ws;         /* cuBLASLt's workspace, at the step workspace's start */
-    int half;          /* 0: fp32 operands; 1: bf16, 2: fp16 copies made before each product (KILN_CUDA_GEMM=half) */
+    int half;          /* 0: fp32 operands; 1: bf16, 2: fp16: each fp32 operand copied so before each product
+                          (KILN_CUDA_GEMM=half, or an operand the half-storage pass stores in 16 bits) */
     int64_t na, nb;    /* the operands' elements */
     size_t off_a, off_b; /* their 16-bit copies in the step's workspace */
     uint32_t align;      /* the step's tensors' alignment in bytes (at most 256): what the algorithm may assume */
@@ -71,10 +72,12 @@ static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
 /* C[M, N] = op(A) op(B) (+ C), column-major; A is M×K (K×M when transposed), B is K×N (N×K when transposed) */
 static kiln_status mm_make(matmul *m, int math, int ta, int tb, int64_t M, int64_t N, int64_t K, cublasLtEpilogue_t epi,
                            const void *bias, size_t *workspace) {
+    /* an operand stored in 16 bits (its kind matches the step's math: the pass stores only what it rounds) */
+    int stored = m->half;
     static const cublasComputeType_t compute[4] = {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF,
                                                    CUBLAS_COMPUTE_32F_FAST_16F};
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    m->half = half_operands(math);
+    m->half = stored ? stored : half_operands(math);
     m->na = M * K, m->nb = K * N;
     cudaDataType_t in = m->half == 1 ? CUDA_R_16BF : m->half == 2 ? CUDA_R_16F : CUDA_R_32F;
     const char *why = NULL;
@@ -118,13 +121,17 @@ static kiln_status mm_make(matmul *m, int math, int ta, int tb, int64_t M, int64
     return KILN_OK;
 }
 
-static kiln_status mm_run(const matmul *m, const void *a, const void *b, void *c, int acc, void *ws) {
+/* A and B: the step's tensors (an fp32 one is copied to 16 bits first where the product takes 16-bit operands) */
+static kiln_status mm_run(const matmul *m, const kiln_tdesc *ta, const kiln_tdesc *tb, void *c, int acc, void *ws) {
     static const float one = 1.0f, zero = 0.0f;
-    if (m->half) { /* the operands' 16-bit copies, on the same stream just before the product */
-        void *ha = (char *)ws + m->off_a, *hb = (char *)ws + m->off_b;
-        kiln_cuda_to_half(kiln_cuda_stream(), m->half == 2, m->na, a, ha);
-        kiln_cuda_to_half(kiln_cuda_stream(), m->half == 2, m->nb, b, hb);
-        a = ha, b = hb;
+    const void *a = ta->data, *b = tb->data;
+    if (m->half && !kiln_cuda_half_kind(ta)) { /* the 16-bit copies, on the same stream just before the product */
+        kiln_cuda_to_half(kiln_cuda_stream(), m->half == 2, m->na, a, (char *)ws + m->off_a);
+        a = (char *)ws + m->off_a;
+    }
+    if (m->half && !kiln_cuda_half_kind(tb)) {
+        kiln_cuda_to_half(kiln_cuda_stream(), m->half == 2, m->nb, b, (char *)ws + m->off_b);
+        b = (char *)ws + m->off_b;
     }
     return blas(LT->cublasLtMatmul(lt, m->desc, &one, a, m->a, b, m->b, acc ? &one : &zero, c, m->c, c, m->c, &m->algo, ws, m->ws,
                                (cudaStream_t)kiln_cuda_stream()),
@@ -163,6 +170,13 @@ static cublasLtEpilogue_t epilogue_of(const kiln_step *s) {
                 : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
 }
 
+/* the 16-bit kind of the step's product operands (its first two inputs) where the half-storage pass stored
+ * one so, else 0 */
+static int stored_kind(const kiln_step *s) {
+    int k = kiln_cuda_half_kind(&s->in[0]);
+    return k ? k : s->nin > 1 ? kiln_cuda_half_kind(&s->in[1]) : 0;
+}
+
 /* the step keeps the matmul prepare made, or it is freed */
 static kiln_status keep(kiln_step *s, matmul *m, kiln_status st) {
     if (st != KILN_OK) {
@@ -181,6 +195,7 @@ kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p) {
     matmul *m = calloc(1, sizeof *m);
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     m->align = step_align(s);
+    m->half = stored_kind(s);
     kiln_status st;
     if (s->op == KILN_OP_LINEAR) {
         int bias = s->nin > 2;
@@ -195,15 +210,15 @@ kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p) {
 }
 
 kiln_status kiln_cuda_linear_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    return mm_run(s->kobj, s->in[1].data, s->in[0].data, s->out[0].data, 0, rc->workspace);
+    return mm_run(s->kobj, &s->in[1], &s->in[0], s->out[0].data, 0, rc->workspace);
 }
 
 kiln_status kiln_cuda_linear_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) {
-    return mm_run(s->kobj, s->in[1].data, s->in[0].data, s->out[0].data, kiln_step_acc(s, rc, 0), rc->workspace);
+    return mm_run(s->kobj, &s->in[1], &s->in[0], s->out[0].data, kiln_step_acc(s, rc, 0), rc->workspace);
 }
 
 kiln_status kiln_cuda_linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_status st = mm_run(s->kobj, s->in[0].data, s->in[1].data, s->out[0].data, kiln_step_acc(s, rc, 0), rc->workspace);
+    kiln_status st = mm_run(s->kobj, &s->in[0], &s->in[1], s->out[0].data, kiln_step_acc(s, rc, 0), rc->workspace);
     int64_t rows, in, out;
     dims(s, &rows, &in, &out);
     if (st == KILN_OK && s->nout > 1 && s->out[1].data)
@@ -227,6 +242,7 @@ kiln_status kiln_cuda_matmul_prepare(kiln_step *s, kiln_prep *p) {
     matmul *m = calloc(1, sizeof *m);
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     m->align = step_align(s);
+    m->half = stored_kind(s);
     kiln_status st;
     if (s->op == KILN_OP_MATMUL) {
         int bias = s->nin > 2;
@@ -244,7 +260,7 @@ kiln_status kiln_cuda_matmul_prepare(kiln_step *s, kiln_prep *p) {
 
 kiln_status kiln_cuda_matmul_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
     int tr = w_transposed(&s->out[0]);
-    kiln_status st = mm_run(s->kobj, s->in[tr ? 0 : 1].data, s->in[tr ? 1 : 0].data, s->out[0].data, kiln_step_acc(s, rc, 0),
+    kiln_status st = mm_run(s->kobj, &s->in[tr ? 0 : 1], &s->in[tr ? 1 : 0], s->out[0].data, kiln_step_acc(s, rc, 0),
                             rc->workspace);
     int64_t N = s->out[0].shape[1], rows = s->in[1].numel / N;
     if (st == KILN_OK && s->nout > 1 && s->out[1].data)

@@ -4,6 +4,7 @@
 // (per-channel statistics in double). Reference twins in src/kernels/ref/.
 #include "backends/cuda/internal/cuda.h"
 #include "backends/cuda/internal/block.h"
+#include "backends/cuda/internal/half_out.h"
 
 // Sums over a whole tensor (a loss's sum, clipping's sum of squares over the flat gradients: 124M floats for
 // GPT-2) on every SM: block b of the first launch sums the b-th of `parts` chunks, a split fixed by n alone (not
@@ -146,15 +147,17 @@ __global__ void k_count(int64_t rows, const int32_t *t, int ignore, double *c) {
     double v = counted(rows, t, ignore);
     if (threadIdx.x == 0) c[0] = v;
 }
+// dx in 16 bits where the half-storage pass stores it so (dxk: never accumulated then)
 __global__ void k_ce_bwd(int64_t cols, const float *x, const int32_t *t, int ignore, const float *dloss, const double *count,
-                         float *dx, int acc) {
+                         void *dx, int dxk, int acc) {
     int64_t o = blockIdx.x * cols;
     int pad = ignore && t[blockIdx.x] == -1;
     double g = count[0] > 0 ? (double)dloss[0] / count[0] : 0.0, lse = pad ? 0.0 : row_lse(cols, x + o);
     int32_t tr = t[blockIdx.x] >= 0 && t[blockIdx.x] < cols ? t[blockIdx.x] : 0;
     for (int64_t j = threadIdx.x; j < cols; j += RT) {
         float v = pad ? 0.f : (float)(g * ((double)expf((float)((double)x[o + j] - lse)) - (j == tr ? 1.0 : 0.0)));
-        dx[o + j] = acc ? dx[o + j] + v : v;
+        if (acc) ((float *)dx)[o + j] += v;
+        else put_kind(dx, dxk, o + j, v);
     }
 }
 
@@ -321,9 +324,9 @@ void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const floa
     KLAUNCH(k_mean, 1, RT, 0, st)(rows, terms, t, ignore, loss);
 }
 void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
-                                 const float *dloss, double *count, float *dx, int acc) {
+                                 const float *dloss, double *count, void *dx, int dxk, int acc) {
     KLAUNCH(k_count, 1, RT, 0, st)(rows, t, ignore, count);
-    KLAUNCH(k_ce_bwd, (unsigned)rows, RT, 0, st)(cols, x, t, ignore, dloss, count, dx, acc);
+    KLAUNCH(k_ce_bwd, (unsigned)rows, RT, 0, st)(cols, x, t, ignore, dloss, count, dx, dxk, acc);
 }
 void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *w, const float *b,
                           float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,

@@ -13,11 +13,12 @@
 #include "backends/cuda/internal/block.h"
 #include "backends/cuda/internal/pointwise_math.h"
 #include "backends/cuda/internal/attn_shape.h"
+#include "backends/cuda/internal/half_out.h"
 
 #define MAX_HEAD 256 // attention's head size: its rows live in each thread's registers (local memory)
 
 // ---- pointwise ----
-__global__ void k_gelu(int64_t n, int tf, const float *x, float *y) { FOR_N y[i] = gelu_f(x[i], tf); }
+__global__ void k_gelu(int64_t n, int tf, const float *x, void *y, int yk) { FOR_N put_kind(y, yk, i, gelu_f(x[i], tf)); }
 __global__ void k_gelu_bwd(int64_t n, int tf, const float *x, const float *dy, float *dx, int acc) {
     FOR_N PUT(dx[i], dy[i] * gelu_grad(x[i], tf));
 }
@@ -66,7 +67,7 @@ __global__ void k_softmax_bwd(int64_t cols, const float *y, const float *dy, flo
     s = block_sum(s);
     for (int64_t j = threadIdx.x; j < cols; j += RT) PUT(dx[o + j], (float)(y[o + j] * (dy[o + j] - s)));
 }
-__global__ void k_layer_norm(int64_t C, const float *x, const float *w, const float *b, float eps, float *y, float *mean,
+__global__ void k_layer_norm(int64_t C, const float *x, const float *w, const float *b, float eps, void *y, int yk, float *mean,
                              float *rstd) {
     int64_t o = blockIdx.x * C;
     double s = 0, q = 0;
@@ -74,7 +75,7 @@ __global__ void k_layer_norm(int64_t C, const float *x, const float *w, const fl
     double m = block_sum(s) / (double)C;
     for (int64_t c = threadIdx.x; c < C; c += RT) q += (x[o + c] - m) * (x[o + c] - m);
     double rs = 1.0 / sqrt(block_sum(q) / (double)C + eps);
-    for (int64_t c = threadIdx.x; c < C; c += RT) y[o + c] = (float)((x[o + c] - m) * rs * w[c] + b[c]);
+    for (int64_t c = threadIdx.x; c < C; c += RT) put_kind(y, yk, o + c, (float)((x[o + c] - m) * rs * w[c] + b[c]));
     if (threadIdx.x == 0) {
         mean[blockIdx.x] = (float)m;
         rstd[blockIdx.x] = (float)rs;
@@ -283,7 +284,9 @@ __global__ void k_attention_dkv(int64_t n, attn a, const float *q, const float *
 
 extern "C" {
 int kiln_cuda_attention_max_head(void) { return MAX_HEAD; }
-void kiln_cuda_gelu(kcs st, int64_t n, int tanh_form, const float *x, float *y) { KLAUNCH(k_gelu, GO(n))(n, tanh_form, x, y); }
+void kiln_cuda_gelu(kcs st, int64_t n, int tanh_form, const float *x, void *y, int yk) {
+    KLAUNCH(k_gelu, GO(n))(n, tanh_form, x, y, yk);
+}
 void kiln_cuda_gelu_bwd(kcs st, int64_t n, int tanh_form, const float *x, const float *dy, float *dx, int acc) {
     KLAUNCH(k_gelu_bwd, GO(n))(n, tanh_form, x, dy, dx, acc);
 }
@@ -314,9 +317,9 @@ void kiln_cuda_softmax(kcs st, int64_t rows, int64_t cols, const float *x, float
 void kiln_cuda_softmax_bwd(kcs st, int64_t rows, int64_t cols, const float *y, const float *dy, float *dx, int acc) {
     KLAUNCH(k_softmax_bwd, (unsigned)rows, RT, 0, st)(cols, y, dy, dx, acc);
 }
-void kiln_cuda_layer_norm(kcs st, int64_t rows, int64_t C, const float *x, const float *w, const float *b, float eps, float *y,
-                          float *mean, float *rstd) {
-    KLAUNCH(k_layer_norm, (unsigned)rows, RT, 0, st)(C, x, w, b, eps, y, mean, rstd);
+void kiln_cuda_layer_norm(kcs st, int64_t rows, int64_t C, const float *x, const float *w, const float *b, float eps, void *y,
+                          int yk, float *mean, float *rstd) {
+    KLAUNCH(k_layer_norm, (unsigned)rows, RT, 0, st)(C, x, w, b, eps, y, yk, mean, rstd);
 }
 void kiln_cuda_layer_norm_bwd(kcs st, int64_t rows, int64_t C, const float *x, const float *dy, const float *w,
                               const float *mean, const float *rstd, float *dx, float *dw, float *db, int acc_dx, int acc_dw,

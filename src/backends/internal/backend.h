@@ -152,6 +152,10 @@ typedef struct kiln_kernel {
     /* batch norm backward: takes KILN_EPI_RELU_BWD_MASK (relu's backward folded in, the
      * mask recomputed from x; input 5 the bias); the fusion pass fuses only where set */
     int relu_bwd_mask;
+    /* the half-storage pass (src/graph/pass_half_store.c): the slots (inputs bit k, outputs KILN_TIE_OUT(k))
+     * this kernel reads or writes as 16-bit tensors (the step's tdesc dtype bf16 or fp16) on a node of nin
+     * inputs and nout outputs; an input slot so only where it would round the value to 16 bits anyway. NULL: none */
+    kiln_half_slots_fn half;
     /* batch norm: takes KILN_EPI_ADD_RELU (a residual add and relu after it; input 6
      * the residual, tied to x's layout); the fusion pass fuses only where set */
     int add_relu;

@@ -39,6 +39,8 @@ typedef struct kiln_val {
     kiln_value grad_of;           /* gradients: the value this is d(loss)/d(...) of, else -1 */
     int layout;                   /* a backend's layout tag for the storage; 0: plain row-major */
     int output;                   /* a plan output: the caller reads it row-major, so it stays plain */
+    int half;                     /* stored in 16 bits by the half-storage pass (pass_half_store.c): 1 bf16,
+                                     2 fp16; 0: as dtype. Set on a root and every view of it */
 } kiln_val;
 
 typedef struct { char name[48]; } kiln_block_name;
@@ -188,6 +190,12 @@ struct kiln_fused_prog *kiln_graph_add_prog(kiln_graph *g);
 /* pass_autocast.c (mixed precision): marks each live node of an op with bf16 operands (the table's
  * bf16_in) with `precision` (kiln_precision); fp32 marks nothing. The number marked. */
 int kiln_pass_autocast(kiln_graph *g, int precision);
+/* Half storage (after autocast): an activation whose every reader rounds it to the plan's 16-bit format anyway
+ * (a matmul-class node of that precision, in a slot its kernel reads as 16 bits) and whose one writer can store
+ * it so, is stored in 16 bits: the same numbers, half the bytes. half[op](nin, nout) gives a backend's slots
+ * (inputs bit k, outputs KILN_TIE_OUT(k); NULL: none); precision bf16 or fp16, else nothing. Returns the values
+ * marked, or -1 (the graph's error set). */
+int kiln_pass_half_store(kiln_graph *g, int precision, const kiln_half_slots_fn *half);
 
 /* compile-time specialisation for training or evaluation (dropout becomes a
  * view, batch norm uses its running statistics), via each op's `specialize` */

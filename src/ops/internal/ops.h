@@ -321,4 +321,8 @@ extern const kiln_op_def kiln_op_readout, kiln_op_sumsq, kiln_op_clip_scale, kil
 extern const kiln_op_def kiln_op_lamb_update, kiln_op_lars_update, kiln_op_novograd_update;
 extern const kiln_op_def kiln_op_amp_unscale, kiln_op_amp_update;
 
+/* a backend's 16-bit slots for an op's node of nin inputs and nout outputs (inputs bit k, outputs bit 8 + k):
+ * kiln_kernel.half, read by the half-storage pass */
+typedef unsigned (*kiln_half_slots_fn)(int nin, int nout);
+
 #endif

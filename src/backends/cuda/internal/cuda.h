@@ -140,6 +140,14 @@ kiln_status kiln_cuda_linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *
 /* matmul (x @ w): forward and backward-data run as linear's; its own prepare and backward-weight */
 kiln_status kiln_cuda_matmul_prepare(kiln_step *s, kiln_prep *p);
 kiln_status kiln_cuda_matmul_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc);
+/* how a step's tensor is stored: 0 fp32, 1 bf16, 2 fp16 (the half-storage pass's 16-bit tensors) */
+static inline int kiln_cuda_half_kind(const kiln_tdesc *t) { return t->dtype == KILN_BF16 ? 1 : t->dtype == KILN_F16 ? 2 : 0; }
+/* KILN_CUDA_STORE=half: the kernels offer the half-storage pass their 16-bit slots (kiln_kernel.half) */
+int kiln_cuda_store_half(void);
+/* the matmul-class steps' 16-bit slots (kiln_kernel.half): x or dy (input 0); backward-weight's dy too where no
+ * bias gradient sums it */
+unsigned kiln_cuda_half_in0(int nin, int nout);
+unsigned kiln_cuda_half_bwd_weight(int nin, int nout);
 #endif
 
 /* ---- launchers (pointwise.cu, rows.cu, norm.cu, optim.cu) ---- */
@@ -187,7 +195,7 @@ void kiln_cuda_nll_bwd(kcs st, int64_t rows, int64_t cols, const int32_t *t, con
 void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
                                   kiln_cuda_flags *f, double *terms, float *loss);
 void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
-                                 const float *dloss, double *count, float *dx, int acc);
+                                 const float *dloss, double *count, void *dx, int dxk, int acc);
 void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *w, const float *b,
                           float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,
                           float *sinvstd, int64_t *tracked);
@@ -248,9 +256,11 @@ void kiln_cuda_bmm_bwd(kcs st, int nb, const int64_t *batch, int64_t m, int64_t 
                        int acc_a, int acc_b);
 /* fused.cu: n elements of every tensor of P (passed by value: a captured graph keeps it) */
 void kiln_cuda_fused(kcs st, int64_t n, const kiln_cuda_prog *P, const kiln_cuda_rc *rc);
+
 /* transformer.cu */
 int kiln_cuda_attention_max_head(void);
-void kiln_cuda_gelu(kcs st, int64_t n, int tanh_form, const float *x, float *y);
+/* yk (dxk): the output's kiln_cuda_half_kind, where the half-storage pass stores it in 16 bits */
+void kiln_cuda_gelu(kcs st, int64_t n, int tanh_form, const float *x, void *y, int yk);
 void kiln_cuda_gelu_bwd(kcs st, int64_t n, int tanh_form, const float *x, const float *dy, float *dx, int acc);
 void kiln_cuda_affine(kcs st, int64_t n, float scale, float shift, const float *x, float *y);
 void kiln_cuda_scale(kcs st, int64_t n, float scale, const float *dy, float *dx, int acc);
@@ -263,8 +273,8 @@ void kiln_cuda_mse(kcs st, int64_t n, const float *x, const float *t, float *los
 void kiln_cuda_mse_bwd(kcs st, int64_t n, const float *x, const float *t, const float *dloss, int relu_mask, float *dx, int acc);
 void kiln_cuda_softmax(kcs st, int64_t rows, int64_t cols, const float *x, float *y);
 void kiln_cuda_softmax_bwd(kcs st, int64_t rows, int64_t cols, const float *y, const float *dy, float *dx, int acc);
-void kiln_cuda_layer_norm(kcs st, int64_t rows, int64_t C, const float *x, const float *w, const float *b, float eps, float *y,
-                          float *mean, float *rstd);
+void kiln_cuda_layer_norm(kcs st, int64_t rows, int64_t C, const float *x, const float *w, const float *b, float eps, void *y,
+                          int yk, float *mean, float *rstd);
 void kiln_cuda_layer_norm_bwd(kcs st, int64_t rows, int64_t C, const float *x, const float *dy, const float *w,
                               const float *mean, const float *rstd, float *dx, float *dw, float *db, int acc_dx, int acc_dw,
                               int acc_db);

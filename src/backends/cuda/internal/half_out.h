@@ -1,0 +1,16 @@
+/* Outputs the half-storage pass may store in 16 bits (src/graph/pass_half_store.c; included by *.cu only): a
+ * kernel writing one takes its pointer untyped and a kind, 0 fp32, 1 bf16, 2 fp16 (kiln_cuda_half_kind of the
+ * step's tensor), and rounds to nearest even as cuda_bf16.h and cuda_fp16.h round: as the matmul reading it
+ * would have rounded an fp32 value. The kind is one per launch, so the branch costs the warp nothing. */
+#ifndef KILN_BACKEND_CUDA_HALF_OUT_H
+#define KILN_BACKEND_CUDA_HALF_OUT_H
+
+#include "backends/cuda/internal/tensor_core.h"
+
+__device__ inline void put_kind(void *p, int kind, int64_t i, float v) {
+    if (kind == 1) ((__nv_bfloat16 *)p)[i] = __float2bfloat16(v);
+    else if (kind == 2) ((__half *)p)[i] = __float2half(v);
+    else ((float *)p)[i] = v;
+}
+
+#endif
