@@ -3,12 +3,13 @@
  * rounded to the plan's 16-bit format anyway is stored in that format by its
  * writer. Each reader is a matmul-class node the autocast pass marked with the
  * plan's precision, reading the value in a slot its kernel takes as 16 bits
- * (and reads for nothing else: a backward-weight step that also sums dy for a
- * bias gradient reads dy in fp32, so dy stays fp32 there). The writer rounds
+ * (for nothing else but what reads it as rounded: the cuda backend's
+ * backward-weight sums dy for a bias gradient as the product reads it, so
+ * that dy qualifies). The writer rounds
  * to nearest even, as the reader's own rounding would: the same numbers, half
  * the bytes written and read, and no conversion before the product. In GPT-2:
- * the layer norms' and GELU's outputs and the logits' gradient (3.3 GB at
- * batch 16 in fp32).
+ * the layer norms' and GELU's outputs, the logits' gradient (3.3 GB at batch
+ * 16 in fp32), GELU's input gradient and those of the c_proj outputs.
  *
  * A value qualifies when it is an arena activation (not an input, parameter,
  * gradient buffer or plan output), one live node writes all of it (not
@@ -27,7 +28,7 @@ static void rule_out(const kiln_graph *g, int precision, const kiln_half_slots_f
                      int *readers) {
     for (int i = 0; i < g->nnodes; i++) {
         const kiln_node *n = &g->nodes[i];
-        if (n->dead) continue;
+        if (n->dead || kiln_op_get(n->op)->flags & KILN_OPF_VIEW) continue; /* a view reads and writes no memory */
         unsigned mask = half[n->op] ? half[n->op](n->nin, n->nout) : 0;
         for (int k = 0; k < n->nout; k++) {
             if (n->out[k] < 0) continue;

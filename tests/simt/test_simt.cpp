@@ -276,10 +276,45 @@ static void lse_nan(void) {
     CHECK(bad == 0, "log_softmax of a row of -inf but one: %d outputs wrong", bad);
 }
 
+// rows.cu's column sums as a bias gradient beside a 16-bit product takes them (linear.c): each dy rounded to bf16
+// (fp16) first, or read from a tensor the half-storage pass stored in 16 bits; both give the sums of the rounded
+// values (exact here: 300 rows of values with few bits after rounding are summed in double)
+extern "C" void kiln_simt_col_sums(struct CUstream_st *st, int64_t rows, int64_t cols, const void *x, int xk, int rk, float *y,
+                                   int acc);
+static void col_sums_rounded(void) {
+    enum { R = 300, C = 37 };
+    static float x[R * C];
+    static uint16_t h[R * C];
+    uint64_t seed = 9;
+    for (int f16 = 0; f16 < 2; f16++) {
+        for (int i = 0; i < R * C; i++) {
+            x[i] = (float)((int)(mma_rnd(&seed) % 20001) - 10000) / 4096.f; /* 14 bits: rounding changes most */
+            h[i] = f16 ? __float2half(x[i]).x : __float2bfloat16(x[i]).x;
+        }
+        float ys[3][C];
+        kiln_simt_col_sums(NULL, R, C, x, 0, 1 + f16, ys[0], 0); /* fp32 read, rounded */
+        kiln_simt_col_sums(NULL, R, C, h, 1 + f16, 1 + f16, ys[1], 0); /* 16 bits stored */
+        kiln_simt_col_sums(NULL, R, C, x, 0, 0, ys[2], 0);     /* fp32, as it is */
+        int bad = 0, same_plain = 0;
+        for (int c = 0; c < C; c++) {
+            double want = 0, plain = 0;
+            for (int r = 0; r < R; r++) {
+                want += f16 ? (double)__half2float(__half{h[r * C + c]}) : (double)__bfloat162float(__nv_bfloat16{h[r * C + c]});
+                plain += x[r * C + c];
+            }
+            bad += ys[0][c] != (float)want || ys[1][c] != (float)want || ys[2][c] != (float)plain;
+            same_plain += ys[0][c] == ys[2][c];
+        }
+        CHECK(bad == 0 && same_plain < C / 2, "col_sums (%s): %d columns wrong, %d the same rounded or not", f16 ? "fp16" : "bf16",
+              bad, same_plain);
+    }
+}
+
 int main(void) {
     every_thread_once();
     to_half();
     lse_nan();
+    col_sums_rounded();
     warp_mma();
     shared_poisoned();
     divergent_barriers();

@@ -19,7 +19,7 @@ int kiln_cuda_store_half(void) {
     const char *e = getenv("KILN_CUDA_STORE");
     return e && !strcmp(e, "half");
 }
-/* the writers: layer norm's, GELU's and cross-entropy backward's first output */
+/* the writers: layer norm's, GELU's (both ways), cross-entropy backward's and a gradient copy's first output */
 static unsigned half_out0(int nin, int nout) {
     (void)nin, (void)nout;
     return kiln_cuda_store_half() ? KILN_TIE_OUT(0) : 0;
@@ -29,10 +29,10 @@ unsigned kiln_cuda_half_in0(int nin, int nout) {
     (void)nin, (void)nout;
     return kiln_cuda_store_half() ? 1u : 0;
 }
-/* backward-weight: x, and dy where no bias gradient sums it in fp32 */
+/* backward-weight: x and dy (its bias gradient sums dy as the product reads it, rounded: linear.c) */
 unsigned kiln_cuda_half_bwd_weight(int nin, int nout) {
-    (void)nin;
-    return kiln_cuda_store_half() ? (nout > 1 ? 1u : 3u) : 0;
+    (void)nin, (void)nout;
+    return kiln_cuda_store_half() ? 3u : 0;
 }
 
 static kiln_status relu(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -186,14 +186,14 @@ static kiln_status ones(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 static kiln_status grad_copy(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_tdesc *x = &s->in[0];
-    if (x->contiguous) kiln_cuda_copy(ST, s->out[0].numel, F(*x), F(s->out[0]), ACC(0));
-    else kiln_cuda_copy_strided(ST, x->ndim, x->shape, x->stride, F(*x), F(s->out[0]), ACC(0));
+    if (x->contiguous) kiln_cuda_copy(ST, s->out[0].numel, F(*x), s->out[0].data, HK(0), ACC(0));
+    else kiln_cuda_copy_strided(ST, x->ndim, x->shape, x->stride, F(*x), s->out[0].data, HK(0), ACC(0));
     DONE("gradient copy");
 }
 static kiln_status contiguous(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
     const kiln_tdesc *x = &s->in[0];
-    kiln_cuda_copy_strided(ST, x->ndim, x->shape, x->stride, F(*x), F(s->out[0]), 0);
+    kiln_cuda_copy_strided(ST, x->ndim, x->shape, x->stride, F(*x), F(s->out[0]), 0, 0);
     DONE("contiguous");
 }
 static kiln_status slice_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -255,7 +255,7 @@ static kiln_status gelu(const kiln_step *s, const kiln_run_ctx *rc) {
     DONE("gelu");
 }
 static kiln_status gelu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_cuda_gelu_bwd(ST, N, s->attr.gelu.tanh_form, F(s->in[0]), F(s->in[1]), F(s->out[0]), ACC(0));
+    kiln_cuda_gelu_bwd(ST, N, s->attr.gelu.tanh_form, F(s->in[0]), F(s->in[1]), s->out[0].data, HK(0), ACC(0));
     DONE("gelu backward");
 }
 static kiln_status affine(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -293,7 +293,7 @@ static kiln_status add_bcast(const kiln_step *s, const kiln_run_ctx *rc) {
 /* db = dy summed over the broadcast dims: column sums */
 static kiln_status add_bcast_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     int64_t inner = s->out[0].numel;
-    kiln_cuda_col_sums(ST, s->in[0].numel / inner, inner, F(s->in[0]), F(s->out[0]), ACC(0));
+    kiln_cuda_col_sums(ST, s->in[0].numel / inner, inner, F(s->in[0]), 0, 0, F(s->out[0]), ACC(0));
     DONE("broadcast add backward");
 }
 static kiln_status mse(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -611,7 +611,7 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_ONES] = {ones, NULL},
     [KILN_OP_AMP_UNSCALE] = {amp_unscale, NULL},
     [KILN_OP_AMP_UPDATE] = {amp_update, NULL},
-    [KILN_OP_GRAD_COPY] = {grad_copy, NULL, .fusable = KILN_CUDA_PW_COPY},
+    [KILN_OP_GRAD_COPY] = {grad_copy, NULL, .fusable = KILN_CUDA_PW_COPY, .half = half_out0},
     [KILN_OP_CONTIGUOUS] = {contiguous, NULL},
     [KILN_OP_SLICE_BWD] = {slice_bwd, kiln_prepare_slice},
     [KILN_OP_SUM] = {sum, NULL},
@@ -619,7 +619,7 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare},
     [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare},
     [KILN_OP_GELU] = {gelu, NULL, .fusable = KILN_CUDA_PW_GELU, .half = half_out0},
-    [KILN_OP_GELU_BWD] = {gelu_bwd, NULL, .fusable = KILN_CUDA_PW_GELU_BWD},
+    [KILN_OP_GELU_BWD] = {gelu_bwd, NULL, .fusable = KILN_CUDA_PW_GELU_BWD, .half = half_out0},
     [KILN_OP_AFFINE] = {affine, NULL, .fusable = KILN_CUDA_PW_AFFINE},
     [KILN_OP_AFFINE_BWD] = {affine_bwd, NULL, .fusable = KILN_CUDA_PW_SCALE},
     [KILN_OP_ERF] = {erf_fwd, NULL, .fusable = KILN_CUDA_PW_ERF},

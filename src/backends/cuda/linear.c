@@ -150,6 +150,13 @@ static int math_of(const kiln_step *s) {
     return s->precision != KILN_PRECISION_FP32 ? 2 : kiln_cuda_precision();
 }
 
+/* A bias gradient beside a product with 16-bit operands (the autocast pass's steps) sums dy as the product reads
+ * it, rounded to bf16 (fp16): as PyTorch's autocast (its dy is a bf16 tensor), the cpu backend and the reference
+ * compute it. So the half-storage pass may store that dy in 16 bits without changing a number. */
+static int bias_round(const kiln_step *s) {
+    return s->precision == KILN_PRECISION_FP16 ? 2 : s->precision != KILN_PRECISION_FP32 ? 1 : 0;
+}
+
 /* rows, in, out of the step, by op: forward (x, w), backward-data (dy, w), backward-weight (x, dy) */
 static void dims(const kiln_step *s, int64_t *rows, int64_t *in, int64_t *out) {
     const kiln_tdesc *a = &s->in[0];
@@ -222,7 +229,8 @@ kiln_status kiln_cuda_linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *
     int64_t rows, in, out;
     dims(s, &rows, &in, &out);
     if (st == KILN_OK && s->nout > 1 && s->out[1].data)
-        kiln_cuda_col_sums(kiln_cuda_stream(), rows, out, s->in[1].data, s->out[1].data, kiln_step_acc(s, rc, 1));
+        kiln_cuda_col_sums(kiln_cuda_stream(), rows, out, s->in[1].data, kiln_cuda_half_kind(&s->in[1]), bias_round(s),
+                           s->out[1].data, kiln_step_acc(s, rc, 1));
     return st;
 }
 
@@ -264,6 +272,7 @@ kiln_status kiln_cuda_matmul_bwd_weight(const kiln_step *s, const kiln_run_ctx *
                             rc->workspace);
     int64_t N = s->out[0].shape[1], rows = s->in[1].numel / N;
     if (st == KILN_OK && s->nout > 1 && s->out[1].data)
-        kiln_cuda_col_sums(kiln_cuda_stream(), rows, N, s->in[1].data, s->out[1].data, kiln_step_acc(s, rc, 1));
+        kiln_cuda_col_sums(kiln_cuda_stream(), rows, N, s->in[1].data, kiln_cuda_half_kind(&s->in[1]), bias_round(s),
+                           s->out[1].data, kiln_step_acc(s, rc, 1));
     return st;
 }

@@ -6,6 +6,7 @@
 #include "backends/cuda/internal/cuda.h"
 #include "backends/cuda/internal/block.h"
 #include "backends/cuda/internal/pointwise_math.h"
+#include "backends/cuda/internal/half_out.h"
 
 __global__ void k_relu(int64_t n, const float *x, float *y) { FOR_N y[i] = x[i] > 0.f ? x[i] : 0.f; }
 __global__ void k_relu_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc) {
@@ -20,17 +21,24 @@ __global__ void k_bias_relu(int64_t n, int64_t ch, int64_t inner, const float *b
 __global__ void k_add(int64_t n, const float *a, const float *b, float *y) { FOR_N y[i] = a[i] + b[i]; }
 __global__ void k_mul(int64_t n, const float *a, const float *b, float *y) { FOR_N y[i] = a[i] * b[i]; }
 __global__ void k_mul_bwd(int64_t n, const float *dy, const float *o, float *dx, int acc) { FOR_N PUT(dx[i], dy[i] * o[i]); }
-__global__ void k_copy(int64_t n, const float *x, float *y, int acc) { FOR_N PUT(y[i], x[i]); }
+// y in 16 bits where the half-storage pass stores it so (yk; never accumulated then)
+__global__ void k_copy(int64_t n, const float *x, void *y, int yk, int acc) {
+    FOR_N {
+        if (acc) ((float *)y)[i] += x[i];
+        else put_kind(y, yk, i, x[i]);
+    }
+}
 
 struct strided { int ndim; int64_t shape[8], stride[8]; };
-__global__ void k_copy_strided(int64_t n, strided d, const float *x, float *y, int acc) {
+__global__ void k_copy_strided(int64_t n, strided d, const float *x, void *y, int yk, int acc) {
     FOR_N {
         int64_t r = i, off = 0;
         for (int k = d.ndim - 1; k >= 0; k--) {
             off += (r % d.shape[k]) * d.stride[k];
             r /= d.shape[k];
         }
-        PUT(y[i], x[off]);
+        if (acc) ((float *)y)[i] += x[off];
+        else put_kind(y, yk, i, x[off]);
     }
 }
 // dx is zero but for every step-th position from start, len of them, which take dy's
@@ -196,8 +204,9 @@ void kiln_cuda_mul(kcs st, int64_t n, const float *a, const float *b, float *y) 
 void kiln_cuda_mul_bwd(kcs st, int64_t n, const float *dy, const float *o, float *dx, int acc) {
     KLAUNCH(k_mul_bwd, GO(n))(n, dy, o, dx, acc);
 }
-void kiln_cuda_copy(kcs st, int64_t n, const float *x, float *y, int acc) { KLAUNCH(k_copy, GO(n))(n, x, y, acc); }
-void kiln_cuda_copy_strided(kcs st, int ndim, const int64_t *shape, const int64_t *stride, const float *x, float *y, int acc) {
+void kiln_cuda_copy(kcs st, int64_t n, const float *x, void *y, int yk, int acc) { KLAUNCH(k_copy, GO(n))(n, x, y, yk, acc); }
+void kiln_cuda_copy_strided(kcs st, int ndim, const int64_t *shape, const int64_t *stride, const float *x, void *y, int yk,
+                            int acc) {
     strided d;
     d.ndim = ndim;
     int64_t n = 1;
@@ -206,7 +215,7 @@ void kiln_cuda_copy_strided(kcs st, int ndim, const int64_t *shape, const int64_
         d.stride[k] = stride[k];
         n *= shape[k];
     }
-    KLAUNCH(k_copy_strided, GO(n))(n, d, x, y, acc);
+    KLAUNCH(k_copy_strided, GO(n))(n, d, x, y, yk, acc);
 }
 void kiln_cuda_slice_bwd(kcs st, int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, int64_t step,
                          const float *dy, float *dx, int acc) {

@@ -37,12 +37,15 @@ __global__ void k_sumsq(int64_t np, const double *part, double *acc, int add) {
     if (threadIdx.x == 0) acc[0] = add ? acc[0] + s : s;
 }
 // y[c] (+)= sum over rows of x[r, c] (internal/block.h's two stages): columns [c0, c0 + n) of rows ld apart
-__global__ void k_col_part(int64_t rows, int64_t ld, int64_t c0, int64_t n, int64_t chunk, const float *x, double *part) {
+// x stored as kind xk, each element rounded to kind rk first (a bias gradient beside a 16-bit product: its dy as
+// the product reads it)
+__global__ void k_col_part(int64_t rows, int64_t ld, int64_t c0, int64_t n, int64_t chunk, const void *x, int xk, int rk,
+                           double *part) {
     __shared__ double sh[CR][CT];
     int64_t j = blockIdx.x * CT + threadIdx.x, r0 = blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
     double s = 0;
     if (j < n)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += CR) s += x[r * ld + c0 + j];
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += CR) s += round_kind(get_kind(x, xk, r * ld + c0 + j), rk);
     sh[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y != 0 || j >= n) return;
@@ -294,12 +297,12 @@ void kiln_cuda_sumsq(kcs st, int64_t n, const float *x, double *acc, int add) {
     KLAUNCH(k_part_sums, (unsigned)np, RT, 0, st)(n, (n + np - 1) / np, 1, x, kiln_cuda_parts_dev());
     KLAUNCH(k_sumsq, 1, RT, 0, st)(np, kiln_cuda_parts_dev(), acc, add);
 }
-void kiln_cuda_col_sums(kcs st, int64_t rows, int64_t cols, const float *x, float *y, int acc) {
+void kiln_cuda_col_sums(kcs st, int64_t rows, int64_t cols, const void *x, int xk, int rk, float *y, int acc) {
     col_split sp = col_split_of(rows, 1);
     for (int64_t c0 = 0; c0 < cols; c0 += sp.width) {
         int64_t n = cols - c0 < sp.width ? cols - c0 : sp.width;
         dim3 grid((unsigned)((n + CT - 1) / CT), (unsigned)sp.chunks), block(CT, CR);
-        KLAUNCH(k_col_part, grid, block, 0, st)(rows, cols, c0, n, sp.chunk, x, kiln_cuda_parts_dev());
+        KLAUNCH(k_col_part, grid, block, 0, st)(rows, cols, c0, n, sp.chunk, x, xk, rk, kiln_cuda_parts_dev());
         KLAUNCH(k_col_total, GO(n))(n, sp.chunks, kiln_cuda_parts_dev(), y + c0, acc);
     }
 }

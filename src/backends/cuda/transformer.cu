@@ -19,8 +19,12 @@
 
 // ---- pointwise ----
 __global__ void k_gelu(int64_t n, int tf, const float *x, void *y, int yk) { FOR_N put_kind(y, yk, i, gelu_f(x[i], tf)); }
-__global__ void k_gelu_bwd(int64_t n, int tf, const float *x, const float *dy, float *dx, int acc) {
-    FOR_N PUT(dx[i], dy[i] * gelu_grad(x[i], tf));
+__global__ void k_gelu_bwd(int64_t n, int tf, const float *x, const float *dy, void *dx, int dxk, int acc) {
+    FOR_N {
+        float v = dy[i] * gelu_grad(x[i], tf);
+        if (acc) ((float *)dx)[i] += v;
+        else put_kind(dx, dxk, i, v);
+    }
 }
 __global__ void k_affine(int64_t n, float s, float b, const float *x, float *y) { FOR_N y[i] = fmaf(x[i], s, b); }
 __global__ void k_scale(int64_t n, float s, const float *dy, float *dx, int acc) { FOR_N PUT(dx[i], s * dy[i]); }
@@ -287,8 +291,8 @@ int kiln_cuda_attention_max_head(void) { return MAX_HEAD; }
 void kiln_cuda_gelu(kcs st, int64_t n, int tanh_form, const float *x, void *y, int yk) {
     KLAUNCH(k_gelu, GO(n))(n, tanh_form, x, y, yk);
 }
-void kiln_cuda_gelu_bwd(kcs st, int64_t n, int tanh_form, const float *x, const float *dy, float *dx, int acc) {
-    KLAUNCH(k_gelu_bwd, GO(n))(n, tanh_form, x, dy, dx, acc);
+void kiln_cuda_gelu_bwd(kcs st, int64_t n, int tanh_form, const float *x, const float *dy, void *dx, int dxk, int acc) {
+    KLAUNCH(k_gelu_bwd, GO(n))(n, tanh_form, x, dy, dx, dxk, acc);
 }
 void kiln_cuda_affine(kcs st, int64_t n, float scale, float shift, const float *x, float *y) {
     KLAUNCH(k_affine, GO(n))(n, scale, shift, x, y);

@@ -158,8 +158,10 @@ void kiln_cuda_bias_relu(kcs st, int64_t rows, int64_t ch, int64_t inner, const 
 void kiln_cuda_add(kcs st, int64_t n, const float *a, const float *b, float *y);
 void kiln_cuda_mul(kcs st, int64_t n, const float *a, const float *b, float *y);
 void kiln_cuda_mul_bwd(kcs st, int64_t n, const float *dy, const float *other, float *dx, int acc);
-void kiln_cuda_copy(kcs st, int64_t n, const float *x, float *y, int acc);
-void kiln_cuda_copy_strided(kcs st, int ndim, const int64_t *shape, const int64_t *stride, const float *x, float *y, int acc);
+/* y stored as kind yk (16 bits only where not accumulated) */
+void kiln_cuda_copy(kcs st, int64_t n, const float *x, void *y, int yk, int acc);
+void kiln_cuda_copy_strided(kcs st, int ndim, const int64_t *shape, const int64_t *stride, const float *x, void *y, int yk,
+                            int acc);
 void kiln_cuda_slice_bwd(kcs st, int64_t outer, int64_t dim, int64_t inner, int64_t start, int64_t len, int64_t step,
                          const float *dy, float *dx, int acc);
 void kiln_cuda_ones(kcs st, const kiln_cuda_rc *rc, float *y);
@@ -184,7 +186,8 @@ void kiln_cuda_subsample_pad(kcs st, const int64_t *dims, const float *x, float 
 void kiln_cuda_subsample_pad_bwd(kcs st, const int64_t *dims, const float *dy, float *dx, int acc);
 void kiln_cuda_sum(kcs st, int64_t n, const float *x, float *y);
 void kiln_cuda_sumsq(kcs st, int64_t n, const float *x, double *acc, int add);
-void kiln_cuda_col_sums(kcs st, int64_t rows, int64_t cols, const float *x, float *y, int acc);
+/* x stored as kind xk (kiln_cuda_half_kind), each element rounded to kind rk (0: none) before it is summed */
+void kiln_cuda_col_sums(kcs st, int64_t rows, int64_t cols, const void *x, int xk, int rk, float *y, int acc);
 void kiln_cuda_to_double(kcs st, const float *x, double *y);
 void kiln_cuda_log_softmax(kcs st, int64_t rows, int64_t cols, const float *x, float *y);
 void kiln_cuda_log_softmax_bwd(kcs st, int64_t rows, int64_t cols, const float *y, const float *dy, float *dx, int acc);
@@ -261,7 +264,7 @@ void kiln_cuda_fused(kcs st, int64_t n, const kiln_cuda_prog *P, const kiln_cuda
 int kiln_cuda_attention_max_head(void);
 /* yk (dxk): the output's kiln_cuda_half_kind, where the half-storage pass stores it in 16 bits */
 void kiln_cuda_gelu(kcs st, int64_t n, int tanh_form, const float *x, void *y, int yk);
-void kiln_cuda_gelu_bwd(kcs st, int64_t n, int tanh_form, const float *x, const float *dy, float *dx, int acc);
+void kiln_cuda_gelu_bwd(kcs st, int64_t n, int tanh_form, const float *x, const float *dy, void *dx, int dxk, int acc);
 void kiln_cuda_affine(kcs st, int64_t n, float scale, float shift, const float *x, float *y);
 void kiln_cuda_scale(kcs st, int64_t n, float scale, const float *dy, float *dx, int acc);
 void kiln_cuda_erf(kcs st, int64_t n, const float *x, float *y);

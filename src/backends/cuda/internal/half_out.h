@@ -7,6 +7,18 @@
 
 #include "backends/cuda/internal/tensor_core.h"
 
+/* element i of an input stored as kind */
+__device__ inline float get_kind(const void *p, int kind, int64_t i) {
+    if (kind == 1) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (kind == 2) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+/* v rounded to kind's precision (0: unchanged), as a 16-bit operand would be */
+__device__ inline float round_kind(float v, int kind) {
+    if (kind == 1) return __bfloat162float(__float2bfloat16(v));
+    if (kind == 2) return __half2float(__float2half(v));
+    return v;
+}
 __device__ inline void put_kind(void *p, int kind, int64_t i, float v) {
     if (kind == 1) ((__nv_bfloat16 *)p)[i] = __float2bfloat16(v);
     else if (kind == 2) ((__half *)p)[i] = __float2half(v);
