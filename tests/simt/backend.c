@@ -3,11 +3,12 @@
  * backend interface like a device: memory apart from the host's (host
  * memory, but reached only through copy, and NaN until written), inputs
  * staged. What cuda.c does on a GPU (streams, graphs, the device run
- * struct, the error flags) is done here in host memory. cuDNN and cuBLASLt
- * are not there: the ops they run
- * (convolutions, linear, matmul) take the cpu backend's kernels as stand-ins
- * (the memory is the host's), so whole models train on it; everything else
- * is the CUDA backend's own. tests/test_ops.c runs its harness over it,
+ * struct, the error flags) is done here in host memory. cuDNN is not there:
+ * convolutions take the cpu backend's kernels as stand-ins (the memory is the
+ * host's), so whole models train on it. linear and matmul run linear.c itself
+ * over a host cuBLASLt (cublaslt_host.c) where cuBLASLt's header is found
+ * (KILN_SIMT_CUBLASLT), else the cpu's kernels too; everything else is the
+ * CUDA backend's own. tests/test_ops.c runs its harness over it,
  * test_fixtures.c PyTorch's fixtures, test_gpt.c and test_models.c the GPT and
  * resnet20 against PyTorch (cmake/simt.cmake links them with it). Built with
  * -include simt_names.h: every kiln_cuda_ name below is kiln_simt_. */
@@ -85,7 +86,7 @@ static kiln_status simt_run(const kiln_step *steps, int n, const kiln_run_ctx *r
  * kiln_alloc's size classes), so under AddressSanitizer a kernel reading past a buffer's end is caught. */
 static void *simt_alloc(size_t bytes) {
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0) return NULL;
+    if (posix_memalign(&p, 256, bytes ? bytes : 1) != 0) return NULL; /* as cudaMalloc aligns */
     memset(p, 0xff, bytes);
     return p;
 }
@@ -188,10 +189,14 @@ kiln_status kiln_test_simt_register(void) {
     memcpy(table, kiln_cuda_kernels, sizeof table);
     for (size_t i = 0; i < sizeof library_ops / sizeof library_ops[0]; i++) {
         kiln_op op = library_ops[i];
+        int conv = op == KILN_OP_CONV2D || op == KILN_OP_CONV2D_BWD_DATA || op == KILN_OP_CONV2D_BWD_WEIGHT;
+#ifdef KILN_SIMT_CUBLASLT /* linear.c itself runs, over tests/simt/cublaslt_host.c */
+        if (!conv) continue;
+#endif
         kiln_kernel k = kiln_backend_cpu.kernels[op];
         k.blocked_in = k.blocked_out = 0; /* plain layouts: simt has no layout pass */
         k.tied = 0;
-        if (op != KILN_OP_CONV2D && op != KILN_OP_CONV2D_BWD_DATA && op != KILN_OP_CONV2D_BWD_WEIGHT) {
+        if (!conv) {
             k.half = op == KILN_OP_LINEAR_BWD_WEIGHT || op == KILN_OP_MATMUL_BWD_WEIGHT ? kiln_cuda_half_bwd_weight
                                                                                     : kiln_cuda_half_in0;
             k.run = standin_run;

@@ -574,10 +574,12 @@ static kiln_status adadelta(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
-#ifndef KILN_SIMT /* cuDNN and cuBLASLt need the GPU: the host build (tests/simt/) has kiln's own kernels only */
+#ifndef KILN_SIMT /* cuDNN needs the GPU: on simt (tests/simt/) the cpu's convolutions stand in */
     [KILN_OP_CONV2D] = {kiln_cuda_conv_fwd, kiln_cuda_conv_prepare, kiln_cuda_conv_release},
     [KILN_OP_CONV2D_BWD_DATA] = {kiln_cuda_conv_bwd_data, kiln_cuda_conv_bwd_prepare},
     [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cuda_conv_bwd_weight, kiln_cuda_conv_bwd_prepare},
+#endif
+#if !defined(KILN_SIMT) || defined(KILN_SIMT_CUBLASLT) /* simt: linear.c over a host cuBLASLt where it is built */
     [KILN_OP_LINEAR] = {kiln_cuda_linear_fwd, kiln_cuda_linear_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},
     [KILN_OP_LINEAR_BWD_DATA] = {kiln_cuda_linear_bwd_data, kiln_cuda_linear_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},
     [KILN_OP_LINEAR_BWD_WEIGHT] = {kiln_cuda_linear_bwd_weight, kiln_cuda_linear_prepare, kiln_cuda_linear_release,
