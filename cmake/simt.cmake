@@ -1,8 +1,9 @@
 # kiln_simt: the CUDA backend's kernel table and its own kernels (src/backends/cuda/*.cu),
 # built as host C++ with src/backends/cuda/internal/simt.h and run on the CPU as the test
 # backend "simt" (tests/simt/), beside cpu and ref in the tests linked with it below. Needs
-# no nvcc and no GPU, so every machine checks what those kernels compute; cuDNN and
-# cuBLASLt are left out (the cpu's kernels stand in for theirs).
+# no nvcc and no GPU, so every machine checks what those kernels compute; conv.c and
+# linear.c run over host stand-ins for cuDNN and cuBLASLt (tests/simt/cudnn_host.c,
+# cublaslt_host.c) where their headers are found, else the cpu's kernels stand in.
 enable_language(CXX)
 set(simt_dir ${CMAKE_BINARY_DIR}/simt)
 # every kiln_cuda_ name of the backend's header, renamed, so the host build links beside the real one
@@ -18,6 +19,15 @@ foreach(n ${simt_names})
 endforeach()
 # linear.c's cuBLASLt table: simt's host one (tests/simt/cublaslt_host.c)
 string(APPEND defs "#define kiln_cublaslt kiln_simt_cublaslt\n")
+# conv.c's cuDNN and CUDA runtime calls: simt's host ones (tests/simt/cudnn_host.c)
+file(READ ${CMAKE_SOURCE_DIR}/src/backends/cuda/conv.c conv_c)
+string(REGEX MATCHALL "cudnn[A-Z][A-Za-z0-9_]*\\(|cuda(Malloc|Free|GetDeviceProperties)\\(" conv_calls "${conv_c}")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backends/cuda/conv.c)
+list(REMOVE_DUPLICATES conv_calls)
+foreach(c ${conv_calls})
+  string(REPLACE "(" "" c ${c})
+  string(APPEND defs "#define ${c} kiln_simt_${c}\n")
+endforeach()
 file(WRITE ${simt_dir}/simt_names.h.new "${defs}")
 configure_file(${simt_dir}/simt_names.h.new ${simt_dir}/simt_names.h COPYONLY)
 
@@ -43,12 +53,22 @@ find_path(KILN_CUBLASLT_INCLUDE cublasLt.h HINTS $ENV{CUDA_HOME}/include /usr/lo
 if(KILN_CUBLASLT_INCLUDE)
   list(APPEND simt_sources ${CMAKE_SOURCE_DIR}/src/backends/cuda/linear.c ${CMAKE_SOURCE_DIR}/tests/simt/cublaslt_host.c)
 endif()
+# and conv.c over a host cuDNN (tests/simt/cudnn_host.c) where cuDNN's header is found
+find_path(KILN_CUDNN_INCLUDE cudnn.h HINTS $ENV{CUDA_HOME}/include /usr/local/cuda/include)
+if(KILN_CUBLASLT_INCLUDE AND KILN_CUDNN_INCLUDE)
+  list(APPEND simt_sources ${CMAKE_SOURCE_DIR}/src/backends/cuda/conv.c ${CMAKE_SOURCE_DIR}/tests/simt/cudnn_host.c)
+endif()
 add_library(kiln_simt STATIC ${simt_sources})
 target_compile_definitions(kiln_simt PRIVATE KILN_SIMT=1)
 if(KILN_CUBLASLT_INCLUDE)
   target_compile_definitions(kiln_simt PRIVATE KILN_SIMT_CUBLASLT=1)
   target_include_directories(kiln_simt SYSTEM PRIVATE ${KILN_CUBLASLT_INCLUDE})
   message(STATUS "kiln: simt runs linear.c over a host cuBLASLt (${KILN_CUBLASLT_INCLUDE}/cublasLt.h)")
+  if(KILN_CUDNN_INCLUDE)
+    target_compile_definitions(kiln_simt PRIVATE KILN_SIMT_CUDNN=1)
+    target_include_directories(kiln_simt SYSTEM PRIVATE ${KILN_CUDNN_INCLUDE})
+    message(STATUS "kiln: simt runs conv.c over a host cuDNN (${KILN_CUDNN_INCLUDE}/cudnn.h)")
+  endif()
 else()
   message(STATUS "kiln: simt: no cublasLt.h; the cpu's kernels stand in for linear and matmul")
 endif()

@@ -257,21 +257,22 @@ static void env_restore(const char *name, char *old) {
  * rounded by the product (KILN_CUDA_GEMM=half's copies on a GPU, the same rounding; simt's stand-ins round
  * in the cpu's kernels). Eight steps write 16 bits: ln_1, ln_2, GELU and ln_f forward, cross-entropy's and GELU's
  * backward, and the gradient copies into the two c_proj outputs' gradients */
-static void check_half_store(const char *backend) {
+static void check_half_store(const char *backend, int precision) {
     enum { STEPS = 2 };
     double lp[STEPS], lh[STEPS];
     int64_t n = 0;
     int hp = -1, hh = -1;
     char *gemm = env_swap("KILN_CUDA_GEMM", "half"), *store = env_swap("KILN_CUDA_STORE", NULL);
-    float *p = gpt_run(backend, KILN_PRECISION_BF16, STEPS, lp, &n, &hp);
+    float *p = gpt_run(backend, precision, STEPS, lp, &n, &hp);
     setenv("KILN_CUDA_STORE", "half", 1);
-    float *h = gpt_run(backend, KILN_PRECISION_BF16, STEPS, lh, &n, &hh);
+    float *h = gpt_run(backend, precision, STEPS, lh, &n, &hh);
     env_restore("KILN_CUDA_STORE", store);
     env_restore("KILN_CUDA_GEMM", gemm);
-    CHECK_MSG(hp == 0 && hh == 8, "%s: steps writing 16-bit tensors: %d without half storage, %d with (8)", backend, hp, hh);
-    CHECK_MSG(p && h && memcmp(lp, lh, sizeof lp) == 0, "%s: half storage changed the gpt's losses: %.9g, %.9g", backend,
+    const char *pn = kiln_precision_name(precision);
+    CHECK_MSG(hp == 0 && hh == 8, "%s %s: steps writing 16-bit tensors: %d without half storage, %d with (8)", backend, pn, hp, hh);
+    CHECK_MSG(p && h && memcmp(lp, lh, sizeof lp) == 0, "%s %s: half storage changed the gpt's losses: %.9g, %.9g", backend, pn,
               lp[STEPS - 1], lh[STEPS - 1]);
-    CHECK_MSG(p && h && n && memcmp(p, h, (size_t)n * 4) == 0, "%s: half storage changed the gpt's parameters", backend);
+    CHECK_MSG(p && h && n && memcmp(p, h, (size_t)n * 4) == 0, "%s %s: half storage changed the gpt's parameters", backend, pn);
     free(p), free(h);
 }
 
@@ -279,7 +280,7 @@ static void check_half_store(const char *backend) {
  * linear -> cross-entropy. Half storage takes the layer norm's and GELU's outputs and the gradients of both
  * linears' outputs, which the backward-weight steps also sum for their bias gradients: from dy as the product
  * reads it, rounded, so the gradients are the same bits with and without */
-static int mlp_run(const char *backend, float *grads, int64_t *n) {
+static int mlp_run(const char *backend, int precision, float *grads, int64_t *n) {
     enum { B = 24, I = 12, H = 40, C = 10 };
     kiln_graph *g = kiln_graph_new();
     kiln_value x = kiln_input(g, "x", KILN_F32, 2, (int64_t[]){KILN_BATCH, I}), y = kiln_input(g, "y", KILN_I32, 1, (int64_t[]){KILN_BATCH});
@@ -292,7 +293,7 @@ static int mlp_run(const char *backend, float *grads, int64_t *n) {
     if (P) {
         kiln_params_init(P, 3);
         kiln_compile_opts co = kiln_compile_defaults();
-        co.training = 1, co.max_batch = B, co.backend = backend, co.autotune = 0, co.precision = KILN_PRECISION_BF16;
+        co.training = 1, co.max_batch = B, co.backend = backend, co.autotune = 0, co.precision = precision;
         CHECK_OK(kiln_compile(g, P, &loss, 1, &co, &pl));
     }
     float xs[B * I];
@@ -317,18 +318,19 @@ static int mlp_run(const char *backend, float *grads, int64_t *n) {
     kiln_graph_free(g);
     return halves;
 }
-static void check_half_store_bias(const char *backend) {
+static void check_half_store_bias(const char *backend, int precision) {
     static float plain[2048], half[2048];
     int64_t n = 0;
     char *gemm = env_swap("KILN_CUDA_GEMM", "half"), *store = env_swap("KILN_CUDA_STORE", NULL);
-    int hp = mlp_run(backend, plain, &n);
+    int hp = mlp_run(backend, precision, plain, &n);
     setenv("KILN_CUDA_STORE", "half", 1);
-    int hh = mlp_run(backend, half, &n);
+    int hh = mlp_run(backend, precision, half, &n);
     env_restore("KILN_CUDA_STORE", store);
     env_restore("KILN_CUDA_GEMM", gemm);
-    CHECK_MSG(hp == 0 && hh == 4, "%s: the mlp's steps writing 16 bits: %d without half storage, %d with (4)", backend, hp, hh);
-    CHECK_MSG(n > 0 && n <= 2048 && memcmp(plain, half, (size_t)n * 4) == 0, "%s: half storage changed the mlp's gradients",
-              backend);
+    const char *pn = kiln_precision_name(precision);
+    CHECK_MSG(hp == 0 && hh == 4, "%s %s: the mlp's steps writing 16 bits: %d without half storage, %d with (4)", backend, pn, hp, hh);
+    CHECK_MSG(n > 0 && n <= 2048 && memcmp(plain, half, (size_t)n * 4) == 0, "%s %s: half storage changed the mlp's gradients",
+              backend, pn);
 }
 
 int main(void) {
@@ -356,13 +358,17 @@ int main(void) {
             for (int i = 0; !gpu_only && i < NS && !(k && san && i >= 2); i++)
                 check_shape(&shapes[i], "simt", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16, k ? NULL : &other[0][i]);
         if (!gpu_only && !san) check_gpt("simt");
-        if (!gpu_only && !san && fl == 1) check_half_store("simt");
-        if (!gpu_only && fl == 1) check_half_store_bias("simt");
+        for (int k = 0; k < 2 && fl == 1 && !gpu_only; k++) { /* bf16, then fp16 */
+            if (!san) check_half_store("simt", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16);
+            check_half_store_bias("simt", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16);
+        }
         for (int k = 0; gpu && k < 2; k++)
             for (int i = 0; i < NS; i++)
                 check_shape(&shapes[i], "cuda", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16, k ? NULL : &other[1][i]);
         if (gpu) check_gpt("cuda");
-        if (gpu && fl == 1) check_half_store("cuda"), check_half_store_bias("cuda");
+        for (int k = 0; k < 2 && fl == 1 && gpu; k++)
+            check_half_store("cuda", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16),
+                check_half_store_bias("cuda", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16);
     }
     unsetenv("KILN_CUDA_FLASH");
     if (!gpu) printf("test_attention_tc: the GPU's run skipped: %s\n", why);

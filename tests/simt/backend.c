@@ -3,12 +3,12 @@
  * backend interface like a device: memory apart from the host's (host
  * memory, but reached only through copy, and NaN until written), inputs
  * staged. What cuda.c does on a GPU (streams, graphs, the device run
- * struct, the error flags) is done here in host memory. cuDNN is not there:
- * convolutions take the cpu backend's kernels as stand-ins (the memory is the
- * host's), so whole models train on it. linear and matmul run linear.c itself
- * over a host cuBLASLt (cublaslt_host.c) where cuBLASLt's header is found
- * (KILN_SIMT_CUBLASLT), else the cpu's kernels too; everything else is the
- * CUDA backend's own. tests/test_ops.c runs its harness over it,
+ * struct, the error flags) is done here in host memory. Convolutions run
+ * conv.c itself over a host cuDNN (cudnn_host.c, KILN_SIMT_CUDNN) and linear
+ * and matmul linear.c over a host cuBLASLt (cublaslt_host.c,
+ * KILN_SIMT_CUBLASLT) where those libraries' headers are found; elsewhere the
+ * cpu backend's kernels stand in for them (the memory is the host's), so whole
+ * models train on it. Everything else is the CUDA backend's own. tests/test_ops.c runs its harness over it,
  * test_fixtures.c PyTorch's fixtures, test_gpt.c and test_models.c the GPT and
  * resnet20 against PyTorch (cmake/simt.cmake links them with it). Built with
  * -include simt_names.h: every kiln_cuda_ name below is kiln_simt_. */
@@ -192,6 +192,9 @@ kiln_status kiln_test_simt_register(void) {
         int conv = op == KILN_OP_CONV2D || op == KILN_OP_CONV2D_BWD_DATA || op == KILN_OP_CONV2D_BWD_WEIGHT;
 #ifdef KILN_SIMT_CUBLASLT /* linear.c itself runs, over tests/simt/cublaslt_host.c */
         if (!conv) continue;
+#endif
+#ifdef KILN_SIMT_CUDNN /* and conv.c, over tests/simt/cudnn_host.c */
+        if (conv) continue;
 #endif
         kiln_kernel k = kiln_backend_cpu.kernels[op];
         k.blocked_in = k.blocked_out = 0; /* plain layouts: simt has no layout pass */

@@ -574,7 +574,7 @@ static kiln_status adadelta(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
-#ifndef KILN_SIMT /* cuDNN needs the GPU: on simt (tests/simt/) the cpu's convolutions stand in */
+#if !defined(KILN_SIMT) || defined(KILN_SIMT_CUDNN) /* simt: conv.c over a host cuDNN where it is built */
     [KILN_OP_CONV2D] = {kiln_cuda_conv_fwd, kiln_cuda_conv_prepare, kiln_cuda_conv_release},
     [KILN_OP_CONV2D_BWD_DATA] = {kiln_cuda_conv_bwd_data, kiln_cuda_conv_bwd_prepare},
     [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cuda_conv_bwd_weight, kiln_cuda_conv_bwd_prepare},
