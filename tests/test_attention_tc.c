@@ -18,6 +18,7 @@
  * log-sum-exp left in log2 units, dk not scaled by 1/sqrt(d), and the __syncthreads before dq's output
  * rows reuse the score tiles taken out (simt's warps at their own paces). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "backends/internal/backend.h"
@@ -171,6 +172,11 @@ static void check_shape(const shape *s, const char *backend, int precision, floa
     kiln_graph_free(n.g);
 }
 
+static const char *gpt_checkpoint; /* gpt_run's checkpoint_activations (NULL: none) */
+/* recomputing the layer norms and GELU: the 8 steps of check_half_store, and the 4 recomputations (ln_1, ln_2,
+ * GELU, ln_f) writing their copies in 16 bits */
+#define HALF_RECOMPUTED 12
+
 /* A 1-layer gpt (heads of 32, block 70: its attention crosses the 64-row tiles; vocab 300),
  * `steps` AdamW steps clipped at 1 on a backend: the parameters after, and each step's loss */
 static float *gpt_run(const char *backend, int precision, int steps, double *losses, int64_t *nparams, int *half_steps) {
@@ -193,6 +199,7 @@ static float *gpt_run(const char *backend, int precision, int steps, double *los
         kiln_optim_set_clip(o, 1.0);
         kiln_compile_opts co = kiln_compile_defaults();
         co.training = 1, co.max_batch = B, co.backend = backend, co.autotune = 0, co.precision = precision;
+        co.checkpoint_activations = gpt_checkpoint;
         CHECK_OK(kiln_compile(g, P, &m.loss, 1, &co, &pl));
     }
     *half_steps = 0; /* steps writing a tensor the half-storage pass stores in 16 bits */
@@ -257,19 +264,23 @@ static void env_restore(const char *name, char *old) {
  * rounded by the product (KILN_CUDA_GEMM=half's copies on a GPU, the same rounding; simt's stand-ins round
  * in the cpu's kernels). Eight steps write 16 bits: ln_1, ln_2, GELU and ln_f forward, cross-entropy's and GELU's
  * backward, and the gradient copies into the two c_proj outputs' gradients */
-static void check_half_store(const char *backend, int precision) {
+static void check_half_store(const char *backend, int precision, const char *ckpt, int want) {
     enum { STEPS = 2 };
     double lp[STEPS], lh[STEPS];
     int64_t n = 0;
     int hp = -1, hh = -1;
     char *gemm = env_swap("KILN_CUDA_GEMM", "half"), *store = env_swap("KILN_CUDA_STORE", NULL);
+    gpt_checkpoint = ckpt;
     float *p = gpt_run(backend, precision, STEPS, lp, &n, &hp);
     setenv("KILN_CUDA_STORE", "half", 1);
     float *h = gpt_run(backend, precision, STEPS, lh, &n, &hh);
+    gpt_checkpoint = NULL;
     env_restore("KILN_CUDA_STORE", store);
     env_restore("KILN_CUDA_GEMM", gemm);
-    const char *pn = kiln_precision_name(precision);
-    CHECK_MSG(hp == 0 && hh == 8, "%s %s: steps writing 16-bit tensors: %d without half storage, %d with (8)", backend, pn, hp, hh);
+    char pn[64];
+    snprintf(pn, sizeof pn, "%s%s%s", kiln_precision_name(precision), ckpt ? ", recomputing " : "", ckpt ? ckpt : "");
+    CHECK_MSG(hp == 0 && hh == want, "%s %s: steps writing 16-bit tensors: %d without half storage, %d with (%d)", backend, pn, hp,
+              hh, want);
     CHECK_MSG(p && h && memcmp(lp, lh, sizeof lp) == 0, "%s %s: half storage changed the gpt's losses: %.9g, %.9g", backend, pn,
               lp[STEPS - 1], lh[STEPS - 1]);
     CHECK_MSG(p && h && n && memcmp(p, h, (size_t)n * 4) == 0, "%s %s: half storage changed the gpt's parameters", backend, pn);
@@ -359,15 +370,17 @@ int main(void) {
                 check_shape(&shapes[i], "simt", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16, k ? NULL : &other[0][i]);
         if (!gpu_only && !san) check_gpt("simt");
         for (int k = 0; k < 2 && fl == 1 && !gpu_only; k++) { /* bf16, then fp16 */
-            if (!san) check_half_store("simt", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16);
+            if (!san) check_half_store("simt", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16, NULL, 8);
             check_half_store_bias("simt", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16);
         }
+        /* with the layer norms and GELU recomputed in backward: the recomputations write 16 bits too */
+        if (fl == 1 && !gpu_only && !san) check_half_store("simt", KILN_PRECISION_BF16, "gelu,layernorm", HALF_RECOMPUTED);
         for (int k = 0; gpu && k < 2; k++)
             for (int i = 0; i < NS; i++)
                 check_shape(&shapes[i], "cuda", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16, k ? NULL : &other[1][i]);
         if (gpu) check_gpt("cuda");
         for (int k = 0; k < 2 && fl == 1 && gpu; k++)
-            check_half_store("cuda", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16),
+            check_half_store("cuda", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16, NULL, 8),
                 check_half_store_bias("cuda", k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16);
     }
     unsetenv("KILN_CUDA_FLASH");
