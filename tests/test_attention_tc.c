@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backends/internal/backend.h"
+#include "graph/internal/plan.h"
 #include "kiln/graph.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
@@ -173,6 +174,7 @@ static void check_shape(const shape *s, const char *backend, int precision, floa
 }
 
 static const char *gpt_checkpoint; /* gpt_run's checkpoint_activations (NULL: none) */
+static size_t gpt_ws;               /* the last gpt_run's kernel workspace */
 /* recomputing the layer norms and GELU: the 8 steps of check_half_store, and the 4 recomputations (ln_1, ln_2,
  * GELU, ln_f) writing their copies in 16 bits */
 #define HALF_RECOMPUTED 12
@@ -202,6 +204,7 @@ static float *gpt_run(const char *backend, int precision, int steps, double *los
         co.checkpoint_activations = gpt_checkpoint;
         CHECK_OK(kiln_compile(g, P, &m.loss, 1, &co, &pl));
     }
+    gpt_ws = pl ? pl->ws_bytes : 0;
     *half_steps = 0; /* steps writing a tensor the half-storage pass stores in 16 bits */
     for (int i = 0; pl && i < kiln_plan_step_count(pl); i++) {
         kiln_step_info si;
@@ -272,6 +275,7 @@ static void check_half_store(const char *backend, int precision, const char *ckp
     char *gemm = env_swap("KILN_CUDA_GEMM", "half"), *store = env_swap("KILN_CUDA_STORE", NULL);
     gpt_checkpoint = ckpt;
     float *p = gpt_run(backend, precision, STEPS, lp, &n, &hp);
+    size_t ws_plain = gpt_ws;
     setenv("KILN_CUDA_STORE", "half", 1);
     float *h = gpt_run(backend, precision, STEPS, lh, &n, &hh);
     gpt_checkpoint = NULL;
@@ -284,6 +288,9 @@ static void check_half_store(const char *backend, int precision, const char *ckp
     CHECK_MSG(p && h && memcmp(lp, lh, sizeof lp) == 0, "%s %s: half storage changed the gpt's losses: %.9g, %.9g", backend, pn,
               lp[STEPS - 1], lh[STEPS - 1]);
     CHECK_MSG(p && h && n && memcmp(p, h, (size_t)n * 4) == 0, "%s %s: half storage changed the gpt's parameters", backend, pn);
+    /* the largest workspace is the tied embedding's backward 16-bit copies; the logits' gradient, stored in 16 bits,
+     * needs none */
+    CHECK_MSG(gpt_ws < ws_plain, "%s %s: kernel workspace %zu bytes with half storage, %zu without", backend, pn, gpt_ws, ws_plain);
     free(p), free(h);
 }
 

@@ -305,7 +305,8 @@ kiln_status kiln_plan_run(kiln_plan *plan, int64_t batch);
  * the steps before the first that reads it are not run again, their outputs being what they were. */
 kiln_status kiln_plan_run_forward(kiln_plan *plan, int64_t batch, const void *changed, size_t bytes);
 /* After a run: a value's data in host memory (float*, or double* in a reference
- * plan). Only outputs are guaranteed to survive the run; others may be overwritten. */
+ * plan). Only outputs are guaranteed to survive the run; others may be overwritten,
+ * and may be stored in 16 bits (the half-storage pass, which never marks an output). */
 const void *kiln_plan_value(const kiln_plan *plan, kiln_value v);
 /* Copies the first n elements (row-major, views gathered) of a value of the last run to dst as float. */
 kiln_status kiln_plan_read(const kiln_plan *plan, kiln_value v, float *dst, int64_t n);

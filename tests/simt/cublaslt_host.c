@@ -7,8 +7,12 @@
  *   D = alpha op(A) op(B) + beta C, column-major, op(X) = X or X^T by
  *   TRANSA/TRANSB; the epilogue adds BIAS (one value a row of D) and/or
  *   applies RELU; A and B are fp32, bf16 or fp16 (both alike), C and D fp32;
- *   CUBLAS_COMPUTE_32F_FAST_TF32 / _16BF / _16F round fp32 operands to that
- *   format first (nearest even here), 32F takes them as they are.
+ *   CUBLAS_COMPUTE_32F_FAST_TF32 / _16BF / _16F may round fp32 operands
+ *   (cuBLASLt documents "allows down-converting", its choice, TF32 among
+ *   them); here they round to that format, nearest even: a model, which is
+ *   why the half-storage checks compare against linear.c's explicit 16-bit
+ *   copies (KILN_CUDA_GEMM=half), not against these; 32F takes operands as
+ *   they are.
  * Each product sums in double. What a GPU would refuse is refused here too,
  * so a slip fails on simt: a mixed A/B type, a fast compute type on 16-bit
  * operands, dimensions that do not chain, an attribute linear.c does not

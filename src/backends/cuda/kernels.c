@@ -11,6 +11,9 @@
 #define ST kiln_cuda_stream()
 #define DONE(what) return kiln_cuda_launched(what)
 #define HK(k) kiln_cuda_half_kind(&s->out[k])
+/* a 16-bit output is never added to (the half-storage pass marks no accumulated value): refused, not overrun */
+#define NO_HALF_ACC(what)                                                                                             \
+    if (ACC(0) && HK(0)) return kiln_fail(KILN_ERR_BACKEND, "%s: %s would add into a 16-bit tensor", s->name, what)
 
 /* KILN_CUDA_STORE=half: activations read only as 16-bit matmul operands are stored so by their writers (the
  * half-storage pass, src/graph/pass_half_store.c): the same numbers in half the bytes, and no conversion before
@@ -160,6 +163,7 @@ static kiln_status rows_of_out_count(kiln_step *s, kiln_prep *p) {
 }
 /* a -1 target reaching backward is padding: forward refused it otherwise */
 static kiln_status cross_entropy_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    NO_HALF_ACC("cross entropy backward");
     kiln_cuda_cross_entropy_bwd(ST, RC, F(s->in[0]), I(s->in[1]), 1, F(s->in[2]), rc->workspace, s->out[0].data, HK(0), ACC(0));
     DONE("cross entropy backward");
 }
@@ -186,6 +190,7 @@ static kiln_status ones(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 static kiln_status grad_copy(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_tdesc *x = &s->in[0];
+    NO_HALF_ACC("gradient copy");
     if (x->contiguous) kiln_cuda_copy(ST, s->out[0].numel, F(*x), s->out[0].data, HK(0), ACC(0));
     else kiln_cuda_copy_strided(ST, x->ndim, x->shape, x->stride, F(*x), s->out[0].data, HK(0), ACC(0));
     DONE("gradient copy");
@@ -255,6 +260,7 @@ static kiln_status gelu(const kiln_step *s, const kiln_run_ctx *rc) {
     DONE("gelu");
 }
 static kiln_status gelu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    NO_HALF_ACC("gelu backward");
     kiln_cuda_gelu_bwd(ST, N, s->attr.gelu.tanh_form, F(s->in[0]), F(s->in[1]), s->out[0].data, HK(0), ACC(0));
     DONE("gelu backward");
 }

@@ -21,7 +21,8 @@ typedef struct {
     int half;          /* 0: fp32 operands; 1: bf16, 2: fp16: each fp32 operand copied so before each product
                           (KILN_CUDA_GEMM=half, or an operand the half-storage pass stores in 16 bits) */
     int64_t na, nb;    /* the operands' elements */
-    size_t off_a, off_b; /* their 16-bit copies in the step's workspace */
+    uint8_t a16, b16;  /* an operand the half-storage pass stores in 16 bits: read as it is, no copy */
+    size_t off_a, off_b; /* the 16-bit copies of the others in the step's workspace */
     uint32_t align;      /* the step's tensors' alignment in bytes (at most 256): what the algorithm may assume */
 } matmul;
 
@@ -65,7 +66,9 @@ static void mm_free(matmul *m) {
  * default until one has (docs/backends.md) */
 static int half_operands(int math) {
     const char *e = getenv("KILN_CUDA_GEMM");
-    return math >= 2 && e && !strcmp(e, "half") ? math - 1 : 0;
+    /* KILN_CUDA_STORE=half too: its 16-bit operands change no number only against this rounding (cuBLASLt's fast
+     * compute types may read fp32 operands as bf16 or TF32, its choice), so every reduced step takes it */
+    return math >= 2 && ((e && !strcmp(e, "half")) || kiln_cuda_store_half()) ? math - 1 : 0;
 }
 static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
 
@@ -73,11 +76,11 @@ static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
 static kiln_status mm_make(matmul *m, int math, int ta, int tb, int64_t M, int64_t N, int64_t K, cublasLtEpilogue_t epi,
                            const void *bias, size_t *workspace) {
     /* an operand stored in 16 bits (its kind matches the step's math: the pass stores only what it rounds) */
-    int stored = m->half;
+    int kept = m->half;
     static const cublasComputeType_t compute[4] = {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF,
                                                    CUBLAS_COMPUTE_32F_FAST_16F};
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    m->half = stored ? stored : half_operands(math);
+    m->half = kept ? kept : half_operands(math);
     m->na = M * K, m->nb = K * N;
     cudaDataType_t in = m->half == 1 ? CUDA_R_16BF : m->half == 2 ? CUDA_R_16F : CUDA_R_32F;
     const char *why = NULL;
@@ -113,9 +116,10 @@ static kiln_status mm_make(matmul *m, int math, int ta, int tb, int64_t M, int64
     m->algo = res.algo;
     m->ws = res.workspaceSize;
     size_t need = m->ws;
-    if (m->half) {
-        m->off_a = up256(m->ws), m->off_b = m->off_a + up256((size_t)m->na * 2);
-        need = m->off_b + (size_t)m->nb * 2;
+    if (m->half) { /* room for the copies of the operands not stored in 16 bits */
+        m->off_a = up256(m->ws);
+        m->off_b = m->off_a + (m->a16 ? 0 : up256((size_t)m->na * 2));
+        need = m->off_b + (m->b16 ? 0 : (size_t)m->nb * 2);
     }
     if (need > *workspace) *workspace = need;
     return KILN_OK;
@@ -177,11 +181,22 @@ static cublasLtEpilogue_t epilogue_of(const kiln_step *s) {
                 : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
 }
 
-/* the 16-bit kind of the step's product operands (its first two inputs) where the half-storage pass stored
- * one so, else 0 */
-static int stored_kind(const kiln_step *s) {
-    int k = kiln_cuda_half_kind(&s->in[0]);
-    return k ? k : s->nin > 1 ? kiln_cuda_half_kind(&s->in[1]) : 0;
+/* the step's product operands A and B as cuBLASLt takes them (the column-major reading): forward and
+ * backward-data w then x (dy), backward-weight x then dy, or dy then x for a matmul's transposed weight */
+static int w_transposed(const kiln_tdesc *w) { return w->stride[1] != 1; }
+static void operands(const kiln_step *s, const kiln_tdesc **a, const kiln_tdesc **b) {
+    int first = 1; /* A is input 1 */
+    if (s->op == KILN_OP_LINEAR_BWD_WEIGHT) first = 0;
+    if (s->op == KILN_OP_MATMUL_BWD_WEIGHT) first = w_transposed(&s->out[0]) ? 0 : 1;
+    *a = &s->in[first], *b = &s->in[1 - first];
+}
+
+/* the 16-bit kind of an operand the half-storage pass stored so (else 0), and which of A and B are */
+static void stored(const kiln_step *s, matmul *m) {
+    const kiln_tdesc *a, *b;
+    operands(s, &a, &b);
+    m->a16 = kiln_cuda_half_kind(a) != 0, m->b16 = kiln_cuda_half_kind(b) != 0;
+    m->half = m->a16 ? kiln_cuda_half_kind(a) : kiln_cuda_half_kind(b);
 }
 
 /* the step keeps the matmul prepare made, or it is freed */
@@ -202,7 +217,7 @@ kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p) {
     matmul *m = calloc(1, sizeof *m);
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     m->align = step_align(s);
-    m->half = stored_kind(s);
+    stored(s, m);
     kiln_status st;
     if (s->op == KILN_OP_LINEAR) {
         int bias = s->nin > 2;
@@ -216,16 +231,19 @@ kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p) {
     return keep(s, m, st);
 }
 
-kiln_status kiln_cuda_linear_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    return mm_run(s->kobj, &s->in[1], &s->in[0], s->out[0].data, 0, rc->workspace);
+/* the step's product: its operands as operands() reads them, into output 0 (added to where it accumulates) */
+static kiln_status product(const kiln_step *s, const kiln_run_ctx *rc, int acc) {
+    const kiln_tdesc *a, *b;
+    operands(s, &a, &b);
+    return mm_run(s->kobj, a, b, s->out[0].data, acc, rc->workspace);
 }
 
-kiln_status kiln_cuda_linear_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) {
-    return mm_run(s->kobj, &s->in[1], &s->in[0], s->out[0].data, kiln_step_acc(s, rc, 0), rc->workspace);
-}
+kiln_status kiln_cuda_linear_fwd(const kiln_step *s, const kiln_run_ctx *rc) { return product(s, rc, 0); }
+
+kiln_status kiln_cuda_linear_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) { return product(s, rc, kiln_step_acc(s, rc, 0)); }
 
 kiln_status kiln_cuda_linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_status st = mm_run(s->kobj, &s->in[0], &s->in[1], s->out[0].data, kiln_step_acc(s, rc, 0), rc->workspace);
+    kiln_status st = product(s, rc, kiln_step_acc(s, rc, 0));
     int64_t rows, in, out;
     dims(s, &rows, &in, &out);
     if (st == KILN_OK && s->nout > 1 && s->out[1].data)
@@ -237,7 +255,6 @@ kiln_status kiln_cuda_linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *
 /* matmul: x[..., K] @ w[K, N] (+ b), w row-major or a transposed view (the tied
  * output embedding, wte^T: strides (1, K)); the same column-major reading as
  * linear's, with w's transposition chosen by its strides */
-static int w_transposed(const kiln_tdesc *w) { return w->stride[1] != 1; }
 
 kiln_status kiln_cuda_matmul_prepare(kiln_step *s, kiln_prep *p) {
     const kiln_tdesc *a = &s->in[0], *w = s->op == KILN_OP_MATMUL_BWD_WEIGHT ? &s->out[0] : &s->in[1];
@@ -250,7 +267,7 @@ kiln_status kiln_cuda_matmul_prepare(kiln_step *s, kiln_prep *p) {
     matmul *m = calloc(1, sizeof *m);
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     m->align = step_align(s);
-    m->half = stored_kind(s);
+    stored(s, m);
     kiln_status st;
     if (s->op == KILN_OP_MATMUL) {
         int bias = s->nin > 2;
@@ -267,9 +284,7 @@ kiln_status kiln_cuda_matmul_prepare(kiln_step *s, kiln_prep *p) {
 }
 
 kiln_status kiln_cuda_matmul_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
-    int tr = w_transposed(&s->out[0]);
-    kiln_status st = mm_run(s->kobj, &s->in[tr ? 0 : 1], &s->in[tr ? 1 : 0], s->out[0].data, kiln_step_acc(s, rc, 0),
-                            rc->workspace);
+    kiln_status st = product(s, rc, kiln_step_acc(s, rc, 0));
     int64_t N = s->out[0].shape[1], rows = s->in[1].numel / N;
     if (st == KILN_OK && s->nout > 1 && s->out[1].data)
         kiln_cuda_col_sums(kiln_cuda_stream(), rows, N, s->in[1].data, kiln_cuda_half_kind(&s->in[1]), bias_round(s),

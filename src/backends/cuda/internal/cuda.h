@@ -144,8 +144,8 @@ kiln_status kiln_cuda_matmul_bwd_weight(const kiln_step *s, const kiln_run_ctx *
 static inline int kiln_cuda_half_kind(const kiln_tdesc *t) { return t->dtype == KILN_BF16 ? 1 : t->dtype == KILN_F16 ? 2 : 0; }
 /* KILN_CUDA_STORE=half: the kernels offer the half-storage pass their 16-bit slots (kiln_kernel.half) */
 int kiln_cuda_store_half(void);
-/* the matmul-class steps' 16-bit slots (kiln_kernel.half): x or dy (input 0); backward-weight's dy too where no
- * bias gradient sums it */
+/* the matmul-class steps' 16-bit slots (kiln_kernel.half): x or dy (input 0); backward-weight's x and dy (its bias
+ * gradient sums dy rounded as the product reads it) */
 unsigned kiln_cuda_half_in0(int nin, int nout);
 unsigned kiln_cuda_half_bwd_weight(int nin, int nout);
 #endif
