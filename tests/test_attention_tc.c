@@ -174,7 +174,7 @@ static void check_shape(const shape *s, const char *backend, int precision, floa
 }
 
 static const char *gpt_checkpoint; /* gpt_run's checkpoint_activations (NULL: none) */
-static size_t gpt_ws;               /* the last gpt_run's kernel workspace */
+static size_t gpt_ws, gpt_plain;    /* the last gpt_run's kernel workspace, and its arena without checkpointing */
 /* recomputing the layer norms and GELU: the 8 steps of check_half_store, and the 4 recomputations (ln_1, ln_2,
  * GELU, ln_f) writing their copies in 16 bits */
 #define HALF_RECOMPUTED 12
@@ -205,6 +205,7 @@ static float *gpt_run(const char *backend, int precision, int steps, double *los
         CHECK_OK(kiln_compile(g, P, &m.loss, 1, &co, &pl));
     }
     gpt_ws = pl ? pl->ws_bytes : 0;
+    gpt_plain = pl ? kiln_plan_arena_bytes_plain(pl) : 0;
     *half_steps = 0; /* steps writing a tensor the half-storage pass stores in 16 bits */
     for (int i = 0; pl && i < kiln_plan_step_count(pl); i++) {
         kiln_step_info si;
@@ -275,7 +276,7 @@ static void check_half_store(const char *backend, int precision, const char *ckp
     char *gemm = env_swap("KILN_CUDA_GEMM", "half"), *store = env_swap("KILN_CUDA_STORE", NULL);
     gpt_checkpoint = ckpt;
     float *p = gpt_run(backend, precision, STEPS, lp, &n, &hp);
-    size_t ws_plain = gpt_ws;
+    size_t ws_plain = gpt_ws, arena_plain = gpt_plain;
     setenv("KILN_CUDA_STORE", "half", 1);
     float *h = gpt_run(backend, precision, STEPS, lh, &n, &hh);
     gpt_checkpoint = NULL;
@@ -291,6 +292,10 @@ static void check_half_store(const char *backend, int precision, const char *ckp
     /* the largest workspace is the tied embedding's backward 16-bit copies; the logits' gradient, stored in 16 bits,
      * needs none */
     CHECK_MSG(gpt_ws < ws_plain, "%s %s: kernel workspace %zu bytes with half storage, %zu without", backend, pn, gpt_ws, ws_plain);
+    /* checkpointing weighs its schedules with 16-bit values at 2 bytes: the arena it reports for the plan without
+     * it is smaller too */
+    CHECK_MSG(!ckpt || gpt_plain < arena_plain, "%s %s: the arena without checkpointing, %zu bytes with half storage, %zu without",
+              backend, pn, gpt_plain, arena_plain);
     free(p), free(h);
 }
 

@@ -90,13 +90,31 @@ static kiln_status arena_of(const kiln_plan *pl, const kiln_graph *g, int *order
     return st;
 }
 
-/* the arena a graph would need after the backend's passes (the plan without checkpointing) */
+/* 16-bit storage where it changes no number (pass_half_store.c), on a backend whose kernels offer it; quiet:
+ * a candidate graph measured for checkpointing, not the plan's */
+static kiln_status half_store(kiln_plan *pl, kiln_graph *g, int quiet) {
+    kiln_half_slots_fn half[KILN_OP_COUNT];
+    for (int op = 0; op < KILN_OP_COUNT; op++) half[op] = pl->be->kernels[op].half;
+    int n = kiln_pass_half_store(g, pl->o.precision, half);
+    if (n < 0) return kiln_graph_status(g);
+    if (n && !quiet && !pl->o.plan_only)
+        kiln_log(KILN_LOG_INFO, "half storage: %d activations stored as %s (read only as %s operands)", n,
+                 kiln_precision_name(pl->o.precision), kiln_precision_name(pl->o.precision));
+    return KILN_OK;
+}
+
+/* the arena a graph would need after the passes that follow checkpointing (the plan without it, or a
+ * candidate schedule): autocast and half storage change what values weigh, the backend's passes their layouts */
 static kiln_status arena_after_passes(kiln_plan *pl, kiln_graph *g, size_t *bytes) {
     int *order = malloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof *order);
     int64_t *offset = malloc((size_t)g->nvals * sizeof *offset);
     size_t no_reuse = 0;
     int norder = 0;
     kiln_status st = order && offset ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
+    if (st == KILN_OK && pl->o.precision != KILN_PRECISION_FP32) {
+        kiln_pass_autocast(g, pl->o.precision);
+        st = half_store(pl, g, 1);
+    }
     if (st == KILN_OK && pl->be->passes) st = pl->be->passes(g, &pl->o);
     if (st == KILN_OK) st = arena_of(pl, g, order, &norder, offset, bytes, &no_reuse);
     free(order);
@@ -183,18 +201,6 @@ static kiln_status checkpoint(kiln_plan *pl) {
     return st;
 }
 
-/* 16-bit storage where it changes no number (pass_half_store.c), on a backend whose kernels offer it */
-static kiln_status half_store(kiln_plan *pl, kiln_graph *g) {
-    kiln_half_slots_fn half[KILN_OP_COUNT];
-    for (int op = 0; op < KILN_OP_COUNT; op++) half[op] = pl->be->kernels[op].half;
-    int n = kiln_pass_half_store(g, pl->o.precision, half);
-    if (n < 0) return kiln_graph_status(g);
-    if (n && !pl->o.plan_only)
-        kiln_log(KILN_LOG_INFO, "half storage: %d activations stored as %s (read only as %s operands)", n,
-                 kiln_precision_name(pl->o.precision), kiln_precision_name(pl->o.precision));
-    return KILN_OK;
-}
-
 /* the graph passes, in order: specialise, the bias check and autodiff (training) or batch norm
  * folding (inference), fusion, activation checkpointing, autocast, half storage, the backend's own */
 static kiln_status transform(kiln_plan *pl, kiln_value loss) {
@@ -233,7 +239,7 @@ static kiln_status transform(kiln_plan *pl, kiln_value loss) {
                  o->precision == KILN_PRECISION_BF16   ? "take bf16 operands (fp32 accumulation and outputs)"
                  : o->precision == KILN_PRECISION_FP16 ? "take fp16 operands (fp32 accumulation and outputs)"
                                                        : "marked auto: the backend keeps bf16 where it measures it faster");
-    if ((st = half_store(pl, g)) != KILN_OK) return st;
+    if ((st = half_store(pl, g, 0)) != KILN_OK) return st;
     if (pl->be->passes) return pl->be->passes(g, o);
     return KILN_OK;
 }
