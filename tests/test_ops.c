@@ -17,9 +17,9 @@
  * Adding an op is one entry in `cases` below (with its builder); the harness
  * fails when a forward op of the table has no case.
  * Mixed precision: every case holding a matmul-class op (the table's bf16_in)
- * runs again with --precision bf16 on both backends, the ref rounding the
- * same operands to bf16 as the cpu (src/backends/ref/reduced.c), with looser
- * tolerances (bf16_tol); a cpu that ignored the mark is shown to fail them. */
+ * runs again with --precision bf16 on every fast backend, the ref rounding
+ * the same operands to bf16 (src/backends/ref/reduced.c), with looser
+ * tolerances (bf16_tol); a backend that ignored the mark is shown to fail them. */
 #include "backends/cpu/internal/cpu.h"
 #include "backends/internal/backend.h"
 #include "backends/ref/internal/ref.h"
@@ -590,6 +590,9 @@ typedef struct {
     int32_t **t;
 } bound;
 
+/* the fast backend of the case: the ref reproduces its 16-bit outputs (kiln_compile_opts.round_outputs_as) */
+static const char *fast_backend;
+
 static kiln_status compile_run(hcase *h, kiln_params *P, kiln_value loss, const char *backend, int fuse, int layout,
                                bound *b, int nc, kiln_value *cvals) {
     kiln_compile_opts o = kiln_compile_defaults();
@@ -601,6 +604,7 @@ static kiln_status compile_run(hcase *h, kiln_params *P, kiln_value loss, const 
     o.layout = layout;
     o.autotune = 0;
     o.precision = strcmp(backend, "ref") ? precision_fast : precision_all;
+    if (!strcmp(backend, "ref")) o.round_outputs_as = fast_backend;
     kiln_value outs[5] = {loss};
     for (int k = 0; k < h->nout; k++) outs[1 + k] = h->out[k];
     kiln_status st = kiln_compile(h->g, P, outs, 1 + h->nout, &o, &b->pl);
@@ -683,11 +687,12 @@ static void compare_backends(const char *what, hcase *h, bound *ref, bound *fast
 /* builds the case, adds the loss, runs ref and a fast backend (two pass settings), checks */
 static void run_case(const char *backend, int ci, int draw, int acc_variant) {
     char what[96];
+    fast_backend = backend;
     snprintf(what, sizeof what, "%s on %s (draw %d%s%s)", cases[ci].ops, backend, draw, acc_variant ? ", accumulating" : "",
-             precision_all == KILN_PRECISION_BF16 ? ", bf16" : "");
+             precision_all != KILN_PRECISION_FP32 ? precision_all == KILN_PRECISION_FP16 ? ", fp16" : ", bf16" : "");
     /* each run draws from its own stream (case, draw, variant, precision), so adding a case changes no other's draws */
     tu_seed(20261123u + (uint64_t)ci * 1000u + (uint64_t)draw * 10u + (uint64_t)acc_variant +
-            (precision_all == KILN_PRECISION_BF16 ? 500u : 0u));
+            (precision_all == KILN_PRECISION_BF16 ? 500u : precision_all == KILN_PRECISION_FP16 ? 700u : 0u));
     hcase h = {.g = kiln_graph_new(), .inference = (cases[ci].fill & INFERENCE) != 0};
     CHECK_MSG(cases[ci].build(&h, draw) == 0 && kiln_graph_status(h.g) == KILN_OK, "%s: build failed: %s", what, kiln_last_error());
     if (kiln_graph_status(h.g) != KILN_OK) {
@@ -741,8 +746,9 @@ static void run_case(const char *backend, int ci, int draw, int acc_variant) {
             if (h.inference) fill_statistics(P64, P32);
             kiln_plan_free(ref.pl);
             ref.pl = NULL;
-            /* bf16 rounds what each node reads: the ref folds (fuses) as the fast plan does, so both round the same */
-            int ref_fuse = precision_all == KILN_PRECISION_BF16 ? v == 0 : 1;
+            /* bf16 rounds what each node reads: the ref folds (fuses) as the cpu's plan does, so both round the same;
+             * the cuda backend folds no batch norm into a convolution, so the ref folds none beside it */
+            int ref_fuse = precision_all != KILN_PRECISION_FP32 ? v == 0 && !strcmp(backend, "cpu") : 1;
             CHECK_OK(compile_run(&h, P64, loss, "ref", ref_fuse, 1, &ref, nc, cvals));
             kiln_status st = compile_run(&h, P32, loss, backend, v == 0, v == 0, &fast[v], nc, cvals);
             /* a device backend may lack an op (the cuda backend's table is partial): said, not failed; the cpu has all */
@@ -831,6 +837,48 @@ static void test_bf16_discriminates(const char *backend) {
     kiln_graph_free(g);
 }
 
+/* Where cuDNN refuses a 16-bit convolution (simt's cuDNN told to, KILN_SIMT_CUDNN_FP32_ONLY), the cuda backend
+ * runs that one in fp32: the plan compiles, and its output is the fp32 ref's (FMA math at --matmul-precision
+ * highest), not the 16-bit one's, which is further from it than the tolerance. */
+static void test_conv_fp32_fallback(const char *backend) {
+    kiln_graph *g = kiln_graph_new();
+    kiln_value x = kiln_param(g, "x", 4, (int64_t[]){2, 3, 9, 9}, 1);
+    kiln_value y = kiln_conv2d(g, x, kiln_param(g, "conv.weight", 4, (int64_t[]){5, 3, 3, 3}, 27), -1, 1, 1);
+    kiln_value loss = kiln_sum(g, y);
+    CHECK_OK(kiln_graph_status(g));
+    kiln_params *P64 = NULL, *P32 = NULL;
+    CHECK_OK(kiln_params_new_on(g, "ref", &P64));
+    CHECK_OK(kiln_params_new_on(g, backend, &P32));
+    fill_params(P64, P32, FILL_UNIFORM);
+    double err[2] = {0, 0};
+    int64_t n = 2 * 5 * 9 * 9;
+    double *want = malloc((size_t)n * 8);
+    float *got = malloc((size_t)n * 4);
+    for (int v = 0; v < 3; v++) { /* the fp32 ref, then the backend in bf16 with and without 16-bit convolutions */
+        kiln_compile_opts o = kiln_compile_defaults();
+        o.max_batch = 1;
+        o.backend = v == 0 ? "ref" : backend;
+        o.precision = v == 0 ? KILN_PRECISION_FP32 : KILN_PRECISION_BF16;
+        o.matmul_precision = 0;
+        if (v == 1) setenv("KILN_SIMT_CUDNN_FP32_ONLY", "1", 1);
+        kiln_plan *pl = NULL;
+        kiln_value outs[2] = {loss, y};
+        CHECK_OK(kiln_compile(g, v == 0 ? P64 : P32, outs, 2, &o, &pl));
+        unsetenv("KILN_SIMT_CUDNN_FP32_ONLY");
+        if (pl) CHECK_OK(kiln_plan_run(pl, 1));
+        if (pl) CHECK_OK(kiln_plan_read(pl, y, got, n)); /* as floats from every backend */
+        for (int64_t i = 0; pl && v == 0 && i < n; i++) want[i] = got[i];
+        if (pl && v > 0) err[v - 1] = rel_err(got, want, n);
+        kiln_plan_free(pl);
+    }
+    CHECK_MSG(err[0] <= 1e-5 && err[1] > BF16_TOL * 2e-5, "%s: a convolution cuDNN refuses in 16 bits: %.3g from the fp32 "
+              "ref (want <= 1e-5), in 16 bits %.3g", backend, err[0], err[1]);
+    free(want), free(got);
+    kiln_params_free(P64);
+    kiln_params_free(P32);
+    kiln_graph_free(g);
+}
+
 /* every forward op of the table has a case */
 static void test_coverage(void) {
     for (int op = 0; op < KILN_OP_COUNT; op++) {
@@ -908,13 +956,18 @@ int main(void) {
         for (int c = 0; c < NCASES; c++)
             for (int draw = 0; draw < 3; draw++)
                 for (int acc = 0; acc < ((cases[c].fill & INFERENCE) ? 1 : 2); acc++) run_case(be->name, c, draw, acc);
-        if (strcmp(be->name, "cpu") != 0) continue; /* bf16 autocast is the cpu's (a GPU has --matmul-precision) */
+        /* autocast on every fast backend: the cpu's oneDNN, the cuda backend's cuBLASLt and cuDNN on 16-bit
+         * operands; fp16 (a GPU's) on the cuda backend's kernels too (the ref rounds as a GPU converts) */
         test_bf16_discriminates(be->name);
-        precision_all = precision_fast = KILN_PRECISION_BF16;
+        if (!strcmp(be->name, "simt") && be->kernels[KILN_OP_CONV2D].round_out) test_conv_fp32_fallback(be->name);
         tol = BF16_TOL;
-        for (int c = 0; c < NCASES; c++)
-            for (int draw = 0; draw < 2 && has_bf16_op(c); draw++)
-                for (int acc = 0; acc < ((cases[c].fill & INFERENCE) ? 1 : 2); acc++) run_case(be->name, c, draw, acc);
+        for (int pr = 0; pr < 2; pr++) {
+            precision_all = precision_fast = pr ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16;
+            if (pr && !strcmp(be->name, "cpu")) continue;
+            for (int c = 0; c < NCASES; c++)
+                for (int draw = 0; draw < 2 && has_bf16_op(c); draw++)
+                    for (int acc = 0; acc < ((cases[c].fill & INFERENCE) ? 1 : 2); acc++) run_case(be->name, c, draw, acc);
+        }
         precision_all = precision_fast = KILN_PRECISION_FP32;
         tol = 1;
     }

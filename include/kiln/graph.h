@@ -276,6 +276,9 @@ typedef struct kiln_compile_opts {
                            backend measures it faster at compile. Parameters, gradients, optimizer state stay fp32. */
     int matmul_precision; /* GPU matmuls and convolutions: 0 highest (fp32), 1 high (tf32), 2 medium (bf16), as
                              PyTorch's set_float32_matmul_precision; the cpu computes in fp32 always */
+    const char *round_outputs_as; /* NULL: the plan's backend's. A backend's name: the autocast steps round the
+                             outputs that backend's kernels write in 16 bits (the cuda backend's convolutions), so
+                             the ref backend, compiled so, is the oracle for that backend's mixed precision */
 } kiln_compile_opts;
 kiln_compile_opts kiln_compile_defaults(void);
 

@@ -118,7 +118,7 @@ kiln_status kiln_backend_prepare(const kiln_backend *b, kiln_step *s, kiln_prep 
                          kiln_op_name(s->op));
     const kiln_kernel *k = &b->kernels[s->op];
     s->run = k->run;
-    if (b->run_reduced && s->precision == KILN_PRECISION_AUTO) s->precision = KILN_PRECISION_FP32; /* nothing to time */
+    if (b->run_reduced && s->precision == KILN_PRECISION_AUTO) s->precision = KILN_PRECISION_FP32, s->round_out = 0; /* nothing to time */
     if (b->run_reduced && (s->precision == KILN_PRECISION_BF16 || s->precision == KILN_PRECISION_FP16)) s->run = b->run_reduced;
     if (!k->prepare) return KILN_OK;
     kiln_status st = k->prepare(s, p);

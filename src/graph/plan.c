@@ -46,6 +46,8 @@ static kiln_status check_args(const kiln_graph *g0, kiln_params *P, const kiln_v
     kiln_status st = kiln_graph_status(g0);
     if (st != KILN_OK) return st;
     if (!be) return kiln_fail(KILN_ERR_INVALID_ARG, "compile: unknown backend '%s' (cpu, ref)", o->backend);
+    if (o->round_outputs_as && !kiln_backend_get(o->round_outputs_as))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "compile: round_outputs_as names an unknown backend '%s'", o->round_outputs_as);
     if (o->max_batch < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "compile: max_batch is %lld (want >= 1)", (long long)o->max_batch);
     for (int i = 0; i < KILN_MAX_EXTRA_BATCHES; i++)
         if (o->also_batches[i] < 0 || o->also_batches[i] > o->max_batch)
@@ -201,6 +203,21 @@ static kiln_status checkpoint(kiln_plan *pl) {
     return st;
 }
 
+/* what the autocast pass did, said once: the nodes marked, and those whose outputs the backend rounds to 16 bits
+ * (kiln_kernel.round_out: the cuda backend's convolutions) */
+static void log_autocast(const kiln_plan *pl, int cast) {
+    int rounded = 0, p = pl->o.precision;
+    for (int i = 0; i < pl->g->nnodes; i++) rounded += kiln_plan_round_out(pl, i) != 0;
+    if (p == KILN_PRECISION_AUTO)
+        kiln_log(KILN_LOG_INFO, "autocast: %d matmul-class nodes marked auto: the backend keeps bf16 where it measures it faster", cast);
+    else if (!rounded)
+        kiln_log(KILN_LOG_INFO, "autocast: %d matmul-class nodes take %s operands (fp32 accumulation and outputs)", cast,
+                 kiln_precision_name(p));
+    else
+        kiln_log(KILN_LOG_INFO, "autocast: %d matmul-class nodes take %s operands (fp32 accumulation; %d write %s "
+                 "outputs: the backend's 16-bit convolutions)", cast, kiln_precision_name(p), rounded, kiln_precision_name(p));
+}
+
 /* the graph passes, in order: specialise, the bias check and autodiff (training) or batch norm
  * folding (inference), fusion, activation checkpointing, autocast, half storage, the backend's own */
 static kiln_status transform(kiln_plan *pl, kiln_value loss) {
@@ -234,11 +251,7 @@ static kiln_status transform(kiln_plan *pl, kiln_value loss) {
     if (o->precision < KILN_PRECISION_FP32 || o->precision > KILN_PRECISION_FP16)
         return kiln_fail(KILN_ERR_INVALID_ARG, "compile: precision is %d (fp32 0, bf16 1, auto 2, fp16 3)", o->precision);
     int cast = kiln_pass_autocast(g, o->precision);
-    if (cast && !o->plan_only)
-        kiln_log(KILN_LOG_INFO, "autocast: %d matmul-class nodes %s", cast,
-                 o->precision == KILN_PRECISION_BF16   ? "take bf16 operands (fp32 accumulation and outputs)"
-                 : o->precision == KILN_PRECISION_FP16 ? "take fp16 operands (fp32 accumulation and outputs)"
-                                                       : "marked auto: the backend keeps bf16 where it measures it faster");
+    if (cast && !o->plan_only) log_autocast(pl, cast);
     if ((st = half_store(pl, g, 0)) != KILN_OK) return st;
     if (pl->be->passes) return pl->be->passes(g, o);
     return KILN_OK;

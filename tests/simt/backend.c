@@ -16,6 +16,7 @@
 #include <string.h>
 #include "backends/cpu/internal/cpu.h"
 #include "backends/cuda/internal/cuda.h"
+#include "half_bits.h"
 
 static kiln_cuda_rc run_values;
 static kiln_cuda_flags flags;
@@ -137,25 +138,7 @@ static const kiln_op library_ops[] = {KILN_OP_CONV2D, KILN_OP_CONV2D_BWD_DATA, K
 /* A stand-in reading an operand the half-storage pass stored in 16 bits (KILN_CUDA_STORE=half: linear and
  * matmul, input 0, and backward-weight's input 1) takes it widened to fp32 in a copy; the cpu kernel then rounds
  * it to 16 bits again, which changes nothing, as cuBLASLt reads the 16 bits themselves */
-static float widen(uint16_t h, int fp16) {
-    uint32_t u;
-    if (!fp16) {
-        u = (uint32_t)h << 16;
-    } else { /* sign, 5 exponent bits, 10 fraction bits */
-        uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, f = h & 1023;
-        if (e == 31) u = sign | 0x7f800000u | f << 13;
-        else if (e) u = sign | (e + 112) << 23 | f << 13;
-        else if (!f) u = sign;
-        else { /* subnormal: f 2^-24 */
-            float v = (float)f * 0x1p-24f;
-            memcpy(&u, &v, 4);
-            u |= sign;
-        }
-    }
-    float v;
-    memcpy(&v, &u, 4);
-    return v;
-}
+static float widen(uint16_t h, int fp16) { return (float)simt_half_get(h, fp16); }
 static kiln_status standin_prepare(kiln_step *s, kiln_prep *p) {
     kiln_dtype d[2] = {s->in[0].dtype, s->nin > 1 ? s->in[1].dtype : KILN_F32};
     for (int k = 0; k < 2 && k < s->nin; k++) s->in[k].dtype = KILN_F32;

@@ -27,6 +27,7 @@
 #include <string.h>
 #include "backends/cuda/internal/cublaslt.h"
 #include "backends/ref/internal/ref.h"
+#include "half_bits.h"
 
 typedef struct {
     cublasComputeType_t compute;
@@ -158,16 +159,7 @@ static double rounded(double v, cublasComputeType_t compute) {
 static double at(const void *p, const layout *l, uint64_t i, uint64_t j) {
     size_t k = (size_t)(i + j * (uint64_t)l->ld);
     if (l->type == CUDA_R_32F) return ((const float *)p)[k];
-    uint16_t h = ((const uint16_t *)p)[k];
-    if (l->type == CUDA_R_16BF) {
-        uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    int e = (h >> 10) & 31, f = h & 1023;
-    double v = e == 31 ? (f ? NAN : INFINITY) : e ? ldexp(1024 + f, e - 25) : ldexp(f, -24);
-    return h >> 15 ? -v : v;
+    return simt_half_get(((const uint16_t *)p)[k], l->type == CUDA_R_16F);
 }
 
 /* a refusal says why on stderr (the status alone reaches kiln's message) */

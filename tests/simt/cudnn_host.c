@@ -4,19 +4,24 @@
  * accumulation through beta, the bias and relu after the product, the bias
  * gradient) runs in `make test` on simt instead of the cpu's kernels
  * standing in. Written from cuDNN's documented semantics, not its code:
- * NCHW fp32 tensors and KCRS filters, cross-correlation with symmetric
- * padding and stride (no dilation, one group: all conv.c asks for),
+ * NCHW or NHWC tensors and KCRS or KRSC filters, all fp32 (FLOAT_CONFIG)
+ * or all bf16 or all fp16 with fp32 compute (PSEUDO_BFLOAT16_CONFIG,
+ * PSEUDO_HALF_CONFIG: a 16-bit output is written rounded to nearest even),
+ * cross-correlation with symmetric padding and stride (no dilation, one
+ * group: all conv.c asks for),
  *   forward        y  = alpha conv(x, w) + beta y
  *   backward-data  dx = alpha conv^T(dy, w) + beta dx
  *   backward-filter dw = alpha corr(x, dy) + beta dw
  *   backward-bias  db = alpha sum_{n,h,w} dy + beta db
  * summed in double. Three algorithms each way: 0 deterministic in tensor-op
- * math (TF32: operands rounded to 10 fraction bits), 1 nondeterministic and
+ * math (TF32 on fp32 data: operands rounded to 10 fraction bits; 16-bit data
+ * as it is), 1 nondeterministic and
  * "fastest", 2 deterministic FMA math (fp32 as it is), each with its own
  * workspace size; the workspace given is filled with NaN before each call, a
  * call with less than its algorithm asks or with descriptors that do not
  * chain is refused (stderr says why), and Find*Ex overwrites its output as
- * cuDNN's timing does. cudaMalloc, cudaFree and cudaGetDeviceProperties are
+ * cuDNN's timing does. KILN_SIMT_CUDNN_FP32_ONLY=1 refuses 16-bit tensors
+ * (conv.c's fallback to fp32 is tested so). cudaMalloc, cudaFree and cudaGetDeviceProperties are
  * the host's here too. Renamed kiln_simt_* by cmake/simt.cmake. */
 #include <math.h>
 #include <stdint.h>
@@ -25,15 +30,18 @@
 #include <string.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#include "half_bits.h"
 
 struct cudnnContext {
     int stream_set;
 };
 struct cudnnTensorStruct {
-    int set, n, c, h, w;
+    int set, n, c, h, w, nhwc;
+    cudnnDataType_t type;
 };
 struct cudnnFilterStruct {
-    int set, k, c, r, s;
+    int set, k, c, r, s, nhwc; /* nhwc: KRSC */
+    cudnnDataType_t type;
 };
 struct cudnnConvolutionStruct {
     int set, pad, stride;
@@ -72,9 +80,12 @@ cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) {
 }
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f, cudnnDataType_t t, int n, int c, int h,
                                          int w) {
-    if (f != CUDNN_TENSOR_NCHW || t != CUDNN_DATA_FLOAT) return refuse("a tensor not NCHW fp32");
+    if ((f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) || (t != CUDNN_DATA_FLOAT && t != CUDNN_DATA_BFLOAT16 && t != CUDNN_DATA_HALF))
+        return refuse("a tensor not NCHW or NHWC, fp32, bf16 or fp16");
     if (n < 1 || c < 1 || h < 1 || w < 1) return refuse("a tensor dimension below 1");
-    *d = (struct cudnnTensorStruct){1, n, c, h, w};
+    /* tests: a cuDNN without 16-bit convolutions (for a shape), which conv.c answers with fp32 */
+    if (t != CUDNN_DATA_FLOAT && getenv("KILN_SIMT_CUDNN_FP32_ONLY")) return refuse("no 16-bit tensors (KILN_SIMT_CUDNN_FP32_ONLY)");
+    *d = (struct cudnnTensorStruct){1, n, c, h, w, f == CUDNN_TENSOR_NHWC, t};
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d) {
@@ -86,9 +97,10 @@ cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d) {
 }
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t, cudnnTensorFormat_t f, int k, int c, int r,
                                          int s) {
-    if (f != CUDNN_TENSOR_NCHW || t != CUDNN_DATA_FLOAT) return refuse("a filter not KCRS fp32");
+    if ((f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) || (t != CUDNN_DATA_FLOAT && t != CUDNN_DATA_BFLOAT16 && t != CUDNN_DATA_HALF))
+        return refuse("a filter not KCRS or KRSC, fp32, bf16 or fp16");
     if (k < 1 || c < 1 || r < 1 || s < 1) return refuse("a filter dimension below 1");
-    *d = (struct cudnnFilterStruct){1, k, c, r, s};
+    *d = (struct cudnnFilterStruct){1, k, c, r, s, f == CUDNN_TENSOR_NHWC, t};
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d) {
@@ -101,7 +113,7 @@ cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d) 
 cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int ph, int pw, int u, int v, int dh, int dw,
                                               cudnnConvolutionMode_t mode, cudnnDataType_t t) {
     if (ph != pw || u != v || dh != 1 || dw != 1 || mode != CUDNN_CROSS_CORRELATION || t != CUDNN_DATA_FLOAT || ph < 0 || u < 1)
-        return refuse("a convolution other than conv.c's (square padding and stride, no dilation, fp32)");
+        return refuse("a convolution other than conv.c's (square padding and stride, no dilation, fp32 compute)");
     d->set = 1, d->pad = ph, d->stride = u;
     return CUDNN_STATUS_SUCCESS;
 }
@@ -121,12 +133,33 @@ static int chain(const struct cudnnTensorStruct *x, const struct cudnnFilterStru
     *p = (problem){x->n, x->c, x->h, x->w, f->k, f->r, f->s, 0, 0, cv->pad, cv->stride};
     p->oh = (x->h + 2 * cv->pad - f->r) / cv->stride + 1;
     p->ow = (x->w + 2 * cv->pad - f->s) / cv->stride + 1;
-    return f->c == x->c && y->n == x->n && y->c == f->k && y->h == p->oh && y->w == p->ow;
+    /* one data type for x, w and y (the configurations with fp32 compute) */
+    return f->c == x->c && y->n == x->n && y->c == f->k && y->h == p->oh && y->w == p->ow && x->type == f->type && y->type == x->type;
 }
 
-/* tensor-op math on fp32 data is TF32: 10 fraction bits, nearest even */
-static double operand(float v, cudnnMathType_t math) {
-    if (math == CUDNN_FMA_MATH) return v;
+/* a tensor or filter as it lies in memory: NCHW or NHWC (a filter's k, c, r, s as n, c, h, w), its type */
+typedef struct {
+    int n, c, h, w, nhwc;
+    cudnnDataType_t type;
+} tview;
+static tview of_tensor(const struct cudnnTensorStruct *t) { return (tview){t->n, t->c, t->h, t->w, t->nhwc, t->type}; }
+static tview of_filter(const struct cudnnFilterStruct *f) { return (tview){f->k, f->c, f->r, f->s, f->nhwc, f->type}; }
+static size_t elems(const tview *v) { return (size_t)v->n * v->c * v->h * v->w; }
+
+/* where NCHW element e lies */
+static size_t place(const tview *v, size_t e) {
+    size_t j = e % v->w, i = e / v->w % v->h, ch = e / v->w / v->h % v->c, b = e / v->w / v->h / v->c;
+    return v->nhwc ? ((b * v->h + i) * v->w + j) * v->c + ch : e;
+}
+static double get(const void *p, const tview *v, size_t k) {
+    if (v->type == CUDNN_DATA_FLOAT) return ((const float *)p)[k];
+    return simt_half_get(((const uint16_t *)p)[k], v->type == CUDNN_DATA_HALF);
+}
+
+/* tensor-op math on fp32 data is TF32: 10 fraction bits, nearest even (16-bit data has fewer: as it is) */
+static double operand(double d, cudnnDataType_t t, cudnnMathType_t math) {
+    if (math == CUDNN_FMA_MATH || t != CUDNN_DATA_FLOAT) return d;
+    float v = (float)d;
     uint32_t u;
     memcpy(&u, &v, 4);
     if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
@@ -134,25 +167,29 @@ static double operand(float v, cudnnMathType_t math) {
     return v;
 }
 
-/* a tensor's elements as the math type takes them, in double: each rounded once, not at every product */
-static double *widened(const float *v, size_t n, cudnnMathType_t m) {
+/* a tensor's elements in NCHW order, as the math type takes them, in double: each rounded once */
+static double *load(const void *p, tview v, cudnnMathType_t m) {
+    size_t n = elems(&v);
     double *d = malloc((n ? n : 1) * sizeof *d);
-    for (size_t i = 0; d && i < n; i++) d[i] = operand(v[i], m);
+    for (size_t e = 0; d && e < n; e++) d[e] = operand(get(p, &v, place(&v, e)), v.type, m);
     return d;
 }
 
-#define X(b, ch, i, j) x[(((size_t)(b) * p->c + (ch)) * p->h + (i)) * p->w + (j)]
-#define NX ((size_t)p->n * p->c * p->h * p->w)
-#define NW ((size_t)p->k * p->c * p->r * p->s)
-#define NY ((size_t)p->n * p->k * p->oh * p->ow)
-
-/* out = alpha * sum + beta * out, beta 0 ignoring what out held (NaN included), as cuDNN does */
-static void put(float *out, double sum, const void *alpha, const void *beta) {
+/* out = alpha * sum + beta * out for NCHW sums d, beta 0 ignoring what out held (NaN included), as cuDNN does;
+ * a 16-bit output rounded to nearest even */
+static void store(void *out, tview v, const double *d, const void *alpha, const void *beta) {
     float a, b;
     memcpy(&a, alpha, 4);
     memcpy(&b, beta, 4);
-    *out = (float)(a * sum + (b != 0.f ? b * (double)*out : 0.0));
+    for (size_t e = 0; e < elems(&v); e++) {
+        size_t k = place(&v, e);
+        double r = a * d[e] + (b != 0.f ? b * get(out, &v, k) : 0.0);
+        if (v.type == CUDNN_DATA_FLOAT) ((float *)out)[k] = (float)r;
+        else ((uint16_t *)out)[k] = simt_half_put(r, v.type == CUDNN_DATA_HALF);
+    }
 }
+
+#define X(b, ch, i, j) x[(((size_t)(b) * p->c + (ch)) * p->h + (i)) * p->w + (j)]
 
 /* image b's patches: col[(ch r + u) s + v][i ow + j] = x[b, ch, i stride - pad + u, j stride - pad + v], 0 outside */
 static void im2col(const problem *p, const double *x, int b, double *col) {
@@ -170,34 +207,31 @@ static void im2col(const problem *p, const double *x, int b, double *col) {
 }
 
 /* y[b] = W [k, crs] . col [crs, ohw] */
-static cudnnStatus_t forward(const problem *p, cudnnMathType_t m, const float *xf, const float *wf, float *y, const void *al,
-                             const void *be) {
+static cudnnStatus_t forward(const problem *p, const double *x, const double *w, double *y) {
     size_t crs = (size_t)p->c * p->r * p->s, ohw = (size_t)p->oh * p->ow;
-    double *x = widened(xf, NX, m), *w = widened(wf, NW, m), *col = malloc(crs * ohw * sizeof *col), *acc = malloc(ohw * sizeof *acc);
-    cudnnStatus_t st = x && w && col && acc ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
-    for (int b = 0; st == CUDNN_STATUS_SUCCESS && b < p->n; b++) {
+    double *col = malloc(crs * ohw * sizeof *col);
+    if (!col) return CUDNN_STATUS_ALLOC_FAILED;
+    for (int b = 0; b < p->n; b++) {
         im2col(p, x, b, col);
         for (int o = 0; o < p->k; o++) {
-            memset(acc, 0, ohw * sizeof *acc);
+            double *acc = y + ((size_t)b * p->k + o) * ohw;
             for (size_t q = 0; q < crs; q++) {
                 double wq = w[(size_t)o * crs + q];
                 const double *row = col + q * ohw;
                 for (size_t e = 0; e < ohw; e++) acc[e] += wq * row[e];
             }
-            for (size_t e = 0; e < ohw; e++) put(&y[((size_t)b * p->k + o) * ohw + e], acc[e], al, be);
         }
     }
-    free(x), free(w), free(col), free(acc);
-    return st;
+    free(col);
+    return CUDNN_STATUS_SUCCESS;
 }
 
 /* dcol [crs, ohw] = W^T . dy[b], then each patch element added back where it came from */
-static cudnnStatus_t backward_data(const problem *p, cudnnMathType_t m, const float *wf, const float *yf, float *xo, const void *al,
-                                   const void *be) {
+static cudnnStatus_t backward_data(const problem *p, const double *w, const double *y, double *dx) {
     size_t crs = (size_t)p->c * p->r * p->s, ohw = (size_t)p->oh * p->ow, hw = (size_t)p->h * p->w;
-    double *w = widened(wf, NW, m), *y = widened(yf, NY, m), *col = malloc(crs * ohw * sizeof *col), *img = malloc(p->c * hw * sizeof *img);
-    cudnnStatus_t st = w && y && col && img ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
-    for (int b = 0; st == CUDNN_STATUS_SUCCESS && b < p->n; b++) {
+    double *col = malloc(crs * ohw * sizeof *col);
+    if (!col) return CUDNN_STATUS_ALLOC_FAILED;
+    for (int b = 0; b < p->n; b++) {
         memset(col, 0, crs * ohw * sizeof *col);
         for (int o = 0; o < p->k; o++) {
             const double *dy = y + ((size_t)b * p->k + o) * ohw;
@@ -207,7 +241,7 @@ static cudnnStatus_t backward_data(const problem *p, cudnnMathType_t m, const fl
                 for (size_t e = 0; e < ohw; e++) row[e] += wq * dy[e];
             }
         }
-        memset(img, 0, p->c * hw * sizeof *img);
+        double *img = dx + (size_t)b * p->c * hw;
         for (int ch = 0; ch < p->c; ch++)
             for (int u = 0; u < p->r; u++)
                 for (int v = 0; v < p->s; v++) {
@@ -218,19 +252,16 @@ static cudnnStatus_t backward_data(const problem *p, cudnnMathType_t m, const fl
                             if (ii >= 0 && ii < p->h && jj >= 0 && jj < p->w) img[(size_t)ch * hw + (size_t)ii * p->w + jj] += row[(size_t)i * p->ow + j];
                         }
                 }
-        for (size_t e = 0; e < p->c * hw; e++) put(&xo[(size_t)b * p->c * hw + e], img[e], al, be);
     }
-    free(w), free(y), free(col), free(img);
-    return st;
+    free(col);
+    return CUDNN_STATUS_SUCCESS;
 }
 
 /* dW [k, crs] = sum over images of dy[b] [k, ohw] . col^T: each output position adds dy times its patch */
-static cudnnStatus_t backward_filter(const problem *p, cudnnMathType_t m, const float *xf, const float *yf, float *wo, const void *al,
-                                     const void *be) {
+static cudnnStatus_t backward_filter(const problem *p, const double *x, const double *y, double *dw) {
     size_t crs = (size_t)p->c * p->r * p->s, ohw = (size_t)p->oh * p->ow;
-    double *x = widened(xf, NX, m), *y = widened(yf, NY, m), *col = malloc(crs * ohw * sizeof *col),
-           *patch = malloc(crs * ohw * sizeof *patch), *dw = calloc((size_t)p->k * crs, sizeof *dw);
-    cudnnStatus_t st = x && y && col && patch && dw ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
+    double *col = malloc(crs * ohw * sizeof *col), *patch = malloc(crs * ohw * sizeof *patch);
+    cudnnStatus_t st = col && patch ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
     for (int b = 0; st == CUDNN_STATUS_SUCCESS && b < p->n; b++) {
         im2col(p, x, b, col);
         for (size_t q = 0; q < crs; q++) /* patch [ohw, crs]: each position's patch contiguous */
@@ -245,8 +276,19 @@ static cudnnStatus_t backward_filter(const problem *p, cudnnMathType_t m, const 
             }
         }
     }
-    for (size_t e = 0; st == CUDNN_STATUS_SUCCESS && e < (size_t)p->k * crs; e++) put(&wo[e], dw[e], al, be);
-    free(x), free(y), free(col), free(patch), free(dw);
+    free(col), free(patch);
+    return st;
+}
+
+/* a direction on tensors as they lie: its two inputs loaded as math m takes them, the sums stored into the output */
+typedef cudnnStatus_t (*direction)(const problem *, const double *, const double *, double *);
+static cudnnStatus_t run(direction f, const problem *p, cudnnMathType_t m, tview va, const void *a, tview vb, const void *b, tview vo,
+                         void *o, const void *al, const void *be) {
+    size_t n = elems(&vo);
+    double *da = load(a, va, m), *db = load(b, vb, m), *r = calloc(n ? n : 1, sizeof *r);
+    cudnnStatus_t st = da && db && r ? f(p, da, db, r) : CUDNN_STATUS_ALLOC_FAILED;
+    if (st == CUDNN_STATUS_SUCCESS) store(o, vo, r, al, be);
+    free(da), free(db), free(r);
     return st;
 }
 
@@ -289,7 +331,7 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, const cudn
     if (!h || !chain(xd, wd, cv, yd, &p)) return refuse("forward: descriptors that do not chain");
     if (!x || !w || !y) return refuse("forward timing without its tensors");
     if (bytes < 4096 || !ws) return refuse("forward timing with less workspace than every algorithm asks for");
-    cudnnStatus_t st = forward(&p, CUDNN_FMA_MATH, x, w, y, &one, &zero); /* timing writes y */
+    cudnnStatus_t st = run(forward, &p, CUDNN_FMA_MATH, of_tensor(xd), x, of_filter(wd), w, of_tensor(yd), y, &one, &zero); /* timing writes y */
     PERF(cudnnConvolutionFwdAlgoPerf_t, perf, n, count);
     return st;
 }
@@ -309,7 +351,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const 
     if (!h || !chain(xd, wd, cv, yd, &p)) return refuse("forward: descriptors that do not chain");
     if (cv->math != algo_math(algo) && cv->math != CUDNN_DEFAULT_MATH) return refuse("forward: a math type its algorithm lacks");
     cudnnStatus_t st = take_ws(algo, ws, bytes);
-    if (st == CUDNN_STATUS_SUCCESS) st = forward(&p, algo_math(algo), x, w, y, alpha, beta);
+    if (st == CUDNN_STATUS_SUCCESS) st = run(forward, &p, algo_math(algo), of_tensor(xd), x, of_filter(wd), w, of_tensor(yd), y, alpha, beta);
     return st;
 }
 
@@ -329,7 +371,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t h, const
     problem p;
     if (!h || !chain(dxd, wd, cv, dyd, &p)) return refuse("backward data: descriptors that do not chain");
     if (!w || !dy || !dx || bytes < 4096 || !ws) return refuse("backward-data timing without its tensors or workspace");
-    cudnnStatus_t st = backward_data(&p, CUDNN_FMA_MATH, w, dy, dx, &one, &zero);
+    cudnnStatus_t st = run(backward_data, &p, CUDNN_FMA_MATH, of_filter(wd), w, of_tensor(dyd), dy, of_tensor(dxd), dx, &one, &zero);
     PERF(cudnnConvolutionBwdDataAlgoPerf_t, perf, n, count);
     return st;
 }
@@ -349,7 +391,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, c
     if (!h || !chain(dxd, wd, cv, dyd, &p)) return refuse("backward data: descriptors that do not chain");
     if (cv->math != algo_math(algo) && cv->math != CUDNN_DEFAULT_MATH) return refuse("backward data: a math type its algorithm lacks");
     cudnnStatus_t st = take_ws(algo, ws, bytes);
-    if (st == CUDNN_STATUS_SUCCESS) st = backward_data(&p, algo_math(algo), w, dy, dx, alpha, beta);
+    if (st == CUDNN_STATUS_SUCCESS) st = run(backward_data, &p, algo_math(algo), of_filter(wd), w, of_tensor(dyd), dy, of_tensor(dxd), dx, alpha, beta);
     return st;
 }
 
@@ -369,7 +411,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t h, con
     problem p;
     if (!h || !chain(xd, dwd, cv, dyd, &p)) return refuse("backward filter: descriptors that do not chain");
     if (!x || !dy || !dw || bytes < 4096 || !ws) return refuse("backward-filter timing without its tensors or workspace");
-    cudnnStatus_t st = backward_filter(&p, CUDNN_FMA_MATH, x, dy, dw, &one, &zero);
+    cudnnStatus_t st = run(backward_filter, &p, CUDNN_FMA_MATH, of_tensor(xd), x, of_tensor(dyd), dy, of_filter(dwd), dw, &one, &zero);
     PERF(cudnnConvolutionBwdFilterAlgoPerf_t, perf, n, count);
     return st;
 }
@@ -389,22 +431,21 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
     if (!h || !chain(xd, dwd, cv, dyd, &p)) return refuse("backward filter: descriptors that do not chain");
     if (cv->math != algo_math(algo) && cv->math != CUDNN_DEFAULT_MATH) return refuse("backward filter: a math type its algorithm lacks");
     cudnnStatus_t st = take_ws(algo, ws, bytes);
-    if (st == CUDNN_STATUS_SUCCESS) st = backward_filter(&p, algo_math(algo), x, dy, dw, alpha, beta);
+    if (st == CUDNN_STATUS_SUCCESS) st = run(backward_filter, &p, algo_math(algo), of_tensor(xd), x, of_tensor(dyd), dy, of_filter(dwd), dw, alpha, beta);
     return st;
 }
 
 cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t dyd, const void *dy,
                                            const void *beta, const cudnnTensorDescriptor_t dbd, void *db) {
-    if (!h || !dyd->set || !dbd->set || dbd->n != 1 || dbd->c != dyd->c || dbd->h != 1 || dbd->w != 1)
+    if (!h || !dyd->set || !dbd->set || dbd->n != 1 || dbd->c != dyd->c || dbd->h != 1 || dbd->w != 1 || dbd->type != dyd->type)
         return refuse("backward bias: descriptors that do not chain");
-    const float *y = dy;
+    tview v = of_tensor(dyd);
+    double *sum = calloc((size_t)dyd->c, sizeof *sum);
+    if (!sum) return CUDNN_STATUS_ALLOC_FAILED;
     size_t hw = (size_t)dyd->h * dyd->w;
-    for (int o = 0; o < dyd->c; o++) {
-        double s = 0;
-        for (int b = 0; b < dyd->n; b++)
-            for (size_t i = 0; i < hw; i++) s += y[((size_t)b * dyd->c + o) * hw + i];
-        put((float *)db + o, s, alpha, beta);
-    }
+    for (size_t e = 0; e < elems(&v); e++) sum[e / hw % (size_t)dyd->c] += get(dy, &v, place(&v, e));
+    store(db, of_tensor(dbd), sum, alpha, beta);
+    free(sum);
     return CUDNN_STATUS_SUCCESS;
 }
 

@@ -310,8 +310,40 @@ static void col_sums_rounded(void) {
     }
 }
 
+extern "C" void kiln_simt_to_nhwc(struct CUstream_st *st, int kind, int64_t imgs, int64_t ch, int64_t hw, const float *x, void *y);
+extern "C" void kiln_simt_from_nhwc(struct CUstream_st *st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, float *x,
+                                    int acc);
+/* convert.cu's channels-last copies over several tiles each way, partial edge tiles and images: [n, c, hw] fp32 to
+ * [n, hw, c] rounded to nearest even, and back (added where acc) */
+static void nhwc_copies(void) {
+    enum { N = 3, C = 45, HW = 70, E = N * C * HW };
+    static float x[E], back[E], was[E];
+    static uint16_t h[E];
+    uint64_t seed = 11;
+    for (int i = 0; i < E; i++) x[i] = (float)((int)(mma_rnd(&seed) % 20001) - 10000) / 4096.f, was[i] = (float)i;
+    for (int f16 = 0; f16 < 2; f16++) {
+        kiln_simt_to_nhwc(NULL, 1 + f16, N, C, HW, x, h);
+        memcpy(back, was, sizeof back);
+        kiln_simt_from_nhwc(NULL, 1 + f16, N, C, HW, h, back, 1);
+        int bad = 0, rounded = 0;
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < C; c++)
+                for (int p = 0; p < HW; p++) {
+                    int i = (n * C + c) * HW + p, o = (n * HW + p) * C + c;
+                    uint16_t want = f16 ? __float2half(x[i]).x : __float2bfloat16(x[i]).x;
+                    float wide = f16 ? __half2float(__half{want}) : __bfloat162float(__nv_bfloat16{want});
+                    bad += h[o] != want || back[i] != was[i] + wide;
+                    rounded += wide != x[i];
+                }
+        kiln_simt_from_nhwc(NULL, 1 + f16, N, C, HW, h, back, 0);
+        for (int i = 0; i < E; i++) bad += back[i] != back[i] || fabsf(back[i] - x[i]) > fabsf(x[i]) / 128;
+        CHECK(bad == 0 && rounded > E / 2, "nhwc copies (%s): %d elements wrong, %d rounded", f16 ? "fp16" : "bf16", bad, rounded);
+    }
+}
+
 int main(void) {
     every_thread_once();
+    nhwc_copies();
     to_half();
     lse_nan();
     col_sums_rounded();

@@ -6,7 +6,17 @@
  * (cuda-autotune-v1.txt beside the cpu's cache) and in checkpoints, so a
  * resumed run keeps its algorithms.
  * --matmul-precision highest keeps convolutions in fp32 FMA math; high and
- * medium let cuDNN use TF32 tensor cores (PyTorch's cudnn.allow_tf32). */
+ * medium let cuDNN use TF32 tensor cores (PyTorch's cudnn.allow_tf32).
+ * A step the autocast pass marked (--precision bf16, auto, fp16) runs on
+ * 16-bit channels-last copies instead (PyTorch's autocast with
+ * channels_last): convert.cu rounds the step's fp32 NCHW inputs to bf16
+ * (fp16) NHWC, KRSC for the filter, in the step's workspace; cuDNN takes
+ * them in tensor-core math, fp32 accumulation; its output is 16-bit (cuDNN's
+ * 16-bit convolutions write their output's type, as PyTorch's autocast
+ * convolutions' outputs are bf16) and is widened into the plan's fp32 NCHW
+ * tensor, added to it where the step accumulates. So beside the operands'
+ * rounding that the reference makes too, a 16-bit convolution's output
+ * carries one rounding more than the reference's (docs/mixed-precision.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +33,68 @@ typedef struct {
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
     cudnnMathType_t math[3];
     size_t ws[3];
+    int half; /* 0 fp32 NCHW; 1 bf16, 2 fp16: the 16-bit channels-last copies of the autocast steps */
 } conv_obj;
+
+/* the three tensors of a convolution: the image x, the filter w, the image y (the roles of a direction's inputs
+ * and output: forward x, w -> y; backward-data dy, w -> dx; backward-filter x, dy -> dw) */
+enum { TX, TW, TY };
+static const int roles[3][3] = {{TX, TW, TY}, {TY, TW, TX}, {TX, TY, TW}};
+
+/* a tensor's shape as convert.cu's [imgs, ch, hw] */
+static void role_dims(const kiln_conv_shape *cs, int r, int64_t d[3]) {
+    if (r == TX) d[0] = cs->n, d[1] = cs->c, d[2] = cs->h * cs->w;
+    else if (r == TW) d[0] = cs->k, d[1] = cs->c, d[2] = cs->r * cs->s;
+    else d[0] = cs->n, d[1] = cs->k, d[2] = cs->oh * cs->ow;
+}
+
+static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
+
+/* the 16-bit copies' bytes after cuDNN's own workspace: x, w and y, each 256-aligned (every direction has all three) */
+static size_t copies_bytes(const kiln_conv_shape *cs) {
+    size_t b = 0;
+    for (int r = TX; r <= TY; r++) {
+        int64_t d[3];
+        role_dims(cs, r, d);
+        b += up256((size_t)(d[0] * d[1] * d[2]) * 2);
+    }
+    return b;
+}
+
+/* where each role's tensor is for cuDNN: the step's own (fp32), or its 16-bit copy at base, the step's fp32
+ * inputs converted into theirs (the output's copy is widened afterwards: widen_output) */
+static void operands(const kiln_step *s, const conv_obj *c, int dir, char *base, void *t[3]) {
+    const int *role = roles[dir];
+    if (!c->half) {
+        t[role[0]] = s->in[0].data, t[role[1]] = s->in[1].data, t[role[2]] = s->out[0].data;
+        return;
+    }
+    size_t off = 0;
+    for (int r = TX; r <= TY; r++) {
+        int64_t d[3];
+        role_dims(&s->sz.conv, r, d);
+        t[r] = base + off;
+        off += up256((size_t)(d[0] * d[1] * d[2]) * 2);
+    }
+    for (int k = 0; k < 2; k++) {
+        int64_t d[3];
+        role_dims(&s->sz.conv, role[k], d);
+        if (s->in[k].data) kiln_cuda_to_nhwc(kiln_cuda_stream(), c->half, d[0], d[1], d[2], s->in[k].data, t[role[k]]);
+    }
+}
+
+/* a 16-bit step's output copy into the step's fp32 output, added to it when acc */
+static void widen_output(const kiln_step *s, const conv_obj *c, int dir, void *const t[3], int acc) {
+    int64_t d[3];
+    role_dims(&s->sz.conv, roles[dir][2], d);
+    kiln_cuda_from_nhwc(kiln_cuda_stream(), c->half, d[0], d[1], d[2], t[roles[dir][2]], s->out[0].data, acc);
+}
+
+/* the autocast pass's mark as the copies' kind: fp16 for --precision fp16, bf16 for bf16 and auto (on tensor
+ * cores bf16 is the faster) */
+static int half_of(const kiln_step *s) {
+    return s->precision == KILN_PRECISION_FP16 ? 2 : s->precision != KILN_PRECISION_FP32 ? 1 : 0;
+}
 
 static cudnnHandle_t handle;
 
@@ -51,7 +122,7 @@ static kiln_status get_handle(void) {
 static struct { char key[192]; int algo, math; } decided[MAX_DECISIONS];
 static int ndecided;
 
-static void problem_key(const kiln_conv_shape *cs, const char *pass, char *key, size_t len) {
+static void problem_key(const kiln_conv_shape *cs, int half, const char *pass, char *key, size_t len) {
     static char gpu[64];
     if (!gpu[0]) {
         struct cudaDeviceProp p;
@@ -59,7 +130,8 @@ static void problem_key(const kiln_conv_shape *cs, const char *pass, char *key, 
         for (char *c = gpu; *c; c++)
             if (*c == ' ') *c = '_';
     }
-    snprintf(key, len, "%s %lldx%lldx%lldx%lld k%lld r%lldx%lld s%lld p%lld m%d %s cudnn%zu", pass, (long long)cs->n,
+    snprintf(key, len, "%s%s %lldx%lldx%lldx%lld k%lld r%lldx%lld s%lld p%lld m%d %s cudnn%zu", pass,
+             half == 2 ? "-fp16" : half ? "-bf16" : "", (long long)cs->n,
              (long long)cs->c, (long long)cs->h, (long long)cs->w, (long long)cs->k, (long long)cs->r, (long long)cs->s,
              (long long)cs->stride, (long long)cs->pad, kiln_cuda_precision(), gpu, cudnnGetVersion());
 }
@@ -130,6 +202,8 @@ void kiln_cuda_conv_release(kiln_step *s) {
 
 static kiln_status describe(const kiln_conv_shape *cs, conv_obj *c) {
     kiln_status st = KILN_OK;
+    cudnnTensorFormat_t f = c->half ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    cudnnDataType_t t = c->half == 2 ? CUDNN_DATA_HALF : c->half ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 #define D(call, what) \
     if (st == KILN_OK) st = dnn(call, what)
     D(cudnnCreateTensorDescriptor(&c->x), "descriptor");
@@ -137,26 +211,27 @@ static kiln_status describe(const kiln_conv_shape *cs, conv_obj *c) {
     D(cudnnCreateTensorDescriptor(&c->b), "descriptor");
     D(cudnnCreateFilterDescriptor(&c->w), "descriptor");
     D(cudnnCreateConvolutionDescriptor(&c->conv), "descriptor");
-    D(cudnnSetTensor4dDescriptor(c->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)cs->n, (int)cs->c, (int)cs->h, (int)cs->w), "x");
-    D(cudnnSetTensor4dDescriptor(c->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)cs->n, (int)cs->k, (int)cs->oh, (int)cs->ow), "y");
+    D(cudnnSetTensor4dDescriptor(c->x, f, t, (int)cs->n, (int)cs->c, (int)cs->h, (int)cs->w), "x");
+    D(cudnnSetTensor4dDescriptor(c->y, f, t, (int)cs->n, (int)cs->k, (int)cs->oh, (int)cs->ow), "y");
     D(cudnnSetTensor4dDescriptor(c->b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, (int)cs->k, 1, 1), "bias");
-    D(cudnnSetFilter4dDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)cs->k, (int)cs->c, (int)cs->r, (int)cs->s), "w");
+    D(cudnnSetFilter4dDescriptor(c->w, t, f, (int)cs->k, (int)cs->c, (int)cs->r, (int)cs->s), "w");
     D(cudnnSetConvolution2dDescriptor(c->conv, (int)cs->pad, (int)cs->pad, (int)cs->stride, (int)cs->stride, 1, 1,
                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT), "convolution");
-    D(cudnnSetConvolutionMathType(c->conv, kiln_cuda_precision() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH), "math type");
+    D(cudnnSetConvolutionMathType(c->conv, c->half || kiln_cuda_precision() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH), "math type");
 #undef D
     return st;
 }
 
-/* the fastest successful result, deterministic ones first; fp32 FMA math only at the highest precision */
-#define PICK(perf, n, out_algo, out_math, out_ws)                                                                   \
+/* the fastest successful result, deterministic ones first; fp32 FMA math only at the highest precision (of an
+ * fp32 convolution: a 16-bit one is on tensor cores at any) */
+#define PICK(perf, n, fma_only, out_algo, out_math, out_ws)                                                                 \
     do {                                                                                                            \
         int best = -1;                                                                                              \
         for (int pass = 0; pass < 2 && best < 0; pass++)                                                            \
             for (int i = 0; i < (n) && best < 0; i++) {                                                             \
                 if ((perf)[i].status != CUDNN_STATUS_SUCCESS) continue;                                             \
                 if (pass == 0 && (perf)[i].determinism != CUDNN_DETERMINISTIC) continue;                            \
-                if (!kiln_cuda_precision() && (perf)[i].mathType != CUDNN_FMA_MATH) continue;                       \
+                if ((fma_only) && (perf)[i].mathType != CUDNN_FMA_MATH) continue;                                   \
                 best = i;                                                                                           \
             }                                                                                                       \
         if (best < 0) return kiln_fail(KILN_ERR_BACKEND, "cuDNN offers no usable algorithm for %s", key);          \
@@ -165,10 +240,24 @@ static kiln_status describe(const kiln_conv_shape *cs, conv_obj *c) {
         out_ws = (perf)[best].memory;                                                                               \
     } while (0)
 
-/* scratch for timing: the plan's workspace does not exist yet */
+/* scratch for timing, the plan's workspace not existing yet: cuDNN's, then a 16-bit step's copies (the step's
+ * real inputs converted into them); none without tuning */
 #define FIND_WS ((size_t)256 << 20)
+static kiln_status scratch(const kiln_step *s, const conv_obj *c, int tune, void **mem) {
+    *mem = NULL;
+    if (!tune) return KILN_OK;
+    size_t bytes = FIND_WS + (c->half ? copies_bytes(&s->sz.conv) : 0);
+    return cudaMalloc(mem, bytes) == cudaSuccess ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "CUDA: no memory to time algorithms");
+}
 
-static kiln_status find_fwd(const kiln_step *s, conv_obj *c, int tune, void *ws, const char *key) {
+/* the step's workspace: cuDNN's for direction dir, then the 16-bit copies */
+static void *copies_at(const conv_obj *c, int dir, void *ws) { return (char *)ws + up256(c->ws[dir]); }
+static void reserve(const kiln_step *s, const conv_obj *c, int dir, kiln_prep *p) {
+    size_t need = c->half ? up256(c->ws[dir]) + copies_bytes(&s->sz.conv) : c->ws[dir];
+    if (need > p->workspace) p->workspace = need;
+}
+
+static kiln_status find_fwd(const kiln_step *s, conv_obj *c, void *mem, const char *key) {
     int math, algo = recall(key, &math), n = 0;
     if (algo >= 0) {
         c->fwd = (cudnnConvolutionFwdAlgo_t)algo;
@@ -177,15 +266,35 @@ static kiln_status find_fwd(const kiln_step *s, conv_obj *c, int tune, void *ws,
         return dnn(cudnnGetConvolutionForwardWorkspaceSize(handle, c->x, c->w, c->conv, c->y, c->fwd, &c->ws[0]), "workspace size");
     }
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    kiln_status st = tune ? dnn(cudnnFindConvolutionForwardAlgorithmEx(handle, c->x, s->in[0].data, c->w, s->in[1].data, c->conv,
-                                                                        c->y, s->out[0].data, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                                        &n, perf, ws, FIND_WS), "timing forward algorithms")
-                          : dnn(cudnnGetConvolutionForwardAlgorithm_v7(handle, c->x, c->w, c->conv, c->y,
-                                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf), "heuristics");
+    void *t[3];
+    if (mem) operands(s, c, 0, (char *)mem + FIND_WS, t);
+    kiln_status st = mem ? dnn(cudnnFindConvolutionForwardAlgorithmEx(handle, c->x, t[TX], c->w, t[TW], c->conv, c->y, t[TY],
+                                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf, mem, FIND_WS),
+                               "timing forward algorithms")
+                         : dnn(cudnnGetConvolutionForwardAlgorithm_v7(handle, c->x, c->w, c->conv, c->y,
+                                                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf), "heuristics");
     if (st != KILN_OK) return st;
-    PICK(perf, n, c->fwd, c->math[0], c->ws[0]);
-    if (tune) remember(key, c->fwd, c->math[0], 0);
+    PICK(perf, n, !c->half && !kiln_cuda_precision(), c->fwd, c->math[0], c->ws[0]);
+    if (mem) remember(key, c->fwd, c->math[0], 0);
     return dnn(cudnnSetConvolutionMathType(c->conv, c->math[0]), "math type");
+}
+
+/* the forward's descriptors and algorithm for copies of kind half (0: fp32) into *out; NULL where cuDNN has none */
+static kiln_status make_fwd(const kiln_step *s, kiln_prep *p, int half, conv_obj **out) {
+    kiln_status st = get_handle();
+    conv_obj *c = calloc(1, sizeof *c);
+    if (!c) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    c->half = half;
+    if (st == KILN_OK) st = describe(&s->sz.conv, c);
+    char key[192];
+    problem_key(&s->sz.conv, c->half, "fwd", key, sizeof key);
+    void *mem = NULL;
+    if (st == KILN_OK) st = scratch(s, c, p->o->autotune && s->in[0].data && s->in[1].data, &mem);
+    if (st == KILN_OK) st = find_fwd(s, c, mem, key);
+    if (mem) cudaFree(mem);
+    if (st != KILN_OK) release(c);
+    else *out = c;
+    return st;
 }
 
 kiln_status kiln_cuda_conv_prepare(kiln_step *s, kiln_prep *p) {
@@ -198,55 +307,51 @@ kiln_status kiln_cuda_conv_prepare(kiln_step *s, kiln_prep *p) {
     if (s->sz.conv.dilation != 1 || s->sz.conv.groups != 1)
         return kiln_fail(KILN_ERR_BACKEND, "%s: the cuda backend has no conv2d kernel for dilation %lld, groups %lld yet",
                          s->name, (long long)s->sz.conv.dilation, (long long)s->sz.conv.groups);
-    kiln_status st = get_handle();
-    conv_obj *c = calloc(1, sizeof *c);
-    if (!c) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
-    if (st == KILN_OK) st = describe(&s->sz.conv, c);
-    char key[192];
-    problem_key(&s->sz.conv, "fwd", key, sizeof key);
-    void *ws = NULL;
-    int tune = p->o->autotune && s->in[0].data && s->in[1].data;
-    if (st == KILN_OK && tune && cudaMalloc(&ws, FIND_WS) != cudaSuccess) st = kiln_fail(KILN_ERR_NOMEM, "CUDA: no memory to time algorithms");
-    if (st == KILN_OK) st = find_fwd(s, c, tune, ws, key);
-    if (ws) cudaFree(ws);
-    if (st != KILN_OK) {
-        release(c);
-        return st;
+    conv_obj *c = NULL;
+    kiln_status st = make_fwd(s, p, half_of(s), &c);
+    if (st == KILN_ERR_BACKEND && half_of(s)) { /* cuDNN refused the 16-bit convolution: this one runs in fp32 */
+        kiln_log(KILN_LOG_WARN, "%s: cuDNN has no %s convolution for this shape (%s): it runs in fp32", s->name,
+                 kiln_precision_name(s->precision), kiln_last_error());
+        s->round_out = 0;
+        st = make_fwd(s, p, 0, &c);
     }
+    if (st != KILN_OK) return st;
     s->kobj = c;
     s->owns_kobj = 1;
-    if (c->ws[0] > p->workspace) p->workspace = c->ws[0];
+    reserve(s, c, 0, p);
     return KILN_OK;
 }
 
-static kiln_status find_bwd(kiln_step *s, conv_obj *c, int tune, void *ws) {
+static kiln_status find_bwd(kiln_step *s, conv_obj *c, void *mem) {
     char key[192];
-    int data = s->op == KILN_OP_CONV2D_BWD_DATA, math, n = 0;
-    problem_key(&s->sz.conv, data ? "bwd_data" : "bwd_weight", key, sizeof key);
+    int data = s->op == KILN_OP_CONV2D_BWD_DATA, math, n = 0, fma_only = !c->half && !kiln_cuda_precision();
+    problem_key(&s->sz.conv, c->half, data ? "bwd_data" : "bwd_weight", key, sizeof key);
     int algo = recall(key, &math);
+    void *t[3];
+    if (mem && algo < 0) operands(s, c, data ? 1 : 2, (char *)mem + FIND_WS, t);
     kiln_status st = KILN_OK;
     if (data) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         if (algo >= 0) perf[0] = (cudnnConvolutionBwdDataAlgoPerf_t){.algo = algo, .mathType = math, .determinism = CUDNN_DETERMINISTIC}, n = 1;
-        else if (tune) st = dnn(cudnnFindConvolutionBackwardDataAlgorithmEx(handle, c->w, s->in[1].data, c->y, s->in[0].data, c->conv, c->x,
-                                                                             s->out[0].data, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf, ws, FIND_WS), "timing backward-data algorithms");
+        else if (mem) st = dnn(cudnnFindConvolutionBackwardDataAlgorithmEx(handle, c->w, t[TW], c->y, t[TY], c->conv, c->x, t[TX],
+                                                                            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf, mem, FIND_WS), "timing backward-data algorithms");
         else st = dnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, c->w, c->y, c->conv, c->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf), "heuristics");
         if (st != KILN_OK) return st;
-        PICK(perf, n, c->bwd_data, c->math[1], c->ws[1]);
+        PICK(perf, n, fma_only, c->bwd_data, c->math[1], c->ws[1]);
         cudnnSetConvolutionMathType(c->conv, c->math[1]);
         st = dnn(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, c->w, c->y, c->conv, c->x, c->bwd_data, &c->ws[1]), "workspace size");
-        if (tune && algo < 0) remember(key, c->bwd_data, c->math[1], 0);
+        if (mem && algo < 0) remember(key, c->bwd_data, c->math[1], 0);
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         if (algo >= 0) perf[0] = (cudnnConvolutionBwdFilterAlgoPerf_t){.algo = algo, .mathType = math, .determinism = CUDNN_DETERMINISTIC}, n = 1;
-        else if (tune) st = dnn(cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, c->x, s->in[0].data, c->y, s->in[1].data, c->conv, c->w,
-                                                                               s->out[0].data, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf, ws, FIND_WS), "timing backward-weight algorithms");
+        else if (mem) st = dnn(cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, c->x, t[TX], c->y, t[TY], c->conv, c->w, t[TW],
+                                                                              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf, mem, FIND_WS), "timing backward-weight algorithms");
         else st = dnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, c->x, c->y, c->conv, c->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf), "heuristics");
         if (st != KILN_OK) return st;
-        PICK(perf, n, c->bwd_filter, c->math[2], c->ws[2]);
+        PICK(perf, n, fma_only, c->bwd_filter, c->math[2], c->ws[2]);
         cudnnSetConvolutionMathType(c->conv, c->math[2]);
         st = dnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, c->x, c->y, c->conv, c->w, c->bwd_filter, &c->ws[2]), "workspace size");
-        if (tune && algo < 0) remember(key, c->bwd_filter, c->math[2], 0);
+        if (mem && algo < 0) remember(key, c->bwd_filter, c->math[2], 0);
     }
     return st;
 }
@@ -255,17 +360,20 @@ kiln_status kiln_cuda_conv_bwd_prepare(kiln_step *s, kiln_prep *p) {
     if (s->fwd_step < 0 || !p->steps[s->fwd_step].kobj) return kiln_fail(KILN_ERR_INVALID_ARG, "no forward step to differentiate");
     const kiln_step *f = &p->steps[s->fwd_step];
     conv_obj *c = f->kobj;
+    /* the descriptors are the forward step's: one precision for the three directions (the autocast pass marks all) */
+    if (half_of(s) != half_of(f))
+        return kiln_fail(KILN_ERR_BACKEND, "%s: precision %s, its forward step %s's %s: the cuda backend runs a convolution's "
+                         "directions in one", s->name, kiln_precision_name(s->precision), f->name, kiln_precision_name(f->precision));
+    if (!c->half) s->round_out = 0; /* the forward found no 16-bit algorithm: fp32 */
     s->sz = f->sz;
     s->kobj = c;
     s->owns_kobj = 0;
     kiln_status st = get_handle();
-    void *ws = NULL;
-    int tune = p->o->autotune && s->in[0].data && s->in[1].data && s->out[0].data;
-    if (st == KILN_OK && tune && cudaMalloc(&ws, FIND_WS) != cudaSuccess) st = kiln_fail(KILN_ERR_NOMEM, "CUDA: no memory to time algorithms");
-    if (st == KILN_OK) st = find_bwd(s, c, tune, ws);
-    if (ws) cudaFree(ws);
-    int k = s->op == KILN_OP_CONV2D_BWD_DATA ? 1 : 2;
-    if (st == KILN_OK && c->ws[k] > p->workspace) p->workspace = c->ws[k];
+    void *mem = NULL;
+    if (st == KILN_OK) st = scratch(s, c, p->o->autotune && s->in[0].data && s->in[1].data && s->out[0].data, &mem);
+    if (st == KILN_OK) st = find_bwd(s, c, mem);
+    if (mem) cudaFree(mem);
+    if (st == KILN_OK) reserve(s, c, s->op == KILN_OP_CONV2D_BWD_DATA ? 1 : 2, p);
     return st;
 }
 
@@ -275,9 +383,12 @@ static const float one = 1.0f, zero = 0.0f;
 
 kiln_status kiln_cuda_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
     conv_obj *c = s->kobj;
+    void *t[3];
+    operands(s, c, 0, copies_at(c, 0, rc->workspace), t);
     cudnnSetConvolutionMathType(c->conv, c->math[0]);
-    kiln_status st = dnn(cudnnConvolutionForward(handle, &one, c->x, s->in[0].data, c->w, s->in[1].data, c->conv, c->fwd,
-                                                 rc->workspace, c->ws[0], &zero, c->y, s->out[0].data), "forward");
+    kiln_status st = dnn(cudnnConvolutionForward(handle, &one, c->x, t[TX], c->w, t[TW], c->conv, c->fwd, rc->workspace, c->ws[0],
+                                                 &zero, c->y, t[TY]), "forward");
+    if (st == KILN_OK && c->half) widen_output(s, c, 0, t, 0);
     const kiln_conv_shape *cs = &s->sz.conv;
     if (st == KILN_OK && (s->nin > 2 || s->epilogue == KILN_EPI_RELU))
         kiln_cuda_bias_relu(kiln_cuda_stream(), cs->n, cs->k, cs->oh * cs->ow, s->nin > 2 ? s->in[2].data : NULL,
@@ -285,21 +396,35 @@ kiln_status kiln_cuda_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
     return st;
 }
 
+/* cuDNN accumulates an fp32 output through beta; a 16-bit step's output is a fresh copy, added when widened */
+static const float *beta_of(const conv_obj *c, int acc) { return acc && !c->half ? &one : &zero; }
+
 kiln_status kiln_cuda_conv_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) {
     conv_obj *c = s->kobj;
+    void *t[3];
+    int acc = kiln_step_acc(s, rc, 0);
+    operands(s, c, 1, copies_at(c, 1, rc->workspace), t);
     cudnnSetConvolutionMathType(c->conv, c->math[1]);
-    return dnn(cudnnConvolutionBackwardData(handle, &one, c->w, s->in[1].data, c->y, s->in[0].data, c->conv, c->bwd_data,
-                                            rc->workspace, c->ws[1], kiln_step_acc(s, rc, 0) ? &one : &zero, c->x, s->out[0].data),
-               "backward data");
+    kiln_status st = dnn(cudnnConvolutionBackwardData(handle, &one, c->w, t[TW], c->y, t[TY], c->conv, c->bwd_data, rc->workspace,
+                                                      c->ws[1], beta_of(c, acc), c->x, t[TX]), "backward data");
+    if (st == KILN_OK && c->half) widen_output(s, c, 1, t, acc);
+    return st;
 }
 
 kiln_status kiln_cuda_conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
     conv_obj *c = s->kobj;
+    void *t[3];
+    int acc = kiln_step_acc(s, rc, 0);
+    operands(s, c, 2, copies_at(c, 2, rc->workspace), t);
     cudnnSetConvolutionMathType(c->conv, c->math[2]);
-    kiln_status st = dnn(cudnnConvolutionBackwardFilter(handle, &one, c->x, s->in[0].data, c->y, s->in[1].data, c->conv, c->bwd_filter,
-                                                        rc->workspace, c->ws[2], kiln_step_acc(s, rc, 0) ? &one : &zero, c->w,
-                                                        s->out[0].data), "backward weight");
-    if (st == KILN_OK && s->nout > 1 && s->out[1].data)
+    kiln_status st = dnn(cudnnConvolutionBackwardFilter(handle, &one, c->x, t[TX], c->y, t[TY], c->conv, c->bwd_filter, rc->workspace,
+                                                        c->ws[2], beta_of(c, acc), c->w, t[TW]), "backward weight");
+    if (st == KILN_OK && c->half) widen_output(s, c, 2, t, acc);
+    if (st != KILN_OK || s->nout < 2 || !s->out[1].data) return st;
+    const kiln_conv_shape *cs = &s->sz.conv;
+    if (c->half) /* dy's 16-bit copy as rows of K channels: the bias gradient sums dy rounded, as the reference does */
+        kiln_cuda_col_sums(kiln_cuda_stream(), cs->n * cs->oh * cs->ow, cs->k, t[TY], c->half, 0, s->out[1].data, kiln_step_acc(s, rc, 1));
+    else
         st = dnn(cudnnConvolutionBackwardBias(handle, &one, c->y, s->in[1].data, kiln_step_acc(s, rc, 1) ? &one : &zero, c->b,
                                               s->out[1].data), "bias gradient");
     return st;

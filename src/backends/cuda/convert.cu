@@ -1,11 +1,15 @@
 // fp32 to bf16 or fp16 (round to nearest even, as cuda_bf16.h and
-// cuda_fp16.h round), two elements a thread: the 16-bit operands linear.c
-// gives cuBLASLt under KILN_CUDA_GEMM=half. Reference: the cpu's own rounding
-// (src/backends/cpu/precision.c), checked on simt by test_simt.
+// cuda_fp16.h round): the 16-bit operands linear.c gives cuBLASLt under
+// KILN_CUDA_GEMM=half, two elements a thread; and the channels-last 16-bit
+// copies conv.c gives cuDNN's tensor cores under --precision bf16/fp16, with
+// the way back (its 16-bit outputs widened into the plan's NCHW fp32 tensors).
+// Reference: the cpu's own rounding (src/backends/cpu/precision.c), checked on
+// simt by test_simt; the layouts by test_ops' bf16 cases on simt.
 #include <string.h>
 #include "backends/cuda/internal/cuda.h"
 #include "backends/cuda/internal/block.h"
 #include "backends/cuda/internal/mma.h"
+#include "backends/cuda/internal/half_out.h"
 
 template <class E> __global__ void k_to_half(int64_t n, const float *x, unsigned char *y) {
     int64_t pairs = n / 2;
@@ -22,4 +26,47 @@ template <class E> __global__ void k_to_half(int64_t n, const float *x, unsigned
 extern "C" void kiln_cuda_to_half(kcs st, int f16, int64_t n, const float *x, void *y) {
     if (f16) KLAUNCH(k_to_half<fp16>, GO(n / 2 + 1))(n, x, (unsigned char *)y);
     else KLAUNCH(k_to_half<bf16>, GO(n / 2 + 1))(n, x, (unsigned char *)y);
+}
+
+/* [imgs, ch, hw] <-> [imgs, hw, ch] through a TT x TT tile of shared memory, so both sides read and write whole
+ * rows of consecutive elements; images along the grid's z (the planes of a batch, or the K filters) */
+#define TT 32
+__global__ void k_to_nhwc(int kind, int64_t imgs, int64_t ch, int64_t hw, const float *x, void *y) {
+    __shared__ float t[TT][TT + 1];
+    int64_t c0 = (int64_t)blockIdx.y * TT, p0 = (int64_t)blockIdx.x * TT;
+    for (int64_t img = blockIdx.z; img < imgs; img += gridDim.z) {
+        int64_t base = img * ch * hw;
+        __syncthreads(); /* the previous image's tile is written out */
+        for (int r = threadIdx.y; r < TT; r += blockDim.y)
+            if (c0 + r < ch && p0 + threadIdx.x < hw) t[r][threadIdx.x] = x[base + (c0 + r) * hw + p0 + threadIdx.x];
+        __syncthreads();
+        for (int r = threadIdx.y; r < TT; r += blockDim.y)
+            if (p0 + r < hw && c0 + threadIdx.x < ch) put_kind(y, kind, base + (p0 + r) * ch + c0 + threadIdx.x, t[threadIdx.x][r]);
+    }
+}
+
+__global__ void k_from_nhwc(int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, float *x, int acc) {
+    __shared__ float t[TT][TT + 1];
+    int64_t c0 = (int64_t)blockIdx.y * TT, p0 = (int64_t)blockIdx.x * TT;
+    for (int64_t img = blockIdx.z; img < imgs; img += gridDim.z) {
+        int64_t base = img * ch * hw;
+        __syncthreads();
+        for (int r = threadIdx.y; r < TT; r += blockDim.y)
+            if (p0 + r < hw && c0 + threadIdx.x < ch) t[r][threadIdx.x] = get_kind(y, kind, base + (p0 + r) * ch + c0 + threadIdx.x);
+        __syncthreads();
+        for (int r = threadIdx.y; r < TT; r += blockDim.y)
+            if (c0 + r < ch && p0 + threadIdx.x < hw) PUT(x[base + (c0 + r) * hw + p0 + threadIdx.x], t[threadIdx.x][r]);
+    }
+}
+
+static dim3 tiles(int64_t imgs, int64_t ch, int64_t hw) {
+    return dim3((unsigned)((hw + TT - 1) / TT), (unsigned)((ch + TT - 1) / TT), (unsigned)(imgs < 65535 ? imgs : 65535));
+}
+
+extern "C" void kiln_cuda_to_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const float *x, void *y) {
+    KLAUNCH(k_to_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, x, y);
+}
+
+extern "C" void kiln_cuda_from_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, float *x, int acc) {
+    KLAUNCH(k_from_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, y, x, acc);
 }

@@ -358,15 +358,19 @@ static kiln_status bmm_prepare(kiln_step *s, kiln_prep *p) {
                          kiln_cuda_bmm_max_batch_dims());
     return KILN_OK;
 }
+/* the autocast pass's steps round their operands: fp16 under --precision fp16, else bf16 (auto too, as linear) */
+static int bmm_round(const kiln_step *s) {
+    return s->precision == KILN_PRECISION_FP16 ? 2 : s->precision != KILN_PRECISION_FP32 ? 1 : 0;
+}
 #define BMM(z) (z)->nbatch, (z)->batch, (z)->m, (z)->k, (z)->n, (z)->a_stride, (z)->b_stride
 static kiln_status bmm(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
-    kiln_cuda_bmm(ST, BMM(&s->sz.bmm), F(s->in[0]), F(s->in[1]), F(s->out[0]));
+    kiln_cuda_bmm(ST, bmm_round(s), BMM(&s->sz.bmm), F(s->in[0]), F(s->in[1]), F(s->out[0]));
     DONE("bmm");
 }
 /* in: a, b, dy; out: da?, db? */
 static kiln_status bmm_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_cuda_bmm_bwd(ST, BMM(&s->sz.bmm), F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), s->nout > 1 ? F(s->out[1]) : NULL,
+    kiln_cuda_bmm_bwd(ST, bmm_round(s), BMM(&s->sz.bmm), F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), s->nout > 1 ? F(s->out[1]) : NULL,
                       ACC(0), s->nout > 1 ? ACC(1) : 0);
     DONE("bmm backward");
 }
@@ -581,9 +585,10 @@ static kiln_status adadelta(const kiln_step *s, const kiln_run_ctx *rc) {
 
 const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
 #if !defined(KILN_SIMT) || defined(KILN_SIMT_CUDNN) /* simt: conv.c over a host cuDNN where it is built */
-    [KILN_OP_CONV2D] = {kiln_cuda_conv_fwd, kiln_cuda_conv_prepare, kiln_cuda_conv_release},
-    [KILN_OP_CONV2D_BWD_DATA] = {kiln_cuda_conv_bwd_data, kiln_cuda_conv_bwd_prepare},
-    [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cuda_conv_bwd_weight, kiln_cuda_conv_bwd_prepare},
+    /* autocast steps on 16-bit channels-last copies: cuDNN writes their output in 16 bits (conv.c) */
+    [KILN_OP_CONV2D] = {kiln_cuda_conv_fwd, kiln_cuda_conv_prepare, kiln_cuda_conv_release, .round_out = 1},
+    [KILN_OP_CONV2D_BWD_DATA] = {kiln_cuda_conv_bwd_data, kiln_cuda_conv_bwd_prepare, .round_out = 1},
+    [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cuda_conv_bwd_weight, kiln_cuda_conv_bwd_prepare, .round_out = 1},
 #endif
 #if !defined(KILN_SIMT) || defined(KILN_SIMT_CUBLASLT) /* simt: linear.c over a host cuBLASLt where it is built */
     [KILN_OP_LINEAR] = {kiln_cuda_linear_fwd, kiln_cuda_linear_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},

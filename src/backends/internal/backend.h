@@ -75,6 +75,7 @@ struct kiln_step {
     uint8_t param_grad[KILN_OP_MAX_OUT]; /* output k is a parameter gradient: adds while accumulating */
     int epilogue;                     /* KILN_EPI_* */
     int precision;                    /* kiln_precision of the node; a backend deciding `auto` sets fp32 or bf16 */
+    uint8_t round_out;                /* outputs written rounded to the step's 16 bits (kiln_kernel.round_out) */
     kiln_attrs attr;
     uint64_t key;                     /* counter-based RNG key (random ops) */
     int64_t batch;
@@ -159,6 +160,11 @@ typedef struct kiln_kernel {
     /* batch norm: takes KILN_EPI_ADD_RELU (a residual add and relu after it; input 6
      * the residual, tied to x's layout); the fusion pass fuses only where set */
     int add_relu;
+    /* outputs (bit k: output k) this kernel writes rounded to 16 bits on a step of precision bf16 or fp16 (cuDNN's
+     * 16-bit convolutions write their outputs' type, as PyTorch's autocast convolutions do); an accumulated output
+     * adds the rounded value. The plan marks the steps (kiln_step.round_out); the reference reproduces the
+     * marks when compiled with kiln_compile_opts.round_outputs_as this backend. 0: outputs in fp32 */
+    unsigned round_out;
 } kiln_kernel;
 #define KILN_TIE_OUT(k) (1u << (8 + (k)))
 

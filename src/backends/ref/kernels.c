@@ -40,9 +40,27 @@ static kiln_status from_fwd(kiln_step *s, kiln_prep *p) {
     return KILN_OK;
 }
 
+/* A backend's 16-bit convolution output (kiln_step.round_out, the cuda backend's cuDNN): the convolution's sum is
+ * rounded to the step's 16 bits, then the bias (and residual, epilogue) added in full precision; a rounded
+ * gradient is added as rounded where it accumulates */
+static int rounds(const kiln_step *s) { return s->round_out & 1; }
+
+static void conv_bias(const kiln_conv_shape *cs, const double *b, double *y) {
+    int64_t ohw = cs->oh * cs->ow;
+    for (int64_t i = 0; b && i < cs->n * cs->k * ohw; i++) y[i] += b[i / ohw % cs->k];
+}
+
+/* the convolution into y, its sum rounded where the step rounds, then the bias */
+static void conv_sum(const kiln_step *s, const double *b, double *y) {
+    kiln_ref_conv2d_fwd(&s->sz.conv, D(s->in[0]), D(s->in[1]), rounds(s) ? NULL : b, y);
+    if (!rounds(s)) return;
+    kiln_ref_round_reduced(s, y, s->out[0].numel);
+    conv_bias(&s->sz.conv, b, y);
+}
+
 static kiln_status conv(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
-    kiln_ref_conv2d_fwd(&s->sz.conv, D(s->in[0]), D(s->in[1]), s->nin > 2 ? D(s->in[2]) : NULL, D(s->out[0]));
+    conv_sum(s, s->nin > 2 ? D(s->in[2]) : NULL, D(s->out[0]));
     epilogue_relu(s);
     return KILN_OK;
 }
@@ -53,19 +71,43 @@ static kiln_status conv_add(const kiln_step *s, const kiln_run_ctx *rc) {
     int64_t n = s->out[0].numel;
     double *y = D(s->out[0]), *r = D(s->in[3]), *t = y;
     if (r == y && !(t = malloc((size_t)n * sizeof *t))) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", s->name);
-    kiln_ref_conv2d_fwd(&s->sz.conv, D(s->in[0]), D(s->in[1]), D(s->in[2]), t);
+    conv_sum(s, D(s->in[2]), t);
     for (int64_t i = 0; i < n; i++) y[i] = t[i] + r[i];
     if (t != y) free(t);
     epilogue_relu(s);
     return KILN_OK;
 }
 
+/* a rounded gradient's values t into out: written, or added where the step accumulates */
+static void put_rounded(const kiln_step *s, double *t, int64_t n, double *out, int acc) {
+    kiln_ref_round_reduced(s, t, n);
+    for (int64_t i = 0; i < n; i++) out[i] = acc ? out[i] + t[i] : t[i];
+}
+
 static kiln_status conv_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_ref_conv2d_bwd_data(&s->sz.conv, D(s->in[0]), D(s->in[1]), D(s->out[0]), ACC(0));
+    int64_t n = s->out[0].numel;
+    double *t = rounds(s) ? calloc((size_t)n, sizeof *t) : NULL;
+    if (rounds(s) && !t) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", s->name);
+    kiln_ref_conv2d_bwd_data(&s->sz.conv, D(s->in[0]), D(s->in[1]), t ? t : D(s->out[0]), t ? 0 : ACC(0));
+    if (t) put_rounded(s, t, n, D(s->out[0]), ACC(0));
+    free(t);
+    return KILN_OK;
+}
+
+/* dw rounded (the bias gradient, summed from the rounded dy, is not): both into fresh sums first */
+static kiln_status conv_bwd_weight_rounded(const kiln_step *s, const kiln_run_ctx *rc) {
+    int64_t n = s->out[0].numel, k = s->sz.conv.k;
+    double *db = s->nout > 1 ? D(s->out[1]) : NULL, *t = calloc((size_t)(n + k), sizeof *t);
+    if (!t) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", s->name);
+    kiln_ref_conv2d_bwd_weight(&s->sz.conv, D(s->in[0]), D(s->in[1]), t, db ? t + n : NULL, 0);
+    put_rounded(s, t, n, D(s->out[0]), ACC(0));
+    for (int64_t i = 0; db && i < k; i++) db[i] = ACC(1) ? db[i] + t[n + i] : t[n + i];
+    free(t);
     return KILN_OK;
 }
 
 static kiln_status conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
+    if (rounds(s)) return conv_bwd_weight_rounded(s, rc);
     const kiln_conv_shape *cs = &s->sz.conv;
     double *db = s->nout > 1 ? D(s->out[1]) : NULL;
     if (db && ACC(1) != ACC(0)) {

@@ -82,6 +82,9 @@ kiln_dtype kiln_plan_dtype(const kiln_plan *pl, kiln_value v);
 void *kiln_plan_ptr(const kiln_plan *pl, kiln_value v);
 /* plan_steps.c: makes and prepares the step list of one batch size */
 kiln_status kiln_plan_build_list(kiln_plan *pl, int64_t batch, kiln_steplist *L, size_t *workspace);
+/* the outputs of node i's step written rounded to its 16 bits: those the kernel of its op declares
+ * (kiln_kernel.round_out) on the plan's backend, or on the one named by round_outputs_as, where autocast marked it */
+uint8_t kiln_plan_round_out(const kiln_plan *pl, int i);
 void kiln_plan_free_list(kiln_plan *pl, kiln_steplist *L);
 /* plan_late.c: around a run with late read-outs (kiln_plan_set_late_loss) */
 kiln_status kiln_plan_late_begin(kiln_plan *pl);

@@ -249,12 +249,17 @@ void kiln_cuda_flash_mma_bwd(kcs st, int fp16, int64_t b, int64_t t, int64_t c, 
                              float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
 /* convert.cu: n floats rounded to bf16 (fp16 when fp16) into y (2n bytes, 4-byte aligned) */
 void kiln_cuda_to_half(kcs st, int fp16, int64_t n, const float *x, void *y);
+/* x [imgs, ch, hw] fp32 into y [imgs, hw, ch] of kind (1 bf16, 2 fp16), rounded to nearest even: channels last
+ * (conv.c's 16-bit copies: images N x C x HW, filters K x C x RS); and back, added to x when acc */
+void kiln_cuda_to_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const float *x, void *y);
+void kiln_cuda_from_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, float *x, int acc);
 /* bmm.cu: y [..., m, n] = a [..., m, k] @ b [..., k, n] over nb batch dims (at most kiln_cuda_bmm_max_batch_dims());
- * a and b through their strides (nb + 2 each), y, dy, da, db contiguous; da or db NULL: not wanted */
+ * a and b through their strides (nb + 2 each), y, dy, da, db contiguous; da or db NULL: not wanted; every operand
+ * rounded to kind rk first (1 bf16, 2 fp16: the autocast pass's steps; 0 none) */
 int kiln_cuda_bmm_max_batch_dims(void);
-void kiln_cuda_bmm(kcs st, int nb, const int64_t *batch, int64_t m, int64_t k, int64_t n, const int64_t *a_stride,
+void kiln_cuda_bmm(kcs st, int rk, int nb, const int64_t *batch, int64_t m, int64_t k, int64_t n, const int64_t *a_stride,
                    const int64_t *b_stride, const float *a, const float *b, float *y);
-void kiln_cuda_bmm_bwd(kcs st, int nb, const int64_t *batch, int64_t m, int64_t k, int64_t n, const int64_t *a_stride,
+void kiln_cuda_bmm_bwd(kcs st, int rk, int nb, const int64_t *batch, int64_t m, int64_t k, int64_t n, const int64_t *a_stride,
                        const int64_t *b_stride, const float *a, const float *b, const float *dy, float *da, float *db,
                        int acc_a, int acc_b);
 /* fused.cu: n elements of every tensor of P (passed by value: a captured graph keeps it) */

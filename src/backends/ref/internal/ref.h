@@ -12,5 +12,7 @@ extern const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT];
 kiln_status kiln_ref_run_reduced(const kiln_step *s, const kiln_run_ctx *rc);
 double kiln_ref_round_bf16(double v);
 double kiln_ref_round_fp16(double v);
+/* n values rounded to the step's 16 bits (fp16 for precision fp16, else bf16) */
+void kiln_ref_round_reduced(const kiln_step *s, double *v, int64_t n);
 
 #endif
