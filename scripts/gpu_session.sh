@@ -84,8 +84,10 @@ stage_profile() { # where a step's time goes: every kernel timed alone (kiln ben
         --device cuda --matmul-precision medium --precision bf16 --steps 3 --warmup 1 --profile
     KILN_CUDA_FLASH=mma KILN_CUDA_GEMM=half KILN_CUDA_STORE=half "$KILN_BIN" bench step --model gpt --layers 12 --heads 12 \
         --dim 768 --block 1024 --vocab 50257 --batch-size 16 --device cuda --matmul-precision medium --precision bf16 --steps 3 --warmup 1 --profile
+    # bf16: the convolutions on 16-bit channels-last copies (conv.c, since 2026-11-30 late; the fp32 profile is in
+    # bench/README.md)
     "$KILN_BIN" bench step --model resnet50 --size 224 --num-classes 1000 --batch-size 256 \
-        --device cuda --matmul-precision medium --steps 3 --warmup 1 --profile
+        --device cuda --matmul-precision medium --precision bf16 --steps 3 --warmup 1 --profile
 }
 
 printf '%s\n' "stage rc seconds" >"$OUT/summary"

@@ -5,7 +5,12 @@
  * output that only linears of the plan's precision read (and its views with
  * it), in bf16 or fp16 by the precision. What it must not: with precision
  * fp32 or auto, without a table, a value another op also reads, a plan
- * output, a reader left at fp32, a value written twice or accumulated. */
+ * output, a reader left at fp32, a value written twice or accumulated.
+ * And a value its writer rounds itself (round_out: the cuda backend's
+ * 16-bit convolutions): a bias-free convolution's output that only its batch
+ * norm reads (at fp32, with 16-bit slots), forward and backward; not where the
+ * writer is left at fp32, without round_out, with a bias (no slot), or where
+ * a relu's backward reads the backward-data output without a slot. */
 #include <string.h>
 #include "graph/internal/graph.h"
 #include "testutil.h"
@@ -50,7 +55,7 @@ static void test_marks(void) {
         for (int p = KILN_PRECISION_BF16; p <= KILN_PRECISION_FP16; p += 2) {
             net n = build(0, training);
             kiln_pass_autocast(n.g, p);
-            int count = kiln_pass_half_store(n.g, p, table);
+            int count = kiln_pass_half_store(n.g, p, table, NULL);
             int want = p == KILN_PRECISION_FP16 ? 2 : 1;
             CHECK_MSG(marked(&n, n.ln) == want && marked(&n, n.view) == want && marked(&n, n.gelu) == want,
                       "training %d, %s: layer norm %d, its view %d, GELU %d (want %d)", training, kiln_precision_name(p),
@@ -68,19 +73,19 @@ static void test_marks(void) {
 static void test_not_marked(void) {
     net n = build(0, 1);
     kiln_pass_autocast(n.g, KILN_PRECISION_BF16);
-    CHECK(kiln_pass_half_store(n.g, KILN_PRECISION_FP32, table) == 0);
-    CHECK(kiln_pass_half_store(n.g, KILN_PRECISION_AUTO, table) == 0);
+    CHECK(kiln_pass_half_store(n.g, KILN_PRECISION_FP32, table, NULL) == 0);
+    CHECK(kiln_pass_half_store(n.g, KILN_PRECISION_AUTO, table, NULL) == 0);
     kiln_half_slots_fn none[KILN_OP_COUNT] = {0};
-    CHECK(kiln_pass_half_store(n.g, KILN_PRECISION_BF16, none) == 0);
+    CHECK(kiln_pass_half_store(n.g, KILN_PRECISION_BF16, none, NULL) == 0);
     kiln_graph_free(n.g);
 
     n = build(0, 1); /* readers left at fp32: autocast not run */
-    CHECK_MSG(kiln_pass_half_store(n.g, KILN_PRECISION_BF16, table) == 0, "readers at fp32: something marked");
+    CHECK_MSG(kiln_pass_half_store(n.g, KILN_PRECISION_BF16, table, NULL) == 0, "readers at fp32: something marked");
     kiln_graph_free(n.g);
 
     n = build(1, 1); /* a relu (and its backward) also reads the layer norm's output */
     kiln_pass_autocast(n.g, KILN_PRECISION_BF16);
-    kiln_pass_half_store(n.g, KILN_PRECISION_BF16, table);
+    kiln_pass_half_store(n.g, KILN_PRECISION_BF16, table, NULL);
     CHECK_MSG(!marked(&n, n.ln) && !marked(&n, n.view) && marked(&n, n.gelu), "a second reader: layer norm %d, GELU %d",
               marked(&n, n.ln), marked(&n, n.gelu));
     kiln_graph_free(n.g);
@@ -88,7 +93,7 @@ static void test_not_marked(void) {
     n = build(0, 1); /* a plan output */
     n.g->vals[n.gelu].output = 1;
     kiln_pass_autocast(n.g, KILN_PRECISION_BF16);
-    kiln_pass_half_store(n.g, KILN_PRECISION_BF16, table);
+    kiln_pass_half_store(n.g, KILN_PRECISION_BF16, table, NULL);
     CHECK_MSG(!marked(&n, n.gelu) && marked(&n, n.ln), "a plan output marked (%d)", marked(&n, n.gelu));
     kiln_graph_free(n.g);
 
@@ -98,13 +103,54 @@ static void test_not_marked(void) {
         if (n.g->nodes[i].op == KILN_OP_GELU) w = i;
     if (w >= 0) n.g->nodes[w].acc[0] = 1;
     kiln_pass_autocast(n.g, KILN_PRECISION_BF16);
-    kiln_pass_half_store(n.g, KILN_PRECISION_BF16, table);
+    kiln_pass_half_store(n.g, KILN_PRECISION_BF16, table, NULL);
     CHECK_MSG(w >= 0 && !marked(&n, n.gelu), "an accumulated output marked");
     kiln_graph_free(n.g);
 }
 
+/* conv's output is 16-bit where it has no bias (the cuda backend adds a bias in fp32 after the rounding) */
+static unsigned conv_out(int nin, int nout) { return (void)nout, nin == 2 ? 1u << 8 : 0; }
+
+/* x -> conv1 -> bn1 -> relu -> conv2 -> bn2 -> sum, trained; conv2 with a bias when `bias` */
+static kiln_value bn_of(kiln_graph *g, kiln_value x, const char *name, int c) {
+    char n[5][32];
+    const char *what[5] = {"w", "b", "mean", "var", "n"};
+    for (int k = 0; k < 5; k++) snprintf(n[k], sizeof n[k], "%s.%s", name, what[k]);
+    return kiln_batch_norm2d(g, x, kiln_param(g, n[0], 1, (int64_t[]){c}, 1), kiln_param(g, n[1], 1, (int64_t[]){c}, 1),
+                             kiln_buffer(g, n[2], KILN_F32, 1, (int64_t[]){c}, 0), kiln_buffer(g, n[3], KILN_F32, 1, (int64_t[]){c}, 1),
+                             kiln_buffer(g, n[4], KILN_I64, 0, NULL, 0), 0.1f, 1e-5f);
+}
+static void test_rounded_writer(void) {
+    kiln_half_slots_fn t[KILN_OP_COUNT] = {0};
+    t[KILN_OP_CONV2D] = conv_out;
+    t[KILN_OP_CONV2D_BWD_DATA] = out0;
+    t[KILN_OP_BATCH_NORM2D] = in0;
+    t[KILN_OP_BATCH_NORM2D_BWD] = in01;
+    unsigned rounds[KILN_OP_COUNT] = {0};
+    rounds[KILN_OP_CONV2D] = rounds[KILN_OP_CONV2D_BWD_DATA] = rounds[KILN_OP_CONV2D_BWD_WEIGHT] = 1;
+    for (int v = 0; v < 4; v++) { /* 0: as the cuda backend; 1: no autocast; 2: no round_out; 3: conv2 with a bias */
+        kiln_graph *g = kiln_graph_new();
+        kiln_value x = kiln_input(g, "x", KILN_F32, 4, (int64_t[]){KILN_BATCH, 3, 6, 6});
+        kiln_value c1 = kiln_conv2d(g, x, kiln_param(g, "c1.w", 4, (int64_t[]){4, 3, 3, 3}, 27), -1, 1, 1);
+        kiln_value h = kiln_relu(g, bn_of(g, c1, "bn1", 4));
+        kiln_value c2 = kiln_conv2d(g, h, kiln_param(g, "c2.w", 4, (int64_t[]){5, 4, 3, 3}, 36),
+                                    v == 3 ? kiln_param(g, "c2.b", 1, (int64_t[]){5}, 36) : -1, 1, 1);
+        CHECK_OK(kiln_autodiff(g, kiln_sum(g, bn_of(g, c2, "bn2", 5))));
+        if (v != 1) kiln_pass_autocast(g, KILN_PRECISION_BF16);
+        int count = kiln_pass_half_store(g, KILN_PRECISION_BF16, t, v == 2 ? NULL : rounds);
+        int want = v == 0 ? 2 : v == 3 ? 1 : 0;
+        int others = 0; /* conv2's backward-data output (relu's backward reads it) among them */
+        for (int k = 0; k < g->nvals; k++) others += g->vals[k].half && k != c1 && k != c2;
+        CHECK_MSG(count == want && g->vals[c1].half == (v == 0 || v == 3) && g->vals[c2].half == (v == 0) && !others,
+                  "case %d: %d marked (want %d), conv1 %d, conv2 %d, %d others", v, count, want, g->vals[c1].half,
+                  g->vals[c2].half, others);
+        kiln_graph_free(g);
+    }
+}
+
 int main(void) {
     make_table();
+    test_rounded_writer();
     test_marks();
     test_not_marked();
     return tu_finish("test_half_store");

@@ -869,6 +869,15 @@ static void test_conv_fp32_fallback(const char *backend) {
         if (pl) CHECK_OK(kiln_plan_read(pl, y, got, n)); /* as floats from every backend */
         for (int64_t i = 0; pl && v == 0 && i < n; i++) want[i] = got[i];
         if (pl && v > 0) err[v - 1] = rel_err(got, want, n);
+        for (int i = 0; pl && v > 0 && i < kiln_plan_step_count(pl); i++) { /* what kiln inspect says of it */
+            kiln_step_info si;
+            CHECK_OK(kiln_plan_step_info(pl, i, &si));
+            if (strcmp(si.op, "conv2d")) continue;
+            int half = strstr(si.kernel, "bf16 NHWC copies") != NULL;
+            CHECK_MSG(half == (v == 2) && si.reorders == (v == 2 ? 2 : 0) && si.weight_reorders == (v == 2) &&
+                      strstr(si.kernel, "cuDNN algo"), "%s: conv2d's kernel '%s', %d reorders, %d of weights", backend,
+                      si.kernel, si.reorders, si.weight_reorders);
+        }
         kiln_plan_free(pl);
     }
     CHECK_MSG(err[0] <= 1e-5 && err[1] > BF16_TOL * 2e-5, "%s: a convolution cuDNN refuses in 16 bits: %.3g from the fp32 "

@@ -59,7 +59,7 @@ static const char *main_help =
 
 /* Ctrl-C (or SIGTERM) asks the trainer to stop after the current step and
  * write its checkpoint; a second one kills the process as usual. */
-static volatile int g_stop;
+static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) {
     g_stop = 1;
     signal(sig, SIG_DFL);

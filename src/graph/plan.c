@@ -96,11 +96,12 @@ static kiln_status arena_of(const kiln_plan *pl, const kiln_graph *g, int *order
  * a candidate graph measured for checkpointing, not the plan's */
 static kiln_status half_store(kiln_plan *pl, kiln_graph *g, int quiet) {
     kiln_half_slots_fn half[KILN_OP_COUNT];
-    for (int op = 0; op < KILN_OP_COUNT; op++) half[op] = pl->be->kernels[op].half;
-    int n = kiln_pass_half_store(g, pl->o.precision, half);
+    unsigned round_out[KILN_OP_COUNT];
+    for (int op = 0; op < KILN_OP_COUNT; op++) half[op] = pl->be->kernels[op].half, round_out[op] = pl->be->kernels[op].round_out;
+    int n = kiln_pass_half_store(g, pl->o.precision, half, round_out);
     if (n < 0) return kiln_graph_status(g);
     if (n && !quiet && !pl->o.plan_only)
-        kiln_log(KILN_LOG_INFO, "half storage: %d activations stored as %s (read only as %s operands)", n,
+        kiln_log(KILN_LOG_INFO, "half storage: %d activations stored as %s (read only as %s operands, or written so)", n,
                  kiln_precision_name(pl->o.precision), kiln_precision_name(pl->o.precision));
     return KILN_OK;
 }

@@ -311,8 +311,8 @@ static void col_sums_rounded(void) {
 }
 
 extern "C" void kiln_simt_to_nhwc(struct CUstream_st *st, int kind, int64_t imgs, int64_t ch, int64_t hw, const float *x, void *y);
-extern "C" void kiln_simt_from_nhwc(struct CUstream_st *st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, float *x,
-                                    int acc);
+extern "C" void kiln_simt_from_nhwc(struct CUstream_st *st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, void *x,
+                                    int xk, int acc, int relu);
 /* convert.cu's channels-last copies over several tiles each way, partial edge tiles and images: [n, c, hw] fp32 to
  * [n, hw, c] rounded to nearest even, and back (added where acc) */
 static void nhwc_copies(void) {
@@ -324,7 +324,7 @@ static void nhwc_copies(void) {
     for (int f16 = 0; f16 < 2; f16++) {
         kiln_simt_to_nhwc(NULL, 1 + f16, N, C, HW, x, h);
         memcpy(back, was, sizeof back);
-        kiln_simt_from_nhwc(NULL, 1 + f16, N, C, HW, h, back, 1);
+        kiln_simt_from_nhwc(NULL, 1 + f16, N, C, HW, h, back, 0, 1, 0);
         int bad = 0, rounded = 0;
         for (int n = 0; n < N; n++)
             for (int c = 0; c < C; c++)
@@ -335,8 +335,17 @@ static void nhwc_copies(void) {
                     bad += h[o] != want || back[i] != was[i] + wide;
                     rounded += wide != x[i];
                 }
-        kiln_simt_from_nhwc(NULL, 1 + f16, N, C, HW, h, back, 0);
+        kiln_simt_from_nhwc(NULL, 1 + f16, N, C, HW, h, back, 0, 0, 0);
         for (int i = 0; i < E; i++) bad += back[i] != back[i] || fabsf(back[i] - x[i]) > fabsf(x[i]) / 128;
+        static uint16_t h2[E]; /* into 16 bits as they are (NCHW), through a relu */
+        kiln_simt_from_nhwc(NULL, 1 + f16, N, C, HW, h, h2, 1 + f16, 0, 1);
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < C; c++)
+                for (int p = 0; p < HW; p++) {
+                    int i = (n * C + c) * HW + p;
+                    uint16_t v = h[(n * HW + p) * C + c];
+                    bad += h2[i] != (v >> 15 ? 0 : v);
+                }
         CHECK(bad == 0 && rounded > E / 2, "nhwc copies (%s): %d elements wrong, %d rounded", f16 ? "fp16" : "bf16", bad, rounded);
     }
 }

@@ -83,11 +83,13 @@ static void operands(const kiln_step *s, const conv_obj *c, int dir, char *base,
     }
 }
 
-/* a 16-bit step's output copy into the step's fp32 output, added to it when acc */
-static void widen_output(const kiln_step *s, const conv_obj *c, int dir, void *const t[3], int acc) {
+/* a 16-bit step's output copy into the step's output, added to it when acc, through a relu when relu: widened to
+ * fp32, or as it is where the half-storage pass stores the output in 16 bits (it holds what cuDNN rounded) */
+static void widen_output(const kiln_step *s, const conv_obj *c, int dir, void *const t[3], int acc, int relu) {
     int64_t d[3];
     role_dims(&s->sz.conv, roles[dir][2], d);
-    kiln_cuda_from_nhwc(kiln_cuda_stream(), c->half, d[0], d[1], d[2], t[roles[dir][2]], s->out[0].data, acc);
+    kiln_cuda_from_nhwc(kiln_cuda_stream(), c->half, d[0], d[1], d[2], t[roles[dir][2]], s->out[0].data,
+                        kiln_cuda_half_kind(&s->out[0]), acc, relu);
 }
 
 /* the autocast pass's mark as the copies' kind: fp16 for --precision fp16, bf16 for bf16 and auto (on tensor
@@ -279,6 +281,13 @@ static kiln_status find_fwd(const kiln_step *s, conv_obj *c, void *mem, const ch
     return dnn(cudnnSetConvolutionMathType(c->conv, c->math[0]), "math type");
 }
 
+/* an output the half-storage pass stores in 16 bits holds what cuDNN rounded: not there when it runs in fp32 */
+static kiln_status stored_as_run(const kiln_step *s, const conv_obj *c) {
+    if (c->half || !kiln_cuda_half_kind(&s->out[0])) return KILN_OK;
+    return kiln_fail(KILN_ERR_BACKEND, "%s: its output is stored in 16 bits (KILN_CUDA_STORE=half) but cuDNN refused the 16-bit "
+                     "convolution: run without KILN_CUDA_STORE=half", s->name);
+}
+
 /* the forward's descriptors and algorithm for copies of kind half (0: fp32) into *out; NULL where cuDNN has none */
 static kiln_status make_fwd(const kiln_step *s, kiln_prep *p, int half, conv_obj **out) {
     kiln_status st = get_handle();
@@ -319,7 +328,7 @@ kiln_status kiln_cuda_conv_prepare(kiln_step *s, kiln_prep *p) {
     s->kobj = c;
     s->owns_kobj = 1;
     reserve(s, c, 0, p);
-    return KILN_OK;
+    return stored_as_run(s, c);
 }
 
 static kiln_status find_bwd(kiln_step *s, conv_obj *c, void *mem) {
@@ -374,7 +383,20 @@ kiln_status kiln_cuda_conv_bwd_prepare(kiln_step *s, kiln_prep *p) {
     if (st == KILN_OK) st = find_bwd(s, c, mem);
     if (mem) cudaFree(mem);
     if (st == KILN_OK) reserve(s, c, s->op == KILN_OP_CONV2D_BWD_DATA ? 1 : 2, p);
-    return st;
+    return st == KILN_OK ? stored_as_run(s, c) : st;
+}
+
+/* kiln inspect: the direction's cuDNN algorithm and math, and what a 16-bit step converts on every run (its two
+ * inputs and its output: two activations and a filter or its gradient) */
+int kiln_cuda_conv_describe(const kiln_step *s, char *buf, size_t len, int *weights) {
+    const conv_obj *c = s->kobj;
+    int dir = s->op == KILN_OP_CONV2D ? 0 : s->op == KILN_OP_CONV2D_BWD_DATA ? 1 : 2;
+    int algo = dir == 0 ? (int)c->fwd : dir == 1 ? (int)c->bwd_data : (int)c->bwd_filter;
+    static const char *const math[] = {"default", "tensor-op", "tensor-op+conversion", "fma"};
+    snprintf(buf, len, "cuDNN algo %d, %s math%s", algo, (unsigned)c->math[dir] < 4 ? math[c->math[dir]] : "?",
+             c->half == 2 ? ", fp16 NHWC copies" : c->half ? ", bf16 NHWC copies" : "");
+    *weights = c->half ? 1 : 0;
+    return c->half ? 2 : 0;
 }
 
 /* ---- running ---- */
@@ -388,11 +410,11 @@ kiln_status kiln_cuda_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
     cudnnSetConvolutionMathType(c->conv, c->math[0]);
     kiln_status st = dnn(cudnnConvolutionForward(handle, &one, c->x, t[TX], c->w, t[TW], c->conv, c->fwd, rc->workspace, c->ws[0],
                                                  &zero, c->y, t[TY]), "forward");
-    if (st == KILN_OK && c->half) widen_output(s, c, 0, t, 0);
+    int relu = s->epilogue == KILN_EPI_RELU, bias = s->nin > 2;
+    if (st == KILN_OK && c->half) widen_output(s, c, 0, t, 0, relu && !bias); /* a relu without a bias on the way */
     const kiln_conv_shape *cs = &s->sz.conv;
-    if (st == KILN_OK && (s->nin > 2 || s->epilogue == KILN_EPI_RELU))
-        kiln_cuda_bias_relu(kiln_cuda_stream(), cs->n, cs->k, cs->oh * cs->ow, s->nin > 2 ? s->in[2].data : NULL,
-                            s->epilogue == KILN_EPI_RELU, s->out[0].data);
+    if (st == KILN_OK && (bias || (relu && !c->half))) /* the output is fp32 here (only a bias-free one is 16-bit) */
+        kiln_cuda_bias_relu(kiln_cuda_stream(), cs->n, cs->k, cs->oh * cs->ow, bias ? s->in[2].data : NULL, relu, s->out[0].data);
     return st;
 }
 
@@ -407,7 +429,7 @@ kiln_status kiln_cuda_conv_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) 
     cudnnSetConvolutionMathType(c->conv, c->math[1]);
     kiln_status st = dnn(cudnnConvolutionBackwardData(handle, &one, c->w, t[TW], c->y, t[TY], c->conv, c->bwd_data, rc->workspace,
                                                       c->ws[1], beta_of(c, acc), c->x, t[TX]), "backward data");
-    if (st == KILN_OK && c->half) widen_output(s, c, 1, t, acc);
+    if (st == KILN_OK && c->half) widen_output(s, c, 1, t, acc, 0);
     return st;
 }
 
@@ -419,7 +441,7 @@ kiln_status kiln_cuda_conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc
     cudnnSetConvolutionMathType(c->conv, c->math[2]);
     kiln_status st = dnn(cudnnConvolutionBackwardFilter(handle, &one, c->x, t[TX], c->y, t[TY], c->conv, c->bwd_filter, rc->workspace,
                                                         c->ws[2], beta_of(c, acc), c->w, t[TW]), "backward weight");
-    if (st == KILN_OK && c->half) widen_output(s, c, 2, t, acc);
+    if (st == KILN_OK && c->half) widen_output(s, c, 2, t, acc, 0);
     if (st != KILN_OK || s->nout < 2 || !s->out[1].data) return st;
     const kiln_conv_shape *cs = &s->sz.conv;
     if (c->half) /* dy's 16-bit copy as rows of K channels: the bias gradient sums dy rounded, as the reference does */

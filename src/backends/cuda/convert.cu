@@ -45,7 +45,7 @@ __global__ void k_to_nhwc(int kind, int64_t imgs, int64_t ch, int64_t hw, const 
     }
 }
 
-__global__ void k_from_nhwc(int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, float *x, int acc) {
+__global__ void k_from_nhwc(int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, void *x, int xk, int acc, int relu) {
     __shared__ float t[TT][TT + 1];
     int64_t c0 = (int64_t)blockIdx.y * TT, p0 = (int64_t)blockIdx.x * TT;
     for (int64_t img = blockIdx.z; img < imgs; img += gridDim.z) {
@@ -54,8 +54,13 @@ __global__ void k_from_nhwc(int kind, int64_t imgs, int64_t ch, int64_t hw, cons
         for (int r = threadIdx.y; r < TT; r += blockDim.y)
             if (p0 + r < hw && c0 + threadIdx.x < ch) t[r][threadIdx.x] = get_kind(y, kind, base + (p0 + r) * ch + c0 + threadIdx.x);
         __syncthreads();
-        for (int r = threadIdx.y; r < TT; r += blockDim.y)
-            if (c0 + r < ch && p0 + threadIdx.x < hw) PUT(x[base + (c0 + r) * hw + p0 + threadIdx.x], t[threadIdx.x][r]);
+        for (int r = threadIdx.y; r < TT; r += blockDim.y) {
+            if (c0 + r >= ch || p0 + threadIdx.x >= hw) continue;
+            int64_t i = base + (c0 + r) * hw + p0 + threadIdx.x;
+            float v = relu ? fmaxf(t[threadIdx.x][r], 0.f) : t[threadIdx.x][r];
+            if (acc) ((float *)x)[i] += v; /* an accumulated output is fp32 (the half-storage pass stores none) */
+            else put_kind(x, xk, i, v);
+        }
     }
 }
 
@@ -67,6 +72,7 @@ extern "C" void kiln_cuda_to_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, in
     KLAUNCH(k_to_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, x, y);
 }
 
-extern "C" void kiln_cuda_from_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, float *x, int acc) {
-    KLAUNCH(k_from_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, y, x, acc);
+extern "C" void kiln_cuda_from_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, void *x, int xk, int acc,
+                                    int relu) {
+    KLAUNCH(k_from_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, y, x, xk, acc, relu);
 }

@@ -37,6 +37,18 @@ unsigned kiln_cuda_half_bwd_weight(int nin, int nout) {
     (void)nin, (void)nout;
     return kiln_cuda_store_half() ? 3u : 0;
 }
+unsigned kiln_cuda_half_conv_out(int nin, int nout) {
+    (void)nout;
+    return kiln_cuda_store_half() && nin == 2 ? KILN_TIE_OUT(0) : 0; /* a bias is added in fp32 after the rounding */
+}
+unsigned kiln_cuda_half_bn(int nin, int nout) {
+    (void)nin, (void)nout;
+    return kiln_cuda_store_half() ? 1u : 0;
+}
+unsigned kiln_cuda_half_bn_bwd(int nin, int nout) {
+    (void)nin, (void)nout;
+    return kiln_cuda_store_half() ? 3u : 0;
+}
 
 static kiln_status relu(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
@@ -239,7 +251,7 @@ static kiln_status bn_prepare(kiln_step *s, kiln_prep *p) {
 static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
     const kiln_bn_attrs *a = &s->attr.bn;
-    kiln_cuda_batch_norm(ST, NCHW, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]), a->momentum, a->eps,
+    kiln_cuda_batch_norm(ST, NCHW, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]), a->momentum, a->eps,
                          a->training, F(s->out[0]), s->nout > 1 ? F(s->out[1]) : NULL, s->nout > 2 ? F(s->out[2]) : NULL,
                          (int64_t *)s->in[5].data);
     if (s->epilogue == KILN_EPI_RELU) /* the fused relu, as a second kernel on the output */
@@ -247,7 +259,8 @@ static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
     DONE("batch norm");
 }
 static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_cuda_batch_norm_bwd(ST, NCHW, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]), F(s->out[0]),
+    kiln_cuda_batch_norm_bwd(ST, NCHW, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), s->in[1].data,
+                             kiln_cuda_half_kind(&s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]), F(s->out[0]),
                              F(s->out[1]), F(s->out[2]), ACC(0), ACC(1), ACC(2));
     DONE("batch norm backward");
 }
@@ -586,9 +599,12 @@ static kiln_status adadelta(const kiln_step *s, const kiln_run_ctx *rc) {
 const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
 #if !defined(KILN_SIMT) || defined(KILN_SIMT_CUDNN) /* simt: conv.c over a host cuDNN where it is built */
     /* autocast steps on 16-bit channels-last copies: cuDNN writes their output in 16 bits (conv.c) */
-    [KILN_OP_CONV2D] = {kiln_cuda_conv_fwd, kiln_cuda_conv_prepare, kiln_cuda_conv_release, .round_out = 1},
-    [KILN_OP_CONV2D_BWD_DATA] = {kiln_cuda_conv_bwd_data, kiln_cuda_conv_bwd_prepare, .round_out = 1},
-    [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cuda_conv_bwd_weight, kiln_cuda_conv_bwd_prepare, .round_out = 1},
+    [KILN_OP_CONV2D] = {kiln_cuda_conv_fwd, kiln_cuda_conv_prepare, kiln_cuda_conv_release, .describe = kiln_cuda_conv_describe,
+                        .half = kiln_cuda_half_conv_out, .round_out = 1},
+    [KILN_OP_CONV2D_BWD_DATA] = {kiln_cuda_conv_bwd_data, kiln_cuda_conv_bwd_prepare, .describe = kiln_cuda_conv_describe,
+                                 .half = kiln_cuda_half_conv_out, .round_out = 1},
+    [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cuda_conv_bwd_weight, kiln_cuda_conv_bwd_prepare, .describe = kiln_cuda_conv_describe,
+                                   .round_out = 1},
 #endif
 #if !defined(KILN_SIMT) || defined(KILN_SIMT_CUBLASLT) /* simt: linear.c over a host cuBLASLt where it is built */
     [KILN_OP_LINEAR] = {kiln_cuda_linear_fwd, kiln_cuda_linear_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},
@@ -629,8 +645,8 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SLICE_BWD] = {slice_bwd, kiln_prepare_slice},
     [KILN_OP_SUM] = {sum, NULL},
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL},
-    [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare},
-    [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare},
+    [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare, .half = kiln_cuda_half_bn},
+    [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare, .half = kiln_cuda_half_bn_bwd},
     [KILN_OP_GELU] = {gelu, NULL, .fusable = KILN_CUDA_PW_GELU, .half = half_out0},
     [KILN_OP_GELU_BWD] = {gelu_bwd, NULL, .fusable = KILN_CUDA_PW_GELU_BWD, .half = half_out0},
     [KILN_OP_AFFINE] = {affine, NULL, .fusable = KILN_CUDA_PW_AFFINE},

@@ -171,6 +171,8 @@ __global__ void k_ce_bwd(int64_t cols, const float *x, const int32_t *t, int ign
 // adding its chunks in order (the running statistics, and the per-channel coefficients after the partial sums),
 // then the elementwise pass. The split depends on the shape alone: the same bits run after run, on any GPU.
 #define AT(a, i, ch, j) (a)[((i) * c + (ch)) * hw + (j)]
+/* an input the half-storage pass may store in 16 bits (kind k: kiln_cuda_half_kind), read widened */
+#define GET(a, k, i, ch, j) get_kind((a), (k), ((i) * c + (ch)) * hw + (j))
 #define BN_BLOCKS 2048 /* blocks a pass aims at */
 typedef struct {
     int64_t chunks, chunk, width; /* chunks a channel, elements a chunk, channels a slice (the partial sums' room) */
@@ -196,22 +198,22 @@ static bn_split bn_split_of(int64_t c, int64_t m) {
     for (int64_t e = e0 + threadIdx.x, img = e / hw, j = e % hw, q_ = RT / hw, r_ = RT % hw; e < e1;     \
          e += RT, img += q_ + (j + r_ >= hw), j = j + r_ >= hw ? j + r_ - hw : j + r_)
 // stage one: a chunk's sums of a and b (forward: x and x^2; backward: dy and dy x-hat)
-__global__ void k_bn_part(int64_t n, int64_t c, int64_t hw, int64_t c0, int64_t chunks, int64_t chunk, const float *x,
-                          const float *dy, const float *mean, const float *invstd, double *part) {
+__global__ void k_bn_part(int64_t n, int64_t c, int64_t hw, int64_t c0, int64_t chunks, int64_t chunk, const void *x, int xk,
+                          const void *dy, int dyk, const float *mean, const float *invstd, double *part) {
     BN_BLOCK;
     double sa = 0, sb = 0;
     if (!dy) {
         FOR_CHUNK {
-            double v = AT(x, img, ch, j);
+            double v = GET(x, xk, img, ch, j);
             sa += v;
             sb += v * v;
         }
     } else {
         double mu = mean[ch], is = invstd[ch];
         FOR_CHUNK {
-            double g = AT(dy, img, ch, j);
+            double g = GET(dy, dyk, img, ch, j);
             sa += g;
-            sb += g * (AT(x, img, ch, j) - mu) * is;
+            sb += g * (GET(x, xk, img, ch, j) - mu) * is;
         }
     }
     sa = block_sum(sa);
@@ -254,11 +256,11 @@ __global__ void k_bn_stats(int64_t n, int64_t hw, int64_t c0, int64_t width, int
     }
 }
 __global__ void k_bn_apply(int64_t n, int64_t c, int64_t hw, int64_t c0, int64_t chunks, int64_t chunk, const double *coef,
-                           const float *x, float *y) {
+                           const void *x, int xk, float *y) {
     BN_BLOCK;
     const double *k = coef + (ch - c0) * 3;
     float fm = (float)k[0], kk = (float)k[1], bb = (float)k[2];
-    FOR_CHUNK AT(y, img, ch, j) = (AT(x, img, ch, j) - fm) * kk + bb;
+    FOR_CHUNK AT(y, img, ch, j) = (GET(x, xk, img, ch, j) - fm) * kk + bb;
 }
 // backward stage two: the weight and bias gradients; the sums kept for dx
 __global__ void k_bn_bwd_stats(int64_t c0, int64_t width, int64_t chunks, const double *part, double *coef, float *dw,
@@ -273,14 +275,14 @@ __global__ void k_bn_bwd_stats(int64_t c0, int64_t width, int64_t chunks, const 
     }
 }
 __global__ void k_bn_bwd_apply(int64_t n, int64_t c, int64_t hw, int64_t c0, int64_t chunks, int64_t chunk, const double *coef,
-                               const float *x, const float *dy, const float *w, const float *mean, const float *invstd,
-                               float *dx, int acc) {
+                               const void *x, int xk, const void *dy, int dyk, const float *w, const float *mean,
+                               const float *invstd, float *dx, int acc) {
     BN_BLOCK;
     double m = (double)(n * hw), mu = mean[ch], is = invstd[ch], sdy = coef[(ch - c0) * 3], sdyx = coef[(ch - c0) * 3 + 1];
     double k = w[ch] * is / m;
     FOR_CHUNK {
-        double xh = (AT(x, img, ch, j) - mu) * is;
-        float g = (float)(k * (m * AT(dy, img, ch, j) - sdy - xh * sdyx));
+        double xh = (GET(x, xk, img, ch, j) - mu) * is;
+        float g = (float)(k * (m * GET(dy, dyk, img, ch, j) - sdy - xh * sdyx));
         float *d = &AT(dx, img, ch, j);
         *d = acc ? *d + g : g;
     }
@@ -331,23 +333,24 @@ void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float
     KLAUNCH(k_count, 1, RT, 0, st)(rows, t, ignore, count);
     KLAUNCH(k_ce_bwd, (unsigned)rows, RT, 0, st)(cols, x, t, ignore, dloss, count, dx, dxk, acc);
 }
-void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *w, const float *b,
+void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const float *w, const float *b,
                           float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,
                           float *sinvstd, int64_t *tracked) {
     bn_split sp = bn_split_of(c, n * hw);
     double *part = kiln_cuda_parts_dev();
     const float *none = nullptr;
+    const void *no_dy = nullptr;
     for (int64_t c0 = 0; c0 < c; c0 += sp.width) {
         int64_t width = c - c0 < sp.width ? c - c0 : sp.width;
         double *coef = part + 2 * sp.chunks * width;
         unsigned blocks = (unsigned)(width * sp.chunks);
-        if (training) KLAUNCH(k_bn_part, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, x, none, none, none, part);
+        if (training) KLAUNCH(k_bn_part, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, x, xk, no_dy, 0, none, none, part);
         KLAUNCH(k_bn_stats, GO(width))(n, hw, c0, width, sp.chunks, part, coef, w, b, rmean, rvar, momentum, eps, training,
                                        smean, sinvstd, tracked);
-        KLAUNCH(k_bn_apply, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, coef, x, y);
+        KLAUNCH(k_bn_apply, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, coef, x, xk, y);
     }
 }
-void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *dy, const float *w,
+void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const void *dy, int dyk, const float *w,
                               const float *mean, const float *invstd, float *dx, float *dw, float *db, int acc_dx,
                               int acc_dw, int acc_db) {
     bn_split sp = bn_split_of(c, n * hw);
@@ -356,11 +359,11 @@ void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const fl
         int64_t width = c - c0 < sp.width ? c - c0 : sp.width;
         double *coef = part + 2 * sp.chunks * width;
         unsigned blocks = (unsigned)(width * sp.chunks);
-        KLAUNCH(k_bn_part, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, x, dy, mean, invstd, part);
+        KLAUNCH(k_bn_part, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, x, xk, dy, dyk, mean, invstd, part);
         KLAUNCH(k_bn_bwd_stats, GO(width))(c0, width, sp.chunks, part, coef, dw, db, acc_dw, acc_db);
         if (dx)
-            KLAUNCH(k_bn_bwd_apply, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, coef, x, dy, w, mean, invstd, dx,
-                                                       acc_dx);
+            KLAUNCH(k_bn_bwd_apply, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, coef, x, xk, dy, dyk, w, mean, invstd,
+                                                       dx, acc_dx);
     }
 }
 }

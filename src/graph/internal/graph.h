@@ -191,11 +191,13 @@ struct kiln_fused_prog *kiln_graph_add_prog(kiln_graph *g);
  * bf16_in) with `precision` (kiln_precision); fp32 marks nothing. The number marked. */
 int kiln_pass_autocast(kiln_graph *g, int precision);
 /* Half storage (after autocast): an activation whose every reader rounds it to the plan's 16-bit format anyway
- * (a matmul-class node of that precision, in a slot its kernel reads as 16 bits) and whose one writer can store
- * it so, is stored in 16 bits: the same numbers, half the bytes. half[op](nin, nout) gives a backend's slots
- * (inputs bit k, outputs KILN_TIE_OUT(k); NULL: none); precision bf16 or fp16, else nothing. Returns the values
- * marked, or -1 (the graph's error set). */
-int kiln_pass_half_store(kiln_graph *g, int precision, const kiln_half_slots_fn *half);
+ * (a matmul-class node of that precision, in a slot its kernel reads as 16 bits), or whose writer rounds it so
+ * itself (round_out[op] bit k on a node of that precision: the cuda backend's convolutions; NULL: none) and
+ * whose every reader has a 16-bit slot for it, and whose one writer can store it so, is stored in 16 bits: the
+ * same numbers, half the bytes. half[op](nin, nout) gives a backend's slots (inputs bit k, outputs
+ * KILN_TIE_OUT(k); NULL: none); precision bf16 or fp16, else nothing. Returns the values marked, or -1 (the
+ * graph's error set). */
+int kiln_pass_half_store(kiln_graph *g, int precision, const kiln_half_slots_fn *half, const unsigned *round_out);
 
 /* compile-time specialisation for training or evaluation (dropout becomes a
  * view, batch norm uses its running statistics), via each op's `specialize` */

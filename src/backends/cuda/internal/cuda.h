@@ -125,6 +125,7 @@ kiln_status kiln_cuda_flag_error(const kiln_cuda_flags *f);
 kiln_status kiln_cuda_conv_prepare(kiln_step *s, kiln_prep *p);
 kiln_status kiln_cuda_conv_bwd_prepare(kiln_step *s, kiln_prep *p);
 void kiln_cuda_conv_release(kiln_step *s);
+int kiln_cuda_conv_describe(const kiln_step *s, char *buf, size_t len, int *weights);
 kiln_status kiln_cuda_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc);
 kiln_status kiln_cuda_conv_bwd_data(const kiln_step *s, const kiln_run_ctx *rc);
 kiln_status kiln_cuda_conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc);
@@ -148,6 +149,11 @@ int kiln_cuda_store_half(void);
  * gradient sums dy rounded as the product reads it) */
 unsigned kiln_cuda_half_in0(int nin, int nout);
 unsigned kiln_cuda_half_bwd_weight(int nin, int nout);
+/* a convolution's output without a bias (conv.c writes what cuDNN rounded, as it is) and backward-data's; batch norm's
+ * x (and backward's dy): read widened, for the outputs the half-storage pass stores because their writer rounds them */
+unsigned kiln_cuda_half_conv_out(int nin, int nout);
+unsigned kiln_cuda_half_bn(int nin, int nout);
+unsigned kiln_cuda_half_bn_bwd(int nin, int nout);
 #endif
 
 /* ---- launchers (pointwise.cu, rows.cu, norm.cu, optim.cu) ---- */
@@ -199,10 +205,11 @@ void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const floa
                                   kiln_cuda_flags *f, double *terms, float *loss);
 void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
                                  const float *dloss, double *count, void *dx, int dxk, int acc);
-void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *w, const float *b,
+/* x (and dy) stored as kind xk (dyk): kiln_cuda_half_kind, the half-storage pass's 16-bit convolution outputs */
+void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const float *w, const float *b,
                           float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,
                           float *sinvstd, int64_t *tracked);
-void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const float *x, const float *dy, const float *w,
+void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const void *dy, int dyk, const float *w,
                               const float *mean, const float *invstd, float *dx, float *dw, float *db, int acc_dx,
                               int acc_dw, int acc_db);
 void kiln_cuda_sgd(kcs st, int64_t n, float *p, const float *g, float *mom, const kiln_cuda_rc *rc, float momentum,
@@ -252,7 +259,9 @@ void kiln_cuda_to_half(kcs st, int fp16, int64_t n, const float *x, void *y);
 /* x [imgs, ch, hw] fp32 into y [imgs, hw, ch] of kind (1 bf16, 2 fp16), rounded to nearest even: channels last
  * (conv.c's 16-bit copies: images N x C x HW, filters K x C x RS); and back, added to x when acc */
 void kiln_cuda_to_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const float *x, void *y);
-void kiln_cuda_from_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, float *x, int acc);
+/* y's kind `kind` into x of kind xk (16 bits only where not accumulated: what cuDNN rounded, stored as it is),
+ * relu applied when relu */
+void kiln_cuda_from_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, void *x, int xk, int acc, int relu);
 /* bmm.cu: y [..., m, n] = a [..., m, k] @ b [..., k, n] over nb batch dims (at most kiln_cuda_bmm_max_batch_dims());
  * a and b through their strides (nb + 2 each), y, dy, da, db contiguous; da or db NULL: not wanted; every operand
  * rounded to kind rk first (1 bf16, 2 fp16: the autocast pass's steps; 0 none) */

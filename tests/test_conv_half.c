@@ -1,0 +1,115 @@
+/* The cuda backend's autocast convolutions (src/backends/cuda/conv.c: 16-bit
+ * channels-last copies, cuDNN's 16-bit output) with the half-storage pass
+ * (KILN_CUDA_STORE=half) and without, on simt (and on a GPU when there is
+ * one): a small ResNet-like classifier, conv (no bias) -> batch norm -> relu
+ * twice, a global average pool, a linear layer and cross-entropy, one
+ * forward and backward in bf16 and in fp16. Each convolution's output is read
+ * only by its batch norm, forward and backward: the pass stores it in 16 bits
+ * (it holds what cuDNN rounded, so batch norm reads the same numbers), the
+ * gradients and the loss are the same bits, and exactly the two forward
+ * convolutions write 16 bits (and cross-entropy backward, whose output only
+ * the linear's products read). A convolution with a bias keeps an fp32
+ * output (the bias is added after the rounding). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backends/internal/backend.h"
+#include "kiln/graph.h"
+#include "kiln/nn.h"
+#include "simt/simt_backend.h"
+#include "testutil.h"
+
+enum { B = 6, C0 = 3, H = 8, C1 = 8, C2 = 12, K = 5, MAXP = 4096 };
+
+typedef struct {
+    int halves;   /* steps writing a tensor stored in 16 bits */
+    double loss;
+    int64_t n;    /* parameters */
+} result;
+
+static int half_steps(kiln_plan *pl) {
+    int n = 0;
+    for (int i = 0; i < kiln_plan_step_count(pl); i++) {
+        kiln_step_info si;
+        if (kiln_plan_step_info(pl, i, &si) == KILN_OK && si.nout > 0) n += strstr(si.out[0].layout, "16") != NULL;
+    }
+    return n;
+}
+
+/* one forward and backward; conv2 with a bias when `bias` */
+static result run(const char *backend, int precision, int bias, float *grads) {
+    result r = {-1, 0, 0};
+    kiln_graph *g = kiln_graph_new();
+    kiln_value x = kiln_input(g, "x", KILN_F32, 4, (int64_t[]){KILN_BATCH, C0, H, H});
+    kiln_value y = kiln_input(g, "y", KILN_I32, 1, (int64_t[]){KILN_BATCH});
+    kiln_value h = kiln_relu(g, kiln_nn_batch_norm2d(g, "bn1", kiln_nn_conv2d(g, "conv1", x, C0, C1, 3, 1, 1, 0), C1));
+    h = kiln_relu(g, kiln_nn_batch_norm2d(g, "bn2", kiln_nn_conv2d(g, "conv2", h, C1, C2, 3, 2, 1, bias), C2));
+    h = kiln_flatten(g, kiln_adaptive_avg_pool2d(g, h, 1, 1), 1);
+    kiln_value loss = kiln_cross_entropy(g, kiln_nn_linear(g, "fc", h, C2, K, 1), y);
+    kiln_params *P = NULL;
+    kiln_plan *pl = NULL;
+    CHECK_OK(kiln_params_new_on(g, backend, &P));
+    if (P) {
+        kiln_params_init(P, 5);
+        kiln_compile_opts o = kiln_compile_defaults();
+        o.training = 1, o.max_batch = B, o.backend = backend, o.autotune = 0, o.precision = precision;
+        CHECK_OK(kiln_compile(g, P, &loss, 1, &o, &pl));
+    }
+    static float xs[B * C0 * H * H];
+    int32_t ys[B];
+    tu_seed(57);
+    tu_fill(xs, B * C0 * H * H, -2, 2);
+    for (int i = 0; i < B; i++) ys[i] = (int32_t)tu_int(0, K - 1);
+    if (pl && (r.n = kiln_params_total(P)) <= MAXP) {
+        kiln_plan_bind(pl, x, xs);
+        kiln_plan_bind(pl, y, ys);
+        CHECK_OK(kiln_plan_run(pl, B));
+        r.loss = kiln_plan_loss(pl);
+        CHECK_OK(kiln_params_grad_read(P, grads));
+        r.halves = half_steps(pl);
+    }
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+    kiln_graph_free(g);
+    return r;
+}
+
+static void check(const char *backend, int precision, int bias) {
+    static float plain[MAXP], half[MAXP];
+    const char *old = getenv("KILN_CUDA_STORE");
+    char *keep = old ? strdup(old) : NULL;
+    unsetenv("KILN_CUDA_STORE");
+    result a = run(backend, precision, bias, plain);
+    setenv("KILN_CUDA_STORE", "half", 1);
+    result b = run(backend, precision, bias, half);
+    if (keep) setenv("KILN_CUDA_STORE", keep, 1);
+    else unsetenv("KILN_CUDA_STORE");
+    free(keep);
+    const char *pn = kiln_precision_name(precision);
+    int want = (bias ? 1 : 2) + 1; /* the convolutions', and cross-entropy backward's (only the linear's products read it) */
+    CHECK_MSG(a.halves == 0 && b.halves == want, "%s %s%s: steps writing 16 bits: %d without half storage, %d with (%d)", backend,
+              pn, bias ? ", conv2 with a bias" : "", a.halves, b.halves, want);
+    CHECK_MSG(a.n > 0 && a.n <= MAXP && a.n == b.n && memcmp(plain, half, (size_t)a.n * 4) == 0 && a.loss == b.loss,
+              "%s %s%s: half storage changed the loss (%.9g, %.9g) or the gradients", backend, pn, bias ? ", conv2 with a bias" : "",
+              a.loss, b.loss);
+}
+
+int main(void) {
+    CHECK_OK(kiln_test_simt_register());
+    const kiln_backend *cu = kiln_backend_get("cuda");
+    char why[192] = "the CUDA backend was not built";
+    int gpu = cu && kiln_backend_available(cu, why, sizeof why);
+    const kiln_backend *simt = kiln_backend_get("simt");
+    if (!simt || !simt->kernels[KILN_OP_CONV2D].round_out) { /* conv.c runs on simt only where cuDNN's header was found */
+        printf("test_conv_half: skipped: simt has no cuDNN stand-in here\n");
+        return 77;
+    }
+    for (int k = 0; k < 2; k++) {
+        int p = k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16;
+        check("simt", p, 0);
+        check("simt", p, 1);
+        if (gpu) check("cuda", p, 0);
+    }
+    if (!gpu) printf("test_conv_half: the GPU's run skipped: %s\n", why);
+    return tu_finish("test_conv_half");
+}
