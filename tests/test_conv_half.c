@@ -7,9 +7,10 @@
  * only by its batch norm, forward and backward: the pass stores it in 16 bits
  * (it holds what cuDNN rounded, so batch norm reads the same numbers), the
  * gradients and the loss are the same bits, and exactly the two forward
- * convolutions write 16 bits (and cross-entropy backward, whose output only
- * the linear's products read). A convolution with a bias keeps an fp32
- * output (the bias is added after the rounding). */
+ * convolutions write 16 bits, and conv2's backward-data (only relu's
+ * backward reads its output, as dy), and cross-entropy backward (whose
+ * output only the linear's products read). A convolution with a bias keeps
+ * an fp32 output (the bias is added after the rounding). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +87,9 @@ static void check(const char *backend, int precision, int bias) {
     else unsetenv("KILN_CUDA_STORE");
     free(keep);
     const char *pn = kiln_precision_name(precision);
-    int want = (bias ? 1 : 2) + 1; /* the convolutions', and cross-entropy backward's (only the linear's products read it) */
+    /* the forward convolutions' outputs (a bias-free one's), conv2's backward-data output (relu's backward reads it), and
+     * cross-entropy backward's (only the linear's products read it) */
+    int want = (bias ? 1 : 2) + 1 + 1;
     CHECK_MSG(a.halves == 0 && b.halves == want, "%s %s%s: steps writing 16 bits: %d without half storage, %d with (%d)", backend,
               pn, bias ? ", conv2 with a bias" : "", a.halves, b.halves, want);
     CHECK_MSG(a.n > 0 && a.n <= MAXP && a.n == b.n && memcmp(plain, half, (size_t)a.n * 4) == 0 && a.loss == b.loss,

@@ -57,9 +57,7 @@ __global__ void k_from_nhwc(int kind, int64_t imgs, int64_t ch, int64_t hw, cons
         for (int r = threadIdx.y; r < TT; r += blockDim.y) {
             if (c0 + r >= ch || p0 + threadIdx.x >= hw) continue;
             int64_t i = base + (c0 + r) * hw + p0 + threadIdx.x;
-            float v = relu ? fmaxf(t[threadIdx.x][r], 0.f) : t[threadIdx.x][r];
-            if (acc) ((float *)x)[i] += v; /* an accumulated output is fp32 (the half-storage pass stores none) */
-            else put_kind(x, xk, i, v);
+            put_or_add(x, xk, i, relu ? fmaxf(t[threadIdx.x][r], 0.f) : t[threadIdx.x][r], acc);
         }
     }
 }

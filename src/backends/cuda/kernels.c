@@ -49,6 +49,11 @@ unsigned kiln_cuda_half_bn_bwd(int nin, int nout) {
     (void)nin, (void)nout;
     return kiln_cuda_store_half() ? 3u : 0;
 }
+/* relu's backward: dy (input 1), read widened (a value its writer rounds: the pass stores no other for it) */
+unsigned kiln_cuda_half_relu_bwd(int nin, int nout) {
+    (void)nin, (void)nout;
+    return kiln_cuda_store_half() ? 2u : 0;
+}
 
 static kiln_status relu(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
@@ -56,7 +61,7 @@ static kiln_status relu(const kiln_step *s, const kiln_run_ctx *rc) {
     DONE("relu");
 }
 static kiln_status relu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_cuda_relu_bwd(ST, s->out[0].numel, F(s->in[0]), F(s->in[1]), F(s->out[0]), ACC(0));
+    kiln_cuda_relu_bwd(ST, s->out[0].numel, F(s->in[0]), s->in[1].data, kiln_cuda_half_kind(&s->in[1]), F(s->out[0]), ACC(0));
     DONE("relu backward");
 }
 
@@ -617,7 +622,7 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
                                    .half = kiln_cuda_half_bwd_weight},
 #endif
     [KILN_OP_RELU] = {relu, NULL, .fusable = KILN_CUDA_PW_RELU},
-    [KILN_OP_RELU_BWD] = {relu_bwd, NULL, .fusable = KILN_CUDA_PW_RELU_BWD},
+    [KILN_OP_RELU_BWD] = {relu_bwd, NULL, .fusable = KILN_CUDA_PW_RELU_BWD, .half = kiln_cuda_half_relu_bwd},
     [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool},
     [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, pool_bwd_prepare},
     [KILN_OP_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool},

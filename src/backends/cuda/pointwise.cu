@@ -9,8 +9,8 @@
 #include "backends/cuda/internal/half_out.h"
 
 __global__ void k_relu(int64_t n, const float *x, float *y) { FOR_N y[i] = x[i] > 0.f ? x[i] : 0.f; }
-__global__ void k_relu_bwd(int64_t n, const float *y, const float *dy, float *dx, int acc) {
-    FOR_N { float g = y[i] > 0.f ? dy[i] : 0.f; PUT(dx[i], g); }
+__global__ void k_relu_bwd(int64_t n, const float *y, const void *dy, int dyk, float *dx, int acc) {
+    FOR_N { float g = y[i] > 0.f ? get_kind(dy, dyk, i) : 0.f; PUT(dx[i], g); }
 }
 __global__ void k_bias_relu(int64_t n, int64_t ch, int64_t inner, const float *b, int relu, float *y) {
     FOR_N {
@@ -22,12 +22,7 @@ __global__ void k_add(int64_t n, const float *a, const float *b, float *y) { FOR
 __global__ void k_mul(int64_t n, const float *a, const float *b, float *y) { FOR_N y[i] = a[i] * b[i]; }
 __global__ void k_mul_bwd(int64_t n, const float *dy, const float *o, float *dx, int acc) { FOR_N PUT(dx[i], dy[i] * o[i]); }
 // y in 16 bits where the half-storage pass stores it so (yk; never accumulated then)
-__global__ void k_copy(int64_t n, const float *x, void *y, int yk, int acc) {
-    FOR_N {
-        if (acc) ((float *)y)[i] += x[i];
-        else put_kind(y, yk, i, x[i]);
-    }
-}
+__global__ void k_copy(int64_t n, const float *x, void *y, int yk, int acc) { FOR_N put_or_add(y, yk, i, x[i], acc); }
 
 struct strided { int ndim; int64_t shape[8], stride[8]; };
 __global__ void k_copy_strided(int64_t n, strided d, const float *x, void *y, int yk, int acc) {
@@ -37,8 +32,7 @@ __global__ void k_copy_strided(int64_t n, strided d, const float *x, void *y, in
             off += (r % d.shape[k]) * d.stride[k];
             r /= d.shape[k];
         }
-        if (acc) ((float *)y)[i] += x[off];
-        else put_kind(y, yk, i, x[off]);
+        put_or_add(y, yk, i, x[off], acc);
     }
 }
 // dx is zero but for every step-th position from start, len of them, which take dy's
@@ -192,8 +186,8 @@ __global__ void k_adadelta(int64_t n, float *p, const float *g, float *sq, float
 
 extern "C" {
 void kiln_cuda_relu(kcs st, int64_t n, const float *x, float *y) { KLAUNCH(k_relu, GO(n))(n, x, y); }
-void kiln_cuda_relu_bwd(kcs st, int64_t n, const float *y, const float *dy, float *dx, int acc) {
-    KLAUNCH(k_relu_bwd, GO(n))(n, y, dy, dx, acc);
+void kiln_cuda_relu_bwd(kcs st, int64_t n, const float *y, const void *dy, int dyk, float *dx, int acc) {
+    KLAUNCH(k_relu_bwd, GO(n))(n, y, dy, dyk, dx, acc);
 }
 void kiln_cuda_bias_relu(kcs st, int64_t rows, int64_t ch, int64_t inner, const float *b, int relu, float *y) {
     int64_t n = rows * ch * inner;

@@ -159,8 +159,7 @@ __global__ void k_ce_bwd(int64_t cols, const float *x, const int32_t *t, int ign
     int32_t tr = t[blockIdx.x] >= 0 && t[blockIdx.x] < cols ? t[blockIdx.x] : 0;
     for (int64_t j = threadIdx.x; j < cols; j += RT) {
         float v = pad ? 0.f : (float)(g * ((double)expf((float)((double)x[o + j] - lse)) - (j == tr ? 1.0 : 0.0)));
-        if (acc) ((float *)dx)[o + j] += v;
-        else put_kind(dx, dxk, o + j, v);
+        put_or_add(dx, dxk, o + j, v, acc);
     }
 }
 

@@ -22,8 +22,7 @@ __global__ void k_gelu(int64_t n, int tf, const float *x, void *y, int yk) { FOR
 __global__ void k_gelu_bwd(int64_t n, int tf, const float *x, const float *dy, void *dx, int dxk, int acc) {
     FOR_N {
         float v = dy[i] * gelu_grad(x[i], tf);
-        if (acc) ((float *)dx)[i] += v;
-        else put_kind(dx, dxk, i, v);
+        put_or_add(dx, dxk, i, v, acc);
     }
 }
 __global__ void k_affine(int64_t n, float s, float b, const float *x, float *y) { FOR_N y[i] = fmaf(x[i], s, b); }

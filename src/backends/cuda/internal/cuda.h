@@ -154,12 +154,14 @@ unsigned kiln_cuda_half_bwd_weight(int nin, int nout);
 unsigned kiln_cuda_half_conv_out(int nin, int nout);
 unsigned kiln_cuda_half_bn(int nin, int nout);
 unsigned kiln_cuda_half_bn_bwd(int nin, int nout);
+unsigned kiln_cuda_half_relu_bwd(int nin, int nout);
 #endif
 
 /* ---- launchers (pointwise.cu, rows.cu, norm.cu, optim.cu) ---- */
 typedef kiln_cuda_stream_t kcs;
 void kiln_cuda_relu(kcs st, int64_t n, const float *x, float *y);
-void kiln_cuda_relu_bwd(kcs st, int64_t n, const float *y, const float *dy, float *dx, int acc);
+/* dy stored as kind dyk (a 16-bit convolution's backward-data output the half-storage pass stores so) */
+void kiln_cuda_relu_bwd(kcs st, int64_t n, const float *y, const void *dy, int dyk, float *dx, int acc);
 void kiln_cuda_bias_relu(kcs st, int64_t rows, int64_t ch, int64_t inner, const float *b, int relu, float *y);
 void kiln_cuda_add(kcs st, int64_t n, const float *a, const float *b, float *y);
 void kiln_cuda_mul(kcs st, int64_t n, const float *a, const float *b, float *y);

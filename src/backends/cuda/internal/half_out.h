@@ -24,5 +24,11 @@ __device__ inline void put_kind(void *p, int kind, int64_t i, float v) {
     else if (kind == 2) ((__half *)p)[i] = __float2half(v);
     else ((float *)p)[i] = v;
 }
+/* element i written in its kind, or added to where the step accumulates (then fp32: the pass never stores an
+ * accumulated output in 16 bits) */
+__device__ inline void put_or_add(void *p, int kind, int64_t i, float v, int acc) {
+    if (acc) ((float *)p)[i] += v;
+    else put_kind(p, kind, i, v);
+}
 
 #endif
