@@ -67,7 +67,7 @@ fuzz-smoke: fuzz-build
 # run (the GPU tests skip, exit 77, without a GPU)
 test-gpu: deps
 	@$(MAKE) --no-print-directory all
-	cd $(BUILD) && ctest --output-on-failure -j 1 -R 'test_cuda|test_mma_gpu|test_ops|test_gpt|test_models|test_attention_tc'
+	cd $(BUILD) && ctest --output-on-failure -j 1 -R 'test_cuda|test_mma_gpu|test_ops|test_gpt|test_models|test_attention_tc|test_conv_half'
 	$(BUILD)/kiln train --device cuda --model mnist-cnn --data fashion-mnist --epochs 1 --max-steps 300 --no-test
 
 # kiln against PyTorch 2.x on the same GPU (needs python3 with CUDA PyTorch)

@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
-BINS=(kiln test_cuda test_ops test_gpt test_models test_attention_tc test_mma_gpu)
+BINS=(kiln test_cuda test_ops test_gpt test_models test_attention_tc test_conv_half test_mma_gpu)
 die() { echo "gpu_bundle: $*" >&2; exit 1; }
 for b in "${BINS[@]}"; do [ -x "$BUILD/$b" ] || die "$BUILD/$b not found: build first (make)"; done
 grep -q "^KILN_CUDA:BOOL=ON" "$BUILD/CMakeCache.txt" 2>/dev/null || die "$BUILD has no CUDA backend (KILN_CUDA=ON in its CMakeCache.txt)"

@@ -45,7 +45,7 @@ stage_info() {
 }
 stage_test() { # the tests read their fixtures relative to tests/, as ctest runs them
     local rc=0
-    for t in test_cuda test_ops test_gpt test_models test_attention_tc; do
+    for t in test_cuda test_ops test_gpt test_models test_attention_tc test_conv_half; do
         echo "== $t"
         # no autotune cache, as under ctest: the trainer runs of one test must not choose another's kernels (a
         # remembered Winograd put test_models' cpu golden check 1.7e-4 off on an H200 machine's Xeon)

@@ -20,8 +20,9 @@
  * workspace size; the workspace given is filled with NaN before each call, a
  * call with less than its algorithm asks or with descriptors that do not
  * chain is refused (stderr says why), and Find*Ex overwrites its output as
- * cuDNN's timing does. KILN_SIMT_CUDNN_FP32_ONLY=1 refuses 16-bit tensors
- * (conv.c's fallback to fp32 is tested so). cudaMalloc, cudaFree and cudaGetDeviceProperties are
+ * cuDNN's timing does. KILN_SIMT_CUDNN_FP32_ONLY=1 refuses 16-bit tensors,
+ * KILN_SIMT_CUDNN_FP32_BWD=1 16-bit backward algorithms (conv.c's fallbacks
+ * to fp32 are tested so). cudaMalloc, cudaFree and cudaGetDeviceProperties are
  * the host's here too. Renamed kiln_simt_* by cmake/simt.cmake. */
 #include <math.h>
 #include <stdint.h>
@@ -305,6 +306,14 @@ static cudnnStatus_t run(direction f, const problem *p, cudnnMathType_t m, tview
 
 static cudnnMathType_t algo_math(int algo) { return algo == 2 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH; }
 
+/* tests: KILN_SIMT_CUDNN_FP32_BWD=1 offers no 16-bit backward algorithm (each listed, none successful), the case
+ * of a shape whose forward cuDNN takes in 16 bits and a backward direction not: conv.c runs that one in fp32 */
+#define NO_HALF_BWD(perf, count, xd)                                                                            \
+    do {                                                                                                        \
+        if ((xd)->type != CUDNN_DATA_FLOAT && getenv("KILN_SIMT_CUDNN_FP32_BWD"))                              \
+            for (int i_ = 0; i_ < *(count); i_++) (perf)[i_].status = CUDNN_STATUS_NOT_SUPPORTED;               \
+    } while (0)
+
 /* the workspace an algorithm needs is there; what it held is gone */
 static cudnnStatus_t take_ws(int algo, void *ws, size_t bytes) {
     if (algo < 0 || algo > 2) return refuse("an algorithm it never offered");
@@ -361,6 +370,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t h, const
     problem p;
     if (!h || !chain(dx, w, cv, dy, &p)) return refuse("backward data: descriptors that do not chain");
     PERF(cudnnConvolutionBwdDataAlgoPerf_t, perf, n, count);
+    NO_HALF_BWD(perf, count, dx);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t h, const cudnnFilterDescriptor_t wd, const void *w,
@@ -373,6 +383,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t h, const
     if (!w || !dy || !dx || bytes < 4096 || !ws) return refuse("backward-data timing without its tensors or workspace");
     cudnnStatus_t st = run(backward_data, &p, CUDNN_FMA_MATH, of_filter(wd), w, of_tensor(dyd), dy, of_tensor(dxd), dx, &one, &zero);
     PERF(cudnnConvolutionBwdDataAlgoPerf_t, perf, n, count);
+    NO_HALF_BWD(perf, count, dxd);
     return st;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
@@ -401,6 +412,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t h, con
     problem p;
     if (!h || !chain(x, dw, cv, dy, &p)) return refuse("backward filter: descriptors that do not chain");
     PERF(cudnnConvolutionBwdFilterAlgoPerf_t, perf, n, count);
+    NO_HALF_BWD(perf, count, x);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t h, const cudnnTensorDescriptor_t xd, const void *x,
@@ -413,6 +425,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t h, con
     if (!x || !dy || !dw || bytes < 4096 || !ws) return refuse("backward-filter timing without its tensors or workspace");
     cudnnStatus_t st = run(backward_filter, &p, CUDNN_FMA_MATH, of_tensor(xd), x, of_tensor(dyd), dy, of_filter(dwd), dw, &one, &zero);
     PERF(cudnnConvolutionBwdFilterAlgoPerf_t, perf, n, count);
+    NO_HALF_BWD(perf, count, xd);
     return st;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,

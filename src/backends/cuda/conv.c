@@ -202,6 +202,12 @@ void kiln_cuda_conv_release(kiln_step *s) {
     release(s->kobj);
 }
 
+/* the math type cuDNN searches in (each direction's pick sets its own after): tensor cores for 16-bit data (as
+ * PyTorch asks for them), TF32 allowed for fp32 above the highest precision, else fp32 FMA */
+static cudnnMathType_t search_math(const conv_obj *c) {
+    return c->half ? CUDNN_TENSOR_OP_MATH : kiln_cuda_precision() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
 static kiln_status describe(const kiln_conv_shape *cs, conv_obj *c) {
     kiln_status st = KILN_OK;
     cudnnTensorFormat_t f = c->half ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
@@ -219,7 +225,7 @@ static kiln_status describe(const kiln_conv_shape *cs, conv_obj *c) {
     D(cudnnSetFilter4dDescriptor(c->w, t, f, (int)cs->k, (int)cs->c, (int)cs->r, (int)cs->s), "w");
     D(cudnnSetConvolution2dDescriptor(c->conv, (int)cs->pad, (int)cs->pad, (int)cs->stride, (int)cs->stride, 1, 1,
                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT), "convolution");
-    D(cudnnSetConvolutionMathType(c->conv, c->half || kiln_cuda_precision() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH), "math type");
+    D(cudnnSetConvolutionMathType(c->conv, search_math(c)), "math type");
 #undef D
     return st;
 }
@@ -277,8 +283,13 @@ static kiln_status find_fwd(const kiln_step *s, conv_obj *c, void *mem, const ch
                                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf), "heuristics");
     if (st != KILN_OK) return st;
     PICK(perf, n, !c->half && !kiln_cuda_precision(), c->fwd, c->math[0], c->ws[0]);
-    if (mem) remember(key, c->fwd, c->math[0], 0);
-    return dnn(cudnnSetConvolutionMathType(c->conv, c->math[0]), "math type");
+    /* the size cuDNN gives for the pick in its math, as the backward steps and a remembered pick ask: a heuristic's
+     * entry (autotuning off) may name one the shape cannot run, refused here rather than at the first step */
+    st = dnn(cudnnSetConvolutionMathType(c->conv, c->math[0]), "math type");
+    if (st == KILN_OK)
+        st = dnn(cudnnGetConvolutionForwardWorkspaceSize(handle, c->x, c->w, c->conv, c->y, c->fwd, &c->ws[0]), "workspace size");
+    if (st == KILN_OK && mem) remember(key, c->fwd, c->math[0], 0);
+    return st;
 }
 
 /* an output the half-storage pass stores in 16 bits holds what cuDNN rounded: not there when it runs in fp32 */
@@ -338,6 +349,7 @@ static kiln_status find_bwd(kiln_step *s, conv_obj *c, void *mem) {
     int algo = recall(key, &math);
     void *t[3];
     if (mem && algo < 0) operands(s, c, data ? 1 : 2, (char *)mem + FIND_WS, t);
+    cudnnSetConvolutionMathType(c->conv, search_math(c)); /* not the forward's pick: cuDNN searches in the descriptor's */
     kiln_status st = KILN_OK;
     if (data) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
@@ -365,6 +377,27 @@ static kiln_status find_bwd(kiln_step *s, conv_obj *c, void *mem) {
     return st;
 }
 
+/* a backward direction's search on c, with its timing scratch */
+static kiln_status bwd_search(kiln_step *s, const kiln_prep *p, conv_obj *c) {
+    kiln_status st = get_handle();
+    void *mem = NULL;
+    if (st == KILN_OK) st = scratch(s, c, p->o->autotune && s->in[0].data && s->in[1].data && s->out[0].data, &mem);
+    if (st == KILN_OK) st = find_bwd(s, c, mem);
+    if (mem) cudaFree(mem);
+    return st;
+}
+
+/* fp32 descriptors and the direction's search for a backward step cuDNN refuses in 16 bits (the step owns them) */
+static kiln_status bwd_fp32(kiln_step *s, const kiln_prep *p, conv_obj **out) {
+    conv_obj *c = calloc(1, sizeof *c);
+    if (!c) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_status st = describe(&s->sz.conv, c);
+    if (st == KILN_OK) st = bwd_search(s, p, c);
+    if (st != KILN_OK) release(c);
+    else *out = c;
+    return st;
+}
+
 kiln_status kiln_cuda_conv_bwd_prepare(kiln_step *s, kiln_prep *p) {
     if (s->fwd_step < 0 || !p->steps[s->fwd_step].kobj) return kiln_fail(KILN_ERR_INVALID_ARG, "no forward step to differentiate");
     const kiln_step *f = &p->steps[s->fwd_step];
@@ -377,11 +410,13 @@ kiln_status kiln_cuda_conv_bwd_prepare(kiln_step *s, kiln_prep *p) {
     s->sz = f->sz;
     s->kobj = c;
     s->owns_kobj = 0;
-    kiln_status st = get_handle();
-    void *mem = NULL;
-    if (st == KILN_OK) st = scratch(s, c, p->o->autotune && s->in[0].data && s->in[1].data && s->out[0].data, &mem);
-    if (st == KILN_OK) st = find_bwd(s, c, mem);
-    if (mem) cudaFree(mem);
+    kiln_status st = bwd_search(s, p, c);
+    if (st == KILN_ERR_BACKEND && c->half) { /* this direction alone in fp32, on descriptors of its own */
+        kiln_log(KILN_LOG_WARN, "%s: cuDNN has no %s algorithm for it (%s): it runs in fp32", s->name,
+                 kiln_precision_name(s->precision), kiln_last_error());
+        conv_obj *own = NULL;
+        if ((st = bwd_fp32(s, p, &own)) == KILN_OK) s->kobj = c = own, s->owns_kobj = 1, s->round_out = 0;
+    }
     if (st == KILN_OK) reserve(s, c, s->op == KILN_OP_CONV2D_BWD_DATA ? 1 : 2, p);
     return st == KILN_OK ? stored_as_run(s, c) : st;
 }
@@ -415,7 +450,7 @@ kiln_status kiln_cuda_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_conv_shape *cs = &s->sz.conv;
     if (st == KILN_OK && (bias || (relu && !c->half))) /* the output is fp32 here (only a bias-free one is 16-bit) */
         kiln_cuda_bias_relu(kiln_cuda_stream(), cs->n, cs->k, cs->oh * cs->ow, bias ? s->in[2].data : NULL, relu, s->out[0].data);
-    return st;
+    return st == KILN_OK ? kiln_cuda_launched("convolution: its copies, bias and relu") : st;
 }
 
 /* cuDNN accumulates an fp32 output through beta; a 16-bit step's output is a fresh copy, added when widened */
@@ -430,7 +465,7 @@ kiln_status kiln_cuda_conv_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) 
     kiln_status st = dnn(cudnnConvolutionBackwardData(handle, &one, c->w, t[TW], c->y, t[TY], c->conv, c->bwd_data, rc->workspace,
                                                       c->ws[1], beta_of(c, acc), c->x, t[TX]), "backward data");
     if (st == KILN_OK && c->half) widen_output(s, c, 1, t, acc, 0);
-    return st;
+    return st == KILN_OK ? kiln_cuda_launched("convolution backward data: its copies") : st;
 }
 
 kiln_status kiln_cuda_conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -442,12 +477,12 @@ kiln_status kiln_cuda_conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc
     kiln_status st = dnn(cudnnConvolutionBackwardFilter(handle, &one, c->x, t[TX], c->y, t[TY], c->conv, c->bwd_filter, rc->workspace,
                                                         c->ws[2], beta_of(c, acc), c->w, t[TW]), "backward weight");
     if (st == KILN_OK && c->half) widen_output(s, c, 2, t, acc, 0);
-    if (st != KILN_OK || s->nout < 2 || !s->out[1].data) return st;
     const kiln_conv_shape *cs = &s->sz.conv;
-    if (c->half) /* dy's 16-bit copy as rows of K channels: the bias gradient sums dy rounded, as the reference does */
-        kiln_cuda_col_sums(kiln_cuda_stream(), cs->n * cs->oh * cs->ow, cs->k, t[TY], c->half, 0, s->out[1].data, kiln_step_acc(s, rc, 1));
-    else
-        st = dnn(cudnnConvolutionBackwardBias(handle, &one, c->y, s->in[1].data, kiln_step_acc(s, rc, 1) ? &one : &zero, c->b,
-                                              s->out[1].data), "bias gradient");
-    return st;
+    int db = st == KILN_OK && s->nout > 1 && s->out[1].data != NULL, acc_db = kiln_step_acc(s, rc, 1);
+    if (db && c->half) /* dy's 16-bit copy as rows of K channels: the bias gradient sums dy rounded, as the reference does */
+        kiln_cuda_col_sums(kiln_cuda_stream(), cs->n * cs->oh * cs->ow, cs->k, t[TY], c->half, 0, s->out[1].data, acc_db);
+    else if (db)
+        st = dnn(cudnnConvolutionBackwardBias(handle, &one, c->y, s->in[1].data, acc_db ? &one : &zero, c->b, s->out[1].data),
+                 "bias gradient");
+    return st == KILN_OK ? kiln_cuda_launched("convolution backward weight: its copies and bias sums") : st;
 }

@@ -62,15 +62,26 @@ __global__ void k_from_nhwc(int kind, int64_t imgs, int64_t ch, int64_t hw, cons
     }
 }
 
+/* a transpose with one side of one element (a 1x1 filter, a single channel) moves nothing: element by element */
+__global__ void k_widen(int64_t n, int kind, const void *y, void *x, int xk, int acc, int relu) {
+    FOR_N {
+        float v = get_kind(y, kind, i);
+        put_or_add(x, xk, i, relu ? fmaxf(v, 0.f) : v, acc);
+    }
+}
+
 static dim3 tiles(int64_t imgs, int64_t ch, int64_t hw) {
     return dim3((unsigned)((hw + TT - 1) / TT), (unsigned)((ch + TT - 1) / TT), (unsigned)(imgs < 65535 ? imgs : 65535));
 }
 
 extern "C" void kiln_cuda_to_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const float *x, void *y) {
-    KLAUNCH(k_to_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, x, y);
+    if (ch == 1 || hw == 1) kiln_cuda_to_half(st, kind == 2, imgs * ch * hw, x, y);
+    else KLAUNCH(k_to_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, x, y);
 }
 
 extern "C" void kiln_cuda_from_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, void *x, int xk, int acc,
                                     int relu) {
-    KLAUNCH(k_from_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, y, x, xk, acc, relu);
+    int64_t n = imgs * ch * hw;
+    if (ch == 1 || hw == 1) KLAUNCH(k_widen, GO(n))(n, kind, y, x, xk, acc, relu);
+    else KLAUNCH(k_from_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, y, x, xk, acc, relu);
 }

@@ -606,10 +606,11 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     /* autocast steps on 16-bit channels-last copies: cuDNN writes their output in 16 bits (conv.c) */
     [KILN_OP_CONV2D] = {kiln_cuda_conv_fwd, kiln_cuda_conv_prepare, kiln_cuda_conv_release, .describe = kiln_cuda_conv_describe,
                         .half = kiln_cuda_half_conv_out, .round_out = 1},
-    [KILN_OP_CONV2D_BWD_DATA] = {kiln_cuda_conv_bwd_data, kiln_cuda_conv_bwd_prepare, .describe = kiln_cuda_conv_describe,
-                                 .half = kiln_cuda_half_conv_out, .round_out = 1},
-    [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cuda_conv_bwd_weight, kiln_cuda_conv_bwd_prepare, .describe = kiln_cuda_conv_describe,
-                                   .round_out = 1},
+    /* (the release frees descriptors only a backward step cuDNN refused in 16 bits owns: conv.c) */
+    [KILN_OP_CONV2D_BWD_DATA] = {kiln_cuda_conv_bwd_data, kiln_cuda_conv_bwd_prepare, kiln_cuda_conv_release,
+                                 .describe = kiln_cuda_conv_describe, .half = kiln_cuda_half_conv_out, .round_out = 1},
+    [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cuda_conv_bwd_weight, kiln_cuda_conv_bwd_prepare, kiln_cuda_conv_release,
+                                   .describe = kiln_cuda_conv_describe, .round_out = 1},
 #endif
 #if !defined(KILN_SIMT) || defined(KILN_SIMT_CUBLASLT) /* simt: linear.c over a host cuBLASLt where it is built */
     [KILN_OP_LINEAR] = {kiln_cuda_linear_fwd, kiln_cuda_linear_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},
