@@ -795,6 +795,15 @@ static int has_bf16_op(int ci) {
 /* The bf16 tolerance can fail: a linear layer's outputs on the cpu in bf16 match the ref's bf16 within it,
  * while the cpu in fp32 is further from the ref's bf16 than it (and the rounding is nearest-even). */
 #define BF16_TOL 8.0
+
+/* g's parameters on the ref and on backend, filled alike */
+static void params_pair(kiln_graph *g, const char *backend, kiln_params **P64, kiln_params **P32) {
+    CHECK_OK(kiln_graph_status(g));
+    CHECK_OK(kiln_params_new_on(g, "ref", P64));
+    CHECK_OK(kiln_params_new_on(g, backend, P32));
+    fill_params(*P64, *P32, FILL_UNIFORM);
+}
+
 static void test_bf16_discriminates(const char *backend) {
     CHECK(kiln_ref_round_bf16(1.0 + 1.0 / 256) == 1.0 && kiln_ref_round_bf16(1.0 + 3.0 / 256) == 1.015625 &&
           kiln_ref_round_bf16(-3.0) == -3.0 && kiln_ref_round_bf16(1.0 + 1.0 / 128 + 1e-6) == 1.0078125);
@@ -802,11 +811,8 @@ static void test_bf16_discriminates(const char *backend) {
     kiln_value x = kiln_param(g, "x", 2, (int64_t[]){8, 96}, 1);
     kiln_value y = kiln_linear(g, x, kiln_param(g, "fc.weight", 2, (int64_t[]){24, 96}, 96), -1);
     kiln_value loss = kiln_sum(g, y);
-    CHECK_OK(kiln_graph_status(g));
     kiln_params *P64 = NULL, *P32 = NULL;
-    CHECK_OK(kiln_params_new_on(g, "ref", &P64));
-    CHECK_OK(kiln_params_new_on(g, backend, &P32));
-    fill_params(P64, P32, FILL_UNIFORM);
+    params_pair(g, backend, &P64, &P32);
     double *yy[3];
     const int prec[3] = {KILN_PRECISION_BF16, KILN_PRECISION_BF16, KILN_PRECISION_FP32};
     for (int v = 0; v < 3; v++) {
@@ -845,11 +851,8 @@ static void test_conv_fp32_fallback(const char *backend) {
     kiln_value x = kiln_param(g, "x", 4, (int64_t[]){2, 3, 9, 9}, 1);
     kiln_value y = kiln_conv2d(g, x, kiln_param(g, "conv.weight", 4, (int64_t[]){5, 3, 3, 3}, 27), -1, 1, 1);
     kiln_value loss = kiln_sum(g, y);
-    CHECK_OK(kiln_graph_status(g));
     kiln_params *P64 = NULL, *P32 = NULL;
-    CHECK_OK(kiln_params_new_on(g, "ref", &P64));
-    CHECK_OK(kiln_params_new_on(g, backend, &P32));
-    fill_params(P64, P32, FILL_UNIFORM);
+    params_pair(g, backend, &P64, &P32);
     double err[2] = {0, 0};
     int64_t n = 2 * 5 * 9 * 9;
     double *want = malloc((size_t)n * 8);

@@ -145,14 +145,7 @@ static cublasStatus_t heuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t op, cub
 static double rounded(double v, cublasComputeType_t compute) {
     if (compute == CUBLAS_COMPUTE_32F_FAST_16BF) return kiln_ref_round_bf16(v);
     if (compute == CUBLAS_COMPUTE_32F_FAST_16F) return kiln_ref_round_fp16(v);
-    if (compute == CUBLAS_COMPUTE_32F_FAST_TF32) { /* 10 fraction bits, nearest even */
-        float f = (float)v;
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
-        memcpy(&f, &u, 4);
-        return f;
-    }
+    if (compute == CUBLAS_COMPUTE_32F_FAST_TF32) return simt_round_tf32(v);
     return v;
 }
 /* element (i, j) of a column-major matrix, read as its type */

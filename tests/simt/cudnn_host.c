@@ -159,13 +159,7 @@ static double get(const void *p, const tview *v, size_t k) {
 
 /* tensor-op math on fp32 data is TF32: 10 fraction bits, nearest even (16-bit data has fewer: as it is) */
 static double operand(double d, cudnnDataType_t t, cudnnMathType_t math) {
-    if (math == CUDNN_FMA_MATH || t != CUDNN_DATA_FLOAT) return d;
-    float v = (float)d;
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
-    memcpy(&v, &u, 4);
-    return v;
+    return math == CUDNN_FMA_MATH || t != CUDNN_DATA_FLOAT ? d : simt_round_tf32(d);
 }
 
 /* a tensor's elements in NCHW order, as the math type takes them, in double: each rounded once */

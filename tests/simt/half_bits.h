@@ -22,6 +22,16 @@ static inline double simt_half_get(uint16_t h, int fp16) {
     return h >> 15 ? -v : v;
 }
 
+/* v rounded to TF32 (10 fraction bits, nearest even), as tensor-op math reads an fp32 operand */
+static inline double simt_round_tf32(double v) {
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu; /* not inf or NaN */
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* v rounded to nearest even into 16 bits */
 static inline uint16_t simt_half_put(double v, int fp16) {
     if (!fp16) {

@@ -50,16 +50,15 @@ static void role_dims(const kiln_conv_shape *cs, int r, int64_t d[3]) {
 
 static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
 
-/* the 16-bit copies' bytes after cuDNN's own workspace: x, w and y, each 256-aligned (every direction has all three) */
-static size_t copies_bytes(const kiln_conv_shape *cs) {
-    size_t b = 0;
-    for (int r = TX; r <= TY; r++) {
-        int64_t d[3];
-        role_dims(cs, r, d);
-        b += up256((size_t)(d[0] * d[1] * d[2]) * 2);
-    }
-    return b;
+/* a role's 16-bit copy, 256-aligned */
+static size_t role_bytes(const kiln_conv_shape *cs, int r) {
+    int64_t d[3];
+    role_dims(cs, r, d);
+    return up256((size_t)(d[0] * d[1] * d[2]) * 2);
 }
+
+/* the 16-bit copies' bytes after cuDNN's own workspace: x, w and y (every direction has all three) */
+static size_t copies_bytes(const kiln_conv_shape *cs) { return role_bytes(cs, TX) + role_bytes(cs, TW) + role_bytes(cs, TY); }
 
 /* where each role's tensor is for cuDNN: the step's own (fp32), or its 16-bit copy at base, the step's fp32
  * inputs converted into theirs (the output's copy is widened afterwards: widen_output) */
@@ -69,13 +68,7 @@ static void operands(const kiln_step *s, const conv_obj *c, int dir, char *base,
         t[role[0]] = s->in[0].data, t[role[1]] = s->in[1].data, t[role[2]] = s->out[0].data;
         return;
     }
-    size_t off = 0;
-    for (int r = TX; r <= TY; r++) {
-        int64_t d[3];
-        role_dims(&s->sz.conv, r, d);
-        t[r] = base + off;
-        off += up256((size_t)(d[0] * d[1] * d[2]) * 2);
-    }
+    for (int r = TX; r <= TY; r++) t[r] = base, base += role_bytes(&s->sz.conv, r);
     for (int k = 0; k < 2; k++) {
         int64_t d[3];
         role_dims(&s->sz.conv, role[k], d);
