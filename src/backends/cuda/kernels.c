@@ -256,11 +256,10 @@ static kiln_status bn_prepare(kiln_step *s, kiln_prep *p) {
 static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
     const kiln_bn_attrs *a = &s->attr.bn;
-    kiln_cuda_batch_norm(ST, NCHW, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]), a->momentum, a->eps,
-                         a->training, F(s->out[0]), s->nout > 1 ? F(s->out[1]) : NULL, s->nout > 2 ? F(s->out[2]) : NULL,
-                         (int64_t *)s->in[5].data);
-    if (s->epilogue == KILN_EPI_RELU) /* the fused relu, as a second kernel on the output */
-        kiln_cuda_relu(ST, s->out[0].numel, F(s->out[0]), F(s->out[0]));
+    /* the fused relu in the same pass as the normalisation (before 2026-11-30, a second kernel over the output) */
+    kiln_cuda_batch_norm(ST, NCHW, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]),
+                         F(s->in[4]), a->momentum, a->eps, a->training, F(s->out[0]), s->nout > 1 ? F(s->out[1]) : NULL,
+                         s->nout > 2 ? F(s->out[2]) : NULL, (int64_t *)s->in[5].data, s->epilogue == KILN_EPI_RELU);
     DONE("batch norm");
 }
 static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {

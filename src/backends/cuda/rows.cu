@@ -254,12 +254,16 @@ __global__ void k_bn_stats(int64_t n, int64_t hw, int64_t c0, int64_t width, int
         k[0] = (float)mean, k[1] = (float)invstd * w[ch], k[2] = b[ch];
     }
 }
+// relu: the fused relu (the batch norm's epilogue) on the way out, as relu's own kernel computes it
 __global__ void k_bn_apply(int64_t n, int64_t c, int64_t hw, int64_t c0, int64_t chunks, int64_t chunk, const double *coef,
-                           const void *x, int xk, float *y) {
+                           const void *x, int xk, float *y, int relu) {
     BN_BLOCK;
     const double *k = coef + (ch - c0) * 3;
     float fm = (float)k[0], kk = (float)k[1], bb = (float)k[2];
-    FOR_CHUNK AT(y, img, ch, j) = (GET(x, xk, img, ch, j) - fm) * kk + bb;
+    FOR_CHUNK {
+        float v = (GET(x, xk, img, ch, j) - fm) * kk + bb;
+        AT(y, img, ch, j) = relu && !(v > 0.f) ? 0.f : v;
+    }
 }
 // backward stage two: the weight and bias gradients; the sums kept for dx
 __global__ void k_bn_bwd_stats(int64_t c0, int64_t width, int64_t chunks, const double *part, double *coef, float *dw,
@@ -334,7 +338,7 @@ void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float
 }
 void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const float *w, const float *b,
                           float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,
-                          float *sinvstd, int64_t *tracked) {
+                          float *sinvstd, int64_t *tracked, int relu) {
     bn_split sp = bn_split_of(c, n * hw);
     double *part = kiln_cuda_parts_dev();
     const float *none = nullptr;
@@ -346,7 +350,7 @@ void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const void *
         if (training) KLAUNCH(k_bn_part, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, x, xk, no_dy, 0, none, none, part);
         KLAUNCH(k_bn_stats, GO(width))(n, hw, c0, width, sp.chunks, part, coef, w, b, rmean, rvar, momentum, eps, training,
                                        smean, sinvstd, tracked);
-        KLAUNCH(k_bn_apply, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, coef, x, xk, y);
+        KLAUNCH(k_bn_apply, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, coef, x, xk, y, relu);
     }
 }
 void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const void *dy, int dyk, const float *w,

@@ -210,7 +210,7 @@ void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float
 /* x (and dy) stored as kind xk (dyk): kiln_cuda_half_kind, the half-storage pass's 16-bit convolution outputs */
 void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const float *w, const float *b,
                           float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,
-                          float *sinvstd, int64_t *tracked);
+                          float *sinvstd, int64_t *tracked, int relu);
 void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const void *dy, int dyk, const float *w,
                               const float *mean, const float *invstd, float *dx, float *dw, float *db, int acc_dx,
                               int acc_dw, int acc_db);
