@@ -22,37 +22,25 @@ int kiln_cuda_store_half(void) {
     const char *e = getenv("KILN_CUDA_STORE");
     return e && !strcmp(e, "half");
 }
+/* a node's 16-bit slots under KILN_CUDA_STORE=half, the same for every node of the op */
+#define SLOTS(name, mask)                     \
+    unsigned name(int nin, int nout) {        \
+        (void)nin, (void)nout;                \
+        return kiln_cuda_store_half() ? (mask) : 0; \
+    }
 /* the writers: layer norm's, GELU's (both ways), cross-entropy backward's and a gradient copy's first output */
-static unsigned half_out0(int nin, int nout) {
-    (void)nin, (void)nout;
-    return kiln_cuda_store_half() ? KILN_TIE_OUT(0) : 0;
-}
+static SLOTS(half_out0, KILN_TIE_OUT(0))
 /* the readers (linear.c; simt's stand-ins too): x (forward), dy (backward-data), each only a product's operand */
-unsigned kiln_cuda_half_in0(int nin, int nout) {
-    (void)nin, (void)nout;
-    return kiln_cuda_store_half() ? 1u : 0;
-}
+SLOTS(kiln_cuda_half_in0, 1u)
 /* backward-weight: x and dy (its bias gradient sums dy as the product reads it, rounded: linear.c) */
-unsigned kiln_cuda_half_bwd_weight(int nin, int nout) {
-    (void)nin, (void)nout;
-    return kiln_cuda_store_half() ? 3u : 0;
-}
+SLOTS(kiln_cuda_half_bwd_weight, 3u)
+/* batch norm's x, backward's x and dy, relu backward's dy (input 1): read widened, values their writer rounds */
+SLOTS(kiln_cuda_half_bn, 1u)
+SLOTS(kiln_cuda_half_bn_bwd, 3u)
+SLOTS(kiln_cuda_half_relu_bwd, 2u)
 unsigned kiln_cuda_half_conv_out(int nin, int nout) {
     (void)nout;
     return kiln_cuda_store_half() && nin == 2 ? KILN_TIE_OUT(0) : 0; /* a bias is added in fp32 after the rounding */
-}
-unsigned kiln_cuda_half_bn(int nin, int nout) {
-    (void)nin, (void)nout;
-    return kiln_cuda_store_half() ? 1u : 0;
-}
-unsigned kiln_cuda_half_bn_bwd(int nin, int nout) {
-    (void)nin, (void)nout;
-    return kiln_cuda_store_half() ? 3u : 0;
-}
-/* relu's backward: dy (input 1), read widened (a value its writer rounds: the pass stores no other for it) */
-unsigned kiln_cuda_half_relu_bwd(int nin, int nout) {
-    (void)nin, (void)nout;
-    return kiln_cuda_store_half() ? 2u : 0;
 }
 
 static kiln_status relu(const kiln_step *s, const kiln_run_ctx *rc) {
