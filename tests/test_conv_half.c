@@ -9,8 +9,12 @@
  * gradients and the loss are the same bits, and exactly the two forward
  * convolutions write 16 bits, and conv2's backward-data (only relu's
  * backward reads its output, as dy), and cross-entropy backward (whose
- * output only the linear's products read). A convolution with a bias keeps
- * an fp32 output (the bias is added after the rounding). */
+ * output only the linear's products read), and both batch norms' backward
+ * (only their convolution's backward reads dx, as its dy, rounded). A
+ * convolution with a bias keeps an fp32 output (the bias is added after the
+ * rounding). conv2's backward-weight finds dy's copy where its
+ * backward-data, the step before, left it (conv.c's dy_kept); conv1 has no
+ * backward-data, so its own. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +30,7 @@ enum { B = 6, C0 = 3, H = 8, C1 = 8, C2 = 12, K = 5, MAXP = 4096 };
 typedef struct {
     int halves;      /* steps writing a tensor stored in 16 bits */
     int fwd16, bwd16; /* forward and backward convolution steps on 16-bit copies (kiln inspect's kernel) */
+    int kept;         /* backward-weight steps reading the dy copy backward-data left */
     double loss;
     int64_t n;       /* parameters */
     kiln_status st;  /* the compile's */
@@ -39,12 +44,13 @@ static void count_steps(kiln_plan *pl, result *r) {
         int copies = strstr(si.kernel, "NHWC copies") != NULL;
         if (!strcmp(si.op, "conv2d")) r->fwd16 += copies;
         else if (!strncmp(si.op, "conv2d_bwd", 10)) r->bwd16 += copies;
+        r->kept += strstr(si.kernel, "dy's kept") != NULL;
     }
 }
 
 /* one forward and backward; conv2 with a bias when `bias` */
 static result run(const char *backend, int precision, int bias, float *grads) {
-    result r = {-1, 0, 0, 0, 0, KILN_OK};
+    result r = {-1, 0, 0, 0, 0, 0, KILN_OK};
     kiln_graph *g = kiln_graph_new();
     kiln_value x = kiln_input(g, "x", KILN_F32, 4, (int64_t[]){KILN_BATCH, C0, H, H});
     kiln_value y = kiln_input(g, "y", KILN_I32, 1, (int64_t[]){KILN_BATCH});
@@ -93,15 +99,17 @@ static void check(const char *backend, int precision, int bias) {
     else unsetenv("KILN_CUDA_STORE");
     free(keep);
     const char *pn = kiln_precision_name(precision);
-    /* the forward convolutions' outputs (a bias-free one's), conv2's backward-data output (relu's backward reads it), and
-     * cross-entropy backward's (only the linear's products read it) */
-    int want = (bias ? 1 : 2) + 1 + 1;
+    /* the forward convolutions' outputs (a bias-free one's), conv2's backward-data output (relu's backward reads it),
+     * cross-entropy backward's (only the linear's products read it) and the batch norms' dx (their convolutions' dy) */
+    int want = (bias ? 1 : 2) + 1 + 1 + 2;
     CHECK_MSG(a.st == KILN_OK && b.st == KILN_OK, "%s %s: compile: %s", backend, pn, kiln_last_error());
     CHECK_MSG(a.halves == 0 && b.halves == want, "%s %s%s: steps writing 16 bits: %d without half storage, %d with (%d)", backend,
               pn, bias ? ", conv2 with a bias" : "", a.halves, b.halves, want);
     CHECK_MSG(a.n > 0 && a.n <= MAXP && a.n == b.n && memcmp(plain, half, (size_t)a.n * 4) == 0 && a.loss == b.loss,
               "%s %s%s: half storage changed the loss (%.9g, %.9g) or the gradients", backend, pn, bias ? ", conv2 with a bias" : "",
               a.loss, b.loss);
+    CHECK_MSG(a.kept == 1 && b.kept == 1, "%s %s: backward-weight steps reading the dy copy backward-data left: %d and %d (want 1: "
+              "conv2's)", backend, pn, a.kept, b.kept);
 }
 
 /* A backward direction cuDNN has no 16-bit algorithm for (simt's cuDNN told so) runs in fp32 on descriptors of its
@@ -122,9 +130,9 @@ static void check_bwd_fallback(void) {
         num = d > num ? d : num, den = fabs(want[i]) > den ? fabs(want[i]) : den;
         same = same && want[i] == got[i];
     }
-    CHECK_MSG(a.st == KILN_OK && a.fwd16 == 2 && a.bwd16 == 3 && b.st == KILN_OK && b.fwd16 == 2 && b.bwd16 == 0,
-              "16-bit convolution steps: %d forward, %d backward; with no 16-bit backward %d and %d", a.fwd16, a.bwd16, b.fwd16,
-              b.bwd16);
+    CHECK_MSG(a.st == KILN_OK && a.fwd16 == 2 && a.bwd16 == 3 && b.st == KILN_OK && b.fwd16 == 2 && b.bwd16 == 0 && b.kept == 0,
+              "16-bit convolution steps: %d forward, %d backward; with no 16-bit backward %d and %d (%d keeping dy)", a.fwd16,
+              a.bwd16, b.fwd16, b.bwd16, b.kept);
     CHECK_MSG(a.n == b.n && !same && num <= 2e-2 * den, "fp32 backward steps: gradients %.3g of their largest from the 16-bit "
               "ones (want within 2e-2 and not the same bits)", den > 0 ? num / den : num);
     CHECK_MSG(c.st == KILN_ERR_BACKEND && strstr(kiln_last_error(), "KILN_CUDA_STORE"), "half storage of an fp32 backward-data "

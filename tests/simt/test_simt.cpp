@@ -310,11 +310,13 @@ static void col_sums_rounded(void) {
     }
 }
 
-extern "C" void kiln_simt_to_nhwc(struct CUstream_st *st, int kind, int64_t imgs, int64_t ch, int64_t hw, const float *x, void *y);
+extern "C" void kiln_simt_to_nhwc(struct CUstream_st *st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *x, int xk,
+                                  void *y);
 extern "C" void kiln_simt_from_nhwc(struct CUstream_st *st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, void *x,
                                     int xk, int acc, int relu);
 /* convert.cu's channels-last copies over several tiles each way, partial edge tiles and images: [n, c, hw] fp32 to
- * [n, hw, c] rounded to nearest even, and back (added where acc) */
+ * [n, hw, c] rounded to nearest even, and back (added where acc); from 16 bits (the half-storage pass's NCHW
+ * tensors) the same bits moved, tiled and element by element */
 static void nhwc_copies(void) {
     enum { N = 3, C = 45, HW = 70, E = N * C * HW };
     static float x[E], back[E], was[E];
@@ -322,7 +324,7 @@ static void nhwc_copies(void) {
     uint64_t seed = 11;
     for (int i = 0; i < E; i++) x[i] = (float)((int)(mma_rnd(&seed) % 20001) - 10000) / 4096.f, was[i] = (float)i;
     for (int f16 = 0; f16 < 2; f16++) {
-        kiln_simt_to_nhwc(NULL, 1 + f16, N, C, HW, x, h);
+        kiln_simt_to_nhwc(NULL, 1 + f16, N, C, HW, x, 0, h);
         memcpy(back, was, sizeof back);
         kiln_simt_from_nhwc(NULL, 1 + f16, N, C, HW, h, back, 0, 1, 0);
         int bad = 0, rounded = 0;
@@ -346,6 +348,13 @@ static void nhwc_copies(void) {
                     uint16_t v = h[(n * HW + p) * C + c];
                     bad += h2[i] != (v >> 15 ? 0 : v);
                 }
+        static uint16_t h3[E], h4[E]; /* NCHW 16 bits back to NHWC: h again; a single channel: element by element */
+        kiln_simt_from_nhwc(NULL, 1 + f16, N, C, HW, h, h3, 1 + f16, 0, 0);
+        kiln_simt_to_nhwc(NULL, 1 + f16, N, C, HW, h3, 1 + f16, h4);
+        bad += memcmp(h4, h, sizeof h) != 0;
+        memset(h4, 0, sizeof h4);
+        kiln_simt_to_nhwc(NULL, 1 + f16, N * C, 1, HW, h3, 1 + f16, h4);
+        bad += memcmp(h4, h3, sizeof h3) != 0;
         CHECK(bad == 0 && rounded > E / 2, "nhwc copies (%s): %d elements wrong, %d rounded", f16 ? "fp16" : "bf16", bad, rounded);
     }
 }

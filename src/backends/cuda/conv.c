@@ -34,6 +34,7 @@ typedef struct {
     cudnnMathType_t math[3];
     size_t ws[3];
     int half; /* 0 fp32 NCHW; 1 bf16, 2 fp16: the 16-bit channels-last copies of the autocast steps */
+    const kiln_step *dy_kept; /* the backward-weight step that finds dy's copy where backward-data, just before it, left it */
 } conv_obj;
 
 /* the three tensors of a convolution: the image x, the filter w, the image y (the roles of a direction's inputs
@@ -60,8 +61,9 @@ static size_t role_bytes(const kiln_conv_shape *cs, int r) {
 /* the 16-bit copies' bytes after cuDNN's own workspace: x, w and y (every direction has all three) */
 static size_t copies_bytes(const kiln_conv_shape *cs) { return role_bytes(cs, TX) + role_bytes(cs, TW) + role_bytes(cs, TY); }
 
-/* where each role's tensor is for cuDNN: the step's own (fp32), or its 16-bit copy at base, the step's fp32
- * inputs converted into theirs (the output's copy is widened afterwards: widen_output) */
+/* where each role's tensor is for cuDNN: the step's own (fp32), or its 16-bit copy at base, the step's inputs
+ * converted into theirs (fp32, or 16 bits the half-storage pass stores: transposed only), but a dy the step before
+ * left there (dy_kept); the output's copy is widened afterwards (widen_output) */
 static void operands(const kiln_step *s, const conv_obj *c, int dir, char *base, void *t[3]) {
     const int *role = roles[dir];
     if (!c->half) {
@@ -72,7 +74,9 @@ static void operands(const kiln_step *s, const conv_obj *c, int dir, char *base,
     for (int k = 0; k < 2; k++) {
         int64_t d[3];
         role_dims(&s->sz.conv, role[k], d);
-        if (s->in[k].data) kiln_cuda_to_nhwc(kiln_cuda_stream(), c->half, d[0], d[1], d[2], s->in[k].data, t[role[k]]);
+        if (s->in[k].data && !(role[k] == TY && c->dy_kept == s))
+            kiln_cuda_to_nhwc(kiln_cuda_stream(), c->half, d[0], d[1], d[2], s->in[k].data, kiln_cuda_half_kind(&s->in[k]),
+                              t[role[k]]);
     }
 }
 
@@ -251,10 +255,13 @@ static kiln_status scratch(const kiln_step *s, const conv_obj *c, int tune, void
     return cudaMalloc(mem, bytes) == cudaSuccess ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "CUDA: no memory to time algorithms");
 }
 
-/* the step's workspace: cuDNN's for direction dir, then the 16-bit copies */
-static void *copies_at(const conv_obj *c, int dir, void *ws) { return (char *)ws + up256(c->ws[dir]); }
+/* the step's workspace: the 16-bit copies first, at the same places for the three directions (so backward-weight
+ * finds the dy that backward-data copied just before it), then cuDNN's for direction dir */
+static void *cudnn_ws(const kiln_step *s, const conv_obj *c, void *ws) {
+    return c->half ? (char *)ws + copies_bytes(&s->sz.conv) : ws;
+}
 static void reserve(const kiln_step *s, const conv_obj *c, int dir, kiln_prep *p) {
-    size_t need = c->half ? up256(c->ws[dir]) + copies_bytes(&s->sz.conv) : c->ws[dir];
+    size_t need = c->half ? copies_bytes(&s->sz.conv) + c->ws[dir] : c->ws[dir];
     if (need > p->workspace) p->workspace = need;
 }
 
@@ -285,10 +292,13 @@ static kiln_status find_fwd(const kiln_step *s, conv_obj *c, void *mem, const ch
     return st;
 }
 
-/* an output the half-storage pass stores in 16 bits holds what cuDNN rounded: not there when it runs in fp32 */
+/* a tensor the half-storage pass stores in 16 bits is an operand cuDNN rounds, or an output it rounded: neither
+ * when the convolution runs in fp32 */
 static kiln_status stored_as_run(const kiln_step *s, const conv_obj *c) {
-    if (c->half || !kiln_cuda_half_kind(&s->out[0])) return KILN_OK;
-    return kiln_fail(KILN_ERR_BACKEND, "%s: its output is stored in 16 bits (KILN_CUDA_STORE=half) but cuDNN refused the 16-bit "
+    int any = kiln_cuda_half_kind(&s->out[0]);
+    for (int k = 0; k < s->nin; k++) any |= kiln_cuda_half_kind(&s->in[k]);
+    if (c->half || !any) return KILN_OK;
+    return kiln_fail(KILN_ERR_BACKEND, "%s: an operand or its output is stored in 16 bits (KILN_CUDA_STORE=half) but cuDNN refused the 16-bit "
                      "convolution: run without KILN_CUDA_STORE=half", s->name);
 }
 
@@ -391,6 +401,18 @@ static kiln_status bwd_fp32(kiln_step *s, const kiln_prep *p, conv_obj **out) {
     return st;
 }
 
+/* backward-weight right after backward-data of the same convolution, both in 16 bits on its descriptors, reading one
+ * dy: dy's copy is where backward-data left it (copies come first in the workspace, at places the three directions
+ * share; nothing runs between two adjacent steps, in a CUDA graph's replay as in a step list's run) */
+static void keep_dy(kiln_step *s, const kiln_prep *p, conv_obj *c) {
+    int i = (int)(s - p->steps);
+    if (s->op != KILN_OP_CONV2D_BWD_WEIGHT || s->kobj != c || !c->half || i <= 0 || i >= p->nsteps) return;
+    const kiln_step *d = &p->steps[i - 1];
+    if (d->op == KILN_OP_CONV2D_BWD_DATA && d->fwd_step == s->fwd_step && d->kobj == c && d->in[0].data &&
+        d->in[0].data == s->in[1].data && d->in[0].dtype == s->in[1].dtype)
+        c->dy_kept = s;
+}
+
 kiln_status kiln_cuda_conv_bwd_prepare(kiln_step *s, kiln_prep *p) {
     if (s->fwd_step < 0 || !p->steps[s->fwd_step].kobj) return kiln_fail(KILN_ERR_INVALID_ARG, "no forward step to differentiate");
     const kiln_step *f = &p->steps[s->fwd_step];
@@ -411,20 +433,22 @@ kiln_status kiln_cuda_conv_bwd_prepare(kiln_step *s, kiln_prep *p) {
         if ((st = bwd_fp32(s, p, &own)) == KILN_OK) s->kobj = c = own, s->owns_kobj = 1, s->round_out = 0;
     }
     if (st == KILN_OK) reserve(s, c, s->op == KILN_OP_CONV2D_BWD_DATA ? 1 : 2, p);
+    if (st == KILN_OK) keep_dy(s, p, c);
     return st == KILN_OK ? stored_as_run(s, c) : st;
 }
 
 /* kiln inspect: the direction's cuDNN algorithm and math, and what a 16-bit step converts on every run (its two
- * inputs and its output: two activations and a filter or its gradient) */
+ * inputs and its output: two activations and a filter or its gradient; one activation less where dy is kept) */
 int kiln_cuda_conv_describe(const kiln_step *s, char *buf, size_t len, int *weights) {
     const conv_obj *c = s->kobj;
     int dir = s->op == KILN_OP_CONV2D ? 0 : s->op == KILN_OP_CONV2D_BWD_DATA ? 1 : 2;
     int algo = dir == 0 ? (int)c->fwd : dir == 1 ? (int)c->bwd_data : (int)c->bwd_filter;
     static const char *const math[] = {"default", "tensor-op", "tensor-op+conversion", "fma"};
-    snprintf(buf, len, "cuDNN algo %d, %s math%s", algo, (unsigned)c->math[dir] < 4 ? math[c->math[dir]] : "?",
-             c->half == 2 ? ", fp16 NHWC copies" : c->half ? ", bf16 NHWC copies" : "");
+    int kept = c->dy_kept == s;
+    snprintf(buf, len, "cuDNN algo %d, %s math%s%s", algo, (unsigned)c->math[dir] < 4 ? math[c->math[dir]] : "?",
+             c->half == 2 ? ", fp16 NHWC copies" : c->half ? ", bf16 NHWC copies" : "", kept ? ", dy's kept" : "");
     *weights = c->half ? 1 : 0;
-    return c->half ? 2 : 0;
+    return c->half ? 2 - kept : 0;
 }
 
 /* ---- running ---- */
@@ -434,9 +458,9 @@ static const float one = 1.0f, zero = 0.0f;
 kiln_status kiln_cuda_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
     conv_obj *c = s->kobj;
     void *t[3];
-    operands(s, c, 0, copies_at(c, 0, rc->workspace), t);
+    operands(s, c, 0, rc->workspace, t);
     cudnnSetConvolutionMathType(c->conv, c->math[0]);
-    kiln_status st = dnn(cudnnConvolutionForward(handle, &one, c->x, t[TX], c->w, t[TW], c->conv, c->fwd, rc->workspace, c->ws[0],
+    kiln_status st = dnn(cudnnConvolutionForward(handle, &one, c->x, t[TX], c->w, t[TW], c->conv, c->fwd, cudnn_ws(s, c, rc->workspace), c->ws[0],
                                                  &zero, c->y, t[TY]), "forward");
     int relu = s->epilogue == KILN_EPI_RELU, bias = s->nin > 2;
     if (st == KILN_OK && c->half) widen_output(s, c, 0, t, 0, relu && !bias); /* a relu without a bias on the way */
@@ -453,9 +477,9 @@ kiln_status kiln_cuda_conv_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) 
     conv_obj *c = s->kobj;
     void *t[3];
     int acc = kiln_step_acc(s, rc, 0);
-    operands(s, c, 1, copies_at(c, 1, rc->workspace), t);
+    operands(s, c, 1, rc->workspace, t);
     cudnnSetConvolutionMathType(c->conv, c->math[1]);
-    kiln_status st = dnn(cudnnConvolutionBackwardData(handle, &one, c->w, t[TW], c->y, t[TY], c->conv, c->bwd_data, rc->workspace,
+    kiln_status st = dnn(cudnnConvolutionBackwardData(handle, &one, c->w, t[TW], c->y, t[TY], c->conv, c->bwd_data, cudnn_ws(s, c, rc->workspace),
                                                       c->ws[1], beta_of(c, acc), c->x, t[TX]), "backward data");
     if (st == KILN_OK && c->half) widen_output(s, c, 1, t, acc, 0);
     return st == KILN_OK ? kiln_cuda_launched("convolution backward data: its copies") : st;
@@ -465,9 +489,9 @@ kiln_status kiln_cuda_conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc
     conv_obj *c = s->kobj;
     void *t[3];
     int acc = kiln_step_acc(s, rc, 0);
-    operands(s, c, 2, copies_at(c, 2, rc->workspace), t);
+    operands(s, c, 2, rc->workspace, t);
     cudnnSetConvolutionMathType(c->conv, c->math[2]);
-    kiln_status st = dnn(cudnnConvolutionBackwardFilter(handle, &one, c->x, t[TX], c->y, t[TY], c->conv, c->bwd_filter, rc->workspace,
+    kiln_status st = dnn(cudnnConvolutionBackwardFilter(handle, &one, c->x, t[TX], c->y, t[TY], c->conv, c->bwd_filter, cudnn_ws(s, c, rc->workspace),
                                                         c->ws[2], beta_of(c, acc), c->w, t[TW]), "backward weight");
     if (st == KILN_OK && c->half) widen_output(s, c, 2, t, acc, 0);
     const kiln_conv_shape *cs = &s->sz.conv;

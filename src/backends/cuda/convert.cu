@@ -31,14 +31,14 @@ extern "C" void kiln_cuda_to_half(kcs st, int f16, int64_t n, const float *x, vo
 /* [imgs, ch, hw] <-> [imgs, hw, ch] through a TT x TT tile of shared memory, so both sides read and write whole
  * rows of consecutive elements; images along the grid's z (the planes of a batch, or the K filters) */
 #define TT 32
-__global__ void k_to_nhwc(int kind, int64_t imgs, int64_t ch, int64_t hw, const float *x, void *y) {
+__global__ void k_to_nhwc(int kind, int64_t imgs, int64_t ch, int64_t hw, const void *x, int xk, void *y) {
     __shared__ float t[TT][TT + 1];
     int64_t c0 = (int64_t)blockIdx.y * TT, p0 = (int64_t)blockIdx.x * TT;
     for (int64_t img = blockIdx.z; img < imgs; img += gridDim.z) {
         int64_t base = img * ch * hw;
         __syncthreads(); /* the previous image's tile is written out */
         for (int r = threadIdx.y; r < TT; r += blockDim.y)
-            if (c0 + r < ch && p0 + threadIdx.x < hw) t[r][threadIdx.x] = x[base + (c0 + r) * hw + p0 + threadIdx.x];
+            if (c0 + r < ch && p0 + threadIdx.x < hw) t[r][threadIdx.x] = get_kind(x, xk, base + (c0 + r) * hw + p0 + threadIdx.x);
         __syncthreads();
         for (int r = threadIdx.y; r < TT; r += blockDim.y)
             if (p0 + r < hw && c0 + threadIdx.x < ch) put_kind(y, kind, base + (p0 + r) * ch + c0 + threadIdx.x, t[threadIdx.x][r]);
@@ -74,9 +74,11 @@ static dim3 tiles(int64_t imgs, int64_t ch, int64_t hw) {
     return dim3((unsigned)((hw + TT - 1) / TT), (unsigned)((ch + TT - 1) / TT), (unsigned)(imgs < 65535 ? imgs : 65535));
 }
 
-extern "C" void kiln_cuda_to_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const float *x, void *y) {
-    if (ch == 1 || hw == 1) kiln_cuda_to_half(st, kind == 2, imgs * ch * hw, x, y);
-    else KLAUNCH(k_to_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, x, y);
+extern "C" void kiln_cuda_to_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *x, int xk, void *y) {
+    int64_t n = imgs * ch * hw;
+    if ((ch == 1 || hw == 1) && !xk) kiln_cuda_to_half(st, kind == 2, n, (const float *)x, y);
+    else if (ch == 1 || hw == 1) KLAUNCH(k_widen, GO(n))(n, xk, x, y, kind, 0, 0); /* 16 bits as they are */
+    else KLAUNCH(k_to_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, x, xk, y);
 }
 
 extern "C" void kiln_cuda_from_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, void *x, int xk, int acc,

@@ -34,14 +34,18 @@ static SLOTS(half_out0, KILN_TIE_OUT(0))
 SLOTS(kiln_cuda_half_in0, 1u)
 /* backward-weight: x and dy (its bias gradient sums dy as the product reads it, rounded: linear.c) */
 SLOTS(kiln_cuda_half_bwd_weight, 3u)
-/* batch norm's x, backward's x and dy, relu backward's dy (input 1): read widened, values their writer rounds */
+/* batch norm's x, backward's x and dy, relu backward's dy (input 1): read widened, values their writer rounds;
+ * batch norm backward's dx, where only a 16-bit convolution's backward reads it (as its dy) */
 SLOTS(kiln_cuda_half_bn, 1u)
-SLOTS(kiln_cuda_half_bn_bwd, 3u)
+SLOTS(kiln_cuda_half_bn_bwd, 3u | KILN_TIE_OUT(0))
 SLOTS(kiln_cuda_half_relu_bwd, 2u)
+/* a convolution's output (a bias is added in fp32 after the rounding); backward's dy, which it rounds (conv.c) */
 unsigned kiln_cuda_half_conv_out(int nin, int nout) {
     (void)nout;
-    return kiln_cuda_store_half() && nin == 2 ? KILN_TIE_OUT(0) : 0; /* a bias is added in fp32 after the rounding */
+    return kiln_cuda_store_half() && nin == 2 ? KILN_TIE_OUT(0) : 0;
 }
+SLOTS(kiln_cuda_half_conv_bwd_data, 1u | KILN_TIE_OUT(0))
+SLOTS(kiln_cuda_half_conv_bwd_weight, 2u)
 
 static kiln_status relu(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
@@ -251,8 +255,9 @@ static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
     DONE("batch norm");
 }
 static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
+    NO_HALF_ACC("batch norm backward");
     kiln_cuda_batch_norm_bwd(ST, NCHW, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), s->in[1].data,
-                             kiln_cuda_half_kind(&s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]), F(s->out[0]),
+                             kiln_cuda_half_kind(&s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]), s->out[0].data, HK(0),
                              F(s->out[1]), F(s->out[2]), ACC(0), ACC(1), ACC(2));
     DONE("batch norm backward");
 }
@@ -595,9 +600,9 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
                         .half = kiln_cuda_half_conv_out, .round_out = 1},
     /* (the release frees descriptors only a backward step cuDNN refused in 16 bits owns: conv.c) */
     [KILN_OP_CONV2D_BWD_DATA] = {kiln_cuda_conv_bwd_data, kiln_cuda_conv_bwd_prepare, kiln_cuda_conv_release,
-                                 .describe = kiln_cuda_conv_describe, .half = kiln_cuda_half_conv_out, .round_out = 1},
+                                 .describe = kiln_cuda_conv_describe, .half = kiln_cuda_half_conv_bwd_data, .round_out = 1},
     [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cuda_conv_bwd_weight, kiln_cuda_conv_bwd_prepare, kiln_cuda_conv_release,
-                                   .describe = kiln_cuda_conv_describe, .round_out = 1},
+                                   .describe = kiln_cuda_conv_describe, .half = kiln_cuda_half_conv_bwd_weight, .round_out = 1},
 #endif
 #if !defined(KILN_SIMT) || defined(KILN_SIMT_CUBLASLT) /* simt: linear.c over a host cuBLASLt where it is built */
     [KILN_OP_LINEAR] = {kiln_cuda_linear_fwd, kiln_cuda_linear_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},

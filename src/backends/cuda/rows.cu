@@ -279,15 +279,14 @@ __global__ void k_bn_bwd_stats(int64_t c0, int64_t width, int64_t chunks, const 
 }
 __global__ void k_bn_bwd_apply(int64_t n, int64_t c, int64_t hw, int64_t c0, int64_t chunks, int64_t chunk, const double *coef,
                                const void *x, int xk, const void *dy, int dyk, const float *w, const float *mean,
-                               const float *invstd, float *dx, int acc) {
+                               const float *invstd, void *dx, int dxk, int acc) {
     BN_BLOCK;
     double m = (double)(n * hw), mu = mean[ch], is = invstd[ch], sdy = coef[(ch - c0) * 3], sdyx = coef[(ch - c0) * 3 + 1];
     double k = w[ch] * is / m;
     FOR_CHUNK {
         double xh = (GET(x, xk, img, ch, j) - mu) * is;
         float g = (float)(k * (m * GET(dy, dyk, img, ch, j) - sdy - xh * sdyx));
-        float *d = &AT(dx, img, ch, j);
-        *d = acc ? *d + g : g;
+        put_or_add(dx, dxk, (img * c + ch) * hw + j, g, acc);
     }
 }
 
@@ -354,7 +353,7 @@ void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const void *
     }
 }
 void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const void *dy, int dyk, const float *w,
-                              const float *mean, const float *invstd, float *dx, float *dw, float *db, int acc_dx,
+                              const float *mean, const float *invstd, void *dx, int dxk, float *dw, float *db, int acc_dx,
                               int acc_dw, int acc_db) {
     bn_split sp = bn_split_of(c, n * hw);
     double *part = kiln_cuda_parts_dev();
@@ -366,7 +365,7 @@ void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const vo
         KLAUNCH(k_bn_bwd_stats, GO(width))(c0, width, sp.chunks, part, coef, dw, db, acc_dw, acc_db);
         if (dx)
             KLAUNCH(k_bn_bwd_apply, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, coef, x, xk, dy, dyk, w, mean, invstd,
-                                                       dx, acc_dx);
+                                                       dx, dxk, acc_dx);
     }
 }
 }

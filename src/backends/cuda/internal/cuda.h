@@ -150,8 +150,11 @@ int kiln_cuda_store_half(void);
 unsigned kiln_cuda_half_in0(int nin, int nout);
 unsigned kiln_cuda_half_bwd_weight(int nin, int nout);
 /* a convolution's output without a bias (conv.c writes what cuDNN rounded, as it is) and backward-data's; batch norm's
- * x (and backward's dy): read widened, for the outputs the half-storage pass stores because their writer rounds them */
+ * x (and backward's dy): read widened, for the outputs the half-storage pass stores because their writer rounds them.
+ * A convolution's backward reads dy as a 16-bit operand it rounds anyway, so batch norm backward writes its dx so */
 unsigned kiln_cuda_half_conv_out(int nin, int nout);
+unsigned kiln_cuda_half_conv_bwd_data(int nin, int nout);
+unsigned kiln_cuda_half_conv_bwd_weight(int nin, int nout);
 unsigned kiln_cuda_half_bn(int nin, int nout);
 unsigned kiln_cuda_half_bn_bwd(int nin, int nout);
 unsigned kiln_cuda_half_relu_bwd(int nin, int nout);
@@ -207,12 +210,13 @@ void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const floa
                                   kiln_cuda_flags *f, double *terms, float *loss);
 void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
                                  const float *dloss, double *count, void *dx, int dxk, int acc);
-/* x (and dy) stored as kind xk (dyk): kiln_cuda_half_kind, the half-storage pass's 16-bit convolution outputs */
+/* x (and dy) stored as kind xk (dyk): kiln_cuda_half_kind, the half-storage pass's 16-bit convolution outputs; dx
+ * written as kind dxk (16 bits where only a 16-bit convolution's backward reads it, never accumulated) */
 void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const float *w, const float *b,
                           float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,
                           float *sinvstd, int64_t *tracked, int relu);
 void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const void *dy, int dyk, const float *w,
-                              const float *mean, const float *invstd, float *dx, float *dw, float *db, int acc_dx,
+                              const float *mean, const float *invstd, void *dx, int dxk, float *dw, float *db, int acc_dx,
                               int acc_dw, int acc_db);
 void kiln_cuda_sgd(kcs st, int64_t n, float *p, const float *g, float *mom, const kiln_cuda_rc *rc, float momentum,
                    float dampening, float weight_decay, int nesterov);
@@ -258,9 +262,10 @@ void kiln_cuda_flash_mma_bwd(kcs st, int fp16, int64_t b, int64_t t, int64_t c, 
                              float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
 /* convert.cu: n floats rounded to bf16 (fp16 when fp16) into y (2n bytes, 4-byte aligned) */
 void kiln_cuda_to_half(kcs st, int fp16, int64_t n, const float *x, void *y);
-/* x [imgs, ch, hw] fp32 into y [imgs, hw, ch] of kind (1 bf16, 2 fp16), rounded to nearest even: channels last
- * (conv.c's 16-bit copies: images N x C x HW, filters K x C x RS); and back, added to x when acc */
-void kiln_cuda_to_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const float *x, void *y);
+/* x [imgs, ch, hw] of kind xk (0 fp32; 16 bits: the half-storage pass's, the same kind) into y [imgs, hw, ch] of
+ * kind (1 bf16, 2 fp16), rounded to nearest even: channels last (conv.c's 16-bit copies: images N x C x HW, filters
+ * K x C x RS); and back, added to x when acc */
+void kiln_cuda_to_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *x, int xk, void *y);
 /* y's kind `kind` into x of kind xk (16 bits only where not accumulated: what cuDNN rounded, stored as it is),
  * relu applied when relu */
 void kiln_cuda_from_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, void *x, int xk, int acc, int relu);
