@@ -31,6 +31,7 @@ typedef struct {
     int halves;      /* steps writing a tensor stored in 16 bits */
     int fwd16, bwd16; /* forward and backward convolution steps on 16-bit copies (kiln inspect's kernel) */
     int kept;         /* backward-weight steps reading the dy copy backward-data left */
+    size_t ws;        /* the plan's kernel workspace */
     double loss;
     int64_t n;       /* parameters */
     kiln_status st;  /* the compile's */
@@ -50,7 +51,7 @@ static void count_steps(kiln_plan *pl, result *r) {
 
 /* one forward and backward; conv2 with a bias when `bias` */
 static result run(const char *backend, int precision, int bias, float *grads) {
-    result r = {-1, 0, 0, 0, 0, 0, KILN_OK};
+    result r = {-1, 0, 0, 0, 0, 0, 0, KILN_OK};
     kiln_graph *g = kiln_graph_new();
     kiln_value x = kiln_input(g, "x", KILN_F32, 4, (int64_t[]){KILN_BATCH, C0, H, H});
     kiln_value y = kiln_input(g, "y", KILN_I32, 1, (int64_t[]){KILN_BATCH});
@@ -79,6 +80,7 @@ static result run(const char *backend, int precision, int bias, float *grads) {
         r.loss = kiln_plan_loss(pl);
         CHECK_OK(kiln_params_grad_read(P, grads));
         r.halves = 0;
+        r.ws = kiln_plan_workspace_bytes(pl);
         count_steps(pl, &r);
     }
     kiln_plan_free(pl);
@@ -108,6 +110,10 @@ static void check(const char *backend, int precision, int bias) {
     CHECK_MSG(a.n > 0 && a.n <= MAXP && a.n == b.n && memcmp(plain, half, (size_t)a.n * 4) == 0 && a.loss == b.loss,
               "%s %s%s: half storage changed the loss (%.9g, %.9g) or the gradients", backend, pn, bias ? ", conv2 with a bias" : "",
               a.loss, b.loss);
+    /* conv2's three 16-bit copies, each rounded up to 256 bytes, before cuDNN's own: x 6x8x8x8, w 12x8x3x3, y 6x12x4x4 */
+    size_t copies = 6144 + 1792 + 2304;
+    CHECK_MSG(a.ws >= copies && b.ws >= copies, "%s %s: kernel workspace %zu and %zu bytes, want at least conv2's copies, %zu",
+              backend, pn, a.ws, b.ws, copies);
     CHECK_MSG(a.kept == 1 && b.kept == 1, "%s %s: backward-weight steps reading the dy copy backward-data left: %d and %d (want 1: "
               "conv2's)", backend, pn, a.kept, b.kept);
 }

@@ -24,7 +24,7 @@ for conv in conv1 $(for i in 0 1 2 3 4 5 6 7 8; do echo layers.$i.conv1 layers.$
     [ "$conv" = conv1 ] || grep -qE "^[0-9]+ +$conv:bwd_data +conv2d_bwd_data " "$T/table" || missing="$missing $conv:bwd_data"
 done
 check "the table names every conv step:${missing:- all there}" test -z "$missing"
-check "the table's summary: parameters and reorders" grep -qE "269722 parameters, arena .* reorders of activations" "$T/table"
+check "the table's summary: parameters, arena, workspace and reorders" grep -qE "269722 parameters, arena [0-9.]+ MiB, kernel workspace [0-9.]+ MiB, .* reorders of activations" "$T/table"
 
 expect 0 "resnet20 training plan, as JSON" -- "$KILN_BIN" inspect --model resnet20 --batch-size $B --autotune off --json
 cp "$T/out" "$T/train.json"

@@ -65,11 +65,11 @@ static void print_table(json_t *doc) {
                STR(s, "epilogue"), STR(s, "precision"), STR(s, "kernel"), reo, NUM(s, "flops") / 1e6);
         printf("%s%s\n", STR(s, "attrs")[0] ? "  " : "", STR(s, "attrs"));
     }
-    printf("\n%s, batch %lld, %s plan on %s: %zu steps, %lld parameters, arena %.1f MiB, %.3f GFLOP per run (conv and "
-           "linear), %lld reorders of activations and %lld of weights (w) per run\n",
+    printf("\n%s, batch %lld, %s plan on %s: %zu steps, %lld parameters, arena %.1f MiB, kernel workspace %.1f MiB, %.3f "
+           "GFLOP per run (conv and linear), %lld reorders of activations and %lld of weights (w) per run\n",
            STR(doc, "model"), INT(doc, "batch"), !strcmp(STR(doc, "mode"), "eval") ? "inference" : "training",
            STR(doc, "backend"), json_array_size(steps), INT(doc, "params"), (double)INT(doc, "arena_bytes") / 1048576.0,
-           NUM(doc, "flops") / 1e9, INT(doc, "reorders"), INT(doc, "weight_reorders"));
+           (double)INT(doc, "workspace_bytes") / 1048576.0, NUM(doc, "flops") / 1e9, INT(doc, "reorders"), INT(doc, "weight_reorders"));
     if (INT(doc, "recomputed"))
         printf("activation checkpointing: %lld nodes recomputed in backward (phase recompute); arena %.1f MiB without it\n",
                INT(doc, "recomputed"), (double)INT(doc, "arena_bytes_plain") / 1048576.0);

@@ -335,6 +335,9 @@ size_t kiln_plan_arena_bytes_no_reuse(const kiln_plan *plan);
  * how many forward nodes are recomputed within backward. */
 size_t kiln_plan_arena_bytes_plain(const kiln_plan *plan);
 int kiln_plan_recomputed(const kiln_plan *plan);
+/* The kernels' shared workspace, beside the arena (oneDNN's operand copies, cuDNN's and its 16-bit copies); the
+ * memory budget counts the arena alone. 0 for a plan_only compile (no kernels made). */
+size_t kiln_plan_workspace_bytes(const kiln_plan *plan);
 /* A readable listing of the compiled steps (one line per kernel call). */
 void kiln_plan_describe(const kiln_plan *plan, char *buf, size_t len);
 /* What one step of the plan's max_batch list runs, on what (kiln inspect). */

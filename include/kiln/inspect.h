@@ -33,7 +33,8 @@ typedef struct kiln_inspect_config {
 kiln_inspect_config kiln_inspect_defaults(void); /* batch 32, training, autotune on */
 
 /* *json (malloc'd): {"model", "batch", "mode", "backend", "params", "arena_bytes", "arena_bytes_plain" (without
- * checkpoint_activations), "recomputed" (nodes it recomputes: steps of phase "recompute"), "flops", "reorders",
+ * checkpoint_activations), "workspace_bytes" (the kernels' shared workspace, beside the arena), "recomputed" (nodes
+ * it recomputes: steps of phase "recompute"), "flops", "reorders",
  * "weight_reorders", "steps": [{"name", "op", "phase", "in": [{"shape", "layout"}], "out": [...], "attrs",
  * "epilogue", "precision" ("fp32" or "bf16"), "kernel", "reorders", "weight_reorders", "flops"}]} */
 kiln_status kiln_inspect(const kiln_inspect_config *c, char **json);

@@ -377,6 +377,7 @@ fail:
 size_t kiln_plan_arena_bytes(const kiln_plan *pl) { return pl->arena_bytes; }
 size_t kiln_plan_arena_bytes_no_reuse(const kiln_plan *pl) { return pl->arena_no_reuse; }
 size_t kiln_plan_arena_bytes_plain(const kiln_plan *pl) { return pl->arena_plain; }
+size_t kiln_plan_workspace_bytes(const kiln_plan *pl) { return pl->ws_bytes; }
 int kiln_plan_recomputed(const kiln_plan *pl) { return pl->recomputed; }
 const char *kiln_plan_backend(const kiln_plan *pl) { return pl->be->name; }
 

@@ -59,6 +59,7 @@ static kiln_status describe(const kiln_inspect_config *c, kiln_params *P, kiln_p
     json_object_set_new(doc, "params", json_integer(params));
     json_object_set_new(doc, "arena_bytes", json_integer((json_int_t)kiln_plan_arena_bytes(pl)));
     json_object_set_new(doc, "arena_bytes_plain", json_integer((json_int_t)kiln_plan_arena_bytes_plain(pl)));
+    json_object_set_new(doc, "workspace_bytes", json_integer((json_int_t)kiln_plan_workspace_bytes(pl)));
     json_object_set_new(doc, "recomputed", json_integer(kiln_plan_recomputed(pl)));
     json_object_set_new(doc, "flops", json_real(kiln_plan_flops(pl)));
     json_object_set_new(doc, "reorders", json_integer(reorders));

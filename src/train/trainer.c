@@ -591,8 +591,8 @@ static kiln_status run_compile(run *R) {
         kiln_log(KILN_LOG_DEBUG, "training plan:\n%s", desc);
         free(desc);
     }
-    kiln_log(KILN_LOG_DEBUG, "arena %.1f MiB (%.1f MiB without reuse)", R->r->arena_bytes / 1048576.0,
-             R->r->arena_bytes_no_reuse / 1048576.0);
+    kiln_log(KILN_LOG_DEBUG, "arena %.1f MiB (%.1f MiB without reuse), kernel workspace %.1f MiB", R->r->arena_bytes / 1048576.0,
+             R->r->arena_bytes_no_reuse / 1048576.0, kiln_plan_workspace_bytes(R->plan) / 1048576.0);
     kiln_loader_config lc = kiln_loader_defaults();
     lc.batch_size = c->batch_size;
     lc.shuffle = 1;
