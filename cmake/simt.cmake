@@ -87,8 +87,9 @@ endif()
 # optimizer fixtures (tests/test_fixtures.c), the GPT and resnet20 against PyTorch (test_gpt.c, test_models.c),
 # the late read-out's slots and the errors they carry (test_late_loss.c), the gradient scaler's skips (test_grad_scaler.c),
 # the tensor-core attention against the reference (test_attention_tc.c), the 16-bit convolutions' half storage
-# (test_conv_half.c: skipped where conv.c is not built into simt)
-foreach(t test_ops test_fixtures test_gpt test_models test_late_loss test_grad_scaler test_attention_tc test_conv_half)
+# (test_conv_half.c: skipped where conv.c is not built into simt), the doctor on a device (test_doctor_device.c)
+foreach(t test_ops test_fixtures test_gpt test_models test_late_loss test_grad_scaler test_attention_tc test_conv_half
+          test_doctor_device)
   target_link_libraries(${t} PRIVATE kiln_simt)
 endforeach()
 set_tests_properties(test_conv_half PROPERTIES SKIP_RETURN_CODE 77)

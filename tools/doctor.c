@@ -48,12 +48,13 @@ static void print_step(const kiln_doctor_report *r) {
     fprintf(stderr, "largest kernels:\n");
     for (int i = 0; i < r->ntop; i++) {
         const kiln_kernel_stat *k = &r->top[i];
+        double peak = r->device[0] ? r->device_peak_gflops : r->peak_gflops, bw = r->device[0] ? r->device_copy_gbps : r->copy_gbps;
         if (k->gflops > 0)
             fprintf(stderr, "  %-28s %7.2f ms  %6.1f GFLOP/s  (%.0f%% of the %.0f GFLOP/s peak)\n", k->name, k->ms, k->gflops,
-                    r->peak_gflops > 0 ? 100 * k->gflops / r->peak_gflops : 0, r->peak_gflops);
+                    peak > 0 ? 100 * k->gflops / peak : 0, peak);
         else
             fprintf(stderr, "  %-28s %7.2f ms  %6.1f GB/s     (%.0f%% of the %.0f GB/s copy bandwidth)\n", k->name, k->ms,
-                    k->gbps, r->copy_gbps > 0 ? 100 * k->gbps / r->copy_gbps : 0, r->copy_gbps);
+                    k->gbps, bw > 0 ? 100 * k->gbps / bw : 0, bw);
     }
 }
 
@@ -61,7 +62,10 @@ static void print_report(const kiln_doctor_report *r, int measure_only) {
     fprintf(stderr, "kiln doctor: %lld steps measured per window, %.1f s in all, on %s (%d of %d cores; measured FP32 "
             "peak %.0f GFLOP/s, copy %.0f GB/s%s)\n", (long long)r->steps, r->elapsed_s, r->cpu[0] ? r->cpu : "this CPU",
             r->cores_available, r->cores_online, r->peak_gflops, r->copy_gbps,
-            r->bf16_kernels ? "" : "; no bf16 kernels: mixed precision not offered");
+            r->device[0] || r->bf16_kernels ? "" : "; no bf16 kernels: mixed precision not offered");
+    if (r->device[0])
+        fprintf(stderr, "kernels on %s (measured there: matmul %.0f GFLOP/s in the run's math, copy %.0f GB/s; memory: the "
+                "device's)\n", r->device, r->device_peak_gflops, r->device_copy_gbps);
     print_step(r);
     if (measure_only) return;
     static const char *const says[][2] = {{"memory", "memory: the run does not fit as given"},

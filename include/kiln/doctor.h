@@ -31,7 +31,11 @@ typedef struct kiln_doctor_report {
     char cpu[96];               /* /proc/cpuinfo's model name */
     int cores_online, cores_available;
     double peak_gflops, copy_gbps; /* measured here, by the run's thread count */
-    int bf16_kernels;           /* oneDNN has bf16 kernels on this CPU (else mixed precision is not offered) */
+    int bf16_kernels;           /* oneDNN has bf16 kernels on this CPU (else mixed precision is not offered on it) */
+    char device[96];            /* the run's device ("cuda 0 (PCI ...)"); "": the cpu. On a device the kernels are its:
+                                   the CPU's peaks do not rate them, and memory is the device's */
+    double device_peak_gflops;  /* measured on the device: a square matmul in the run's math (0: not measured) */
+    double device_copy_gbps;    /* and a relu over a large buffer, bytes read + written */
     /* memory: the plan's arena against the budget (plan-only, before anything runs) */
     int fits;
     double arena_mb, budget_mb;

@@ -16,7 +16,9 @@
 #include <unistd.h>
 #include "data/internal/folder.h"
 #include "data/internal/source.h"
+#include "backends/internal/backend.h"
 #include "kernels/internal/dnnl_ops.h"
+#include "train/internal/device_peak.h"
 #include "train/internal/doctor_dist.h"
 #include "train/internal/fit.h"
 #include "train/internal/machine.h"
@@ -77,8 +79,23 @@ static kiln_remedy *add(kiln_doctor_report *r, const char *flag, const char *val
 
 /* ---- memory: does the plan fit the budget, and what makes it fit ---- */
 
+/* the backend the run's --device names: NULL when it names none that can run here (the baseline says why) */
+static const kiln_backend *run_backend(const kiln_train_config *c) {
+    const char *name = NULL;
+    return kiln_device_backend(c->device, &name) == KILN_OK && name ? kiln_backend_get(name) : NULL;
+}
+
+/* a backend with memory of its own (a GPU) runs the kernels there */
+static int on_device(const kiln_train_config *c) {
+    const kiln_backend *be = run_backend(c);
+    return be && !be->host_memory;
+}
+
+/* as the compile's default: 90 % of the memory the plan lives in, the device's on a GPU */
 static double budget_bytes(const kiln_train_config *c) {
     if (c->memory_budget > 0) return c->memory_budget;
+    const kiln_backend *be = run_backend(c);
+    if (be && !be->host_memory && be->memory_available) return 0.9 * (double)be->memory_available();
     return 0.9 * (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
 }
 
@@ -149,6 +166,12 @@ static void machine(const kiln_train_config *c, kiln_doctor_report *r) {
     r->peak_gflops = kiln_machine_peak_gflops(threads);
     r->copy_gbps = kiln_machine_copy_gbps(threads);
     r->bf16_kernels = kiln_dnnl_has_bf16();
+    const kiln_backend *be = run_backend(c);
+    if (be && !be->host_memory && (!be->device_name || be->device_name(r->device, sizeof r->device) != KILN_OK))
+        snprintf(r->device, sizeof r->device, "%s", be->name);
+    if (r->device[0] && kiln_device_peaks(be->name, c->precision, c->matmul_precision, &r->device_peak_gflops,
+                                          &r->device_copy_gbps) != KILN_OK)
+        kiln_log(KILN_LOG_WARN, "doctor: %s's peaks not measured: %s", r->device, kiln_last_error());
     FILE *f = fopen("/proc/cpuinfo", "r");
     char line[256];
     while (f && fgets(line, sizeof line, f))
@@ -273,12 +296,36 @@ static void trial(trial_ctx *x, const kiln_train_config *t, const char *flag, co
              (long long)x->steps, x->r->samples_per_s, sps);
 }
 
-/* mixed precision can only be faster on the cpu where oneDNN has bf16 kernels: elsewhere `auto` is fp32 itself
- * (and a trial of it measures noise; the cuda backend runs fp32 whatever the precision) */
+/* mixed precision can be faster on the cpu where oneDNN has bf16 kernels (elsewhere on the cpu `auto` is fp32 itself,
+ * and a trial of it measures noise), and on a GPU, whose autocast steps take tensor cores (cuBLASLt, cuDNN) */
 static int bf16_may_help(const kiln_train_config *c) {
-    const char *backend = NULL;
-    if (kiln_device_backend(c->device, &backend) != KILN_OK || !backend || strcmp(backend, "cpu") != 0) return 0;
-    return kiln_dnnl_has_bf16();
+    if (on_device(c)) return 1;
+    const kiln_backend *be = run_backend(c);
+    return be && !strcmp(be->name, "cpu") && kiln_dnnl_has_bf16();
+}
+
+static int has_matmuls(const kiln_train_config *c) {
+    return kiln_train_plan_has_op(c, "conv2d") || kiln_train_plan_has_op(c, "linear") || kiln_train_plan_has_op(c, "matmul");
+}
+
+/* a GPU's fp32 matmuls and convolutions: AMP's bf16 tensor cores (the cpu: `auto`, bf16 where measured faster), and
+ * TF32 when they run in full fp32 FMA math (--matmul-precision highest) */
+static void precision_remedies(const kiln_train_config *c, trial_ctx *x) {
+    kiln_train_config t = *c;
+    int gpu = on_device(c);
+    if (c->precision == KILN_PRECISION_FP32 && bf16_may_help(c) && has_matmuls(c)) {
+        t.precision = gpu ? KILN_PRECISION_BF16 : KILN_PRECISION_AUTO;
+        trial(x, &t, "precision", gpu ? "bf16" : "auto",
+              gpu ? "automatic mixed precision (bf16 on tensor cores)" : "mixed precision (bf16 where measured faster)",
+              gpu ? "every matmul and convolution takes fp32 operands: bf16 ones run on the GPU's tensor cores"
+                  : "every matmul and convolution runs in fp32; bf16 operands may be faster on this CPU", IF_FASTER);
+        t = *c;
+    }
+    if (gpu && c->precision == KILN_PRECISION_FP32 && c->matmul_precision == 0 && has_matmuls(c)) {
+        t.matmul_precision = 1;
+        trial(x, &t, "matmul-precision", "high", "TF32 tensor cores for fp32 matmuls (set_float32_matmul_precision)",
+              "fp32 matmuls and convolutions run in full fp32 FMA math (--matmul-precision highest)", IF_FASTER);
+    }
 }
 
 static void trial_remedies(const kiln_train_config *c, trial_ctx *x) {
@@ -304,13 +351,7 @@ static void trial_remedies(const kiln_train_config *c, trial_ctx *x) {
         trial(x, &t, "no-fuse", "false", "fuse pointwise operations", "fusion is off (--no-fuse): every pointwise op is its own pass", WRONG);
         t = *c;
     }
-    if (c->precision == KILN_PRECISION_FP32 && bf16_may_help(c) &&
-        (kiln_train_plan_has_op(c, "conv2d") || kiln_train_plan_has_op(c, "linear") || kiln_train_plan_has_op(c, "matmul"))) {
-        t.precision = KILN_PRECISION_AUTO;
-        trial(x, &t, "precision", "auto", "mixed precision (bf16 where measured faster)",
-              "every matmul and convolution runs in fp32; bf16 operands may be faster on this CPU", IF_FASTER);
-        t = *c;
-    }
+    precision_remedies(c, x);
 }
 
 /* a batch far below what memory allows: the finder's batch, up to 8 times the given one */
@@ -470,6 +511,9 @@ char *kiln_doctor_json(const kiln_doctor_report *r) {
     json_object_set_new(mach, "cores_available", json_integer(r->cores_available));
     json_object_set_new(mach, "fp32_peak_gflops", json_real(r->peak_gflops));
     json_object_set_new(mach, "bf16_kernels", json_boolean(r->bf16_kernels));
+    json_object_set_new(mach, "device", json_string(r->device));
+    json_object_set_new(mach, "device_peak_gflops", json_real(r->device_peak_gflops));
+    json_object_set_new(mach, "device_copy_gbps", json_real(r->device_copy_gbps));
     json_object_set_new(mach, "copy_gbps", json_real(r->copy_gbps));
     json_object_set_new(step, "steps", json_integer(r->steps));
     json_object_set_new(step, "batch_size", json_integer(r->batch_size));
@@ -490,7 +534,10 @@ char *kiln_doctor_json(const kiln_doctor_report *r) {
     json_object_set_new(mem, "budget_mb", json_real(r->budget_mb));
     json_object_set_new(mem, "loader_ring_mb", json_real(r->ring_mb));
     json_object_set_new(mem, "peak_rss_mb", json_real(r->peak_rss_mb));
-    for (int i = 0; i < r->ntop; i++) json_array_append_new(tops, kernel_json(&r->top[i], r->peak_gflops, r->copy_gbps));
+    /* a device's kernels against the device's peaks, never the CPU's */
+    for (int i = 0; i < r->ntop; i++)
+        json_array_append_new(tops, kernel_json(&r->top[i], r->device[0] ? r->device_peak_gflops : r->peak_gflops,
+                                                r->device[0] ? r->device_copy_gbps : r->copy_gbps));
     for (int i = 0; i < r->nremedies; i++) json_array_append_new(rem, remedy_json(&r->remedies[i]));
     json_object_set_new(o, "machine", mach);
     json_object_set_new(o, "step", step);

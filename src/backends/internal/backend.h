@@ -231,7 +231,7 @@ typedef struct kiln_backend {
     /* a step is being freed: drop what the backend keeps about it (a captured graph) */
     void (*step_freed)(kiln_step *s);
     /* mixed precision: NULL when the kernels honour kiln_step.precision themselves (cpu; cuda: its linear
-     * and matmul steps take bf16 tensor-core math, its convolutions keep --matmul-precision's);
+     * and matmul steps take bf16 tensor-core math, its convolutions run on 16-bit channels-last copies);
      * else runs a bf16 step in their place (ref: its kernel on rounded operands), and `auto` means fp32 */
     kiln_step_fn run_reduced;         /* (bf16 or fp16 steps) */
     /* 1: its update kernels skip themselves when the gradient scaler found a non-finite gradient (cuda); 0:
