@@ -10,7 +10,9 @@
 # kiln-bf16-mma-half, and with the half-storage pass as kiln-bf16-mma-store); PyTorch runs bench/gpu/pytorch_step_gpu.py eager fp32, eager with
 # bf16 autocast, and torch.compile (max-autotune) of the bf16 model. Medians
 # over STEPS timed steps each, REPEAT rounds interleaved; the ratio is kiln's
-# best against PyTorch's best. Needs a GPU, build/kiln with the CUDA backend,
+# best against PyTorch's best, and kiln's achieved TFLOP/s against the bf16
+# matmul peak `kiln bench peak` measures on this GPU first (cuBLASLt through
+# kiln's plans: MFU against a measured peak, never a datasheet's). Needs a GPU, build/kiln with the CUDA backend,
 # and `python3` holding PyTorch 2.x with CUDA (torchvision for resnet50).
 #
 #   MODELS="gpt2 resnet50"  REPEAT=2  STEPS=20  COMPILE=0 (skip torch.compile)
@@ -26,6 +28,8 @@ die() { echo "bench/gpu_models.sh: $*" >&2; exit 1; }
 [ -x "$KILN" ] || die "$KILN not found: run make"
 "$KILN" bench step --model mlp --batch-size 4 --steps 1 --warmup 0 --device cuda >/dev/null 2>"$RES/probe" || die "$(tail -1 "$RES/probe")"
 $PY -c "import torch; assert torch.cuda.is_available()" 2>/dev/null || die "$PY has no PyTorch with CUDA"
+"$KILN" bench peak --device cuda --precision bf16 --json 2>"$RES/err" | tail -1 >"$RES/peak" ||
+    echo "kiln bench peak failed: $(tail -1 "$RES/err")" >&2
 
 kiln_args() { # model
     case $1 in
@@ -39,7 +43,7 @@ kiln_run() { # model matmul-precision [name --precision P]
     [ $# -ge 4 ] && name=$3 more=(--precision "$4")
     # shellcheck disable=SC2046
     "$KILN" bench step $(kiln_args "$1") --device cuda --matmul-precision "$2" "${more[@]}" --steps "$STEPS" --warmup 3 --json 2>"$RES/err" |
-        tail -1 | $PY -c "import json,sys; r=json.load(sys.stdin); print(json.dumps({'model':'$1','name':'$name','ms':r['ms'],'per_s':$(items "$1")/r['ms']*1e3}))" ||
+        tail -1 | $PY -c "import json,sys; r=json.load(sys.stdin); print(json.dumps({'model':'$1','name':'$name','ms':r['ms'],'per_s':$(items "$1")/r['ms']*1e3,'tflops':r['gflops']/1e3}))" ||
         echo "kiln $1 $name failed: $(tail -1 "$RES/err")" >&2
 }
 peer_run() { # model mode
@@ -70,9 +74,14 @@ for m in $MODELS; do
     [ "${COMPILE:-1}" = 1 ] && peer_run "$m" compile | tee -a "$RES/all"
 done
 echo
-$PY - "$RES/all" <<'PY'
+$PY - "$RES/all" "$RES/peak" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+try:
+    peak = json.load(open(sys.argv[2]))["gflops"] / 1e3
+    print(f"bf16 matmul peak measured here (kiln bench peak): {peak:.1f} TFLOP/s")
+except (OSError, ValueError, KeyError):
+    peak = 0
 for m in dict.fromkeys(r["model"] for r in rows):
     med = {}
     for n in dict.fromkeys(r["name"] for r in rows if r["model"] == m):
@@ -84,4 +93,8 @@ for m in dict.fromkeys(r["model"] for r in rows):
     if k and t:
         bk, bt = max(k, key=k.get), max(t, key=t.get)
         print(f"{m}: kiln's best ({bk}) / PyTorch's best ({bt}) = {k[bk] / t[bt]:.2f}x  (target >= 1.1)")
+    for n in k:
+        tf = statistics.median([r["tflops"] for r in rows if r["model"] == m and r["name"] == n and "tflops" in r] or [0])
+        if tf and peak:
+            print(f"{m}: {n} achieves {tf:.1f} TFLOP/s, {100 * tf / peak:.1f} % of the measured bf16 matmul peak")
 PY

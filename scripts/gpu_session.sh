@@ -5,7 +5,7 @@
 # limit, every log under $OUT (which the device tool brings back), and prints
 # a table last. Device minutes are few: build, bundle and read here.
 #
-#   STAGES   info test optin sanitize train bench models profile   (default: info test sanitize train)
+#   STAGES   info test optin sanitize train bench models profile peak doctor   (default: info test sanitize train)
 #     info      nvidia-smi, the driver, python3's torch
 #     test      test_cuda, then test_ops, test_gpt, test_models and test_attention_tc (their cuda checks run on the GPU)
 #     optin     test_mma_gpu (mma.sync's layout), then test_ops, test_gpt, test_attention_tc with
@@ -17,6 +17,8 @@
 #     bench     bench/gpu.sh, REPEAT=1 COMPILE=0 (mnist-cnn epoch against PyTorch)
 #     models    bench/gpu_models.sh, REPEAT=1 STEPS=10 COMPILE=0 (GPT-2 small and resnet50)
 #     profile   kiln bench step --profile of both (every kernel's time)
+#     peak      kiln bench peak --device cuda: the matmul's GFLOP/s in fp32, TF32 and bf16, and the copy GB/s
+#     doctor    kiln doctor train --device cuda on mnist-cnn and mlp in fp32 (the GPU's remedies: bf16, TF32)
 #   LIMIT    seconds per stage (default 240)
 #
 #   e.g. (device tool): bash scripts/gpu_session.sh   carry: ["gpu-bundle.tar.xz"]
@@ -88,6 +90,16 @@ stage_profile() { # where a step's time goes: every kernel timed alone (kiln ben
     # bench/README.md)
     "$KILN_BIN" bench step --model resnet50 --size 224 --num-classes 1000 --batch-size 256 \
         --device cuda --matmul-precision medium --precision bf16 --steps 3 --warmup 1 --profile
+}
+
+stage_peak() {
+    "$KILN_BIN" bench peak --device cuda --matmul-precision highest
+    "$KILN_BIN" bench peak --device cuda --matmul-precision high
+    "$KILN_BIN" bench peak --device cuda --precision bf16
+}
+stage_doctor() {
+    "$KILN_BIN" doctor train --device cuda --model mnist-cnn --data "$DATA" --batch-size 64 --window-steps 8
+    "$KILN_BIN" doctor train --device cuda --model mlp --data "$DATA" --batch-size 256 --window-steps 8 --json
 }
 
 printf '%s\n' "stage rc seconds" >"$OUT/summary"

@@ -38,6 +38,7 @@ int cli_bench_step(int argc, char **argv);
 int cli_bench_conv(int argc, char **argv);
 /* bench_pointwise.c: kiln bench pointwise */
 int cli_bench_pointwise(int argc, char **argv);
+int cli_bench_peak(int argc, char **argv);
 /* predict.c: kiln predict */
 int cli_predict(int argc, char **argv);
 /* inspect.c: kiln inspect */

@@ -31,6 +31,7 @@ static const char *main_help =
     "          bench step: a model's median step time on synthetic data;\n"
     "          bench conv: one convolution's forward and forward+backward, autotuned or not\n"
     "          bench pointwise: the guide's five-node GELU, fused or not (kernels, us, GB/s)\n"
+    "          bench peak: the device's matmul GFLOP/s and copy GB/s through kiln's plans\n"
     "  predict a model's top-5 classes and logits for every image under a folder, as JSON lines\n"
     "  inspect a model's compiled plan: steps, kernels and layouts chosen, reorders, arena, FLOPs\n"
     "  tune    time every convolution of a model ahead of a run and keep the fastest in the autotune cache\n"
@@ -610,11 +611,12 @@ static int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "step")) return cli_bench_step(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "conv")) return cli_bench_conv(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "pointwise")) return cli_bench_pointwise(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "peak")) return cli_bench_peak(argc - 1, argv + 1);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         fputs(bench_usage, stdout);
         return 0;
     }
-    fprintf(stderr, "kiln bench: which benchmark? kiln bench loader --data DIR, kiln bench step --model NAME, kiln bench conv --shape NxCxHxW, or kiln bench pointwise --op gelu-chain\n");
+    fprintf(stderr, "kiln bench: which benchmark? kiln bench loader --data DIR, kiln bench step --model NAME, kiln bench conv --shape NxCxHxW, kiln bench pointwise --op gelu-chain, or kiln bench peak\n");
     return EXIT_USAGE;
 }
 

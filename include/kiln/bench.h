@@ -112,6 +112,17 @@ typedef struct kiln_bench_pointwise_result {
 } kiln_bench_pointwise_result;
 kiln_status kiln_bench_pointwise(const kiln_bench_pointwise_config *c, kiln_bench_pointwise_result *r);
 
+/* kiln bench peak: what a backend's kernels reach through kiln's own plans (the doctor's ratings of a GPU's
+ * kernels; MFU against a measured peak, never a datasheet's): a square matmul in the given math (backend: cpu, cuda,
+ * or a registered one; precision and matmul_precision as kiln_compile_opts), grown from 256 until a run takes
+ * 20 ms (at most 16384), and a relu over up to 256 Mi floats (bytes read + written); each size's best of five runs
+ * after a warm-up, the best rate kept. */
+typedef struct kiln_bench_peak_result {
+    double gflops, gbps;
+    int64_t matmul_n, relu_n; /* the sizes that gave them */
+} kiln_bench_peak_result;
+kiln_status kiln_bench_peak(const char *backend, int precision, int matmul_precision, kiln_bench_peak_result *r);
+
 #ifdef __cplusplus
 }
 #endif
