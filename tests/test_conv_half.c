@@ -123,12 +123,17 @@ static void check(const char *backend, int precision, int bias) {
  * asking for a 16-bit backward-data output the compile refuses, naming the switch */
 static void check_bwd_fallback(void) {
     static float want[MAXP], got[MAXP];
+    const char *old = getenv("KILN_CUDA_STORE"); /* a and b without half storage whatever the environment says */
+    char *keep = old ? strdup(old) : NULL;
+    unsetenv("KILN_CUDA_STORE");
     result a = run("simt", KILN_PRECISION_BF16, 0, want);
     setenv("KILN_SIMT_CUDNN_FP32_BWD", "1", 1);
     result b = run("simt", KILN_PRECISION_BF16, 0, got);
     setenv("KILN_CUDA_STORE", "half", 1);
     result c = run("simt", KILN_PRECISION_BF16, 0, got);
-    unsetenv("KILN_CUDA_STORE");
+    if (keep) setenv("KILN_CUDA_STORE", keep, 1);
+    else unsetenv("KILN_CUDA_STORE");
+    free(keep);
     unsetenv("KILN_SIMT_CUDNN_FP32_BWD");
     double num = 0, den = 0, same = 1;
     for (int64_t i = 0; i < a.n && a.n == b.n; i++) {
