@@ -34,7 +34,7 @@ typedef struct {
     cudnnMathType_t math[3];
     size_t ws[3];
     int half; /* 0 fp32 NCHW; 1 bf16, 2 fp16: the 16-bit channels-last copies of the autocast steps */
-    const kiln_step *dy_kept; /* the backward-weight step that finds dy's copy where backward-data, just before it, left it */
+    const kiln_step *dy_kept; /* the backward-weight step finding dy's copy where backward-data, just before it, left it */
 } conv_obj;
 
 /* the three tensors of a convolution: the image x, the filter w, the image y (the roles of a direction's inputs
@@ -58,7 +58,7 @@ static size_t role_bytes(const kiln_conv_shape *cs, int r) {
     return up256((size_t)(d[0] * d[1] * d[2]) * 2);
 }
 
-/* the 16-bit copies' bytes after cuDNN's own workspace: x, w and y (every direction has all three) */
+/* the 16-bit copies' bytes before cuDNN's own workspace: x, w and y (every direction has all three) */
 static size_t copies_bytes(const kiln_conv_shape *cs) { return role_bytes(cs, TX) + role_bytes(cs, TW) + role_bytes(cs, TY); }
 
 /* where each role's tensor is for cuDNN: the step's own (fp32), or its 16-bit copy at base, the step's inputs
@@ -298,8 +298,8 @@ static kiln_status stored_as_run(const kiln_step *s, const conv_obj *c) {
     int any = kiln_cuda_half_kind(&s->out[0]);
     for (int k = 0; k < s->nin; k++) any |= kiln_cuda_half_kind(&s->in[k]);
     if (c->half || !any) return KILN_OK;
-    return kiln_fail(KILN_ERR_BACKEND, "%s: an operand or its output is stored in 16 bits (KILN_CUDA_STORE=half) but cuDNN refused the 16-bit "
-                     "convolution: run without KILN_CUDA_STORE=half", s->name);
+    return kiln_fail(KILN_ERR_BACKEND, "%s: an operand or its output is stored in 16 bits (KILN_CUDA_STORE=half) but cuDNN "
+                     "refused the 16-bit convolution: run without KILN_CUDA_STORE=half", s->name);
 }
 
 /* the forward's descriptors and algorithm for copies of kind half (0: fp32) into *out; NULL where cuDNN has none */
@@ -460,8 +460,8 @@ kiln_status kiln_cuda_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
     void *t[3];
     operands(s, c, 0, rc->workspace, t);
     cudnnSetConvolutionMathType(c->conv, c->math[0]);
-    kiln_status st = dnn(cudnnConvolutionForward(handle, &one, c->x, t[TX], c->w, t[TW], c->conv, c->fwd, cudnn_ws(s, c, rc->workspace), c->ws[0],
-                                                 &zero, c->y, t[TY]), "forward");
+    kiln_status st = dnn(cudnnConvolutionForward(handle, &one, c->x, t[TX], c->w, t[TW], c->conv, c->fwd,
+                                                 cudnn_ws(s, c, rc->workspace), c->ws[0], &zero, c->y, t[TY]), "forward");
     int relu = s->epilogue == KILN_EPI_RELU, bias = s->nin > 2;
     if (st == KILN_OK && c->half) widen_output(s, c, 0, t, 0, relu && !bias); /* a relu without a bias on the way */
     const kiln_conv_shape *cs = &s->sz.conv;
@@ -479,8 +479,9 @@ kiln_status kiln_cuda_conv_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) 
     int acc = kiln_step_acc(s, rc, 0);
     operands(s, c, 1, rc->workspace, t);
     cudnnSetConvolutionMathType(c->conv, c->math[1]);
-    kiln_status st = dnn(cudnnConvolutionBackwardData(handle, &one, c->w, t[TW], c->y, t[TY], c->conv, c->bwd_data, cudnn_ws(s, c, rc->workspace),
-                                                      c->ws[1], beta_of(c, acc), c->x, t[TX]), "backward data");
+    kiln_status st = dnn(cudnnConvolutionBackwardData(handle, &one, c->w, t[TW], c->y, t[TY], c->conv, c->bwd_data,
+                                                      cudnn_ws(s, c, rc->workspace), c->ws[1], beta_of(c, acc), c->x, t[TX]),
+                         "backward data");
     if (st == KILN_OK && c->half) widen_output(s, c, 1, t, acc, 0);
     return st == KILN_OK ? kiln_cuda_launched("convolution backward data: its copies") : st;
 }
@@ -491,8 +492,9 @@ kiln_status kiln_cuda_conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc
     int acc = kiln_step_acc(s, rc, 0);
     operands(s, c, 2, rc->workspace, t);
     cudnnSetConvolutionMathType(c->conv, c->math[2]);
-    kiln_status st = dnn(cudnnConvolutionBackwardFilter(handle, &one, c->x, t[TX], c->y, t[TY], c->conv, c->bwd_filter, cudnn_ws(s, c, rc->workspace),
-                                                        c->ws[2], beta_of(c, acc), c->w, t[TW]), "backward weight");
+    kiln_status st = dnn(cudnnConvolutionBackwardFilter(handle, &one, c->x, t[TX], c->y, t[TY], c->conv, c->bwd_filter,
+                                                        cudnn_ws(s, c, rc->workspace), c->ws[2], beta_of(c, acc), c->w, t[TW]),
+                         "backward weight");
     if (st == KILN_OK && c->half) widen_output(s, c, 2, t, acc, 0);
     const kiln_conv_shape *cs = &s->sz.conv;
     int db = st == KILN_OK && s->nout > 1 && s->out[1].data != NULL, acc_db = kiln_step_acc(s, rc, 1);
