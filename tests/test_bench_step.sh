@@ -37,6 +37,8 @@ check "resnet18, 100 classes: fc 512x100 + 100" test "$(field params)" = "$((111
 expect 0 "--profile: the timed steps, not the warm-up" -- "$KILN_BIN" bench step --model mnist-cnn --batch-size 4 --steps 2 \
     --warmup 3 --autotune off --profile
 check "--profile: over the 2 timed runs" grep -q "by kernel over 2 runs" "$T/out"
+check "--profile: conv work in GFLOP/s, the rest in GB/s" sh -c "grep -qE '^  conv1 +[0-9.]+ ms +[0-9.]+% +[0-9.]+ GFLOP/s' '$T/out' &&
+    grep -qE '^  max_pool2d#[0-9]+ +[0-9.]+ ms +[0-9.]+% +[0-9.]+ GB/s' '$T/out'"
 
 # the matmul forms (linear_tune.c): timed and remembered by the first run, read from the cache by the second
 GPT=(bench step --model gpt --layers 1 --heads 2 --dim 64 --block 32 --batch-size 2 --steps 1 --warmup 0)

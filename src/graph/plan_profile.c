@@ -32,6 +32,22 @@ double kiln_plan_profile_total_ms(const kiln_plan *pl, int64_t *runs) {
     return pl->profiled_runs ? 1e3 * total / (double)pl->profiled_runs : 0;
 }
 
+/* what step s achieved in ms a run: GFLOP/s of its conv and matmul work (the direct algorithm's count: a Winograd
+ * convolution shows more than the machine's peak), else GB/s of its tensors (each input and output once), at the
+ * first list's batch; into buf */
+static void step_rate(const kiln_plan *pl, int s, double ms, char *buf, size_t len) {
+    const kiln_step *st = &pl->lists[0].steps[s];
+    kiln_step_info info;
+    double flops = kiln_plan_step_info(pl, s, &info) == KILN_OK ? info.flops : 0, bytes = 0;
+    for (int k = 0; k < st->nin; k++) bytes += st->in[k].data ? (double)st->in[k].numel * kiln_dtype_size(st->in[k].dtype) : 0;
+    for (int k = 0; k < st->nout; k++) bytes += st->out[k].data ? (double)st->out[k].numel * kiln_dtype_size(st->out[k].dtype) : 0;
+    if (ms <= 0) snprintf(buf, len, "%s", "");
+    else if (flops > 0) snprintf(buf, len, "%9.1f GFLOP/s", flops / (ms * 1e6));
+    else snprintf(buf, len, "%9.1f GB/s", bytes / (ms * 1e6));
+}
+
+/* every step: its mean time a run, its share, what it achieved (step_rate: on a GPU, the figures to set against
+ * `kiln bench peak`), its folded epilogue */
 void kiln_plan_profile_report(const kiln_plan *pl, char *buf, size_t len) {
     size_t o = 0;
     buf[0] = 0;
@@ -41,7 +57,10 @@ void kiln_plan_profile_report(const kiln_plan *pl, char *buf, size_t len) {
     for (int s = 0; s < nsteps(pl) && o < len; s++) {
         const kiln_step *st = &pl->lists[0].steps[s];
         double ms = 1e3 * step_time(pl, s) / runs;
-        o += (size_t)snprintf(buf + o, len - o, "  %-22s %7.3f ms  %5.1f%%%s\n", st->name, ms, total > 0 ? 100 * ms / total : 0,
+        char rate[48];
+        step_rate(pl, s, ms, rate, sizeof rate);
+        o += (size_t)snprintf(buf + o, len - o, "  %-22s %7.3f ms  %5.1f%%  %s%s\n", st->name, ms, total > 0 ? 100 * ms / total : 0,
+                              rate,
                               st->epilogue == KILN_EPI_RELU            ? "  (+relu)"
                               : st->epilogue == KILN_EPI_RELU_BWD_MASK ? "  (+relu:bwd)"
                               : st->epilogue == KILN_EPI_ADD_RELU      ? "  (+add+relu)"
