@@ -24,7 +24,8 @@ void kiln_cpu_force_layout_block(int block) { forced_block = block; }
 int kiln_cpu_layout_block(void) { return forced_block ? forced_block : kiln_cpu_has_avx512() ? 16 : 8; }
 
 static kiln_status cpu_passes(kiln_graph *g, const kiln_compile_opts *o) {
-    if (o->layout && kiln_cpu_pass_layout(g, kiln_cpu_layout_block()) < 0)
+    int block = kiln_cpu_layout_block();
+    if (o->layout && kiln_pass_layout(g, &(kiln_layout_spec){kiln_cpu_kernels, block, block}) < 0)
         return kiln_fail(KILN_ERR_NOMEM, "layout pass: out of memory");
     if (o->reuse_memory && o->in_place) kiln_cpu_pass_in_place(g);
     return KILN_OK;

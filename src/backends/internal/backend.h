@@ -244,6 +244,16 @@ typedef struct kiln_backend {
     kiln_status (*device_name)(char *buf, size_t len);
 } kiln_backend;
 
+/* The layout pass (pass_layout.c) for a backend: activations its conv-like kernels read and write in its own
+ * layout (the kernel table's blocked_in, blocked_out, tied and reorders_plain) are stored in it, tagged `tag`
+ * (kiln_val.layout), where every value of a family has a multiple of `block` channels. Returns the values moved, or
+ * -1 (out of memory). The cpu's: oneDNN's nChw16c or nChw8c (tag and block 16 or 8). */
+typedef struct kiln_layout_spec {
+    const kiln_kernel *kernels;
+    int tag, block;
+} kiln_layout_spec;
+int kiln_pass_layout(kiln_graph *g, const kiln_layout_spec *spec);
+
 /* the registry: "cpu" and "ref" built in; another backend registers itself
  * (a CUDA backend when a GPU is found; tests register a device simulator) */
 kiln_status kiln_backend_register(const kiln_backend *b);

@@ -19,10 +19,6 @@ void kiln_cpu_fused_release(kiln_step *s);
 kiln_status kiln_cpu_fused_run(const kiln_step *s, const kiln_run_ctx *rc);
 int kiln_cpu_fused_describe(const kiln_step *s, char *buf, size_t len, int *weights);
 
-/* pass_layout.c: keeps conv chains in nChw<block>c where every reader and writer
- * takes it; returns the number of values moved, or -1 when out of memory */
-int kiln_cpu_pass_layout(kiln_graph *g, int block);
-
 /* pass_in_place.c: lets relu's backward and linear's and matmul's backward-data write dx over a dying dy
  * of the same shape;
  * returns the number of nodes marked */

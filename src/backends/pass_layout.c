@@ -1,7 +1,9 @@
-/* The cpu backend's layout pass (the guide's channels_last, in oneDNN's
- * terms): activations that conv-like kernels can read and write in oneDNN's
- * channel-blocked nChw<B>c layout (B = 16 or 8, the CPU's vector of floats) stay in it, so the largest tensors of a conv
- * chain (and their gradients) are never reordered.
+/* The layout pass (the guide's channels_last), for a backend's kernel table
+ * and layout tag: activations that conv-like kernels can read and write in
+ * the backend's layout stay in it, so the largest tensors of a conv chain
+ * (and their gradients) are never reordered. The cpu backend's is oneDNN's
+ * channel-blocked nChw<B>c (B = 16 or 8, the CPU's vector of floats: channels
+ * a multiple of B).
  *
  * Values that must share a layout are put in one family (union-find): a view
  * and its root, a gradient and its value, the slots a kernel ties together
@@ -22,7 +24,7 @@
  * (kiln_kernel.reorders_plain). */
 #include <stdio.h>
 #include <stdlib.h>
-#include "backends/cpu/internal/cpu.h"
+#include "backends/internal/backend.h"
 #include "graph/internal/graph.h"
 
 static int find(int *up, int v) {
@@ -37,9 +39,9 @@ static void unite(int *up, int a, int b) {
 }
 
 /* a value that could live blocked on its own: a 4-d f32 activation root-shaped */
-static int blockable(const kiln_graph *g, int B, kiln_value v) {
+static int blockable(const kiln_graph *g, const kiln_layout_spec *L, kiln_value v) {
     const kiln_val *V = &g->vals[v];
-    if (V->kind != KILN_VAL_ACT || V->output || V->ndim != 4 || V->dtype != KILN_F32 || V->shape[1] % B) return 0;
+    if (V->kind != KILN_VAL_ACT || V->output || V->ndim != 4 || V->dtype != KILN_F32 || V->shape[1] % L->block) return 0;
     if (V->alias_of < 0) return 1;
     const kiln_val *R = &g->vals[kiln_val_root(g, v)];
     int same = R->ndim == 4 && V->offset == R->offset;
@@ -48,7 +50,7 @@ static int blockable(const kiln_graph *g, int B, kiln_value v) {
 }
 
 /* the families that share a layout */
-static void make_families(const kiln_graph *g, int *up) {
+static void make_families(const kiln_graph *g, const kiln_layout_spec *L, int *up) {
     for (int v = 0; v < g->nvals; v++) up[v] = v;
     for (int v = 0; v < g->nvals; v++) {
         if (g->vals[v].alias_of >= 0) unite(up, v, g->vals[v].alias_of);
@@ -57,7 +59,7 @@ static void make_families(const kiln_graph *g, int *up) {
     for (int i = 0; i < g->nnodes; i++) {
         const kiln_node *n = &g->nodes[i];
         if (n->dead) continue;
-        const kiln_kernel *k = &kiln_cpu_kernels[n->op];
+        const kiln_kernel *k = &L->kernels[n->op];
         int all = (kiln_op_get(n->op)->flags & KILN_OPF_ELEMENTWISE_LAYOUT) != 0, first = -1;
         for (int s = 0; s < n->nin + n->nout; s++) {
             int out = s >= n->nin, slot = out ? s - n->nin : s;
@@ -70,20 +72,20 @@ static void make_families(const kiln_graph *g, int *up) {
 }
 
 /* a 4-d f32 activation with whole blocks of B channels: the root a blocked family could hold */
-static int blockable_root(const kiln_graph *g, int B, kiln_value v) {
+static int blockable_root(const kiln_graph *g, const kiln_layout_spec *L, kiln_value v) {
     const kiln_val *V = &g->vals[v];
-    return V->kind == KILN_VAL_ACT && V->ndim == 4 && V->dtype == KILN_F32 && V->shape[1] % B == 0;
+    return V->kind == KILN_VAL_ACT && V->ndim == 4 && V->dtype == KILN_F32 && V->shape[1] % L->block == 0;
 }
 
 /* a view that cannot be blocked whose parent can: the view reads a plain copy instead */
-static int cut_view(const kiln_graph *g, int B, kiln_value v) {
+static int cut_view(const kiln_graph *g, const kiln_layout_spec *L, kiln_value v) {
     const kiln_val *V = &g->vals[v];
-    return V->alias_of >= 0 && !blockable(g, B, v) && blockable(g, B, V->alias_of) &&
-           blockable_root(g, B, kiln_val_root(g, v));
+    return V->alias_of >= 0 && !blockable(g, L, v) && blockable(g, L, V->alias_of) &&
+           blockable_root(g, L, kiln_val_root(g, v));
 }
 
-static int takes_blocked(const kiln_node *n, int out, int slot) {
-    const kiln_kernel *k = &kiln_cpu_kernels[n->op];
+static int takes_blocked(const kiln_layout_spec *L, const kiln_node *n, int out, int slot) {
+    const kiln_kernel *k = &L->kernels[n->op];
     return (kiln_op_get(n->op)->flags & KILN_OPF_ELEMENTWISE_LAYOUT) || ((out ? k->blocked_out : k->blocked_in) & (1u << slot));
 }
 
@@ -94,11 +96,11 @@ typedef struct {
 
 /* per family: an obstacle no cut removes, the cuts it needs, the slots that
  * reorder a plain tensor themselves, whether a kernel writes it blocked */
-static void tally(const kiln_graph *g, int B, fam_stats *F) {
+static void tally(const kiln_graph *g, const kiln_layout_spec *L, fam_stats *F) {
     for (int v = 0; v < g->nvals; v++) {
         int f = find(F->up, v);
-        if (cut_view(g, B, v)) F->cuts[f]++;
-        else if (!blockable(g, B, v) && !(g->vals[v].alias_of >= 0 && blockable_root(g, B, kiln_val_root(g, v)))) F->bad[f] = 1;
+        if (cut_view(g, L, v)) F->cuts[f]++;
+        else if (!blockable(g, L, v) && !(g->vals[v].alias_of >= 0 && blockable_root(g, L, kiln_val_root(g, v)))) F->bad[f] = 1;
     }
     for (int i = 0; i < g->nnodes; i++) {
         const kiln_node *n = &g->nodes[i];
@@ -107,10 +109,10 @@ static void tally(const kiln_graph *g, int B, fam_stats *F) {
             int out = s >= n->nin, slot = out ? s - n->nin : s;
             kiln_value v = out ? n->out[slot] : n->in[slot];
             if (v < 0) continue;
-            int f = find(F->up, v), takes = takes_blocked(n, out, slot);
-            if (!takes && blockable(g, B, v)) F->cuts[f]++;
+            int f = find(F->up, v), takes = takes_blocked(L, n, out, slot);
+            if (!takes && blockable(g, L, v)) F->cuts[f]++;
             if (takes && out && !(kiln_op_get(n->op)->flags & KILN_OPF_ELEMENTWISE_LAYOUT)) F->made[f] = 1;
-            if (kiln_cpu_kernels[n->op].reorders_plain & (out ? KILN_TIE_OUT(slot) : 1u << slot)) F->prefer[f]++;
+            if (L->kernels[n->op].reorders_plain & (out ? KILN_TIE_OUT(slot) : 1u << slot)) F->prefer[f]++;
         }
     }
 }
@@ -142,23 +144,23 @@ static int first_reader(const kiln_graph *g, kiln_value v) {
 /* the chosen families once their views are cut: those that still hold a
  * value of a chosen family (in[v]) and nothing that cannot be blocked (a
  * view's gradient goes with the view to the plain side) */
-static void rechoose(const kiln_graph *g, int B, int nv, const uint8_t *in, int *up, uint8_t *ch) {
-    make_families(g, up);
+static void rechoose(const kiln_graph *g, const kiln_layout_spec *L, int nv, const uint8_t *in, int *up, uint8_t *ch) {
+    make_families(g, L, up);
     for (int v = 0; v < nv; v++) ch[v] = 0;
     for (int v = 0; v < nv; v++)
         if (in[v]) ch[find(up, v)] = 1;
     for (int v = 0; v < nv; v++)
-        if (!blockable(g, B, v)) ch[find(up, v)] = 0;
+        if (!blockable(g, L, v)) ch[find(up, v)] = 0;
 }
 
 /* the cuts of the chosen families (ch[family]); 0 or -1 */
-static int cut(kiln_graph *g, int B, int *up, uint8_t *ch) {
+static int cut(kiln_graph *g, const kiln_layout_spec *L, int *up, uint8_t *ch) {
     int nv = g->nvals;
     uint8_t *in = malloc((size_t)nv);
     if (!in) return -1;
     for (int v = 0; v < nv; v++) in[v] = ch[find(up, v)];
     for (kiln_value v = 0; v < nv; v++) { /* views: re-rooted on a plain copy made before their first reader */
-        if (!in[v] || !cut_view(g, B, v)) continue;
+        if (!in[v] || !cut_view(g, L, v)) continue;
         int at = first_reader(g, v);
         kiln_value root = kiln_val_root(g, v), copy = at < 0 ? 0 : plain_twin(g, root);
         if (at < 0) continue;
@@ -168,7 +170,7 @@ static int cut(kiln_graph *g, int B, int *up, uint8_t *ch) {
         }
         g->vals[v].alias_of = copy;
     }
-    rechoose(g, B, nv, in, up, ch);
+    rechoose(g, L, nv, in, up, ch);
     free(in);
     for (int i = 0; i < g->nnodes; i++) {
         kiln_node *n = &g->nodes[i];
@@ -176,7 +178,7 @@ static int cut(kiln_graph *g, int B, int *up, uint8_t *ch) {
         for (int s = 0; s < n->nin + n->nout; s++) {
             int out = s >= n->nin, slot = out ? s - n->nin : s;
             kiln_value v = out ? n->out[slot] : n->in[slot];
-            if (v < 0 || v >= nv || !ch[find(up, v)] || takes_blocked(n, out, slot) || !blockable(g, B, v)) continue;
+            if (v < 0 || v >= nv || !ch[find(up, v)] || takes_blocked(L, n, out, slot) || !blockable(g, L, v)) continue;
             kiln_value t = plain_twin(g, v);
             if (t < 0) return -1;
             if (out) { /* the node writes a plain value; a grad_copy reorders it in, adding if the node added */
@@ -197,7 +199,7 @@ static int cut(kiln_graph *g, int B, int *up, uint8_t *ch) {
 }
 
 /* families worth cutting: no other obstacle, written blocked, fewer cuts than the reorders saved */
-static int plan_cuts(kiln_graph *g, int B) {
+static int plan_cuts(kiln_graph *g, const kiln_layout_spec *L) {
     int nv = g->nvals;
     /* up and ch have room for the copies the view cuts add (one per view at most) */
     int *mem = calloc((size_t)nv * 6, sizeof *mem);
@@ -208,18 +210,18 @@ static int plan_cuts(kiln_graph *g, int B) {
         return -1;
     }
     fam_stats F = {mem, mem + 2 * nv, mem + 3 * nv, mem + 4 * nv, mem + 5 * nv};
-    make_families(g, F.up);
-    tally(g, B, &F);
+    make_families(g, L, F.up);
+    tally(g, L, &F);
     int any = 0;
     for (int f = 0; f < nv; f++) any |= ch[f] = !F.bad[f] && F.made[f] && F.cuts[f] > 0 && F.cuts[f] < F.prefer[f];
-    int rc = any ? cut(g, B, F.up, ch) : 0;
+    int rc = any ? cut(g, L, F.up, ch) : 0;
     free(mem);
     free(ch);
     return rc;
 }
 
-int kiln_cpu_pass_layout(kiln_graph *g, int B) {
-    if (plan_cuts(g, B) < 0) return -1;
+int kiln_pass_layout(kiln_graph *g, const kiln_layout_spec *L) {
+    if (plan_cuts(g, L) < 0) return -1;
     int nv = g->nvals;
     int *up = malloc((size_t)nv * sizeof *up);
     uint8_t *ok = malloc((size_t)nv), *made = calloc((size_t)nv, 1);
@@ -229,15 +231,15 @@ int kiln_cpu_pass_layout(kiln_graph *g, int B) {
         free(made);
         return -1;
     }
-    make_families(g, up);
+    make_families(g, L, up);
     for (int v = 0; v < nv; v++) ok[v] = 1;
     for (int v = 0; v < nv; v++)
-        if (!blockable(g, B, v)) ok[find(up, v)] = 0;
+        if (!blockable(g, L, v)) ok[find(up, v)] = 0;
     for (int i = 0; i < g->nnodes; i++) {
         const kiln_node *n = &g->nodes[i];
         const kiln_op_def *d = kiln_op_get(n->op);
         if (n->dead || (d->flags & KILN_OPF_VIEW)) continue;
-        const kiln_kernel *k = &kiln_cpu_kernels[n->op];
+        const kiln_kernel *k = &L->kernels[n->op];
         int all = (d->flags & KILN_OPF_ELEMENTWISE_LAYOUT) != 0;
         for (int s = 0; s < n->nin + n->nout; s++) {
             int out = s >= n->nin, slot = out ? s - n->nin : s;
@@ -252,7 +254,7 @@ int kiln_cpu_pass_layout(kiln_graph *g, int B) {
     for (int v = 0; v < nv; v++) {
         int f = find(up, v);
         if (ok[f] && made[f]) {
-            g->vals[v].layout = B;
+            g->vals[v].layout = L->tag;
             moved++;
         }
     }
