@@ -67,6 +67,9 @@ for m in $MODELS; do
             tee -a "$RES/all"
         # resnet50: the convolutions' 16-bit outputs stored as cuDNN rounds them (batch norm and relu's backward read them)
         [ "$m" = resnet50 ] && KILN_CUDA_STORE=half kiln_run "$m" medium kiln-bf16-store bf16 | tee -a "$RES/all"
+        # and channels last (the cuda layout pass, KILN_CUDA_LAYOUT=nhwc): cuDNN on the 16-bit tensors as they are
+        [ "$m" = resnet50 ] && KILN_CUDA_LAYOUT=nhwc KILN_CUDA_STORE=half kiln_run "$m" medium kiln-bf16-nhwc-store bf16 |
+            tee -a "$RES/all"
         peer_run "$m" eager | tee -a "$RES/all"
         kiln_run "$m" medium | tee -a "$RES/all"
         kiln_run "$m" high | tee -a "$RES/all"

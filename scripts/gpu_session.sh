@@ -90,6 +90,8 @@ stage_profile() { # where a step's time goes: every kernel timed alone (kiln ben
     # bench/README.md)
     "$KILN_BIN" bench step --model resnet50 --size 224 --num-classes 1000 --batch-size 256 \
         --device cuda --matmul-precision medium --precision bf16 --steps 3 --warmup 1 --profile
+    KILN_CUDA_LAYOUT=nhwc KILN_CUDA_STORE=half "$KILN_BIN" bench step --model resnet50 --size 224 --num-classes 1000 \
+        --batch-size 256 --device cuda --matmul-precision medium --precision bf16 --steps 3 --warmup 1 --profile
 }
 
 stage_peak() {

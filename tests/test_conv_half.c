@@ -32,6 +32,9 @@ typedef struct {
     int fwd16, bwd16; /* forward and backward convolution steps on 16-bit copies (kiln inspect's kernel) */
     int kept;         /* backward-weight steps reading the dy copy backward-data left */
     size_t ws;        /* the plan's kernel workspace */
+    int nhwc;         /* steps reading or writing a channels-last tensor (KILN_CUDA_LAYOUT=nhwc) */
+    int copies;       /* activations the convolution steps copy on every run (kiln inspect's reorders) */
+    int reorders;     /* the layout pass's reorder steps (contiguous, grad_copy between layouts) */
     double loss;
     int64_t n;       /* parameters */
     kiln_status st;  /* the compile's */
@@ -46,12 +49,18 @@ static void count_steps(kiln_plan *pl, result *r) {
         if (!strcmp(si.op, "conv2d")) r->fwd16 += copies;
         else if (!strncmp(si.op, "conv2d_bwd", 10)) r->bwd16 += copies;
         r->kept += strstr(si.kernel, "dy's kept") != NULL;
+        int last = 0;
+        for (int k = 0; k < si.nin; k++) last |= !strncmp(si.in[k].layout, "nhwc", 4);
+        for (int k = 0; k < si.nout; k++) last |= !strncmp(si.out[k].layout, "nhwc", 4);
+        r->nhwc += last;
+        if (!strncmp(si.op, "conv2d", 6)) r->copies += si.reorders;
+        r->reorders += strstr(si.name, ":reorder") != NULL;
     }
 }
 
 /* one forward and backward; conv2 with a bias when `bias` */
 static result run(const char *backend, int precision, int bias, float *grads) {
-    result r = {-1, 0, 0, 0, 0, 0, 0, KILN_OK};
+    result r = {-1, 0, 0, 0, 0, 0, 0, 0, 0, 0, KILN_OK};
     kiln_graph *g = kiln_graph_new();
     kiln_value x = kiln_input(g, "x", KILN_F32, 4, (int64_t[]){KILN_BATCH, C0, H, H});
     kiln_value y = kiln_input(g, "y", KILN_I32, 1, (int64_t[]){KILN_BATCH});
@@ -150,6 +159,88 @@ static void check_bwd_fallback(void) {
               "output: status %d, '%s'", c.st, kiln_last_error());
 }
 
+/* KILN_CUDA_LAYOUT=nhwc: the layout pass keeps the conv-bn-relu chain channels last, cut at the average pool (a
+ * reorder each way); with half storage the convolutions then copy fewer activations (none of a tensor already 16-bit
+ * channels last), and the gradients and loss are the plain layout's but for batch norm's summation order */
+static void check_nhwc(int precision, int store) {
+    static float plain[MAXP], last[MAXP];
+    if (store) setenv("KILN_CUDA_STORE", "half", 1);
+    result a = run("simt", precision, 0, plain);
+    setenv("KILN_CUDA_LAYOUT", "nhwc", 1);
+    result b = run("simt", precision, 0, last);
+    unsetenv("KILN_CUDA_LAYOUT");
+    unsetenv("KILN_CUDA_STORE");
+    double num = 0, den = 1e-6;
+    for (int64_t i = 0; i < a.n && a.n == b.n; i++) {
+        num = fmax(num, fabs((double)plain[i] - last[i]));
+        den = fmax(den, fabs(plain[i]));
+    }
+    const char *pn = kiln_precision_name(precision), *sn = store ? " with half storage" : "";
+    CHECK_MSG(a.st == KILN_OK && b.st == KILN_OK, "%s%s, channels last: compile: %s", pn, sn, kiln_last_error());
+    /* fp32 channels-last tensors are still rounded into copies (element by element, not transposed) */
+    CHECK_MSG(a.nhwc == 0 && b.nhwc >= 8 && b.reorders >= 2 && (store ? b.copies < a.copies : b.copies == a.copies),
+              "%s%s: %d steps on channels-last tensors "
+              "(plain: %d), %d reorders; convolutions copy %d activations, %d plain", pn, sn, b.nhwc, a.nhwc, b.reorders, b.copies,
+              a.copies);
+    CHECK_MSG(a.n == b.n && num <= 1e-2 * den && fabs(a.loss - b.loss) <= 1e-3 * fabs(a.loss), "%s%s: channels last moved "
+              "the gradients %.3g of their largest, the loss %.9g -> %.9g", pn, sn, num / den, a.loss, b.loss);
+}
+
+/* resnet18 (32x32, batch 2, one training step in bf16; every parameter's gradient and the loss) on simt: channels
+ * last (with half storage: the convolutions' copies fall from ~2.5 a step to the inputs' roundings) against the
+ * plain layout, the stem's max-pool and the average pool cut off by reorders */
+static void resnet_nhwc(void) {
+    enum { RB = 2, RS = 32 };
+    double loss[2];
+    int64_t n = 0;
+    float *g[2] = {NULL, NULL};
+    int steps[2] = {0, 0}, nhwc = 0;
+    setenv("KILN_CUDA_STORE", "half", 1);
+    for (int v = 0; v < 2; v++) {
+        if (v) setenv("KILN_CUDA_LAYOUT", "nhwc", 1);
+        kiln_graph *gr = kiln_graph_new();
+        kiln_model m;
+        kiln_model_opts mo = {.num_classes = 10, .height = RS, .width = RS};
+        kiln_params *P = NULL;
+        kiln_plan *pl = NULL;
+        CHECK_OK(kiln_model_build_ex(gr, "resnet18", &mo, &m));
+        CHECK_OK(kiln_params_new_on(gr, "simt", &P));
+        if (P) kiln_params_init(P, 9);
+        kiln_compile_opts o = kiln_compile_defaults();
+        o.training = 1, o.max_batch = RB, o.backend = "simt", o.autotune = 0, o.precision = KILN_PRECISION_BF16;
+        if (P) CHECK_OK(kiln_compile(gr, P, &m.loss, 1, &o, &pl));
+        static float xs[RB * 3 * RS * RS];
+        int32_t ys[RB] = {3, 7};
+        tu_seed(91);
+        tu_fill(xs, RB * 3 * RS * RS, -2, 2);
+        if (pl) {
+            kiln_plan_bind(pl, m.x, xs);
+            kiln_plan_bind(pl, m.y, ys);
+            CHECK_OK(kiln_plan_run(pl, RB));
+            loss[v] = kiln_plan_loss(pl);
+            n = kiln_params_total(P);
+            g[v] = malloc((size_t)n * 4);
+            CHECK_OK(kiln_params_grad_read(P, g[v]));
+            result r = {0};
+            count_steps(pl, &r);
+            steps[v] = r.copies;
+            if (v) nhwc = r.nhwc;
+        }
+        kiln_plan_free(pl);
+        kiln_params_free(P);
+        kiln_graph_free(gr);
+    }
+    unsetenv("KILN_CUDA_LAYOUT");
+    unsetenv("KILN_CUDA_STORE");
+    double num = 0, den = 1e-6;
+    for (int64_t i = 0; g[0] && g[1] && i < n; i++) num = fmax(num, fabs((double)g[0][i] - g[1][i])), den = fmax(den, fabs(g[0][i]));
+    CHECK_MSG(g[0] && g[1] && num <= 2e-2 * den && fabs(loss[0] - loss[1]) <= 1e-3 * fabs(loss[0]) && nhwc > 50 &&
+              steps[1] < steps[0], "resnet18, bf16, channels last: gradients %.3g of their largest from the plain layout's, "
+              "loss %.7g -> %.7g, %d steps channels last, the convolutions' copies %d -> %d", num / den, loss[0], loss[1], nhwc,
+              steps[0], steps[1]);
+    free(g[0]), free(g[1]);
+}
+
 int main(void) {
     CHECK_OK(kiln_test_simt_register());
     const kiln_backend *cu = kiln_backend_get("cuda");
@@ -165,8 +256,11 @@ int main(void) {
         int p = k ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16;
         check("simt", p, 0);
         check("simt", p, 1);
+        check_nhwc(p, 0);
+        check_nhwc(p, 1);
         if (gpu) check("cuda", p, 0);
     }
+    resnet_nhwc();
     if (!gpu) printf("test_conv_half: the GPU's run skipped: %s\n", why);
     return tu_finish("test_conv_half");
 }

@@ -803,8 +803,11 @@ static void run_case(const char *backend, int ci, int draw, int acc_variant) {
                 break;
             }
             CHECK_OK(st);
-            char w2[128];
-            snprintf(w2, sizeof w2, "%s, fuse+layout (nChw%dc) %s", what, kiln_cpu_layout_block(), v == 0 ? "on" : "off");
+            char w2[192];
+            char lay[16];
+            if (strcmp(backend, "cpu")) snprintf(lay, sizeof lay, "%s", getenv("KILN_CUDA_LAYOUT") ? "nhwc" : "plain");
+            else snprintf(lay, sizeof lay, "nChw%dc", kiln_cpu_layout_block());
+            snprintf(w2, sizeof w2, "%s, fuse+layout (%s) %s", what, lay, v == 0 ? "on" : "off");
             if (ref.pl && fast[v].pl) compare_backends(w2, &h, &ref, &fast[v], P64, P32);
         }
         /* inference plans have no gradients; bf16 operands make L a step function at a fine scale */
@@ -1057,12 +1060,17 @@ int main(void) {
         if (!strcmp(be->name, "simt") && be->kernels[KILN_OP_CONV2D].round_out) test_conv_fp32_fallback(be->name);
         if (be->kernels[KILN_OP_CONV2D].round_out) test_round_out_discriminates(be->name);
         tol = BF16_TOL;
-        for (int pr = 0; pr < 2; pr++) {
-            precision_all = precision_fast = pr ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16;
-            if (pr && !strcmp(be->name, "cpu")) continue;
+        /* and on the cuda backend's kernels again with its layout pass keeping conv chains channels last
+         * (KILN_CUDA_LAYOUT=nhwc: 16-bit plans only) */
+        int nhwc_too = strcmp(be->name, "cpu") != 0 && be->kernels[KILN_OP_CONV2D].round_out;
+        for (int pr = 0; pr < 2 + 2 * nhwc_too; pr++) {
+            precision_all = precision_fast = pr % 2 ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16;
+            if (pr % 2 && !strcmp(be->name, "cpu")) continue;
+            if (pr >= 2) setenv("KILN_CUDA_LAYOUT", "nhwc", 1);
             for (int c = 0; c < NCASES; c++)
                 for (int draw = 0; draw < 2 && has_bf16_op(c); draw++)
                     for (int acc = 0; acc < ((cases[c].fill & INFERENCE) ? 1 : 2); acc++) run_case(be->name, c, draw, acc);
+            unsetenv("KILN_CUDA_LAYOUT");
         }
         precision_all = precision_fast = KILN_PRECISION_FP32;
         tol = 1;

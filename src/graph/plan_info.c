@@ -16,12 +16,13 @@ int kiln_plan_step_count(const kiln_plan *pl) {
     return L ? L->nsteps : 0;
 }
 
-/* a layout tag is the channel block of oneDNN's nChw<b>c (the cpu backend's 16) */
+/* a layout tag is the channel block of oneDNN's nChw<b>c (the cpu backend's 16), or channels last (the cuda's) */
 static void arg(const kiln_tdesc *t, kiln_step_arg *a) {
     a->ndim = t->ndim;
     memcpy(a->shape, t->shape, sizeof a->shape);
     const char *half = t->dtype == KILN_BF16 ? " bf16" : t->dtype == KILN_F16 ? " fp16" : ""; /* half storage */
-    if (t->layout) snprintf(a->layout, sizeof a->layout, "nChw%dc%s", t->layout, half);
+    if (t->layout == KILN_LAYOUT_NHWC) snprintf(a->layout, sizeof a->layout, "nhwc%s", half);
+    else if (t->layout) snprintf(a->layout, sizeof a->layout, "nChw%dc%s", t->layout, half);
     else snprintf(a->layout, sizeof a->layout, "plain%s", half);
 }
 

@@ -112,6 +112,8 @@ static void simt_prepare_begin(const kiln_compile_opts *o) { precision = o->matm
 static size_t simt_memory(void) { return kiln_host_memory() / 4; }
 
 static kiln_kernel table[KILN_OP_COUNT];
+/* the cuda backend's layout pass over simt's table (KILN_CUDA_LAYOUT=nhwc) */
+static kiln_status simt_passes(kiln_graph *g, const kiln_compile_opts *o) { return kiln_cuda_passes(g, o, table); }
 
 static kiln_backend simt = {
     .name = "simt",
@@ -124,6 +126,7 @@ static kiln_backend simt = {
     .memory_available = simt_memory,
     .input_in_place = simt_in_place,
     .stage_input = simt_stage,
+    .passes = simt_passes,
     .prepare_begin = simt_prepare_begin,
     .run = simt_run,
     .sync = simt_sync,
@@ -183,7 +186,8 @@ kiln_status kiln_test_simt_register(void) {
         if (conv) continue;
 #endif
         kiln_kernel k = kiln_backend_cpu.kernels[op];
-        k.blocked_in = k.blocked_out = 0; /* plain layouts: simt has no layout pass */
+        k.blocked_in = k.blocked_out = 0; /* plain layouts: the cpu's stand-ins take no channels-last tensor */
+        k.reorders_plain = 0;
         k.tied = 0;
         if (!conv) {
             k.half = op == KILN_OP_LINEAR_BWD_WEIGHT || op == KILN_OP_MATMUL_BWD_WEIGHT ? kiln_cuda_half_bwd_weight

@@ -61,22 +61,35 @@ static size_t role_bytes(const kiln_conv_shape *cs, int r) {
 /* the 16-bit copies' bytes before cuDNN's own workspace: x, w and y (every direction has all three) */
 static size_t copies_bytes(const kiln_conv_shape *cs) { return role_bytes(cs, TX) + role_bytes(cs, TW) + role_bytes(cs, TY); }
 
-/* where each role's tensor is for cuDNN: the step's own (fp32), or its 16-bit copy at base, the step's inputs
- * converted into theirs (fp32, or 16 bits the half-storage pass stores: transposed only), but a dy the step before
- * left there (dy_kept); the output's copy is widened afterwards (widen_output) */
-static void operands(const kiln_step *s, const conv_obj *c, int dir, char *base, void *t[3]) {
+#define NHWC(t) ((t).layout == KILN_LAYOUT_NHWC)
+
+/* a 16-bit step's tensor cuDNN takes as it is: channels last (the layout pass's) in the copies' kind */
+static int as_is(const kiln_tdesc *t, const conv_obj *c) { return c->half && NHWC(*t) && kiln_cuda_half_kind(t) == c->half; }
+
+/* the output cuDNN writes in place: as it is, and nothing to add to it or apply after (acc, a relu on the way) */
+static int out_in_place(const kiln_step *s, const conv_obj *c, int acc, int relu) { return as_is(&s->out[0], c) && !acc && !relu; }
+
+/* where each role's tensor is for cuDNN: the step's own (fp32; or a 16-bit step's channels-last tensor of its kind,
+ * and its output when written in place), or its 16-bit copy at base, the step's inputs converted into theirs
+ * (transposed from NCHW, fp32 or the half-storage pass's 16 bits; rounded element by element from channels-last
+ * fp32), but a dy the step before left there (dy_kept); the output's copy is widened afterwards (widen_output) */
+static void operands(const kiln_step *s, const conv_obj *c, int dir, char *base, int in_place, void *t[3]) {
     const int *role = roles[dir];
     if (!c->half) {
         t[role[0]] = s->in[0].data, t[role[1]] = s->in[1].data, t[role[2]] = s->out[0].data;
         return;
     }
     for (int r = TX; r <= TY; r++) t[r] = base, base += role_bytes(&s->sz.conv, r);
+    if (in_place) t[role[2]] = s->out[0].data;
     for (int k = 0; k < 2; k++) {
+        const kiln_tdesc *x = &s->in[k];
         int64_t d[3];
         role_dims(&s->sz.conv, role[k], d);
-        if (s->in[k].data && !(role[k] == TY && c->dy_kept == s))
-            kiln_cuda_to_nhwc(kiln_cuda_stream(), c->half, d[0], d[1], d[2], s->in[k].data, kiln_cuda_half_kind(&s->in[k]),
-                              t[role[k]]);
+        if (!x->data) continue;
+        if (as_is(x, c)) t[role[k]] = x->data;
+        else if (role[k] == TY && c->dy_kept == s) continue;
+        else if (NHWC(*x)) kiln_cuda_to_half(kiln_cuda_stream(), c->half == 2, x->numel, x->data, t[role[k]]);
+        else kiln_cuda_to_nhwc(kiln_cuda_stream(), c->half, d[0], d[1], d[2], x->data, kiln_cuda_half_kind(x), t[role[k]]);
     }
 }
 
@@ -85,6 +98,8 @@ static void operands(const kiln_step *s, const conv_obj *c, int dir, char *base,
 static void widen_output(const kiln_step *s, const conv_obj *c, int dir, void *const t[3], int acc, int relu) {
     int64_t d[3];
     role_dims(&s->sz.conv, roles[dir][2], d);
+    if (out_in_place(s, c, acc, relu)) return; /* cuDNN wrote it */
+    if (NHWC(s->out[0])) d[0] *= d[1] * d[2], d[1] = d[2] = 1; /* channels last both sides: element by element */
     kiln_cuda_from_nhwc(kiln_cuda_stream(), c->half, d[0], d[1], d[2], t[roles[dir][2]], s->out[0].data,
                         kiln_cuda_half_kind(&s->out[0]), acc, relu);
 }
@@ -275,7 +290,7 @@ static kiln_status find_fwd(const kiln_step *s, conv_obj *c, void *mem, const ch
     }
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     void *t[3];
-    if (mem) operands(s, c, 0, (char *)mem + FIND_WS, t);
+    if (mem) operands(s, c, 0, (char *)mem + FIND_WS, 0, t);
     kiln_status st = mem ? dnn(cudnnFindConvolutionForwardAlgorithmEx(handle, c->x, t[TX], c->w, t[TW], c->conv, c->y, t[TY],
                                                                        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf, mem, FIND_WS),
                                "timing forward algorithms")
@@ -295,8 +310,11 @@ static kiln_status find_fwd(const kiln_step *s, conv_obj *c, void *mem, const ch
 /* a tensor the half-storage pass stores in 16 bits is an operand cuDNN rounds, or an output it rounded: neither
  * when the convolution runs in fp32 */
 static kiln_status stored_as_run(const kiln_step *s, const conv_obj *c) {
-    int any = kiln_cuda_half_kind(&s->out[0]);
-    for (int k = 0; k < s->nin; k++) any |= kiln_cuda_half_kind(&s->in[k]);
+    int any = kiln_cuda_half_kind(&s->out[0]), last = NHWC(s->out[0]);
+    for (int k = 0; k < s->nin; k++) any |= kiln_cuda_half_kind(&s->in[k]), last |= NHWC(s->in[k]);
+    if (!c->half && last) /* channels last only where cuDNN takes 16 bits (the layout pass runs on 16-bit plans) */
+        return kiln_fail(KILN_ERR_BACKEND, "%s: its tensors are channels last (KILN_CUDA_LAYOUT=nhwc) but cuDNN refused the "
+                         "16-bit convolution: run without KILN_CUDA_LAYOUT=nhwc", s->name);
     if (c->half || !any) return KILN_OK;
     return kiln_fail(KILN_ERR_BACKEND, "%s: an operand or its output is stored in 16 bits (KILN_CUDA_STORE=half) but cuDNN "
                      "refused the 16-bit convolution: run without KILN_CUDA_STORE=half", s->name);
@@ -351,7 +369,7 @@ static kiln_status find_bwd(kiln_step *s, conv_obj *c, void *mem) {
     problem_key(&s->sz.conv, c->half, data ? "bwd_data" : "bwd_weight", key, sizeof key);
     int algo = recall(key, &math);
     void *t[3];
-    if (mem && algo < 0) operands(s, c, data ? 1 : 2, (char *)mem + FIND_WS, t);
+    if (mem && algo < 0) operands(s, c, data ? 1 : 2, (char *)mem + FIND_WS, 0, t);
     cudnnSetConvolutionMathType(c->conv, search_math(c)); /* not the forward's pick: cuDNN searches in the descriptor's */
     kiln_status st = KILN_OK;
     if (data) {
@@ -444,11 +462,14 @@ int kiln_cuda_conv_describe(const kiln_step *s, char *buf, size_t len, int *weig
     int dir = s->op == KILN_OP_CONV2D ? 0 : s->op == KILN_OP_CONV2D_BWD_DATA ? 1 : 2;
     int algo = dir == 0 ? (int)c->fwd : dir == 1 ? (int)c->bwd_data : (int)c->bwd_filter;
     static const char *const math[] = {"default", "tensor-op", "tensor-op+conversion", "fma"};
-    int kept = c->dy_kept == s;
+    int kept = c->dy_kept == s, copies = 0;
+    for (int k = 0; k < 2; k++) /* activations: a copy of each not taken as it is (a filter is the weights' one) */
+        copies += roles[dir][k] != TW && !as_is(&s->in[k], c) && !(roles[dir][k] == TY && kept);
+    copies += roles[dir][2] != TW && !as_is(&s->out[0], c);
     snprintf(buf, len, "cuDNN algo %d, %s math%s%s", algo, (unsigned)c->math[dir] < 4 ? math[c->math[dir]] : "?",
              c->half == 2 ? ", fp16 NHWC copies" : c->half ? ", bf16 NHWC copies" : "", kept ? ", dy's kept" : "");
     *weights = c->half ? 1 : 0;
-    return c->half ? 2 - kept : 0;
+    return c->half ? copies : 0;
 }
 
 /* ---- running ---- */
@@ -458,15 +479,17 @@ static const float one = 1.0f, zero = 0.0f;
 kiln_status kiln_cuda_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
     conv_obj *c = s->kobj;
     void *t[3];
-    operands(s, c, 0, rc->workspace, t);
+    int relu = s->epilogue == KILN_EPI_RELU, bias = s->nin > 2;
+    operands(s, c, 0, rc->workspace, out_in_place(s, c, 0, relu && !bias), t);
     cudnnSetConvolutionMathType(c->conv, c->math[0]);
     kiln_status st = dnn(cudnnConvolutionForward(handle, &one, c->x, t[TX], c->w, t[TW], c->conv, c->fwd,
                                                  cudnn_ws(s, c, rc->workspace), c->ws[0], &zero, c->y, t[TY]), "forward");
-    int relu = s->epilogue == KILN_EPI_RELU, bias = s->nin > 2;
     if (st == KILN_OK && c->half) widen_output(s, c, 0, t, 0, relu && !bias); /* a relu without a bias on the way */
     const kiln_conv_shape *cs = &s->sz.conv;
+    int64_t hw = cs->oh * cs->ow, last = NHWC(s->out[0]); /* channels last: n hw rows of k channels */
     if (st == KILN_OK && (bias || (relu && !c->half))) /* the output is fp32 here (only a bias-free one is 16-bit) */
-        kiln_cuda_bias_relu(kiln_cuda_stream(), cs->n, cs->k, cs->oh * cs->ow, bias ? s->in[2].data : NULL, relu, s->out[0].data);
+        kiln_cuda_bias_relu(kiln_cuda_stream(), last ? cs->n * hw : cs->n, cs->k, last ? 1 : hw, bias ? s->in[2].data : NULL,
+                            relu, s->out[0].data);
     return st == KILN_OK ? kiln_cuda_launched("convolution: its copies, bias and relu") : st;
 }
 
@@ -477,7 +500,7 @@ kiln_status kiln_cuda_conv_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) 
     conv_obj *c = s->kobj;
     void *t[3];
     int acc = kiln_step_acc(s, rc, 0);
-    operands(s, c, 1, rc->workspace, t);
+    operands(s, c, 1, rc->workspace, out_in_place(s, c, acc, 0), t);
     cudnnSetConvolutionMathType(c->conv, c->math[1]);
     kiln_status st = dnn(cudnnConvolutionBackwardData(handle, &one, c->w, t[TW], c->y, t[TY], c->conv, c->bwd_data,
                                                       cudnn_ws(s, c, rc->workspace), c->ws[1], beta_of(c, acc), c->x, t[TX]),
@@ -490,7 +513,7 @@ kiln_status kiln_cuda_conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc
     conv_obj *c = s->kobj;
     void *t[3];
     int acc = kiln_step_acc(s, rc, 0);
-    operands(s, c, 2, rc->workspace, t);
+    operands(s, c, 2, rc->workspace, 0, t);
     cudnnSetConvolutionMathType(c->conv, c->math[2]);
     kiln_status st = dnn(cudnnConvolutionBackwardFilter(handle, &one, c->x, t[TX], c->y, t[TY], c->conv, c->bwd_filter,
                                                         cudnn_ws(s, c, rc->workspace), c->ws[2], beta_of(c, acc), c->w, t[TW]),

@@ -31,7 +31,7 @@ extern "C" void kiln_cuda_to_half(kcs st, int f16, int64_t n, const float *x, vo
 /* [imgs, ch, hw] <-> [imgs, hw, ch] through a TT x TT tile of shared memory, so both sides read and write whole
  * rows of consecutive elements; images along the grid's z (the planes of a batch, or the K filters) */
 #define TT 32
-__global__ void k_to_nhwc(int kind, int64_t imgs, int64_t ch, int64_t hw, const void *x, int xk, void *y) {
+__global__ void k_to_nhwc(int kind, int64_t imgs, int64_t ch, int64_t hw, const void *x, int xk, void *y, int acc) {
     __shared__ float t[TT][TT + 1];
     int64_t c0 = (int64_t)blockIdx.y * TT, p0 = (int64_t)blockIdx.x * TT;
     for (int64_t img = blockIdx.z; img < imgs; img += gridDim.z) {
@@ -41,7 +41,7 @@ __global__ void k_to_nhwc(int kind, int64_t imgs, int64_t ch, int64_t hw, const 
             if (c0 + r < ch && p0 + threadIdx.x < hw) t[r][threadIdx.x] = get_kind(x, xk, base + (c0 + r) * hw + p0 + threadIdx.x);
         __syncthreads();
         for (int r = threadIdx.y; r < TT; r += blockDim.y)
-            if (p0 + r < hw && c0 + threadIdx.x < ch) put_kind(y, kind, base + (p0 + r) * ch + c0 + threadIdx.x, t[threadIdx.x][r]);
+            if (p0 + r < hw && c0 + threadIdx.x < ch) put_or_add(y, kind, base + (p0 + r) * ch + c0 + threadIdx.x, t[threadIdx.x][r], acc);
     }
 }
 
@@ -78,7 +78,7 @@ extern "C" void kiln_cuda_to_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, in
     int64_t n = imgs * ch * hw;
     if ((ch == 1 || hw == 1) && !xk) kiln_cuda_to_half(st, kind == 2, n, (const float *)x, y);
     else if (ch == 1 || hw == 1) KLAUNCH(k_widen, GO(n))(n, xk, x, y, kind, 0, 0); /* 16 bits as they are */
-    else KLAUNCH(k_to_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, x, xk, y);
+    else KLAUNCH(k_to_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, x, xk, y, 0);
 }
 
 extern "C" void kiln_cuda_from_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, void *x, int xk, int acc,
@@ -86,4 +86,12 @@ extern "C" void kiln_cuda_from_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, 
     int64_t n = imgs * ch * hw;
     if (ch == 1 || hw == 1) KLAUNCH(k_widen, GO(n))(n, kind, y, x, xk, acc, relu);
     else KLAUNCH(k_from_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, y, x, xk, acc, relu);
+}
+
+extern "C" void kiln_cuda_reorder(kcs st, int to_nhwc, int64_t imgs, int64_t ch, int64_t hw, const void *x, int xk, void *y,
+                                  int yk, int acc) {
+    int64_t n = imgs * ch * hw;
+    if (ch == 1 || hw == 1) KLAUNCH(k_widen, GO(n))(n, xk, x, y, yk, acc, 0); /* nothing moves */
+    else if (to_nhwc) KLAUNCH(k_to_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(yk, imgs, ch, hw, x, xk, y, acc);
+    else KLAUNCH(k_from_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(xk, imgs, ch, hw, x, y, yk, acc, 0);
 }

@@ -348,6 +348,8 @@ static kiln_status cuda_device_name(char *buf, size_t len) {
     return KILN_OK;
 }
 
+static kiln_status cuda_passes(kiln_graph *g, const kiln_compile_opts *o) { return kiln_cuda_passes(g, o, kiln_cuda_kernels); }
+
 const kiln_backend kiln_backend_cuda = {
     .name = "cuda",
     .float_dtype = KILN_F32,
@@ -361,6 +363,7 @@ const kiln_backend kiln_backend_cuda = {
     .memory_available = cuda_memory,
     .input_in_place = cuda_in_place,
     .stage_input = cuda_stage,
+    .passes = cuda_passes,
     .prepare_begin = cuda_prepare_begin,
     .prepare_end = cuda_prepare_end,
     .run = cuda_run,

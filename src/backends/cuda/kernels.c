@@ -1,6 +1,7 @@
 /* The CUDA backend's kernel table: for each op, the launch that runs it
  * (cuDNN and cuBLASLt through conv.c and linear.c, kiln's kernels in *.cu),
- * and what it works out at compile. Plain NCHW layouts only. */
+ * and what it works out at compile. Plain NCHW layouts, and channels last (KILN_LAYOUT_NHWC) for the
+ * convolutions, batch norm, the reorders and the elementwise ops under KILN_CUDA_LAYOUT=nhwc. */
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cuda/internal/cuda.h"
@@ -22,6 +23,22 @@ int kiln_cuda_store_half(void) {
     const char *e = getenv("KILN_CUDA_STORE");
     return e && !strcmp(e, "half");
 }
+/* KILN_CUDA_LAYOUT=nhwc: the layout pass keeps a 16-bit plan's conv chains channels last (KILN_LAYOUT_NHWC), so
+ * cuDNN reads and writes them as they are (conv.c) and batch norm runs on rows of channels (rows.cu); not the
+ * default until a GPU has timed it */
+int kiln_cuda_layout_nhwc(void) {
+    const char *e = getenv("KILN_CUDA_LAYOUT");
+    return e && !strcmp(e, "nhwc");
+}
+kiln_status kiln_cuda_passes(kiln_graph *g, const kiln_compile_opts *o, const kiln_kernel *table) {
+    int half = o->precision == KILN_PRECISION_BF16 || o->precision == KILN_PRECISION_FP16 || o->precision == KILN_PRECISION_AUTO;
+    if (!o->layout || !half || !kiln_cuda_layout_nhwc()) return KILN_OK;
+    if (kiln_pass_layout(g, &(kiln_layout_spec){table, KILN_LAYOUT_NHWC, 1}) < 0)
+        return kiln_fail(KILN_ERR_NOMEM, "layout pass: out of memory");
+    return KILN_OK;
+}
+#define NHWC(t) ((t).layout == KILN_LAYOUT_NHWC)
+
 /* a node's 16-bit slots under KILN_CUDA_STORE=half, the same for every node of the op */
 #define SLOTS(name, mask)                     \
     unsigned name(int nin, int nout) {        \
@@ -197,9 +214,18 @@ static kiln_status ones(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_cuda_ones(ST, kiln_cuda_rc_dev(), F(s->out[0]));
     DONE("ones");
 }
+/* a copy between the layouts (the layout pass's reorders): x [n, c, h, w] plain or channels last into y's */
+static int reorder(const kiln_step *s, int acc) {
+    const kiln_tdesc *x = &s->in[0], *y = &s->out[0];
+    if (x->layout == y->layout || x->ndim != 4) return 0;
+    kiln_cuda_reorder(ST, NHWC(*y), x->shape[0], x->shape[1], x->shape[2] * x->shape[3], x->data, kiln_cuda_half_kind(x),
+                      y->data, kiln_cuda_half_kind(y), acc);
+    return 1;
+}
 static kiln_status grad_copy(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_tdesc *x = &s->in[0];
     NO_HALF_ACC("gradient copy");
+    if (reorder(s, ACC(0))) DONE("reorder");
     if (x->contiguous) kiln_cuda_copy(ST, s->out[0].numel, F(*x), s->out[0].data, HK(0), ACC(0));
     else kiln_cuda_copy_strided(ST, x->ndim, x->shape, x->stride, F(*x), s->out[0].data, HK(0), ACC(0));
     DONE("gradient copy");
@@ -207,6 +233,7 @@ static kiln_status grad_copy(const kiln_step *s, const kiln_run_ctx *rc) {
 static kiln_status contiguous(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
     const kiln_tdesc *x = &s->in[0];
+    if (reorder(s, 0)) DONE("reorder");
     kiln_cuda_copy_strided(ST, x->ndim, x->shape, x->stride, F(*x), F(s->out[0]), 0, 0);
     DONE("contiguous");
 }
@@ -249,14 +276,14 @@ static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
     const kiln_bn_attrs *a = &s->attr.bn;
     /* the fused relu in the same pass as the normalisation (before 2026-11-30, a second kernel over the output) */
-    kiln_cuda_batch_norm(ST, NCHW, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]),
-                         F(s->in[4]), a->momentum, a->eps, a->training, F(s->out[0]), s->nout > 1 ? F(s->out[1]) : NULL,
+    kiln_cuda_batch_norm(ST, NCHW, NHWC(s->in[0]), s->in[0].data, kiln_cuda_half_kind(&s->in[0]), F(s->in[1]), F(s->in[2]),
+                         F(s->in[3]), F(s->in[4]), a->momentum, a->eps, a->training, F(s->out[0]), s->nout > 1 ? F(s->out[1]) : NULL,
                          s->nout > 2 ? F(s->out[2]) : NULL, (int64_t *)s->in[5].data, s->epilogue == KILN_EPI_RELU);
     DONE("batch norm");
 }
 static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     NO_HALF_ACC("batch norm backward");
-    kiln_cuda_batch_norm_bwd(ST, NCHW, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), s->in[1].data,
+    kiln_cuda_batch_norm_bwd(ST, NCHW, NHWC(s->in[0]), s->in[0].data, kiln_cuda_half_kind(&s->in[0]), s->in[1].data,
                              kiln_cuda_half_kind(&s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]), s->out[0].data, HK(0),
                              F(s->out[1]), F(s->out[2]), ACC(0), ACC(1), ACC(2));
     DONE("batch norm backward");
@@ -596,13 +623,17 @@ static kiln_status adadelta(const kiln_step *s, const kiln_run_ctx *rc) {
 const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
 #if !defined(KILN_SIMT) || defined(KILN_SIMT_CUDNN) /* simt: conv.c over a host cuDNN where it is built */
     /* autocast steps on 16-bit channels-last copies: cuDNN writes their output in 16 bits (conv.c) */
-    [KILN_OP_CONV2D] = {kiln_cuda_conv_fwd, kiln_cuda_conv_prepare, kiln_cuda_conv_release, .describe = kiln_cuda_conv_describe,
+    /* channels last (KILN_CUDA_LAYOUT=nhwc): x and y as they are; a plain one is converted on every run */
+    [KILN_OP_CONV2D] = {kiln_cuda_conv_fwd, kiln_cuda_conv_prepare, kiln_cuda_conv_release, .blocked_in = 1, .blocked_out = 1,
+                        .describe = kiln_cuda_conv_describe, .reorders_plain = 1 | KILN_TIE_OUT(0),
                         .half = kiln_cuda_half_conv_out, .round_out = 1},
     /* (the release frees descriptors only a backward step cuDNN refused in 16 bits owns: conv.c) */
     [KILN_OP_CONV2D_BWD_DATA] = {kiln_cuda_conv_bwd_data, kiln_cuda_conv_bwd_prepare, kiln_cuda_conv_release,
-                                 .describe = kiln_cuda_conv_describe, .half = kiln_cuda_half_conv_bwd_data, .round_out = 1},
+                                 .blocked_in = 1, .blocked_out = 1, .describe = kiln_cuda_conv_describe,
+                                 .reorders_plain = 1 | KILN_TIE_OUT(0), .half = kiln_cuda_half_conv_bwd_data, .round_out = 1},
     [KILN_OP_CONV2D_BWD_WEIGHT] = {kiln_cuda_conv_bwd_weight, kiln_cuda_conv_bwd_prepare, kiln_cuda_conv_release,
-                                   .describe = kiln_cuda_conv_describe, .half = kiln_cuda_half_conv_bwd_weight, .round_out = 1},
+                                   .blocked_in = 3, .describe = kiln_cuda_conv_describe, .reorders_plain = 3,
+                                   .half = kiln_cuda_half_conv_bwd_weight, .round_out = 1},
 #endif
 #if !defined(KILN_SIMT) || defined(KILN_SIMT_CUBLASLT) /* simt: linear.c over a host cuBLASLt where it is built */
     [KILN_OP_LINEAR] = {kiln_cuda_linear_fwd, kiln_cuda_linear_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},
@@ -638,13 +669,16 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_ONES] = {ones, NULL},
     [KILN_OP_AMP_UNSCALE] = {amp_unscale, NULL},
     [KILN_OP_AMP_UPDATE] = {amp_update, NULL},
-    [KILN_OP_GRAD_COPY] = {grad_copy, NULL, .fusable = KILN_CUDA_PW_COPY, .half = half_out0},
-    [KILN_OP_CONTIGUOUS] = {contiguous, NULL},
+    /* also the layout pass's reorders: layouts in and out may differ */
+    [KILN_OP_GRAD_COPY] = {grad_copy, NULL, .blocked_in = 1, .blocked_out = 1, .fusable = KILN_CUDA_PW_COPY, .half = half_out0},
+    [KILN_OP_CONTIGUOUS] = {contiguous, NULL, .blocked_in = 1, .blocked_out = 1},
     [KILN_OP_SLICE_BWD] = {slice_bwd, kiln_prepare_slice},
     [KILN_OP_SUM] = {sum, NULL},
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL},
-    [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare, .half = kiln_cuda_half_bn},
-    [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare, .half = kiln_cuda_half_bn_bwd},
+    [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare, .blocked_in = 1, .blocked_out = 1, .tied = 1 | KILN_TIE_OUT(0),
+                              .half = kiln_cuda_half_bn},
+    [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare, .blocked_in = 3, .blocked_out = 1, .tied = 3 | KILN_TIE_OUT(0),
+                                  .half = kiln_cuda_half_bn_bwd},
     [KILN_OP_GELU] = {gelu, NULL, .fusable = KILN_CUDA_PW_GELU, .half = half_out0},
     [KILN_OP_GELU_BWD] = {gelu_bwd, NULL, .fusable = KILN_CUDA_PW_GELU_BWD, .half = half_out0},
     [KILN_OP_AFFINE] = {affine, NULL, .fusable = KILN_CUDA_PW_AFFINE},

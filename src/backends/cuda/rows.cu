@@ -290,6 +290,106 @@ __global__ void k_bn_bwd_apply(int64_t n, int64_t c, int64_t hw, int64_t c0, int
     }
 }
 
+// ---- batch norm over x[m, c] (m = n * hw rows: channels last, the layout pass's NHWC) ----
+// Stage one: a block a (chunk of rows, tile of BT channels), BT x BR threads: a thread a channel and every BR-th row
+// of the chunk, so a warp reads BT consecutive channels of a row; each channel's BR sums added in shared memory in a
+// fixed order, into the NCHW kernels' partial-sum layout (k_bn_stats and k_bn_bwd_stats read it as theirs).
+#define BT 32
+#define BR 8
+static bn_split bn_split_nhwc(int64_t c, int64_t m) {
+    bn_split sp;
+    int64_t tiles = (c + BT - 1) / BT, most = (m + CHUNK_MIN - 1) / CHUNK_MIN;
+    sp.chunks = (BN_BLOCKS + tiles - 1) / tiles;
+    if (sp.chunks > most) sp.chunks = most;
+    if (sp.chunks > 256) sp.chunks = 256;
+    if (sp.chunks < 1) sp.chunks = 1;
+    sp.chunk = (m + sp.chunks - 1) / sp.chunks;
+    sp.width = KILN_CUDA_PARTS / (2 * sp.chunks + 3);
+    if (sp.width > c) sp.width = c;
+    return sp;
+}
+__global__ void k_bn_part_nhwc(int64_t m, int64_t c, int64_t c0, int64_t width, int64_t chunks, int64_t chunk, const void *x,
+                               int xk, const void *dy, int dyk, const float *mean, const float *invstd, double *part) {
+    __shared__ double sa[BR][BT], sb[BR][BT];
+    int64_t i = (int64_t)blockIdx.y * BT + threadIdx.x, k = blockIdx.x, ch = c0 + i, r0 = k * chunk;
+    int64_t r1 = r0 + chunk < m ? r0 + chunk : m;
+    double a = 0, b = 0;
+    if (i < width && !dy) {
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += BR) {
+            double v = get_kind(x, xk, r * c + ch);
+            a += v;
+            b += v * v;
+        }
+    } else if (i < width) {
+        double mu = mean[ch], is = invstd[ch];
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += BR) {
+            double g = get_kind(dy, dyk, r * c + ch);
+            a += g;
+            b += g * (get_kind(x, xk, r * c + ch) - mu) * is;
+        }
+    }
+    sa[threadIdx.y][threadIdx.x] = a, sb[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y != 0 || i >= width) return;
+    for (int t = 1; t < BR; t++) a += sa[t][threadIdx.x], b += sb[t][threadIdx.x];
+    part[(i * chunks + k) * 2] = a, part[(i * chunks + k) * 2 + 1] = b;
+}
+// the slice's m x width elements, a row's channels consecutive: the NCHW apply's arithmetic
+__global__ void k_bn_apply_nhwc(int64_t m, int64_t c, int64_t c0, int64_t width, const double *coef, const void *x, int xk,
+                                float *y, int relu) {
+    int64_t n = m * width;
+    FOR_N {
+        int64_t r = i / width, j = i % width, e = r * c + c0 + j;
+        const double *k = coef + j * 3;
+        float v = (get_kind(x, xk, e) - (float)k[0]) * (float)k[1] + (float)k[2];
+        y[e] = relu && !(v > 0.f) ? 0.f : v;
+    }
+}
+__global__ void k_bn_bwd_apply_nhwc(int64_t m, int64_t c, int64_t c0, int64_t width, const double *coef, const void *x, int xk,
+                                    const void *dy, int dyk, const float *w, const float *mean, const float *invstd, void *dx,
+                                    int dxk, int acc) {
+    int64_t n = m * width;
+    FOR_N {
+        int64_t r = i / width, j = i % width, ch = c0 + j, e = r * c + ch;
+        double mm = (double)m, is = invstd[ch], sdy = coef[j * 3], sdyx = coef[j * 3 + 1], k = w[ch] * is / mm;
+        double xh = (get_kind(x, xk, e) - mean[ch]) * is;
+        put_or_add(dx, dxk, e, (float)(k * (mm * get_kind(dy, dyk, e) - sdy - xh * sdyx)), acc);
+    }
+}
+static void bn_fwd_nhwc(kcs st, int64_t m, int64_t c, const void *x, int xk, const float *w, const float *b, float *rmean,
+                        float *rvar, float momentum, float eps, int training, float *y, float *smean, float *sinvstd,
+                        int64_t *tracked, int relu) {
+    bn_split sp = bn_split_nhwc(c, m);
+    double *part = kiln_cuda_parts_dev();
+    for (int64_t c0 = 0; c0 < c; c0 += sp.width) {
+        int64_t width = c - c0 < sp.width ? c - c0 : sp.width;
+        double *coef = part + 2 * sp.chunks * width;
+        dim3 grid((unsigned)sp.chunks, (unsigned)((width + BT - 1) / BT)), block(BT, BR);
+        if (training)
+            KLAUNCH(k_bn_part_nhwc, grid, block, 0, st)(m, c, c0, width, sp.chunks, sp.chunk, x, xk, nullptr, 0, nullptr,
+                                                        nullptr, part);
+        KLAUNCH(k_bn_stats, GO(width))(m, 1, c0, width, sp.chunks, part, coef, w, b, rmean, rvar, momentum, eps, training,
+                                       smean, sinvstd, tracked);
+        KLAUNCH(k_bn_apply_nhwc, GO(m * width))(m, c, c0, width, coef, x, xk, y, relu);
+    }
+}
+static void bn_bwd_nhwc(kcs st, int64_t m, int64_t c, const void *x, int xk, const void *dy, int dyk, const float *w,
+                        const float *mean, const float *invstd, void *dx, int dxk, float *dw, float *db, int acc_dx,
+                        int acc_dw, int acc_db) {
+    bn_split sp = bn_split_nhwc(c, m);
+    double *part = kiln_cuda_parts_dev();
+    for (int64_t c0 = 0; c0 < c; c0 += sp.width) {
+        int64_t width = c - c0 < sp.width ? c - c0 : sp.width;
+        double *coef = part + 2 * sp.chunks * width;
+        dim3 grid((unsigned)sp.chunks, (unsigned)((width + BT - 1) / BT)), block(BT, BR);
+        KLAUNCH(k_bn_part_nhwc, grid, block, 0, st)(m, c, c0, width, sp.chunks, sp.chunk, x, xk, dy, dyk, mean, invstd, part);
+        KLAUNCH(k_bn_bwd_stats, GO(width))(c0, width, sp.chunks, part, coef, dw, db, acc_dw, acc_db);
+        if (dx)
+            KLAUNCH(k_bn_bwd_apply_nhwc, GO(m * width))(m, c, c0, width, coef, x, xk, dy, dyk, w, mean, invstd, dx, dxk,
+                                                        acc_dx);
+    }
+}
+
 extern "C" {
 void kiln_cuda_sum(kcs st, int64_t n, const float *x, float *y) {
     int64_t np = parts_for(n);
@@ -335,9 +435,13 @@ void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float
     KLAUNCH(k_count, 1, RT, 0, st)(rows, t, ignore, count);
     KLAUNCH(k_ce_bwd, (unsigned)rows, RT, 0, st)(cols, x, t, ignore, dloss, count, dx, dxk, acc);
 }
-void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const float *w, const float *b,
-                          float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,
-                          float *sinvstd, int64_t *tracked, int relu) {
+void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, int nhwc, const void *x, int xk, const float *w,
+                          const float *b, float *rmean, float *rvar, float momentum, float eps, int training, float *y,
+                          float *smean, float *sinvstd, int64_t *tracked, int relu) {
+    if (nhwc) {
+        bn_fwd_nhwc(st, n * hw, c, x, xk, w, b, rmean, rvar, momentum, eps, training, y, smean, sinvstd, tracked, relu);
+        return;
+    }
     bn_split sp = bn_split_of(c, n * hw);
     double *part = kiln_cuda_parts_dev();
     const float *none = nullptr;
@@ -352,9 +456,13 @@ void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const void *
         KLAUNCH(k_bn_apply, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, coef, x, xk, y, relu);
     }
 }
-void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const void *dy, int dyk, const float *w,
-                              const float *mean, const float *invstd, void *dx, int dxk, float *dw, float *db, int acc_dx,
-                              int acc_dw, int acc_db) {
+void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, int nhwc, const void *x, int xk, const void *dy, int dyk,
+                              const float *w, const float *mean, const float *invstd, void *dx, int dxk, float *dw, float *db,
+                              int acc_dx, int acc_dw, int acc_db) {
+    if (nhwc) {
+        bn_bwd_nhwc(st, n * hw, c, x, xk, dy, dyk, w, mean, invstd, dx, dxk, dw, db, acc_dx, acc_dw, acc_db);
+        return;
+    }
     bn_split sp = bn_split_of(c, n * hw);
     double *part = kiln_cuda_parts_dev();
     for (int64_t c0 = 0; c0 < c; c0 += sp.width) {

@@ -27,11 +27,16 @@
 #include "ops/internal/ops.h"
 
 /* a tensor argument of a step, resolved at compile */
+/* the cuda backend's layout tag: a 4-d activation stored channels last, [n, h, w, c] (its layout pass, under
+ * KILN_CUDA_LAYOUT=nhwc); the cpu's tags are oneDNN's channel block, 8 or 16 (nChw8c, nChw16c), never 1 */
+#define KILN_LAYOUT_NHWC 1
+
 typedef struct kiln_tdesc {
     void *data;                       /* NULL for an absent optional output (numel 0), or an input not yet bound */
     kiln_dtype dtype;                 /* as stored by the backend (f64 for f32 values on ref) */
     int ndim;
-    int layout;                       /* the backend's layout tag, 0: plain row-major */
+    int layout;                       /* the backend's layout tag, 0: plain row-major (KILN_LAYOUT_NHWC, or the cpu's
+                                         oneDNN block) */
     int64_t shape[KILN_MAX_DIMS];     /* the batch resolved */
     int64_t stride[KILN_MAX_DIMS];    /* in elements */
     int64_t numel;

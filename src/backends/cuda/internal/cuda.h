@@ -145,6 +145,10 @@ kiln_status kiln_cuda_matmul_bwd_weight(const kiln_step *s, const kiln_run_ctx *
 static inline int kiln_cuda_half_kind(const kiln_tdesc *t) { return t->dtype == KILN_BF16 ? 1 : t->dtype == KILN_F16 ? 2 : 0; }
 /* KILN_CUDA_STORE=half: the kernels offer the half-storage pass their 16-bit slots (kiln_kernel.half) */
 int kiln_cuda_store_half(void);
+/* KILN_CUDA_LAYOUT=nhwc: the layout pass keeps a 16-bit plan's conv chains channels last (KILN_LAYOUT_NHWC) */
+int kiln_cuda_layout_nhwc(void);
+/* the backend's passes over a compiled graph, for its kernel table: that layout pass */
+kiln_status kiln_cuda_passes(kiln_graph *g, const kiln_compile_opts *o, const kiln_kernel *table);
 /* the matmul-class steps' 16-bit slots (kiln_kernel.half): x or dy (input 0); backward-weight's x and dy (its bias
  * gradient sums dy rounded as the product reads it) */
 unsigned kiln_cuda_half_in0(int nin, int nout);
@@ -211,13 +215,14 @@ void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const floa
 void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
                                  const float *dloss, double *count, void *dx, int dxk, int acc);
 /* x (and dy) stored as kind xk (dyk): kiln_cuda_half_kind, the half-storage pass's 16-bit convolution outputs; dx
- * written as kind dxk (16 bits where only a 16-bit convolution's backward reads it, never accumulated) */
-void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const float *w, const float *b,
-                          float *rmean, float *rvar, float momentum, float eps, int training, float *y, float *smean,
-                          float *sinvstd, int64_t *tracked, int relu);
-void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, const void *x, int xk, const void *dy, int dyk, const float *w,
-                              const float *mean, const float *invstd, void *dx, int dxk, float *dw, float *db, int acc_dx,
-                              int acc_dw, int acc_db);
+ * written as kind dxk (16 bits where only a 16-bit convolution's backward reads it, never accumulated); nhwc: the
+ * tensors channels last (KILN_LAYOUT_NHWC: [n, hw, c]) */
+void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, int nhwc, const void *x, int xk, const float *w,
+                          const float *b, float *rmean, float *rvar, float momentum, float eps, int training, float *y,
+                          float *smean, float *sinvstd, int64_t *tracked, int relu);
+void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, int nhwc, const void *x, int xk, const void *dy, int dyk,
+                              const float *w, const float *mean, const float *invstd, void *dx, int dxk, float *dw, float *db,
+                              int acc_dx, int acc_dw, int acc_db);
 void kiln_cuda_sgd(kcs st, int64_t n, float *p, const float *g, float *mom, const kiln_cuda_rc *rc, float momentum,
                    float dampening, float weight_decay, int nesterov);
 void kiln_cuda_adamw(kcs st, int64_t n, float *p, const float *g, float *m, float *v, const kiln_cuda_rc *rc, float beta1,
@@ -269,6 +274,10 @@ void kiln_cuda_to_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, c
 /* y's kind `kind` into x of kind xk (16 bits only where not accumulated: what cuDNN rounded, stored as it is),
  * relu applied when relu */
 void kiln_cuda_from_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, int64_t hw, const void *y, void *x, int xk, int acc, int relu);
+/* the layout pass's reorders: x [imgs, ch, hw] of kind xk into y [imgs, hw, ch] of kind yk (to_nhwc), or x [imgs, hw, ch]
+ * into y [imgs, ch, hw]; added where acc (then y fp32) */
+void kiln_cuda_reorder(kcs st, int to_nhwc, int64_t imgs, int64_t ch, int64_t hw, const void *x, int xk, void *y, int yk,
+                       int acc);
 /* bmm.cu: y [..., m, n] = a [..., m, k] @ b [..., k, n] over nb batch dims (at most kiln_cuda_bmm_max_batch_dims());
  * a and b through their strides (nb + 2 each), y, dy, da, db contiguous; da or db NULL: not wanted; every operand
  * rounded to kind rk first (1 bf16, 2 fp16: the autocast pass's steps; 0 none) */
