@@ -334,12 +334,16 @@ __global__ void k_bn_part_nhwc(int64_t m, int64_t c, int64_t c0, int64_t width, 
     for (int t = 1; t < BR; t++) a += sa[t][threadIdx.x], b += sb[t][threadIdx.x];
     part[(i * chunks + k) * 2] = a, part[(i * chunks + k) * 2 + 1] = b;
 }
-// the slice's m x width elements, a row's channels consecutive: the NCHW apply's arithmetic
+// the slice's m x width elements, a row's channels consecutive (a thread a channel of a BT-channel tile, BR rows of
+// threads stepping down the rows: no division per element): the NCHW apply's arithmetic
+#define BN_ROWS                                                                                                     \
+    int64_t j = (int64_t)blockIdx.y * BT + threadIdx.x, ch = c0 + j;                                              \
+    if (j >= width) return;                                                                                       \
+    for (int64_t r = (int64_t)blockIdx.x * BR + threadIdx.y, e = r * c + ch; r < m;                               \
+         r += (int64_t)gridDim.x * BR, e = r * c + ch)
 __global__ void k_bn_apply_nhwc(int64_t m, int64_t c, int64_t c0, int64_t width, const double *coef, const void *x, int xk,
                                 float *y, int relu) {
-    int64_t n = m * width;
-    FOR_N {
-        int64_t r = i / width, j = i % width, e = r * c + c0 + j;
+    BN_ROWS {
         const double *k = coef + j * 3;
         float v = (get_kind(x, xk, e) - (float)k[0]) * (float)k[1] + (float)k[2];
         y[e] = relu && !(v > 0.f) ? 0.f : v;
@@ -348,13 +352,16 @@ __global__ void k_bn_apply_nhwc(int64_t m, int64_t c, int64_t c0, int64_t width,
 __global__ void k_bn_bwd_apply_nhwc(int64_t m, int64_t c, int64_t c0, int64_t width, const double *coef, const void *x, int xk,
                                     const void *dy, int dyk, const float *w, const float *mean, const float *invstd, void *dx,
                                     int dxk, int acc) {
-    int64_t n = m * width;
-    FOR_N {
-        int64_t r = i / width, j = i % width, ch = c0 + j, e = r * c + ch;
+    BN_ROWS {
         double mm = (double)m, is = invstd[ch], sdy = coef[j * 3], sdyx = coef[j * 3 + 1], k = w[ch] * is / mm;
         double xh = (get_kind(x, xk, e) - mean[ch]) * is;
         put_or_add(dx, dxk, e, (float)(k * (mm * get_kind(dy, dyk, e) - sdy - xh * sdyx)), acc);
     }
+}
+/* the apply passes' grid: the slice's channel tiles along y, rows along x (at most 4096 blocks of BR rows) */
+static dim3 rows_grid(int64_t m, int64_t width) {
+    int64_t rb = (m + BR - 1) / BR;
+    return dim3((unsigned)(rb < 4096 ? rb : 4096), (unsigned)((width + BT - 1) / BT));
 }
 static void bn_fwd_nhwc(kcs st, int64_t m, int64_t c, const void *x, int xk, const float *w, const float *b, float *rmean,
                         float *rvar, float momentum, float eps, int training, float *y, float *smean, float *sinvstd,
@@ -370,7 +377,7 @@ static void bn_fwd_nhwc(kcs st, int64_t m, int64_t c, const void *x, int xk, con
                                                         nullptr, part);
         KLAUNCH(k_bn_stats, GO(width))(m, 1, c0, width, sp.chunks, part, coef, w, b, rmean, rvar, momentum, eps, training,
                                        smean, sinvstd, tracked);
-        KLAUNCH(k_bn_apply_nhwc, GO(m * width))(m, c, c0, width, coef, x, xk, y, relu);
+        KLAUNCH(k_bn_apply_nhwc, rows_grid(m, width), block, 0, st)(m, c, c0, width, coef, x, xk, y, relu);
     }
 }
 static void bn_bwd_nhwc(kcs st, int64_t m, int64_t c, const void *x, int xk, const void *dy, int dyk, const float *w,
@@ -385,8 +392,8 @@ static void bn_bwd_nhwc(kcs st, int64_t m, int64_t c, const void *x, int xk, con
         KLAUNCH(k_bn_part_nhwc, grid, block, 0, st)(m, c, c0, width, sp.chunks, sp.chunk, x, xk, dy, dyk, mean, invstd, part);
         KLAUNCH(k_bn_bwd_stats, GO(width))(c0, width, sp.chunks, part, coef, dw, db, acc_dw, acc_db);
         if (dx)
-            KLAUNCH(k_bn_bwd_apply_nhwc, GO(m * width))(m, c, c0, width, coef, x, xk, dy, dyk, w, mean, invstd, dx, dxk,
-                                                        acc_dx);
+            KLAUNCH(k_bn_bwd_apply_nhwc, rows_grid(m, width), block, 0, st)(m, c, c0, width, coef, x, xk, dy, dyk, w, mean,
+                                                                            invstd, dx, dxk, acc_dx);
     }
 }
 
