@@ -186,11 +186,11 @@ static void check_nhwc(int precision, int store) {
               "the gradients %.3g of their largest, the loss %.9g -> %.9g", pn, sn, num / den, a.loss, b.loss);
 }
 
-/* resnet18 (32x32, batch 2, one training step in bf16; every parameter's gradient and the loss) on simt: channels
+/* resnet18 (16x16, batch 2, one training step in bf16; every parameter's gradient and the loss) on simt: channels
  * last (with half storage: the convolutions' copies fall from ~2.5 a step to the inputs' roundings) against the
  * plain layout, the stem's max-pool and the average pool cut off by reorders */
 static void resnet_nhwc(void) {
-    enum { RB = 2, RS = 32 };
+    enum { RB = 2, RS = 16 };
     double loss[2];
     int64_t n = 0;
     float *g[2] = {NULL, NULL};
@@ -260,7 +260,10 @@ int main(void) {
         check_nhwc(p, 1);
         if (gpu) check("cuda", p, 0);
     }
-    resnet_nhwc();
+    /* 16 s of simt here, most of it its threads' emulation at fixed grid sizes: left to the release run (CI's sanitizer
+     * run sets KILN_SANITIZE) */
+    if (getenv("KILN_SANITIZE")) printf("test_conv_half: resnet18 in channels last skipped under the sanitizers\n");
+    else resnet_nhwc();
     if (!gpu) printf("test_conv_half: the GPU's run skipped: %s\n", why);
     return tu_finish("test_conv_half");
 }
