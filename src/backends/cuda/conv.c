@@ -61,10 +61,8 @@ static size_t role_bytes(const kiln_conv_shape *cs, int r) {
 /* the 16-bit copies' bytes before cuDNN's own workspace: x, w and y (every direction has all three) */
 static size_t copies_bytes(const kiln_conv_shape *cs) { return role_bytes(cs, TX) + role_bytes(cs, TW) + role_bytes(cs, TY); }
 
-#define NHWC(t) ((t).layout == KILN_LAYOUT_NHWC)
-
 /* a 16-bit step's tensor cuDNN takes as it is: channels last (the layout pass's) in the copies' kind */
-static int as_is(const kiln_tdesc *t, const conv_obj *c) { return c->half && NHWC(*t) && kiln_cuda_half_kind(t) == c->half; }
+static int as_is(const kiln_tdesc *t, const conv_obj *c) { return c->half && KILN_NHWC(*t) && kiln_cuda_half_kind(t) == c->half; }
 
 /* the output cuDNN writes in place: as it is, and nothing to add to it or apply after (acc, a relu on the way) */
 static int out_in_place(const kiln_step *s, const conv_obj *c, int acc, int relu) { return as_is(&s->out[0], c) && !acc && !relu; }
@@ -88,7 +86,7 @@ static void operands(const kiln_step *s, const conv_obj *c, int dir, char *base,
         if (!x->data) continue;
         if (as_is(x, c)) t[role[k]] = x->data;
         else if (role[k] == TY && c->dy_kept == s) continue;
-        else if (NHWC(*x)) kiln_cuda_to_half(kiln_cuda_stream(), c->half == 2, x->numel, x->data, t[role[k]]);
+        else if (KILN_NHWC(*x)) kiln_cuda_to_half(kiln_cuda_stream(), c->half == 2, x->numel, x->data, t[role[k]]);
         else kiln_cuda_to_nhwc(kiln_cuda_stream(), c->half, d[0], d[1], d[2], x->data, kiln_cuda_half_kind(x), t[role[k]]);
     }
 }
@@ -99,7 +97,7 @@ static void widen_output(const kiln_step *s, const conv_obj *c, int dir, void *c
     int64_t d[3];
     role_dims(&s->sz.conv, roles[dir][2], d);
     if (out_in_place(s, c, acc, relu)) return; /* cuDNN wrote it */
-    if (NHWC(s->out[0])) d[0] *= d[1] * d[2], d[1] = d[2] = 1; /* channels last both sides: element by element */
+    if (KILN_NHWC(s->out[0])) d[0] *= d[1] * d[2], d[1] = d[2] = 1; /* channels last both sides: element by element */
     kiln_cuda_from_nhwc(kiln_cuda_stream(), c->half, d[0], d[1], d[2], t[roles[dir][2]], s->out[0].data,
                         kiln_cuda_half_kind(&s->out[0]), acc, relu);
 }
@@ -310,8 +308,8 @@ static kiln_status find_fwd(const kiln_step *s, conv_obj *c, void *mem, const ch
 /* a tensor the half-storage pass stores in 16 bits is an operand cuDNN rounds, or an output it rounded: neither
  * when the convolution runs in fp32 */
 static kiln_status stored_as_run(const kiln_step *s, const conv_obj *c) {
-    int any = kiln_cuda_half_kind(&s->out[0]), last = NHWC(s->out[0]);
-    for (int k = 0; k < s->nin; k++) any |= kiln_cuda_half_kind(&s->in[k]), last |= NHWC(s->in[k]);
+    int any = kiln_cuda_half_kind(&s->out[0]), last = KILN_NHWC(s->out[0]);
+    for (int k = 0; k < s->nin; k++) any |= kiln_cuda_half_kind(&s->in[k]), last |= KILN_NHWC(s->in[k]);
     if (!c->half && last) /* channels last only where cuDNN takes 16 bits (the layout pass runs on 16-bit plans) */
         return kiln_fail(KILN_ERR_BACKEND, "%s: its tensors are channels last (KILN_CUDA_LAYOUT=nhwc) but cuDNN refused the "
                          "16-bit convolution: run without KILN_CUDA_LAYOUT=nhwc", s->name);
@@ -486,7 +484,7 @@ kiln_status kiln_cuda_conv_fwd(const kiln_step *s, const kiln_run_ctx *rc) {
                                                  cudnn_ws(s, c, rc->workspace), c->ws[0], &zero, c->y, t[TY]), "forward");
     if (st == KILN_OK && c->half) widen_output(s, c, 0, t, 0, relu && !bias); /* a relu without a bias on the way */
     const kiln_conv_shape *cs = &s->sz.conv;
-    int64_t hw = cs->oh * cs->ow, last = NHWC(s->out[0]); /* channels last: n hw rows of k channels */
+    int64_t hw = cs->oh * cs->ow, last = KILN_NHWC(s->out[0]); /* channels last: n hw rows of k channels */
     if (st == KILN_OK && (bias || (relu && !c->half))) /* the output is fp32 here (only a bias-free one is 16-bit) */
         kiln_cuda_bias_relu(kiln_cuda_stream(), last ? cs->n * hw : cs->n, cs->k, last ? 1 : hw, bias ? s->in[2].data : NULL,
                             relu, s->out[0].data);

@@ -37,8 +37,6 @@ kiln_status kiln_cuda_passes(kiln_graph *g, const kiln_compile_opts *o, const ki
         return kiln_fail(KILN_ERR_NOMEM, "layout pass: out of memory");
     return KILN_OK;
 }
-#define NHWC(t) ((t).layout == KILN_LAYOUT_NHWC)
-
 /* a node's 16-bit slots under KILN_CUDA_STORE=half, the same for every node of the op */
 #define SLOTS(name, mask)                     \
     unsigned name(int nin, int nout) {        \
@@ -218,7 +216,7 @@ static kiln_status ones(const kiln_step *s, const kiln_run_ctx *rc) {
 static int reorder(const kiln_step *s, int acc) {
     const kiln_tdesc *x = &s->in[0], *y = &s->out[0];
     if (x->layout == y->layout || x->ndim != 4) return 0;
-    kiln_cuda_reorder(ST, NHWC(*y), x->shape[0], x->shape[1], x->shape[2] * x->shape[3], x->data, kiln_cuda_half_kind(x),
+    kiln_cuda_reorder(ST, KILN_NHWC(*y), x->shape[0], x->shape[1], x->shape[2] * x->shape[3], x->data, kiln_cuda_half_kind(x),
                       y->data, kiln_cuda_half_kind(y), acc);
     return 1;
 }
@@ -276,14 +274,14 @@ static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
     const kiln_bn_attrs *a = &s->attr.bn;
     /* the fused relu in the same pass as the normalisation (before 2026-11-30, a second kernel over the output) */
-    kiln_cuda_batch_norm(ST, NCHW, NHWC(s->in[0]), s->in[0].data, kiln_cuda_half_kind(&s->in[0]), F(s->in[1]), F(s->in[2]),
+    kiln_cuda_batch_norm(ST, NCHW, KILN_NHWC(s->in[0]), s->in[0].data, kiln_cuda_half_kind(&s->in[0]), F(s->in[1]), F(s->in[2]),
                          F(s->in[3]), F(s->in[4]), a->momentum, a->eps, a->training, F(s->out[0]), s->nout > 1 ? F(s->out[1]) : NULL,
                          s->nout > 2 ? F(s->out[2]) : NULL, (int64_t *)s->in[5].data, s->epilogue == KILN_EPI_RELU);
     DONE("batch norm");
 }
 static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     NO_HALF_ACC("batch norm backward");
-    kiln_cuda_batch_norm_bwd(ST, NCHW, NHWC(s->in[0]), s->in[0].data, kiln_cuda_half_kind(&s->in[0]), s->in[1].data,
+    kiln_cuda_batch_norm_bwd(ST, NCHW, KILN_NHWC(s->in[0]), s->in[0].data, kiln_cuda_half_kind(&s->in[0]), s->in[1].data,
                              kiln_cuda_half_kind(&s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]), s->out[0].data, HK(0),
                              F(s->out[1]), F(s->out[2]), ACC(0), ACC(1), ACC(2));
     DONE("batch norm backward");

@@ -142,6 +142,8 @@ kiln_status kiln_cuda_linear_bwd_weight(const kiln_step *s, const kiln_run_ctx *
 kiln_status kiln_cuda_matmul_prepare(kiln_step *s, kiln_prep *p);
 kiln_status kiln_cuda_matmul_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc);
 /* how a step's tensor is stored: 0 fp32, 1 bf16, 2 fp16 (the half-storage pass's 16-bit tensors) */
+/* a tensor the layout pass stores channels last (KILN_CUDA_LAYOUT=nhwc) */
+#define KILN_NHWC(t) ((t).layout == KILN_LAYOUT_NHWC)
 static inline int kiln_cuda_half_kind(const kiln_tdesc *t) { return t->dtype == KILN_BF16 ? 1 : t->dtype == KILN_F16 ? 2 : 0; }
 /* KILN_CUDA_STORE=half: the kernels offer the half-storage pass their 16-bit slots (kiln_kernel.half) */
 int kiln_cuda_store_half(void);
