@@ -10,7 +10,9 @@
  * convolutions write 16 bits, and conv2's backward-data (only relu's
  * backward reads its output, as dy), and cross-entropy backward (whose
  * output only the linear's products read), and both batch norms' backward
- * (only their convolution's backward reads dx, as its dy, rounded). A
+ * (only their convolution's backward reads dx, as its dy, rounded), and bn1
+ * (which rounds its output after a 16-bit convolution, as PyTorch's autocast
+ * does: conv2 and relu's backward read it as it is). A
  * convolution with a bias keeps an fp32 output (the bias is added after the
  * rounding). conv2's backward-weight finds dy's copy where its
  * backward-data, the step before, left it (conv.c's dy_kept); conv1 has no
@@ -111,8 +113,9 @@ static void check(const char *backend, int precision, int bias) {
     free(keep);
     const char *pn = kiln_precision_name(precision);
     /* the forward convolutions' outputs (a bias-free one's), conv2's backward-data output (relu's backward reads it),
-     * cross-entropy backward's (only the linear's products read it) and the batch norms' dx (their convolutions' dy) */
-    int want = (bias ? 1 : 2) + 1 + 1 + 2;
+     * cross-entropy backward's (only the linear's products read it), the batch norms' dx (their convolutions' dy) and
+     * bn1's output, rounded after conv1 (conv2 reads it, forward and backward-weight, and relu's backward) */
+    int want = (bias ? 1 : 2) + 1 + 1 + 2 + 1;
     CHECK_MSG(a.st == KILN_OK && b.st == KILN_OK, "%s %s: compile: %s", backend, pn, kiln_last_error());
     CHECK_MSG(a.halves == 0 && b.halves == want, "%s %s%s: steps writing 16 bits: %d without half storage, %d with (%d)", backend,
               pn, bias ? ", conv2 with a bias" : "", a.halves, b.halves, want);

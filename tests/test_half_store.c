@@ -18,6 +18,7 @@
 static unsigned out0(int nin, int nout) { return (void)nin, (void)nout, 1u << 8; }
 static unsigned in0(int nin, int nout) { return (void)nin, (void)nout, 1u; }
 static unsigned in01(int nin, int nout) { return (void)nin, (void)nout, 3u; }
+static unsigned in0_out0(int nin, int nout) { return (void)nin, (void)nout, 1u | 1u << 8; }
 
 static kiln_half_slots_fn table[KILN_OP_COUNT];
 static void make_table(void) {
@@ -148,8 +149,56 @@ static void test_rounded_writer(void) {
     }
 }
 
+/* Autocast's followers (kiln_pass_autocast_follow: the cuda backend's batch norm): x -> bn0 -> conv1 -> bn1 -> bn2
+ * -> conv2 -> sum, trained. bn1 (after a marked conv) and bn2 (after bn1) take the precision, bn0 (after the input)
+ * and the backward nodes do not; none with fp32 or without a table. Then half storage, batch norm rounding its
+ * output (round_out) and reading x widened: bn2's output (only conv2 reads it, rounding it) is stored in 16 bits
+ * in every case; bn1's (read by bn2, widened, not rounded) only where bn1 rounds it; conv1's (no round_out here)
+ * never, though bn1 takes the plan's precision: a follower does not round what it reads (untrained, bn1 is its
+ * only reader) */
+static void test_follow(void) {
+    kiln_half_slots_fn t[KILN_OP_COUNT] = {0};
+    t[KILN_OP_CONV2D] = t[KILN_OP_BATCH_NORM2D] = in0_out0;
+    t[KILN_OP_CONV2D_BWD_WEIGHT] = in01;
+    t[KILN_OP_BATCH_NORM2D_BWD] = in01;
+    unsigned rounds[KILN_OP_COUNT] = {0};
+    rounds[KILN_OP_BATCH_NORM2D] = 1;
+    uint8_t follows[KILN_OP_COUNT] = {0};
+    follows[KILN_OP_BATCH_NORM2D] = 1;
+    for (int v = 0; v < 5; v++) { /* 0: follow; 1: fp32; 2: no table; 3: no follow pass (the cpu); 4: 0 untrained */
+        kiln_graph *g = kiln_graph_new();
+        kiln_value x = kiln_input(g, "x", KILN_F32, 4, (int64_t[]){KILN_BATCH, 3, 6, 6});
+        kiln_value b0 = bn_of(g, x, "bn0", 3);
+        kiln_value c1 = kiln_conv2d(g, b0, kiln_param(g, "c1.w", 4, (int64_t[]){4, 3, 3, 3}, 27), -1, 1, 1);
+        kiln_value b1 = bn_of(g, c1, "bn1", 4), b2 = bn_of(g, b1, "bn2", 4);
+        kiln_value c2 = kiln_conv2d(g, b2, kiln_param(g, "c2.w", 4, (int64_t[]){5, 4, 3, 3}, 36), -1, 1, 1);
+        kiln_value loss = kiln_sum(g, c2);
+        if (v < 4) CHECK_OK(kiln_autodiff(g, loss));
+        int p = v == 1 ? KILN_PRECISION_FP32 : KILN_PRECISION_BF16;
+        kiln_pass_autocast(g, p);
+        int n = v == 3 ? 0 : kiln_pass_autocast_follow(g, p, v == 2 ? NULL : follows);
+        int bf[3] = {0}, bwd = 0;
+        for (int i = 0; i < g->nnodes; i++) {
+            const kiln_node *nd = &g->nodes[i];
+            for (int k = 0; k < 3; k++) bf[k] += nd->op == KILN_OP_BATCH_NORM2D && nd->out[0] == (k ? k == 1 ? b1 : b2 : b0) &&
+                                                 nd->precision == KILN_PRECISION_BF16;
+            bwd += nd->op == KILN_OP_BATCH_NORM2D_BWD && nd->precision != KILN_PRECISION_FP32;
+        }
+        int on = v == 0 || v == 4;
+        CHECK_MSG(n == 2 * on && !bf[0] && bf[1] == on && bf[2] == on && !bwd, "case %d: %d followed (bn0 %d, bn1 %d, bn2 %d, "
+                  "%d backward)", v, n, bf[0], bf[1], bf[2], bwd);
+        if (p == KILN_PRECISION_BF16) {
+            kiln_pass_half_store(g, p, t, rounds);
+            CHECK_MSG(g->vals[b2].half && g->vals[b1].half == on && !g->vals[c1].half, "case %d: stored in 16 bits: "
+                      "bn1 %d, bn2 %d, conv1 %d", v, g->vals[b1].half, g->vals[b2].half, g->vals[c1].half);
+        }
+        kiln_graph_free(g);
+    }
+}
+
 int main(void) {
     make_table();
+    test_follow();
     test_rounded_writer();
     test_marks();
     test_not_marked();

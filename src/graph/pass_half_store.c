@@ -12,16 +12,18 @@
  * 16 in fp32), GELU's input gradient and those of the c_proj outputs.
  *
  * A value its writer rounds to the plan's format itself (the backend's
- * round_out: cuDNN's 16-bit convolutions) holds 16-bit numbers already: it
- * qualifies when every reader, of any precision, has a 16-bit slot for it
- * (reading it widened, exactly). In a ResNet: each convolution's output, which
- * only its batch norm reads, forward and backward.
+ * round_out: cuDNN's 16-bit convolutions, and the batch norms after them)
+ * holds 16-bit numbers already: it qualifies when every reader, of any
+ * precision, has a 16-bit slot for it (reading it widened, exactly). In a
+ * ResNet: each convolution's output, which only its batch norm reads, forward
+ * and backward; a batch norm's output (relu fused) that a convolution and
+ * relu's backward read.
  *
  * A value qualifies when it is an arena activation (not an input, parameter,
  * gradient buffer or plan output), one live node writes all of it (not
  * accumulated, not through a view), and at least one node reads it. Its views
  * share the mark. PyTorch's autocast stores more in 16 bits (every matmul's
- * output); that changes the numbers and is left for later. */
+ * output, the residual adds); that changes the numbers and is left for later. */
 #include <stdlib.h>
 #include "graph/internal/graph.h"
 
@@ -54,11 +56,14 @@ static void rule_out(const kiln_graph *g, int precision, const kiln_half_slots_f
             writers[r]++;
             if (!(mask & OUT_BIT(k)) || n->acc[k] || n->out[k] != r) ok[r] = 0;
         }
-        for (int k = 0; k < n->nin; k++) { /* a reader rounds it itself, or reads 16-bit numbers as they are */
+        /* a reader rounds it itself (an operand of a node of the precision: not an op that only follows autocast,
+         * such as the cuda backend's batch norm), or reads 16-bit numbers as they are */
+        unsigned rounds = n->precision == precision ? kiln_op_get(n->op)->bf16_in : 0;
+        for (int k = 0; k < n->nin; k++) {
             if (n->in[k] < 0) continue;
             kiln_value r = kiln_val_root(g, n->in[k]);
             readers[r]++;
-            if (!(mask & IN_BIT(k)) || (n->precision != precision && !rounded[r])) ok[r] = 0;
+            if (!(mask & IN_BIT(k)) || (!(rounds >> k & 1) && !rounded[r])) ok[r] = 0;
         }
     }
 }

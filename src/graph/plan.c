@@ -106,6 +106,15 @@ static kiln_status half_store(kiln_plan *pl, kiln_graph *g, int quiet) {
     return KILN_OK;
 }
 
+/* the ops the backend runs in their input's 16 bits (kiln_kernel.autocast_follows), as the backend rounding
+ * the outputs decides (round_outputs_as: the reference reproducing another backend's) */
+static int autocast_follow(const kiln_plan *pl, kiln_graph *g) {
+    const kiln_backend *be = pl->o.round_outputs_as ? kiln_backend_get(pl->o.round_outputs_as) : pl->be;
+    uint8_t follows[KILN_OP_COUNT];
+    for (int op = 0; op < KILN_OP_COUNT; op++) follows[op] = be ? be->kernels[op].autocast_follows : 0;
+    return kiln_pass_autocast_follow(g, pl->o.precision, follows);
+}
+
 /* the arena a graph would need after the passes that follow checkpointing (the plan without it, or a
  * candidate schedule): autocast and half storage change what values weigh, the backend's passes their layouts */
 static kiln_status arena_after_passes(kiln_plan *pl, kiln_graph *g, size_t *bytes) {
@@ -116,7 +125,7 @@ static kiln_status arena_after_passes(kiln_plan *pl, kiln_graph *g, size_t *byte
     kiln_status st = order && offset ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
     if (st == KILN_OK && pl->o.precision != KILN_PRECISION_FP32) {
         kiln_pass_autocast(g, pl->o.precision);
-        st = half_store(pl, g, 1);
+        st = autocast_follow(pl, g) < 0 ? kiln_graph_status(g) : half_store(pl, g, 1);
     }
     if (st == KILN_OK && pl->be->passes) st = pl->be->passes(g, &pl->o);
     if (st == KILN_OK) st = arena_of(pl, g, order, &norder, offset, bytes, &no_reuse);
@@ -215,8 +224,9 @@ static void log_autocast(const kiln_plan *pl, int cast) {
         kiln_log(KILN_LOG_INFO, "autocast: %d matmul-class nodes take %s operands (fp32 accumulation and outputs)", cast,
                  kiln_precision_name(p));
     else
-        kiln_log(KILN_LOG_INFO, "autocast: %d matmul-class nodes take %s operands (fp32 accumulation; %d write %s "
-                 "outputs: the backend's 16-bit convolutions)", cast, kiln_precision_name(p), rounded, kiln_precision_name(p));
+        kiln_log(KILN_LOG_INFO, "autocast: %d matmul-class nodes take %s operands (fp32 accumulation; %d nodes write %s "
+                 "outputs: the backend's 16-bit convolutions, and batch norms after them)", cast, kiln_precision_name(p),
+                 rounded, kiln_precision_name(p));
 }
 
 /* the graph passes, in order: specialise, the bias check and autodiff (training) or batch norm
@@ -252,6 +262,7 @@ static kiln_status transform(kiln_plan *pl, kiln_value loss) {
     if (o->precision < KILN_PRECISION_FP32 || o->precision > KILN_PRECISION_FP16)
         return kiln_fail(KILN_ERR_INVALID_ARG, "compile: precision is %d (fp32 0, bf16 1, auto 2, fp16 3)", o->precision);
     int cast = kiln_pass_autocast(g, o->precision);
+    if (cast && autocast_follow(pl, g) < 0) return kiln_graph_status(g);
     if (cast && !o->plan_only) log_autocast(pl, cast);
     if ((st = half_store(pl, g, 0)) != KILN_OK) return st;
     if (pl->be->passes) return pl->be->passes(g, o);

@@ -49,18 +49,20 @@ static SLOTS(half_out0, KILN_TIE_OUT(0))
 SLOTS(kiln_cuda_half_in0, 1u)
 /* backward-weight: x and dy (its bias gradient sums dy as the product reads it, rounded: linear.c) */
 SLOTS(kiln_cuda_half_bwd_weight, 3u)
-/* batch norm's x, backward's x and dy, relu backward's dy (input 1): read widened, values their writer rounds;
- * batch norm backward's dx, where only a 16-bit convolution's backward reads it (as its dy) */
-SLOTS(kiln_cuda_half_bn, 1u)
+/* batch norm's x, backward's x and dy, relu backward's y and dy: read widened, values their writer rounds; batch
+ * norm's output, which it rounds after a 16-bit convolution (round_out); backward's dx, where only a 16-bit
+ * convolution's backward reads it (as its dy) */
+SLOTS(kiln_cuda_half_bn, 1u | KILN_TIE_OUT(0))
 SLOTS(kiln_cuda_half_bn_bwd, 3u | KILN_TIE_OUT(0))
-SLOTS(kiln_cuda_half_relu_bwd, 2u)
-/* a convolution's output (a bias is added in fp32 after the rounding); backward's dy, which it rounds (conv.c) */
+SLOTS(kiln_cuda_half_relu_bwd, 3u)
+/* a convolution's x, which it rounds (conv.c), and its output (a bias is added in fp32 after the rounding);
+ * backward's dy and x, which it rounds */
 unsigned kiln_cuda_half_conv_out(int nin, int nout) {
     (void)nout;
-    return kiln_cuda_store_half() && nin == 2 ? KILN_TIE_OUT(0) : 0;
+    return kiln_cuda_store_half() ? 1u | (nin == 2 ? KILN_TIE_OUT(0) : 0) : 0;
 }
 SLOTS(kiln_cuda_half_conv_bwd_data, 1u | KILN_TIE_OUT(0))
-SLOTS(kiln_cuda_half_conv_bwd_weight, 2u)
+SLOTS(kiln_cuda_half_conv_bwd_weight, 3u)
 
 static kiln_status relu(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
@@ -68,7 +70,8 @@ static kiln_status relu(const kiln_step *s, const kiln_run_ctx *rc) {
     DONE("relu");
 }
 static kiln_status relu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_cuda_relu_bwd(ST, s->out[0].numel, F(s->in[0]), s->in[1].data, kiln_cuda_half_kind(&s->in[1]), F(s->out[0]), ACC(0));
+    kiln_cuda_relu_bwd(ST, s->out[0].numel, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), s->in[1].data,
+                       kiln_cuda_half_kind(&s->in[1]), F(s->out[0]), ACC(0));
     DONE("relu backward");
 }
 
@@ -273,10 +276,13 @@ static kiln_status bn_prepare(kiln_step *s, kiln_prep *p) {
 static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
     const kiln_bn_attrs *a = &s->attr.bn;
-    /* the fused relu in the same pass as the normalisation (before 2026-11-30, a second kernel over the output) */
+    /* the fused relu in the same pass as the normalisation (before 2026-11-30, a second kernel over the output); the
+     * output rounded to 16 bits after a 16-bit convolution (autocast follows: round_out), as PyTorch's is */
+    int rk = s->round_out & 1 ? s->precision == KILN_PRECISION_FP16 ? 2 : 1 : 0;
     kiln_cuda_batch_norm(ST, NCHW, KILN_NHWC(s->in[0]), s->in[0].data, kiln_cuda_half_kind(&s->in[0]), F(s->in[1]), F(s->in[2]),
-                         F(s->in[3]), F(s->in[4]), a->momentum, a->eps, a->training, F(s->out[0]), s->nout > 1 ? F(s->out[1]) : NULL,
-                         s->nout > 2 ? F(s->out[2]) : NULL, (int64_t *)s->in[5].data, s->epilogue == KILN_EPI_RELU);
+                         F(s->in[3]), F(s->in[4]), a->momentum, a->eps, a->training, s->out[0].data, HK(0), rk,
+                         s->nout > 1 ? F(s->out[1]) : NULL, s->nout > 2 ? F(s->out[2]) : NULL, (int64_t *)s->in[5].data,
+                         s->epilogue == KILN_EPI_RELU);
     DONE("batch norm");
 }
 static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -674,7 +680,7 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SUM] = {sum, NULL},
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL},
     [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare, .blocked_in = 1, .blocked_out = 1, .tied = 1 | KILN_TIE_OUT(0),
-                              .half = kiln_cuda_half_bn},
+                              .half = kiln_cuda_half_bn, .round_out = 1, .autocast_follows = 1},
     [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare, .blocked_in = 3, .blocked_out = 1, .tied = 3 | KILN_TIE_OUT(0),
                                   .half = kiln_cuda_half_bn_bwd},
     [KILN_OP_GELU] = {gelu, NULL, .fusable = KILN_CUDA_PW_GELU, .half = half_out0},

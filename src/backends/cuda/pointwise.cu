@@ -9,8 +9,8 @@
 #include "backends/cuda/internal/half_out.h"
 
 __global__ void k_relu(int64_t n, const float *x, float *y) { FOR_N y[i] = x[i] > 0.f ? x[i] : 0.f; }
-__global__ void k_relu_bwd(int64_t n, const float *y, const void *dy, int dyk, float *dx, int acc) {
-    FOR_N { float g = y[i] > 0.f ? get_kind(dy, dyk, i) : 0.f; PUT(dx[i], g); }
+__global__ void k_relu_bwd(int64_t n, const void *y, int yk, const void *dy, int dyk, float *dx, int acc) {
+    FOR_N { float g = get_kind(y, yk, i) > 0.f ? get_kind(dy, dyk, i) : 0.f; PUT(dx[i], g); }
 }
 __global__ void k_bias_relu(int64_t n, int64_t ch, int64_t inner, const float *b, int relu, float *y) {
     FOR_N {
@@ -186,8 +186,8 @@ __global__ void k_adadelta(int64_t n, float *p, const float *g, float *sq, float
 
 extern "C" {
 void kiln_cuda_relu(kcs st, int64_t n, const float *x, float *y) { KLAUNCH(k_relu, GO(n))(n, x, y); }
-void kiln_cuda_relu_bwd(kcs st, int64_t n, const float *y, const void *dy, int dyk, float *dx, int acc) {
-    KLAUNCH(k_relu_bwd, GO(n))(n, y, dy, dyk, dx, acc);
+void kiln_cuda_relu_bwd(kcs st, int64_t n, const void *y, int yk, const void *dy, int dyk, float *dx, int acc) {
+    KLAUNCH(k_relu_bwd, GO(n))(n, y, yk, dy, dyk, dx, acc);
 }
 void kiln_cuda_bias_relu(kcs st, int64_t rows, int64_t ch, int64_t inner, const float *b, int relu, float *y) {
     int64_t n = rows * ch * inner;

@@ -256,13 +256,13 @@ __global__ void k_bn_stats(int64_t n, int64_t hw, int64_t c0, int64_t width, int
 }
 // relu: the fused relu (the batch norm's epilogue) on the way out, as relu's own kernel computes it
 __global__ void k_bn_apply(int64_t n, int64_t c, int64_t hw, int64_t c0, int64_t chunks, int64_t chunk, const double *coef,
-                           const void *x, int xk, float *y, int relu) {
+                           const void *x, int xk, void *y, int yk, int rk, int relu) {
     BN_BLOCK;
     const double *k = coef + (ch - c0) * 3;
     float fm = (float)k[0], kk = (float)k[1], bb = (float)k[2];
     FOR_CHUNK {
         float v = (GET(x, xk, img, ch, j) - fm) * kk + bb;
-        AT(y, img, ch, j) = relu && !(v > 0.f) ? 0.f : v;
+        put_kind(y, yk, (img * c + ch) * hw + j, round_kind(relu && !(v > 0.f) ? 0.f : v, rk));
     }
 }
 // backward stage two: the weight and bias gradients; the sums kept for dx
@@ -342,11 +342,11 @@ __global__ void k_bn_part_nhwc(int64_t m, int64_t c, int64_t c0, int64_t width, 
     for (int64_t r = (int64_t)blockIdx.x * BR + threadIdx.y, e = r * c + ch; r < m;                               \
          r += (int64_t)gridDim.x * BR, e = r * c + ch)
 __global__ void k_bn_apply_nhwc(int64_t m, int64_t c, int64_t c0, int64_t width, const double *coef, const void *x, int xk,
-                                float *y, int relu) {
+                                void *y, int yk, int rk, int relu) {
     BN_ROWS {
         const double *k = coef + j * 3;
         float v = (get_kind(x, xk, e) - (float)k[0]) * (float)k[1] + (float)k[2];
-        y[e] = relu && !(v > 0.f) ? 0.f : v;
+        put_kind(y, yk, e, round_kind(relu && !(v > 0.f) ? 0.f : v, rk));
     }
 }
 __global__ void k_bn_bwd_apply_nhwc(int64_t m, int64_t c, int64_t c0, int64_t width, const double *coef, const void *x, int xk,
@@ -364,8 +364,8 @@ static dim3 rows_grid(int64_t m, int64_t width) {
     return dim3((unsigned)(rb < 4096 ? rb : 4096), (unsigned)((width + BT - 1) / BT));
 }
 static void bn_fwd_nhwc(kcs st, int64_t m, int64_t c, const void *x, int xk, const float *w, const float *b, float *rmean,
-                        float *rvar, float momentum, float eps, int training, float *y, float *smean, float *sinvstd,
-                        int64_t *tracked, int relu) {
+                        float *rvar, float momentum, float eps, int training, void *y, int yk, int rk, float *smean,
+                        float *sinvstd, int64_t *tracked, int relu) {
     bn_split sp = bn_split_nhwc(c, m);
     double *part = kiln_cuda_parts_dev();
     for (int64_t c0 = 0; c0 < c; c0 += sp.width) {
@@ -377,7 +377,7 @@ static void bn_fwd_nhwc(kcs st, int64_t m, int64_t c, const void *x, int xk, con
                                                         nullptr, part);
         KLAUNCH(k_bn_stats, GO(width))(m, 1, c0, width, sp.chunks, part, coef, w, b, rmean, rvar, momentum, eps, training,
                                        smean, sinvstd, tracked);
-        KLAUNCH(k_bn_apply_nhwc, rows_grid(m, width), block, 0, st)(m, c, c0, width, coef, x, xk, y, relu);
+        KLAUNCH(k_bn_apply_nhwc, rows_grid(m, width), block, 0, st)(m, c, c0, width, coef, x, xk, y, yk, rk, relu);
     }
 }
 static void bn_bwd_nhwc(kcs st, int64_t m, int64_t c, const void *x, int xk, const void *dy, int dyk, const float *w,
@@ -443,10 +443,11 @@ void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float
     KLAUNCH(k_ce_bwd, (unsigned)rows, RT, 0, st)(cols, x, t, ignore, dloss, count, dx, dxk, acc);
 }
 void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, int nhwc, const void *x, int xk, const float *w,
-                          const float *b, float *rmean, float *rvar, float momentum, float eps, int training, float *y,
-                          float *smean, float *sinvstd, int64_t *tracked, int relu) {
+                          const float *b, float *rmean, float *rvar, float momentum, float eps, int training, void *y,
+                          int yk, int rk, float *smean, float *sinvstd, int64_t *tracked, int relu) {
     if (nhwc) {
-        bn_fwd_nhwc(st, n * hw, c, x, xk, w, b, rmean, rvar, momentum, eps, training, y, smean, sinvstd, tracked, relu);
+        bn_fwd_nhwc(st, n * hw, c, x, xk, w, b, rmean, rvar, momentum, eps, training, y, yk, rk, smean, sinvstd, tracked,
+                    relu);
         return;
     }
     bn_split sp = bn_split_of(c, n * hw);
@@ -460,7 +461,7 @@ void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, int nhwc, co
         if (training) KLAUNCH(k_bn_part, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, x, xk, no_dy, 0, none, none, part);
         KLAUNCH(k_bn_stats, GO(width))(n, hw, c0, width, sp.chunks, part, coef, w, b, rmean, rvar, momentum, eps, training,
                                        smean, sinvstd, tracked);
-        KLAUNCH(k_bn_apply, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, coef, x, xk, y, relu);
+        KLAUNCH(k_bn_apply, blocks, RT, 0, st)(n, c, hw, c0, sp.chunks, sp.chunk, coef, x, xk, y, yk, rk, relu);
     }
 }
 void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, int nhwc, const void *x, int xk, const void *dy, int dyk,

@@ -170,6 +170,10 @@ typedef struct kiln_kernel {
      * adds the rounded value. The plan marks the steps (kiln_step.round_out); the reference reproduces the
      * marks when compiled with kiln_compile_opts.round_outputs_as this backend. 0: outputs in fp32 */
     unsigned round_out;
+    /* 1: the autocast pass gives a node of this op the plan's 16-bit precision where its input 0's writer has it
+     * (PyTorch's autocast runs such an op in its input's dtype: the cuda backend's batch norm after a 16-bit
+     * convolution), so that its round_out outputs are written rounded; its operands are not (no bf16_in) */
+    uint8_t autocast_follows;
 } kiln_kernel;
 #define KILN_TIE_OUT(k) (1u << (8 + (k)))
 

@@ -42,7 +42,8 @@ static kiln_status from_fwd(kiln_step *s, kiln_prep *p) {
 
 /* A backend's 16-bit convolution output (kiln_step.round_out, the cuda backend's cuDNN): the convolution's sum is
  * rounded to the step's 16 bits, then the bias (and residual, epilogue) added in full precision; a rounded
- * gradient is added as rounded where it accumulates */
+ * gradient is added as rounded where it accumulates. A batch norm the backend runs in 16 bits after such a
+ * convolution (autocast follows) rounds its output, after the fused relu */
 static int rounds(const kiln_step *s) { return s->round_out & 1; }
 
 static void conv_bias(const kiln_conv_shape *cs, const double *b, double *y) {
@@ -433,6 +434,7 @@ static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
     if (r) return kiln_fail(KILN_ERR_INVALID_ARG, "training needs more than one value per channel");
     if (a->training) (*(int64_t *)s->in[5].data)++;
     epilogue_relu(s);
+    if (rounds(s)) kiln_ref_round_reduced(s, D(s->out[0]), s->out[0].numel); /* a backend's 16-bit batch norm */
     return KILN_OK;
 }
 

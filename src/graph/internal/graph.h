@@ -190,6 +190,10 @@ struct kiln_fused_prog *kiln_graph_add_prog(kiln_graph *g);
 /* pass_autocast.c (mixed precision): marks each live node of an op with bf16 operands (the table's
  * bf16_in) with `precision` (kiln_precision); fp32 marks nothing. The number marked. */
 int kiln_pass_autocast(kiln_graph *g, int precision);
+/* after it: each live fp32 node whose op follows[op] marks gets `precision` where the writer of its input 0 has
+ * it (a backend's kernel table: kiln_kernel.autocast_follows; NULL: none), in order, so a chain follows. The
+ * number marked. */
+int kiln_pass_autocast_follow(kiln_graph *g, int precision, const uint8_t *follows);
 /* Half storage (after autocast): an activation whose every reader rounds it to the plan's 16-bit format anyway
  * (a matmul-class node of that precision, in a slot its kernel reads as 16 bits), or whose writer rounds it so
  * itself (round_out[op] bit k on a node of that precision: the cuda backend's convolutions; NULL: none) and

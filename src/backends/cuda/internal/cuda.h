@@ -170,7 +170,7 @@ unsigned kiln_cuda_half_relu_bwd(int nin, int nout);
 typedef kiln_cuda_stream_t kcs;
 void kiln_cuda_relu(kcs st, int64_t n, const float *x, float *y);
 /* dy stored as kind dyk (a 16-bit convolution's backward-data output the half-storage pass stores so) */
-void kiln_cuda_relu_bwd(kcs st, int64_t n, const float *y, const void *dy, int dyk, float *dx, int acc);
+void kiln_cuda_relu_bwd(kcs st, int64_t n, const void *y, int yk, const void *dy, int dyk, float *dx, int acc);
 void kiln_cuda_bias_relu(kcs st, int64_t rows, int64_t ch, int64_t inner, const float *b, int relu, float *y);
 void kiln_cuda_add(kcs st, int64_t n, const float *a, const float *b, float *y);
 void kiln_cuda_mul(kcs st, int64_t n, const float *a, const float *b, float *y);
@@ -216,12 +216,13 @@ void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const floa
                                   kiln_cuda_flags *f, double *terms, float *loss);
 void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
                                  const float *dloss, double *count, void *dx, int dxk, int acc);
-/* x (and dy) stored as kind xk (dyk): kiln_cuda_half_kind, the half-storage pass's 16-bit convolution outputs; dx
- * written as kind dxk (16 bits where only a 16-bit convolution's backward reads it, never accumulated); nhwc: the
- * tensors channels last (KILN_LAYOUT_NHWC: [n, hw, c]) */
+/* x (and dy) stored as kind xk (dyk): kiln_cuda_half_kind, the half-storage pass's 16-bit convolution outputs; y
+ * rounded to kind rk (0: none; autocast's mark after a 16-bit convolution) and stored as kind yk; dx written as kind
+ * dxk (16 bits where only a 16-bit convolution's backward reads it, never accumulated); nhwc: the tensors channels
+ * last (KILN_LAYOUT_NHWC: [n, hw, c]) */
 void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, int nhwc, const void *x, int xk, const float *w,
-                          const float *b, float *rmean, float *rvar, float momentum, float eps, int training, float *y,
-                          float *smean, float *sinvstd, int64_t *tracked, int relu);
+                          const float *b, float *rmean, float *rvar, float momentum, float eps, int training, void *y,
+                          int yk, int rk, float *smean, float *sinvstd, int64_t *tracked, int relu);
 void kiln_cuda_batch_norm_bwd(kcs st, int64_t n, int64_t c, int64_t hw, int nhwc, const void *x, int xk, const void *dy, int dyk,
                               const float *w, const float *mean, const float *invstd, void *dx, int dxk, float *dw, float *db,
                               int acc_dx, int acc_dw, int acc_db);
