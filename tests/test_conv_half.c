@@ -191,57 +191,77 @@ static void check_nhwc(int precision, int store) {
 
 /* resnet18 (16x16, batch 2, one training step in bf16; every parameter's gradient and the loss) on simt: channels
  * last (with half storage: the convolutions' copies fall from ~2.5 a step to the inputs' roundings) against the
- * plain layout, the stem's max-pool and the average pool cut off by reorders */
-static void resnet_nhwc(void) {
+ * plain layout, the stem's max-pool and the average pool cut off by reorders; and channels last without half
+ * storage, which must give the same bits: the residual blocks' outputs, which their fused add and relu round
+ * (autocast follows), stored in 16 bits by that fused step (7 of 8: the last one's reorder reads fp32) */
+typedef struct {
+    double loss;
+    float *g;
+    int64_t n;
+    result r;
+    int fused16; /* fused steps writing a 16-bit output */
+} resnet_run;
+
+static void resnet_step(int nhwc, int store, resnet_run *out) {
     enum { RB = 2, RS = 16 };
-    double loss[2];
-    int64_t n = 0;
-    float *g[2] = {NULL, NULL};
-    int steps[2] = {0, 0}, nhwc = 0;
-    setenv("KILN_CUDA_STORE", "half", 1);
-    for (int v = 0; v < 2; v++) {
-        if (v) setenv("KILN_CUDA_LAYOUT", "nhwc", 1);
-        kiln_graph *gr = kiln_graph_new();
-        kiln_model m;
-        kiln_model_opts mo = {.num_classes = 10, .height = RS, .width = RS};
-        kiln_params *P = NULL;
-        kiln_plan *pl = NULL;
-        CHECK_OK(kiln_model_build_ex(gr, "resnet18", &mo, &m));
-        CHECK_OK(kiln_params_new_on(gr, "simt", &P));
-        if (P) kiln_params_init(P, 9);
-        kiln_compile_opts o = kiln_compile_defaults();
-        o.training = 1, o.max_batch = RB, o.backend = "simt", o.autotune = 0, o.precision = KILN_PRECISION_BF16;
-        if (P) CHECK_OK(kiln_compile(gr, P, &m.loss, 1, &o, &pl));
-        static float xs[RB * 3 * RS * RS];
-        int32_t ys[RB] = {3, 7};
-        tu_seed(91);
-        tu_fill(xs, RB * 3 * RS * RS, -2, 2);
-        if (pl) {
-            kiln_plan_bind(pl, m.x, xs);
-            kiln_plan_bind(pl, m.y, ys);
-            CHECK_OK(kiln_plan_run(pl, RB));
-            loss[v] = kiln_plan_loss(pl);
-            n = kiln_params_total(P);
-            g[v] = malloc((size_t)n * 4);
-            CHECK_OK(kiln_params_grad_read(P, g[v]));
-            result r = {0};
-            count_steps(pl, &r);
-            steps[v] = r.copies;
-            if (v) nhwc = r.nhwc;
+    if (store) setenv("KILN_CUDA_STORE", "half", 1);
+    if (nhwc) setenv("KILN_CUDA_LAYOUT", "nhwc", 1);
+    kiln_graph *gr = kiln_graph_new();
+    kiln_model m;
+    kiln_model_opts mo = {.num_classes = 10, .height = RS, .width = RS};
+    kiln_params *P = NULL;
+    kiln_plan *pl = NULL;
+    CHECK_OK(kiln_model_build_ex(gr, "resnet18", &mo, &m));
+    CHECK_OK(kiln_params_new_on(gr, "simt", &P));
+    if (P) kiln_params_init(P, 9);
+    kiln_compile_opts o = kiln_compile_defaults();
+    o.training = 1, o.max_batch = RB, o.backend = "simt", o.autotune = 0, o.precision = KILN_PRECISION_BF16;
+    if (P) CHECK_OK(kiln_compile(gr, P, &m.loss, 1, &o, &pl));
+    static float xs[RB * 3 * RS * RS];
+    int32_t ys[RB] = {3, 7};
+    tu_seed(91);
+    tu_fill(xs, RB * 3 * RS * RS, -2, 2);
+    if (pl) {
+        kiln_plan_bind(pl, m.x, xs);
+        kiln_plan_bind(pl, m.y, ys);
+        CHECK_OK(kiln_plan_run(pl, RB));
+        out->loss = kiln_plan_loss(pl);
+        out->n = kiln_params_total(P);
+        out->g = malloc((size_t)out->n * 4);
+        CHECK_OK(kiln_params_grad_read(P, out->g));
+        count_steps(pl, &out->r);
+        for (int i = 0; i < kiln_plan_step_count(pl); i++) {
+            kiln_step_info si;
+            out->fused16 += kiln_plan_step_info(pl, i, &si) == KILN_OK && !strcmp(si.op, "fused") && si.nout > 0 &&
+                            strstr(si.out[0].layout, "16") != NULL;
         }
-        kiln_plan_free(pl);
-        kiln_params_free(P);
-        kiln_graph_free(gr);
     }
+    kiln_plan_free(pl);
+    kiln_params_free(P);
+    kiln_graph_free(gr);
     unsetenv("KILN_CUDA_LAYOUT");
     unsetenv("KILN_CUDA_STORE");
+}
+
+static void resnet_nhwc(void) {
+    resnet_run v[3] = {{0}}; /* plain and stored, channels last and stored, channels last */
+    for (int k = 0; k < 3; k++) resnet_step(k > 0, k < 2, &v[k]);
+    int64_t n = v[0].n;
     double num = 0, den = 1e-6;
-    for (int64_t i = 0; g[0] && g[1] && i < n; i++) num = fmax(num, fabs((double)g[0][i] - g[1][i])), den = fmax(den, fabs(g[0][i]));
-    CHECK_MSG(g[0] && g[1] && num <= 2e-2 * den && fabs(loss[0] - loss[1]) <= 1e-3 * fabs(loss[0]) && nhwc > 50 &&
-              steps[1] < steps[0], "resnet18, bf16, channels last: gradients %.3g of their largest from the plain layout's, "
-              "loss %.7g -> %.7g, %d steps channels last, the convolutions' copies %d -> %d", num / den, loss[0], loss[1], nhwc,
-              steps[0], steps[1]);
-    free(g[0]), free(g[1]);
+    int same = v[1].g && v[2].g && v[1].n == v[2].n && !memcmp(v[1].g, v[2].g, (size_t)n * 4) && v[1].loss == v[2].loss;
+    for (int64_t i = 0; v[0].g && v[1].g && i < n; i++)
+        num = fmax(num, fabs((double)v[0].g[i] - v[1].g[i])), den = fmax(den, fabs(v[0].g[i]));
+    CHECK_MSG(v[0].g && v[1].g && num <= 2e-2 * den && fabs(v[0].loss - v[1].loss) <= 1e-3 * fabs(v[0].loss) &&
+              v[1].r.nhwc > 50 && v[1].r.copies < v[0].r.copies, "resnet18, bf16, channels last: gradients %.3g of their "
+              "largest from the plain layout's, loss %.7g -> %.7g, %d steps channels last, the convolutions' copies %d -> %d",
+              num / den, v[0].loss, v[1].loss, v[1].r.nhwc, v[0].r.copies, v[1].r.copies);
+    CHECK_MSG(same && v[1].fused16 == 7 && v[2].fused16 == 0 && v[1].r.copies < v[2].r.copies, "resnet18, bf16, channels "
+              "last: half storage %s the gradients and loss (%.9g, %.9g without), %d fused steps write 16 bits (want 7), "
+              "%d without; the convolutions' copies %d, %d without", same ? "keeps" : "changes", v[1].loss, v[2].loss,
+              v[1].fused16, v[2].fused16, v[1].r.copies, v[2].r.copies);
+    printf("test_conv_half: resnet18 channels last, bf16: the convolutions copy %d activations a step (%d without half "
+           "storage, %d in the plain layout)\n", v[1].r.copies, v[2].r.copies, v[0].r.copies);
+    for (int k = 0; k < 3; k++) free(v[k].g);
 }
 
 int main(void) {

@@ -150,21 +150,22 @@ static void test_rounded_writer(void) {
 }
 
 /* Autocast's followers (kiln_pass_autocast_follow: the cuda backend's batch norm): x -> bn0 -> conv1 -> bn1 -> bn2
- * -> conv2 -> sum, trained. bn1 (after a marked conv) and bn2 (after bn1) take the precision, bn0 (after the input)
- * and the backward nodes do not; none with fp32 or without a table. Then half storage, batch norm rounding its
- * output (round_out) and reading x widened: bn2's output (only conv2 reads it, rounding it) is stored in 16 bits
- * in every case; bn1's (read by bn2, widened, not rounded) only where bn1 rounds it; conv1's (no round_out here)
- * never, though bn1 takes the plan's precision: a follower does not round what it reads (untrained, bn1 is its
- * only reader) */
+ * -> conv2 -> sum, trained. bn1 (after a conv that rounds its output) and bn2 (after bn1, which then rounds its)
+ * take the precision, bn0 (after the input) and the backward nodes do not; none with fp32 or without a table. Then
+ * half storage, batch norm rounding its output (round_out) and reading x widened: bn2's output (only conv2 reads
+ * it, rounding it) is stored in 16 bits in every case; bn1's (read by bn2, widened, not rounded) only where bn1
+ * rounds it; conv1's never where half storage is told conv does not round (as it is here, unlike the follow pass),
+ * though bn1 takes the plan's precision: a follower does not round what it reads (untrained, bn1 is its only
+ * reader) */
 static void test_follow(void) {
     kiln_half_slots_fn t[KILN_OP_COUNT] = {0};
     t[KILN_OP_CONV2D] = t[KILN_OP_BATCH_NORM2D] = in0_out0;
     t[KILN_OP_CONV2D_BWD_WEIGHT] = in01;
     t[KILN_OP_BATCH_NORM2D_BWD] = in01;
-    unsigned rounds[KILN_OP_COUNT] = {0};
-    rounds[KILN_OP_BATCH_NORM2D] = 1;
+    unsigned rounds[KILN_OP_COUNT] = {0}, frounds[KILN_OP_COUNT] = {0};
+    rounds[KILN_OP_BATCH_NORM2D] = frounds[KILN_OP_BATCH_NORM2D] = frounds[KILN_OP_CONV2D] = 1;
     uint8_t follows[KILN_OP_COUNT] = {0};
-    follows[KILN_OP_BATCH_NORM2D] = 1;
+    follows[KILN_OP_BATCH_NORM2D] = KILN_FOLLOW_IN0;
     for (int v = 0; v < 5; v++) { /* 0: follow; 1: fp32; 2: no table; 3: no follow pass (the cpu); 4: 0 untrained */
         kiln_graph *g = kiln_graph_new();
         kiln_value x = kiln_input(g, "x", KILN_F32, 4, (int64_t[]){KILN_BATCH, 3, 6, 6});
@@ -176,7 +177,7 @@ static void test_follow(void) {
         if (v < 4) CHECK_OK(kiln_autodiff(g, loss));
         int p = v == 1 ? KILN_PRECISION_FP32 : KILN_PRECISION_BF16;
         kiln_pass_autocast(g, p);
-        int n = v == 3 ? 0 : kiln_pass_autocast_follow(g, p, v == 2 ? NULL : follows);
+        int n = v == 3 ? 0 : kiln_pass_autocast_follow(g, p, v == 2 ? NULL : follows, frounds);
         int bf[3] = {0}, bwd = 0;
         for (int i = 0; i < g->nnodes; i++) {
             const kiln_node *nd = &g->nodes[i];
@@ -196,9 +197,61 @@ static void test_follow(void) {
     }
 }
 
+/* Followers in a fused group, member by member: y = relu(bn(conv(x)) + bn(conv(x))), z = relu(bn(conv(y)) + y),
+ * u = relu(bn(conv(z)) + x), trained, each tail one fused node (and, unfused, plain nodes). y's add and relu round
+ * (both sources 16-bit), z's too (y written so by a fused node), u's not (x is fp32: an add where either operand is
+ * fp32 stays fp32, as PyTorch promotes); no backward member rounds. The fused nodes of y and z mark their outputs
+ * 16-bit (out_round) and take the plan's precision, u's does not. */
+static int follow_tail(const kiln_graph *g, kiln_value v, int fused, int *members) {
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->dead || n->out[0] != v) continue;
+        if (!fused) return n->op == KILN_OP_RELU && n->precision == KILN_PRECISION_BF16;
+        const kiln_fused_prog *P = n->attr.fused;
+        if (n->op != KILN_OP_FUSED && n->op != KILN_OP_FUSED_PLAIN) return -1;
+        for (int j = 0; j < P->ninstr; j++) *members += P->ins[j].round == KILN_PRECISION_BF16;
+        return (P->out_round & 1) && n->precision == KILN_PRECISION_BF16;
+    }
+    return -1;
+}
+
+static void test_follow_fused(void) {
+    uint8_t follows[KILN_OP_COUNT] = {0}, tileable[KILN_OP_COUNT] = {0};
+    follows[KILN_OP_BATCH_NORM2D] = follows[KILN_OP_RELU] = KILN_FOLLOW_IN0;
+    follows[KILN_OP_ADD] = KILN_FOLLOW_ALL;
+    unsigned rounds[KILN_OP_COUNT] = {0};
+    rounds[KILN_OP_CONV2D] = rounds[KILN_OP_BATCH_NORM2D] = rounds[KILN_OP_ADD] = rounds[KILN_OP_RELU] = 1;
+    tileable[KILN_OP_ADD] = tileable[KILN_OP_RELU] = tileable[KILN_OP_RELU_BWD] = tileable[KILN_OP_GRAD_COPY] = 1;
+    for (int fused = 0; fused < 2; fused++) {
+        kiln_graph *g = kiln_graph_new();
+        kiln_value x = kiln_input(g, "x", KILN_F32, 4, (int64_t[]){KILN_BATCH, 4, 6, 6}), t[3];
+        char name[4][16];
+        for (int k = 0; k < 4; k++) snprintf(name[k], sizeof name[k], "c%d", k);
+#define CB(in, k) bn_of(g, kiln_conv2d(g, in, kiln_param(g, name[k], 4, (int64_t[]){4, 4, 3, 3}, 36), -1, 1, 1), name[k], 4)
+        t[0] = kiln_relu(g, kiln_add(g, CB(x, 0), CB(x, 1)));
+        t[1] = kiln_relu(g, kiln_add(g, CB(t[0], 2), t[0]));
+        t[2] = kiln_relu(g, kiln_add(g, CB(t[1], 3), x));
+#undef CB
+        CHECK_OK(kiln_autodiff(g, kiln_sum(g, t[2])));
+        if (fused) CHECK(kiln_pass_fuse_pointwise(g, tileable, 1) >= 3);
+        kiln_pass_autocast(g, KILN_PRECISION_BF16);
+        int n = kiln_pass_autocast_follow(g, KILN_PRECISION_BF16, follows, rounds), members[3] = {0}, on[3];
+        for (int k = 0; k < 3; k++) on[k] = follow_tail(g, t[k], fused, &members[k]);
+        int bwd = 0;
+        for (int i = 0; i < g->nnodes; i++)
+            bwd += g->nodes[i].fwd >= 0 && !(kiln_op_get(g->nodes[i].op)->bf16_in) && g->nodes[i].precision != KILN_PRECISION_FP32;
+        int want = fused ? 4 + 2 : 4 + 4; /* the norms, then the tails' nodes */
+        CHECK_MSG(on[0] == 1 && on[1] == 1 && on[2] == 0 && n == want && !bwd && (!fused || (members[0] == 2 && members[1] == 2 &&
+                  !members[2])), "%s: tails following %d %d %d (rounding members %d %d %d), %d marked (want %d), %d backward",
+                  fused ? "fused" : "plain", on[0], on[1], on[2], members[0], members[1], members[2], n, want, bwd);
+        kiln_graph_free(g);
+    }
+}
+
 int main(void) {
     make_table();
     test_follow();
+    test_follow_fused();
     test_rounded_writer();
     test_marks();
     test_not_marked();

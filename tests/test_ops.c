@@ -422,6 +422,22 @@ static int b_stem_pool(hcase *h, int d) {
     return out1(h, kiln_max_pool2d_ex(h->g, y, 3, 2, 1));
 }
 
+/* a ResNet's 16-bit chain on 16 channels (the cuda backend's autocast followers): conv -> bn -> relu -> max-pool m,
+ * y = relu(bn(conv(m)) + m) (an identity block), relu(bn(conv(y)) + bn(conv 1x1 (y))) (a downsampling one): in a
+ * 16-bit plan every add there adds two 16-bit values and rounds the sum, fused or not */
+static int b_block_chain(hcase *h, int d) {
+    (void)d;
+    kiln_graph *g = h->g;
+    kiln_value x = P(h, "x", R(1, 2), 3, R(6, 8), R(6, 8));
+    kiln_value m = kiln_relu(g, bn(h, "bn0", kiln_conv2d(g, x, P(h, "c0.weight", 16, 3, 3, 3), -1, 1, 1), 16));
+    m = kiln_max_pool2d_ex(g, m, 3, 2, 1);
+    kiln_value y = bn(h, "bn1", kiln_conv2d(g, m, P(h, "c1.weight", 16, 16, 3, 3), -1, 1, 1), 16);
+    y = kiln_relu(g, kiln_add(g, y, m));
+    kiln_value a = bn(h, "bn2", kiln_conv2d(g, y, P(h, "c2.weight", 16, 16, 3, 3), -1, 1, 1), 16);
+    kiln_value b = bn(h, "bn3", kiln_conv2d(g, y, P(h, "c3.weight", 16, 16, 1, 1), -1, 1, 0), 16);
+    return out1(h, kiln_relu(g, kiln_add(g, a, b)));
+}
+
 /* draw 0: a [n, M, K] @ b [n, K, N]; 1: 4-d with b a transposed view; 2: plain matrices */
 static int b_bmm(hcase *h, int d) {
     int64_t n0 = R(1, 3), n1 = R(1, 3), m = R(1, 6), k = R(1, 7), n = R(1, 6);
@@ -535,6 +551,7 @@ static const struct {
     {"conv2d batch_norm2d relu", b_conv_bn_conv, FILL_UNIFORM},
     {"conv2d batch_norm2d", b_conv_bn_wide, FILL_UNIFORM},
     {"conv2d batch_norm2d relu max_pool2d", b_stem_pool, FILL_UNIFORM},
+    {"conv2d batch_norm2d relu max_pool2d add", b_block_chain, FILL_UNIFORM},
     {"conv2d batch_norm2d bn_fold relu", b_conv_bn_eval, FILL_UNIFORM | INFERENCE},
     {"conv2d batch_norm2d bn_fold conv2d_add add relu", b_conv_add_eval, FILL_UNIFORM | INFERENCE},
     {"bmm transpose", b_bmm, FILL_UNIFORM},
@@ -792,8 +809,9 @@ static void run_case(const char *backend, int ci, int draw, int acc_variant) {
             kiln_plan_free(ref.pl);
             ref.pl = NULL;
             /* bf16 rounds what each node reads: the ref folds (fuses) as the cpu's plan does, so both round the same;
-             * the cuda backend folds no batch norm into a convolution, so the ref folds none beside it */
-            int ref_fuse = precision_all != KILN_PRECISION_FP32 ? v == 0 && !strcmp(backend, "cpu") : 1;
+             * the cuda backend folds no batch norm into a convolution, so the ref folds none beside it in inference,
+             * and fuses beside its fused plan in training (its fused groups round member by member, as the cuda's) */
+            int ref_fuse = precision_all != KILN_PRECISION_FP32 ? v == 0 && (!strcmp(backend, "cpu") || !h.inference) : 1;
             CHECK_OK(compile_run(&h, P64, loss, "ref", ref_fuse, 1, &ref, nc, cvals));
             kiln_status st = compile_run(&h, P32, loss, backend, v == 0, v == 0, &fast[v], nc, cvals);
             /* a device backend may lack an op (the cuda backend's table is partial): said, not failed; the cpu has all */

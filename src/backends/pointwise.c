@@ -31,8 +31,8 @@ kiln_status kiln_pointwise_run(const kiln_step *s, const kiln_run_ctx *rc, kiln_
 
 /* one tile of a fused step: inputs read in place, outputs written in place
  * unless they add (then into scratch and added at the end) */
-static void fused_tile(const kiln_step *s, const kiln_run_ctx *rc, const kiln_kernel *table, size_t elem, int64_t start,
-                       int64_t m, const uint8_t *acc, unsigned char (*scratch)[KILN_TILE_BYTES]) {
+static void fused_tile(const kiln_step *s, const kiln_run_ctx *rc, const kiln_kernel *table, kiln_round_tile_fn round,
+                       size_t elem, int64_t start, int64_t m, const uint8_t *acc, unsigned char (*scratch)[KILN_TILE_BYTES]) {
     const kiln_fused_prog *P = s->attr.fused;
     void *reg[KILN_FUSED_MAX_REGS];
     size_t off = (size_t)start * elem;
@@ -45,6 +45,7 @@ static void fused_tile(const kiln_step *s, const kiln_run_ctx *rc, const kiln_ke
         const void *src[3] = {NULL, NULL, NULL};
         for (int j = 0; j < I->nsrc; j++) src[j] = reg[I->src[j]];
         table[I->op].tile(I, start, m, reg[I->dst], src, rc);
+        if (I->round && round) round(I->round, reg[I->dst], m);
     }
     for (int k = 0; k < P->nout; k++)
         if (acc[k]) kiln_fused_add_tile(rc, table, start, m, (char *)s->out[k].data + off, reg[P->out_reg[k]]);
@@ -60,7 +61,8 @@ void kiln_fused_add_tile(const kiln_run_ctx *rc, const kiln_kernel *table, int64
     table[KILN_OP_GRAD_COPY].tile(&add, start, m, dst, from, rc);
 }
 
-kiln_status kiln_fused_run(const kiln_step *s, const kiln_run_ctx *rc, const kiln_kernel *table, size_t elem, int parallel) {
+kiln_status kiln_fused_run(const kiln_step *s, const kiln_run_ctx *rc, const kiln_kernel *table, size_t elem, int parallel,
+                           kiln_round_tile_fn round) {
     uint8_t acc[KILN_OP_MAX_OUT] = {0};
     for (int k = 0; k < s->nout; k++) acc[k] = (uint8_t)kiln_step_acc(s, rc, k);
     int64_t n = s->out[0].numel, T = KILN_TILE_BYTES / (int64_t)elem, ntiles = (n + T - 1) / T;
@@ -70,7 +72,7 @@ kiln_status kiln_fused_run(const kiln_step *s, const kiln_run_ctx *rc, const kil
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < ntiles; t++) {
             int64_t start = t * T;
-            fused_tile(s, rc, table, elem, start, n - start < T ? n - start : T, acc, scratch);
+            fused_tile(s, rc, table, round, elem, start, n - start < T ? n - start : T, acc, scratch);
         }
     }
     return KILN_OK;

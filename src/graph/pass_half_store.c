@@ -12,18 +12,19 @@
  * 16 in fp32), GELU's input gradient and those of the c_proj outputs.
  *
  * A value its writer rounds to the plan's format itself (the backend's
- * round_out: cuDNN's 16-bit convolutions, and the batch norms after them)
+ * round_out: cuDNN's 16-bit convolutions, and the norms, adds and relus after them: a fused group's own)
  * holds 16-bit numbers already: it qualifies when every reader, of any
  * precision, has a 16-bit slot for it (reading it widened, exactly). In a
  * ResNet: each convolution's output, which only its batch norm reads, forward
  * and backward; a batch norm's output (relu fused) that a convolution and
- * relu's backward read.
+ * relu's backward read; a residual block's output (the fused add and relu), which the next block's
+ * convolutions, its add and relu's backward read.
  *
  * A value qualifies when it is an arena activation (not an input, parameter,
  * gradient buffer or plan output), one live node writes all of it (not
  * accumulated, not through a view), and at least one node reads it. Its views
  * share the mark. PyTorch's autocast stores more in 16 bits (every matmul's
- * output, the residual adds); that changes the numbers and is left for later. */
+ * output, the gradients a residual adds to); that changes the numbers and is left for later. */
 #include <stdlib.h>
 #include "graph/internal/graph.h"
 
@@ -38,8 +39,9 @@ static void rounded_by_writer(const kiln_graph *g, int precision, const unsigned
     for (int i = 0; round_out && i < g->nnodes; i++) {
         const kiln_node *n = &g->nodes[i];
         if (n->dead || is_view(n) || n->precision != precision) continue;
+        unsigned m = kiln_node_round_out(n, round_out[n->op]);
         for (int k = 0; k < n->nout; k++)
-            if (n->out[k] >= 0 && round_out[n->op] >> k & 1) rounded[kiln_val_root(g, n->out[k])] = 1;
+            if (n->out[k] >= 0 && m >> k & 1) rounded[kiln_val_root(g, n->out[k])] = 1;
     }
 }
 

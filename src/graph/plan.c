@@ -111,8 +111,10 @@ static kiln_status half_store(kiln_plan *pl, kiln_graph *g, int quiet) {
 static int autocast_follow(const kiln_plan *pl, kiln_graph *g) {
     const kiln_backend *be = pl->o.round_outputs_as ? kiln_backend_get(pl->o.round_outputs_as) : pl->be;
     uint8_t follows[KILN_OP_COUNT];
-    for (int op = 0; op < KILN_OP_COUNT; op++) follows[op] = be ? be->kernels[op].autocast_follows : 0;
-    return kiln_pass_autocast_follow(g, pl->o.precision, follows);
+    unsigned round_out[KILN_OP_COUNT];
+    for (int op = 0; op < KILN_OP_COUNT; op++)
+        follows[op] = be ? be->kernels[op].autocast_follows : 0, round_out[op] = be ? be->kernels[op].round_out : 0;
+    return kiln_pass_autocast_follow(g, pl->o.precision, follows, round_out);
 }
 
 /* the arena a graph would need after the passes that follow checkpointing (the plan without it, or a
@@ -225,12 +227,20 @@ static void log_autocast(const kiln_plan *pl, int cast) {
                  kiln_precision_name(p));
     else
         kiln_log(KILN_LOG_INFO, "autocast: %d matmul-class nodes take %s operands (fp32 accumulation; %d nodes write %s "
-                 "outputs: the backend's 16-bit convolutions, and batch norms after them)", cast, kiln_precision_name(p),
+                 "outputs: the backend's 16-bit convolutions, and the norms, adds, relus and pools of their outputs)", cast, kiln_precision_name(p),
                  rounded, kiln_precision_name(p));
 }
 
 /* the graph passes, in order: specialise, the bias check and autodiff (training) or batch norm
  * folding (inference), fusion, activation checkpointing, autocast, half storage, the backend's own */
+/* batch norm takes the residual add and relu after it as its epilogue: where its kernel does, and, in a reference
+ * reproducing another backend's 16-bit outputs, where that backend's does too (an add that follows autocast rounds
+ * the norm's output and then the sum, member by member in a fused group; the epilogue would round once) */
+static int norm_add_relu(const kiln_plan *pl) {
+    const kiln_backend *as = pl->o.round_outputs_as ? kiln_backend_get(pl->o.round_outputs_as) : NULL;
+    return pl->be->kernels[KILN_OP_BATCH_NORM2D].add_relu && (!as || as->kernels[KILN_OP_BATCH_NORM2D].add_relu);
+}
+
 static kiln_status transform(kiln_plan *pl, kiln_value loss) {
     kiln_graph *g = pl->g;
     const kiln_compile_opts *o = &pl->o;
@@ -251,7 +261,7 @@ static kiln_status transform(kiln_plan *pl, kiln_value loss) {
         return kiln_graph_status(g);
     if (o->fuse && (kiln_pass_fuse_epilogues(g, pl->nfwd) < 0 || kiln_pass_fuse_pool_relu_bwd(g) < 0 ||
                     (pl->be->kernels[KILN_OP_BATCH_NORM2D_BWD].relu_bwd_mask && kiln_pass_fuse_norm_relu_bwd(g) < 0) ||
-                    (pl->be->kernels[KILN_OP_BATCH_NORM2D].add_relu && kiln_pass_fuse_norm_add_relu(g) < 0)))
+                    (norm_add_relu(pl) && kiln_pass_fuse_norm_add_relu(g) < 0)))
         return kiln_fail(KILN_ERR_NOMEM, "compile: out of memory");
     if (o->fuse) { /* what is left of pointwise chains: one kernel per group */
         uint8_t tileable[KILN_OP_COUNT];

@@ -78,9 +78,8 @@ static kiln_status resolve(kiln_plan *pl, kiln_value v, int64_t batch, kiln_tdes
 
 uint8_t kiln_plan_round_out(const kiln_plan *pl, int i) {
     const kiln_node *n = &pl->g->nodes[i];
-    if (n->dead || n->precision == KILN_PRECISION_FP32) return 0;
     const kiln_backend *be = pl->o.round_outputs_as ? kiln_backend_get(pl->o.round_outputs_as) : pl->be;
-    return be ? (uint8_t)be->kernels[n->op].round_out : 0;
+    return (uint8_t)kiln_node_round_out(n, be ? be->kernels[n->op].round_out : 0);
 }
 
 static kiln_status node_step(kiln_plan *pl, int i, int64_t batch, const int *step_of, const uint64_t *bwd_ops, kiln_step *s) {

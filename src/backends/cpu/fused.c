@@ -247,7 +247,7 @@ static void run_tile(const kiln_step *s, const kiln_run_ctx *rc, const cprog *C,
 
 kiln_status kiln_cpu_fused_run(const kiln_step *s, const kiln_run_ctx *rc) {
     const cprog *C = s->kobj;
-    if (!C) return kiln_fused_run(s, rc, kiln_cpu_kernels, sizeof(float), 1);
+    if (!C) return kiln_fused_run(s, rc, kiln_cpu_kernels, sizeof(float), 1, NULL);
     uint8_t acc[KILN_OP_MAX_OUT] = {0};
     for (int k = 0; k < s->nout; k++) acc[k] = (uint8_t)kiln_step_acc(s, rc, k);
     int64_t n = s->out[0].numel, T = KILN_TILE_BYTES / (int64_t)sizeof(float), ntiles = (n + T - 1) / T;

@@ -7,12 +7,15 @@
 // array indexed by the program at run time would live in local memory (ptxas
 // gave the one-size kernel a 64-byte stack frame), so each is read and written
 // through a chain of selects, unrolled over the R registers the program uses
-// (a kernel for R = 2, 4, 8 and 16). Each code computes what the op's own
+// (a kernel for R = 2, 4, 8 and 16). Inputs and outputs may be stored in 16
+// bits (the half-storage pass), and a member that follows autocast (an add of
+// two 16-bit values) rounds its value as its own kernel would. Each code computes what the op's own
 // kernel does (pointwise.cu, transformer.cu); dropout draws the same mask word
 // for the same element index, so a group holding it gives the cpu's mask.
 #include "backends/cuda/internal/cuda.h"
 #include "backends/cuda/internal/block.h"
 #include "backends/cuda/internal/pointwise_math.h"
+#include "backends/cuda/internal/half_out.h"
 
 __device__ inline float dropped(const kiln_cuda_pw &I, float x, int64_t i, uint64_t counter) {
     if (I.a <= 0.f) return x;
@@ -58,17 +61,13 @@ template <int R> __global__ void k_fused(int64_t n, kiln_cuda_prog P, const kiln
         float r[R];
         const int nio = R < KILN_CUDA_PW_IO ? R : KILN_CUDA_PW_IO; /* inputs are the first registers */
         KILN_UNROLL for (int k = 0; k < R; k++) r[k] = 0.f;
-        KILN_UNROLL for (int k = 0; k < nio; k++) if (k < P.nin) r[k] = P.in[k][i];
+        KILN_UNROLL for (int k = 0; k < nio; k++) if (k < P.nin) r[k] = get_kind(P.in[k], P.in_kind[k], i);
         for (int j = 0; j < P.ninstr; j++) {
             const kiln_cuda_pw &I = P.ins[j];
-            float v = member(I, get(r, I.src[0]), I.nsrc > 1 ? get(r, I.src[1]) : 0.f, i, counter);
+            float v = round_kind(member(I, get(r, I.src[0]), I.nsrc > 1 ? get(r, I.src[1]) : 0.f, i, counter), I.round);
             set(r, I.dst, I.acc ? get(r, I.dst) + v : v);
         }
-        for (int k = 0; k < P.nout; k++) {
-            float *o = P.out[k];
-            float v = get(r, P.out_reg[k]);
-            o[i] = P.out_acc[k] ? o[i] + v : v;
-        }
+        for (int k = 0; k < P.nout; k++) put_or_add(P.out[k], P.out_kind[k], i, get(r, P.out_reg[k]), P.out_acc[k]);
     }
 }
 

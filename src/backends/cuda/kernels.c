@@ -12,6 +12,8 @@
 #define ST kiln_cuda_stream()
 #define DONE(what) return kiln_cuda_launched(what)
 #define HK(k) kiln_cuda_half_kind(&s->out[k])
+/* the 16 bits a step rounds its outputs to (kiln_step.round_out), as a kiln_cuda_half_kind: 1 bf16, 2 fp16 */
+static int round_kind(const kiln_step *s) { return s->precision == KILN_PRECISION_FP16 ? 2 : 1; }
 /* a 16-bit output is never added to (the half-storage pass marks no accumulated value): refused, not overrun */
 #define NO_HALF_ACC(what)                                                                                             \
     if (ACC(0) && HK(0)) return kiln_fail(KILN_ERR_BACKEND, "%s: %s would add into a 16-bit tensor", s->name, what)
@@ -55,6 +57,11 @@ SLOTS(kiln_cuda_half_bwd_weight, 3u)
 SLOTS(kiln_cuda_half_bn, 1u | KILN_TIE_OUT(0))
 SLOTS(kiln_cuda_half_bn_bwd, 3u | KILN_TIE_OUT(0))
 SLOTS(kiln_cuda_half_relu_bwd, 3u)
+/* a fused group reads any input and writes any output in 16 bits (the pass stores only what holds 16-bit numbers,
+ * or what only 16-bit operands read) */
+static unsigned half_fused(int nin, int nout) {
+    return kiln_cuda_store_half() ? ((1u << nin) - 1) | (((1u << nout) - 1) << 8) : 0;
+}
 /* a convolution's x, which it rounds (conv.c), and its output (a bias is added in fp32 after the rounding);
  * backward's dy and x, which it rounds */
 unsigned kiln_cuda_half_conv_out(int nin, int nout) {
@@ -198,7 +205,8 @@ static kiln_status cross_entropy_bwd(const kiln_step *s, const kiln_run_ctx *rc)
 /* ---- elementwise ---- */
 static kiln_status add(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
-    kiln_cuda_add(ST, s->out[0].numel, F(s->in[0]), F(s->in[1]), F(s->out[0]));
+    /* two 16-bit values' sum written rounded (autocast follows: round_out) */
+    kiln_cuda_add(ST, s->out[0].numel, F(s->in[0]), F(s->in[1]), F(s->out[0]), s->round_out & 1 ? round_kind(s) : 0);
     DONE("add");
 }
 static kiln_status mul(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -278,7 +286,7 @@ static kiln_status bn(const kiln_step *s, const kiln_run_ctx *rc) {
     const kiln_bn_attrs *a = &s->attr.bn;
     /* the fused relu in the same pass as the normalisation (before 2026-11-30, a second kernel over the output); the
      * output rounded to 16 bits after a 16-bit convolution (autocast follows: round_out), as PyTorch's is */
-    int rk = s->round_out & 1 ? s->precision == KILN_PRECISION_FP16 ? 2 : 1 : 0;
+    int rk = s->round_out & 1 ? round_kind(s) : 0;
     kiln_cuda_batch_norm(ST, NCHW, KILN_NHWC(s->in[0]), s->in[0].data, kiln_cuda_half_kind(&s->in[0]), F(s->in[1]), F(s->in[2]),
                          F(s->in[3]), F(s->in[4]), a->momentum, a->eps, a->training, s->out[0].data, HK(0), rk,
                          s->nout > 1 ? F(s->out[1]) : NULL, s->nout > 2 ? F(s->out[2]) : NULL, (int64_t *)s->in[5].data,
@@ -547,6 +555,7 @@ static kiln_status fused_prepare(kiln_step *s, kiln_prep *p) {
             return kiln_fail(KILN_ERR_BACKEND, "%s: the cuda backend's fused kernel has no %s", s->name, kiln_op_name(I->op));
         }
         D->dst = I->dst, D->nsrc = I->nsrc, D->acc = I->acc;
+        D->round = (uint8_t)(I->round == KILN_PRECISION_FP16 ? 2 : I->round ? 1 : 0); /* a follower: kiln_cuda_half_kind's */
         for (int k = 0; k < I->nsrc && k < 3; k++) D->src[k] = I->src[k];
         if (I->op == KILN_OP_GELU || I->op == KILN_OP_GELU_BWD) D->form = (uint8_t)I->attr.gelu.tanh_form;
         if (I->op == KILN_OP_AFFINE || I->op == KILN_OP_AFFINE_BWD) D->a = I->attr.affine.scale, D->b = I->attr.affine.shift;
@@ -564,8 +573,9 @@ static kiln_status fused_prepare(kiln_step *s, kiln_prep *p) {
 static void fused_release(kiln_step *s) { free(s->kobj); }
 static kiln_status fused(const kiln_step *s, const kiln_run_ctx *rc) {
     kiln_cuda_prog *P = s->kobj;
-    for (int k = 0; k < P->nin; k++) P->in[k] = F(s->in[k]);
-    for (int k = 0; k < P->nout; k++) P->out[k] = F(s->out[k]), P->out_acc[k] = (uint8_t)ACC(k);
+    for (int k = 0; k < P->nin; k++) P->in[k] = s->in[k].data, P->in_kind[k] = (uint8_t)kiln_cuda_half_kind(&s->in[k]);
+    for (int k = 0; k < P->nout; k++)
+        P->out[k] = s->out[k].data, P->out_kind[k] = (uint8_t)HK(k), P->out_acc[k] = (uint8_t)ACC(k);
     kiln_cuda_fused(ST, s->out[0].numel, P, kiln_cuda_rc_dev());
     DONE("fused pointwise group");
 }
@@ -649,9 +659,10 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_MATMUL_BWD_WEIGHT] = {kiln_cuda_matmul_bwd_weight, kiln_cuda_matmul_prepare, kiln_cuda_linear_release,
                                    .half = kiln_cuda_half_bwd_weight},
 #endif
-    [KILN_OP_RELU] = {relu, NULL, .fusable = KILN_CUDA_PW_RELU},
+    /* relu and max-pool of 16-bit numbers: 16-bit numbers (exact: marked, nothing to round) */
+    [KILN_OP_RELU] = {relu, NULL, .fusable = KILN_CUDA_PW_RELU, .round_out = 1, .autocast_follows = KILN_FOLLOW_IN0},
     [KILN_OP_RELU_BWD] = {relu_bwd, NULL, .fusable = KILN_CUDA_PW_RELU_BWD, .half = kiln_cuda_half_relu_bwd},
-    [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool},
+    [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool, .round_out = 1, .autocast_follows = KILN_FOLLOW_IN0},
     [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, pool_bwd_prepare},
     [KILN_OP_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool},
     [KILN_OP_ADAPTIVE_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool},
@@ -667,7 +678,7 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_NLL_LOSS_BWD] = {nll_bwd, kiln_prepare_rows_of_out},
     [KILN_OP_CROSS_ENTROPY] = {cross_entropy, rows_of_in},
     [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, rows_of_out_count, .half = half_out0},
-    [KILN_OP_ADD] = {add, NULL, .fusable = KILN_CUDA_PW_ADD},
+    [KILN_OP_ADD] = {add, NULL, .fusable = KILN_CUDA_PW_ADD, .round_out = 1, .autocast_follows = KILN_FOLLOW_ALL},
     [KILN_OP_MUL] = {mul, NULL, .fusable = KILN_CUDA_PW_MUL},
     [KILN_OP_MUL_BWD] = {mul_bwd, NULL, .fusable = KILN_CUDA_PW_MUL_BWD},
     [KILN_OP_ONES] = {ones, NULL},
@@ -680,7 +691,7 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_SUM] = {sum, NULL},
     [KILN_OP_SUM_BWD] = {sum_bwd, NULL},
     [KILN_OP_BATCH_NORM2D] = {bn, bn_prepare, .blocked_in = 1, .blocked_out = 1, .tied = 1 | KILN_TIE_OUT(0),
-                              .half = kiln_cuda_half_bn, .round_out = 1, .autocast_follows = 1},
+                              .half = kiln_cuda_half_bn, .round_out = 1, .autocast_follows = KILN_FOLLOW_IN0},
     [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare, .blocked_in = 3, .blocked_out = 1, .tied = 3 | KILN_TIE_OUT(0),
                                   .half = kiln_cuda_half_bn_bwd},
     [KILN_OP_GELU] = {gelu, NULL, .fusable = KILN_CUDA_PW_GELU, .half = half_out0},
@@ -705,8 +716,8 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_BMM_BWD] = {bmm_bwd, bmm_prepare},
     [KILN_OP_CAUSAL_ATTENTION] = {attention, attention_prepare},
     [KILN_OP_CAUSAL_ATTENTION_BWD] = {attention_bwd, attention_prepare},
-    [KILN_OP_FUSED] = {fused, fused_prepare, fused_release},
-    [KILN_OP_FUSED_PLAIN] = {fused, fused_prepare, fused_release},
+    [KILN_OP_FUSED] = {fused, fused_prepare, fused_release, .half = half_fused},
+    [KILN_OP_FUSED_PLAIN] = {fused, fused_prepare, fused_release, .half = half_fused},
     [KILN_OP_READOUT] = {kiln_cuda_readout, NULL},
     [KILN_OP_SUMSQ] = {sumsq, NULL},
     [KILN_OP_CLIP_SCALE] = {clip_scale, NULL},

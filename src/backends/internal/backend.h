@@ -170,9 +170,11 @@ typedef struct kiln_kernel {
      * adds the rounded value. The plan marks the steps (kiln_step.round_out); the reference reproduces the
      * marks when compiled with kiln_compile_opts.round_outputs_as this backend. 0: outputs in fp32 */
     unsigned round_out;
-    /* 1: the autocast pass gives a node of this op the plan's 16-bit precision where its input 0's writer has it
-     * (PyTorch's autocast runs such an op in its input's dtype: the cuda backend's batch norm after a 16-bit
-     * convolution), so that its round_out outputs are written rounded; its operands are not (no bf16_in) */
+    /* KILN_FOLLOW_IN0 (ALL): the autocast pass gives a node of this op the plan's 16-bit precision where its input
+     * 0 (every input) holds 16-bit numbers, written rounded (PyTorch's autocast runs such an op in its input's
+     * dtype: the cuda backend's batch norm after a 16-bit convolution, the residual add of two such norms, relu,
+     * max-pool), so that its round_out outputs are written rounded; its operands are not (no bf16_in). A fused
+     * group's members follow one by one (kiln_pw_instr.round) */
     uint8_t autocast_follows;
 } kiln_kernel;
 #define KILN_TIE_OUT(k) (1u << (8 + (k)))
@@ -327,8 +329,13 @@ kiln_status kiln_pointwise_run(const kiln_step *s, const kiln_run_ctx *rc, kiln_
 /* adds a tile of m values from src into dst (a fused step's output that accumulates), with the table's grad_copy */
 void kiln_fused_add_tile(const kiln_run_ctx *rc, const kiln_kernel *table, int64_t start, int64_t m, void *dst,
                          const void *src);
-/* runs a fused step's program (s->attr.fused) tile by tile with the table's tile functions */
-kiln_status kiln_fused_run(const kiln_step *s, const kiln_run_ctx *rc, const kiln_kernel *table, size_t elem, int parallel);
+/* rounds a tile of m values to a 16-bit precision (kiln_precision), in place: a fused member that follows autocast
+ * (kiln_pw_instr.round), on a backend reproducing another's 16-bit outputs (the ref) */
+typedef void (*kiln_round_tile_fn)(int precision, void *tile, int64_t m);
+/* runs a fused step's program (s->attr.fused) tile by tile with the table's tile functions; round: NULL where no
+ * member rounds (a backend without followers) */
+kiln_status kiln_fused_run(const kiln_step *s, const kiln_run_ctx *rc, const kiln_kernel *table, size_t elem, int parallel,
+                           kiln_round_tile_fn round);
 /* the ops whose table entry has a tile function, when the table runs fused steps: the fusion pass's material */
 void kiln_backend_tileable(const kiln_backend *b, uint8_t *tileable);
 

@@ -43,7 +43,8 @@ static kiln_status from_fwd(kiln_step *s, kiln_prep *p) {
 /* A backend's 16-bit convolution output (kiln_step.round_out, the cuda backend's cuDNN): the convolution's sum is
  * rounded to the step's 16 bits, then the bias (and residual, epilogue) added in full precision; a rounded
  * gradient is added as rounded where it accumulates. A batch norm the backend runs in 16 bits after such a
- * convolution (autocast follows) rounds its output, after the fused relu */
+ * convolution (autocast follows) rounds its output, after the fused relu; an add of two 16-bit values rounds the
+ * sum (in a fused group: kiln_ref_round_tile per member). Relu and max-pool of 16-bit numbers are exact */
 static int rounds(const kiln_step *s) { return s->round_out & 1; }
 
 static void conv_bias(const kiln_conv_shape *cs, const double *b, double *y) {
@@ -248,6 +249,7 @@ static kiln_status dropout_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 static kiln_status add(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
     kiln_ref_add_fwd(s->out[0].numel, D(s->in[0]), D(s->in[1]), D(s->out[0]));
+    if (rounds(s)) kiln_ref_round_reduced(s, D(s->out[0]), s->out[0].numel); /* a backend's add of 16-bit operands */
     return KILN_OK;
 }
 
@@ -674,7 +676,7 @@ static kiln_status tiled(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 static kiln_status fused(const kiln_step *s, const kiln_run_ctx *rc) {
-    return kiln_fused_run(s, rc, kiln_ref_kernels, sizeof(double), 0);
+    return kiln_fused_run(s, rc, kiln_ref_kernels, sizeof(double), 0, kiln_ref_round_tile);
 }
 
 const kiln_kernel kiln_ref_kernels[KILN_OP_COUNT] = {

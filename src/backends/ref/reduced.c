@@ -34,9 +34,12 @@ double kiln_ref_round_fp16(double v) {
     return copysign(nearbyint((double)a / step) * step, (double)f); /* ties to even: the default rounding */
 }
 
-void kiln_ref_round_reduced(const kiln_step *s, double *v, int64_t n) {
-    double (*round)(double) = s->precision == KILN_PRECISION_FP16 ? kiln_ref_round_fp16 : kiln_ref_round_bf16;
-    for (int64_t i = 0; i < n; i++) v[i] = round(v[i]);
+void kiln_ref_round_reduced(const kiln_step *s, double *v, int64_t n) { kiln_ref_round_tile(s->precision, v, n); }
+
+void kiln_ref_round_tile(int precision, void *tile, int64_t m) {
+    double (*round)(double) = precision == KILN_PRECISION_FP16 ? kiln_ref_round_fp16 : kiln_ref_round_bf16;
+    double *v = tile;
+    for (int64_t i = 0; i < m; i++) v[i] = round(v[i]);
 }
 
 kiln_status kiln_ref_run_reduced(const kiln_step *s, const kiln_run_ctx *rc) {

@@ -190,10 +190,14 @@ struct kiln_fused_prog *kiln_graph_add_prog(kiln_graph *g);
 /* pass_autocast.c (mixed precision): marks each live node of an op with bf16 operands (the table's
  * bf16_in) with `precision` (kiln_precision); fp32 marks nothing. The number marked. */
 int kiln_pass_autocast(kiln_graph *g, int precision);
-/* after it: each live fp32 node whose op follows[op] marks gets `precision` where the writer of its input 0 has
- * it (a backend's kernel table: kiln_kernel.autocast_follows; NULL: none), in order, so a chain follows. The
- * number marked. */
-int kiln_pass_autocast_follow(kiln_graph *g, int precision, const uint8_t *follows);
+/* after it: each live fp32 node whose op follows[op] marks (KILN_FOLLOW_*: a backend's kernel table,
+ * kiln_kernel.autocast_follows; NULL: none) gets `precision` where its sources hold 16-bit numbers, written by
+ * nodes that round them (round_out[op], the table's kiln_kernel.round_out; NULL: none), in order, so a chain
+ * follows; a fused node where any member follows, each marked in its program. The number marked. */
+int kiln_pass_autocast_follow(kiln_graph *g, int precision, const uint8_t *follows, const unsigned *round_out);
+/* the outputs (bit k) a node writes rounded to its 16-bit precision: `table` (its op's kiln_kernel.round_out)
+ * on a node of a 16-bit precision, a fused node's program's own (kiln_fused_prog.out_round); 0 on fp32 */
+unsigned kiln_node_round_out(const kiln_node *n, unsigned table);
 /* Half storage (after autocast): an activation whose every reader rounds it to the plan's 16-bit format anyway
  * (a matmul-class node of that precision, in a slot its kernel reads as 16 bits), or whose writer rounds it so
  * itself (round_out[op] bit k on a node of that precision: the cuda backend's convolutions; NULL: none) and

@@ -170,15 +170,22 @@ typedef struct kiln_pw_instr {
     int op;                     /* a kiln_op with a tile function in the backend's table */
     uint8_t dst, nsrc, src[3];
     uint8_t acc;                /* add into dst (a member adding to a gradient the group already wrote) */
+    uint8_t round;              /* the plan's 16-bit precision (kiln_precision) the member's value is rounded to: a
+                                   member that follows autocast (kiln_pass_autocast_follow); 0: none */
     kiln_attrs attr;            /* the member's attributes */
     uint64_t key;               /* random ops: the member's RNG key (dropout: the same mask fused or not) */
 } kiln_pw_instr;
 typedef struct kiln_fused_prog {
     int ninstr, nregs, nin, nout;
     uint8_t out_reg[KILN_OP_MAX_OUT];
+    uint8_t out_round;          /* outputs (bit k) holding 16-bit numbers: written by a member that rounds */
     kiln_pw_instr ins[KILN_FUSED_MAX_INSTR];
     char holds[480];            /* the member nodes' names, for kiln inspect */
 } kiln_fused_prog;
+
+/* how an op follows autocast on a backend (kiln_kernel.autocast_follows, src/graph/pass_autocast.c): in its
+ * input 0's 16 bits, or only where every input is 16-bit */
+enum { KILN_FOLLOW_NONE = 0, KILN_FOLLOW_IN0 = 1, KILN_FOLLOW_ALL = 2 };
 
 /* epilogues: a following op folded into a node by the fusion pass */
 enum {

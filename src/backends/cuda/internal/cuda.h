@@ -70,6 +70,7 @@ enum {
 };
 typedef struct kiln_cuda_pw {
     uint8_t code, dst, nsrc, acc, src[3], form; /* form: gelu's tanh form */
+    uint8_t round;                              /* the value rounded to 16 bits (1 bf16, 2 fp16): a follower */
     float a, b;                                 /* affine's scale and shift; dropout's p and scale */
     uint32_t thr;                               /* dropout: a mask word at or above it keeps */
     uint64_t key;                               /* dropout's RNG key */
@@ -82,8 +83,9 @@ double *kiln_cuda_parts_dev(void);
 typedef struct kiln_cuda_prog {
     int ninstr, nin, nout;
     uint8_t out_reg[KILN_CUDA_PW_IO], out_acc[KILN_CUDA_PW_IO];
-    const float *in[KILN_CUDA_PW_IO];
-    float *out[KILN_CUDA_PW_IO];
+    uint8_t in_kind[KILN_CUDA_PW_IO], out_kind[KILN_CUDA_PW_IO]; /* 16-bit storage (half storage): kiln_cuda_half_kind */
+    const void *in[KILN_CUDA_PW_IO];
+    void *out[KILN_CUDA_PW_IO];
     kiln_cuda_pw ins[KILN_CUDA_PW_INSTR];
 } kiln_cuda_prog;
 
@@ -172,7 +174,8 @@ void kiln_cuda_relu(kcs st, int64_t n, const float *x, float *y);
 /* dy stored as kind dyk (a 16-bit convolution's backward-data output the half-storage pass stores so) */
 void kiln_cuda_relu_bwd(kcs st, int64_t n, const void *y, int yk, const void *dy, int dyk, float *dx, int acc);
 void kiln_cuda_bias_relu(kcs st, int64_t rows, int64_t ch, int64_t inner, const float *b, int relu, float *y);
-void kiln_cuda_add(kcs st, int64_t n, const float *a, const float *b, float *y);
+/* rk: the sum rounded to 16 bits (1 bf16, 2 fp16; 0 none), where autocast runs the add in its operands' 16 bits */
+void kiln_cuda_add(kcs st, int64_t n, const float *a, const float *b, float *y, int rk);
 void kiln_cuda_mul(kcs st, int64_t n, const float *a, const float *b, float *y);
 void kiln_cuda_mul_bwd(kcs st, int64_t n, const float *dy, const float *other, float *dx, int acc);
 /* y stored as kind yk (16 bits only where not accumulated) */

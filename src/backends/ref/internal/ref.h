@@ -14,5 +14,7 @@ double kiln_ref_round_bf16(double v);
 double kiln_ref_round_fp16(double v);
 /* n values rounded to the step's 16 bits (fp16 for precision fp16, else bf16) */
 void kiln_ref_round_reduced(const kiln_step *s, double *v, int64_t n);
+/* m doubles rounded to a 16-bit precision (kiln_precision), in place (a kiln_round_tile_fn) */
+void kiln_ref_round_tile(int precision, void *tile, int64_t m);
 
 #endif
