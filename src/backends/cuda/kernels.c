@@ -53,7 +53,8 @@ SLOTS(kiln_cuda_half_in0, 1u)
 SLOTS(kiln_cuda_half_bwd_weight, 3u)
 /* batch norm's x, backward's x and dy, relu backward's y and dy: read widened, values their writer rounds; batch
  * norm's output, which it rounds after a 16-bit convolution (round_out); backward's dx, where only a 16-bit
- * convolution's backward reads it (as its dy) */
+ * convolution's backward reads it (as its dy). Max-pool's x and y too (the maximum of 16-bit numbers), and its
+ * backward's x (kiln_cuda_half_in0) */
 SLOTS(kiln_cuda_half_bn, 1u | KILN_TIE_OUT(0))
 SLOTS(kiln_cuda_half_bn_bwd, 3u | KILN_TIE_OUT(0))
 SLOTS(kiln_cuda_half_relu_bwd, 3u)
@@ -83,46 +84,49 @@ static kiln_status relu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 /* ---- pooling ---- */
-static void pool_dims(const kiln_pool_shape *p, int64_t d[7]) {
+/* the window and the layout (x's: y and the gradients share it, kiln_kernel.tied) */
+static void pool_dims(const kiln_pool_shape *p, const kiln_tdesc *x, int64_t d[9]) {
     d[0] = p->h, d[1] = p->w, d[2] = p->oh, d[3] = p->ow, d[4] = p->k, d[5] = p->stride, d[6] = p->pad;
+    d[7] = p->c, d[8] = KILN_NHWC(*x);
 }
 static kiln_status pool(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
-    int64_t d[7];
-    pool_dims(&s->sz.pool, d);
-    kiln_cuda_max_pool(ST, s->sz.pool.n * s->sz.pool.c, d, F(s->in[0]), F(s->out[0]));
+    int64_t d[9];
+    pool_dims(&s->sz.pool, &s->in[0], d);
+    kiln_cuda_max_pool(ST, s->sz.pool.n * s->sz.pool.c, d, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), s->out[0].data, HK(0));
     DONE("max-pool");
 }
 /* the windows' argmax in the workspace: found once, read by each input element of the window */
 static kiln_status pool_bwd_prepare(kiln_step *s, kiln_prep *p) {
     kiln_status st = kiln_prepare_pool(s, p);
-    int64_t d[7];
-    pool_dims(&s->sz.pool, d);
+    int64_t d[9];
+    pool_dims(&s->sz.pool, &s->in[0], d);
     size_t need = kiln_cuda_max_pool_bwd_workspace(s->sz.pool.n * s->sz.pool.c, d);
     if (st == KILN_OK && p && need > p->workspace) p->workspace = need;
     return st;
 }
 static kiln_status pool_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    int64_t d[7];
-    pool_dims(&s->sz.pool, d);
-    kiln_cuda_max_pool_bwd(ST, s->sz.pool.n * s->sz.pool.c, d, s->epilogue == KILN_EPI_RELU_BWD_MASK, F(s->in[0]), F(s->in[1]),
-                           F(s->out[0]), ACC(0), rc->workspace);
+    int64_t d[9];
+    pool_dims(&s->sz.pool, &s->in[0], d);
+    kiln_cuda_max_pool_bwd(ST, s->sz.pool.n * s->sz.pool.c, d, s->epilogue == KILN_EPI_RELU_BWD_MASK, s->in[0].data,
+                           kiln_cuda_half_kind(&s->in[0]), F(s->in[1]), F(s->out[0]), ACC(0), rc->workspace);
     DONE("max-pool backward");
 }
-static void avg_dims(const kiln_avg_pool_shape *p, int64_t d[9]) {
+/* the windows and x's layout (backward's dx's; y and dy are plain) */
+static void avg_dims(const kiln_avg_pool_shape *p, const kiln_tdesc *x, int64_t d[11]) {
     d[0] = p->h, d[1] = p->w, d[2] = p->oh, d[3] = p->ow, d[4] = p->k, d[5] = p->stride, d[6] = p->pad;
-    d[7] = p->include_pad, d[8] = p->adaptive;
+    d[7] = p->include_pad, d[8] = p->adaptive, d[9] = p->c, d[10] = KILN_NHWC(*x);
 }
 static kiln_status avg_pool(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
-    int64_t d[9];
-    avg_dims(&s->sz.avg_pool, d);
-    kiln_cuda_avg_pool(ST, s->sz.avg_pool.n * s->sz.avg_pool.c, d, F(s->in[0]), F(s->out[0]));
+    int64_t d[11];
+    avg_dims(&s->sz.avg_pool, &s->in[0], d);
+    kiln_cuda_avg_pool(ST, s->sz.avg_pool.n * s->sz.avg_pool.c, d, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), F(s->out[0]));
     DONE("average pool");
 }
 static kiln_status avg_pool_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
-    int64_t d[9];
-    avg_dims(&s->sz.avg_pool, d);
+    int64_t d[11];
+    avg_dims(&s->sz.avg_pool, &s->out[0], d);
     kiln_cuda_avg_pool_bwd(ST, s->sz.avg_pool.n * s->sz.avg_pool.c, d, F(s->in[0]), F(s->out[0]), ACC(0));
     DONE("average pool backward");
 }
@@ -662,11 +666,15 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     /* relu and max-pool of 16-bit numbers: 16-bit numbers (exact: marked, nothing to round) */
     [KILN_OP_RELU] = {relu, NULL, .fusable = KILN_CUDA_PW_RELU, .round_out = 1, .autocast_follows = KILN_FOLLOW_IN0},
     [KILN_OP_RELU_BWD] = {relu_bwd, NULL, .fusable = KILN_CUDA_PW_RELU_BWD, .half = kiln_cuda_half_relu_bwd},
-    [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool, .round_out = 1, .autocast_follows = KILN_FOLLOW_IN0},
-    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, pool_bwd_prepare},
-    [KILN_OP_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool},
-    [KILN_OP_ADAPTIVE_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool},
-    [KILN_OP_AVG_POOL2D_BWD] = {avg_pool_bwd, kiln_prepare_avg_pool},
+    [KILN_OP_MAX_POOL2D] = {pool, kiln_prepare_pool, .blocked_in = 1, .blocked_out = 1, .tied = 1 | KILN_TIE_OUT(0),
+                            .half = kiln_cuda_half_bn, .round_out = 1, .autocast_follows = KILN_FOLLOW_IN0},
+    [KILN_OP_MAX_POOL2D_BWD] = {pool_bwd, pool_bwd_prepare, .blocked_in = 3, .blocked_out = 1, .tied = 3 | KILN_TIE_OUT(0),
+                                .half = kiln_cuda_half_in0},
+    /* x (and backward's dx) channels last or not, x read in 16 bits where stored so; y (and dy) plain fp32: a
+     * classifier's flatten reads it (tying it to x would cut a channels-last trunk there), its linear rounds it */
+    [KILN_OP_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool, .blocked_in = 1, .half = kiln_cuda_half_in0},
+    [KILN_OP_ADAPTIVE_AVG_POOL2D] = {avg_pool, kiln_prepare_avg_pool, .blocked_in = 1, .half = kiln_cuda_half_in0},
+    [KILN_OP_AVG_POOL2D_BWD] = {avg_pool_bwd, kiln_prepare_avg_pool, .blocked_out = 1},
     [KILN_OP_SUBSAMPLE_PAD] = {subsample_pad, NULL},
     [KILN_OP_SUBSAMPLE_PAD_BWD] = {subsample_pad_bwd, NULL},
     [KILN_OP_PAD] = {pad, kiln_prepare_pad},

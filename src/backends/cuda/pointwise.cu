@@ -1,6 +1,6 @@
 // kiln's own CUDA kernels for elementwise work: relu, add, mul, copies, fills,
 // dropout (the same Philox4x32-10 mask as the cpu and ref backends, so a seed
-// gives the same run everywhere), max-pool and the fused optimizers. Each has
+// gives the same run everywhere) and the fused optimizers. Each has
 // a reference twin in src/kernels/ref/ and is checked against it by the op
 // harness (tests/test_ops.c). Grid-stride loops: any size, one launch.
 #include "backends/cuda/internal/cuda.h"
@@ -74,53 +74,6 @@ __global__ void k_dropout(int64_t n, float p, uint32_t thr, uint64_t key, const 
         else if (p >= 1.f) v = 0.f;
         else v = philox_word(key, counter, (uint64_t)i / 4, (int)(i % 4)) >= thr ? x[i] * scale : 0.f;
         PUT(y[i], v);
-    }
-}
-
-// ---- max-pool (square window, implicit -inf padding): the first maximum of a window's valid
-// elements wins, as the reference; padding never wins ----
-struct pool_dims { int64_t h, w, oh, ow, k, stride, pad; };
-__device__ int64_t window_argmax(const float *plane, const pool_dims &d, int64_t r, int64_t c) {
-    int64_t r0 = r * d.stride - d.pad, c0 = c * d.stride - d.pad;
-    int64_t r1 = r0 + d.k < d.h ? r0 + d.k : d.h, c1 = c0 + d.k < d.w ? c0 + d.k : d.w;
-    r0 = r0 < 0 ? 0 : r0;
-    c0 = c0 < 0 ? 0 : c0;
-    int64_t best = r0 * d.w + c0;
-    for (int64_t i = r0; i < r1; i++)
-        for (int64_t j = c0; j < c1; j++)
-            if (plane[i * d.w + j] > plane[best]) best = i * d.w + j;
-    return best;
-}
-__global__ void k_max_pool(int64_t n, pool_dims d, const float *x, float *y) {
-    FOR_N {
-        int64_t p = i / (d.oh * d.ow), r = (i / d.ow) % d.oh, c = i % d.ow;
-        const float *plane = x + p * d.h * d.w;
-        y[i] = plane[window_argmax(plane, d, r, c)];
-    }
-}
-// the first window (r or c) whose span [o * stride - pad, + k) holds input position i
-__device__ int64_t first_window(int64_t i, const pool_dims &d) { return i + d.pad >= d.k ? (i + d.pad - d.k) / d.stride + 1 : 0; }
-// each window's argmax (its index in the plane), once: the backward's gather below reads it for each of the up to
-// ceil(k / stride)^2 windows an input element is in, where finding it again cost k^2 reads per window
-__global__ void k_max_pool_argmax(int64_t n, pool_dims d, const float *x, int32_t *arg) {
-    FOR_N {
-        int64_t p = i / (d.oh * d.ow), r = (i / d.ow) % d.oh, c = i % d.ow;
-        arg[i] = (int32_t)window_argmax(x + p * d.h * d.w, d, r, c);
-    }
-}
-// gather form: each input element sums the gradients of the windows whose maximum it is (no atomics: deterministic)
-__global__ void k_max_pool_bwd(int64_t n, pool_dims d, int relu_mask, const float *x, const float *dy, const int32_t *arg,
-                               float *dx, int acc) {
-    FOR_N {
-        int64_t p = i / (d.h * d.w), at = i % (d.h * d.w), ih = at / d.w, iw = at % d.w;
-        const int32_t *pa = arg + p * d.oh * d.ow;
-        const float *pdy = dy + p * d.oh * d.ow;
-        float g = 0.f;
-        for (int64_t r = first_window(ih, d); r <= (ih + d.pad) / d.stride && r < d.oh; r++)
-            for (int64_t c = first_window(iw, d); c <= (iw + d.pad) / d.stride && c < d.ow; c++)
-                if (pa[r * d.ow + c] == at) g += pdy[r * d.ow + c];
-        if (relu_mask && !(x[i] > 0.f)) g = 0.f;
-        PUT(dx[i], g);
     }
 }
 
@@ -232,21 +185,6 @@ void kiln_cuda_dropout(kcs st, int64_t n, float p, uint64_t key, const kiln_cuda
     double t = (double)p * 4294967296.0; // kiln_dropout_threshold
     uint32_t thr = t >= 4294967295.0 ? 0xffffffffu : (uint32_t)t;
     KLAUNCH(k_dropout, GO(n))(n, p, thr, key, rc, x, y, acc);
-}
-void kiln_cuda_max_pool(kcs st, int64_t planes, const int64_t *dims, const float *x, float *y) {
-    pool_dims d = {dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6]};
-    int64_t n = planes * d.oh * d.ow;
-    KLAUNCH(k_max_pool, GO(n))(n, d, x, y);
-}
-size_t kiln_cuda_max_pool_bwd_workspace(int64_t planes, const int64_t *dims) {
-    return (size_t)(planes * dims[2] * dims[3]) * sizeof(int32_t);
-}
-void kiln_cuda_max_pool_bwd(kcs st, int64_t planes, const int64_t *dims, int relu_mask, const float *x, const float *dy, float *dx,
-                            int acc, int32_t *arg) {
-    pool_dims d = {dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6]};
-    int64_t nout = planes * d.oh * d.ow, n = planes * d.h * d.w;
-    KLAUNCH(k_max_pool_argmax, GO(nout))(nout, d, x, arg);
-    KLAUNCH(k_max_pool_bwd, GO(n))(n, d, relu_mask, x, dy, arg, dx, acc);
 }
 void kiln_cuda_sgd(kcs st, int64_t n, float *p, const float *g, float *mom, const kiln_cuda_rc *rc, float momentum,
                    float dampening, float weight_decay, int nesterov) {

@@ -192,15 +192,16 @@ void kiln_cuda_scale_by_norm(kcs st, int64_t n, const double *sumsq, double max_
 void kiln_cuda_amp_unscale(kcs st, int64_t n, const double *sumsq, int first, kiln_amp_state *a, float *g);
 void kiln_cuda_amp_update(kcs st, kiln_amp_state *a, float growth, float backoff, int64_t interval);
 void kiln_cuda_dropout(kcs st, int64_t n, float p, uint64_t key, const kiln_cuda_rc *rc, const float *x, float *y, int acc);
-/* dims: h, w, oh, ow, k, stride, pad */
-void kiln_cuda_max_pool(kcs st, int64_t planes, const int64_t *dims, const float *x, float *y);
+/* pool.cu: max-pooling, dims: h, w, oh, ow, k, stride, pad, c, nhwc (channels last); x and y stored as kinds xk
+ * and yk (kiln_cuda_half_kind) */
+void kiln_cuda_max_pool(kcs st, int64_t planes, const int64_t *dims, const void *x, int xk, void *y, int yk);
 /* arg: workspace of planes * oh * ow int32 (kiln_cuda_max_pool_bwd_workspace bytes): each window's argmax */
 size_t kiln_cuda_max_pool_bwd_workspace(int64_t planes, const int64_t *dims);
-void kiln_cuda_max_pool_bwd(kcs st, int64_t planes, const int64_t *dims, int relu_mask, const float *x, const float *dy, float *dx,
-                            int acc, int32_t *arg);
+void kiln_cuda_max_pool_bwd(kcs st, int64_t planes, const int64_t *dims, int relu_mask, const void *x, int xk, const float *dy,
+                            float *dx, int acc, int32_t *arg);
 /* pool.cu: average pooling (dims: h, w, oh, ow, k, stride, pad, include_pad, adaptive) and the option-A shortcut
  * (dims: n, c, h, w, stride, before, after) */
-void kiln_cuda_avg_pool(kcs st, int64_t planes, const int64_t *dims, const float *x, float *y);
+void kiln_cuda_avg_pool(kcs st, int64_t planes, const int64_t *dims, const void *x, int xk, float *y);
 void kiln_cuda_avg_pool_bwd(kcs st, int64_t planes, const int64_t *dims, const float *dy, float *dx, int acc);
 void kiln_cuda_subsample_pad(kcs st, const int64_t *dims, const float *x, float *y);
 void kiln_cuda_subsample_pad_bwd(kcs st, const int64_t *dims, const float *dy, float *dx, int acc);
