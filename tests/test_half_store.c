@@ -248,10 +248,39 @@ static void test_follow_fused(void) {
     }
 }
 
+/* A convolution with a bias holds no 16-bit numbers (the bias is added in fp32 after the rounding): relu and
+ * max-pool after it do not follow, after a bias-free one they do; half storage keeps the biased output fp32 even
+ * where every reader could read 16 bits (and so the relu's) */
+static void test_follow_bias(void) {
+    uint8_t follows[KILN_OP_COUNT] = {0};
+    follows[KILN_OP_RELU] = follows[KILN_OP_MAX_POOL2D] = KILN_FOLLOW_IN0;
+    unsigned rounds[KILN_OP_COUNT] = {0};
+    rounds[KILN_OP_CONV2D] = rounds[KILN_OP_RELU] = rounds[KILN_OP_MAX_POOL2D] = 1;
+    kiln_half_slots_fn t[KILN_OP_COUNT] = {0};
+    t[KILN_OP_CONV2D] = t[KILN_OP_RELU] = t[KILN_OP_MAX_POOL2D] = in0_out0;
+    for (int bias = 0; bias < 2; bias++) {
+        kiln_graph *g = kiln_graph_new();
+        kiln_value x = kiln_input(g, "x", KILN_F32, 4, (int64_t[]){KILN_BATCH, 3, 6, 6});
+        kiln_value c = kiln_conv2d(g, x, kiln_param(g, "c.w", 4, (int64_t[]){4, 3, 3, 3}, 27),
+                                   bias ? kiln_param(g, "c.b", 1, (int64_t[]){4}, 1) : -1, 1, 1);
+        kiln_value r = kiln_relu(g, c), m = kiln_max_pool2d(g, r, 2, 2);
+        kiln_conv2d(g, m, kiln_param(g, "d.w", 4, (int64_t[]){2, 4, 1, 1}, 4), -1, 1, 0);
+        kiln_pass_autocast(g, KILN_PRECISION_BF16);
+        int n = kiln_pass_autocast_follow(g, KILN_PRECISION_BF16, follows, rounds);
+        kiln_pass_half_store(g, KILN_PRECISION_BF16, t, rounds);
+        int on = !bias;
+        CHECK_MSG(n == 2 * on && g->vals[c].half == on && g->vals[r].half == on && g->vals[m].half,
+                  "a convolution %s a bias: %d followed (want %d), stored in 16 bits: conv %d, relu %d, max-pool %d",
+                  bias ? "with" : "without", n, 2 * on, g->vals[c].half, g->vals[r].half, g->vals[m].half);
+        kiln_graph_free(g);
+    }
+}
+
 int main(void) {
     make_table();
     test_follow();
     test_follow_fused();
+    test_follow_bias();
     test_rounded_writer();
     test_marks();
     test_not_marked();

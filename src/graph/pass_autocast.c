@@ -12,7 +12,8 @@
  * neither of its lists in its input's dtype, so batch norm after a bf16 convolution writes bf16, and so do the
  * residual add after two such norms and the relu after it. Where the backend's kernel writes so
  * (kiln_kernel.round_out), such a node takes the plan's precision when its sources hold 16-bit numbers (their
- * writers round them): its output is then rounded as the convolution's is, and the reference reproduces it.
+ * writers round them, and add no fp32 bias after: kiln_node_holds_16): its output is then rounded as the
+ * convolution's is, and the reference reproduces it. Relu and max-pool of 16-bit numbers are exact: marked only.
  * In a fused group this is decided member by member (kiln_pw_instr.round), so fusing changes no number. */
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,12 @@ unsigned kiln_node_round_out(const kiln_node *n, unsigned table) {
     if (n->dead || n->precision == KILN_PRECISION_FP32) return 0;
     if (n->op == KILN_OP_FUSED || n->op == KILN_OP_FUSED_PLAIN) return n->attr.fused ? n->attr.fused->out_round : 0;
     return table;
+}
+
+unsigned kiln_node_holds_16(const kiln_node *n, unsigned table) {
+    unsigned m = kiln_node_round_out(n, table);
+    if ((kiln_op_get(n->op)->flags & KILN_OPF_CHANNEL_BIAS) && n->nin > 2 && n->in[2] >= 0) m &= ~1u;
+    return m;
 }
 
 /* the sources a follower needs rounded: input 0 (KILN_FOLLOW_IN0: batch norm beside its fp32 parameters, relu,
@@ -100,7 +107,7 @@ int kiln_pass_autocast_follow(kiln_graph *g, int precision, const uint8_t *follo
             nd->precision = precision;
             n++;
         }
-        unsigned m = kiln_node_round_out(nd, round_out ? round_out[nd->op] : 0);
+        unsigned m = kiln_node_holds_16(nd, round_out ? round_out[nd->op] : 0);
         for (int k = 0; k < nd->nout; k++)
             if (nd->out[k] >= 0 && m >> k & 1) rounded[kiln_val_root(g, nd->out[k])] = 1;
     }

@@ -34,12 +34,13 @@
 
 static int is_view(const kiln_node *n) { return (kiln_op_get(n->op)->flags & KILN_OPF_VIEW) != 0; }
 
-/* rounded[r] = 1 for every root a node of the plan's precision writes rounded to its format (round_out) */
+/* rounded[r] = 1 for every root a node of the plan's precision writes rounded to its format (round_out), holding
+ * 16-bit numbers (no bias added after) */
 static void rounded_by_writer(const kiln_graph *g, int precision, const unsigned *round_out, uint8_t *rounded) {
     for (int i = 0; round_out && i < g->nnodes; i++) {
         const kiln_node *n = &g->nodes[i];
         if (n->dead || is_view(n) || n->precision != precision) continue;
-        unsigned m = kiln_node_round_out(n, round_out[n->op]);
+        unsigned m = kiln_node_holds_16(n, round_out[n->op]);
         for (int k = 0; k < n->nout; k++)
             if (n->out[k] >= 0 && m >> k & 1) rounded[kiln_val_root(g, n->out[k])] = 1;
     }
