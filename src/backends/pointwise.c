@@ -45,7 +45,9 @@ static void fused_tile(const kiln_step *s, const kiln_run_ctx *rc, const kiln_ke
         const void *src[3] = {NULL, NULL, NULL};
         for (int j = 0; j < I->nsrc; j++) src[j] = reg[I->src[j]];
         table[I->op].tile(I, start, m, reg[I->dst], src, rc);
-        if (I->round && round) round(I->round, reg[I->dst], m);
+        /* a member that follows autocast, on a 16-bit step (a reference resets an `auto` step to fp32: backend.c) */
+        if (I->round && round && (s->precision == KILN_PRECISION_BF16 || s->precision == KILN_PRECISION_FP16))
+            round(I->round, reg[I->dst], m);
     }
     for (int k = 0; k < P->nout; k++)
         if (acc[k]) kiln_fused_add_tile(rc, table, start, m, (char *)s->out[k].data + off, reg[P->out_reg[k]]);
