@@ -5,10 +5,10 @@ P.safetensors its final checkpoint (--save), read as raw bytes (no torch);
 the optimizer's state is left out (it holds gradients, differences of nearly
 equal sums).
 
-    same_run.py A B STEPS [--exact] [--losses-only] [--floor F]
+    same_run.py A B STEPS [--exact] [--losses-only] [--floor F] [--tol T]
 
-Both runs must have STEPS step losses. Default: losses within 1e-5 relative
-and every f32 tensor within 1e-5: the norm of the difference against the
+Both runs must have STEPS step losses. Default: losses within T (1e-5)
+relative and every f32 tensor within T: the norm of the difference against the
 tensor's norm, or against F (default 1e-12) when that is smaller. --exact:
 the same losses and the same bytes in every tensor, whatever its dtype.
 Exits non-zero, saying why, when the runs differ."""
@@ -21,6 +21,7 @@ ap.add_argument("steps", type=int)
 ap.add_argument("--exact", action="store_true")
 ap.add_argument("--losses-only", action="store_true")
 ap.add_argument("--floor", type=float, default=1e-12)
+ap.add_argument("--tol", type=float, default=1e-5)
 o = ap.parse_args()
 
 
@@ -59,4 +60,4 @@ if not o.losses_only:
         msg += f", {len(ta)} tensors within {wt:.2e}"
         worst = max(worst, wt)
 print(msg + (" (identical)" if o.exact else " (relative)"))
-assert worst < 1e-5
+assert worst < o.tol

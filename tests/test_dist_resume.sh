@@ -3,7 +3,10 @@
 # trained on (kiln.world_size), and --resume keeps the global batch (--batch-size
 # x ranks). 2 ranks x 32 for 6 steps (--save-every 3), resumed on 1 rank x 64
 # to step 14 (into the second epoch), give the step losses of one uninterrupted
-# 1 x 64 run and its final weights (tests/same_run.py: within 1e-5 relative),
+# 1 x 64 run and its final weights (tests/same_run.py: within 1e-4 relative:
+# the halves' gradients summed by the all-reduce, in another order than one
+# batch's, and 14 momentum steps on; 1.1e-5 on a 2-core AMD EPYC VM,
+# 2026-12-01, where another seed's run is 1.5 off),
 # and so does 1 x 64 for 6 steps resumed on 2 ranks (their batch derived:
 # 32). A resume that changes the global batch is refused (exit 2) naming
 # both, and so is one on ranks that cannot share it.
@@ -32,12 +35,12 @@ expect 0 "1 x 64, 6 steps" -- "$KILN" train "${A[@]}" --batch-size 64 --max-step
     --metrics "$T/back.jsonl"
 expect 0 "resumed on 2 ranks (--batch-size derived)" "saved on 1 rank x 64; it continues on 2 ranks x 32" -- \
     mpirun -np 2 "$KILN" train --resume "$T/one6.safetensors" "${R[@]}" --metrics "$T/back.jsonl" --save "$T/back.safetensors"
-check "2 x 32 resumed on 1 x 64 is the run of 1 x 64" "${SAME[@]}" "$T/one" "$T/two" 14
-check "1 x 64 resumed on 2 x 32 is the run of 1 x 64" "${SAME[@]}" "$T/one" "$T/back" 14
+check "2 x 32 resumed on 1 x 64 is the run of 1 x 64" "${SAME[@]}" "$T/one" "$T/two" 14 --tol 1e-4
+check "1 x 64 resumed on 2 x 32 is the run of 1 x 64" "${SAME[@]}" "$T/one" "$T/back" 14 --tol 1e-4
 # the comparison can fail: another seed's run differs
 expect 0 "1 x 64, another seed" -- "$KILN" train "${A[@]}" --seed 4 --batch-size 64 --max-steps 14 --metrics "$T/seed.jsonl" \
     --save "$T/seed.safetensors"
-check "the comparison tells runs apart" bash -c "! ${SAME[*]} '$T/one' '$T/seed' 14 2>/dev/null"
+check "the comparison tells runs apart" bash -c "! ${SAME[*]} '$T/one' '$T/seed' 14 --tol 1e-4 2>/dev/null"
 
 expect 2 "another global batch is refused" "--batch-size 32 on 1 rank contradicts the run saved in $T/two6.safetensors" \
     "(--batch-size 32 on 2 ranks, a global batch of 64)" -- "$KILN" train --resume "$T/two6.safetensors" --batch-size 32 "${R[@]}"

@@ -276,11 +276,39 @@ static void test_follow_bias(void) {
     }
 }
 
+/* a linear with a bias whose kernel adds it before the rounding (KILN_ROUND_BIAS_IN: the cuda backend's cuBLASLt
+ * epilogue) holds 16-bit numbers: a relu after it follows and both outputs are stored in 16 bits; without the flag
+ * (a bias added in fp32 after the rounding, as the convolutions' is) neither */
+static void test_linear_bias_in(void) {
+    uint8_t follows[KILN_OP_COUNT] = {0};
+    follows[KILN_OP_RELU] = KILN_FOLLOW_IN0;
+    kiln_half_slots_fn t[KILN_OP_COUNT] = {0};
+    t[KILN_OP_LINEAR] = t[KILN_OP_RELU] = in0_out0;
+    for (int in = 0; in < 2; in++) {
+        unsigned rounds[KILN_OP_COUNT] = {0};
+        rounds[KILN_OP_LINEAR] = 1 | (in ? KILN_ROUND_BIAS_IN : 0);
+        rounds[KILN_OP_RELU] = 1;
+        kiln_graph *g = kiln_graph_new();
+        kiln_value x = kiln_input(g, "x", KILN_F32, 2, (int64_t[]){KILN_BATCH, 12});
+        kiln_value h = kiln_linear(g, x, kiln_param(g, "a.w", 2, (int64_t[]){8, 12}, 12), kiln_param(g, "a.b", 1, (int64_t[]){8}, 1));
+        kiln_value r = kiln_relu(g, h);
+        kiln_linear(g, r, kiln_param(g, "b.w", 2, (int64_t[]){4, 8}, 8), -1);
+        kiln_pass_autocast(g, KILN_PRECISION_BF16);
+        int n = kiln_pass_autocast_follow(g, KILN_PRECISION_BF16, follows, rounds);
+        kiln_pass_half_store(g, KILN_PRECISION_BF16, t, rounds);
+        CHECK_MSG(n == in && g->vals[h].half == in && g->vals[r].half == 1,
+                  "a linear with a bias added %s the rounding: %d followed (want %d), stored in 16 bits: linear %d, relu %d",
+                  in ? "before" : "after", n, in, g->vals[h].half, g->vals[r].half);
+        kiln_graph_free(g);
+    }
+}
+
 int main(void) {
     make_table();
     test_follow();
     test_follow_fused();
     test_follow_bias();
+    test_linear_bias_in();
     test_rounded_writer();
     test_marks();
     test_not_marked();

@@ -113,7 +113,9 @@ static void run_backend(kiln_st_file *f, const char *backend, int own) {
         if (step == 0) check_grads(f, P, "resnet20", backend, ref, tol, l, losses[0]);
         CHECK_OK(kiln_optim_step(o));
     }
-    check_stats(f, P, backend, ref ? 1e-6 : 1e-4);
+    /* with kiln's Winograd the directions autotuning times faster, which a busy machine changes, take its rounding:
+     * a running mean 1.01e-4 off on a loaded 2-core EPYC (2026-12-01), 1.7e-4 with every direction Winograd */
+    check_stats(f, P, own ? "cpu, Winograd autotuned" : backend, ref ? 1e-6 : own ? 3e-4 : 1e-4);
 out:
     kiln_optim_free(o);
     kiln_plan_free(pl);

@@ -47,12 +47,13 @@ int kiln_pass_autocast(kiln_graph *g, int precision) {
 unsigned kiln_node_round_out(const kiln_node *n, unsigned table) {
     if (n->dead || n->precision == KILN_PRECISION_FP32) return 0;
     if (n->op == KILN_OP_FUSED || n->op == KILN_OP_FUSED_PLAIN) return n->attr.fused ? n->attr.fused->out_round : 0;
-    return table;
+    return table & 0xffu;
 }
 
 unsigned kiln_node_holds_16(const kiln_node *n, unsigned table) {
     unsigned m = kiln_node_round_out(n, table);
-    if ((kiln_op_get(n->op)->flags & KILN_OPF_CHANNEL_BIAS) && n->nin > 2 && n->in[2] >= 0) m &= ~1u;
+    int bias_after = (kiln_op_get(n->op)->flags & KILN_OPF_CHANNEL_BIAS) && n->nin > 2 && n->in[2] >= 0;
+    if (bias_after && !(table & KILN_ROUND_BIAS_IN)) m &= ~1u;
     return m;
 }
 

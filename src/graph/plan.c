@@ -216,7 +216,7 @@ static kiln_status checkpoint(kiln_plan *pl) {
 }
 
 /* what the autocast pass did, said once: the nodes marked, and those whose outputs the backend rounds to 16 bits
- * (kiln_kernel.round_out: the cuda backend's convolutions) */
+ * (kiln_kernel.round_out: the cuda backend's convolutions and linears) */
 static void log_autocast(const kiln_plan *pl, int cast) {
     int rounded = 0, p = pl->o.precision;
     for (int i = 0; i < pl->g->nnodes; i++) rounded += kiln_plan_round_out(pl, i) != 0;
@@ -227,7 +227,7 @@ static void log_autocast(const kiln_plan *pl, int cast) {
                  kiln_precision_name(p));
     else
         kiln_log(KILN_LOG_INFO, "autocast: %d matmul-class nodes take %s operands (fp32 accumulation; %d nodes write %s "
-                 "outputs: the backend's 16-bit convolutions, and the norms, adds, relus and pools of their outputs)", cast, kiln_precision_name(p),
+                 "outputs: the backend's 16-bit convolutions and linears, and the norms, adds, relus and pools that follow them)", cast, kiln_precision_name(p),
                  rounded, kiln_precision_name(p));
 }
 

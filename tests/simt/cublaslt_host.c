@@ -5,8 +5,10 @@
  * instead of the cpu's kernels standing in for it. Written from cuBLASLt's
  * documented semantics, not from its code:
  *   D = alpha op(A) op(B) + beta C, column-major, op(X) = X or X^T by
- *   TRANSA/TRANSB; the epilogue adds BIAS (one value a row of D) and/or
- *   applies RELU; A and B are fp32, bf16 or fp16 (both alike), C and D fp32;
+ *   TRANSA/TRANSB; the epilogue adds BIAS (one value a row of D, of D's
+ *   type: BIAS_DATA_TYPE's default) and/or applies RELU, then D is written
+ *   in its type (rounded to nearest even); A and B are fp32, bf16 or fp16
+ *   (both alike), C and D fp32, or (compute 32F) of A's 16-bit type;
  *   CUBLAS_COMPUTE_32F_FAST_TF32 / _16BF / _16F may round fp32 operands
  *   (cuBLASLt documents "allows down-converting", its choice, TF32 among
  *   them); here they round to that format, nearest even: a model, which is
@@ -33,7 +35,7 @@ typedef struct {
     cublasComputeType_t compute;
     cublasOperation_t ta, tb;
     cublasLtEpilogue_t epi;
-    const float *bias;
+    const void *bias;
 } desc;
 typedef struct {
     cudaDataType type;
@@ -121,7 +123,8 @@ static int shapes_chain(const desc *m, const layout *a, const layout *b, const l
     uint64_t Kb = m->tb == CUBLAS_OP_N ? b->rows : b->cols, N = m->tb == CUBLAS_OP_N ? b->cols : b->rows;
     int fast = m->compute != CUBLAS_COMPUTE_32F;
     return K == Kb && c->rows == M && c->cols == N && d->rows == M && d->cols == N && a->type == b->type &&
-           c->type == CUDA_R_32F && d->type == CUDA_R_32F && (!fast || a->type == CUDA_R_32F) && m->compute != CUBLAS_COMPUTE_32F_PEDANTIC;
+           c->type == d->type && (d->type == CUDA_R_32F || (d->type == a->type && !fast)) &&
+           (!fast || a->type == CUDA_R_32F) && m->compute != CUBLAS_COMPUTE_32F_PEDANTIC;
 }
 
 static cublasStatus_t heuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
@@ -196,9 +199,12 @@ static cublasStatus_t matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const 
             double s = 0;
             for (uint64_t k = 0; k < K; k++) s += ra[i * K + k] * rb[j * K + k];
             double v = fa * s + (fb != 0.f ? fb * at(C, c, i, j) : 0.0);
-            if (bias) v += m->bias[i];
+            if (bias) v += d->type == CUDA_R_32F ? ((const float *)m->bias)[i]
+                                                 : simt_half_get(((const uint16_t *)m->bias)[i], d->type == CUDA_R_16F);
             if (relu && !(v > 0)) v = 0;
-            ((float *)D)[i + j * (uint64_t)d->ld] = (float)v;
+            size_t at_d = (size_t)(i + j * (uint64_t)d->ld);
+            if (d->type == CUDA_R_32F) ((float *)D)[at_d] = (float)v;
+            else ((uint16_t *)D)[at_d] = simt_half_put(v, d->type == CUDA_R_16F);
         }
     free(ra);
     free(rb);

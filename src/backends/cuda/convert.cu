@@ -88,6 +88,10 @@ extern "C" void kiln_cuda_from_nhwc(kcs st, int kind, int64_t imgs, int64_t ch, 
     else KLAUNCH(k_from_nhwc, tiles(imgs, ch, hw), dim3(TT, 8), 0, st)(kind, imgs, ch, hw, y, x, xk, acc, relu);
 }
 
+extern "C" void kiln_cuda_widen(kcs st, int kind, int64_t n, const void *y, float *x) {
+    KLAUNCH(k_widen, GO(n))(n, kind, y, x, 0, 0, 0);
+}
+
 extern "C" void kiln_cuda_reorder(kcs st, int to_nhwc, int64_t imgs, int64_t ch, int64_t hw, const void *x, int xk, void *y,
                                   int yk, int acc) {
     int64_t n = imgs * ch * hw;

@@ -45,10 +45,17 @@ kiln_status kiln_cuda_passes(kiln_graph *g, const kiln_compile_opts *o, const ki
         (void)nin, (void)nout;                \
         return kiln_cuda_store_half() ? (mask) : 0; \
     }
-/* the writers: layer norm's, GELU's (both ways), cross-entropy backward's and a gradient copy's first output */
+/* the writers: layer norm's and a gradient copy's first output */
 static SLOTS(half_out0, KILN_TIE_OUT(0))
+/* GELU's x and output (both ways), cross-entropy backward's logits and their gradient: x, a rounded product's output,
+ * read widened */
+static SLOTS(half_x_out0, 1u | KILN_TIE_OUT(0))
+/* an add's operands (read widened: values their writers rounded) and its sum (rounded where both are) */
+static SLOTS(half_add, 3u | KILN_TIE_OUT(0))
 /* the readers (linear.c; simt's stand-ins too): x (forward), dy (backward-data), each only a product's operand */
 SLOTS(kiln_cuda_half_in0, 1u)
+/* a forward's x and its output, which it writes rounded (round_out) */
+SLOTS(kiln_cuda_half_linear, 1u | KILN_TIE_OUT(0))
 /* backward-weight: x and dy (its bias gradient sums dy as the product reads it, rounded: linear.c) */
 SLOTS(kiln_cuda_half_bwd_weight, 3u)
 /* batch norm's x, backward's x and dy, relu backward's y and dy: read widened, values their writer rounds; batch
@@ -189,7 +196,7 @@ static kiln_status nll_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     DONE("nll loss backward");
 }
 static kiln_status cross_entropy(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_cuda_cross_entropy_rows(ST, RC, F(s->in[0]), I(s->in[1]), s->attr.loss.ignore, kiln_cuda_flags_dev(), rc->workspace,
+    kiln_cuda_cross_entropy_rows(ST, RC, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), I(s->in[1]), s->attr.loss.ignore, kiln_cuda_flags_dev(), rc->workspace,
                                  F(s->out[0]));
     DONE("cross entropy");
 }
@@ -202,7 +209,8 @@ static kiln_status rows_of_out_count(kiln_step *s, kiln_prep *p) {
 /* a -1 target reaching backward is padding: forward refused it otherwise */
 static kiln_status cross_entropy_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     NO_HALF_ACC("cross entropy backward");
-    kiln_cuda_cross_entropy_bwd(ST, RC, F(s->in[0]), I(s->in[1]), 1, F(s->in[2]), rc->workspace, s->out[0].data, HK(0), ACC(0));
+    kiln_cuda_cross_entropy_bwd(ST, RC, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), I(s->in[1]), 1, F(s->in[2]), rc->workspace,
+                                s->out[0].data, HK(0), ACC(0));
     DONE("cross entropy backward");
 }
 
@@ -210,7 +218,8 @@ static kiln_status cross_entropy_bwd(const kiln_step *s, const kiln_run_ctx *rc)
 static kiln_status add(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
     /* two 16-bit values' sum written rounded (autocast follows: round_out) */
-    kiln_cuda_add(ST, s->out[0].numel, F(s->in[0]), F(s->in[1]), F(s->out[0]), s->round_out & 1 ? round_kind(s) : 0);
+    kiln_cuda_add(ST, s->out[0].numel, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), s->in[1].data, kiln_cuda_half_kind(&s->in[1]),
+                  s->out[0].data, HK(0), s->round_out & 1 ? round_kind(s) : 0);
     DONE("add");
 }
 static kiln_status mul(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -309,12 +318,13 @@ static kiln_status bn_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
 #define N s->out[0].numel
 static kiln_status gelu(const kiln_step *s, const kiln_run_ctx *rc) {
     (void)rc;
-    kiln_cuda_gelu(ST, N, s->attr.gelu.tanh_form, F(s->in[0]), s->out[0].data, HK(0));
+    kiln_cuda_gelu(ST, N, s->attr.gelu.tanh_form, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), s->out[0].data, HK(0));
     DONE("gelu");
 }
 static kiln_status gelu_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     NO_HALF_ACC("gelu backward");
-    kiln_cuda_gelu_bwd(ST, N, s->attr.gelu.tanh_form, F(s->in[0]), F(s->in[1]), s->out[0].data, HK(0), ACC(0));
+    kiln_cuda_gelu_bwd(ST, N, s->attr.gelu.tanh_form, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), F(s->in[1]), s->out[0].data,
+                       HK(0), ACC(0));
     DONE("gelu backward");
 }
 static kiln_status affine(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -654,11 +664,14 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
                                    .half = kiln_cuda_half_conv_bwd_weight, .round_out = 1},
 #endif
 #if !defined(KILN_SIMT) || defined(KILN_SIMT_CUBLASLT) /* simt: linear.c over a host cuBLASLt where it is built */
-    [KILN_OP_LINEAR] = {kiln_cuda_linear_fwd, kiln_cuda_linear_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},
+    /* an autocast forward writes its output in 16 bits, bias and relu before the rounding (linear.c) */
+    [KILN_OP_LINEAR] = {kiln_cuda_linear_fwd, kiln_cuda_linear_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_linear,
+                        .round_out = 1 | KILN_ROUND_BIAS_IN},
     [KILN_OP_LINEAR_BWD_DATA] = {kiln_cuda_linear_bwd_data, kiln_cuda_linear_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},
     [KILN_OP_LINEAR_BWD_WEIGHT] = {kiln_cuda_linear_bwd_weight, kiln_cuda_linear_prepare, kiln_cuda_linear_release,
                                    .half = kiln_cuda_half_bwd_weight},
-    [KILN_OP_MATMUL] = {kiln_cuda_linear_fwd, kiln_cuda_matmul_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},
+    [KILN_OP_MATMUL] = {kiln_cuda_linear_fwd, kiln_cuda_matmul_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_linear,
+                        .round_out = 1 | KILN_ROUND_BIAS_IN},
     [KILN_OP_MATMUL_BWD_DATA] = {kiln_cuda_linear_bwd_data, kiln_cuda_matmul_prepare, kiln_cuda_linear_release, .half = kiln_cuda_half_in0},
     [KILN_OP_MATMUL_BWD_WEIGHT] = {kiln_cuda_matmul_bwd_weight, kiln_cuda_matmul_prepare, kiln_cuda_linear_release,
                                    .half = kiln_cuda_half_bwd_weight},
@@ -684,9 +697,9 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_LOG_SOFTMAX_BWD] = {log_softmax_bwd, kiln_prepare_rows_of_out},
     [KILN_OP_NLL_LOSS] = {nll, rows_of_in},
     [KILN_OP_NLL_LOSS_BWD] = {nll_bwd, kiln_prepare_rows_of_out},
-    [KILN_OP_CROSS_ENTROPY] = {cross_entropy, rows_of_in},
-    [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, rows_of_out_count, .half = half_out0},
-    [KILN_OP_ADD] = {add, NULL, .fusable = KILN_CUDA_PW_ADD, .round_out = 1, .autocast_follows = KILN_FOLLOW_ALL},
+    [KILN_OP_CROSS_ENTROPY] = {cross_entropy, rows_of_in, .half = kiln_cuda_half_in0},
+    [KILN_OP_CROSS_ENTROPY_BWD] = {cross_entropy_bwd, rows_of_out_count, .half = half_x_out0},
+    [KILN_OP_ADD] = {add, NULL, .fusable = KILN_CUDA_PW_ADD, .round_out = 1, .autocast_follows = KILN_FOLLOW_ALL, .half = half_add},
     [KILN_OP_MUL] = {mul, NULL, .fusable = KILN_CUDA_PW_MUL},
     [KILN_OP_MUL_BWD] = {mul_bwd, NULL, .fusable = KILN_CUDA_PW_MUL_BWD},
     [KILN_OP_ONES] = {ones, NULL},
@@ -702,8 +715,8 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
                               .half = kiln_cuda_half_bn, .round_out = 1, .autocast_follows = KILN_FOLLOW_IN0},
     [KILN_OP_BATCH_NORM2D_BWD] = {bn_bwd, bn_prepare, .blocked_in = 3, .blocked_out = 1, .tied = 3 | KILN_TIE_OUT(0),
                                   .half = kiln_cuda_half_bn_bwd},
-    [KILN_OP_GELU] = {gelu, NULL, .fusable = KILN_CUDA_PW_GELU, .half = half_out0},
-    [KILN_OP_GELU_BWD] = {gelu_bwd, NULL, .fusable = KILN_CUDA_PW_GELU_BWD, .half = half_out0},
+    [KILN_OP_GELU] = {gelu, NULL, .fusable = KILN_CUDA_PW_GELU, .half = half_x_out0},
+    [KILN_OP_GELU_BWD] = {gelu_bwd, NULL, .fusable = KILN_CUDA_PW_GELU_BWD, .half = half_x_out0},
     [KILN_OP_AFFINE] = {affine, NULL, .fusable = KILN_CUDA_PW_AFFINE},
     [KILN_OP_AFFINE_BWD] = {affine_bwd, NULL, .fusable = KILN_CUDA_PW_SCALE},
     [KILN_OP_ERF] = {erf_fwd, NULL, .fusable = KILN_CUDA_PW_ERF},

@@ -6,7 +6,9 @@
  * follows --matmul-precision (PyTorch's set_float32_matmul_precision):
  * highest fp32, high TF32, medium bf16 tensor cores, always fp32 accumulation;
  * a step the autocast pass marked (--precision bf16 or auto) takes bf16, with --precision fp16 fp16 (fp32
- * operands rounded to half for the tensor cores: CUBLAS_COMPUTE_32F_FAST_16F). */
+ * operands rounded to half for the tensor cores: CUBLAS_COMPUTE_32F_FAST_16F). Such a forward writes its output
+ * in those 16 bits, as PyTorch's autocast linear does (bias rounded too, relu before the rounding): on 16-bit
+ * copies of its operands, into the output where the half-storage pass stores it so, else widened into it. */
 #include <stdlib.h>
 #include <string.h>
 #include <cuda_runtime.h>
@@ -24,6 +26,13 @@ typedef struct {
     uint8_t a16, b16;  /* an operand the half-storage pass stores in 16 bits: read as it is, no copy */
     size_t off_a, off_b; /* the 16-bit copies of the others in the step's workspace */
     uint32_t align;      /* the step's tensors' alignment in bytes (at most 256): what the algorithm may assume */
+    /* an autocast forward (round_out): D written in `half`'s 16 bits, as PyTorch's autocast linear writes it; into the
+     * output where the half-storage pass stores it so (d16), else into the workspace at off_d and widened into the
+     * fp32 output. Its bias, nbias values, goes to cuBLASLt as a 16-bit copy at off_bias (the epilogue's bias has
+     * D's type; PyTorch's autocast rounds the bias too) */
+    int round, d16;
+    int64_t nd, nbias;
+    size_t off_d, off_bias;
 } matmul;
 
 /* the largest power of two up to 256 dividing every address the step's product reads or writes: cuBLASLt's
@@ -80,9 +89,9 @@ static kiln_status mm_make(matmul *m, int math, int ta, int tb, int64_t M, int64
     static const cublasComputeType_t compute[4] = {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF,
                                                    CUBLAS_COMPUTE_32F_FAST_16F};
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    m->half = kept ? kept : half_operands(math);
-    m->na = M * K, m->nb = K * N;
-    cudaDataType_t in = m->half == 1 ? CUDA_R_16BF : m->half == 2 ? CUDA_R_16F : CUDA_R_32F;
+    m->half = kept ? kept : m->round ? m->round : half_operands(math);
+    m->na = M * K, m->nb = K * N, m->nd = M * N;
+    cudaDataType_t in = m->half == 1 ? CUDA_R_16BF : m->half == 2 ? CUDA_R_16F : CUDA_R_32F, out = m->round ? in : CUDA_R_32F;
     const char *why = NULL;
     if (!LT && !(LT = kiln_cublaslt(&why))) return kiln_fail(KILN_ERR_BACKEND, "%s", why);
     kiln_status st = lt ? KILN_OK : blas(LT->cublasLtCreate(&lt), "create");
@@ -96,7 +105,7 @@ static kiln_status mm_make(matmul *m, int math, int ta, int tb, int64_t M, int64
     if (bias) B(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "bias");
     B(LT->cublasLtMatrixLayoutCreate(&m->a, in, ta ? K : M, ta ? M : K, ta ? K : M), "layout");
     B(LT->cublasLtMatrixLayoutCreate(&m->b, in, tb ? N : K, tb ? K : N, tb ? N : K), "layout");
-    B(LT->cublasLtMatrixLayoutCreate(&m->c, CUDA_R_32F, M, N, M), "layout");
+    B(LT->cublasLtMatrixLayoutCreate(&m->c, out, M, N, M), "layout");
     cublasLtMatmulPreference_t pref = NULL;
     size_t max_ws = MAX_WS;
     B(LT->cublasLtMatmulPreferenceCreate(&pref), "preference");
@@ -119,14 +128,29 @@ static kiln_status mm_make(matmul *m, int math, int ta, int tb, int64_t M, int64
     if (m->half) { /* room for the copies of the operands not stored in 16 bits */
         m->off_a = up256(m->ws);
         m->off_b = m->off_a + (m->a16 ? 0 : up256((size_t)m->na * 2));
-        need = m->off_b + (m->b16 ? 0 : (size_t)m->nb * 2);
+        need = m->off_b + (m->b16 ? 0 : up256((size_t)m->nb * 2));
+    }
+    if (m->round) { /* and for the bias's 16-bit copy and D, unless D is the output itself */
+        m->off_bias = need;
+        m->off_d = m->off_bias + up256((size_t)m->nbias * 2);
+        need = m->off_d + (m->d16 ? 0 : (size_t)m->nd * 2);
     }
     if (need > *workspace) *workspace = need;
     return KILN_OK;
 }
 
-/* A and B: the step's tensors (an fp32 one is copied to 16 bits first where the product takes 16-bit operands) */
-static kiln_status mm_run(const matmul *m, const kiln_tdesc *ta, const kiln_tdesc *tb, void *c, int acc, void *ws) {
+/* a rounded forward's bias: its 16-bit copy, which the epilogue reads (its address set before each product: the
+ * workspace's is known only at run) */
+static kiln_status round_bias(const matmul *m, const float *bias, void *ws) {
+    if (!m->round || !bias) return KILN_OK;
+    void *b16 = (char *)ws + m->off_bias;
+    kiln_cuda_to_half(kiln_cuda_stream(), m->half == 2, m->nbias, bias, b16);
+    return blas(LT->cublasLtMatmulDescSetAttribute(m->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b16, sizeof b16), "bias");
+}
+
+/* A and B: the step's tensors (an fp32 one is copied to 16 bits first where the product takes 16-bit operands);
+ * a rounded forward's D in 16 bits, widened into an fp32 output */
+static kiln_status mm_run(const matmul *m, const kiln_tdesc *ta, const kiln_tdesc *tb, void *c, const float *bias, int acc, void *ws) {
     static const float one = 1.0f, zero = 0.0f;
     const void *a = ta->data, *b = tb->data;
     if (m->half && !kiln_cuda_half_kind(ta)) { /* the 16-bit copies, on the same stream just before the product */
@@ -137,9 +161,14 @@ static kiln_status mm_run(const matmul *m, const kiln_tdesc *ta, const kiln_tdes
         kiln_cuda_to_half(kiln_cuda_stream(), m->half == 2, m->nb, b, (char *)ws + m->off_b);
         b = (char *)ws + m->off_b;
     }
-    return blas(LT->cublasLtMatmul(lt, m->desc, &one, a, m->a, b, m->b, acc ? &one : &zero, c, m->c, c, m->c, &m->algo, ws, m->ws,
-                               (cudaStream_t)kiln_cuda_stream()),
-                "matmul");
+    void *d = m->round && !m->d16 ? (char *)ws + m->off_d : c;
+    kiln_status st = round_bias(m, bias, ws);
+    if (st == KILN_OK)
+        st = blas(LT->cublasLtMatmul(lt, m->desc, &one, a, m->a, b, m->b, acc ? &one : &zero, d, m->c, d, m->c, &m->algo, ws, m->ws,
+                                     (cudaStream_t)kiln_cuda_stream()),
+                  "matmul");
+    if (st == KILN_OK && d != c) kiln_cuda_widen(kiln_cuda_stream(), m->half, m->nd, d, c);
+    return st;
 }
 
 void kiln_cuda_linear_release(kiln_step *s) {
@@ -211,6 +240,15 @@ static kiln_status keep(kiln_step *s, matmul *m, kiln_status st) {
     return KILN_OK;
 }
 
+/* an autocast forward writes its output rounded (kiln_step.round_out: PyTorch's autocast linear writes bf16): in
+ * the output where it is stored in 16 bits; a bias of nbias values rounded with it */
+static void rounding(const kiln_step *s, matmul *m, int64_t nbias) {
+    if (!(s->round_out & 1) || (s->op != KILN_OP_LINEAR && s->op != KILN_OP_MATMUL)) return;
+    m->round = s->precision == KILN_PRECISION_FP16 ? 2 : 1;
+    m->d16 = kiln_cuda_half_kind(&s->out[0]) != 0;
+    m->nbias = s->nin > 2 ? nbias : 0;
+}
+
 kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p) {
     int64_t rows, in, out;
     dims(s, &rows, &in, &out);
@@ -218,6 +256,7 @@ kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p) {
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     m->align = step_align(s);
     stored(s, m);
+    rounding(s, m, out);
     kiln_status st;
     if (s->op == KILN_OP_LINEAR) {
         int bias = s->nin > 2;
@@ -235,7 +274,8 @@ kiln_status kiln_cuda_linear_prepare(kiln_step *s, kiln_prep *p) {
 static kiln_status product(const kiln_step *s, const kiln_run_ctx *rc, int acc) {
     const kiln_tdesc *a, *b;
     operands(s, &a, &b);
-    return mm_run(s->kobj, a, b, s->out[0].data, acc, rc->workspace);
+    const float *bias = s->op == KILN_OP_LINEAR || s->op == KILN_OP_MATMUL ? (s->nin > 2 ? s->in[2].data : NULL) : NULL;
+    return mm_run(s->kobj, a, b, s->out[0].data, bias, acc, rc->workspace);
 }
 
 kiln_status kiln_cuda_linear_fwd(const kiln_step *s, const kiln_run_ctx *rc) { return product(s, rc, 0); }
@@ -268,6 +308,7 @@ kiln_status kiln_cuda_matmul_prepare(kiln_step *s, kiln_prep *p) {
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     m->align = step_align(s);
     stored(s, m);
+    rounding(s, m, N);
     kiln_status st;
     if (s->op == KILN_OP_MATMUL) {
         int bias = s->nin > 2;

@@ -18,7 +18,10 @@ __global__ void k_bias_relu(int64_t n, int64_t ch, int64_t inner, const float *b
         y[i] = relu && !(v > 0.f) ? 0.f : v;
     }
 }
-__global__ void k_add(int64_t n, const float *a, const float *b, float *y, int rk) { FOR_N y[i] = round_kind(a[i] + b[i], rk); }
+// a and b of kinds ak, bk (16 bits: values their writers rounded, read widened); y of kind yk, the sum rounded to rk
+__global__ void k_add(int64_t n, const void *a, int ak, const void *b, int bk, void *y, int yk, int rk) {
+    FOR_N put_kind(y, yk, i, round_kind(get_kind(a, ak, i) + get_kind(b, bk, i), rk));
+}
 __global__ void k_mul(int64_t n, const float *a, const float *b, float *y) { FOR_N y[i] = a[i] * b[i]; }
 __global__ void k_mul_bwd(int64_t n, const float *dy, const float *o, float *dx, int acc) { FOR_N PUT(dx[i], dy[i] * o[i]); }
 // y in 16 bits where the half-storage pass stores it so (yk; never accumulated then)
@@ -146,7 +149,9 @@ void kiln_cuda_bias_relu(kcs st, int64_t rows, int64_t ch, int64_t inner, const 
     int64_t n = rows * ch * inner;
     KLAUNCH(k_bias_relu, GO(n))(n, ch, inner, b, relu, y);
 }
-void kiln_cuda_add(kcs st, int64_t n, const float *a, const float *b, float *y, int rk) { KLAUNCH(k_add, GO(n))(n, a, b, y, rk); }
+void kiln_cuda_add(kcs st, int64_t n, const void *a, int ak, const void *b, int bk, void *y, int yk, int rk) {
+    KLAUNCH(k_add, GO(n))(n, a, ak, b, bk, y, yk, rk);
+}
 void kiln_cuda_mul(kcs st, int64_t n, const float *a, const float *b, float *y) { KLAUNCH(k_mul, GO(n))(n, a, b, y); }
 void kiln_cuda_mul_bwd(kcs st, int64_t n, const float *dy, const float *o, float *dx, int acc) {
     KLAUNCH(k_mul_bwd, GO(n))(n, dy, o, dx, acc);

@@ -67,11 +67,12 @@ __global__ void k_to_double(const float *x, double *y) { y[0] = x[0]; }
 // (the double ones were a third of the GPT's cross-entropy time), sums in double, a fixed order: the same
 // bits run after run. A row of -inf (or a thread without columns) adds 0; a NaN anywhere, or +inf, gives NaN,
 // as the two-pass form did (test_simt).
-__device__ double row_lse(int64_t cols, const float *x) {
+// The row starts at element o of x, of kind xk (16 bits: a logit the half-storage pass stores so, read widened).
+__device__ double row_lse(int64_t cols, const void *x, int xk, int64_t o) {
     float m = -INFINITY;
     double s = 0;
     for (int64_t j = threadIdx.x; j < cols; j += RT) {
-        float v = x[j];
+        float v = get_kind(x, xk, o + j);
         if (v > m) {
             s = m == -INFINITY ? s : s * (double)expf(m - v); /* s is 0, or NaN after a NaN: kept */
             m = v;
@@ -84,7 +85,7 @@ __device__ double row_lse(int64_t cols, const float *x) {
 }
 __global__ void k_log_softmax(int64_t cols, const float *x, float *y) {
     const float *xr = x + blockIdx.x * cols;
-    double lse = row_lse(cols, xr);
+    double lse = row_lse(cols, x, 0, blockIdx.x * cols);
     for (int64_t j = threadIdx.x; j < cols; j += RT) y[blockIdx.x * cols + j] = (float)(xr[j] - lse);
 }
 __global__ void k_log_softmax_bwd(int64_t cols, const float *y, const float *dy, float *dx, int acc) {
@@ -126,11 +127,11 @@ __global__ void k_nll_bwd(int64_t n, int64_t rows, int64_t cols, const int32_t *
 // per-row terms lse - x[t], then their mean in one fixed-order block. With
 // ignore, a target of -1 is padding: its term is 0 and it leaves the mean
 // (0 when every row is padding)
-__global__ void k_ce_rows(int64_t cols, const float *x, const int32_t *t, int ignore, kiln_cuda_flags *f, double *terms) {
-    const float *xr = x + blockIdx.x * cols;
-    double lse = row_lse(cols, xr);
+__global__ void k_ce_rows(int64_t cols, const void *x, int xk, const int32_t *t, int ignore, kiln_cuda_flags *f, double *terms) {
+    int64_t o = blockIdx.x * cols;
+    double lse = row_lse(cols, x, xk, o);
     if (threadIdx.x != 0) return;
-    terms[blockIdx.x] = ignore && t[blockIdx.x] == -1 ? 0.0 : lse - xr[checked_target(t, blockIdx.x, cols, f)];
+    terms[blockIdx.x] = ignore && t[blockIdx.x] == -1 ? 0.0 : lse - get_kind(x, xk, o + checked_target(t, blockIdx.x, cols, f));
 }
 // rows counted: every row, or with ignore those whose target is not -1
 __device__ double counted(int64_t rows, const int32_t *t, int ignore) {
@@ -151,14 +152,14 @@ __global__ void k_count(int64_t rows, const int32_t *t, int ignore, double *c) {
     if (threadIdx.x == 0) c[0] = v;
 }
 // dx in 16 bits where the half-storage pass stores it so (dxk: never accumulated then)
-__global__ void k_ce_bwd(int64_t cols, const float *x, const int32_t *t, int ignore, const float *dloss, const double *count,
+__global__ void k_ce_bwd(int64_t cols, const void *x, int xk, const int32_t *t, int ignore, const float *dloss, const double *count,
                          void *dx, int dxk, int acc) {
     int64_t o = blockIdx.x * cols;
     int pad = ignore && t[blockIdx.x] == -1;
-    double g = count[0] > 0 ? (double)dloss[0] / count[0] : 0.0, lse = pad ? 0.0 : row_lse(cols, x + o);
+    double g = count[0] > 0 ? (double)dloss[0] / count[0] : 0.0, lse = pad ? 0.0 : row_lse(cols, x, xk, o);
     int32_t tr = t[blockIdx.x] >= 0 && t[blockIdx.x] < cols ? t[blockIdx.x] : 0;
     for (int64_t j = threadIdx.x; j < cols; j += RT) {
-        float v = pad ? 0.f : (float)(g * ((double)expf((float)((double)x[o + j] - lse)) - (j == tr ? 1.0 : 0.0)));
+        float v = pad ? 0.f : (float)(g * ((double)expf((float)((double)get_kind(x, xk, o + j) - lse)) - (j == tr ? 1.0 : 0.0)));
         put_or_add(dx, dxk, o + j, v, acc);
     }
 }
@@ -432,15 +433,15 @@ void kiln_cuda_nll_bwd(kcs st, int64_t rows, int64_t cols, const int32_t *t, con
     KLAUNCH(k_nll_bwd, (unsigned)(b > 4096 ? 4096 : b), RT, 0, st)(n, rows, cols, t, dloss, dx, acc);
 }
 // terms: rows doubles of scratch (the plan's workspace)
-void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
+void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const void *x, int xk, const int32_t *t, int ignore,
                                   kiln_cuda_flags *f, double *terms, float *loss) {
-    KLAUNCH(k_ce_rows, (unsigned)rows, RT, 0, st)(cols, x, t, ignore, f, terms);
+    KLAUNCH(k_ce_rows, (unsigned)rows, RT, 0, st)(cols, x, xk, t, ignore, f, terms);
     KLAUNCH(k_mean, 1, RT, 0, st)(rows, terms, t, ignore, loss);
 }
-void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
+void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const void *x, int xk, const int32_t *t, int ignore,
                                  const float *dloss, double *count, void *dx, int dxk, int acc) {
     KLAUNCH(k_count, 1, RT, 0, st)(rows, t, ignore, count);
-    KLAUNCH(k_ce_bwd, (unsigned)rows, RT, 0, st)(cols, x, t, ignore, dloss, count, dx, dxk, acc);
+    KLAUNCH(k_ce_bwd, (unsigned)rows, RT, 0, st)(cols, x, xk, t, ignore, dloss, count, dx, dxk, acc);
 }
 void kiln_cuda_batch_norm(kcs st, int64_t n, int64_t c, int64_t hw, int nhwc, const void *x, int xk, const float *w,
                           const float *b, float *rmean, float *rvar, float momentum, float eps, int training, void *y,

@@ -18,10 +18,13 @@
 #define MAX_HEAD 256 // attention's head size: its rows live in each thread's registers (local memory)
 
 // ---- pointwise ----
-__global__ void k_gelu(int64_t n, int tf, const float *x, void *y, int yk) { FOR_N put_kind(y, yk, i, gelu_f(x[i], tf)); }
-__global__ void k_gelu_bwd(int64_t n, int tf, const float *x, const float *dy, void *dx, int dxk, int acc) {
+// x of kind xk: a rounded linear output the half-storage pass stores in 16 bits, read widened
+__global__ void k_gelu(int64_t n, int tf, const void *x, int xk, void *y, int yk) {
+    FOR_N put_kind(y, yk, i, gelu_f(get_kind(x, xk, i), tf));
+}
+__global__ void k_gelu_bwd(int64_t n, int tf, const void *x, int xk, const float *dy, void *dx, int dxk, int acc) {
     FOR_N {
-        float v = dy[i] * gelu_grad(x[i], tf);
+        float v = dy[i] * gelu_grad(get_kind(x, xk, i), tf);
         put_or_add(dx, dxk, i, v, acc);
     }
 }
@@ -287,11 +290,11 @@ __global__ void k_attention_dkv(int64_t n, attn a, const float *q, const float *
 
 extern "C" {
 int kiln_cuda_attention_max_head(void) { return MAX_HEAD; }
-void kiln_cuda_gelu(kcs st, int64_t n, int tanh_form, const float *x, void *y, int yk) {
-    KLAUNCH(k_gelu, GO(n))(n, tanh_form, x, y, yk);
+void kiln_cuda_gelu(kcs st, int64_t n, int tanh_form, const void *x, int xk, void *y, int yk) {
+    KLAUNCH(k_gelu, GO(n))(n, tanh_form, x, xk, y, yk);
 }
-void kiln_cuda_gelu_bwd(kcs st, int64_t n, int tanh_form, const float *x, const float *dy, void *dx, int dxk, int acc) {
-    KLAUNCH(k_gelu_bwd, GO(n))(n, tanh_form, x, dy, dx, dxk, acc);
+void kiln_cuda_gelu_bwd(kcs st, int64_t n, int tanh_form, const void *x, int xk, const float *dy, void *dx, int dxk, int acc) {
+    KLAUNCH(k_gelu_bwd, GO(n))(n, tanh_form, x, xk, dy, dx, dxk, acc);
 }
 void kiln_cuda_affine(kcs st, int64_t n, float scale, float shift, const float *x, float *y) {
     KLAUNCH(k_affine, GO(n))(n, scale, shift, x, y);

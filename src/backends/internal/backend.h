@@ -168,7 +168,7 @@ typedef struct kiln_kernel {
     /* outputs (bit k: output k) this kernel writes rounded to 16 bits on a step of precision bf16 or fp16 (cuDNN's
      * 16-bit convolutions write their outputs' type, as PyTorch's autocast convolutions do); an accumulated output
      * adds the rounded value; a channel bias (input 2) is added after the rounding, in fp32, so that output holds no
-     * 16-bit numbers (kiln_node_holds_16). The plan marks the steps (kiln_step.round_out); the reference reproduces the
+     * 16-bit numbers (kiln_node_holds_16), unless KILN_ROUND_BIAS_IN says it is added before (cuBLASLt's epilogue). The plan marks the steps (kiln_step.round_out); the reference reproduces the
      * marks when compiled with kiln_compile_opts.round_outputs_as this backend. 0: outputs in fp32 */
     unsigned round_out;
     /* KILN_FOLLOW_IN0 (ALL): the autocast pass gives a node of this op the plan's 16-bit precision where its input

@@ -199,7 +199,8 @@ int kiln_pass_autocast_follow(kiln_graph *g, int precision, const uint8_t *follo
  * on a node of a 16-bit precision, a fused node's program's own (kiln_fused_prog.out_round); 0 on fp32 */
 unsigned kiln_node_round_out(const kiln_node *n, unsigned table);
 /* of those, the outputs that hold 16-bit numbers: not a channel-bias op's output 0 where it has a bias (added in
- * fp32 after the rounding: kiln_kernel.round_out). What a follower may follow, and half storage may store */
+ * fp32 after the rounding: kiln_kernel.round_out), unless the table says the bias goes in before the rounding
+ * (KILN_ROUND_BIAS_IN). What a follower may follow, and half storage may store */
 unsigned kiln_node_holds_16(const kiln_node *n, unsigned table);
 /* Half storage (after autocast): an activation whose every reader rounds it to the plan's 16-bit format anyway
  * (a matmul-class node of that precision, in a slot its kernel reads as 16 bits), or whose writer rounds it so

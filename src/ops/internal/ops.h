@@ -186,6 +186,9 @@ typedef struct kiln_fused_prog {
 /* how an op follows autocast on a backend (kiln_kernel.autocast_follows, src/graph/pass_autocast.c): in its
  * input 0's 16 bits, or only where every input is 16-bit */
 enum { KILN_FOLLOW_NONE = 0, KILN_FOLLOW_IN0 = 1, KILN_FOLLOW_ALL = 2 };
+/* in kiln_kernel.round_out beside the outputs' bits: the channel bias is added before the rounding (the cuda
+ * backend's cuBLASLt epilogue), so the output holds 16-bit numbers with a bias too (kiln_node_holds_16) */
+#define KILN_ROUND_BIAS_IN (1u << 16)
 
 /* epilogues: a following op folded into a node by the fusion pass */
 enum {

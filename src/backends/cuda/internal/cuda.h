@@ -157,6 +157,8 @@ kiln_status kiln_cuda_passes(kiln_graph *g, const kiln_compile_opts *o, const ki
  * gradient sums dy rounded as the product reads it) */
 unsigned kiln_cuda_half_in0(int nin, int nout);
 unsigned kiln_cuda_half_bwd_weight(int nin, int nout);
+/* a forward's x and its output (written rounded under autocast: linear.c) */
+unsigned kiln_cuda_half_linear(int nin, int nout);
 /* a convolution's output without a bias (conv.c writes what cuDNN rounded, as it is) and backward-data's; batch norm's
  * x (and backward's dy): read widened, for the outputs the half-storage pass stores because their writer rounds them.
  * A convolution's backward reads dy as a 16-bit operand it rounds anyway, so batch norm backward writes its dx so */
@@ -174,8 +176,9 @@ void kiln_cuda_relu(kcs st, int64_t n, const float *x, float *y);
 /* dy stored as kind dyk (a 16-bit convolution's backward-data output the half-storage pass stores so) */
 void kiln_cuda_relu_bwd(kcs st, int64_t n, const void *y, int yk, const void *dy, int dyk, float *dx, int acc);
 void kiln_cuda_bias_relu(kcs st, int64_t rows, int64_t ch, int64_t inner, const float *b, int relu, float *y);
-/* rk: the sum rounded to 16 bits (1 bf16, 2 fp16; 0 none), where autocast runs the add in its operands' 16 bits */
-void kiln_cuda_add(kcs st, int64_t n, const float *a, const float *b, float *y, int rk);
+/* rk: the sum rounded to 16 bits (1 bf16, 2 fp16; 0 none), where autocast runs the add in its operands' 16 bits;
+ * ak, bk, yk: the tensors' kiln_cuda_half_kind, where the half-storage pass stores them in 16 bits */
+void kiln_cuda_add(kcs st, int64_t n, const void *a, int ak, const void *b, int bk, void *y, int yk, int rk);
 void kiln_cuda_mul(kcs st, int64_t n, const float *a, const float *b, float *y);
 void kiln_cuda_mul_bwd(kcs st, int64_t n, const float *dy, const float *other, float *dx, int acc);
 /* y stored as kind yk (16 bits only where not accumulated) */
@@ -216,9 +219,10 @@ void kiln_cuda_nll(kcs st, int64_t rows, int64_t cols, const float *x, const int
 void kiln_cuda_nll_bwd(kcs st, int64_t rows, int64_t cols, const int32_t *t, const float *dloss, float *dx, int acc);
 /* ignore: targets of -1 are padding (left out of the mean and the gradient); terms: rows doubles of
  * scratch, count: one */
-void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
+/* xk: the logits' kiln_cuda_half_kind (a rounded product's output the half-storage pass stores in 16 bits) */
+void kiln_cuda_cross_entropy_rows(kcs st, int64_t rows, int64_t cols, const void *x, int xk, const int32_t *t, int ignore,
                                   kiln_cuda_flags *f, double *terms, float *loss);
-void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const float *x, const int32_t *t, int ignore,
+void kiln_cuda_cross_entropy_bwd(kcs st, int64_t rows, int64_t cols, const void *x, int xk, const int32_t *t, int ignore,
                                  const float *dloss, double *count, void *dx, int dxk, int acc);
 /* x (and dy) stored as kind xk (dyk): kiln_cuda_half_kind, the half-storage pass's 16-bit convolution outputs; y
  * rounded to kind rk (0: none; autocast's mark after a 16-bit convolution) and stored as kind yk; dx written as kind
@@ -274,6 +278,8 @@ void kiln_cuda_flash_mma_bwd(kcs st, int fp16, int64_t b, int64_t t, int64_t c, 
                              float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
 /* convert.cu: n floats rounded to bf16 (fp16 when fp16) into y (2n bytes, 4-byte aligned) */
 void kiln_cuda_to_half(kcs st, int fp16, int64_t n, const float *x, void *y);
+/* n 16-bit values of kind (1 bf16, 2 fp16) widened into fp32 x (exact): a rounded product's D (linear.c) */
+void kiln_cuda_widen(kcs st, int kind, int64_t n, const void *y, float *x);
 /* x [imgs, ch, hw] of kind xk (0 fp32; 16 bits: the half-storage pass's, the same kind) into y [imgs, hw, ch] of
  * kind (1 bf16, 2 fp16), rounded to nearest even: channels last (conv.c's 16-bit copies: images N x C x HW, filters
  * K x C x RS); and back, added to x when acc */
@@ -299,9 +305,9 @@ void kiln_cuda_fused(kcs st, int64_t n, const kiln_cuda_prog *P, const kiln_cuda
 
 /* transformer.cu */
 int kiln_cuda_attention_max_head(void);
-/* yk (dxk): the output's kiln_cuda_half_kind, where the half-storage pass stores it in 16 bits */
-void kiln_cuda_gelu(kcs st, int64_t n, int tanh_form, const float *x, void *y, int yk);
-void kiln_cuda_gelu_bwd(kcs st, int64_t n, int tanh_form, const float *x, const float *dy, void *dx, int dxk, int acc);
+/* yk (dxk), xk: the output's and x's kiln_cuda_half_kind, where the half-storage pass stores them in 16 bits */
+void kiln_cuda_gelu(kcs st, int64_t n, int tanh_form, const void *x, int xk, void *y, int yk);
+void kiln_cuda_gelu_bwd(kcs st, int64_t n, int tanh_form, const void *x, int xk, const float *dy, void *dx, int dxk, int acc);
 void kiln_cuda_affine(kcs st, int64_t n, float scale, float shift, const float *x, float *y);
 void kiln_cuda_scale(kcs st, int64_t n, float scale, const float *dy, float *dx, int acc);
 void kiln_cuda_erf(kcs st, int64_t n, const float *x, float *y);
