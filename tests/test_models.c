@@ -55,7 +55,13 @@ static void check_stats(kiln_st_file *f, kiln_params *P, const char *backend, do
 /* own: the cpu's plan in nChw8c with kiln's Winograd taking every convolution direction it fits */
 static void run_backend(kiln_st_file *f, const char *backend, int own) {
     int ref = !strcmp(backend, "ref");
-    double tol = ref ? 1e-6 : 1e-4; /* ref: the f32 storage of PyTorch's float64 gradients */
+    /* ref: the f32 storage of PyTorch's float64 gradients. With kiln's Winograd (own), the directions autotuning times
+     * faster take its rounding, and a busy machine changes those timings: the third step's loss 1.7e-4 off on a
+     * loaded 2-core EPYC (2026-12-01). The running means, batch means of outputs near zero (|mean| ~ 0.003 against
+     * values ~ 1), carry its error most: up to 5.5e-4 there with both cores busy, 1.7e-4 with every direction
+     * Winograd on a quiet one */
+    double tol = ref ? 1e-6 : own ? 3e-4 : 1e-4, stats_tol = own ? 1e-3 : tol;
+    const char *label = own ? "cpu, Winograd autotuned" : backend;
     const kiln_tensor *tx = kiln_st_find(f, "x"), *ty = kiln_st_find(f, "y"), *tl = kiln_st_find(f, "losses");
     if (!tx || !ty || !tl) {
         CHECK_MSG(0, "%s: x, y or losses missing", FIXTURE);
@@ -109,13 +115,11 @@ static void run_backend(kiln_st_file *f, const char *backend, int own) {
         CHECK_OK(kiln_plan_run(pl, B));
         double l = kiln_plan_loss(pl), e = fabs(l - losses[step]) / fabs(losses[step]);
         /* after step 1 the ref plan differs by the f32 hyperparameters (lr 0.1f) */
-        CHECK_MSG(e <= (ref ? (step ? 1e-6 : 1e-9) : 1e-4), "%s step %d: loss %.10g, PyTorch %.10g", backend, step + 1, l, losses[step]);
-        if (step == 0) check_grads(f, P, "resnet20", backend, ref, tol, l, losses[0]);
+        CHECK_MSG(e <= (ref ? (step ? 1e-6 : 1e-9) : tol), "%s step %d: loss %.10g, PyTorch %.10g", label, step + 1, l, losses[step]);
+        if (step == 0) check_grads(f, P, "resnet20", label, ref, tol, l, losses[0]);
         CHECK_OK(kiln_optim_step(o));
     }
-    /* with kiln's Winograd the directions autotuning times faster, which a busy machine changes, take its rounding:
-     * a running mean 1.01e-4 off on a loaded 2-core EPYC (2026-12-01), 1.7e-4 with every direction Winograd */
-    check_stats(f, P, own ? "cpu, Winograd autotuned" : backend, ref ? 1e-6 : own ? 3e-4 : 1e-4);
+    check_stats(f, P, label, stats_tol);
 out:
     kiln_optim_free(o);
     kiln_plan_free(pl);

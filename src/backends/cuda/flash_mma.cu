@@ -8,7 +8,7 @@
 // (fp16 under --precision fp16), are the next product's A fragments as they
 // lie. Only the tiles a block shares go through shared memory: k and v (dq: k,
 // v and k transposed; dk, dv: q, dy and both transposed), staged from fp32 and
-// rounded once; the transposed copies make every B fragment two 32-bit loads,
+// rounded once (q, k and v read as they are where stored in 16 bits); the transposed copies make every B fragment two 32-bit loads,
 // rows padded by 8 elements so a warp's loads hit 32 different banks.
 // Everything accumulates in fp32. Taken for the heads flash_tc.cu takes when
 // kiln_cuda_flash_mma_on() (KILN_CUDA_FLASH=mma); reference:
@@ -16,6 +16,7 @@
 #include "backends/cuda/internal/cuda.h"
 #include "backends/cuda/internal/attn_shape.h"
 #include "backends/cuda/internal/mma.h"
+#include "backends/cuda/internal/half_out.h"
 
 #define MW 4       // warps a block
 #define MT 64      // rows a tile: a block's queries (forward, dq) or keys (dk, dv), and a tile of the other side
@@ -25,29 +26,30 @@
 
 // ---- fragments and tiles ----
 
-// x's row (batch stride s0, row stride s1) r of head h, column c
-#define AT(x, s0, s1, r, c) ((x) + b * (s0) + (r) * (s1) + h * a.d + (c))
+// x's row (batch stride s0, row stride s1) r of head h, column c: its index (IX), its address (AT)
+#define IX(s0, s1, r, c) (b * (s0) + (r) * (s1) + h * a.d + (c))
+#define AT(x, s0, s1, r, c) ((x) + IX(s0, s1, r, c))
+// two consecutive elements of an input of kind xk (fp32, or 16 bits as stored), packed to E
+#define PAIR(x, xk, i) pack2(E(), get_kind((x), (xk), (i)), get_kind((x), (xk), (i) + 1))
 
 // the lane's A fragments of rows [r0, r0 + 16) of one head of x: rows r0 + g and r0 + g + 8, zeros past T
 template <int ND, class E>
-__device__ inline void rows_frag(uint32_t fa[ND][4], const float *x, int64_t s0, int64_t s1, const attn &a, int64_t b,
+__device__ inline void rows_frag(uint32_t fa[ND][4], const void *x, int xk, int64_t s0, int64_t s1, const attn &a, int64_t b,
                                  int64_t h, int64_t r0, int g, int t) {
     KILN_UNROLL for (int kk = 0; kk < ND; kk++) KILN_UNROLL for (int e = 0; e < 4; e++) {
             int64_t r = r0 + g + 8 * (e & 1);
-            const float *p = AT(x, s0, s1, r, 16 * kk + 2 * t + 8 * (e >> 1));
-            fa[kk][e] = r < a.t ? pack2(E(), p[0], p[1]) : 0u;
+            fa[kk][e] = r < a.t ? PAIR(x, xk, IX(s0, s1, r, 16 * kk + 2 * t + 8 * (e >> 1))) : 0u;
         }
 }
 
 // rows [r0, r0 + MT) of one head of x into dst[MT][ld], rounded, zeros past T; a pair of columns a thread
 template <int ND, class E>
-__device__ inline void stage_rows(E *dst, int ld, const float *x, int64_t s0, int64_t s1, const attn &a, int64_t b,
+__device__ inline void stage_rows(E *dst, int ld, const void *x, int xk, int64_t s0, int64_t s1, const attn &a, int64_t b,
                                   int64_t h, int64_t r0) {
     const int pairs = ND * 8;
     for (int e = threadIdx.x; e < MT * pairs; e += blockDim.x) {
         int r = e / pairs, c = 2 * (e % pairs);
-        const float *p = AT(x, s0, s1, r0 + r, c);
-        st32(dst + r * ld + c, r0 + r < a.t ? pack2(E(), p[0], p[1]) : 0u);
+        st32(dst + r * ld + c, r0 + r < a.t ? PAIR(x, xk, IX(s0, s1, r0 + r, c)) : 0u);
     }
 }
 
@@ -55,12 +57,13 @@ __device__ inline void stage_rows(E *dst, int ld, const float *x, int64_t s0, in
 // 4 row pairs: its 32 stores fall in 32 banks (column c's word c * LDT / 2 is 4c mod 32, plus the pair), and each
 // row's 8 columns are one 32-byte read
 template <int ND, class E>
-__device__ inline void stage_cols(E *dst, const float *x, int64_t s0, int64_t s1, const attn &a, int64_t b, int64_t h,
+__device__ inline void stage_cols(E *dst, const void *x, int xk, int64_t s0, int64_t s1, const attn &a, int64_t b, int64_t h,
                                   int64_t r0) {
     const int d = ND * 16;
     for (int e = threadIdx.x; e < MT / 2 * d; e += blockDim.x) {
         int c = e / 4 % d, r = 2 * (e % 4 + 4 * (e / (4 * d)));
-        float lo = r0 + r < a.t ? *AT(x, s0, s1, r0 + r, c) : 0.f, hi = r0 + r + 1 < a.t ? *AT(x, s0, s1, r0 + r + 1, c) : 0.f;
+        float lo = r0 + r < a.t ? get_kind(x, xk, IX(s0, s1, r0 + r, c)) : 0.f,
+              hi = r0 + r + 1 < a.t ? get_kind(x, xk, IX(s0, s1, r0 + r + 1, c)) : 0.f;
         st32(dst + c * LDT + r, pack2(E(), lo, hi));
     }
 }
@@ -140,7 +143,7 @@ __device__ inline void online_softmax(float s[MT / 8][4], float m[2], float l[2]
 }
 
 template <int K>
-__global__ void __launch_bounds__(MW * 32) k_mma_fwd(attn a, const float *q, const float *k, const float *v, float *y, float *lse) {
+__global__ void __launch_bounds__(MW * 32) k_mma_fwd(attn a, const void *q, const void *k, const void *v, float *y, float *lse) {
     typedef ELEM(K) E;
     const int ND = K % 16, ld = ND * 16 + 8;
     KILN_DYN_SHARED(unsigned char, sm);
@@ -151,11 +154,11 @@ __global__ void __launch_bounds__(MW * 32) k_mma_fwd(attn a, const float *q, con
     int64_t r0 = q0 + 16 * w, i[2] = {r0 + g, r0 + g + 8}, last = (q0 + MT < a.t ? q0 + MT : a.t) - 1;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[2 * (K % 16)][4] = {};
     uint32_t qa[K % 16][4];
-    rows_frag<K % 16, E>(qa, q, a.qs[0], a.qs[1], a, b, h, r0, g, t);
+    rows_frag<K % 16, E>(qa, q, a.qk, a.qs[0], a.qs[1], a, b, h, r0, g, t);
     for (int64_t j0 = 0; j0 <= last; j0 += MT) {
         __syncthreads(); // every warp is done with the previous tile
-        stage_rows<K % 16>(ks, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
-        stage_cols<K % 16>(vt, v, a.vs[0], a.vs[1], a, b, h, j0);
+        stage_rows<K % 16>(ks, ld, k, a.kk, a.ks[0], a.ks[1], a, b, h, j0);
+        stage_cols<K % 16>(vt, v, a.vk, a.vs[0], a.vs[1], a, b, h, j0);
         __syncthreads();
         float s[MT / 8][4];
         dot_rows<K % 16>(s, qa, ks, ld, g, t);
@@ -194,7 +197,7 @@ __device__ inline void grad_scores(float s[MT / 8][4], float dp[MT / 8][4], cons
 
 // dq_i = scale sum_j P_ij (dP_ij - D_i) k_j: a query tile a block over its keys
 template <int K>
-__global__ void __launch_bounds__(MW * 32) k_mma_dq(attn a, const float *q, const float *k, const float *v, const float *lse,
+__global__ void __launch_bounds__(MW * 32) k_mma_dq(attn a, const void *q, const void *k, const void *v, const float *lse,
                                                    const float *dy, const float *D, float *dq, int acc) {
     typedef ELEM(K) E;
     const int ND = K % 16, ld = ND * 16 + 8;
@@ -205,8 +208,8 @@ __global__ void __launch_bounds__(MW * 32) k_mma_dq(attn a, const float *q, cons
     int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     int64_t r0 = q0 + 16 * w, i[2] = {r0 + g, r0 + g + 8}, last = (q0 + MT < a.t ? q0 + MT : a.t) - 1;
     uint32_t qa[K % 16][4], da[K % 16][4];
-    rows_frag<K % 16, E>(qa, q, a.qs[0], a.qs[1], a, b, h, r0, g, t);
-    rows_frag<K % 16, E>(da, dy, a.t * a.c, a.c, a, b, h, r0, g, t);
+    rows_frag<K % 16, E>(qa, q, a.qk, a.qs[0], a.qs[1], a, b, h, r0, g, t);
+    rows_frag<K % 16, E>(da, dy, 0, a.t * a.c, a.c, a, b, h, r0, g, t);
     float lse2[2], Dr[2], gq[2 * (K % 16)][4] = {};
     KILN_UNROLL for (int r = 0; r < 2; r++) {
         lse2[r] = i[r] < a.t ? lse[bh * a.t + i[r]] * LOG2E : 0.f;
@@ -214,9 +217,9 @@ __global__ void __launch_bounds__(MW * 32) k_mma_dq(attn a, const float *q, cons
     }
     for (int64_t j0 = 0; j0 <= last; j0 += MT) {
         __syncthreads();
-        stage_rows<K % 16>(ks, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
-        stage_rows<K % 16>(vs, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
-        stage_cols<K % 16>(kt, k, a.ks[0], a.ks[1], a, b, h, j0);
+        stage_rows<K % 16>(ks, ld, k, a.kk, a.ks[0], a.ks[1], a, b, h, j0);
+        stage_rows<K % 16>(vs, ld, v, a.vk, a.vs[0], a.vs[1], a, b, h, j0);
+        stage_cols<K % 16>(kt, k, a.kk, a.ks[0], a.ks[1], a, b, h, j0);
         __syncthreads();
         float s[MT / 8][4], dp[MT / 8][4];
         dot_rows<K % 16>(s, qa, ks, ld, g, t);
@@ -230,7 +233,7 @@ __global__ void __launch_bounds__(MW * 32) k_mma_dq(attn a, const float *q, cons
 // a key tile a block over its queries: dv_j = sum_i P_ij dy_i, dk_j = scale sum_i dS_ij q_i, from the
 // transposed scores (the warp's keys as rows)
 template <int K>
-__global__ void __launch_bounds__(MW * 32) k_mma_dkv(attn a, const float *q, const float *k, const float *v, const float *lse,
+__global__ void __launch_bounds__(MW * 32) k_mma_dkv(attn a, const void *q, const void *k, const void *v, const float *lse,
                                                     const float *dy, const float *D, float *dk, float *dv, int acc_k, int acc_v) {
     typedef ELEM(K) E;
     const int ND = K % 16, d = ND * 16, ld = d + 8;
@@ -241,15 +244,15 @@ __global__ void __launch_bounds__(MW * 32) k_mma_dkv(attn a, const float *q, con
     int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     int64_t r0 = j0 + 16 * w, j[2] = {r0 + g, r0 + g + 8};
     uint32_t ka[K % 16][4], va[K % 16][4];
-    rows_frag<K % 16, E>(ka, k, a.ks[0], a.ks[1], a, b, h, r0, g, t);
-    rows_frag<K % 16, E>(va, v, a.vs[0], a.vs[1], a, b, h, r0, g, t);
+    rows_frag<K % 16, E>(ka, k, a.kk, a.ks[0], a.ks[1], a, b, h, r0, g, t);
+    rows_frag<K % 16, E>(va, v, a.vk, a.vs[0], a.vs[1], a, b, h, r0, g, t);
     float gk[2 * (K % 16)][4] = {}, gv[2 * (K % 16)][4] = {};
     for (int64_t q0 = j0; q0 < a.t; q0 += MT) { // the first query tile is the diagonal's
         __syncthreads();
-        stage_rows<K % 16>(qs, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
-        stage_rows<K % 16>(ds, ld, dy, a.t * a.c, a.c, a, b, h, q0);
-        stage_cols<K % 16>(qt, q, a.qs[0], a.qs[1], a, b, h, q0);
-        stage_cols<K % 16>(dyt, dy, a.t * a.c, a.c, a, b, h, q0);
+        stage_rows<K % 16>(qs, ld, q, a.qk, a.qs[0], a.qs[1], a, b, h, q0);
+        stage_rows<K % 16>(ds, ld, dy, 0, a.t * a.c, a.c, a, b, h, q0);
+        stage_cols<K % 16>(qt, q, a.qk, a.qs[0], a.qs[1], a, b, h, q0);
+        stage_cols<K % 16>(dyt, dy, 0, a.t * a.c, a.c, a, b, h, q0);
         if (threadIdx.x < MT) {
             int64_t qi = q0 + threadIdx.x;
             lse2[threadIdx.x] = qi < a.t ? lse[bh * a.t + qi] * LOG2E : 0.f;
@@ -293,8 +296,9 @@ int kiln_cuda_flash_mma_setup(int64_t d, int fp16) {
 }
 
 void kiln_cuda_flash_mma(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
-                         const float *q, const float *k, const float *v, float *y, float *lse) {
+                         const int *kinds, const void *q, const void *k, const void *v, float *y, float *lse) {
     attn a = attn_of(b, t, c, heads, strides);
+    a.qk = kinds[0], a.kk = kinds[1], a.vk = kinds[2];
     dim3 grid((unsigned)(b * heads), (unsigned)((t + MT - 1) / MT)); /* batch x heads on x: up to 2^31 - 1 */
 #define FWD(K) KLAUNCH(k_mma_fwd<K>, grid, MW * 32, fwd_bytes(a.d), st)(a, q, k, v, y, lse)
     K_SWITCH(a.d, fp16, FWD)
@@ -302,9 +306,10 @@ void kiln_cuda_flash_mma(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int6
 }
 
 void kiln_cuda_flash_mma_bwd(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
-                             const float *q, const float *k, const float *v, const float *y, const float *lse, const float *dy,
-                             float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v) {
+                             const int *kinds, const void *q, const void *k, const void *v, const float *y, const float *lse,
+                             const float *dy, float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v) {
     attn a = attn_of(b, t, c, heads, strides);
+    a.qk = kinds[0], a.kk = kinds[1], a.vk = kinds[2];
     kiln_cuda_flash_rowdot(st, b, t, c, heads, strides, y, dy, D);
     dim3 grid((unsigned)(b * heads), (unsigned)((t + MT - 1) / MT));
 #define DQ(K) KLAUNCH(k_mma_dq<K>, grid, MW * 32, dq_bytes(a.d), st)(a, q, k, v, lse, dy, D, dq, acc_q)

@@ -20,6 +20,7 @@
 #include "backends/cuda/internal/cuda.h"
 #include "backends/cuda/internal/attn_shape.h"
 #include "backends/cuda/internal/tc_elem.h"
+#include "backends/cuda/internal/half_out.h"
 
 using namespace nvcuda;
 
@@ -64,14 +65,15 @@ template <class E> __host__ __device__ inline size_t carve(unsigned char *base, 
     return off;
 }
 
-// rows [r0, r0 + 64) of one head of x (batch stride s0, row stride s1) into dst[64][ld], rounded, zeros past T
+// rows [r0, r0 + 64) of one head of x (batch stride s0, row stride s1; kind xk: fp32, or 16 bits as stored) into
+// dst[64][ld], rounded, zeros past T
 template <int ND, class E>
-__device__ inline void stage(E *dst, int ld, const float *x, int64_t s0, int64_t s1, const attn &a, int64_t b, int64_t h,
+__device__ inline void stage(E *dst, int ld, const void *x, int xk, int64_t s0, int64_t s1, const attn &a, int64_t b, int64_t h,
                              int64_t r0) {
     const int d = ND * 16; /* a constant: the index arithmetic below is shifts */
     for (int e = threadIdx.x; e < 64 * d; e += blockDim.x) {
         int r = e / d, c = e % d;
-        put(&dst[r * ld + c], r0 + r < a.t ? x[b * s0 + (r0 + r) * s1 + h * a.d + c] : 0.f);
+        put(&dst[r * ld + c], r0 + r < a.t ? get_kind(x, xk, b * s0 + (r0 + r) * s1 + h * a.d + c) : 0.f);
     }
 }
 
@@ -134,7 +136,7 @@ __device__ inline void online_softmax(const tiles<E> &t, const attn &a, int64_t 
     if (!half) t.r1[rr] = m_new, t.r2[rr] = t.r2[rr] * keep + sum;
 }
 
-template <int K> __global__ void k_tc_fwd(attn a, const float *q, const float *k, const float *v, float *y, float *lse) {
+template <int K> __global__ void k_tc_fwd(attn a, const void *q, const void *k, const void *v, float *y, float *lse) {
     typedef ELEM(K) E;
     const int ND = K % 16, d = ND * 16, ld = d + 8, ldo = d + 4;
     KILN_DYN_SHARED(unsigned char, sm);
@@ -144,13 +146,13 @@ template <int K> __global__ void k_tc_fwd(attn a, const float *q, const float *k
     int64_t bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads, q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * BQ;
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = w * 16, rr = r0 + lane / 2;
     int64_t i = q0 + rr, last = (q0 + BQ < a.t ? q0 + BQ : a.t) - 1;
-    stage<K % 16>(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
+    stage<K % 16>(t.a, ld, q, a.qk, a.qs[0], a.qs[1], a, b, h, q0);
     for (int e = threadIdx.x; e < BQ * ldo; e += blockDim.x) t.o[e] = 0.f;
     if (threadIdx.x < BQ) t.r1[threadIdx.x] = -INFINITY, t.r2[threadIdx.x] = 0.f;
     for (int64_t j0 = 0; j0 <= last; j0 += BK) {
         __syncthreads(); // every warp is done with the previous tile's k and v
-        stage<K % 16>(t.b, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
-        stage<K % 16>(t.c, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
+        stage<K % 16>(t.b, ld, k, a.kk, a.ks[0], a.ks[1], a, b, h, j0);
+        stage<K % 16>(t.c, ld, v, a.vk, a.vs[0], a.vs[1], a, b, h, j0);
         __syncthreads();
         rows_dot<K % 16>(t.s + r0 * LDS, t.a + r0 * ld, t.b, ld);
         __syncwarp();
@@ -201,7 +203,7 @@ template <class E> __device__ inline void row_stats(const tiles<E> &t, const att
 }
 
 // dq_i = scale sum_j P_ij (dP_ij - D_i) k_j: a query tile per block over its keys
-template <int K> __global__ void k_tc_dq(attn a, const float *q, const float *k, const float *v, const float *lse,
+template <int K> __global__ void k_tc_dq(attn a, const void *q, const void *k, const void *v, const float *lse,
                                           const float *dy, const float *D, float *dq, int acc) {
     typedef ELEM(K) E;
     const int ND = K % 16, d = ND * 16, ld = d + 8;
@@ -213,15 +215,15 @@ template <int K> __global__ void k_tc_dq(attn a, const float *q, const float *k,
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = w * 16, rr = r0 + lane / 2, half = lane % 2;
     int64_t i = q0 + rr, last = (q0 + BQ < a.t ? q0 + BQ : a.t) - 1;
     float sl2 = a.scale * LOG2E, *dp = t.s + 64 * LDS;
-    stage<K % 16>(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
-    stage<K % 16>(t.b, ld, dy, a.t * a.c, a.c, a, b, h, q0);
+    stage<K % 16>(t.a, ld, q, a.qk, a.qs[0], a.qs[1], a, b, h, q0);
+    stage<K % 16>(t.b, ld, dy, 0, a.t * a.c, a.c, a, b, h, q0);
     row_stats(t, a, bh, q0, lse, D);
     frag_c g[K % 16];
     for (int f = 0; f < ND; f++) wmma::fill_fragment(g[f], 0.f);
     for (int64_t j0 = 0; j0 <= last; j0 += BK) {
         __syncthreads();
-        stage<K % 16>(t.c, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
-        stage<K % 16>(t.d, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
+        stage<K % 16>(t.c, ld, k, a.kk, a.ks[0], a.ks[1], a, b, h, j0);
+        stage<K % 16>(t.d, ld, v, a.vk, a.vs[0], a.vs[1], a, b, h, j0);
         __syncthreads();
         rows_dot<K % 16>(t.s + r0 * LDS, t.a + r0 * ld, t.c, ld);
         rows_dot<K % 16>(dp + r0 * LDS, t.b + r0 * ld, t.d, ld);
@@ -238,7 +240,7 @@ template <int K> __global__ void k_tc_dq(attn a, const float *q, const float *k,
 }
 
 // a key tile per block over its queries: dv_j = sum_i P_ij dy_i, dk_j = scale sum_i dS_ij q_i
-template <int K> __global__ void k_tc_dkv(attn a, const float *q, const float *k, const float *v, const float *lse,
+template <int K> __global__ void k_tc_dkv(attn a, const void *q, const void *k, const void *v, const float *lse,
                                            const float *dy, const float *D, float *dk, float *dv, int acc_k, int acc_v) {
     typedef ELEM(K) E;
     const int ND = K % 16, d = ND * 16, ld = d + 8;
@@ -249,14 +251,14 @@ template <int K> __global__ void k_tc_dkv(attn a, const float *q, const float *k
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = w * 16, kr = r0 + lane / 2, half = lane % 2;
     int64_t j = j0 + kr;
     float sl2 = a.scale * LOG2E, *dp = t.s + 64 * LDS;
-    stage<K % 16>(t.c, ld, k, a.ks[0], a.ks[1], a, b, h, j0);
-    stage<K % 16>(t.d, ld, v, a.vs[0], a.vs[1], a, b, h, j0);
+    stage<K % 16>(t.c, ld, k, a.kk, a.ks[0], a.ks[1], a, b, h, j0);
+    stage<K % 16>(t.d, ld, v, a.vk, a.vs[0], a.vs[1], a, b, h, j0);
     frag_c gk[K % 16], gv[K % 16];
     for (int f = 0; f < ND; f++) wmma::fill_fragment(gk[f], 0.f), wmma::fill_fragment(gv[f], 0.f);
     for (int64_t q0 = j0; q0 < a.t; q0 += BQ) { // BQ == BK: the first query tile is the diagonal's
         __syncthreads();
-        stage<K % 16>(t.a, ld, q, a.qs[0], a.qs[1], a, b, h, q0);
-        stage<K % 16>(t.b, ld, dy, a.t * a.c, a.c, a, b, h, q0);
+        stage<K % 16>(t.a, ld, q, a.qk, a.qs[0], a.qs[1], a, b, h, q0);
+        stage<K % 16>(t.b, ld, dy, 0, a.t * a.c, a.c, a, b, h, q0);
         row_stats(t, a, bh, q0, lse, D);
         __syncthreads();
         rows_dot<K % 16>(t.s + r0 * LDS, t.c + r0 * ld, t.a, ld); // S^T: the warp's keys against the queries
@@ -305,8 +307,9 @@ int kiln_cuda_flash_tc_setup(int64_t d, int fp16) {
 }
 
 void kiln_cuda_flash_tc(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
-                        const float *q, const float *k, const float *v, float *y, float *lse) {
+                        const int *kinds, const void *q, const void *k, const void *v, float *y, float *lse) {
     attn a = attn_of(b, t, c, heads, strides);
+    a.qk = kinds[0], a.kk = kinds[1], a.vk = kinds[2];
     dim3 grid((unsigned)(b * heads), (unsigned)((t + BQ - 1) / BQ)); /* batch x heads on x: up to 2^31 - 1 */
     size_t sh = smem_bytes((int)a.d, 1);
 #define FWD(K) KLAUNCH(k_tc_fwd<K>, grid, NW * 32, sh, st)(a, q, k, v, y, lse)
@@ -315,9 +318,10 @@ void kiln_cuda_flash_tc(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64
 }
 
 void kiln_cuda_flash_tc_bwd(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
-                            const float *q, const float *k, const float *v, const float *y, const float *lse, const float *dy,
-                            float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v) {
+                            const int *kinds, const void *q, const void *k, const void *v, const float *y, const float *lse,
+                            const float *dy, float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v) {
     attn a = attn_of(b, t, c, heads, strides);
+    a.qk = kinds[0], a.kk = kinds[1], a.vk = kinds[2];
     kiln_cuda_flash_rowdot(st, b, t, c, heads, strides, y, dy, D);
     dim3 gq((unsigned)(b * heads), (unsigned)((t + BQ - 1) / BQ)), gk((unsigned)(b * heads), (unsigned)((t + BK - 1) / BK));
     size_t sh = smem_bytes((int)a.d, 0);

@@ -52,6 +52,9 @@ static SLOTS(half_out0, KILN_TIE_OUT(0))
 static SLOTS(half_x_out0, 1u | KILN_TIE_OUT(0))
 /* an add's operands (read widened: values their writers rounded) and its sum (rounded where both are) */
 static SLOTS(half_add, 3u | KILN_TIE_OUT(0))
+/* causal attention's q, k and v (forward and backward): a rounded linear's output, read as it is by the tensor-core
+ * kernels, widened for the fp32 ones */
+static SLOTS(half_qkv, 7u)
 /* the readers (linear.c; simt's stand-ins too): x (forward), dy (backward-data), each only a product's operand */
 SLOTS(kiln_cuda_half_in0, 1u)
 /* a forward's x and its output, which it writes rounded (round_out) */
@@ -449,6 +452,28 @@ static int flash_mma_on(void) {
     const char *e = getenv("KILN_CUDA_FLASH");
     return e && !strcmp(e, "mma");
 }
+/* q, k and v may be stored in 16 bits (the half-storage pass: c_attn's output, which its linear rounds). The
+ * tensor-core kernels read them as they are; the fp32 kernels (heads flash_tc.cu does not take, an fp32 plan) take
+ * fp32 copies widened into the workspace after backward's D_i, each over its span, strides kept */
+static size_t attn_d_bytes(const kiln_attn_shape *z) { return ((size_t)(z->b * z->heads * z->t) * sizeof(float) + 255) / 256 * 256; }
+static size_t attn_wide_bytes(const kiln_step *s) {
+    size_t n = 0;
+    for (int k = 0; k < 3 && s->precision == KILN_PRECISION_FP32; k++)
+        if (kiln_cuda_half_kind(&s->in[k])) n += ((size_t)kiln_tdesc_span(&s->in[k]) * sizeof(float) + 255) / 256 * 256;
+    return n;
+}
+static void attn_inputs(const kiln_step *s, const kiln_run_ctx *rc, int kinds[3], const void *in[3]) {
+    const kiln_attn_shape *z = &s->sz.attn.shape;
+    char *w = (char *)rc->workspace + attn_d_bytes(z);
+    for (int k = 0; k < 3; k++) {
+        kinds[k] = kiln_cuda_half_kind(&s->in[k]), in[k] = s->in[k].data;
+        if (!kinds[k] || s->precision != KILN_PRECISION_FP32) continue; /* the tensor-core kernels read 16 bits */
+        int64_t n = kiln_tdesc_span(&s->in[k]);
+        kiln_cuda_widen(ST, kinds[k], n, in[k], (float *)w);
+        in[k] = w, kinds[k] = 0;
+        w += ((size_t)n * sizeof(float) + 255) / 256 * 256;
+    }
+}
 static kiln_status attention_prepare(kiln_step *s, kiln_prep *p) {
     kiln_prepare_attention(s, p);
     const kiln_attn_shape *z = &s->sz.attn.shape;
@@ -467,7 +492,7 @@ static kiln_status attention_prepare(kiln_step *s, kiln_prep *p) {
             kiln_log(KILN_LOG_WARN, "%s: this GPU cannot give the tensor-core attention the shared memory it needs for heads "
                      "of %lld; attention keeps fp32 math", s->name, (long long)d);
     }
-    size_t need = (size_t)(z->b * z->heads * z->t) * sizeof(float); /* backward's D_i */
+    size_t need = attn_d_bytes(z) + attn_wide_bytes(s); /* backward's D_i, and widened q, k, v */
     if (p && need > p->workspace) p->workspace = need;
     return KILN_OK;
 }
@@ -480,18 +505,21 @@ static void attn_strides(const kiln_attn_shape *z, int64_t st[8]) {
     }
 }
 static kiln_status attention(const kiln_step *s, const kiln_run_ctx *rc) {
-    (void)rc;
     const kiln_attn_shape *z = &s->sz.attn.shape;
     int64_t st[8];
     attn_strides(z, st);
+    int kind[3], f16 = s->precision == KILN_PRECISION_FP16;
+    const void *in[3];
+    attn_inputs(s, rc, kind, in);
+    const float *q = in[0], *k = in[1], *v = in[2];
     if (s->precision != KILN_PRECISION_FP32 && s->sz.attn.mma)
-        kiln_cuda_flash_mma(ST, s->precision == KILN_PRECISION_FP16, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
+        kiln_cuda_flash_mma(ST, f16, z->b, z->t, z->c, z->heads, st, kind, q, k, v, F(s->out[0]), F(s->out[1]));
     else if (s->precision != KILN_PRECISION_FP32)
-        kiln_cuda_flash_tc(ST, s->precision == KILN_PRECISION_FP16, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
+        kiln_cuda_flash_tc(ST, f16, z->b, z->t, z->c, z->heads, st, kind, q, k, v, F(s->out[0]), F(s->out[1]));
     else if (z->c / z->heads <= kiln_cuda_flash_max_head())
-        kiln_cuda_flash(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
+        kiln_cuda_flash(ST, z->b, z->t, z->c, z->heads, st, q, k, v, F(s->out[0]), F(s->out[1]));
     else
-        kiln_cuda_attention(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->out[0]), F(s->out[1]));
+        kiln_cuda_attention(ST, z->b, z->t, z->c, z->heads, st, q, k, v, F(s->out[0]), F(s->out[1]));
     DONE("causal attention");
 }
 static kiln_status attention_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
@@ -499,20 +527,23 @@ static kiln_status attention_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     int64_t st[8];
     attn_strides(z, st);
     void *d[3];
-    int acc[3];
+    int acc[3], kind[3], f16 = s->precision == KILN_PRECISION_FP16;
+    const void *in[3];
     kiln_attention_grads(s, rc, d, acc);
+    attn_inputs(s, rc, kind, in);
+    const float *q = in[0], *k = in[1], *v = in[2], *y = F(s->in[3]), *lse = F(s->in[4]), *dy = F(s->in[5]);
     if (s->precision != KILN_PRECISION_FP32 && s->sz.attn.mma)
-        kiln_cuda_flash_mma_bwd(ST, s->precision == KILN_PRECISION_FP16, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]),
-                                F(s->in[5]), rc->workspace, d[0], d[1], d[2], acc[0], acc[1], acc[2]);
+        kiln_cuda_flash_mma_bwd(ST, f16, z->b, z->t, z->c, z->heads, st, kind, q, k, v, y, lse, dy, rc->workspace, d[0], d[1], d[2],
+                                acc[0], acc[1], acc[2]);
     else if (s->precision != KILN_PRECISION_FP32)
-        kiln_cuda_flash_tc_bwd(ST, s->precision == KILN_PRECISION_FP16, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]),
-                               F(s->in[5]), rc->workspace, d[0], d[1], d[2], acc[0], acc[1], acc[2]);
+        kiln_cuda_flash_tc_bwd(ST, f16, z->b, z->t, z->c, z->heads, st, kind, q, k, v, y, lse, dy, rc->workspace, d[0], d[1], d[2],
+                               acc[0], acc[1], acc[2]);
     else if (z->c / z->heads <= kiln_cuda_flash_max_head())
-        kiln_cuda_flash_bwd(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]), F(s->in[4]),
-                            F(s->in[5]), rc->workspace, d[0], d[1], d[2], acc[0], acc[1], acc[2]);
+        kiln_cuda_flash_bwd(ST, z->b, z->t, z->c, z->heads, st, q, k, v, y, lse, dy, rc->workspace, d[0], d[1], d[2], acc[0], acc[1],
+                            acc[2]);
     else
-        kiln_cuda_attention_bwd(ST, z->b, z->t, z->c, z->heads, st, F(s->in[0]), F(s->in[1]), F(s->in[2]), F(s->in[3]),
-                                F(s->in[4]), F(s->in[5]), rc->workspace, d[0], d[1], d[2], acc[0], acc[1], acc[2]);
+        kiln_cuda_attention_bwd(ST, z->b, z->t, z->c, z->heads, st, q, k, v, y, lse, dy, rc->workspace, d[0], d[1], d[2], acc[0],
+                                acc[1], acc[2]);
     DONE("causal attention backward");
 }
 #undef N
@@ -735,8 +766,8 @@ const kiln_kernel kiln_cuda_kernels[KILN_OP_COUNT] = {
     [KILN_OP_EMBEDDING_BWD] = {embedding_bwd, embedding_bwd_prepare},
     [KILN_OP_BMM] = {bmm, bmm_prepare},
     [KILN_OP_BMM_BWD] = {bmm_bwd, bmm_prepare},
-    [KILN_OP_CAUSAL_ATTENTION] = {attention, attention_prepare},
-    [KILN_OP_CAUSAL_ATTENTION_BWD] = {attention_bwd, attention_prepare},
+    [KILN_OP_CAUSAL_ATTENTION] = {attention, attention_prepare, .half = half_qkv},
+    [KILN_OP_CAUSAL_ATTENTION_BWD] = {attention_bwd, attention_prepare, .half = half_qkv},
     [KILN_OP_FUSED] = {fused, fused_prepare, fused_release, .half = half_fused},
     [KILN_OP_FUSED_PLAIN] = {fused, fused_prepare, fused_release, .half = half_fused},
     [KILN_OP_READOUT] = {kiln_cuda_readout, NULL},

@@ -8,6 +8,8 @@ struct attn {
     int64_t b, t, c, heads, d;
     int64_t qs[2], ks[2], vs[2], ds[2];
     float scale;
+    int qk, kk, vk; /* the tensor-core kernels' q, k and v kinds (kiln_cuda_half_kind: 16 bits where the half-storage
+                       pass stores them so); 0 from attn_of */
 };
 
 /* strides: q's, k's, v's and the gradients' batch and row strides (8) */
@@ -21,6 +23,7 @@ static inline attn attn_of(int64_t b, int64_t t, int64_t c, int64_t heads, const
         a.ds[k] = strides[6 + k];
     }
     a.scale = 1.f / sqrtf((float)a.d);
+    a.qk = a.kk = a.vk = 0;
     return a;
 }
 

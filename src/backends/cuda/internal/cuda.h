@@ -262,20 +262,21 @@ void kiln_cuda_flash_rowdot(kcs st, int64_t b, int64_t t, int64_t c, int64_t hea
  * than the up to 128 KiB it needs: the caller keeps the fp32 tiles) */
 int kiln_cuda_flash_tc_ok(int64_t d);
 int kiln_cuda_flash_tc_setup(int64_t d, int fp16);
-/* fp16: the operands in fp16 (--precision fp16), else bf16 */
+/* fp16: the operands in fp16 (--precision fp16), else bf16; kinds: q's, k's and v's kiln_cuda_half_kind (16 bits
+ * where the half-storage pass stores them so: read as they are) */
 void kiln_cuda_flash_tc(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
-                        const float *q, const float *k, const float *v, float *y, float *lse);
+                        const int *kinds, const void *q, const void *k, const void *v, float *y, float *lse);
 void kiln_cuda_flash_tc_bwd(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
-                            const float *q, const float *k, const float *v, const float *y, const float *lse, const float *dy,
-                            float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
+                            const int *kinds, const void *q, const void *k, const void *v, const float *y, const float *lse,
+                            const float *dy, float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
 /* flash_mma.cu: the same heads and arguments, the tiles in registers (mma.sync; FlashAttention-2's scheme), when
  * KILN_CUDA_FLASH=mma; its setup as kiln_cuda_flash_tc_setup (up to 72 KiB a block) */
 int kiln_cuda_flash_mma_setup(int64_t d, int fp16);
 void kiln_cuda_flash_mma(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
-                         const float *q, const float *k, const float *v, float *y, float *lse);
+                         const int *kinds, const void *q, const void *k, const void *v, float *y, float *lse);
 void kiln_cuda_flash_mma_bwd(kcs st, int fp16, int64_t b, int64_t t, int64_t c, int64_t heads, const int64_t *strides,
-                             const float *q, const float *k, const float *v, const float *y, const float *lse, const float *dy,
-                             float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
+                             const int *kinds, const void *q, const void *k, const void *v, const float *y, const float *lse,
+                             const float *dy, float *D, float *dq, float *dk, float *dv, int acc_q, int acc_k, int acc_v);
 /* convert.cu: n floats rounded to bf16 (fp16 when fp16) into y (2n bytes, 4-byte aligned) */
 void kiln_cuda_to_half(kcs st, int fp16, int64_t n, const float *x, void *y);
 /* n 16-bit values of kind (1 bf16, 2 fp16) widened into fp32 x (exact): a rounded product's D (linear.c) */
