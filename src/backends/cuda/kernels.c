@@ -199,8 +199,8 @@ static kiln_status nll_bwd(const kiln_step *s, const kiln_run_ctx *rc) {
     DONE("nll loss backward");
 }
 static kiln_status cross_entropy(const kiln_step *s, const kiln_run_ctx *rc) {
-    kiln_cuda_cross_entropy_rows(ST, RC, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), I(s->in[1]), s->attr.loss.ignore, kiln_cuda_flags_dev(), rc->workspace,
-                                 F(s->out[0]));
+    kiln_cuda_cross_entropy_rows(ST, RC, s->in[0].data, kiln_cuda_half_kind(&s->in[0]), I(s->in[1]), s->attr.loss.ignore,
+                                 kiln_cuda_flags_dev(), rc->workspace, F(s->out[0]));
     DONE("cross entropy");
 }
 /* the count of rows the mean is over, in the workspace */
@@ -455,11 +455,12 @@ static int flash_mma_on(void) {
 /* q, k and v may be stored in 16 bits (the half-storage pass: c_attn's output, which its linear rounds). The
  * tensor-core kernels read them as they are; the fp32 kernels (heads flash_tc.cu does not take, an fp32 plan) take
  * fp32 copies widened into the workspace after backward's D_i, each over its span, strides kept */
-static size_t attn_d_bytes(const kiln_attn_shape *z) { return ((size_t)(z->b * z->heads * z->t) * sizeof(float) + 255) / 256 * 256; }
+static size_t floats256(int64_t n) { return ((size_t)n * sizeof(float) + 255) / 256 * 256; }
+static size_t attn_d_bytes(const kiln_attn_shape *z) { return floats256(z->b * z->heads * z->t); }
 static size_t attn_wide_bytes(const kiln_step *s) {
     size_t n = 0;
     for (int k = 0; k < 3 && s->precision == KILN_PRECISION_FP32; k++)
-        if (kiln_cuda_half_kind(&s->in[k])) n += ((size_t)kiln_tdesc_span(&s->in[k]) * sizeof(float) + 255) / 256 * 256;
+        if (kiln_cuda_half_kind(&s->in[k])) n += floats256(kiln_tdesc_span(&s->in[k]));
     return n;
 }
 static void attn_inputs(const kiln_step *s, const kiln_run_ctx *rc, int kinds[3], const void *in[3]) {
@@ -471,7 +472,7 @@ static void attn_inputs(const kiln_step *s, const kiln_run_ctx *rc, int kinds[3]
         int64_t n = kiln_tdesc_span(&s->in[k]);
         kiln_cuda_widen(ST, kinds[k], n, in[k], (float *)w);
         in[k] = w, kinds[k] = 0;
-        w += ((size_t)n * sizeof(float) + 255) / 256 * 256;
+        w += floats256(n);
     }
 }
 static kiln_status attention_prepare(kiln_step *s, kiln_prep *p) {
