@@ -126,18 +126,19 @@ static kiln_status conv_bwd_weight(const kiln_step *s, const kiln_run_ctx *rc) {
 }
 
 /* A backend's 16-bit product (kiln_step.round_out, the cuda backend's cuBLASLt, as PyTorch's autocast linear): its
- * bias rounded as an operand (into *copy, freed by the caller), the relu, then the output rounded */
-static const double *product_bias(const kiln_step *s, int64_t n, double **copy) {
-    const double *b = s->nin > 2 ? D(s->in[2]) : NULL;
+ * bias rounded as an operand (*b: a copy in *copy, which product_end frees), the relu, then the output rounded */
+static kiln_status product_bias(const kiln_step *s, int64_t n, const double **b, double **copy) {
+    *b = s->nin > 2 ? D(s->in[2]) : NULL;
     *copy = NULL;
-    if (!b || !rounds(s) || !(*copy = malloc((size_t)n * sizeof **copy))) return b;
-    memcpy(*copy, b, (size_t)n * sizeof **copy);
+    if (!*b || !rounds(s)) return KILN_OK;
+    if (!(*copy = malloc((size_t)n * sizeof **copy))) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", s->name);
+    memcpy(*copy, *b, (size_t)n * sizeof **copy);
     kiln_ref_round_reduced(s, *copy, n);
-    return *copy;
+    *b = *copy;
+    return KILN_OK;
 }
-static kiln_status product_end(const kiln_step *s, double *copy, int64_t nbias) {
+static kiln_status product_end(const kiln_step *s, double *copy) {
     free(copy);
-    if (rounds(s) && nbias && !copy) return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory", s->name);
     epilogue_relu(s);
     if (rounds(s)) kiln_ref_round_reduced(s, D(s->out[0]), s->out[0].numel);
     return KILN_OK;
@@ -148,20 +149,24 @@ static kiln_status linear(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
     const kiln_tdesc *x = &s->in[0], *w = &s->in[1];
     int64_t in = w->shape[1], out = w->shape[0];
+    const double *b;
     double *copy;
-    const double *b = product_bias(s, out, &copy);
+    kiln_status st = product_bias(s, out, &b, &copy);
+    if (st != KILN_OK) return st;
     kiln_ref_linear_fwd(x->numel / in, in, out, D(*x), D(*w), b, D(s->out[0]));
-    return product_end(s, copy, b ? out : 0);
+    return product_end(s, copy);
 }
 
 static kiln_status matmul(const kiln_step *s, const kiln_run_ctx *rc) {
     UNUSED;
     const kiln_tdesc *x = &s->in[0], *w = &s->in[1];
     int64_t in = w->shape[0], out = w->shape[1];
+    const double *b;
     double *copy;
-    const double *b = product_bias(s, out, &copy);
+    kiln_status st = product_bias(s, out, &b, &copy);
+    if (st != KILN_OK) return st;
     kiln_ref_matmul_fwd(x->numel / in, in, out, D(*x), D(*w), b, D(s->out[0]));
-    return product_end(s, copy, b ? out : 0);
+    return product_end(s, copy);
 }
 
 static kiln_status linear_bwd_data(const kiln_step *s, const kiln_run_ctx *rc) {
