@@ -45,9 +45,14 @@ pinned() { grep -lx "Cpus_allowed_list:[[:space:]]*$2" /proc/"$1"/task/*/status 
 mpirun --bind-to none -np 2 "$KILN" train "${A[@]}" --epochs 1000 --threads 2 --bind core >"$T/run.out" 2>"$T/run.err" &
 job=$!
 for i in $(seq 300); do grep -q "thread budget of rank 1" "$T/run.err" && break; sleep 0.1; done
-sleep 0.5 # the loader worker starts after the budget line
 r0=$(rank_pid $job 0) r1=$(rank_pid $job 1)
-p00=$(pinned "$r0" "$half0") p01=$(pinned "$r0" "$half1") p11=$(pinned "$r1" "$half1") p10=$(pinned "$r1" "$half0")
+# the OpenMP team and the loader worker start after the budget line, later
+# still under a sanitizer on a busy host: look until each rank has 3 or 30 s pass
+for i in $(seq 300); do
+    p00=$(pinned "$r0" "$half0") p01=$(pinned "$r0" "$half1") p11=$(pinned "$r1" "$half1") p10=$(pinned "$r1" "$half0")
+    [ "$p00" -ge 3 ] && [ "$p11" -ge 3 ] && break
+    sleep 0.1
+done
 echo "test_dist_bind: rank 0: $p00 threads on cpus $half0, $p01 on $half1; rank 1: $p11 on $half1, $p10 on $half0"
 check "rank 0's main thread is on cpus $half0" grep -qx "Cpus_allowed_list:[[:space:]]*$half0" /proc/"$r0"/status
 check "rank 1's main thread is on cpus $half1" grep -qx "Cpus_allowed_list:[[:space:]]*$half1" /proc/"$r1"/status
