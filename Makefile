@@ -26,20 +26,22 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/kiln train $(RUN_ARGS)
 
-# the suite, then again under ASan + UBSan + LeakSanitizer, then every fuzz target for 10 s
+# the suite (JOBS tests at once, those resting on timings alone: RUN_SERIAL in CMakeLists.txt), then again
+# under ASan + UBSan + LeakSanitizer, then every fuzz target for FUZZ_SMOKE_SECONDS
 test:
 	@bash scripts/install-deps.sh --test
 	@$(MAKE) --no-print-directory all
-	cd $(BUILD) && ctest --output-on-failure -j 1
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory test-asan
 	@$(MAKE) --no-print-directory fuzz-smoke
 
 test-fast: all
-	cd $(BUILD) && ctest --output-on-failure -j 1
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # ASan + UBSan over the whole suite (the long end-to-end runs shrink themselves under KILN_SANITIZE); without
 # nvcc's objects: no GPU runs them here, and the CUDA kernels' host build (simt) is checked in it. JOBS tests at
-# once: they look for memory errors, not speed (the release run above, one at a time, holds the timing checks);
+# once: they look for memory errors, not speed (the release run above holds the timing checks,
+# each alone);
 # OpenMP's idle threads sleep rather than spin, so two tests' teams share the cores (413-505 s one at a time on 2
 # cores, 293-302 s two at a time, 2026-11-30)
 test-asan: deps
